@@ -1,0 +1,23 @@
+"""The ``codedance`` command line: thin commands that parse options and call one library function.
+
+Each command group lives in its own module and is registered here.
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="codedance",
+    help="Executable visual reasoning: sandbox, rollout loop, rewards, training and evaluation.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+from codedance.cli import sandbox_cmd  # noqa: E402  (registers `codedance sandbox ...`)
+
+app.add_typer(sandbox_cmd.app, name="sandbox")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what codedance needs on a fresh machine, then activates nothing: source .venv/bin/activate.
+#   Debian packages: bubblewrap (the jail) and libseccomp2 (the syscall filter), when run as root
+#   with apt-get; otherwise it says what to install and continues with weaker isolation.
+#   Python: a virtual environment in .venv with codedance and the extras named in $CODEDANCE_EXTRAS
+#   (default "dev").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need=()
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2' || need+=(libseccomp2)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing Debian packages: ${need[*]}"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    echo "setup: missing ${need[*]}. Install them (Debian/Ubuntu: sudo apt-get install ${need[*]};" \
+         "Fedora: sudo dnf install bubblewrap libseccomp) for full isolation; continuing without." >&2
+  fi
+fi
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$python" -m venv .venv
+fi
+extras=${CODEDANCE_EXTRAS-dev}
+spec="."
+[ -n "$extras" ] && spec=".[${extras}]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e "$spec"
