@@ -191,14 +191,42 @@ class Turn:
 
 
 @dataclass(frozen=True)
+class Message:
+    """One chat message as the model receives it: a role and ordered parts.
+
+    ``role`` is ``"system"``, ``"user"`` or ``"assistant"``; each part is text or an `Image`,
+    in the order the model sees them (an image before the question, an image after
+    "Output image:" in feedback).
+    """
+
+    role: str
+    parts: tuple[str | Image, ...]
+
+    @property
+    def text(self) -> str:
+        """The text parts joined, images left out."""
+        return "".join(part for part in self.parts if isinstance(part, str))
+
+    @property
+    def images(self) -> tuple[Image, ...]:
+        return tuple(part for part in self.parts if isinstance(part, Image))
+
+
+@dataclass(frozen=True)
 class Trajectory:
-    """A whole episode for one task, exactly as the model saw it."""
+    """A whole episode for one task, exactly as the model saw it.
+
+    ``prompt`` holds the messages before the first assistant turn (system text, the task's
+    images as the model got them, the instruction); with the turns' text and feedback it
+    rebuilds the whole conversation (``codedance.prompts.conversation``).
+    """
 
     task_id: str
     turns: tuple[Turn, ...]
     stop_reason: StopReason
     answer: str | None = None
     metadata: tuple[tuple[str, str], ...] = ()
+    prompt: tuple[Message, ...] = ()
 
     @property
     def tool_calls(self) -> tuple[ExecResult, ...]:
