@@ -1,0 +1,201 @@
+"""An LLM judge over any OpenAI-compatible chat-completions server (vLLM, SGLang, ...).
+
+The authors judged answers with Qwen2.5-72B-Instruct and a few-shot "Judgement: 1/0" prompt.
+Here: the same protocol (our own wording and examples), deterministic settings (temperature 0,
+fixed seed, a few output tokens), a *strict* verdict parser (the whole reply must be ``1``/``0``,
+optionally prefixed by ``Judgement:``; anything else raises `JudgeVerdictError` instead of the
+release's "any '1' in the reply" rule), a cache keyed by (question, gold, prediction, judge),
+bounded concurrency over one shared ``httpx.Client``, retries on 429/5xx, and
+`JudgeUnavailableError` with an actionable message when the server cannot be reached.
+
+Departures from the release: temperature 0 instead of 0.3 and a fixed seed instead of a random
+one (reproducible verdicts); unparseable replies raise instead of scoring 0.
+Not handled: CharXiv's per-item grading prompts and MathVerse's two-step extraction (they need
+their own prompts; `JudgeClient.complete` is the building block).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import httpx
+
+from codedance.grading.cache import JudgeCache, judge_cache_key
+
+PROMPT_VERSION = "judgement-v1"
+SYSTEM_PROMPT = "You are a careful grader."
+_INSTRUCTION = (
+    "You compare a model's answer with the standard answer to a question about an image. "
+    "They are consistent when they mean the same thing, even if worded differently (for example "
+    "'blue' and 'it is blue'). Output 'Judgement: 1' if they are consistent and 'Judgement: 0' "
+    "if they are not, and nothing else.\n\n"
+)
+_EXAMPLES = (
+    ("What color is the umbrella?", "The umbrella is red.", "red", 1),
+    ("Which side of the road is the bus on?", "The bus is on the right.", "left side", 0),
+    ("Is the cup empty?", "No, the cup is full.", "no", 1),
+    ("How many birds are there?", "3", "There are four birds.", 0),
+)
+_VERDICT_RE = re.compile(r"\s*(?:\**\s*judge?ment\s*\**\s*:?\s*\**\s*)?([01])\s*\**\.?\s*", re.I)
+
+
+class JudgeError(RuntimeError):
+    """The judge could not produce a verdict (HTTP error, malformed response)."""
+
+
+class JudgeUnavailableError(JudgeError):
+    """The judge server cannot be reached."""
+
+
+class JudgeVerdictError(JudgeError):
+    """The judge replied, but not with a verdict this parser accepts."""
+
+
+def build_prompt(*, question: str, gold: str, prediction: str) -> str:
+    """The few-shot "Judgement: 1/0" prompt for one item.
+
+    >>> build_prompt(question="Q?", gold="A", prediction="B").endswith("[Model answer]: B\\nJudgement:")
+    True
+    """
+    shots = "\n\n".join(
+        f"[Question]: {q}\n[Standard answer]: {g}\n[Model answer]: {p}\nJudgement: {v}"
+        for q, g, p, v in _EXAMPLES
+    )
+    item = f"[Question]: {question}\n[Standard answer]: {gold}\n[Model answer]: {prediction}\nJudgement:"
+    return f"{_INSTRUCTION}{shots}\n\n{item}"
+
+
+def parse_verdict(reply: str) -> bool:
+    """Strictly parse a judge reply.
+
+    >>> parse_verdict("1"), parse_verdict("Judgement: 0"), parse_verdict(" **Judgement:** 1. ")
+    (True, False, True)
+    >>> parse_verdict("I think 1 but maybe 0")
+    Traceback (most recent call last):
+    ...
+    codedance.grading.judge.JudgeVerdictError: judge reply is not a verdict: 'I think 1 but maybe 0'
+    """
+    match = _VERDICT_RE.fullmatch(reply or "")
+    if match is None:
+        raise JudgeVerdictError(f"judge reply is not a verdict: {reply[:200]!r}")
+    return match.group(1) == "1"
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """Where the judge lives and how it is called. ``base_url`` ends in ``/v1``."""
+
+    base_url: str = "http://127.0.0.1:8000/v1"
+    model: str = "Qwen/Qwen2.5-72B-Instruct"
+    api_key: str | None = None
+    temperature: float = 0.0
+    seed: int = 0
+    max_tokens: int = 16
+    timeout_s: float = 60.0
+    max_concurrency: int = 16
+    retries: int = 3
+    backoff_s: float = 0.5
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}|{PROMPT_VERSION}|t={self.temperature}"
+
+
+@dataclass(frozen=True)
+class JudgeItem:
+    question: str
+    gold: str
+    prediction: str
+
+
+class JudgeClient:
+    """Judge answers through an OpenAI-compatible server; thread-safe; use as a context manager.
+
+    ``judge(question=..., gold=..., prediction=...) -> bool`` for one item, ``judge_many(items)``
+    for a batch (deduplicated, at most ``max_concurrency`` requests in flight, order kept).
+    """
+
+    def __init__(self, config: JudgeConfig, cache: JudgeCache | None = None) -> None:
+        if config.max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        self.config = config
+        self.cache = cache if cache is not None else JudgeCache()
+        headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+        limits = httpx.Limits(max_connections=config.max_concurrency)
+        self._http = httpx.Client(base_url=config.base_url.rstrip("/"), headers=headers,
+                                  timeout=config.timeout_s, limits=limits)
+        self._slots = threading.BoundedSemaphore(config.max_concurrency)
+        self.requests_sent = 0
+        self._count_lock = threading.Lock()
+
+    def __enter__(self) -> JudgeClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def complete(self, messages: Sequence[dict[str, str]]) -> str:
+        """One chat completion's text, with retries on 429/5xx and clear errors otherwise."""
+        body = {"model": self.config.model, "messages": list(messages),
+                "temperature": self.config.temperature, "seed": self.config.seed,
+                "max_tokens": self.config.max_tokens, "n": 1}
+        url = f"{self.config.base_url.rstrip('/')}/chat/completions"
+        for attempt in range(self.config.retries + 1):
+            with self._slots:
+                with self._count_lock:
+                    self.requests_sent += 1
+                try:
+                    response = self._http.post("/chat/completions", json=body)
+                except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                    raise JudgeUnavailableError(
+                        f"LLM judge at {url} is not reachable ({exc}). Start an OpenAI-compatible "
+                        f"server serving {self.config.model!r} (e.g. `vllm serve "
+                        f"{self.config.model}`) or point the judge's base_url at one."
+                    ) from exc
+                except httpx.HTTPError as exc:
+                    raise JudgeError(f"LLM judge request to {url} failed: {exc}") from exc
+            if response.status_code == 429 or response.status_code >= 500:
+                if attempt < self.config.retries:
+                    time.sleep(self.config.backoff_s * 2**attempt)
+                    continue
+            if response.status_code != 200:
+                raise JudgeError(f"LLM judge at {url} answered HTTP {response.status_code}: "
+                                 f"{response.text[:300]}")
+            try:
+                return str(response.json()["choices"][0]["message"]["content"])
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
+                raise JudgeError(f"LLM judge at {url} sent a malformed reply: "
+                                 f"{response.text[:300]}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def judge(self, *, question: str, gold: str, prediction: str) -> bool:
+        """True when the judge says the prediction is consistent with the gold answer."""
+        key = judge_cache_key(question=question, gold=gold, prediction=prediction,
+                              judge=self.config.name)
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        prompt = build_prompt(question=question, gold=gold, prediction=prediction)
+        reply = self.complete([{"role": "system", "content": SYSTEM_PROMPT},
+                               {"role": "user", "content": prompt}])
+        verdict = parse_verdict(reply)
+        self.cache.put(key, verdict)
+        return verdict
+
+    def judge_many(self, items: Sequence[JudgeItem]) -> list[bool]:
+        """Verdicts for many items, in order; the first error raises after in-flight calls end."""
+        unique = list(dict.fromkeys(items))
+        workers = min(self.config.max_concurrency, max(1, len(unique)))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="judge") as pool:
+            verdicts = list(pool.map(lambda it: self.judge(question=it.question, gold=it.gold,
+                                                           prediction=it.prediction), unique))
+        by_item = dict(zip(unique, verdicts, strict=True))
+        return [by_item[item] for item in items]
