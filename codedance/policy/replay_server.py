@@ -1,0 +1,154 @@
+"""A real OpenAI-compatible HTTP server that replays scripted replies (stdlib only).
+
+For tests, the loop benchmark and offline demos: the model's choices are scripted, everything
+else (HTTP, JSON, status codes, retries, timeouts) is real. It serves ``POST
+/v1/chat/completions`` and ``GET /v1/models`` on 127.0.0.1 in a background thread.
+
+A script is a sequence of `ServerReply` (or plain strings), consumed in order across all
+requests, or a function from the decoded request body to a reply (for many concurrent
+conversations: decide from the messages). A reply can be an error status, a raw non-JSON body,
+a delay, token ids and logprobs in vLLM's layout. Every request body is kept in ``requests``.
+Not an inference server: no tokenization; token ids are whatever the script says.
+
+    with ReplayServer(["<think>t</think><answer>4</answer>"]) as server:
+        OpenAIChatPolicy(server.url, "m").complete(messages)
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass(frozen=True)
+class ServerReply:
+    """One scripted answer. ``status`` other than 200 sends ``error`` as an OpenAI error body;
+    ``raw`` sends those bytes verbatim (for malformed-response tests)."""
+
+    text: str | None = ""
+    status: int = 200
+    error: str = ""
+    finish_reason: str = "stop"
+    token_ids: tuple[int, ...] = ()
+    logprobs: tuple[float, ...] = ()
+    prompt_token_ids: tuple[int, ...] = ()
+    delay_s: float = 0.0
+    raw: bytes | None = None
+    retry_after: str | None = None
+
+
+Script = Sequence[ServerReply | str] | Callable[[dict], ServerReply | str]
+
+
+def _completion_body(reply: ServerReply, model: str) -> dict:
+    choice: dict = {
+        "index": 0,
+        "message": {"role": "assistant", "content": reply.text},
+        "finish_reason": reply.finish_reason,
+    }
+    if reply.token_ids:
+        choice["token_ids"] = list(reply.token_ids)
+    if reply.logprobs:
+        choice["logprobs"] = {
+            "content": [{"token": f"t{i}", "logprob": lp, "bytes": None, "top_logprobs": []} for i, lp in enumerate(reply.logprobs)]
+        }
+    body = {"id": "replay", "object": "chat.completion", "created": int(time.time()), "model": model, "choices": [choice]}
+    if reply.prompt_token_ids:
+        body["prompt_token_ids"] = list(reply.prompt_token_ids)
+    return body
+
+
+class ReplayServer:
+    """Serve `script` for `model_names` until `close` (also a context manager)."""
+
+    def __init__(self, script: Script, model_names: tuple[str, ...] = ("scripted",)) -> None:
+        self.script = script
+        self.model_names = model_names
+        self.requests: list[dict] = []
+        self._next = 0
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def _reply_for(self, body: dict) -> ServerReply:
+        with self._lock:
+            self.requests.append(body)
+            if callable(self.script):
+                reply = self.script(body)
+            elif self._next < len(self.script):
+                reply = self.script[self._next]
+                self._next += 1
+            else:
+                reply = ServerReply(status=500, error="replay script exhausted")
+        return ServerReply(text=reply) if isinstance(reply, str) else reply
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:  # keep test output clean
+                pass
+
+            def _send(self, status: int, payload: bytes, headers: dict[str, str] | None = None) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def do_GET(self) -> None:  # noqa: N802
+                if self.path.rstrip("/") != "/v1/models":
+                    self._send(404, b'{"error": {"message": "not found"}}')
+                    return
+                data = [{"id": name, "object": "model"} for name in server.model_names]
+                self._send(200, json.dumps({"object": "list", "data": data}).encode())
+
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length", "0"))
+                raw = self.rfile.read(length)
+                if self.path.rstrip("/") != "/v1/chat/completions":
+                    self._send(404, b'{"error": {"message": "not found"}}')
+                    return
+                body = json.loads(raw)
+                if body.get("model") not in server.model_names:
+                    message = f"The model `{body.get('model')}` does not exist."
+                    self._send(404, json.dumps({"error": {"message": message, "code": 404}}).encode())
+                    return
+                reply = server._reply_for(body)
+                if reply.delay_s:
+                    time.sleep(reply.delay_s)
+                headers = {"Retry-After": reply.retry_after} if reply.retry_after else None
+                if reply.raw is not None:
+                    self._send(reply.status, reply.raw, headers)
+                elif reply.status != 200:
+                    error = {"error": {"message": reply.error, "code": reply.status}}
+                    self._send(reply.status, json.dumps(error).encode(), headers)
+                else:
+                    self._send(200, json.dumps(_completion_body(reply, body["model"])).encode(), headers)
+
+        return Handler
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> ReplayServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

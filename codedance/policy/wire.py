@@ -1,0 +1,52 @@
+"""OpenAI chat wire format for `Message`s: images as base64 PNG data URLs.
+
+Only the HTTP backend uses this. Encoding is cached per message object (a conversation resends
+every earlier message each turn, so each image is base64-encoded once, not once per turn); the
+cache holds the last 4096 messages and checks identity, so a new message is never confused
+with an old one that had the same ``id``.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections import OrderedDict
+
+from codedance.types import Image, Message
+
+_CACHE: OrderedDict[int, tuple[Message, dict[str, object]]] = OrderedDict()
+_CACHE_SIZE = 4096
+
+
+def data_url(image: Image) -> str:
+    """``data:image/png;base64,...`` for `image`.
+
+    >>> data_url(Image(png=b"\\x89PNG"))
+    'data:image/png;base64,iVBORw=='
+    """
+    return "data:image/png;base64," + base64.b64encode(image.png).decode("ascii")
+
+
+def _encode(message: Message) -> dict[str, object]:
+    if message.role in ("system", "assistant") and all(isinstance(p, str) for p in message.parts):
+        return {"role": message.role, "content": message.text}
+    content: list[dict[str, object]] = []
+    for part in message.parts:
+        if isinstance(part, Image):
+            content.append({"type": "image_url", "image_url": {"url": data_url(part)}})
+        elif part:
+            content.append({"type": "text", "text": part})
+    return {"role": message.role, "content": content}
+
+
+def message_json(message: Message) -> dict[str, object]:
+    """The wire dict for one message (shared between calls; do not mutate it)."""
+    key = id(message)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is message:
+        _CACHE.move_to_end(key)
+        return hit[1]
+    encoded = _encode(message)
+    _CACHE[key] = (message, encoded)
+    if len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return encoded

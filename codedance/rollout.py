@@ -1,0 +1,231 @@
+"""The think -> execute -> feedback loop: `Episode` (the per-turn decisions) and its drivers.
+
+`Episode` holds one trajectory in progress and makes every decision as a plain method, with no
+I/O: ``messages`` is what to send the model next; `Episode.on_completion` parses the reply and
+returns the code to run (or None when the episode is over); `Episode.on_result` renders the
+sandbox's result into the next observation. `run_episode` and `arun_episode` drive it with a
+`Policy` and a `CodeRunner`; verl's asyncio agent loop (a later integration) can drive the same
+methods with its own token-level server.
+
+Stop reasons (`StopReason`):
+- ``answered``: the turn has a complete ``<answer>…</answer>``; code in the same turn is not run
+  (the verdict flags it).
+- ``max_turns``: the last allowed turn (``max_turns``, 10 by default; 6 for the training presets)
+  had code but no answer; that code is not run. With ``inject_turn_limit`` the feedback before the
+  last turn ends with the profile's "Turn limit reached" text (`Turn.injected_turn_limit`; it is
+  not a tool call).
+- ``max_tokens``: the reply was cut at ``max_tokens`` (finish reason ``length``) without an
+  answer, or the server said the conversation overflows its context (`ContextOverflowError`).
+- ``format_error``: a reply with neither code nor answer (empty, prose only, unclosed tags).
+  ``Trajectory.answer`` may still hold a ``\\boxed{}`` fallback for scoring.
+- ``sandbox_error``: the runner itself raised (an infrastructure failure, not the snippet's
+  error: a snippet that fails, times out or crashes is an `ExecResult` the model sees).
+Other policy errors (unreachable server, unknown model, ...) propagate as `PolicyError`.
+
+The trajectory is exactly what the model saw: ``Trajectory.prompt`` plus each turn's raw text,
+``feedback_text`` and ``feedback_images`` (`codedance.prompts.conversation` rebuilds the
+messages); the sampled token ids/logprobs are kept per turn when the backend returns them: those
+are the model's tokens (loss mask 1); prompt and feedback are mask 0.
+
+Departure from the release: its eval resamples when a reply has neither code nor answer; we stop
+with ``format_error``. Its eval runs the code of the last allowed turn; we do not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Protocol, runtime_checkable
+
+from codedance.parsing import parse_message
+from codedance.policy.base import Completion, ContextOverflowError, Policy
+from codedance.prompts import (
+    RELEASE,
+    FeedbackLimits,
+    PromptProfile,
+    VisionLimits,
+    model_images,
+    prompt_messages,
+    render_feedback,
+    split_placeholders,
+    with_turn_limit,
+)
+from codedance.types import ExecResult, Message, StopReason, Task, Trajectory, Turn
+
+
+@runtime_checkable
+class CodeRunner(Protocol):
+    """What the loop needs from a sandbox (``codedance.sandbox.Sandbox`` is one)."""
+
+    def run(self, code: str) -> ExecResult: ...
+
+    async def arun(self, code: str) -> ExecResult: ...
+
+
+@dataclass(frozen=True)
+class EpisodeConfig:
+    """Settings of one episode. ``vision`` sizes the task's images for the model."""
+
+    max_turns: int = 10
+    profile: PromptProfile = RELEASE
+    feedback: FeedbackLimits = FeedbackLimits()
+    vision: VisionLimits = VisionLimits()
+    inject_turn_limit: bool = True
+    metadata: tuple[tuple[str, str], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")
+
+
+class Episode:
+    """One trajectory in progress. Use `messages`, `on_completion`, `on_result`, `trajectory`."""
+
+    def __init__(self, task: Task, config: EpisodeConfig = EpisodeConfig()) -> None:
+        self.task = task
+        self.config = config
+        self.images = model_images(task.images, config.vision)
+        self.prompt = prompt_messages(task.question, self.images, config.profile)
+        self._messages: list[Message] = list(self.prompt)
+        self._turns: list[Turn] = []
+        self._pending: tuple[Completion, Turn] | None = None
+        self._images_shown = 0
+        self.stop_reason: StopReason | None = None
+        self.answer: str | None = None
+        self._notes: list[tuple[str, str]] = []
+
+    @property
+    def done(self) -> bool:
+        return self.stop_reason is not None
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The conversation to send the model next."""
+        return tuple(self._messages)
+
+    def _stop(self, reason: StopReason, turn: Turn | None = None) -> None:
+        if turn is not None:
+            self._turns.append(turn)
+        self.stop_reason = reason
+
+    def on_completion(self, completion: Completion) -> str | None:
+        """Record the model's reply; return the code to run now, or None if the episode ended."""
+        if self.done or self._pending is not None:
+            raise RuntimeError("on_completion called on a finished episode or before on_result")
+        parsed = parse_message(completion.text)
+        turn = Turn(
+            text=completion.text,
+            think=parsed.think,
+            code=parsed.code,
+            answer=parsed.answer,
+            verdict=parsed.verdict,
+            token_ids=completion.token_ids,
+            logprobs=completion.logprobs,
+        )
+        self.answer = parsed.scoring_answer
+        if parsed.answer is not None:
+            self._stop(StopReason.ANSWERED, turn)
+        elif completion.truncated:
+            self._stop(StopReason.MAX_TOKENS, turn)
+        elif parsed.code is None:
+            self._stop(StopReason.FORMAT_ERROR, turn)
+        elif len(self._turns) + 1 >= self.config.max_turns:
+            self._stop(StopReason.MAX_TURNS, turn)
+        else:
+            self._pending = (completion, turn)
+            return parsed.code
+        return None
+
+    def on_result(self, result: ExecResult) -> None:
+        """Record what the pending code produced and queue the observation for the model."""
+        if self._pending is None:
+            raise RuntimeError("on_result called with no code pending")
+        completion, turn = self._pending
+        self._pending = None
+        index = len(self._turns)
+        feedback = render_feedback(result, self.config.profile, self.config.feedback, self._images_shown, index)
+        limit = self.config.inject_turn_limit and index + 2 == self.config.max_turns
+        if limit:
+            feedback = with_turn_limit(feedback, self.config.profile)
+        self._images_shown += len(feedback.images)
+        turn = replace(
+            turn,
+            result=result,
+            feedback_text=feedback.text,
+            feedback_images=feedback.images,
+            injected_turn_limit=limit,
+        )
+        self._turns.append(turn)
+        self._messages.append(Message("assistant", (completion.text,)))
+        self._messages.append(Message("user", split_placeholders(feedback.text, feedback.images)))
+
+    def on_runner_error(self, error: BaseException) -> None:
+        """The sandbox itself failed on the pending code: stop with ``sandbox_error``."""
+        if self._pending is None:
+            raise RuntimeError("on_runner_error called with no code pending")
+        _, turn = self._pending
+        self._pending = None
+        self._notes.append(("error", f"sandbox: {type(error).__name__}: {error}"))
+        self._stop(StopReason.SANDBOX_ERROR, turn)
+
+    def on_context_overflow(self, error: BaseException) -> None:
+        """The conversation no longer fits the model: stop with ``max_tokens``."""
+        self._notes.append(("error", f"context overflow: {error}"))
+        self._stop(StopReason.MAX_TOKENS)
+
+    def trajectory(self) -> Trajectory:
+        if self.stop_reason is None:
+            raise RuntimeError("the episode has not ended")
+        metadata = (("profile", self.config.profile.name), *self.config.metadata, *self._notes)
+        return Trajectory(
+            task_id=self.task.id,
+            turns=tuple(self._turns),
+            stop_reason=self.stop_reason,
+            answer=self.answer,
+            metadata=metadata,
+            prompt=self.prompt,
+        )
+
+
+def run_episode(policy: Policy, task: Task, sandbox: CodeRunner, config: EpisodeConfig = EpisodeConfig()) -> Trajectory:
+    """Run one episode to its end with blocking calls. `sandbox` should hold
+    `Episode(task, config).images` (the images as the model sees them)."""
+    episode = Episode(task, config)
+    while not episode.done:
+        try:
+            completion = policy.complete(episode.messages)
+        except ContextOverflowError as exc:
+            episode.on_context_overflow(exc)
+            break
+        code = episode.on_completion(completion)
+        if code is None:
+            continue
+        try:
+            result = sandbox.run(code)
+        except Exception as exc:  # the runner's own failure, recorded as a stop reason
+            episode.on_runner_error(exc)
+            continue
+        episode.on_result(result)
+    return episode.trajectory()
+
+
+async def arun_episode(
+    policy: Policy, task: Task, sandbox: CodeRunner, config: EpisodeConfig = EpisodeConfig()
+) -> Trajectory:
+    """`run_episode` on an asyncio loop: ``policy.acomplete`` and ``sandbox.arun``."""
+    episode = Episode(task, config)
+    while not episode.done:
+        try:
+            completion = await policy.acomplete(episode.messages)
+        except ContextOverflowError as exc:
+            episode.on_context_overflow(exc)
+            break
+        code = episode.on_completion(completion)
+        if code is None:
+            continue
+        try:
+            result = await sandbox.arun(code)
+        except Exception as exc:
+            episode.on_runner_error(exc)
+            continue
+        episode.on_result(result)
+    return episode.trajectory()
