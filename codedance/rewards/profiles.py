@@ -1,0 +1,102 @@
+"""Named reward profiles: every number of the reward and advantage in one frozen record.
+
+- ``paper`` (default): spec §4 as printed (typo corrected). r = R_acc + R_format + R_seq with
+  R_seq = (0.5 | 1.0) · d(μ_acc) · N_succ/N_total, d = σ(4(0.5 − μ_acc)) − 0.2, μ_acc the group's
+  mean accuracy; turn returns (β 0.2, penalty −0.5) normalized over all assistant turns of the
+  batch and added to A_seq with weight 1.
+- ``release``: the authors' code: prefactors (0.5, 1.5) general / (1.0, 2.0) math, the tanh form
+  (an effective γ of 8), μ = group mean of the *score* (accuracy + format penalty), R_seq inside the
+  GRPO reward, and A = GRPO(score + d·tool) + 0.2·Â_turn where Â_turn is normalized over the call
+  turns only, the answer turn and non-call turns get 0, and a constant batch keeps raw returns.
+- ``outcome-only``: GRPO on R_acc + R_format (the paper's "GRPO-reward" baseline).
+- ``deepeyes``: R_acc + R_format + 1.2 · 1[correct] · 1[any tool call] (the active line of
+  DeepEyes' released reward; the paper's "DeepEyes reward" baseline), no turn term.
+
+R_acc / R_format use the release's values in every profile: accuracy ·1.0 and −0.2 on a format
+error for general data, accuracy ·1.2 and −0.4 for math (spec §4 "R_acc / R_format").
+Override any field with ``dataclasses.replace(get_profile("paper"), delta=0.0)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+TOOL_TERMS = ("bat", "release", "deepeyes", "none")
+
+
+@dataclass(frozen=True)
+class RewardProfile:
+    """All settings of one reward design. ``weights`` are (term name, weight) pairs for the
+    terms ``accuracy``, ``format`` and ``tool`` (weight 0 = computed and logged only)."""
+
+    name: str
+    tool_term: str = "bat"
+    gamma: float = 4.0
+    delta: float = 0.2
+    form: str = "sigmoid"
+    mu_source: str = "accuracy"  # or "score" (release)
+    prefactors_general: tuple[float, float] = (0.5, 1.0)  # (wrong, correct)
+    prefactors_math: tuple[float, float] = (0.5, 1.0)
+    acc_scale_general: float = 1.0
+    acc_scale_math: float = 1.2
+    format_penalty_general: float = 0.2
+    format_penalty_math: float = 0.4
+    long_answer_zeroes_accuracy: bool = True
+    use_turn_verdicts: bool = False
+    deepeyes_bonus: float = 1.2
+    weights: tuple[tuple[str, float], ...] = (("accuracy", 1.0), ("format", 1.0), ("tool", 1.0))
+    beta: float = 0.2
+    turn_penalty: float = -0.5
+    empty_call_is_failure: bool = True
+    turn_weight: float = 1.0
+    turn_scope: str = "all_turns"  # or "call_turns" (release)
+    turn_std_fallback: str = "zero"  # or "raw" (release)
+    adv_scale: str = "group"  # GRPO: "group" std, "batch" std, or "none" (Dr. GRPO)
+
+    def __post_init__(self) -> None:
+        checks = {"tool_term": (self.tool_term, TOOL_TERMS), "form": (self.form, ("sigmoid", "tanh")),
+                  "mu_source": (self.mu_source, ("accuracy", "score")),
+                  "turn_scope": (self.turn_scope, ("all_turns", "call_turns")),
+                  "turn_std_fallback": (self.turn_std_fallback, ("zero", "raw")),
+                  "adv_scale": (self.adv_scale, ("group", "batch", "none"))}
+        for field_name, (value, allowed) in checks.items():
+            if value not in allowed:
+                raise ValueError(f"{field_name} must be one of {allowed}, got {value!r}")
+        unknown = {n for n, _ in self.weights} - {"accuracy", "format", "tool"}
+        if unknown:
+            raise ValueError(f"unknown reward terms in weights: {sorted(unknown)}")
+
+    def weight(self, term: str) -> float:
+        return dict(self.weights).get(term, 0.0)
+
+    def prefactors(self, domain: str) -> tuple[float, float]:
+        return self.prefactors_math if domain == "math" else self.prefactors_general
+
+    def acc_scale(self, domain: str) -> float:
+        return self.acc_scale_math if domain == "math" else self.acc_scale_general
+
+    def format_penalty(self, domain: str) -> float:
+        return self.format_penalty_math if domain == "math" else self.format_penalty_general
+
+
+PROFILES: dict[str, RewardProfile] = {
+    "paper": RewardProfile(name="paper"),
+    "release": RewardProfile(
+        name="release", tool_term="release", form="tanh", mu_source="score",
+        prefactors_general=(0.5, 1.5), prefactors_math=(1.0, 2.0), turn_weight=0.2,
+        turn_scope="call_turns", turn_std_fallback="raw"),
+    "outcome-only": RewardProfile(name="outcome-only", tool_term="none", turn_weight=0.0),
+    "deepeyes": RewardProfile(name="deepeyes", tool_term="deepeyes", turn_weight=0.0),
+}
+
+
+def get_profile(profile: str | RewardProfile, **overrides: object) -> RewardProfile:
+    """A profile by name (or as given), with field overrides.
+
+    >>> get_profile("release").form, get_profile("paper", delta=0.0).delta
+    ('tanh', 0.0)
+    """
+    base = profile if isinstance(profile, RewardProfile) else PROFILES.get(profile)
+    if base is None:
+        raise ValueError(f"unknown reward profile {profile!r}; known: {sorted(PROFILES)}")
+    return replace(base, **overrides) if overrides else base  # type: ignore[arg-type]
