@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 
@@ -81,7 +82,9 @@ def test_error_feedback_has_type_message_last_frames_and_rollback() -> None:
     assert "Output before error:\npartial" in text
     assert "--- Execution Error (ZeroDivisionError) ---\ndivision by zero" in text
     assert "line 4: line_4()" in text and "line 5: line_5()" in text and "line_3()" not in text
-    assert "rolled back" in text and "Think with the tool's result" not in text
+    assert "Think with the tool's result" not in text
+    said = dataclasses.replace(RELEASE, rolled_back="State restored.")
+    assert "State restored." in render_feedback(result, said).text
 
 
 @pytest.mark.parametrize(

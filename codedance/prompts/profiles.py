@@ -87,7 +87,7 @@ class PromptProfile:
     show_frames: bool = True
     no_output: str = RELEASE_NO_OUTPUT
     executed_nothing: str = "The code contained no statements to execute."
-    rolled_back: str = "The failed step was rolled back: variables and files are as after your last successful step."
+    rolled_back: str = ""  # shown when a failed step was rolled back; the sandbox's notes say it too
     success_suffix: str = RELEASE_REMINDER
     turn_limit: str = TURN_LIMIT
     part_separator: str = "\n"
