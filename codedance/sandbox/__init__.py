@@ -1,0 +1,19 @@
+"""The transactional code sandbox: persistent, jailed, rolled back exactly after any failure.
+
+    from codedance.sandbox import Sandbox
+    with Sandbox(images=["chart.png"], timeout_s=15) as sb:
+        r = sb.run("print(input_image.size)")
+
+Modules: ``sandbox`` (the per-trajectory controller), ``pool`` (many trajectories, bounded
+running steps), ``service`` (the jailed zygote), ``runtime`` (the processes in the jail),
+``guards`` (rlimits, uids, seccomp), ``cgroups``, ``files`` (atomic working directories),
+``capture`` (output and images), ``execution`` (running a snippet), ``isolation`` (what the host
+allows), ``checks`` (the contract checks behind ``codedance sandbox check``).
+"""
+
+from codedance.sandbox.isolation import LAYERS, Isolation, SandboxUnavailable
+from codedance.sandbox.sandbox import Limits, Sandbox, SandboxClosed
+from codedance.sandbox.service import SandboxService, ServiceError
+
+__all__ = ["LAYERS", "Isolation", "Limits", "Sandbox", "SandboxClosed", "SandboxService",
+           "SandboxUnavailable", "ServiceError"]

@@ -1,0 +1,90 @@
+"""Running one snippet in a namespace, notebook style, and describing its failure.
+
+Pure Python with no process handling (that is ``runtime``). The snippet is compiled under the
+file name ``<snippet>``; when its last statement is an expression, that expression's value is
+returned (like a notebook cell) so images and values left at the end are shown.
+
+Error reports keep only the frames of the user's own code (plus the frame where the exception
+finally arose, when that is in a library) so a model can correct itself without reading pages of
+numpy internals.
+"""
+
+from __future__ import annotations
+
+import ast
+import traceback
+from dataclasses import dataclass
+
+SNIPPET_FILENAME = "<snippet>"
+
+
+@dataclass
+class Failure:
+    type: str
+    message: str
+    traceback: str
+    frames: list[tuple[int, str]]
+
+
+def executes_nothing(code: str) -> bool:
+    """True when the snippet has no statement beyond ``pass`` or bare constants (docstrings).
+
+    Such a snippet is a tool call that did nothing (the reward hack of the paper's Figure 11).
+
+    >>> executes_nothing("# just a comment\\npass")
+    True
+    >>> executes_nothing("x = 1")
+    False
+    """
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    return all(
+        isinstance(node, ast.Pass)
+        or (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+        for node in tree.body
+    )
+
+
+def run_snippet(code: str, namespace: dict) -> object:
+    """Execute ``code`` in ``namespace``; return the value of a trailing expression, else None."""
+    tree = ast.parse(code, filename=SNIPPET_FILENAME, mode="exec")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(body=tree.body.pop().value)
+    exec(compile(tree, SNIPPET_FILENAME, "exec"), namespace)
+    if last is None:
+        return None
+    return eval(compile(last, SNIPPET_FILENAME, "eval"), namespace)
+
+
+def describe_failure(exc: BaseException, code: str, max_frames: int = 5) -> Failure:
+    """Type, message, the user's frames and a short traceback for an exception from a snippet."""
+    lines = code.splitlines()
+    frames: list[tuple[int, str]] = []
+    shown: list[str] = []
+    summary = traceback.extract_tb(exc.__traceback__)
+    for index, frame in enumerate(summary):
+        is_user = frame.filename == SNIPPET_FILENAME
+        is_last = index == len(summary) - 1
+        if not (is_user or is_last):
+            continue
+        if is_user:
+            number = frame.lineno or 0
+            source = lines[number - 1].strip() if 0 < number <= len(lines) else ""
+            frames.append((number, source))
+            shown.append(f'  File "{SNIPPET_FILENAME}", line {number}, in {frame.name}\n    {source}')
+        else:
+            shown.append(f'  File "{frame.filename}", line {frame.lineno}, in {frame.name}')
+    frames, shown = frames[-max_frames:], shown[-max_frames:]
+    if isinstance(exc, SyntaxError) and exc.filename == SNIPPET_FILENAME:
+        number = exc.lineno or 0
+        source = lines[number - 1] if 0 < number <= len(lines) else (exc.text or "")
+        frames = [(number, source.strip())]
+        caret = " " * max(0, (exc.offset or 1) - 1) + "^"
+        shown = [f'  File "{SNIPPET_FILENAME}", line {number}\n    {source}\n    {caret}']
+    message = str(exc) if not isinstance(exc, SyntaxError) else (exc.msg or str(exc))
+    header = "Traceback (most recent call last):\n" if shown and not isinstance(exc, SyntaxError) else ""
+    text = header + "\n".join(shown) + ("\n" if shown else "") + f"{type(exc).__name__}: {message}"
+    return Failure(type=type(exc).__name__, message=message, traceback=text, frames=frames)

@@ -1,0 +1,128 @@
+"""Guards a trajectory's holder process puts on itself before it runs any user code.
+
+Runs inside the jail, in the holder right after it is forked from the zygote, in this order:
+rlimits, dropping to the trajectory's own unprivileged uid, ``PR_SET_NO_NEW_PRIVS``,
+``PR_SET_DUMPABLE=0``, then the seccomp filter. Every later step process inherits all of them and
+cannot undo any of them.
+
+The seccomp filter (libseccomp through PyPI ``pyseccomp``) returns ``EPERM`` for:
+- new programs: ``execve``, ``execveat``;
+- signals to any process (``kill``, ``tkill``, ``tgkill``, ``rt_*sigqueueinfo``,
+  ``pidfd_send_signal``, ``pidfd_open``, ``pidfd_getfd``): user code never needs them, and denying
+  them outright avoids comparing ``pid_t`` arguments at all (the kernel's ``kill(-1)`` arrives as
+  ``0xFFFFFFFF`` in a 64-bit register, a classic filter bypass);
+- debugging and other processes' memory: ``ptrace``, ``process_vm_readv``/``writev``,
+  ``kcmp``;
+- namespaces and mounts: ``unshare``, ``setns``, ``mount``, ``umount2``, ``pivot_root``,
+  ``chroot``, ``clone`` with any ``CLONE_NEW*`` flag (masked to the low 32 bits), and ``clone3``
+  (``ENOSYS``, so libc falls back to ``clone``, whose flags can be inspected);
+- networking: ``socket`` for every address family except ``AF_UNIX``, ``connect``, ``bind``,
+  ``listen``, ``accept``/``accept4`` (the holder's own socket is an inherited socketpair);
+- kernel surfaces nobody needs here: ``bpf``, ``perf_event_open``, ``userfaultfd``, ``keyctl``,
+  ``add_key``, ``request_key``, module loading, ``kexec_*``, ``reboot``, ``swapon``/``swapoff``,
+  ``open_by_handle_at``, ``iopl``/``ioperm``, ``personality``.
+``fork`` (``clone`` without namespace flags) stays allowed: each step is a fork of the holder;
+the number of processes is bounded by ``RLIMIT_NPROC`` on the trajectory's own uid and by the
+cgroup's ``pids.max``. ``os.abort()`` therefore cannot signal itself and ends as a crash.
+
+Not handled here: the file system view (the jail's mount namespace does that) and the wall-clock
+timeout (the controller kills from outside).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import resource
+
+_PR_SET_DUMPABLE = 4
+_PR_SET_NO_NEW_PRIVS = 38
+_CLONE_NAMESPACE_FLAGS = (
+    0x00020000  # CLONE_NEWNS
+    | 0x02000000  # CLONE_NEWCGROUP
+    | 0x04000000  # CLONE_NEWUTS
+    | 0x08000000  # CLONE_NEWIPC
+    | 0x10000000  # CLONE_NEWUSER
+    | 0x20000000  # CLONE_NEWPID
+    | 0x40000000  # CLONE_NEWNET
+    | 0x00000080  # CLONE_NEWTIME
+)
+_AF_UNIX = 1
+_AF_MAX = 64  # above every address family Linux defines (46 in 6.x)
+
+DENIED_SYSCALLS = (
+    "execve", "execveat",
+    "kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
+    "pidfd_send_signal", "pidfd_open", "pidfd_getfd",
+    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp",
+    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot",
+    "connect", "bind", "listen", "accept", "accept4",
+    "bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key",
+    "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
+    "reboot", "swapon", "swapoff", "open_by_handle_at", "iopl", "ioperm", "personality",
+)  # fmt: skip
+
+
+def _prctl(option: int, value: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, value, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl({option}, {value}) failed")
+
+
+def apply_rlimits(*, address_space: int, file_size: int, open_files: int, processes: int) -> None:
+    """Lower soft and hard limits; 0 for any value leaves that limit as it is."""
+    limits = (
+        (resource.RLIMIT_AS, address_space),
+        (resource.RLIMIT_FSIZE, file_size),
+        (resource.RLIMIT_NOFILE, open_files),
+        (resource.RLIMIT_NPROC, processes),
+        (resource.RLIMIT_CORE, 0),
+    )
+    for which, value in limits:
+        if value or which == resource.RLIMIT_CORE:
+            resource.setrlimit(which, (value, value))
+
+
+def drop_privileges(uid: int, gid: int) -> None:
+    """Become ``uid``/``gid`` for good (real, effective and saved ids; no supplementary groups)."""
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getresuid() != (uid, uid, uid):
+        raise OSError(f"could not switch to uid {uid}")
+
+
+def forbid_new_privileges() -> None:
+    """``PR_SET_NO_NEW_PRIVS`` (required before seccomp) and not dumpable (no ptrace, no core,
+    /proc/<pid>/mem closed to same-uid siblings)."""
+    _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+    _prctl(_PR_SET_DUMPABLE, 0)
+
+
+def install_seccomp() -> None:
+    """Load the filter described in the module docstring; raises if libseccomp is unusable."""
+    import pyseccomp as seccomp
+
+    deny = seccomp.ERRNO(errno.EPERM)
+    rules = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
+    for name in DENIED_SYSCALLS:
+        try:
+            rules.add_rule(deny, name)
+        except (ValueError, OSError):  # a syscall this architecture does not have
+            continue
+    rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    for flag in _bits(_CLONE_NAMESPACE_FLAGS):
+        rules.add_rule(deny, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
+    for family in range(_AF_MAX):
+        if family != _AF_UNIX:
+            rules.add_rule(
+                seccomp.ERRNO(errno.EAFNOSUPPORT),
+                "socket",
+                seccomp.Arg(0, seccomp.MASKED_EQ, 0xFFFFFFFF, family),
+            )
+    rules.load()
+
+
+def _bits(mask: int) -> list[int]:
+    return [1 << i for i in range(32) if mask & (1 << i)]

@@ -1,0 +1,126 @@
+"""The wire format between the controller and the processes in the jail.
+
+A message is one JSON object plus zero or more binary blobs (PNG images), framed as::
+
+    u32 header length | header JSON (UTF-8) | blob 0 | blob 1 | ...
+
+where the header carries ``"_blobs": [len0, len1, ...]``. JSON only: nothing from a sandbox is
+ever unpickled. Receivers bound the total size and, on the controller's side, read the sender's
+pid from ``SCM_CREDENTIALS`` (the kernel translates it into the receiver's PID namespace, so a
+process in the jail cannot lie about who it is).
+
+Written by hand because no library frames JSON plus blobs with peer credentials over a unix
+socket; it is about a hundred lines.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import struct
+import time
+from dataclasses import dataclass
+
+_HEADER = struct.Struct(">I")
+_UCRED = struct.Struct("iII")  # pid, uid, gid
+MAX_HEADER_BYTES = 16 << 20
+
+
+class ProtocolError(Exception):
+    """The peer sent something malformed, too large, or closed the connection."""
+
+
+class PeerClosed(ProtocolError):
+    """The peer closed its end of the socket (its process is gone)."""
+
+
+class ReceiveTimeout(ProtocolError):
+    """No complete message arrived before the deadline."""
+
+
+@dataclass(frozen=True)
+class Message:
+    body: dict
+    blobs: tuple[bytes, ...] = ()
+    sender_pid: int | None = None  # from SCM_CREDENTIALS, when the socket has SO_PASSCRED
+
+
+def encode(body: dict, blobs: tuple[bytes, ...] | list[bytes] = ()) -> bytes:
+    header = dict(body)
+    header["_blobs"] = [len(blob) for blob in blobs]
+    raw = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace")
+    return b"".join([_HEADER.pack(len(raw)), raw, *blobs])
+
+
+def send(sock: socket.socket, body: dict, blobs: tuple[bytes, ...] | list[bytes] = ()) -> None:
+    sock.sendall(encode(body, blobs))
+
+
+class Reader:
+    """Reads framed messages from one socket, keeping any bytes that belong to the next one."""
+
+    def __init__(self, sock: socket.socket, *, max_bytes: int, with_credentials: bool = False):
+        self.sock = sock
+        self.max_bytes = max_bytes
+        self.with_credentials = with_credentials
+        self._buffer = bytearray()
+        self._pids: list[tuple[int, int | None]] = []  # (offset in buffer, sender pid)
+        if with_credentials:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+
+    def receive(self, deadline: float | None = None) -> Message:
+        """Block until one whole message is here or ``deadline`` (time.monotonic) passes."""
+        header_len = self._fill(_HEADER.size, deadline)
+        (length,) = _HEADER.unpack(header_len)
+        if length > MAX_HEADER_BYTES:
+            raise ProtocolError(f"message header of {length} bytes exceeds {MAX_HEADER_BYTES}")
+        pid = self._pids[0][1] if self._pids else None
+        raw = self._fill(_HEADER.size + length, deadline)[_HEADER.size :]
+        try:
+            header = json.loads(raw.decode("utf-8"))
+            sizes = [int(n) for n in header.pop("_blobs")]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ProtocolError(f"malformed message header: {exc}") from exc
+        total = _HEADER.size + length + sum(sizes)
+        if total > self.max_bytes:
+            raise ProtocolError(f"message of {total} bytes exceeds the limit of {self.max_bytes}")
+        data = bytes(self._fill(total, deadline))
+        self._consume(total)
+        blobs, offset = [], _HEADER.size + length
+        for size in sizes:
+            blobs.append(data[offset : offset + size])
+            offset += size
+        return Message(body=header, blobs=tuple(blobs), sender_pid=pid)
+
+    def _consume(self, n: int) -> None:
+        """Drop the first ``n`` bytes; the chunk that now covers offset 0 keeps its sender."""
+        del self._buffer[:n]
+        covering = [(0, pid) for off, pid in self._pids if off <= n][-1:]
+        later = [(off - n, pid) for off, pid in self._pids if off > n]
+        self._pids = (covering + later) if self._buffer else []
+
+    def _fill(self, n: int, deadline: float | None) -> bytes:
+        while len(self._buffer) < n:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self.sock], [], [], timeout)
+            if not ready:
+                raise ReceiveTimeout(f"no message within the deadline ({len(self._buffer)} bytes)")
+            self._read_some()
+        return bytes(self._buffer[:n])
+
+    def _read_some(self) -> None:
+        want = 1 << 20
+        if self.with_credentials:
+            data, ancdata, _, _ = self.sock.recvmsg(want, socket.CMSG_SPACE(_UCRED.size))
+            pid = None
+            for level, kind, payload in ancdata:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                    pid = _UCRED.unpack(payload[: _UCRED.size])[0]
+            if data:
+                self._pids.append((len(self._buffer), pid))
+        else:
+            data = self.sock.recv(want)
+        if not data:
+            raise PeerClosed("the process at the other end of the socket has gone")
+        self._buffer += data

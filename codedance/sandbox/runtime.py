@@ -1,0 +1,340 @@
+"""The processes inside the jail: the zygote, each trajectory's holder, and each step.
+
+Fork chain (``../../shared/docs/sandbox.md``):
+- The **zygote** (``python -m codedance.sandbox.runtime --control-fd N``) imports numpy, PIL,
+  cv2 and matplotlib (Agg) once, installs the capture hooks, ``gc.freeze()``s, then serves spawn
+  requests on its control socket (SOCK_SEQPACKET; each request carries the trajectory's socket
+  as a passed file descriptor). It never runs user code and never sees trajectory traffic.
+- A **holder** is forked per trajectory: it closes everything but its socket, lowers its rlimits,
+  switches to the trajectory's own uid, forbids new privileges and loads the seccomp filter
+  (``guards``), opens the input images, and says ``ready``. Then it waits for ``run`` messages.
+- Each **step** is a fresh ``fork()`` of the holder. It reports ``started``, runs the snippet,
+  sends its ``result``, and waits for the controller's verdict: ``commit`` makes it the new holder
+  (the controller then kills the old one); anything else ends it, and the untouched old holder
+  reports ``step_done`` and carries on. That rolls back memory exactly, for free.
+
+The controller alone decides and kills (timeouts included): nothing here is trusted to enforce
+anything, because user code can tamper with this process. Tampering is undone where cheap: the
+builtins, the capture hooks, the streams and the working directory are reset before each step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import builtins
+import gc
+import io
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+
+from codedance.sandbox import protocol
+
+_MAX_CONTROL_MESSAGE = 1 << 16
+
+
+class _Hooks:
+    """Image capture points patched into the imaging libraries, re-installed before each step."""
+
+    collector = None  # the current step's ImageCollector
+
+    @classmethod
+    def install(cls) -> None:
+        import cv2
+        import matplotlib
+        import matplotlib.figure
+        import matplotlib.pyplot as plt
+        from PIL import Image
+
+        def show(*_args, **_kwargs):
+            for number in plt.get_fignums():
+                figure = plt.figure(number)
+                if cls.collector is not None:
+                    cls.collector.add_figure(figure, "plt.show")
+            plt.close("all")
+
+        def figure_show(self, *_args, **_kwargs):
+            if cls.collector is not None:
+                cls.collector.add_figure(self, "Figure.show")
+            plt.close(self)
+
+        def pil_show(self, *_args, **_kwargs):
+            if cls.collector is not None:
+                cls.collector.add_pil(self, "Image.show")
+
+        def cv2_imshow(_window, image):
+            if cls.collector is not None:
+                cls.collector.add_array(image, "cv2.imshow", bgr=True)
+
+        def no_window(*_args, **_kwargs):
+            return -1
+
+        def no_input(*_args, **_kwargs):
+            raise RuntimeError("input() is not available in the sandbox: there is no user to ask")
+
+        matplotlib.use("Agg", force=True)
+        plt.show = show
+        matplotlib.figure.Figure.show = figure_show
+        Image.Image.show = pil_show
+        cv2.imshow = cv2_imshow
+        for name in ("waitKey", "destroyAllWindows", "destroyWindow", "namedWindow", "pollKey"):
+            setattr(cv2, name, no_window)
+        builtins.input = no_input
+
+
+def _preload() -> dict:
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    import cv2
+    import matplotlib
+    import matplotlib.pyplot as plt
+    import numpy  # noqa: F401
+    from PIL import Image, ImageDraw, ImageFont, ImageOps  # noqa: F401
+
+    cv2.setNumThreads(1)
+    matplotlib.use("Agg", force=True)
+    figure = plt.figure()
+    figure.text(0.5, 0.5, "warm-up")
+    figure.savefig(io.BytesIO(), format="png")  # font cache and fonts loaded now, not per step
+    plt.close("all")
+    _Hooks.install()
+    from codedance.sandbox import capture, execution  # noqa: F401
+
+    return dict(vars(builtins))
+
+
+def zygote_main(control_fd: int) -> None:
+    pristine_builtins = _preload()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # holders are reaped by the kernel
+    control = socket.socket(fileno=control_fd)
+    gc.collect()
+    gc.freeze()
+    protocol_send_packet(control, {"op": "zygote_ready", "pid": os.getpid()})
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(control, _MAX_CONTROL_MESSAGE, 1)
+        except OSError:
+            os._exit(0)
+        if not data:
+            os._exit(0)
+        request = json.loads(data)
+        if request.get("op") != "spawn" or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            protocol_send_packet(control, {"op": "error", "message": "bad request"})
+            continue
+        pid = os.fork()
+        if pid == 0:
+            control.close()
+            _holder_main(fds[0], request, pristine_builtins)
+            os._exit(0)
+        os.close(fds[0])
+        protocol_send_packet(control, {"op": "spawned", "id": request["id"], "pid": pid})
+
+
+def protocol_send_packet(sock: socket.socket, body: dict) -> None:
+    sock.send(json.dumps(body).encode())
+
+
+def _holder_main(fd: int, request: dict, pristine_builtins: dict) -> None:
+    from codedance.sandbox import guards
+
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.closerange(3, fd)
+    os.closerange(fd + 1, 1 << 16)
+    null = os.open(os.devnull, os.O_RDWR)
+    for target in (0, 1, 2):
+        os.dup2(null, target)
+    os.close(null)
+    conn = socket.socket(fileno=fd)
+    os.setsid()
+    layers: dict[str, str] = {}
+    try:
+        limits = request["limits"]
+        guards.apply_rlimits(
+            address_space=_address_space_now() + limits["memory"],
+            file_size=limits["file_size"],
+            open_files=limits["open_files"],
+            processes=limits["processes"],
+        )
+        layers["rlimits"] = "in force"
+        if request.get("uid") is not None:
+            guards.drop_privileges(request["uid"], request["gid"])
+            layers["uid"] = f"uid {request['uid']}"
+        os.chdir(request["workdir"])
+        os.umask(0o077)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        guards.forbid_new_privileges()
+        if request.get("seccomp"):
+            try:
+                guards.install_seccomp()
+                layers["seccomp"] = "in force"
+            except Exception as exc:  # reported to the controller, which decides
+                layers["seccomp_error"] = f"{type(exc).__name__}: {exc}"
+        namespace = _initial_namespace(request["images"])
+    except Exception as exc:
+        protocol.send(conn, {"op": "ready", "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+        return
+    protocol.send(conn, {"op": "ready", "ok": True, "layers": layers})
+    _serve(conn, namespace, request, pristine_builtins)
+
+
+def _address_space_now() -> int:
+    """This process's virtual size: the imaging libraries map far more than they use."""
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _initial_namespace(image_files: list[str]) -> dict:
+    from PIL import Image
+
+    images = []
+    for path in image_files:
+        with Image.open(path) as handle:
+            handle.load()
+            images.append(handle.copy())
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    paths = [os.path.abspath(path) for path in image_files]
+    namespace.update(images=images, image_paths=paths)
+    if images:
+        namespace.update(input_image=images[0], input_image_path=paths[0])
+    return namespace
+
+
+def _serve(conn: socket.socket, namespace: dict, request: dict, pristine_builtins: dict) -> None:
+    reader = protocol.Reader(conn, max_bytes=64 << 20)
+    while True:
+        try:
+            message = reader.receive()
+        except protocol.ProtocolError:
+            os._exit(0)
+        if message.body.get("op") != "run":
+            os._exit(0)
+        pid = os.fork()
+        if pid == 0:
+            _step(conn, reader, namespace, message.body, request, pristine_builtins)
+            continue  # committed: this process is the holder now
+        _, status = os.waitpid(pid, 0)
+        protocol.send(conn, {"op": "step_done", "wait_status": status})
+
+
+def _step(conn, reader, namespace, run: dict, request: dict, pristine_builtins: dict) -> None:
+    from codedance.sandbox import capture, execution
+
+    os.setpgid(0, 0)
+    protocol.send(conn, {"op": "started"})
+    builtins.__dict__.clear()
+    builtins.__dict__.update(pristine_builtins)
+    _Hooks.install()
+    limits = request["limits"]
+    os.chdir(request["workdir"])
+    collector = capture.ImageCollector(limits["max_images"], limits["max_pixels"])
+    _Hooks.collector = collector
+    out = capture.BoundedText(limits["output_head"], limits["output_tail"])
+    err = capture.BoundedText(limits["output_head"], limits["output_tail"])
+    fd_paths = [os.path.join(request["tmpdir"], f".fd{n}") for n in (1, 2)]
+    for target, path in zip((1, 2), fd_paths):
+        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(handle, target)
+        os.close(handle)
+    sys.stdout, sys.stderr = out, err
+    before = capture.list_image_files(".")
+    reply: dict = {"op": "result", "status": "ok"}
+    try:
+        value = execution.run_snippet(run["code"], namespace)
+        _show_value(value, collector, out)
+    except BaseException as exc:  # noqa: BLE001 - every failure is reported, none escapes
+        failure = execution.describe_failure(exc, run["code"])
+        reply["status"] = "oom" if isinstance(exc, MemoryError) else "error"
+        reply["error"] = vars(failure)
+    sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+    try:
+        reply.update(_collect(collector, before, out, err, fd_paths, limits))
+    except BaseException as exc:  # noqa: BLE001 - e.g. MemoryError while encoding an image
+        reply.update(status="oom" if isinstance(exc, MemoryError) else "error",
+                     stdout=out.value(), stderr=err.value(), images=[],
+                     notes=[f"capturing the step's output failed: {type(exc).__name__}: {exc}"])
+        collector.images.clear()
+    if threading.active_count() > 1 and reply["status"] == "ok":
+        reply["status"] = "refused"
+        reply["notes"].append("the step left threads running; join every thread before the step ends")
+    protocol.send(conn, reply, [png for png, _, _, _ in collector.images])
+    try:
+        verdict = reader.receive()
+    except protocol.ProtocolError:
+        os._exit(0)
+    if verdict.body.get("op") != "commit":
+        os._exit(0)
+
+
+def _show_value(value, collector, out) -> None:
+    from codedance.sandbox import capture
+    from PIL import Image
+
+    if value is None:
+        return
+    if isinstance(value, Image.Image):
+        collector.add_pil(value, "last expression")
+    elif capture.looks_like_image(value) and _image_shaped(value):
+        collector.add_array(value, "last expression", bgr=False)
+    elif type(value).__name__ in ("Figure", "Axes", "AxesSubplot"):
+        figure = value if type(value).__name__ == "Figure" else value.figure
+        collector.add_figure(figure, "last expression")
+    else:
+        out.write(repr(value)[:10_000] + "\n")
+
+
+def _image_shaped(array) -> bool:
+    """An array shown as a picture rather than printed: H×W×3/4, or an 8-bit H×W of 16+ pixels."""
+    if array.ndim == 3:
+        return array.shape[2] in (3, 4) and min(array.shape[:2]) >= 8
+    return array.dtype.name in ("uint8", "bool") and min(array.shape) >= 16
+
+
+def _collect(collector, before, out, err, fd_paths, limits) -> dict:
+    import ctypes
+
+    from codedance.sandbox import capture
+    import matplotlib.pyplot as plt
+
+    ctypes.CDLL(None).fflush(None)
+    streams = [out, err]
+    for stream, path in zip(streams, fd_paths):
+        text, size = capture.read_head(path, limits["output_head"])
+        if text:
+            cut = f"\n[... {size - len(text.encode())} bytes cut ...]" if size > len(text.encode()) else ""
+            stream.write(text + cut)
+    for number in plt.get_fignums():
+        collector.add_figure(plt.figure(number), "open figure")
+    plt.close("all")
+    after = capture.list_image_files(".")
+    for path, stamp in sorted(after.items()):
+        if before.get(path) != stamp:
+            try:
+                from PIL import Image
+
+                with Image.open(path) as image:
+                    image.load()
+                    collector.add_pil(image, f"file {path}")
+            except Exception as exc:  # noqa: BLE001 - a broken file is reported, not fatal
+                collector.notes.append(f"could not read saved image {path}: {exc}")
+    _Hooks.collector = None
+    sources = [{"width": w, "height": h, "source": s} for _, w, h, s in collector.images]
+    return {"stdout": out.value(), "stderr": err.value(), "images": sources,
+            "notes": collector.finish_notes()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="codedance sandbox zygote (started by the controller)")
+    parser.add_argument("--control-fd", type=int, required=True)
+    zygote_main(parser.parse_args().control_fd)
+
+
+if __name__ == "__main__":
+    main()

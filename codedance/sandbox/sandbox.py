@@ -1,0 +1,369 @@
+"""`Sandbox`: one trajectory's persistent, transactional Python, run in the service's jail.
+
+The controller side of the fork chain (see ``runtime``). This class alone decides a step's fate
+and enforces it from outside the jail:
+- the wall-clock timeout: it waits for the step's result until the deadline, then SIGKILLs every
+  process of the step (the trajectory's cgroup, or the step's pidfd and process group);
+- success: the step's process must be the only one left beside the holder, with one thread, and
+  the working directory within its limits; then its files are checkpointed, it is told to become
+  the holder and the old holder is killed;
+- failure (error, timeout, crash, OOM, refusal): the step's processes are killed, the working
+  directory is restored from the last checkpoint and the old holder, untouched, carries on.
+Senders are identified by the kernel (``SCM_CREDENTIALS``) and processes are killed through
+pidfds, so a process in the jail can neither impersonate another nor have a reused pid killed.
+
+Not handled: a holder killed from outside (for example by the host's OOM killer when no memory
+cgroup is in force) loses the trajectory's state; later steps then return ``crashed`` with a note
+saying so. One step runs at a time per sandbox; concurrent calls wait their turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import Executor
+from dataclasses import dataclass, replace
+
+from codedance.sandbox import files, protocol
+from codedance.sandbox.cgroups import TrajectoryCgroup
+from codedance.sandbox.execution import executes_nothing
+from codedance.sandbox.inputs import ImageInput, write_inputs
+from codedance.sandbox.isolation import Isolation
+from codedance.sandbox.service import SandboxService, default_service
+from codedance.types import ExecError, ExecResult, ExecStatus, Image
+
+
+class SandboxClosed(RuntimeError):
+    """The sandbox was closed; create a new one to run more code."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-trajectory resource limits. Sizes in bytes unless the name says otherwise."""
+
+    memory: int = 4 << 30  # cgroup memory (no swap) and the address-space rlimit's headroom
+    processes: int = 32  # pids.max and RLIMIT_NPROC for the trajectory's uid
+    file_size: int = 256 << 20  # largest single file (RLIMIT_FSIZE)
+    open_files: int = 256
+    workdir_bytes: int = 1 << 30
+    workdir_files: int = 10_000
+    max_images: int = 8  # images returned per step
+    max_pixels: int = 4096 * 4096  # larger images are downscaled
+    output_head: int = 20_000  # characters kept from the start of stdout and of stderr
+    output_tail: int = 5_000  # and from the end
+    max_message: int = 256 << 20
+
+
+class Sandbox:
+    """A private, persistent Python namespace and working directory for one trajectory.
+
+    >>> with Sandbox(images=[]) as sb:  # doctest: +SKIP
+    ...     sb.run("x = 6 * 7; print(x)").stdout
+    '42\\n'
+    """
+
+    def __init__(self, images: Iterable[ImageInput] = (), *, timeout_s: float = 15.0,
+                 limits: Limits | None = None, require: str | tuple[str, ...] | None = None,
+                 service: SandboxService | None = None, executor: Executor | None = None,
+                 start_timeout_s: float = 30.0):
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        self.timeout_s = timeout_s
+        self.limits = limits or Limits()
+        self.service = service or default_service()
+        self._executor = executor
+        self._lock = threading.Lock()
+        self._closed = False
+        self._lost: str | None = None
+        self._cgroup: TrajectoryCgroup | None = None
+        self._holder_pidfd: int | None = None
+        self._conn: socket.socket | None = None
+        base = self.service.isolation
+        base.require(require)  # host-level layers first: fail before doing any work
+        self.uid = self.service.allocate_uid()
+        self._dir = os.path.join(self.service.work_root, f"t{secrets.token_hex(6)}")
+        try:
+            self._setup(list(images), start_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+        self.isolation: Isolation = self._isolation
+        self.isolation.require(require)
+
+    # ----------------------------------------------------------------- setup
+    def _setup(self, images: list[ImageInput], start_timeout_s: float) -> None:
+        owner = (self.uid, self.uid) if self.uid is not None else None
+        self.workdir = os.path.join(self._dir, "work")
+        self._tmpdir = os.path.join(self._dir, "tmp")
+        os.mkdir(self._dir, 0o700)
+        os.mkdir(self.workdir)
+        os.chmod(self.workdir, 0o1777 if owner else 0o700)  # sticky: inputs cannot be removed
+        os.mkdir(self._tmpdir, 0o700)
+        names = write_inputs(images, self.workdir)
+        if owner:
+            os.chown(self._dir, *owner)
+            os.chown(self._tmpdir, *owner)
+        store = os.path.join(self.service.store_root, os.path.basename(self._dir))
+        self._files = files.WorkdirSnapshot(
+            self.workdir, store, protected=frozenset(names) if owner else frozenset(),
+            owner=owner, max_entries=self.limits.workdir_files, max_bytes=self.limits.workdir_bytes,
+        )  # fmt: skip
+        if self.service.cgroup_layout is not None:
+            self._cgroup = TrajectoryCgroup(self.service.cgroup_layout, memory_bytes=self.limits.memory,
+                                            max_processes=self.limits.processes)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._conn = ours
+        self._reader = protocol.Reader(ours, max_bytes=self.limits.max_message, with_credentials=True)
+        request = {
+            "id": os.path.basename(self._dir), "uid": self.uid, "gid": self.uid,
+            "workdir": self.workdir, "tmpdir": self._tmpdir, "images": names,
+            "env": {"HOME": self.workdir, "TMPDIR": self._tmpdir, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            "limits": {
+                "memory": self.limits.memory, "file_size": self.limits.file_size,
+                "open_files": self.limits.open_files, "processes": self.limits.processes if self.uid else 0,
+                "max_images": self.limits.max_images, "max_pixels": self.limits.max_pixels,
+                "output_head": self.limits.output_head, "output_tail": self.limits.output_tail,
+            },
+        }  # fmt: skip
+        try:
+            self.service.spawn(request, theirs)
+        finally:
+            theirs.close()
+        ready = self._reader.receive(deadline=time.monotonic() + start_timeout_s)
+        if not ready.body.get("ok"):
+            raise ValueError(f"the sandbox could not start: {ready.body.get('error')}")
+        self._holder_pid = ready.sender_pid
+        self._holder_pidfd = os.pidfd_open(self._holder_pid)
+        if self._cgroup is not None:
+            self._cgroup.add(self._holder_pid)
+        layers = ready.body.get("layers", {})
+        base = self.service.isolation
+        missing = dict(base.missing)
+        if base.seccomp and "seccomp" not in layers:
+            missing["seccomp"] = layers.get("seccomp_error", "the filter did not load")
+        self._isolation = replace(
+            base, seccomp=base.seccomp and "seccomp" in layers, missing=tuple(missing.items())
+        )
+
+    # ----------------------------------------------------------------- running
+    def run(self, code: str, timeout_s: float | None = None) -> ExecResult:
+        """Run one snippet as a transaction; see the module docstring for what each status means."""
+        if not isinstance(code, str):
+            raise TypeError(f"code must be a str, got {type(code).__name__}")
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        if timeout <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout}")
+        with self._lock:
+            if self._closed:
+                raise SandboxClosed("this sandbox is closed; create a new Sandbox to run more code")
+            if self._lost is not None:
+                return ExecResult(status=ExecStatus.CRASHED, notes=(self._lost,), rolled_back=False)
+            started = time.monotonic()
+            result = self._step(code, timeout, started)
+            return replace(result, duration_s=time.monotonic() - started,
+                           executed_nothing=executes_nothing(code))
+
+    async def arun(self, code: str, timeout_s: float | None = None) -> ExecResult:
+        """`run` without blocking the event loop (in the pool's bounded executor when there is one)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self.run, code, timeout_s)
+
+    def _step(self, code: str, timeout: float, started: float) -> ExecResult:
+        deadline = started + timeout
+        try:
+            protocol.send(self._conn, {"op": "run", "code": code})
+            message = self._reader.receive(deadline)
+            if message.body.get("op") != "started" or message.sender_pid == self._holder_pid:
+                return self._fail(ExecStatus.CRASHED, None, "the step did not start")
+            step_pid = message.sender_pid
+            step_pidfd = os.pidfd_open(step_pid)
+        except protocol.ReceiveTimeout:
+            return self._fail(ExecStatus.TIMEOUT, None, f"the step did not start within {timeout:g} s")
+        except (protocol.ProtocolError, OSError) as exc:
+            return self._lose(f"the sandbox's holder process is gone ({exc})")
+        try:
+            message = self._reader.receive(deadline)
+        except protocol.ReceiveTimeout:
+            return self._fail(ExecStatus.TIMEOUT, step_pidfd,
+                              f"the step ran past its {timeout:g} s limit and was stopped")
+        except protocol.PeerClosed as exc:
+            return self._lose(f"the sandbox's holder process is gone ({exc})")
+        except protocol.ProtocolError as exc:
+            return self._fail(ExecStatus.REFUSED, step_pidfd, f"the step's reply was refused: {exc}")
+        if message.body.get("op") == "step_done" and message.sender_pid == self._holder_pid:
+            os.close(step_pidfd)
+            return self._after_crash(message.body.get("wait_status", 0))
+        if message.body.get("op") != "result" or message.sender_pid != step_pid:
+            return self._fail(ExecStatus.CRASHED, step_pidfd, "the step sent an unexpected message")
+        result = _parse_result(message)
+        if result.status is ExecStatus.OK:
+            problem = self._commit_problem(step_pid)
+            if problem is None:
+                return self._commit(result, step_pid, step_pidfd)
+            result = replace(result, status=ExecStatus.REFUSED, notes=result.notes + (problem,))
+        return self._fail(result.status, step_pidfd, None, result)
+
+    def _commit_problem(self, step_pid: int) -> str | None:
+        if self._cgroup is not None and self._cgroup.pids() - {self._holder_pid, step_pid}:
+            return "the step left processes running; wait for every child process before it ends"
+        if _thread_count(step_pid) > 1:
+            return "the step left threads running; join every thread before the step ends"
+        try:
+            self._files.checkpoint()
+        except (files.LimitExceeded, OSError) as exc:
+            return f"the working directory is over its limit: {exc}"
+        return None
+
+    def _commit(self, result: ExecResult, step_pid: int, step_pidfd: int) -> ExecResult:
+        try:
+            protocol.send(self._conn, {"op": "commit"})
+        except OSError as exc:
+            return self._lose(f"the step's process vanished while committing ({exc})")
+        old = self._holder_pidfd
+        self._holder_pid, self._holder_pidfd = step_pid, step_pidfd
+        _kill_pidfd(old)
+        os.close(old)
+        return result
+
+    def _fail(self, status: ExecStatus, step_pidfd: int | None, note: str | None,
+              result: ExecResult | None = None) -> ExecResult:
+        """Kill the step, wait for the holder to notice, restore files: the step never happened."""
+        self._kill_step(step_pidfd)
+        try:
+            done = self._reader.receive(time.monotonic() + 10.0)
+            while done.body.get("op") != "step_done" or done.sender_pid != self._holder_pid:
+                done = self._reader.receive(time.monotonic() + 10.0)
+        except protocol.ProtocolError as exc:
+            return self._lose(f"the sandbox's holder process did not recover ({exc})")
+        if status is ExecStatus.CRASHED and self._cgroup is not None and self._cgroup.new_oom_kill():
+            status = ExecStatus.OOM
+        self._files.restore()
+        result = result or ExecResult(status=status)
+        notes = result.notes + ((note,) if note else ()) + ("state rolled back to before this step",)
+        return replace(result, status=status, rolled_back=True, notes=notes)
+
+    def _after_crash(self, wait_status: int) -> ExecResult:
+        if self._cgroup is not None:
+            self._cgroup.kill_all(except_pid=self._holder_pid)
+        oom = self._cgroup is not None and self._cgroup.new_oom_kill()
+        self._files.restore()
+        if oom:
+            status, note = ExecStatus.OOM, "the step ran out of memory and was killed"
+        elif os.WIFSIGNALED(wait_status):
+            number = os.WTERMSIG(wait_status)
+            status, note = ExecStatus.CRASHED, f"the step's process died of {signal.Signals(number).name}"
+        else:
+            code = os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else wait_status
+            status, note = ExecStatus.CRASHED, f"the step's process exited (status {code}) before finishing"
+        return ExecResult(status=status, rolled_back=True, notes=(note, "state rolled back to before this step"))
+
+    def _kill_step(self, step_pidfd: int | None) -> None:
+        if step_pidfd is not None:
+            _kill_pidfd(step_pidfd)
+        if self._cgroup is not None:
+            self._cgroup.kill_all(except_pid=self._holder_pid)
+        elif step_pidfd is not None:
+            _kill_group_of(step_pidfd)
+        if step_pidfd is not None:
+            os.close(step_pidfd)
+
+    def _lose(self, why: str) -> ExecResult:
+        self._lost = f"{why}; the trajectory's state is lost: start a new sandbox"
+        return ExecResult(status=ExecStatus.CRASHED, notes=(self._lost,))
+
+    # ----------------------------------------------------------------- lifecycle
+    @property
+    def alive(self) -> bool:
+        return not self._closed and self._lost is None
+
+    def close(self) -> None:
+        """Kill every process of the trajectory and remove its files. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._holder_pidfd is not None:
+            _kill_group_of(self._holder_pidfd)
+            _kill_pidfd(self._holder_pidfd)
+            os.close(self._holder_pidfd)
+            self._holder_pidfd = None
+        if self._cgroup is not None:
+            self._cgroup.remove()
+        if self._conn is not None:
+            self._conn.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+        if getattr(self, "_files", None) is not None:
+            shutil.rmtree(self._files.store, ignore_errors=True)
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Sandbox:
+        return self
+
+    async def __aexit__(self, *_exc) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._executor, self.close)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+def _parse_result(message: protocol.Message) -> ExecResult:
+    body = message.body
+    images = tuple(
+        Image.from_png(blob, origin=str(meta.get("source", "")))
+        for blob, meta in zip(message.blobs, body.get("images", []))
+    )
+    error = body.get("error")
+    try:
+        status = ExecStatus(body.get("status"))
+    except ValueError:
+        status = ExecStatus.CRASHED
+    return ExecResult(
+        status=status, stdout=str(body.get("stdout", "")), stderr=str(body.get("stderr", "")),
+        error=ExecError(type=str(error["type"]), message=str(error["message"]),
+                        traceback=str(error.get("traceback", "")),
+                        frames=tuple((int(n), str(s)) for n, s in error.get("frames", []))) if error else None,
+        images=images, notes=tuple(str(n) for n in body.get("notes", [])),
+    )  # fmt: skip
+
+
+def _thread_count(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except FileNotFoundError:
+        return 0
+    return 0
+
+
+def _kill_pidfd(pidfd: int) -> None:
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _kill_group_of(pidfd: int) -> None:
+    """SIGKILL the process group the pidfd's process leads (steps call setpgid(0, 0))."""
+    try:
+        with open(f"/proc/self/fdinfo/{pidfd}") as handle:
+            pid = next(int(line.split()[1]) for line in handle if line.startswith("Pid:"))
+        if pid > 0:
+            os.killpg(pid, signal.SIGKILL)
+    except (StopIteration, ProcessLookupError, PermissionError, FileNotFoundError, ValueError):
+        pass

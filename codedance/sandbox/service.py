@@ -1,0 +1,248 @@
+"""The sandbox service: one jailed zygote that forks a holder for every trajectory.
+
+Host side. `SandboxService` starts the zygote (``runtime.zygote_main``) under bubblewrap when it
+can, otherwise as a plain child process, and hands it spawn requests over a SOCK_SEQPACKET
+control socket. Each spawn request carries the trajectory's own socket (``SCM_RIGHTS``), so the
+zygote never relays trajectory traffic. One service serves thousands of trajectories; a
+`Sandbox` without an explicit service uses a shared default one, started on first use.
+
+The jail's file system: ``/usr`` (and the usual symlinks), ``/etc``, the Python installation,
+site-packages and the codedance package read-only; fresh ``/proc``, ``/dev`` and ``/tmp``; and
+the service's work root (the trajectories' working directories) read-write. Nothing else of the
+host — no home directories, no ``/work``, no ``/run`` sockets — is visible. bwrap runs as root
+with every capability dropped but ``CAP_SETUID``/``CAP_SETGID`` (which the zygote needs to hand
+each holder its own uid), and ``--die-with-parent``: if the controller dies, the jail goes too.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import codedance
+from codedance.sandbox import cgroups
+from codedance.sandbox.isolation import Isolation, bubblewrap_problem, seccomp_problem
+
+_UID_BASE = 1 << 20  # trajectory uids: _UID_BASE + (random block) + slot; never a real account
+_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "MPLBACKEND": "Agg",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "NUMEXPR_NUM_THREADS": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONHASHSEED": "0",
+}
+
+
+class ServiceError(RuntimeError):
+    """The zygote could not be started or stopped answering."""
+
+
+def _python_paths() -> list[str]:
+    """Host directories the jailed interpreter needs, outermost first, without duplicates."""
+    package_dir = os.path.dirname(os.path.abspath(codedance.__file__))
+    candidates = [sys.base_prefix, sys.prefix, sys.exec_prefix, package_dir,
+                  os.path.dirname(os.path.realpath(sys.executable))]
+    candidates += [p for p in sys.path if p and os.path.isdir(p)]
+    chosen: list[str] = []
+    for path in sorted({os.path.realpath(p) for p in candidates} | {os.path.abspath(p) for p in candidates}):
+        if path.startswith(("/usr/", "/etc/")) or path in ("/usr", "/etc", "/"):
+            continue
+        if any(path == c or path.startswith(c + "/") for c in chosen):
+            continue
+        chosen.append(path)
+    return chosen
+
+
+def _ancestors(path: str) -> list[str]:
+    """Directories above ``path`` that the jail's fresh root does not already have."""
+    parts = path.strip("/").split("/")[:-1]
+    found = ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+    return [a for a in found if a not in ("/usr", "/etc", "/tmp") and not a.startswith(("/usr/", "/etc/", "/tmp/"))]
+
+
+def _bwrap_command(work_root: str, control_fd: int, as_root: bool) -> list[str]:
+    command = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
+               "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
+               "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]  # fmt: skip
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        path = os.path.join("/", name)
+        if os.path.islink(path):
+            command += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            command += ["--ro-bind", path, path]
+    command += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    bound = _python_paths() + [work_root]
+    for ancestor in sorted({a for path in bound for a in _ancestors(path)}):
+        command += ["--perms", "0755", "--dir", ancestor]  # bwrap would make them 0700
+    for path in bound[:-1]:
+        command += ["--ro-bind", path, path]
+    command += ["--bind", work_root, work_root, "--clearenv"]
+    for key, value in {**_ENV, "HOME": "/tmp", "MPLCONFIGDIR": "/tmp/matplotlib"}.items():
+        command += ["--setenv", key, value]
+    if as_root:
+        command += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    command += ["--", sys.executable, "-m", "codedance.sandbox.runtime", "--control-fd", str(control_fd)]
+    return command
+
+
+class SandboxService:
+    """A running zygote plus the host resources shared by its trajectories.
+
+    ``use_namespaces``/``use_cgroups``/``use_seccomp``: None means "when the host allows it".
+    """
+
+    def __init__(self, *, use_namespaces: bool | None = None, use_cgroups: bool | None = None,
+                 use_seccomp: bool | None = None, start_timeout_s: float = 120.0):
+        self.as_root = os.geteuid() == 0
+        self._lock = threading.Lock()
+        self._closed = False
+        self._next_slot = 0
+        self._uid_block = _UID_BASE + secrets.randbelow(1 << 10) * (1 << 16)
+        missing: list[tuple[str, str]] = []
+        bwrap_why = bubblewrap_problem() if use_namespaces is not False else "disabled by the caller"
+        self.namespaces = bwrap_why is None
+        if bwrap_why:
+            missing.append(("namespaces", bwrap_why))
+        seccomp_why = seccomp_problem() if use_seccomp is not False else "disabled by the caller"
+        self.seccomp = seccomp_why is None
+        if seccomp_why:
+            missing.append(("seccomp", seccomp_why))
+        if not self.as_root:
+            missing.append(("users", "the controller is not root"))
+        name = f"codedance-{os.getpid()}-{secrets.token_hex(4)}"
+        self.cgroup_layout = None
+        if use_cgroups is not False:
+            self.cgroup_layout, cgroup_why = cgroups.detect_layout(name)
+        else:
+            cgroup_why = "disabled by the caller"
+        if self.cgroup_layout is None:
+            missing.append(("cgroups", cgroup_why))
+        self.isolation = Isolation(
+            namespaces=self.namespaces, users=self.as_root, seccomp=self.seccomp,
+            cgroups=self.cgroup_layout is not None, rlimits=True, missing=tuple(missing),
+        )  # fmt: skip
+        self.work_root = tempfile.mkdtemp(prefix=f"{name}-work-")
+        self.store_root = tempfile.mkdtemp(prefix=f"{name}-store-")
+        os.chmod(self.work_root, 0o711)
+        self._start(start_timeout_s)
+        atexit.register(self.close)
+
+    def _start(self, timeout_s: float) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._control = ours
+        log_path = os.path.join(self.store_root, "zygote.log")
+        self._log = open(log_path, "wb")
+        fd = theirs.fileno()
+        if self.namespaces:
+            command = _bwrap_command(self.work_root, fd, self.as_root)
+            env = None
+        else:
+            command = [sys.executable, "-m", "codedance.sandbox.runtime", "--control-fd", str(fd)]
+            env = {**_ENV, "HOME": self.work_root, "MPLCONFIGDIR": os.path.join(self.store_root, "mpl"),
+                   "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self._process = subprocess.Popen(command, pass_fds=(fd,), stdin=subprocess.DEVNULL,
+                                         stdout=self._log, stderr=self._log, env=env,
+                                         start_new_session=True)  # fmt: skip
+        theirs.close()
+        self._control.settimeout(timeout_s)
+        try:
+            reply = json.loads(self._control.recv(1 << 16) or b"{}")
+        except (OSError, ValueError) as exc:
+            reply = {"error": str(exc)}
+        if reply.get("op") != "zygote_ready":
+            self.close()
+            with open(log_path, "rb") as handle:
+                tail = handle.read()[-3000:].decode("utf-8", "replace")
+            raise ServiceError(f"the sandbox zygote did not start ({reply}); its log:\n{tail}")
+        self._control.settimeout(30.0)
+
+    def allocate_uid(self) -> int | None:
+        """A fresh uid for a new trajectory (None when the controller is not root)."""
+        with self._lock:
+            self._next_slot += 1
+            return self._uid_block + self._next_slot if self.as_root else None
+
+    def spawn(self, request: dict, holder_socket: socket.socket) -> None:
+        """Ask the zygote to fork a holder that serves ``holder_socket``."""
+        request = {**request, "op": "spawn", "seccomp": self.seccomp}
+        with self._lock:
+            if self._closed:
+                raise ServiceError("the sandbox service is closed")
+            try:
+                socket.send_fds(self._control, [json.dumps(request).encode()], [holder_socket.fileno()])
+                reply = json.loads(self._control.recv(1 << 16) or b"{}")
+            except (OSError, ValueError) as exc:
+                raise ServiceError(f"the sandbox zygote stopped answering: {exc}") from exc
+        if reply.get("op") != "spawned":
+            raise ServiceError(f"the sandbox zygote refused to spawn: {reply}")
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed and self._process.poll() is None
+
+    def close(self) -> None:
+        """Stop the zygote and every process in its jail; remove the service's directories."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._control.close()
+        except OSError:
+            pass
+        if self._process.poll() is None:
+            try:
+                os.killpg(self._process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self._log.close()
+        if self.cgroup_layout is not None:
+            cgroups.remove_parent(self.cgroup_layout)
+        for path in (self.work_root, self.store_root):
+            shutil.rmtree(path, ignore_errors=True)
+        atexit.unregister(self.close)
+
+
+_default: SandboxService | None = None
+_default_lock = threading.Lock()
+
+
+def default_service() -> SandboxService:
+    """The process-wide service used by sandboxes created without one (started on first use)."""
+    global _default
+    with _default_lock:
+        if _default is None or not _default.alive:
+            _default = SandboxService()
+        return _default
+
+
+def wait_gone(pid: int, timeout_s: float = 5.0) -> bool:
+    """True once ``pid`` no longer exists (or is a zombie), within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                if handle.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return True
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        time.sleep(0.001)
+    return False
