@@ -35,6 +35,11 @@ def difficulty_scale(mu_acc, gamma: float = 4.0, delta: float = 0.2, *, form: st
     """
     if form not in FORMS:
         raise ValueError(f"form must be one of {FORMS}, got {form!r}")
+    if isinstance(mu_acc, (int, float)) and not isinstance(mu_acc, bool):  # scalar fast path
+        if not math.isfinite(mu_acc):
+            raise ValueError(f"mu_acc must be finite, got {mu_acc!r}")
+        z = gamma * (0.5 - mu_acc) * (2.0 if form == "tanh" else 1.0)
+        return 0.5 * (1.0 + math.tanh(0.5 * z)) - delta
     mu = np.asarray(mu_acc, dtype=np.float64)
     if not np.all(np.isfinite(mu)):
         raise ValueError(f"mu_acc must be finite, got {mu_acc!r}")

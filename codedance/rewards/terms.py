@@ -93,6 +93,7 @@ def sequence_tool(*, trajectories: Sequence[Trajectory], correct: Sequence[bool]
     """
     acc = accuracy(trajectories=trajectories, correct=correct, domain=domain, profile=profile)
     mu = group_mu(trajectories=trajectories, correct=correct, domain=domain, profile=profile)
+    mu = float(mu)
     values = []
     for trajectory, a in zip(trajectories, acc, strict=True):
         stats = call_stats(trajectory)
