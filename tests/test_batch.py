@@ -12,10 +12,7 @@ from codedance.policy.replay_server import ReplayServer
 from codedance.records import append_jsonl, load_trajectories, read_jsonl
 from codedance.types import Image, StopReason, Task
 
-try:
-    from codedance.sandbox import Sandbox
-except ImportError:  # TEMPORARY until codedance/sandbox/__init__.py lands
-    from codedance.sandbox.sandbox import Sandbox
+from codedance.sandbox import Sandbox
 
 PICTURE = Image.from_pil(PILImage.new("RGB", (64, 64), "green"), origin="input:0")
 

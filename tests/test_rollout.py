@@ -19,10 +19,7 @@ from codedance.prompts import PAPER, conversation
 from codedance.rollout import CodeRunner, Episode, EpisodeConfig, arun_episode, run_episode
 from codedance.types import AnswerKind, ExecStatus, Image, StopReason, Task
 
-try:
-    from codedance.sandbox import Sandbox
-except ImportError:  # TEMPORARY until codedance/sandbox/__init__.py lands
-    from codedance.sandbox.sandbox import Sandbox
+from codedance.sandbox import Sandbox
 
 FAST = RetrySettings(max_retries=2, backoff_s=0.01)
 TASK = Task(

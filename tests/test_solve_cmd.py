@@ -1,0 +1,52 @@
+"""`codedance solve` end to end: real HTTP to a replay server, the real sandbox, files written."""
+
+from __future__ import annotations
+
+import typer
+from PIL import Image as PILImage
+from typer.testing import CliRunner
+
+from codedance.cli import solve_cmd
+from codedance.policy.replay_server import ReplayServer
+from codedance.records import load_trajectories
+from codedance.types import StopReason
+
+root = typer.Typer()
+root.add_typer(solve_cmd.app, name="solve")  # as codedance/cli/__init__.py registers it
+root.command("noop")(lambda: None)  # a second command keeps `solve` a sub-command
+
+SCRIPT = [
+    "<think>zoom</think>\n<code>\n```python\ncrop = input_image.crop((0, 0, 20, 20))\ncrop.show()\nprint(crop.size)\n```\n</code>",
+    "<think>it is red</think>\n<answer>red</answer>",
+]
+
+
+def test_solve_prints_the_episode_and_writes_html_and_record(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    picture = tmp_path / "in.jpg"
+    PILImage.new("RGB", (80, 60), "red").save(picture)
+    out = tmp_path / "out"
+    with ReplayServer(SCRIPT, model_names=("codedance-7b",)) as server:
+        result = CliRunner().invoke(
+            root,
+            ["solve", "--model", server.url, "--image", str(picture), "--question", "Which colour?", "--out", str(out)],
+        )
+        assert server.requests[0]["model"] == "codedance-7b"  # found through /v1/models
+    assert result.exit_code == 0, result.output
+    assert "codedance-7b" in result.output and "(20, 20)" in result.output and "answered" in result.output
+    page = (out / "trajectory.html").read_text()
+    assert page.count("data:image/png;base64,") == 2 and "Which colour?" in page and "&lt;answer&gt;red" in page
+    assert (out / "turn1_image0.png").exists() and (out / "input_0.png").exists()
+    (_, trajectory), = load_trajectories(out)
+    assert trajectory.stop_reason is StopReason.ANSWERED and trajectory.answer == "red"
+
+
+def test_solve_reports_an_unreachable_server_and_a_bad_image(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    picture = tmp_path / "in.png"
+    PILImage.new("RGB", (30, 30)).save(picture)
+    runner = CliRunner()
+    result = runner.invoke(root, ["solve", "--model", "http://127.0.0.1:9", "--image", str(picture), "--question", "q", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "cannot reach" in result.output
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"garbage")
+    result = runner.invoke(root, ["solve", "--model", "http://127.0.0.1:9", "--image", str(bad), "--question", "q"])
+    assert result.exit_code == 2 and "cannot be decoded" in result.output
