@@ -158,3 +158,26 @@ def test_benchmark_budget() -> None:
 
     seconds = run(profile="paper", repeats=3)
     assert seconds < 0.5, f"rewards + advantages took {seconds * 1000:.0f} ms (target 100 ms)"
+
+
+def test_worked_example_of_docs_rewards_md() -> None:
+    ok, err = ExecResult(ExecStatus.OK), ExecResult(ExecStatus.ERROR)
+    code, answer = "<think>crop</think><code>...</code>", Turn("<think>so</think><answer>7</answer>")
+
+    def t(*results: ExecResult, answered: bool = True) -> Trajectory:
+        turns = tuple(Turn(code, result=r) for r in results) + ((answer,) if answered else ())
+        return Trajectory("q", turns, StopReason.ANSWERED if answered else StopReason.MAX_TURNS)
+
+    group = [t(ok, ok), t(), t(err, answered=False), t(err, ok)]
+    batch = compute_batch_rewards(trajectories=group, correct=[True, True, False, False], group_ids=["q"] * 4)
+    assert batch.rewards.tolist() == pytest.approx([1.3, 1.0, -0.2, 0.075])
+    assert grpo_advantages(batch.rewards, batch.group_ids).round(4).tolist() == [1.0511, 0.6341, -1.0337, -0.6515]
+    spans = [spans_from_mask([1] * 2 + [0] + [1] * 2 + [0] + [1] * 2), [(0, 2)], [(0, 2)],
+             spans_from_mask([1] * 2 + [0] + [1] * 2 + [0] + [1] * 2)]
+    mask = np.zeros((4, 8), dtype=np.int8)
+    for i, row in enumerate(spans):
+        for s, e in row:
+            mask[i, s:e] = 1
+    out = batch_token_advantages(batch, turn_spans=spans, loss_mask=mask)
+    assert round(float(out[3, 0]), 4) == -2.3836 and round(float(out[3, 6]), 4) == -0.0742
+    assert out[3, 2] == 0.0
