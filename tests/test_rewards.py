@@ -216,33 +216,39 @@ def test_import_does_not_pull_torch() -> None:
 
 
 try:
-    from hypothesis import given
+    from hypothesis import given, settings
     from hypothesis import strategies as st
 except ImportError:  # pragma: no cover - hypothesis is a dev extra
     def test_properties_need_hypothesis() -> None:
         pytest.skip("hypothesis is not installed")
 else:
     finite = st.floats(-50, 50, allow_nan=False)
+    no_db = settings(database=None, max_examples=100)  # leave no .hypothesis/ in the work tree
 
+    @no_db
     @given(mu=st.floats(0, 1), gamma=st.floats(0.01, 20), delta=st.floats(0, 1))
     def test_d_bounds(mu: float, gamma: float, delta: float) -> None:
         d = difficulty_scale(mu, gamma, delta)
         assert -delta <= d <= 1 - delta
 
+    @no_db
     @given(a=finite, b=finite, gamma=st.floats(0.1, 10))
     def test_d_decreasing(a: float, b: float, gamma: float) -> None:
         lo, hi = sorted((a, b))
         assert difficulty_scale(lo, gamma) >= difficulty_scale(hi, gamma)
 
+    @no_db
     @given(gamma=st.floats(0.5, 10), delta=st.floats(0.01, 0.99), eps=st.floats(1e-3, 0.5))
     def test_d_sign_flip(gamma: float, delta: float, eps: float) -> None:
         star = sign_flip_mu(gamma, delta)
         assert difficulty_scale(star - eps, gamma, delta) > 0 > difficulty_scale(star + eps, gamma, delta)
 
+    @no_db
     @given(correct=st.booleans(), mu=st.floats(0, 1))
     def test_no_calls_no_sequence_reward(correct: bool, mu: float) -> None:
         assert sequence_tool_reward(correct, 0, 0, mu) == 0.0
 
+    @no_db
     @given(failed=st.lists(st.booleans(), max_size=8), beta=st.floats(0, 1))
     def test_turn_returns_recursion(failed: list[bool], beta: float) -> None:
         got = turn_returns(failed, beta=beta)

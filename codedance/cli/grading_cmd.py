@@ -14,14 +14,14 @@ def check(
     prediction: str = typer.Argument(..., help="A model response or an extracted answer."),
     gold: str = typer.Argument(..., help="The gold answer."),
     kind: str = typer.Option("text", help="choice, count, number, relaxed, text or math."),
-    choice: list[str] = typer.Option([], help="An option as LETTER=TEXT (repeatable)."),
+    choice: list[str] | None = typer.Option(None, help="An option as LETTER=TEXT (repeatable)."),
 ) -> None:
     """Extract the final answer from PREDICTION and check it against GOLD; exit 1 when wrong."""
     from codedance.grading import check_answer, extract_answer
 
     extracted = extract_answer(prediction)
     answer = extracted.text if extracted.text is not None else prediction
-    choices = dict(c.split("=", 1) for c in choice) or None
+    choices = dict(c.split("=", 1) for c in (choice or [])) or None
     try:
         ok = check_answer(answer, gold, kind, choices)
     except ValueError as exc:

@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Self
 
 import httpx
 
@@ -41,7 +42,7 @@ _EXAMPLES = (
     ("Is the cup empty?", "No, the cup is full.", "no", 1),
     ("How many birds are there?", "3", "There are four birds.", 0),
 )
-_VERDICT_RE = re.compile(r"\s*(?:\**\s*judge?ment\s*\**\s*:?\s*\**\s*)?([01])\s*\**\.?\s*", re.I)
+_VERDICT_RE = re.compile(r"\s*(?:\**\s*judge?ment\s*\**\s*:?\s*\**\s*)?([01])\s*\**\.?\s*", re.IGNORECASE)
 
 
 class JudgeError(RuntimeError):
@@ -133,7 +134,7 @@ class JudgeClient:
         self.requests_sent = 0
         self._count_lock = threading.Lock()
 
-    def __enter__(self) -> JudgeClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -162,10 +163,10 @@ class JudgeClient:
                     ) from exc
                 except httpx.HTTPError as exc:
                     raise JudgeError(f"LLM judge request to {url} failed: {exc}") from exc
-            if response.status_code == 429 or response.status_code >= 500:
-                if attempt < self.config.retries:
-                    time.sleep(self.config.backoff_s * 2**attempt)
-                    continue
+            retryable = response.status_code == 429 or response.status_code >= 500
+            if retryable and attempt < self.config.retries:
+                time.sleep(self.config.backoff_s * 2**attempt)
+                continue
             if response.status_code != 200:
                 raise JudgeError(f"LLM judge at {url} answered HTTP {response.status_code}: "
                                  f"{response.text[:300]}")

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import re
 
-_UNITS = (
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-    "fifteen sixteen seventeen eighteen nineteen"
-).split()
-_TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+_UNITS = [
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+    "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+    "nineteen",
+]
+_TENS = ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
 WORD_VALUES: dict[str, int] = {w: i for i, w in enumerate(_UNITS)}
 WORD_VALUES.update({w: 20 + 10 * i for i, w in enumerate(_TENS)})
 WORD_VALUES["a dozen"] = 12

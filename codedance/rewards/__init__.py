@@ -7,11 +7,21 @@ Public helpers (a contract): `difficulty_scale(mu_acc, gamma=4.0, delta=0.2)`,
 (``paper`` default, ``release``, ``outcome-only``, ``deepeyes``). See docs/rewards.md.
 """
 
-from codedance.rewards.core import difficulty_scale, sequence_tool_reward, sign_flip_mu, turn_returns
+from codedance.rewards.core import (
+    difficulty_scale,
+    sequence_tool_reward,
+    sign_flip_mu,
+    turn_returns,
+)
 from codedance.rewards.group import BatchRewards, compute_batch_rewards, compute_group_rewards
 from codedance.rewards.profiles import PROFILES, RewardProfile, get_profile
 from codedance.rewards.terms import accuracy, deepeyes_tool, format_penalty, no_tool, sequence_tool
-from codedance.rewards.trajectory import CallStats, call_stats, format_errors, trajectory_format_errors
+from codedance.rewards.trajectory import (
+    CallStats,
+    call_stats,
+    format_errors,
+    trajectory_format_errors,
+)
 
 __all__ = [
     "PROFILES", "BatchRewards", "CallStats", "RewardProfile", "accuracy", "call_stats",

@@ -45,7 +45,7 @@ def compute_group_rewards(*, trajectories: Sequence[Trajectory], correct: Sequen
     ids = {t.task_id for t in trajectories}
     if len(ids) > 1:
         raise ValueError(f"a GRPO group holds rollouts of one task, got task ids {sorted(ids)}")
-    kw = dict(trajectories=trajectories, correct=correct, domain=domain, profile=prof)
+    kw = {"trajectories": trajectories, "correct": correct, "domain": domain, "profile": prof}
     acc = accuracy(**kw)  # type: ignore[arg-type]
     fmt = format_penalty(**kw)  # type: ignore[arg-type]
     tool = TOOL_TERMS[prof.tool_term](**kw)  # type: ignore[arg-type]
