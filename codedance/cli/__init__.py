@@ -14,9 +14,10 @@ app = typer.Typer(
     add_completion=False,
 )
 
-from codedance.cli import sandbox_cmd  # noqa: E402  (registers `codedance sandbox ...`)
+from codedance.cli import grading_cmd, sandbox_cmd  # noqa: E402
 
 app.add_typer(sandbox_cmd.app, name="sandbox")
+app.add_typer(grading_cmd.app, name="grading")
 
 
 def main() -> None:

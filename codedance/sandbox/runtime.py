@@ -107,7 +107,10 @@ def _preload() -> dict:
 
 def zygote_main(control_fd: int) -> None:
     pristine_builtins = _preload()
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # holders are reaped by the kernel
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # holders are reaped by the kernel ...
+    import ctypes
+
+    ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # ... and so are orphaned steps: PR_SET_CHILD_SUBREAPER
     control = socket.socket(fileno=control_fd)
     gc.collect()
     gc.freeze()
@@ -229,22 +232,22 @@ def _step(conn, reader, namespace, run: dict, request: dict, pristine_builtins: 
 
     os.setpgid(0, 0)
     protocol.send(conn, {"op": "started"})
-    builtins.__dict__.clear()
-    builtins.__dict__.update(pristine_builtins)
+    _restore_builtins(pristine_builtins)
+    namespace["__builtins__"] = builtins
     _Hooks.install()
     limits = request["limits"]
-    os.chdir(request["workdir"])
+    workdir = request["workdir"]
     collector = capture.ImageCollector(limits["max_images"], limits["max_pixels"])
     _Hooks.collector = collector
     out = capture.BoundedText(limits["output_head"], limits["output_tail"])
     err = capture.BoundedText(limits["output_head"], limits["output_tail"])
-    fd_paths = [os.path.join(request["tmpdir"], f".fd{n}") for n in (1, 2)]
+    fd_paths = [os.path.join(request["iodir"], f"fd{n}") for n in (1, 2)]
     for target, path in zip((1, 2), fd_paths):
         handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(handle, target)
         os.close(handle)
     sys.stdout, sys.stderr = out, err
-    before = capture.list_image_files(".")
+    before = capture.list_image_files(workdir)
     reply: dict = {"op": "result", "status": "ok"}
     try:
         value = execution.run_snippet(run["code"], namespace)
@@ -254,8 +257,10 @@ def _step(conn, reader, namespace, run: dict, request: dict, pristine_builtins: 
         reply["status"] = "oom" if isinstance(exc, MemoryError) else "error"
         reply["error"] = vars(failure)
     sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+    _restore_builtins(pristine_builtins)  # this process may become the holder: keep it working
+    _stop_timers()  # an alarm left by the snippet would otherwise kill it once it is the holder
     try:
-        reply.update(_collect(collector, before, out, err, fd_paths, limits))
+        reply.update(_collect(collector, workdir, before, out, err, fd_paths, limits))
     except BaseException as exc:  # noqa: BLE001 - e.g. MemoryError while encoding an image
         reply.update(status="oom" if isinstance(exc, MemoryError) else "error",
                      stdout=out.value(), stderr=err.value(), images=[],
@@ -271,6 +276,17 @@ def _step(conn, reader, namespace, run: dict, request: dict, pristine_builtins: 
         os._exit(0)
     if verdict.body.get("op") != "commit":
         os._exit(0)
+
+
+def _restore_builtins(pristine: dict) -> None:
+    builtins.__dict__.clear()
+    builtins.__dict__.update(pristine)
+
+
+def _stop_timers() -> None:
+    signal.alarm(0)
+    for timer in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
+        signal.setitimer(timer, 0)
 
 
 def _show_value(value, collector, out) -> None:
@@ -297,7 +313,7 @@ def _image_shaped(array) -> bool:
     return array.dtype.name in ("uint8", "bool") and min(array.shape) >= 16
 
 
-def _collect(collector, before, out, err, fd_paths, limits) -> dict:
+def _collect(collector, workdir, before, out, err, fd_paths, limits) -> dict:
     import ctypes
 
     from codedance.sandbox import capture
@@ -313,13 +329,13 @@ def _collect(collector, before, out, err, fd_paths, limits) -> dict:
     for number in plt.get_fignums():
         collector.add_figure(plt.figure(number), "open figure")
     plt.close("all")
-    after = capture.list_image_files(".")
+    after = capture.list_image_files(workdir)
     for path, stamp in sorted(after.items()):
         if before.get(path) != stamp:
             try:
                 from PIL import Image
 
-                with Image.open(path) as image:
+                with Image.open(os.path.join(workdir, path)) as image:
                     image.load()
                     collector.add_pil(image, f"file {path}")
             except Exception as exc:  # noqa: BLE001 - a broken file is reported, not fatal

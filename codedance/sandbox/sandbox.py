@@ -85,8 +85,8 @@ class Sandbox:
         self._cgroup: TrajectoryCgroup | None = None
         self._holder_pidfd: int | None = None
         self._conn: socket.socket | None = None
-        base = self.service.isolation
-        base.require(require)  # host-level layers first: fail before doing any work
+        self.service.isolation.require(require)  # host-level layers first, before any work
+        self.service.register(self)
         self.uid = self.service.allocate_uid()
         self._dir = os.path.join(self.service.work_root, f"t{secrets.token_hex(6)}")
         try:
@@ -101,15 +101,20 @@ class Sandbox:
     def _setup(self, images: list[ImageInput], start_timeout_s: float) -> None:
         owner = (self.uid, self.uid) if self.uid is not None else None
         self.workdir = os.path.join(self._dir, "work")
-        self._tmpdir = os.path.join(self._dir, "tmp")
-        os.mkdir(self._dir, 0o700)
+        self._iodir = os.path.join(self._dir, "io")  # the step's captured fd 1 and 2, not state
+        os.mkdir(self._dir)
         os.mkdir(self.workdir)
-        os.chmod(self.workdir, 0o1777 if owner else 0o700)  # sticky: inputs cannot be removed
-        os.mkdir(self._tmpdir, 0o700)
+        os.mkdir(self._iodir, 0o700)
         names = write_inputs(images, self.workdir)
-        if owner:
-            os.chown(self._dir, *owner)
-            os.chown(self._tmpdir, *owner)
+        os.mkdir(os.path.join(self.workdir, ".tmp"), 0o700)  # TMPDIR: inside, so rolled back too
+        if owner:  # the trajectory may enter its directory, not write or list it
+            os.chown(self._dir, 0, owner[1])
+            os.chmod(self._dir, 0o710)
+            os.chmod(self.workdir, 0o1777)  # sticky: the root-owned inputs cannot be removed
+            for path in (self._iodir, os.path.join(self.workdir, ".tmp")):
+                os.chown(path, *owner)
+        else:
+            os.chmod(self._dir, 0o700)
         store = os.path.join(self.service.store_root, os.path.basename(self._dir))
         self._files = files.WorkdirSnapshot(
             self.workdir, store, protected=frozenset(names) if owner else frozenset(),
@@ -123,8 +128,8 @@ class Sandbox:
         self._reader = protocol.Reader(ours, max_bytes=self.limits.max_message, with_credentials=True)
         request = {
             "id": os.path.basename(self._dir), "uid": self.uid, "gid": self.uid,
-            "workdir": self.workdir, "tmpdir": self._tmpdir, "images": names,
-            "env": {"HOME": self.workdir, "TMPDIR": self._tmpdir, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            "workdir": self.workdir, "iodir": self._iodir, "images": names,
+            "env": {"HOME": self.workdir, "TMPDIR": os.path.join(self.workdir, ".tmp"), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
             "limits": {
                 "memory": self.limits.memory, "file_size": self.limits.file_size,
                 "open_files": self.limits.open_files, "processes": self.limits.processes if self.uid else 0,

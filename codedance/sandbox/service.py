@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 
 import codedance
 from codedance.sandbox import cgroups
@@ -111,6 +112,7 @@ class SandboxService:
         self._lock = threading.Lock()
         self._closed = False
         self._next_slot = 0
+        self._sandboxes: weakref.WeakSet = weakref.WeakSet()
         self._uid_block = _UID_BASE + secrets.randbelow(1 << 10) * (1 << 16)
         missing: list[tuple[str, str]] = []
         bwrap_why = bubblewrap_problem() if use_namespaces is not False else "disabled by the caller"
@@ -176,6 +178,11 @@ class SandboxService:
             self._next_slot += 1
             return self._uid_block + self._next_slot if self.as_root else None
 
+    def register(self, sandbox) -> None:
+        """Remember a sandbox so that closing the service closes it too."""
+        with self._lock:
+            self._sandboxes.add(sandbox)
+
     def spawn(self, request: dict, holder_socket: socket.socket) -> None:
         """Ask the zygote to fork a holder that serves ``holder_socket``."""
         request = {**request, "op": "spawn", "seccomp": self.seccomp}
@@ -200,6 +207,9 @@ class SandboxService:
             if self._closed:
                 return
             self._closed = True
+            sandboxes = list(self._sandboxes)
+        for sandbox in sandboxes:
+            sandbox.close()
         try:
             self._control.close()
         except OSError:

@@ -1,0 +1,1 @@
+"""Files shipped with codedance: the example image used by `codedance sandbox check`."""

@@ -1,0 +1,86 @@
+"""``codedance sandbox check`` (the contract checks) and ``codedance sandbox run`` (a snippet file
+against images, from the shell)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(help="The transactional code sandbox.", no_args_is_help=True)
+
+
+@app.command()
+def check(
+    image: Path = typer.Option(None, help="Image to give the sandboxes (default: the bundled example)."),
+    require: str = typer.Option(None, help="Refuse to run below this isolation: 'full' or a comma list "
+                                "of namespaces,users,seccomp,cgroups,rlimits."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON lines."),
+) -> None:
+    """Check every sandbox property on this host and print the isolation level achieved."""
+    from rich.console import Console
+
+    from codedance.sandbox import SandboxService, SandboxUnavailable
+    from codedance.sandbox.checks import check_sandbox
+
+    console = Console(stderr=as_json)
+    service = SandboxService()
+    try:
+        service.isolation.require(require)
+    except SandboxUnavailable as exc:
+        service.close()
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+    console.print(service.isolation.describe())
+
+    def show(result) -> None:
+        if as_json:
+            print(json.dumps(result.__dict__), flush=True)
+            return
+        colour = {"passed": "green", "failed": "red", "skipped": "yellow"}[result.outcome]
+        console.print(f"[{colour}]{result.outcome:>7}[/{colour}]  {result.number}. {result.name} "
+                      f"({result.seconds:.1f} s): {result.detail}")  # fmt: skip
+
+    data = image.read_bytes() if image else None
+    results = check_sandbox(service=service, image=data, on_result=show)
+    service.close()
+    failed = [r for r in results if r.outcome == "failed"]
+    console.print(f"{len(results) - len(failed)}/{len(results)} properties hold "
+                  f"at isolation level '{service.isolation.level}'")  # fmt: skip
+    raise typer.Exit(1 if failed else 0)
+
+
+@app.command()
+def run(
+    snippet: Path = typer.Argument(..., help="Python file to run ('-' for standard input)."),
+    image: list[Path] = typer.Option([], "--image", "-i", help="Input image (repeatable)."),
+    timeout: float = typer.Option(15.0, help="Wall-clock limit in seconds."),
+    out: Path = typer.Option(None, help="Directory to save the returned images in."),
+) -> None:
+    """Run one snippet against images in a fresh sandbox and print what came back."""
+    from codedance.sandbox import Sandbox
+
+    code = sys.stdin.read() if str(snippet) == "-" else snippet.read_text()
+    with Sandbox(images=image, timeout_s=timeout) as sandbox:
+        result = sandbox.run(code)
+    typer.echo(f"status: {result.status.value} ({result.duration_s * 1000:.0f} ms"
+               f"{', rolled back' if result.rolled_back else ''})")  # fmt: skip
+    if result.stdout:
+        typer.echo(result.stdout.rstrip("\n"))
+    if result.stderr:
+        typer.echo(result.stderr.rstrip("\n"), err=True)
+    if result.error:
+        typer.echo(result.error.traceback, err=True)
+    for note in result.notes:
+        typer.echo(f"note: {note}", err=True)
+    if out and result.images:
+        out.mkdir(parents=True, exist_ok=True)
+        for index, returned in enumerate(result.images):
+            path = out / f"image_{index}.png"
+            path.write_bytes(returned.png)
+            typer.echo(f"image {index}: {returned.width}x{returned.height} from {returned.origin} -> {path}")
+    elif result.images:
+        typer.echo(f"{len(result.images)} image(s) returned (pass --out DIR to save them)")
+    raise typer.Exit(0 if result.ok else 1)
