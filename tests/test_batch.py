@@ -10,9 +10,8 @@ from codedance.batch import arun_batch, finished_keys
 from codedance.policy import OpenAIChatPolicy, RetrySettings
 from codedance.policy.replay_server import ReplayServer
 from codedance.records import append_jsonl, load_trajectories, read_jsonl
-from codedance.types import Image, StopReason, Task
-
 from codedance.sandbox import Sandbox
+from codedance.types import Image, StopReason, Task
 
 PICTURE = Image.from_pil(PILImage.new("RGB", (64, 64), "green"), origin="input:0")
 
@@ -45,7 +44,7 @@ async def test_batch_writes_resumes_and_isolates_failures(tmp_path) -> None:  # 
 
     loaded = load_trajectories(tmp_path)
     assert len(loaded) == 6
-    key, trajectory = loaded[0]
+    _, trajectory = loaded[0]
     assert trajectory.stop_reason is StopReason.ANSWERED and trajectory.answer == "green"
     assert len(trajectory.turns[0].feedback_images) == 1
     # Every image (input + one crop per trajectory, identical across rollouts) is stored once.

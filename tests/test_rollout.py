@@ -17,9 +17,8 @@ from codedance.policy.replay_server import ReplayServer, ServerReply
 from codedance.policy.wire import message_json
 from codedance.prompts import PAPER, conversation
 from codedance.rollout import CodeRunner, Episode, EpisodeConfig, arun_episode, run_episode
-from codedance.types import AnswerKind, ExecStatus, Image, StopReason, Task
-
 from codedance.sandbox import Sandbox
+from codedance.types import AnswerKind, ExecStatus, Image, StopReason, Task
 
 FAST = RetrySettings(max_retries=2, backoff_s=0.01)
 TASK = Task(

@@ -97,6 +97,7 @@ class ReplayServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # one reply, no 40 ms delayed-ACK stall
 
             def log_message(self, *args: object) -> None:  # keep test output clean
                 pass
@@ -110,14 +111,14 @@ class ReplayServer:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 if self.path.rstrip("/") != "/v1/models":
                     self._send(404, b'{"error": {"message": "not found"}}')
                     return
                 data = [{"id": name, "object": "model"} for name in server.model_names]
                 self._send(200, json.dumps({"object": "list", "data": data}).encode())
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 raw = self.rfile.read(length)
                 if self.path.rstrip("/") != "/v1/chat/completions":

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from codedance.prompts.profiles import PAPER, PromptProfile, user_text
+from codedance.prompts.profiles import PAPER, PromptProfile, user_text  # noqa: F401  (PAPER: doctest)
 from codedance.prompts.vision import VisionLimits, fit_image
 from codedance.types import ExecResult, ExecStatus, Image, Message, Trajectory
 

@@ -13,9 +13,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from codedance.policy import SamplingParams  # noqa: E402
-from codedance.policy.transformers_qwen import TransformersPolicy, chat_template_messages  # noqa: E402
-from codedance.types import Image, Message  # noqa: E402
+from codedance.policy import SamplingParams
+from codedance.policy.transformers_qwen import TransformersPolicy, chat_template_messages
+from codedance.types import Image, Message
 
 TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{% for c in message['content'] %}"
