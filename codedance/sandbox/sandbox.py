@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import select
 import shutil
 import signal
 import socket
@@ -234,6 +235,7 @@ class Sandbox:
         old = self._holder_pidfd
         self._holder_pid, self._holder_pidfd = step_pid, step_pidfd
         _kill_pidfd(old)
+        select.select([old], [], [], 2.0)  # a pidfd turns readable once its process has exited
         os.close(old)
         return result
 

@@ -1,0 +1,82 @@
+"""Fixtures for the sandbox tests.
+
+SAFETY: hostile snippets (``os.kill(-1, 9)``, fork bombs, memory bombs) run only in sandboxes from
+the ``jail`` fixture, which first asserts that the jail's own PID namespace and the seccomp filter
+are in force (and skips otherwise). ``scripts/run-tests.sh`` additionally runs the whole suite in
+a fresh PID namespace when it can.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from codedance.sandbox import Sandbox, SandboxService
+from codedance.types import ExecStatus
+
+
+@pytest.fixture(scope="session")
+def service():
+    svc = SandboxService()
+    yield svc
+    svc.close()
+
+
+@pytest.fixture
+def make(service):
+    """Create sandboxes on the shared service; all are closed after the test."""
+    created = []
+
+    def factory(images=(), **options):
+        sandbox = Sandbox(images, service=service, **options)
+        created.append(sandbox)
+        return sandbox
+
+    yield factory
+    for sandbox in created:
+        sandbox.close()
+
+
+def in_fresh_pid_namespace(pid: int) -> bool:
+    """True when ``pid`` (a host pid) lives in a PID namespace other than ours."""
+    return os.readlink(f"/proc/{pid}/ns/pid") != os.readlink("/proc/self/ns/pid")
+
+
+@pytest.fixture
+def jail(make):
+    """A factory of sandboxes in which hostile code may run: PID namespace and seccomp asserted."""
+
+    def factory(images=(), **options):
+        sandbox = make(images, **options)
+        if not (sandbox.isolation.namespaces and sandbox.isolation.seccomp):
+            pytest.skip(f"hostile tests need the jail's PID namespace and seccomp: {sandbox.isolation.describe()}")
+        assert in_fresh_pid_namespace(sandbox._holder_pid), "the holder is in the host's PID namespace"
+        assert "Seccomp:\t2" in open(f"/proc/{sandbox._holder_pid}/status").read()
+        return sandbox
+
+    return factory
+
+
+_LISTING = "print(x, open('keep.txt').read(), sorted(os.listdir('.')), os.getcwd())"
+
+
+def prepare_state(sandbox) -> str:
+    """Known state (variable, import, file, cwd) that every failure must leave intact; returns
+    what `assert_state_intact` must see."""
+    result = sandbox.run(
+        "import os, numpy as np\nx = 1\nopen('keep.txt', 'w').write('good')\nos.makedirs('sub', exist_ok=True)"
+    )
+    assert result.status is ExecStatus.OK, result
+    listing = sandbox.run(_LISTING)
+    assert listing.status is ExecStatus.OK, listing
+    return listing.stdout
+
+
+def assert_state_intact(sandbox, expected: str) -> None:
+    """The state of `prepare_state` survived, no stray process is left, and new steps work."""
+    result = sandbox.run(_LISTING)
+    assert result.status is ExecStatus.OK, result
+    assert result.stdout == expected
+    if sandbox._cgroup is not None:
+        assert sandbox._cgroup.pids() == {sandbox._holder_pid}
