@@ -14,10 +14,11 @@ app = typer.Typer(
     add_completion=False,
 )
 
-from codedance.cli import grading_cmd, sandbox_cmd  # noqa: E402
+from codedance.cli import grading_cmd, sandbox_cmd, solve_cmd  # noqa: E402
 
 app.add_typer(sandbox_cmd.app, name="sandbox")
 app.add_typer(grading_cmd.app, name="grading")
+app.add_typer(solve_cmd.app, name="solve")
 
 
 def main() -> None:
