@@ -1,0 +1,229 @@
+"""Benchmark rows to `Task`s, one converter per benchmark, with the data's own column layouts.
+
+`load_benchmark(spec, lmu_dir=..., path=None, limit=None)` finds the data (``path`` if given,
+else ``lmu_dir/<VLMEvalKit name>.tsv``), reads it (``codedance.eval.sources``) and converts each
+row. Task ids are ``<benchmark>/<index>``; the task's metadata keeps what scoring and reporting
+need (``index``, ``category``, ``split``, ``cycle``, ``difficulty``, ``golds``, ...).
+
+Prompts: the question as the dataset gives it; MCQ options are listed as VLMEvalKit's
+multiple-choice prompt does ("Options:\\nA. ...", then "Please select the correct answer from the
+options above."); ChartQA gets VLMEvalKit's "Answer the question using a single word or phrase."
+CountBench's "answer with a number directly ... no additional text" is *not* added: it contradicts
+the think/answer format of every profile. V* options are rotated by ``index mod n`` (the raw file
+puts the right answer first); HR-Bench keeps its four rotations as separate rows.
+Difficulty (for turns by difficulty): MathVision ``level``, WeMath step count, HR-Bench
+single/cross; ``all`` elsewhere.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import string
+from collections.abc import Callable
+from pathlib import Path
+
+from codedance.eval.sources import DataNotFoundError, RawItem, read_export, read_mathv, read_tsv
+from codedance.eval.spec import BenchmarkSpec
+from codedance.prompts import image_from_bytes
+from codedance.types import AnswerKind, Task
+
+MCQ_SUFFIX = "Please select the correct answer from the options above."
+CHARXIV_CATEGORIES = {"1": "Text-in-Chart", "2": "Text-in-General", "3": "Number-in-Chart", "4": "Number-in-General"}
+
+
+def _options(item: RawItem) -> list[tuple[str, str]]:
+    return [(c, item.get(c)) for c in string.ascii_uppercase if item.get(c).strip()]
+
+
+def _mcq_text(question: str, options: list[tuple[str, str]], hint: str = "") -> str:
+    lines = [f"Hint: {hint}"] if hint else []
+    lines.append(question.strip())
+    lines.append("Options:")
+    lines += [f"{k}. {v}" for k, v in options]
+    lines.append(MCQ_SUFFIX)
+    return "\n".join(lines)
+
+
+def _literal_list(text: str) -> list[str]:
+    text = text.strip()
+    if not text:
+        return []
+    if text.startswith("["):
+        try:
+            return [str(x) for x in ast.literal_eval(text)]
+        except (ValueError, SyntaxError):
+            return [str(x) for x in json.loads(text)]
+    return [text]
+
+
+def _task(spec: BenchmarkSpec, item: RawItem, index: str, question: str, answer: str, kind: AnswerKind,
+          choices: list[tuple[str, str]] | None = None, **meta: str) -> Task:
+    if not item.images:
+        raise ValueError(f"{spec.title} item {index} has no image")
+    images = tuple(image_from_bytes(b, origin=f"input:{k}") for k, b in enumerate(item.images))
+    metadata = (("benchmark", spec.name), ("index", index), ("difficulty", meta.pop("difficulty", "all")),
+                *((k, str(v)) for k, v in meta.items()))
+    return Task(id=f"{spec.name}/{index}", question=question, images=images, answer=answer, kind=kind,
+                choices=tuple(choices or ()), source=spec.name, metadata=metadata)
+
+
+def _index(item: RawItem, n: int) -> str:
+    return item.get("index") or item.get("id") or item.get("question_id") or str(n)
+
+
+def countbench(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
+    answer = item.get("answer") or item.get("number")
+    return _task(spec, item, _index(item, n), item.get("question"), answer, AnswerKind.COUNT)
+
+
+def pixmocount(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
+    label = item.get("label")
+    question = item.get("question") or f"How many {label} are there in the image?"
+    return _task(spec, item, _index(item, n), question, item.get("count") or item.get("answer"),
+                 AnswerKind.COUNT, label=label)
+
+
+def vstar(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
+    index = _index(item, n)
+    options = _options(item)
+    if not options:
+        raise ValueError(f"V* item {index}: no option columns A, B, ...")
+    gold = item.get("answer").strip().upper()
+    letters = [k for k, _ in options]
+    texts = [v for _, v in options]
+    shift = (int(index) if index.isdigit() else n) % len(options)
+    rotated = [texts[(j - shift) % len(texts)] for j in range(len(texts))]
+    new_gold = letters[(letters.index(gold) + shift) % len(letters)]
+    new_options = list(zip(letters, rotated, strict=True))
+    return _task(spec, item, index, _mcq_text(item.get("question"), new_options, item.get("hint")), new_gold,
+                 AnswerKind.CHOICE, new_options, category=item.get("category"), option_shift=str(shift),
+                 raw_answer=gold)
+
+
+def hrbench(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
+    options = _options(item)
+    category = item.get("category")
+    return _task(spec, item, _index(item, n), _mcq_text(item.get("question"), options, item.get("hint")),
+                 item.get("answer").strip().upper(), AnswerKind.CHOICE, options, category=category,
+                 cycle=item.get("cycle_category"), difficulty=category or "all")
+
+
+def chartqa(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
+    golds = _literal_list(item.get("answer"))
+    question = f"{item.get('question').strip()}\nAnswer the question using a single word or phrase."
+    return _task(spec, item, _index(item, n), question, golds[0], AnswerKind.RELAXED,
+                 split=item.get("split"), golds=json.dumps(golds))
+
+
+def charxiv(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
+    index = _index(item, n)
+    if "{PREDICTION}" not in item.get("grading_query"):
+        raise ValueError(f"CharXiv item {index}: grading_query is missing or has no {{PREDICTION}} slot")
+    category = CHARXIV_CATEGORIES.get(item.get("inst_category").split(".")[0], item.get("inst_category"))
+    return _task(spec, item, index, item.get("question"), item.get("answer"), AnswerKind.TEXT,
+                 category=category, grading_query=item.get("grading_query"))
+
+
+def mathvista(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
+    choices = _literal_list(item.get("choices"))
+    multi = item.get("question_type") == "multi_choice"
+    options = [(string.ascii_uppercase[i], c) for i, c in enumerate(choices)] if multi else []
+    gold = item.get("answer_option") if multi and item.get("answer_option") else item.get("answer")
+    kind = AnswerKind.CHOICE if multi else AnswerKind.TEXT
+    return _task(spec, item, _index(item, n), item.get("question"), gold, kind, options,
+                 task=item.get("task"), skills=item.get("skills"), question_type=item.get("question_type"),
+                 answer_type=item.get("answer_type"), precision=item.get("precision"),
+                 raw_answer=item.get("answer"))
+
+
+def mathvision(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
+    index = _index(item, n)
+    raw = item.get("choices") or item.get("options")
+    choices = _literal_list(raw)
+    options = [(string.ascii_uppercase[i], c) for i, c in enumerate(choices)]
+    question = item.get("question").replace("<image1>", "").strip()
+    if options and "Options" not in question and "Choices" not in question:
+        if all(v.strip() == k for k, v in options):
+            question += "\nChoices: " + ", ".join(k for k, _ in options) + " (shown in the image)"
+        else:
+            question += "\nChoices: " + " ".join(f"({k}) {v}" for k, v in options)
+    kind = AnswerKind.CHOICE if options else AnswerKind.MATH
+    level = item.get("level")
+    return _task(spec, item, index, question, item.get("answer"), kind, options,
+                 category=item.get("category") or item.get("subject"), level=level,
+                 difficulty=f"level {level}" if level else "all")
+
+
+def mathverse(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
+    meta_text = item.get("metadata")
+    try:
+        meta = json.loads(meta_text.replace("'", '"')) if meta_text else {}
+    except json.JSONDecodeError:
+        meta = ast.literal_eval(meta_text)
+    return _task(spec, item, _index(item, n), item.get("question"), item.get("answer"), AnswerKind.TEXT,
+                 question_for_eval=item.get("question_for_eval") or item.get("question"),
+                 question_type=item.get("question_type"), problem_version=item.get("problem_version"),
+                 subject=str(meta.get("subject", "")), subfield=str(meta.get("subfield", "")))
+
+
+def _wemath_difficulty(key: str) -> str:
+    if key.endswith("_multi"):
+        return {"2": "two-step", "3": "three-step"}.get(key[0], key)
+    return "one-step"
+
+
+def wemath(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
+    options = _options(item)
+    question = item.get("question").strip()
+    text = f"Question: {question}\n" + ("Options:\n" + "\n".join(f"{k}. {v}" for k, v in options) if options else "")
+    key = item.get("key")
+    return _task(spec, item, _index(item, n), text.strip(), item.get("answer").strip(), AnswerKind.CHOICE,
+                 options, ID=item.get("ID") or item.get("id"), key=key,
+                 concept=item.get("knowledge concept"), difficulty=_wemath_difficulty(key))
+
+
+CONVERTERS: dict[str, Callable[[BenchmarkSpec, RawItem, int], Task]] = {
+    "countbench": countbench, "pixmocount": pixmocount, "mcq": vstar, "hrbench": hrbench,
+    "chartqa": chartqa, "charxiv": charxiv, "mathvista": mathvista, "mathvision": mathvision,
+    "mathverse": mathverse, "wemath": wemath,
+}
+
+
+def read_items(spec: BenchmarkSpec, *, lmu_dir: str | Path | None, path: str | Path | None = None) -> list[RawItem]:
+    """The benchmark's raw rows from ``path`` (TSV, HF export, or MATH-V folder) or ``lmu_dir``."""
+    if path is not None:
+        p = Path(path)
+        if p.suffix == ".tsv":
+            return read_tsv(p)
+        if p.is_dir() and (p / "data").is_dir() and spec.scorer == "mathvision":
+            return read_mathv(p, "testmini" if spec.split == "testmini" else "test")
+        if not p.exists():
+            raise DataNotFoundError(f"{spec.title}: {p} does not exist (get it: {spec.source})")
+        return read_export(p)
+    if lmu_dir is None:
+        raise DataNotFoundError(f"{spec.title}: no data folder given; expected {spec.vlmeval_name}.tsv "
+                                f"in $LMUData (get it: {spec.source})")
+    tsv = Path(lmu_dir) / f"{spec.vlmeval_name}.tsv"
+    if not tsv.is_file():
+        raise DataNotFoundError(f"{spec.title}: expected {tsv} (get it: {spec.source}), or pass "
+                                f"--data {spec.name}=PATH for a TSV, Hugging Face export or MATH-V folder")
+    return read_tsv(tsv)
+
+
+def load_benchmark(spec: BenchmarkSpec, *, lmu_dir: str | Path | None = None, path: str | Path | None = None,
+                   limit: int | None = None, pixmo_cache: str | Path | None = None,
+                   fetch_images: bool = False) -> tuple[Task, ...]:
+    """The benchmark's tasks (the first ``limit`` rows when given). See the module docstring."""
+    items = read_items(spec, lmu_dir=lmu_dir, path=path)
+    if limit is not None:
+        items = items[:limit]
+    if spec.scorer == "pixmocount" and items and not items[0].images:
+        from codedance.eval.pixmo import pixmo_images
+
+        if pixmo_cache is None:
+            raise DataNotFoundError("PixmoCount needs an image cache folder (--pixmo-cache)")
+        images, _ = pixmo_images(items, pixmo_cache, fetch=fetch_images)
+        items = [RawItem(it.fields, (img,)) for it, img in zip(items, images, strict=True) if img is not None]
+    convert = CONVERTERS[spec.scorer]
+    return tuple(convert(spec, item, n) for n, item in enumerate(items))
