@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Installs what the tests need (see scripts/setup.sh) and runs the whole test suite.
 # Extra arguments go to pytest, e.g. scripts/run-tests.sh tests/sandbox -x
+# As root, the suite runs in a fresh PID namespace (unshare), so that even a sandbox bug could
+# not let hostile test code reach the host's processes; the hostile tests also assert the
+# sandbox's own jail before running anything hostile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CODEDANCE_EXTRAS=${CODEDANCE_EXTRAS-dev} scripts/setup.sh
+if [ "$(id -u)" = 0 ] && unshare --pid --fork --mount-proc true 2>/dev/null; then
+  exec unshare --pid --fork --mount-proc .venv/bin/python -m pytest "$@"
+fi
 exec .venv/bin/python -m pytest "$@"

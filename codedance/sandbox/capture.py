@@ -100,18 +100,16 @@ class ImageCollector:
             self._dropped += 1
             return
         image = _displayable(image)
+        if image.width * image.height > self.max_pixels:
+            original = image.size
+            scale = (self.max_pixels / (image.width * image.height)) ** 0.5
+            size = (max(1, int(image.width * scale)), max(1, int(image.height * scale)))
+            image = image.resize(size, Image.Resampling.LANCZOS, reducing_gap=3.0)
+            self.notes.append(f"image from {source} downscaled from {original} to {image.size}")
         digest = hashlib.sha1(image.tobytes() + repr((image.mode, image.size)).encode()).hexdigest()
         if digest in self._seen:
             return
         self._seen.add(digest)
-        if image.width * image.height > self.max_pixels:
-            original = image.size
-            scale = (self.max_pixels / (image.width * image.height)) ** 0.5
-            image = image.resize(
-                (max(1, int(image.width * scale)), max(1, int(image.height * scale))),
-                Image.Resampling.LANCZOS,
-            )
-            self.notes.append(f"image from {source} downscaled from {original} to {image.size}")
         buffer = io.BytesIO()
         image.save(buffer, format="PNG", compress_level=1)
         self.images.append((buffer.getvalue(), image.width, image.height, source))

@@ -94,7 +94,7 @@ def test_hostile(jail, name):
     neighbour = jail()
     prepare_state(neighbour)
     neighbour_expected = neighbour.run("print(x)").stdout
-    sandbox = jail([_png()], timeout_s=2.0, limits=Limits(memory=1 << 30))
+    sandbox = jail([_png()], timeout_s=2.0, limits=Limits(memory=512 << 20))
     expected = prepare_state(sandbox)
     started = time.monotonic()
     result = sandbox.run(code)

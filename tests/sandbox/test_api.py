@@ -1,0 +1,190 @@
+"""The Python API: inputs, bad input, required isolation, asyncio, pools, lifecycle, the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import signal
+import threading
+import time
+
+import pytest
+from PIL import Image as PILImage
+
+from codedance.sandbox import Sandbox, SandboxClosed, SandboxService, SandboxUnavailable
+from codedance.sandbox.pool import SandboxPool
+from codedance.types import ExecStatus, Image
+
+
+def png(colour=(200, 10, 10), size=(48, 32)) -> bytes:
+    buffer = io.BytesIO()
+    PILImage.new("RGB", size, colour).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_every_kind_of_image_input(make, tmp_path):
+    path = tmp_path / "photo.png"
+    path.write_bytes(png((1, 2, 3)))
+    sb = make([str(path), png((4, 5, 6)), PILImage.new("RGB", (5, 6), (7, 8, 9)), Image.from_png(png((10, 11, 12)))])
+    result = sb.run(
+        "import os\nfrom PIL import Image\nprint(input_image.getpixel((0, 0)), [im.getpixel((0, 0)) for im in images][1:])\n"
+        "print(Image.open('input_image.jpg').size, os.path.basename(input_image_path), len(image_paths))"
+    )
+    assert result.ok, result
+    assert result.stdout.splitlines() == ["(1, 2, 3) [(4, 5, 6), (7, 8, 9), (10, 11, 12)]",
+                                          "(48, 32) input_image.jpg 4"]  # fmt: skip
+
+
+@pytest.mark.parametrize("bad,error", [
+    (b"this is not an image", ValueError),
+    (png()[:40], ValueError),
+    ("/no/such/image.png", FileNotFoundError),
+    (12345, TypeError),
+    (b"", ValueError),
+])  # fmt: skip
+def test_bad_images_are_refused_clearly(service, bad, error):
+    with pytest.raises(error) as info:
+        Sandbox([bad], service=service)
+    assert "image" in str(info.value)
+
+
+def test_enormous_image_input_is_refused(service, tmp_path):
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    bomb = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 90000, 90000, 8, 2, 0, 0, 0)) + chunk(b"IEND", b"")
+    with pytest.raises(ValueError, match="could not start"):
+        Sandbox([bomb], service=service)
+
+
+def test_bad_code_gets_a_clear_error_or_status(make):
+    sb = make()
+    with pytest.raises(TypeError, match="code must be a str"):
+        sb.run(b"print(1)")
+    nul = sb.run("print(1)\x00")
+    assert nul.status is ExecStatus.ERROR and "null" in nul.error.message
+    weird = sb.run("import os, sys\nos.write(1, b'\\xff\\xfe ok\\n')\nprint('\\udcff')")
+    assert weird.ok and "ok" in weird.stdout and "\ufffd" in weird.stdout
+    with pytest.raises(ValueError):
+        sb.run("pass", timeout_s=0)
+    assert sb.run("# only a comment\npass").executed_nothing
+    assert not sb.run("y = 1").executed_nothing
+
+
+def test_closed_sandbox_raises(make):
+    sb = make()
+    sb.close()
+    sb.close()  # idempotent
+    with pytest.raises(SandboxClosed):
+        sb.run("print(1)")
+
+
+def test_required_isolation_is_enforced():
+    service = SandboxService(use_seccomp=False, use_cgroups=False)
+    try:
+        with pytest.raises(SandboxUnavailable) as info:
+            Sandbox(service=service, require="full")
+        assert "seccomp" in str(info.value) and "libseccomp2" in str(info.value)
+        assert "cgroups" in str(info.value)
+        with pytest.raises(ValueError, match="unknown isolation layer"):
+            Sandbox(service=service, require="magic")
+        with Sandbox(service=service, require="rlimits") as sb:
+            assert sb.isolation.level == "partial" and not sb.isolation.seccomp
+            assert sb.run("print(2)").stdout == "2\n"
+    finally:
+        service.close()
+
+
+def test_full_isolation_on_this_host(make):
+    if os.geteuid() != 0:
+        pytest.skip("full isolation needs root")
+    sb = make(require="full")
+    assert sb.isolation.level == "full"
+    assert sb.isolation.layers == ("namespaces", "users", "seccomp", "cgroups", "rlimits")
+
+
+async def test_arun_never_blocks_the_event_loop(make):
+    sb = make()
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    result = await sb.arun("import time; time.sleep(0.6); print('slept')")
+    task.cancel()
+    assert result.stdout == "slept\n"
+    assert ticks >= 25, f"the event loop ticked only {ticks} times during a 0.6 s step"
+
+
+async def test_pool_bounds_running_steps(service):
+    async with SandboxPool(max_running=2, service=service) as pool:
+        sandboxes = [await pool.asandbox() for _ in range(6)]
+        assert pool.live == 6
+        code = "import time\nstart = time.time(); time.sleep(0.3); print(start, time.time())"
+        results = await asyncio.gather(*(sb.arun(code) for sb in sandboxes))
+        spans = [tuple(map(float, r.stdout.split())) for r in results]
+        most = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+        assert most <= 2, f"{most} steps ran at once with max_running=2"
+    assert all(not sb.alive for sb in sandboxes)
+
+
+def test_many_instances_at_once(make):
+    results = []
+
+    def one(i):
+        sb = make()
+        results.append(sb.run(f"print({i} * 2)").stdout)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(results, key=lambda s: int(s)) == [f"{i * 2}\n" for i in range(16)]
+
+
+def test_closing_while_a_step_runs(make):
+    sb = make(timeout_s=30)
+    outcome = {}
+    runner = threading.Thread(target=lambda: outcome.update(r=sb.run("import time; time.sleep(20)")))
+    runner.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    sb.close()
+    runner.join(timeout=10)
+    assert not runner.is_alive() and time.monotonic() - started < 10
+    assert outcome["r"].status is not ExecStatus.OK
+
+
+def test_a_crashed_holder_is_reported(make):
+    sb = make()
+    assert sb.run("x = 1").ok
+    os.kill(sb._holder_pid, signal.SIGKILL)
+    result = sb.run("print(x)")
+    assert result.status is ExecStatus.CRASHED and "state is lost" in result.notes[-1]
+    assert not sb.alive
+    assert sb.run("print(1)").status is ExecStatus.CRASHED
+
+
+def test_cli_runs_a_snippet_file(tmp_path):
+    from typer.testing import CliRunner
+
+    from codedance.cli import app
+
+    snippet = tmp_path / "crop.py"
+    snippet.write_text("box = input_image.crop((0, 0, 10, 10))\nprint(box.size)\nbox")
+    image = tmp_path / "in.png"
+    image.write_bytes(png())
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["sandbox", "run", str(snippet), "--image", str(image), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "status: ok" in result.output and "(10, 10)" in result.output
+    assert PILImage.open(out / "image_0.png").size == (10, 10)

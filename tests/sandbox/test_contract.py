@@ -1,0 +1,67 @@
+"""Each property of shared/docs/sandbox.md through the public checks, plus the finer points of
+rollback and persistence that the checks do not spell out."""
+
+from __future__ import annotations
+
+import pytest
+
+from codedance.sandbox.checks import CHECKS, _Context, example_image
+from codedance.types import ExecStatus
+
+
+@pytest.mark.parametrize("number,name,check", CHECKS, ids=[name for _, name, _ in CHECKS])
+def test_property(service, number, name, check):
+    if not (service.isolation.namespaces and service.isolation.seccomp):
+        pytest.skip("the checks run hostile code only inside the jail")
+    detail = check(_Context(service, example_image()))
+    assert detail
+
+
+def test_rollback_of_imports_chdir_and_rng(make):
+    sb = make()
+    assert sb.run("import os, numpy as np\nnp.random.seed(3)\nos.makedirs('a/b')").ok
+    expected = sb.run("print(np.random.randint(10**9))")
+    assert expected.ok
+    sb2 = make()
+    assert sb2.run("import os, numpy as np\nnp.random.seed(3)\nos.makedirs('a/b')").ok
+    failed = sb2.run("import json\nos.chdir('a/b')\nnp.random.randint(10**9)\nraise KeyError('x')")
+    assert failed.status is ExecStatus.ERROR and failed.rolled_back
+    after = sb2.run("print(np.random.randint(10**9))\nprint('json' in globals(), os.path.basename(os.getcwd()))")
+    assert after.stdout.splitlines() == [expected.stdout.strip(), "False work"]
+
+
+def test_error_report_has_the_users_frames(make):
+    sb = make()
+    result = sb.run("def f(v):\n    return 1 / v\n\nf(0)")
+    assert result.status is ExecStatus.ERROR
+    assert result.error.type == "ZeroDivisionError"
+    assert [line for _, line in result.error.frames] == ["f(0)", "return 1 / v"]
+    assert "<snippet>" in result.error.traceback and "line 2" in result.error.traceback
+    syntax = sb.run("x = (1,\nprint(x)")
+    assert syntax.status is ExecStatus.ERROR and syntax.error.type == "SyntaxError"
+    assert syntax.error.frames and syntax.error.frames[0][0] >= 1
+
+
+def test_last_expression_is_shown(make):
+    sb = make()
+    assert sb.run("x = 6 * 7\nx").stdout == "42\n"
+    arr = sb.run("import numpy as np\nnp.zeros((20, 30, 3), np.uint8)")
+    assert len(arr.images) == 1 and arr.images[0].size == (30, 20)
+    small = sb.run("np.arange(4)")
+    assert small.stdout == "array([0, 1, 2, 3])\n" and not small.images
+
+
+def test_images_over_the_pixel_budget_are_downscaled(make):
+    sb = make()
+    result = sb.run("from PIL import Image\nImage.new('RGB', (20000, 20000), (0, 0, 255))")
+    assert result.ok and len(result.images) == 1
+    assert result.images[0].width * result.images[0].height <= sb.limits.max_pixels
+    assert any("downscaled" in note for note in result.notes)
+
+
+def test_a_thousand_figures(make):
+    sb = make(timeout_s=60)
+    result = sb.run("import matplotlib.pyplot as plt\nfor i in range(1000):\n    plt.figure(figsize=(1, 1)).suptitle(str(i))")
+    assert result.ok and len(result.images) == sb.limits.max_images
+    assert any("not returned" in note for note in result.notes)
+    assert sb.run("import matplotlib.pyplot as plt; print(len(plt.get_fignums()))").stdout == "0\n"
