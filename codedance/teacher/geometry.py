@@ -1,0 +1,80 @@
+"""The teacher's measurement: the scale bar's length in pixels, the blue object's length (long
+side of its minimum-area rectangle) or area (pixel count), converted to cm. First mistake: it
+takes the widest black component as the scale, which in hard pictures is the frame; the
+printed scale box spanning the whole image gives it away."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from codedance.teacher import pixels
+from codedance.teacher.program import Step, results, snippet
+from codedance.teacher.view import TaskView
+from codedance.world.draw import PALETTE
+
+HELPERS = (pixels.color_mask, pixels.blobs, pixels.scale_bar, pixels.long_side)
+UNIT = re.compile(r"scale bar is ([\d.]+) cm")
+
+
+def _unit(view: TaskView) -> float:
+    m = UNIT.search(view.question)
+    if not m:
+        raise ValueError(f"no scale in {view.question!r}")
+    return float(m.group(1))
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.1f}".rstrip("0").rstrip(".")
+
+
+def glance(view: TaskView, img: np.ndarray) -> str:
+    bar, _ = pixels.scale_bar(img)
+    blue = pixels.color_mask(img, PALETTE["blue"], 40)
+    length = pixels.long_side(blue)
+    ratio = length / bar if bar else 0.0
+    return _fmt(round(ratio) * _unit(view)) if abs(ratio - round(ratio)) < 0.15 else _fmt(ratio * _unit(view))
+
+
+def _body(view: TaskView, skip_border: bool) -> str:
+    unit = _unit(view)
+    lines = [f"bar, box = scale_bar(img, skip_border={skip_border})",
+             f"print('scale bar:', bar, 'px, box', box, 'image', img.shape[1], 'x', img.shape[0])",
+             f"blue = color_mask(img, {PALETTE['blue']}, 40)"]
+    if "area" in view.question:
+        lines += ["px = int(blue.sum())", "print('blue pixels:', px)",
+                  f"print('RESULT:', round(px * ({unit} / bar) ** 2, 1))"]
+    else:
+        lines += ["length = long_side(blue)", "print('blue length:', round(length, 1), 'px')",
+                  f"print('RESULT:', round(length / bar * {unit}, 1))"]
+    lines += ["vis = img.copy()", "x, y, w, h = box",
+              "cv2.rectangle(vis, (x - 3, y - 3), (x + w + 3, y + h + 3), (255, 0, 0), 2)",
+              "Image.fromarray(vis).show()"]
+    return "\n".join(lines)
+
+
+def _check(feedback: str) -> str | None:
+    m = re.search(r"scale bar: (\d+) px, box \((\d+), (\d+), (\d+), (\d+)\) image (\d+) x (\d+)", feedback)
+    if m and int(m.group(4)) >= int(m.group(6)) - 2:
+        return "the 'scale bar' spans the whole image: that is the frame, not the bar"
+    return None
+
+
+def steps(view: TaskView, hard: bool, mistake: str | None) -> list[Step]:
+    good = Step("I measure the scale bar in pixels and the blue shape against it.",
+                snippet(_body(view, True), HELPERS))
+    if not hard:
+        return [good]
+    verify = Step("Let me confirm the measurement and the conversion to cm² once more.",
+                  snippet(_body(view, True), HELPERS))
+    if mistake == "loose":
+        first = Step("The scale bar should be the widest black thing; I measure it and the shape.",
+                     snippet(_body(view, False), HELPERS), _check, good)
+        return [first, verify]
+    return [good, verify]
+
+
+def answer(view: TaskView, feedback: str) -> str | None:
+    found = results(feedback)
+    return _fmt(float(found[-1])) if found else None

@@ -1,0 +1,143 @@
+"""The expert teacher: a `Policy` that writes CodeDance turns and solves world tasks from pixels.
+
+    teacher = ExpertTeacher(TeacherConfig(temperature=1.0, mistake_rate=0.5, seed=0))
+    trajectory = run_episode(teacher.policy(task, rollout=0), task, sandbox)
+
+Per difficulty: easy tasks are answered directly (the teacher's glance runs its pixel routines
+in-process on the image it was shown, no code turn); medium tasks take one tool step; hard tasks a
+chain of steps, where with probability ``mistake_rate·min(1, temperature)`` the first step is a
+realistic mistake (a loose threshold, an unsplit count, the frame taken for the scale bar, or a
+plain bug) that the teacher notices from the real sandbox feedback and corrects.
+
+Every decision is a function of the conversation so far (replayed on each call) and a random
+stream seeded by (seed, task id, rollout): the same inputs give the same trajectory. The teacher
+knows a task only through `TaskView` (question, options, skill and difficulty labels), never its
+answer. A step whose output never arrives (failure twice, the turn-limit message) leads to the best
+answer the outputs allow, or "unknown".
+Not handled: tasks of skills without a solver module (raises ValueError at `policy`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from codedance.policy.base import Completion
+from codedance.teacher import counting, geometry, spatial
+from codedance.teacher.program import LOAD, Step, finished
+from codedance.types import Image, Message, Task
+from codedance.teacher.view import TaskView
+
+SOLVERS = {"counting": counting, "spatial": spatial, "geometry": geometry}
+MISTAKES = ("loose", "nosplit", "bug")
+BUG = "channels = input_image.size[2]  # number of colour channels\n"
+
+
+@dataclass(frozen=True)
+class TeacherConfig:
+    """``temperature`` 0 gives the greedy expert (no mistakes); ``mistake_rate`` is the chance of
+    a first mistake on a hard task at temperature ≥ 1."""
+
+    temperature: float = 1.0
+    mistake_rate: float = 0.5
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0 or not 0 <= self.mistake_rate <= 1:
+            raise ValueError("temperature must be ≥ 0 and mistake_rate within [0, 1]")
+
+
+def register(skill: str, module: object) -> None:
+    """Add a solver module (``glance``, ``steps``, ``answer``) for another skill."""
+    SOLVERS[skill] = module
+
+
+class ExpertTeacher:
+    """Makes one `TeacherPolicy` per (task, rollout)."""
+
+    def __init__(self, config: TeacherConfig = TeacherConfig()) -> None:
+        self.config = config
+
+    def policy(self, task: Task, rollout: int = 0) -> TeacherPolicy:
+        view = TaskView.from_task(task)
+        if view.skill not in SOLVERS:
+            raise ValueError(f"the teacher has no solver for skill {view.skill!r}")
+        return TeacherPolicy(view, self.config, rollout)
+
+
+def _rng(config: TeacherConfig, view: TaskView, rollout: int) -> np.random.Generator:
+    digest = hashlib.sha256(f"{config.seed}/{view.id}/{rollout}".encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
+def _pixels(image: Image) -> np.ndarray:
+    from PIL import Image as PILImage
+
+    return np.asarray(PILImage.open(io.BytesIO(image.png)).convert("RGB"))
+
+
+def turn(think: str, code: str | None = None, answer: str | None = None) -> str:
+    """One message in the CodeDance format."""
+    text = f"<think>{think}</think>\n"
+    if code is not None:
+        return text + f"<code>\n```python\n{code}```\n</code>"
+    return text + f"<answer>{answer}</answer>"
+
+
+class TeacherPolicy:
+    """The teacher on one episode; see the module docstring."""
+
+    def __init__(self, view: TaskView, config: TeacherConfig, rollout: int) -> None:
+        self.view, self.config, self.rollout = view, config, rollout
+        self.solver = SOLVERS[view.skill]
+        rng = _rng(config, view, rollout)
+        p = config.mistake_rate * min(1.0, config.temperature)
+        self.mistake = str(rng.choice(MISTAKES)) if rng.random() < p else None
+
+    def _plan(self) -> list[Step]:
+        hard = self.view.difficulty == "hard"
+        plan = self.solver.steps(self.view, hard, self.mistake if hard else None)
+        if hard and self.mistake == "bug":
+            first = plan[0]
+            buggy = Step(first.think, first.code.replace(LOAD, LOAD + BUG, 1), fix=replace(
+                first, think="input_image is a PIL image: .size is (width, height), it has no "
+                "channel count. I drop that line and run the rest. " + first.think))
+            plan = [buggy, *plan[1:]]
+        return plan
+
+    def complete(self, messages: tuple[Message, ...]) -> Completion:
+        users = [m for m in messages if m.role == "user"]
+        if not users or not users[0].images:
+            raise ValueError("the teacher needs the task's image in the first user message")
+        feedbacks = [m.text for m in users[1:]]
+        if self.view.difficulty == "easy":
+            value = self.solver.glance(self.view, _pixels(users[0].images[0]))
+            return Completion(turn("The picture is simple enough to read directly.", answer=value))
+        queue, note, best, retried = self._plan(), "", None, False
+        for feedback in feedbacks:
+            step = queue.pop(0)
+            if "Turn limit reached" in feedback:
+                queue = []
+            if not finished(feedback):
+                if step.fix is not None or not retried:
+                    queue.insert(0, step.fix or step)
+                    retried = step.fix is None
+                    note = "The code failed; reading the error, "
+                continue
+            problem = step.check(feedback)
+            if problem is not None and step.fix is not None:
+                queue.insert(0, step.fix)
+                note = f"Looking at the output, {problem}. "
+                continue
+            best, note = self.solver.answer(self.view, feedback) or best, ""
+        if queue and (best is None or len(feedbacks) < len(self._plan()) + 2):
+            step = queue[0]
+            return Completion(turn(note + step.think, code=step.code))
+        value = best if best is not None else "unknown"
+        return Completion(turn(f"The output gives {value}, which answers the question.", answer=value))
+
+    async def acomplete(self, messages: tuple[Message, ...]) -> Completion:
+        return self.complete(messages)

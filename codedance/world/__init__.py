@@ -1,0 +1,29 @@
+"""A procedural world of visual reasoning tasks with exactly known answers.
+
+    from codedance.world import generate, task_set
+    task = generate("counting", "hard", seed=3)
+    tasks = task_set(18, seed=0)            # every skill × difficulty
+
+Skills (one module each): ``counting``, ``search`` (a small digit in a large canvas), ``charts``
+(matplotlib bar charts from real tables), ``geometry`` (measurement against a drawn scale),
+``spatial``, ``photos`` (scikit-image's real photos, hand-checked counts; needs scikit-image).
+See docs/world.md.
+"""
+
+from codedance.world import counting, geometry, spatial  # noqa: F401  (register skills)
+from codedance.world.base import (
+    DIFFICULTIES,
+    WORLD_VERSION,
+    Difficulty,
+    WorldError,
+    generate,
+    label,
+    parse_difficulty,
+    parse_skills,
+    parse_task_id,
+    skills,
+    task_set,
+)
+
+__all__ = ["DIFFICULTIES", "WORLD_VERSION", "Difficulty", "WorldError", "generate", "label",
+           "parse_difficulty", "parse_skills", "parse_task_id", "skills", "task_set"]
