@@ -28,6 +28,7 @@ from codedance.eval.spec import BenchmarkSpec
 from codedance.prompts import image_from_bytes
 from codedance.types import AnswerKind, Task
 
+_NO_IMAGES = "__codedance_no_images__"
 MCQ_SUFFIX = "Please select the correct answer from the options above."
 CHARXIV_CATEGORIES = {"1": "Text-in-Chart", "2": "Text-in-General", "3": "Number-in-Chart", "4": "Number-in-General"}
 
@@ -59,7 +60,7 @@ def _literal_list(text: str) -> list[str]:
 
 def _task(spec: BenchmarkSpec, item: RawItem, index: str, question: str, answer: str, kind: AnswerKind,
           choices: list[tuple[str, str]] | None = None, **meta: str) -> Task:
-    if not item.images:
+    if not item.images and item.get(_NO_IMAGES) != "1":
         raise ValueError(f"{spec.title} item {index} has no image")
     images = tuple(image_from_bytes(b, origin=f"input:{k}") for k, b in enumerate(item.images))
     metadata = (("benchmark", spec.name), ("index", index), ("difficulty", meta.pop("difficulty", "all")),
@@ -211,10 +212,10 @@ def read_items(spec: BenchmarkSpec, *, lmu_dir: str | Path | None, path: str | P
     return read_tsv(tsv)
 
 
-def load_benchmark(spec: BenchmarkSpec, *, lmu_dir: str | Path | None = None, path: str | Path | None = None,
-                   limit: int | None = None, pixmo_cache: str | Path | None = None,
-                   fetch_images: bool = False) -> tuple[Task, ...]:
-    """The benchmark's tasks (the first ``limit`` rows when given). See the module docstring."""
+def prepare_items(spec: BenchmarkSpec, *, lmu_dir: str | Path | None = None, path: str | Path | None = None,
+                  limit: int | None = None, pixmo_cache: str | Path | None = None,
+                  fetch_images: bool = False) -> list[RawItem]:
+    """The first ``limit`` raw rows, with PixmoCount's images brought from the cache (see pixmo)."""
     items = read_items(spec, lmu_dir=lmu_dir, path=path)
     if limit is not None:
         items = items[:limit]
@@ -225,5 +226,20 @@ def load_benchmark(spec: BenchmarkSpec, *, lmu_dir: str | Path | None = None, pa
             raise DataNotFoundError("PixmoCount needs an image cache folder (--pixmo-cache)")
         images, _ = pixmo_images(items, pixmo_cache, fetch=fetch_images)
         items = [RawItem(it.fields, (img,)) for it, img in zip(items, images, strict=True) if img is not None]
-    convert = CONVERTERS[spec.scorer]
-    return tuple(convert(spec, item, n) for n, item in enumerate(items))
+    return items
+
+
+def to_task(spec: BenchmarkSpec, item: RawItem, n: int, *, images: bool = True) -> Task:
+    """The `Task` of raw row number `n`; ``images=False`` skips decoding (for scoring)."""
+    if not images:
+        item = RawItem({**item.fields, _NO_IMAGES: "1"}, ())
+    return CONVERTERS[spec.scorer](spec, item, n)
+
+
+def load_benchmark(spec: BenchmarkSpec, *, lmu_dir: str | Path | None = None, path: str | Path | None = None,
+                   limit: int | None = None, pixmo_cache: str | Path | None = None,
+                   fetch_images: bool = False) -> tuple[Task, ...]:
+    """The benchmark's tasks (the first ``limit`` rows when given). See the module docstring."""
+    items = prepare_items(spec, lmu_dir=lmu_dir, path=path, limit=limit, pixmo_cache=pixmo_cache,
+                          fetch_images=fetch_images)
+    return tuple(to_task(spec, item, n) for n, item in enumerate(items))

@@ -1,0 +1,119 @@
+"""The judge steps that official metrics need, over any OpenAI-compatible server.
+
+`Judges` bundles two `JudgeClient`s on one server: ``verdict`` (the grading module's
+"Judgement: 1/0" consistency check, a few tokens) and ``text`` (longer replies: answer
+extraction, CharXiv's JSON). Steps:
+
+- `charxiv_score`: CharXiv's per-item ``grading_query`` (from the TSV) with ``{PREDICTION}``
+  replaced by the extracted answer; the reply must be JSON ``{"extracted_answer", "score"}``.
+- `extract_answer_with_judge`: MathVista / MathVision / MathVerse answer extraction, few-shot.
+- `mathverse_consistent`: MathVerse's second step, a 0/1 consistency verdict on the extracted
+  answer against the standard answer, given ``question_for_eval``.
+
+The extraction and MathVerse prompts follow the structure of VLMEvalKit's (task description,
+worked examples, the item) in our own wording, so numbers can differ slightly from VLMEvalKit's
+with the same judge. Replies that do not parse raise `JudgeVerdictError` (never a silent 0);
+CharXiv gets ``retries`` tries first, as VLMEvalKit does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+from codedance.grading import JudgeClient, JudgeConfig, JudgeVerdictError, parse_verdict
+
+
+@dataclass(frozen=True)
+class Judges:
+    """A verdict client and a text client on the same judge server."""
+
+    verdict: JudgeClient
+    text: JudgeClient
+
+    @classmethod
+    def open(cls, config: JudgeConfig, text_max_tokens: int = 256) -> Judges:
+        return cls(JudgeClient(config), JudgeClient(dataclasses.replace(config, max_tokens=text_max_tokens)))
+
+    @property
+    def name(self) -> str:
+        return self.verdict.config.name
+
+    def close(self) -> None:
+        self.verdict.close()
+        self.text.close()
+
+
+def charxiv_score(judges: Judges, grading_query: str, answer: str, retries: int = 3) -> tuple[float, str]:
+    """(score, judge's extracted answer) for one CharXiv reasoning item."""
+    prompt = grading_query.replace("{PREDICTION}", answer)
+    last = ""
+    for _ in range(retries):
+        last = judges.text.complete([{"role": "user", "content": prompt}])
+        body = last.strip().removeprefix("```json").removeprefix("```").removesuffix("```").strip()
+        try:
+            content = json.loads(body)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(content, dict) and "score" in content:
+            return float(content["score"]), str(content.get("extracted_answer", ""))
+    raise JudgeVerdictError(f"CharXiv judge reply is not JSON with a score after {retries} tries: {last[:200]!r}")
+
+
+_EXTRACT_TASK = (
+    "Read the examples, then extract the final answer from the last model response. Reply with "
+    "the extracted answer only: a number, an option letter, a list or an expression; 'null' if "
+    "the response gives no answer.\n\n"
+)
+_EXTRACT_SHOTS = (
+    ("Which number is missing?", "The missing number in the sequence is 14.", "14"),
+    ("What is the fraction of females facing the camera?", "About 0.6 of them face the camera.", "0.6"),
+    ("How much money does Luca need for both candies? (Unit: $)", "He needs $1.45 in total.", "1.45"),
+    ("Between which two years does the line peak?", "The peak lies between 2007 and 2008.", "[2007, 2008]"),
+    ("What fraction of the shape is blue? Choices: (A) 3/11 (B) 8/11 (C) 6/11 (D) 3/5",
+     "So the right choice is (B) 8/11.", "B"),
+)
+
+
+def extraction_prompt(question: str, response: str) -> str:
+    """The few-shot extraction prompt for one item.
+
+    >>> extraction_prompt("Q?", "It is 3.").endswith("Model response: It is 3.\\nExtracted answer:")
+    True
+    """
+    shots = "\n\n".join(f"Question: {q}\nModel response: {r}\nExtracted answer: {a}" for q, r, a in _EXTRACT_SHOTS)
+    return f"{_EXTRACT_TASK}{shots}\n\nQuestion: {question}\nModel response: {response}\nExtracted answer:"
+
+
+def extract_answer_with_judge(judges: Judges, question: str, response: str) -> str:
+    """The judge's extraction of the final answer (``""`` when it says there is none)."""
+    reply = judges.text.complete([{"role": "user", "content": extraction_prompt(question, response)}]).strip()
+    reply = reply.removeprefix("Extracted answer:").strip()
+    return "" if reply.lower() == "null" else reply
+
+
+_MATHVERSE_TASK = (
+    "Below are a math question, its standard answer and an answer extracted from a model's "
+    "output. Decide whether the model answer is consistent with the standard answer. For "
+    "multiple-choice questions only the same option counts. For other questions the same value "
+    "or meaning counts, e.g. 0.5 m and 50 cm. Reply with 'Judgement: 1' if consistent, "
+    "'Judgement: 0' if not, and nothing else.\n\n"
+)
+_MATHVERSE_SHOTS = (
+    ("Write the set of numbers on the number line in interval notation.", "(-2,1]", "(-2, 1)", 0),
+    ("Circle O has radius 1 and angle BAC = 60. BC = ? Choices: A:2 B:2√3 C:√3 D:2√2", "C", "B:2√3", 0),
+    ("Circle O has radius 1 and angle BAC = 60. BC = ? Choices: A:2 B:2√3 C:√3 D:2√2", "C", "C", 1),
+    ("Find the length of AB.", "0.5 m", "50 cm", 1),
+)
+
+
+def mathverse_consistent(judges: Judges, question_for_eval: str, gold: str, extracted: str) -> bool:
+    """MathVerse's second step. An exact string match is consistent without asking (VLMEvalKit)."""
+    if extracted.strip() == gold.strip():
+        return True
+    shots = "\n\n".join(f"[Question]: {q}\n[Standard Answer]: {g}\n[Model answer]: {p}\nJudgement: {v}"
+                        for q, g, p, v in _MATHVERSE_SHOTS)
+    prompt = (f"{_MATHVERSE_TASK}{shots}\n\n[Question]: {question_for_eval}\n[Standard Answer]: {gold}\n"
+              f"[Model answer]: {extracted}\nJudgement:")
+    return parse_verdict(judges.verdict.complete([{"role": "user", "content": prompt}]))

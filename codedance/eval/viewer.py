@@ -1,0 +1,105 @@
+"""The trajectory viewer: static HTML pages under ``out/view/`` for every scored sample.
+
+``view/index.html`` lists the samples (benchmark, id, right or wrong, answer, gold, turns,
+calls, stop reason), filterable by typing; each sample's page shows the whole conversation the
+model saw (system, question, images, every turn's text, code results and feedback images) and
+how it was scored. Images are linked from ``out/images/`` (not inlined), so pages stay small;
+open them from the run folder. Built from ``trajectories.jsonl`` and ``scores.jsonl`` alone.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+
+from codedance.records import read_jsonl
+
+_STYLE = """body{font-family:system-ui,sans-serif;max-width:64rem;margin:1.5rem auto;padding:0 1rem}
+.msg{border-left:4px solid #999;margin:.8rem 0;padding:.2rem 1rem;background:#fafafa}
+.user{border-color:#2a7ae2}.assistant{border-color:#2ca02c}.system{border-color:#888}.exec{border-color:#9467bd}
+pre{white-space:pre-wrap;word-break:break-word}img{max-width:100%;border:1px solid #ccc}
+table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:.2rem .5rem;font-size:.9rem}
+.ok{color:#2ca02c}.bad{color:#d62728}.na{color:#888}"""
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def _img(ref: dict) -> str:
+    return f'<img src="../../images/{html.escape(ref["sha256"])}.png" alt="{html.escape(ref["origin"])}"><br>'
+
+
+def _parts(parts: list) -> str:
+    return "".join(f"<pre>{html.escape(p)}</pre>" if isinstance(p, str) else _img(p["image"]) for p in parts)
+
+
+def _feedback(text: str, images: list[dict]) -> str:
+    chunks = text.split("<image>")
+    out = []
+    for k, chunk in enumerate(chunks):
+        out.append(f"<pre>{html.escape(chunk)}</pre>")
+        if k < len(chunks) - 1 and k < len(images):
+            out.append(_img(images[k]))
+    return "".join(out)
+
+
+def _verdict(score: dict | None) -> str:
+    if score is None or score["correct"] is None:
+        return '<span class="na">not scored</span>'
+    return '<span class="ok">right</span>' if score["correct"] else '<span class="bad">wrong</span>'
+
+
+def page(record: dict, score: dict | None) -> str:
+    """One sample's page."""
+    rows = [f'<div class="msg {m["role"]}"><b>{m["role"]}</b>{_parts(m["parts"])}</div>' for m in record["prompt"]]
+    for k, turn in enumerate(record["turns"], start=1):
+        rows.append(f'<div class="msg assistant"><b>assistant, turn {k}</b><pre>{html.escape(turn["text"])}</pre></div>')
+        if turn["result"] is not None:
+            r = turn["result"]
+            error = f'\n{r["error"]["type"]}: {r["error"]["message"]}' if r["error"] else ""
+            rows.append(f'<div class="msg exec"><b>sandbox: {r["status"]} in {r["duration_s"]:.2f}s</b></div>')
+            rows.append(f'<div class="msg user"><b>feedback</b>{_feedback(turn["feedback_text"], turn["feedback_images"])}'
+                        f'{"<pre>" + html.escape(error) + "</pre>" if error else ""}</div>')
+    extras = dict(score["extras"]) if score else {}
+    head = (f"<p>{_verdict(score)}; answer <b>{html.escape(str(score and score['answer']))}</b> "
+            f"(from {html.escape(str(score and score['source']))}); gold <b>{html.escape(extras.get('gold', '?'))}</b>; "
+            f"scorer {html.escape(str(score and score['scorer']))}; stop reason <b>{record['stop_reason']}</b>; "
+            f"{html.escape(json.dumps(extras))}</p>")
+    title = html.escape(record["key"])
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{_STYLE}</style></head>"
+            f"<body><p><a href='../index.html'>all samples</a></p><h1>{title}</h1>{head}{''.join(rows)}</body></html>")
+
+
+def write_viewer(out: str | Path) -> Path:
+    """Write ``out/view/`` and return the index page's path."""
+    out = Path(out)
+    scores = {r["key"]: r for r in read_jsonl(out / "scores.jsonl")}
+    records = {r["key"]: r for r in read_jsonl(out / "trajectories.jsonl")}
+    view = out / "view"
+    lines = []
+    for key, record in records.items():
+        bench, _, rest = key.partition("/")
+        folder = view / _safe(bench)
+        folder.mkdir(parents=True, exist_ok=True)
+        name = f"{_safe(rest)}.html"
+        score = scores.get(key)
+        (folder / name).write_text(page(record, score), encoding="utf-8")
+        calls = sum(1 for t in record["turns"] if t["result"] is not None)
+        gold = dict(score["extras"]).get("gold", "") if score else ""
+        lines.append(f"<tr><td>{html.escape(bench)}</td><td><a href='{_safe(bench)}/{name}'>{html.escape(rest)}</a></td>"
+                     f"<td>{_verdict(score)}</td><td>{html.escape(str(score and score['answer']))}</td>"
+                     f"<td>{html.escape(gold)}</td><td>{len(record['turns'])}</td><td>{calls}</td>"
+                     f"<td>{record['stop_reason']}</td></tr>")
+    script = ("<script>function f(q){for(const r of document.querySelectorAll('tbody tr'))"
+              "r.style.display=r.textContent.toLowerCase().includes(q.toLowerCase())?'':'none'}</script>")
+    index = (f"<!doctype html><html><head><meta charset='utf-8'><title>samples</title><style>{_STYLE}</style>{script}"
+             f"</head><body><h1>Samples</h1><p><a href='../report.html'>report</a> · filter: "
+             f"<input oninput='f(this.value)'></p><table><thead><tr><th>benchmark</th><th>id</th><th>verdict</th>"
+             f"<th>answer</th><th>gold</th><th>turns</th><th>calls</th><th>stop</th></tr></thead><tbody>"
+             f"{''.join(lines)}</tbody></table></body></html>")
+    view.mkdir(parents=True, exist_ok=True)
+    (view / "index.html").write_text(index, encoding="utf-8")
+    return view / "index.html"
