@@ -198,7 +198,7 @@ def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
         if settings.no_tools:
             make_runner = lambda images: NoToolRunner()  # noqa: E731
         else:
-            from codedance.sandbox import SandboxPool
+            from codedance.sandbox.pool import SandboxPool
 
             pool = SandboxPool(timeout_s=settings.exec_timeout_s)
             make_runner = lambda images: pool.sandbox(images=images)  # noqa: E731

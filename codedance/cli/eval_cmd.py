@@ -1,0 +1,125 @@
+"""``codedance eval`` and ``codedance report``: the paper's benchmarks against a served model.
+
+    codedance eval --model http://localhost:8000/v1 --benchmarks vstar,chartqa,mathvision \\
+        --max-turns 10 --concurrency 64 --out runs/NAME [--judge http://judge:8000/v1] \\
+        [--limit 50] [--no-tools] [--data mathvision=/path/to/MATH-V] [--lmu-data ~/LMUData]
+    codedance report runs/A runs/B          # side by side, deltas against the first
+
+Data: ``$LMUData`` (default ``~/LMUData``) holds VLMEvalKit's TSV files; ``--data NAME=PATH``
+points one benchmark at a TSV file, a Hugging Face export (parquet / JSONL) or the MATH-V
+repository folder. ``--benchmarks paper`` runs the paper's eleven. Rerunning the same command
+resumes. Exit code 2 on an error a person can act on (missing data, unreachable server).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(help="Evaluate a served model on the paper's benchmarks.")
+
+
+def _data_paths(values: list[str]) -> tuple[tuple[str, str], ...]:
+    from codedance.eval.spec import get_spec
+
+    pairs = []
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep:
+            raise ValueError(f"--data expects NAME=PATH, got {value!r}")
+        pairs.append((get_spec(name).name, str(Path(path).expanduser())))
+    return tuple(pairs)
+
+
+@app.callback(invoke_without_command=True)
+def eval_(
+    model: str = typer.Option(..., "--model", help="Model server URL, e.g. http://localhost:8000/v1"),
+    benchmarks: str = typer.Option("paper", help="Comma-separated names, 'paper' (the eleven) or 'all'"),
+    out: Path = typer.Option(..., "--out", help="Run folder (rerun the same command to resume)"),
+    model_name: str = typer.Option("", help="Served model name (default: the server's first)"),
+    max_turns: int = typer.Option(10, help="Model calls per sample at most (paper: 10)"),
+    concurrency: int = typer.Option(64, help="Samples in flight at once"),
+    limit: int | None = typer.Option(None, help="First N samples of each benchmark"),
+    no_tools: bool = typer.Option(False, "--no-tools", help="Answer directly, one turn, no code (baseline)"),
+    judge: str = typer.Option("", help="OpenAI-compatible judge URL for judge-based metrics"),
+    judge_model: str = typer.Option("Qwen/Qwen2.5-72B-Instruct", help="Judge model name"),
+    data: list[str] = typer.Option([], "--data", help="NAME=PATH: a TSV, HF export or MATH-V folder"),
+    lmu_data: Path | None = typer.Option(None, help="VLMEvalKit data folder (default $LMUData or ~/LMUData)"),
+    pixmo_cache: Path | None = typer.Option(None, help="PixmoCount image cache (default <lmu-data>/pixmo_cache)"),
+    fetch_images: bool = typer.Option(False, help="Download PixmoCount images missing from the cache"),
+    profile: str = typer.Option("release", help="Prompt profile"),
+    profiles: Path | None = typer.Option(None, help="YAML file of user prompt profiles"),
+    temperature: float = typer.Option(0.0),
+    max_tokens: int = typer.Option(2048, help="Tokens per model call"),
+    exec_timeout: float = typer.Option(15.0, help="Seconds per code execution"),
+    request_timeout: float = typer.Option(300.0, help="Seconds per model request"),
+    api_key: str = typer.Option("EMPTY", envvar="OPENAI_API_KEY"),
+    plain_openai: bool = typer.Option(False, help="Send no vLLM/SGLang-only request fields"),
+) -> None:
+    """Run the benchmarks, score them and write the report into --out."""
+    from codedance.eval.judge_steps import Judges
+    from codedance.eval.report import markdown
+    from codedance.eval.runner import EvalSettings, run_eval
+    from codedance.eval.sources import DataNotFoundError
+    from codedance.eval.spec import parse_benchmarks
+    from codedance.grading import JudgeConfig, JudgeError
+    from codedance.policy import OpenAIChatPolicy, PolicyError, SamplingParams
+    from codedance.prompts import get_profile
+    from codedance.rollout import EpisodeConfig
+
+    console = Console()
+    judges = None
+    try:
+        lmu = lmu_data or Path(os.environ.get("LMUData", "~/LMUData"))
+        lmu = lmu.expanduser()
+        sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens)
+        policy = OpenAIChatPolicy(model, model_name or "?", sampling, api_key=api_key,
+                                  timeout_s=request_timeout, server_extras=not plain_openai)
+        if not model_name:
+            served = policy.list_models()
+            if not served:
+                raise PolicyError(f"{policy.base_url}/models lists no models")
+            policy.model = served[0]
+        episode = EpisodeConfig(max_turns=max_turns, profile=get_profile(profile, profiles),
+                                metadata=(("model", policy.model),))
+        settings = EvalSettings(
+            benchmarks=parse_benchmarks(benchmarks), episode=episode, model=policy.model,
+            sampling=f"temperature={temperature},max_tokens={max_tokens}", no_tools=no_tools, limit=limit,
+            concurrency=concurrency, exec_timeout_s=exec_timeout, lmu_dir=str(lmu),
+            data_paths=_data_paths(data), pixmo_cache=str(pixmo_cache or lmu / "pixmo_cache"),
+            fetch_images=fetch_images)
+        if judge:
+            judges = Judges.open(JudgeConfig(base_url=judge, model=judge_model, api_key=api_key))
+        console.print(f"model [bold]{policy.model}[/bold] at {policy.base_url}; "
+                      f"{'no tools' if no_tools else f'max {max_turns} turns'}; judge: {judge or 'none'}")
+        report = run_eval(policy, settings, out, judges=judges,
+                          on_loaded=lambda spec, n: console.print(f"{spec.title}: {n} samples"))
+        policy.close()
+    except (DataNotFoundError, PolicyError, JudgeError, ValueError, KeyError, OSError, ImportError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(code=2) from exc
+    finally:
+        if judges is not None:
+            judges.close()
+    console.print(markdown(report))
+    console.print(f"report: {out / 'report.html'}  trajectories: {out / 'view' / 'index.html'}")
+
+
+def report(runs: list[Path] = typer.Argument(..., help="Run folders (or report.json files)")) -> None:
+    """Compare runs side by side: accuracy, turns and execution success, deltas vs the first."""
+    from codedance.eval.report import compare_markdown, load_report
+
+    console = Console()
+    try:
+        reports = [load_report(r) for r in runs]
+    except (FileNotFoundError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(code=2) from exc
+    typer.echo(compare_markdown(reports, [str(r) for r in runs]))
+
+
+report_app = typer.Typer()
+report_app.command()(report)
