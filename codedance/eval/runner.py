@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -145,24 +146,38 @@ def latest_scores(out: Path) -> dict[str, SampleScore]:
     return scores
 
 
-def load_records(out: Path) -> dict[str, Trajectory]:
-    """key -> trajectory (without pixels) of every finished sample; the last record wins."""
+def record_digest(record: dict) -> str:
+    """A digest of one trajectory record (what its score was computed from)."""
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load_records(out: Path, digests: dict[str, str] | None = None) -> dict[str, Trajectory]:
+    """key -> trajectory (without pixels) of every finished sample; the last record wins.
+    ``digests``, when given, is filled with key -> `record_digest`."""
     store = _Dimensions(out / "images")
-    return {r["key"]: trajectory_from_json(r, store) for r in read_jsonl(out / "trajectories.jsonl")}
+    records = {}
+    for r in read_jsonl(out / "trajectories.jsonl"):
+        records[r["key"]] = trajectory_from_json(r, store)
+        if digests is not None:
+            digests[r["key"]] = record_digest(r)
+    return records
 
 
 def score_all(out: Path, tasks: dict[str, tuple[BenchmarkSpec, Task]], judges: Judges | None,
               workers: int = 16) -> dict[str, SampleScore]:
     """Score every finished trajectory not yet scored (or pending and a judge is now given)."""
     scores = latest_scores(out)
-    records = load_records(out)
+    digests: dict[str, str] = {}
+    records = load_records(out, digests)
     todo = [(k, t) for k, t in records.items() if t.task_id in tasks
-            and (k not in scores or (scores[k].correct is None and judges is not None))]
+            and (k not in scores or scores[k].trajectory_digest != digests[k]
+                 or (scores[k].correct is None and judges is not None))]
 
     def one(item: tuple[str, Trajectory]) -> SampleScore:
         key, trajectory = item
         spec, task = tasks[trajectory.task_id]
-        score = score_sample(key, task, trajectory, judges, spec.scorer)
+        score = dataclasses.replace(score_sample(key, task, trajectory, judges, spec.scorer),
+                                    trajectory_digest=digests[key])
         append_jsonl(out / "scores.jsonl", dataclasses.asdict(score))
         return score
 

@@ -115,7 +115,8 @@ class SampleScore:
     rule-only verdict (a lower bound where a judge would extract answers). ``answer`` is the
     graded extracted answer and ``source`` where it was found (``answer_tag``, ``boxed``, ...).
     ``extras`` carry benchmark-specific values as string pairs (the letter WeMath read, the
-    extracted answer a judge returned, CharXiv's judge score, ...).
+    extracted answer a judge returned, CharXiv's judge score, ...). ``trajectory_digest`` ties the
+    score to the trajectory record it graded (a re-run sample is scored again).
     """
 
     key: str
@@ -128,3 +129,4 @@ class SampleScore:
     scorer: str
     pending: str = ""
     extras: tuple[tuple[str, str], ...] = ()
+    trajectory_digest: str = ""
