@@ -7,7 +7,7 @@ Runs inside the jail. Images are captured from
 - image files created or modified in the working directory;
 - the snippet's last expression when it is a PIL image, a figure, or an array that looks like
   an image (arrays are read as RGB, as PIL gives them; only ``cv2.imshow`` arrays are BGR).
-Each image comes back once: duplicates (same pixels) are dropped. At most ``max_images`` come
+Each image comes back once: duplicates (same pixels; for saved PNG files, same bytes) are dropped. At most ``max_images`` come
 back per step; images larger than ``max_pixels`` are downscaled. Both cuts are reported as notes.
 
 Text streams keep their head and tail and mark the cut; nothing here grows with the output.
@@ -113,6 +113,28 @@ class ImageCollector:
         buffer = io.BytesIO()
         image.save(buffer, format="PNG", compress_level=1)
         self.images.append((buffer.getvalue(), image.width, image.height, source))
+
+    def add_file(self, path: str, source: str) -> None:
+        """A saved image file. A PNG already in RGB(A)/L within the pixel budget is passed on as
+        its own bytes (no decode, no re-encode: saving is the step's slow part, not capture);
+        anything else is decoded and re-encoded. Deduplication of such PNGs is by file content."""
+        with Image.open(path) as image:
+            direct = (image.format == "PNG" and image.mode in ("RGB", "RGBA", "L")
+                      and image.width * image.height <= self.max_pixels)  # fmt: skip
+            if not direct:
+                image.load()
+                self.add_pil(image, source)
+                return
+            size = image.size
+        if len(self.images) >= self.max_images:
+            self._dropped += 1
+            return
+        with open(path, "rb") as handle:
+            data = handle.read()
+        digest = hashlib.sha1(data).hexdigest()
+        if digest not in self._seen:
+            self._seen.add(digest)
+            self.images.append((data, size[0], size[1], source))
 
     def add_array(self, array: np.ndarray, source: str, *, bgr: bool) -> None:
         self.add_pil(array_to_image(array, bgr=bgr), source)

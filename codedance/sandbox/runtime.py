@@ -100,7 +100,12 @@ def _preload() -> dict:
     figure.savefig(io.BytesIO(), format="png")  # font cache and fonts loaded now, not per step
     plt.close("all")
     _Hooks.install()
-    from codedance.sandbox import capture, execution  # noqa: F401
+    from codedance.sandbox import capture, execution, guards  # noqa: F401
+
+    try:
+        import pyseccomp  # noqa: F401  (imported here once, not in every holder)
+    except (ImportError, OSError):
+        pass
 
     return dict(vars(builtins))
 
@@ -182,6 +187,7 @@ def _holder_main(fd: int, request: dict, pristine_builtins: dict) -> None:
         protocol.send(conn, {"op": "ready", "ok": False, "error": f"{type(exc).__name__}: {exc}"})
         return
     protocol.send(conn, {"op": "ready", "ok": True, "layers": layers})
+    _release_free_memory()
     _serve(conn, namespace, request, pristine_builtins)
 
 
@@ -276,6 +282,17 @@ def _step(conn, reader, namespace, run: dict, request: dict, pristine_builtins: 
         os._exit(0)
     if verdict.body.get("op") != "commit":
         os._exit(0)
+    _release_free_memory()  # this process now holds the trajectory: keep its idle footprint small
+
+
+def _release_free_memory() -> None:
+    """Return freed heap pages to the kernel (glibc keeps them otherwise)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def _restore_builtins(pristine: dict) -> None:
@@ -333,11 +350,7 @@ def _collect(collector, workdir, before, out, err, fd_paths, limits) -> dict:
     for path, stamp in sorted(after.items()):
         if before.get(path) != stamp:
             try:
-                from PIL import Image
-
-                with Image.open(os.path.join(workdir, path)) as image:
-                    image.load()
-                    collector.add_pil(image, f"file {path}")
+                collector.add_file(os.path.join(workdir, path), f"file {path}")
             except Exception as exc:  # noqa: BLE001 - a broken file is reported, not fatal
                 collector.notes.append(f"could not read saved image {path}: {exc}")
     _Hooks.collector = None

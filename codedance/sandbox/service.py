@@ -53,14 +53,18 @@ class ServiceError(RuntimeError):
 
 
 def _python_paths() -> list[str]:
-    """Host directories the jailed interpreter needs, outermost first, without duplicates."""
+    """Host directories the jailed interpreter needs, outermost first, without duplicates.
+
+    The prefixes, the codedance package and the import path — but not ``sys.path[0]`` (the
+    caller's script directory or the current directory), nor ``/`` or ``/tmp`` themselves.
+    """
     package_dir = os.path.dirname(os.path.abspath(codedance.__file__))
     candidates = [sys.base_prefix, sys.prefix, sys.exec_prefix, package_dir,
-                  os.path.dirname(os.path.realpath(sys.executable))]
-    candidates += [p for p in sys.path if p and os.path.isdir(p)]
+                  os.path.dirname(os.path.realpath(sys.executable))]  # fmt: skip
+    candidates += [p for p in sys.path[1:] if p and os.path.isdir(p)]
     chosen: list[str] = []
     for path in sorted({os.path.realpath(p) for p in candidates} | {os.path.abspath(p) for p in candidates}):
-        if path.startswith(("/usr/", "/etc/")) or path in ("/usr", "/etc", "/"):
+        if path in ("/", "/tmp", "/usr", "/etc") or path.startswith(("/usr/", "/etc/")):
             continue
         if any(path == c or path.startswith(c + "/") for c in chosen):
             continue
@@ -166,9 +170,9 @@ class SandboxService:
         except (OSError, ValueError) as exc:
             reply = {"error": str(exc)}
         if reply.get("op") != "zygote_ready":
-            self.close()
             with open(log_path, "rb") as handle:
                 tail = handle.read()[-3000:].decode("utf-8", "replace")
+            self.close()
             raise ServiceError(f"the sandbox zygote did not start ({reply}); its log:\n{tail}")
         self._control.settimeout(30.0)
 

@@ -1,0 +1,384 @@
+"""Sandbox benchmark: codedance's sandbox against three baselines, measured in the same run.
+
+    .venv/bin/python benchmarks/sandbox_bench.py            # full run (about 5 minutes)
+    .venv/bin/python benchmarks/sandbox_bench.py --quick    # smaller counts, no 2048 run
+
+Baselines (implemented here):
+- ``fresh``: a new ``python`` process per call that imports the imaging libraries and runs the
+  snippet (SandboxFusion-style, without replaying history);
+- ``exec``: one persistent worker process that ``exec``s every snippet in a shared namespace
+  with no isolation at all (the authors' release, Thyme);
+- ``jupyter``: an IPython kernel driven through jupyter_client (e2b, CodeAct, OpenHands).
+
+Figures: per-step latency p50/p99 for a trivial snippet and for crop + draw + save on a 1024²
+image; a failed step (with rollback where the design has one); instance creation time; idle
+memory per live trajectory (PSS and USS from /proc/<pid>/smaps_rollup); CPU time per image step
+(all processes, from a cpuacct cgroup); throughput at 1, 2, 8 and 64 concurrent trajectories;
+and 2048 live trajectories held at once (memory, and none lost). Ratios are printed against the
+baselines. Run as root for full isolation (and the CPU figure, which needs cgroup v1 cpuacct).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from codedance.sandbox import Sandbox, SandboxService  # noqa: E402
+from codedance.sandbox.pool import SandboxPool  # noqa: E402
+
+TRIVIAL = "x = 1"
+IMAGE_STEP = textwrap.dedent("""\
+    from PIL import ImageDraw
+    crop = input_image.crop((256, 256, 768, 768)).resize((1024, 1024))
+    ImageDraw.Draw(crop).rectangle((100, 100, 400, 400), outline=(255, 0, 0), width=4)
+    crop.save('crop.png')
+""")
+FAILING = "y = [0] * 1000\nraise ValueError('boom')"
+PRELUDE = ("import numpy, cv2, matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot\n"
+           "from PIL import Image\ninput_image = Image.open('input_image.jpg')\n")  # fmt: skip
+
+
+def test_image() -> bytes:
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    buffer = io.BytesIO()
+    Image.fromarray(rng.integers(0, 255, (1024, 1024, 3), dtype=np.uint8)).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def memory_of(pid: int) -> tuple[float, float]:
+    """(PSS, USS) of one process in MB."""
+    values = {}
+    with open(f"/proc/{pid}/smaps_rollup") as handle:
+        for line in handle:
+            parts = line.split()
+            if parts and parts[0].rstrip(":") in ("Pss", "Private_Clean", "Private_Dirty"):
+                values[parts[0].rstrip(":")] = int(parts[1]) / 1024
+    return values.get("Pss", 0.0), values.get("Private_Clean", 0.0) + values.get("Private_Dirty", 0.0)
+
+
+def descendants(pid: int) -> list[int]:
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        for task in os.listdir(f"/proc/{parent}/task"):
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as handle:
+                    children = [int(c) for c in handle.read().split()]
+            except OSError:
+                continue
+            found += children
+            frontier += children
+    return found
+
+
+class CpuMeter:
+    """CPU time of a set of process trees, through a cgroup v1 cpuacct group (None if absent)."""
+
+    def __init__(self, name: str):
+        self.path = f"/sys/fs/cgroup/cpuacct/codedance-bench-{name}-{os.getpid()}"
+        try:
+            os.makedirs(self.path, exist_ok=True)
+        except OSError:
+            self.path = None
+
+    def add(self, pid: int) -> None:
+        """Add ``pid`` and every process already below it (children forked later follow)."""
+        if not self.path:
+            return
+        for member in [pid, *descendants(pid)]:
+            try:
+                with open(os.path.join(self.path, "cgroup.procs"), "w") as handle:
+                    handle.write(str(member))
+            except OSError:
+                pass
+
+    def seconds(self) -> float | None:
+        if not self.path:
+            return None
+        with open(os.path.join(self.path, "cpuacct.usage")) as handle:
+            return int(handle.read()) / 1e9
+
+    def close(self) -> None:
+        if self.path:
+            try:
+                os.rmdir(self.path)
+            except OSError:
+                pass
+
+
+# ------------------------------------------------------------------ baselines
+class ExecWorker:
+    """The authors' design: one long-lived process exec'ing snippets, no isolation."""
+
+    SERVER = textwrap.dedent("""\
+        import sys, json, io, contextlib, traceback, os
+        os.chdir(sys.argv[1])
+        ns = {}
+        exec(sys.argv[2], ns)
+        for line in sys.stdin:
+            code = json.loads(line)
+            out = io.StringIO()
+            ok = True
+            try:
+                with contextlib.redirect_stdout(out):
+                    exec(code, ns)
+            except Exception:
+                ok = False
+                ns.clear(); exec(sys.argv[2], ns)  # the release wipes the namespace after an error
+            sys.__stdout__.write(json.dumps([ok, out.getvalue()]) + "\\n"); sys.__stdout__.flush()
+    """)
+
+    def __init__(self, workdir: str):
+        self.process = subprocess.Popen([sys.executable, "-c", self.SERVER, workdir, PRELUDE],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+
+    def run(self, code: str) -> bool:
+        self.process.stdin.write(json.dumps(code) + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())[0]
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+class FreshProcess:
+    def __init__(self, workdir: str):
+        self.workdir = workdir
+
+    def run(self, code: str) -> bool:
+        done = subprocess.run([sys.executable, "-c", PRELUDE + code], cwd=self.workdir, capture_output=True)
+        return done.returncode == 0
+
+    def close(self) -> None:
+        pass
+
+
+class JupyterKernel:
+    def __init__(self, workdir: str):
+        from jupyter_client.manager import start_new_kernel
+
+        self.manager, self.client = start_new_kernel(kernel_name="python3", cwd=workdir)
+        self.run(PRELUDE)
+
+    @property
+    def pid(self) -> int:
+        return self.manager.provisioner.process.pid
+
+    def run(self, code: str) -> bool:
+        reply = self.client.execute_interactive(code, timeout=60, output_hook=lambda _msg: None)
+        return reply["content"]["status"] == "ok"
+
+    def close(self) -> None:
+        self.client.stop_channels()
+        self.manager.shutdown_kernel(now=True)
+
+
+# ------------------------------------------------------------------ measurements
+def latencies(run, code: str, n: int) -> list[float]:
+    times = []
+    for _ in range(n):
+        started = time.perf_counter()
+        run(code)
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def p(times: list[float], q: float) -> float:
+    ordered = sorted(times)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def measure_latency(name, make, n_trivial, n_image, image, results, cpu_meter=None):
+    workdir = _workdir(image)
+    started = time.perf_counter()
+    instance = make(workdir)
+    results[name]["create_ms"] = (time.perf_counter() - started) * 1000
+    instance.run(TRIVIAL)
+    trivial = latencies(instance.run, TRIVIAL, n_trivial)
+    cpu_before = (cpu_meter.seconds() if cpu_meter else None, time.process_time())
+    image_times = latencies(instance.run, IMAGE_STEP, n_image)
+    if cpu_meter and cpu_before[0] is not None:
+        used = cpu_meter.seconds() - cpu_before[0] + time.process_time() - cpu_before[1]
+        results[name]["cpu_ms_per_image_step"] = used / n_image * 1000
+    failed = latencies(instance.run, FAILING, max(5, n_image // 2))
+    results[name].update(
+        trivial_p50=p(trivial, 0.5), trivial_p99=p(trivial, 0.99),
+        image_p50=p(image_times, 0.5), image_p99=p(image_times, 0.99),
+        failed_p50=p(failed, 0.5),
+    )  # fmt: skip
+    return instance
+
+
+def _workdir(image: bytes) -> str:
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="codedance-bench-")
+    with open(os.path.join(path, "input_image.jpg"), "wb") as handle:
+        handle.write(image)
+    return path
+
+
+def idle_memory_codedance(service, image, n) -> dict[str, float]:
+    """Mean (PSS, USS) of idle holders after a trivial step and after an image step."""
+    sandboxes = [Sandbox([image], service=service) for _ in range(n)]
+    figures = {}
+    for label, code in (("trivial", TRIVIAL), ("image", IMAGE_STEP)):
+        for sb in sandboxes:
+            sb.run(code)
+        readings = [memory_of(sb._holder_pid) for sb in sandboxes]
+        figures[f"idle_pss_mb_{label}"] = statistics.mean(r[0] for r in readings)
+        figures[f"idle_uss_mb_{label}"] = statistics.mean(r[1] for r in readings)
+    for sb in sandboxes:
+        sb.close()
+    return figures
+
+
+async def throughput(service, image, concurrency: int, steps: int) -> float:
+    async with SandboxPool(service=service, max_running=os.cpu_count()) as pool:
+        sandboxes = [await pool.asandbox([image]) for _ in range(concurrency)]
+        per = max(1, steps // concurrency)
+
+        async def drive(sb):
+            for _ in range(per):
+                await sb.arun(IMAGE_STEP)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(drive(sb) for sb in sandboxes))
+        return per * concurrency / (time.perf_counter() - started)
+
+
+def throughput_exec(image, concurrency: int, steps: int) -> float:
+    workers = [ExecWorker(_workdir(image)) for _ in range(concurrency)]
+    per = max(1, steps // concurrency)
+    started = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(lambda w: [w.run(IMAGE_STEP) for _ in range(per)], workers))
+    rate = per * concurrency / (time.perf_counter() - started)
+    for worker in workers:
+        worker.close()
+    return rate
+
+
+def hold_many(service, image, n) -> dict:
+    def available_mb() -> float:
+        with open("/proc/meminfo") as handle:
+            info = {line.split(":")[0]: int(line.split()[1]) for line in handle}
+        return info["MemAvailable"] / 1024
+
+    before = available_mb()
+    started = time.perf_counter()
+    with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
+        sandboxes = list(pool.map(lambda _: Sandbox([image], service=service), range(n)))
+        list(pool.map(lambda sb: sb.run("x = 1; import numpy as np; a = np.zeros(1000)"), sandboxes))
+    created_s = time.perf_counter() - started
+    used = before - available_mb()
+    with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
+        answers = list(pool.map(lambda sb: sb.run("print(x + 1)").stdout, sandboxes))
+    lost = sum(1 for answer in answers if answer != "2\n")
+    pss = sum(memory_of(sb._holder_pid)[0] for sb in sandboxes[:: max(1, n // 64)]) / len(sandboxes[:: max(1, n // 64)])
+    for sb in sandboxes:
+        sb.close()
+    return {"n": n, "seconds_to_create": created_s, "system_mb_used": used, "mean_holder_pss_mb": pss, "lost": lost}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small counts; skips the 2048 run")
+    parser.add_argument("--trajectories", type=int, default=2048, help="live trajectories to hold")
+    parser.add_argument("--json", help="also write the figures to this JSON file")
+    args = parser.parse_args()
+    n_trivial, n_image = (50, 10) if args.quick else (300, 40)
+    image = test_image()
+    results: dict[str, dict] = {name: {} for name in ("codedance", "exec", "jupyter", "fresh")}
+
+    service = SandboxService()
+    cpu = {name: CpuMeter(name) for name in ("codedance", "exec")}
+    cpu["codedance"].add(service._process.pid)
+    print(service.isolation.describe(), flush=True)
+    sb = measure_latency("codedance", lambda w: Sandbox([image], service=service), n_trivial, n_image, image,
+                         results, cpu["codedance"])  # fmt: skip
+    sb.close()
+
+    def make_exec(workdir):
+        worker = ExecWorker(workdir)
+        cpu["exec"].add(worker.process.pid)
+        return worker
+
+    worker = measure_latency("exec", make_exec, n_trivial, n_image, image, results, cpu["exec"])
+    for label in ("trivial", "image"):
+        results["exec"][f"idle_pss_mb_{label}"], results["exec"][f"idle_uss_mb_{label}"] = memory_of(worker.process.pid)
+    worker.close()
+    kernel = measure_latency("jupyter", JupyterKernel, n_trivial, n_image, image, results)
+    for label in ("trivial", "image"):
+        results["jupyter"][f"idle_pss_mb_{label}"], results["jupyter"][f"idle_uss_mb_{label}"] = memory_of(kernel.pid)
+    kernel.close()
+    measure_latency("fresh", FreshProcess, 5, 5, image, results).close()
+    results["codedance"].update(idle_memory_codedance(service, image, 16 if args.quick else 64))
+
+    for concurrency in (1, 2, 8, 64):
+        steps = max(concurrency, 40 if args.quick else 160)
+        results["codedance"][f"throughput_{concurrency}"] = asyncio.run(throughput(service, image, concurrency, steps))
+        results["exec"][f"throughput_{concurrency}"] = throughput_exec(image, concurrency, steps)
+    if not args.quick:
+        results["codedance"]["hold"] = hold_many(service, image, args.trajectories)
+    service.close()
+    for meter in cpu.values():
+        meter.close()
+    report(results)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=2)
+
+
+def report(results: dict) -> None:
+    rows = [("trivial step p50 (ms)", "trivial_p50"), ("trivial step p99 (ms)", "trivial_p99"),
+            ("image step p50 (ms)", "image_p50"), ("image step p99 (ms)", "image_p99"),
+            ("failed step p50 (ms)", "failed_p50"), ("create instance (ms)", "create_ms"),
+            ("CPU per image step (ms)", "cpu_ms_per_image_step"),
+            ("idle PSS after a trivial step (MB)", "idle_pss_mb_trivial"),
+            ("idle USS after a trivial step (MB)", "idle_uss_mb_trivial"),
+            ("idle PSS after an image step (MB)", "idle_pss_mb_image"),
+            ("idle USS after an image step (MB)", "idle_uss_mb_image")]
+    rows += [(f"image steps/s, {c} concurrent", f"throughput_{c}") for c in (1, 2, 8, 64)]  # fmt: skip
+    names = ["codedance", "exec", "jupyter", "fresh"]
+    print(f"\n| figure | {' | '.join(names)} | codedance / exec | codedance / jupyter |")
+    print("|---|" + "---|" * (len(names) + 2))
+    for label, key in rows:
+        values = [results[n].get(key) for n in names]
+        cells = [f"{v:.2f}" if isinstance(v, float) else "–" for v in values]
+        ratios = [f"{values[0] / other:.2f}×" if isinstance(values[0], float) and isinstance(other, float) and other
+                  else "–" for other in (values[1], values[2])]  # fmt: skip
+        print(f"| {label} | {' | '.join(cells)} | {' | '.join(ratios)} |")
+    hold = results["codedance"].get("hold")
+    if hold:
+        print(f"\n{hold['n']} live trajectories: created and stepped in {hold['seconds_to_create']:.0f} s, "
+              f"{hold['system_mb_used'] / 1024:.2f} GiB of system memory, {hold['mean_holder_pss_mb']:.1f} MB PSS "
+              f"per holder, {hold['lost']} lost")  # fmt: skip
+    c = results["codedance"]
+    print("\nGoals: trivial p50 <= 5 ms and below Jupyter's; CPU per image step <= 1.5x exec's; "
+          "idle PSS <= 15 MB (after a trivial step; an image step adds the pixels it keeps); 2048 live within 24 GiB, none lost")
+    checks = [c["trivial_p50"] <= 5 and c["trivial_p50"] < results["jupyter"]["trivial_p50"],
+              c.get("cpu_ms_per_image_step") is None
+              or c["cpu_ms_per_image_step"] <= 1.5 * results["exec"]["cpu_ms_per_image_step"],
+              c["idle_pss_mb_trivial"] <= 15]  # fmt: skip
+    if hold:
+        checks.append(hold["system_mb_used"] < 24 * 1024 and hold["lost"] == 0)
+    print("met" if all(checks) else f"NOT met: {checks}")
+
+
+if __name__ == "__main__":
+    main()
