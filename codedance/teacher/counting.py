@@ -13,6 +13,7 @@ from codedance.teacher.program import Step, results, snippet
 from codedance.teacher.view import TaskView
 from codedance.world.draw import PALETTE
 
+MISTAKES = ("loose", "nosplit")
 HELPERS = (pixels.color_mask, pixels.blobs, pixels.shape_of, pixels.count_shapes)
 Q = re.compile(r"How many (\w+) (\w+?)s are there")
 BLOB = re.compile(r"area=(\d+) fill=([\d.]+) rgb=\((\d+), (\d+), (\d+)\)")

@@ -14,6 +14,7 @@ from codedance.teacher.program import Step, results, snippet
 from codedance.teacher.view import TaskView
 from codedance.world.draw import PALETTE
 
+MISTAKES = ("loose",)
 HELPERS = (pixels.color_mask, pixels.blobs, pixels.scale_bar, pixels.long_side)
 UNIT = re.compile(r"scale bar is ([\d.]+) cm")
 
@@ -26,7 +27,7 @@ def _unit(view: TaskView) -> float:
 
 
 def _fmt(x: float) -> str:
-    return f"{x:.1f}".rstrip("0").rstrip(".")
+    return f"{x:.2f}".rstrip("0").rstrip(".")
 
 
 def glance(view: TaskView, img: np.ndarray) -> str:
@@ -43,8 +44,11 @@ def _body(view: TaskView, skip_border: bool) -> str:
              f"print('scale bar:', bar, 'px, box', box, 'image', img.shape[1], 'x', img.shape[0])",
              f"blue = color_mask(img, {PALETTE['blue']}, 40)"]
     if "area" in view.question:
-        lines += ["px = int(blue.sum())", "print('blue pixels:', px)",
-                  f"print('RESULT:', round(px * ({unit} / bar) ** 2, 1))"]
+        lines += ["contours, _ = cv2.findContours(blue, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)",
+                  "inner = sum(cv2.contourArea(c) for c in contours)  # through boundary pixel centres",
+                  "px = (int(blue.sum()) + inner) / 2  # pixel count overshoots by half the outline",
+                  "print('blue pixels:', int(blue.sum()), 'area estimate:', round(px, 1))",
+                  f"print('RESULT:', round(px * ({unit} / bar) ** 2, 2))"]
     else:
         lines += ["length = long_side(blue)", "print('blue length:', round(length, 1), 'px')",
                   f"print('RESULT:', round(length / bar * {unit}, 1))"]

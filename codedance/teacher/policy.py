@@ -6,8 +6,8 @@
 Per difficulty: easy tasks are answered directly (the teacher's glance runs its pixel routines
 in-process on the image it was shown, no code turn); medium tasks take one tool step; hard tasks a
 chain of steps, where with probability ``mistake_rate·min(1, temperature)`` the first step is a
-realistic mistake (a loose threshold, an unsplit count, the frame taken for the scale bar, or a
-plain bug) that the teacher notices from the real sandbox feedback and corrects.
+realistic mistake (one of the solver's ``MISTAKES``: a loose threshold, an unsplit count, the
+frame taken for the scale bar; or a plain bug) that the teacher notices from the real sandbox feedback and corrects.
 
 Every decision is a function of the conversation so far (replayed on each call) and a random
 stream seeded by (seed, task id, rollout): the same inputs give the same trajectory. The teacher
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import random
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -32,7 +33,6 @@ from codedance.types import Image, Message, Task
 from codedance.teacher.view import TaskView
 
 SOLVERS = {"counting": counting, "spatial": spatial, "geometry": geometry}
-MISTAKES = ("loose", "nosplit", "bug")
 BUG = "channels = input_image.size[2]  # number of colour channels\n"
 
 
@@ -68,9 +68,9 @@ class ExpertTeacher:
         return TeacherPolicy(view, self.config, rollout)
 
 
-def _rng(config: TeacherConfig, view: TaskView, rollout: int) -> np.random.Generator:
+def _rng(config: TeacherConfig, view: TaskView, rollout: int) -> random.Random:
     digest = hashlib.sha256(f"{config.seed}/{view.id}/{rollout}".encode()).digest()
-    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+    return random.Random(int.from_bytes(digest, "little"))
 
 
 def _pixels(image: Image) -> np.ndarray:
@@ -95,7 +95,8 @@ class TeacherPolicy:
         self.solver = SOLVERS[view.skill]
         rng = _rng(config, view, rollout)
         p = config.mistake_rate * min(1.0, config.temperature)
-        self.mistake = str(rng.choice(MISTAKES)) if rng.random() < p else None
+        kinds = (*getattr(self.solver, "MISTAKES", ()), "bug")
+        self.mistake = rng.choice(kinds) if rng.random() < p else None
 
     def _plan(self) -> list[Step]:
         hard = self.view.difficulty == "hard"

@@ -13,6 +13,7 @@ from codedance.teacher.program import Step, results, snippet
 from codedance.teacher.view import TaskView
 from codedance.world.draw import PALETTE
 
+MISTAKES = ("loose",)
 HELPERS = (pixels.color_mask, pixels.blobs, pixels.shape_of)
 LEFT = re.compile(r"Is the (\w+) (\w+) to the left of the (\w+) (\w+)\?")
 NEAR = re.compile(r"Which object is closest to the (\w+) (\w+)\?")

@@ -1,7 +1,7 @@
 """Geometry and measurement against a drawn scale bar (its length is given in the question).
 
 easy: a horizontal blue line a whole multiple (1–4) of the scale bar, drawn right above it.
-medium: a blue line at any angle and length; answer to 0.1 cm.
+medium: a blue line at any angle and length; answers to 0.01 cm.
 hard: the area of a rotated blue rectangle in cm², with a black frame around the picture (the
 largest black thing is then the frame, not the scale bar).
 Answers are graded ``relaxed`` (5 %). Not handled: angles, perspective, curved shapes.
@@ -24,7 +24,7 @@ BLUE = PALETTE["blue"]
 
 
 def _fmt(value: float) -> str:
-    return f"{value:.1f}".rstrip("0").rstrip(".")
+    return f"{value:.2f}".rstrip("0").rstrip(".")
 
 
 def _scale(draw: ImageDraw.ImageDraw, x: int, y: int, length: int) -> None:
