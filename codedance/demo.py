@@ -25,7 +25,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from codedance.demo_summary import DemoRow, score_run, summary_rows
-from codedance.records import ImageStore, append_jsonl, load_trajectories, read_jsonl, trajectory_json
+from codedance.records import (
+    ImageStore,
+    append_jsonl,
+    load_trajectories,
+    read_jsonl,
+    trajectory_json,
+)
 from codedance.rollout import Episode, EpisodeConfig, arun_episode
 from codedance.teacher import ExpertTeacher, TeacherConfig
 from codedance.types import Task

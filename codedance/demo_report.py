@@ -66,11 +66,11 @@ def turns_plot(scored: Sequence[Scored], path: Path) -> None:
 def _trajectory(s: Scored) -> str:
     r = s.reward
     verdict = '<span class="ok">correct</span>' if s.correct else '<span class="bad">wrong</span>'
-    parts = [f'<details class="trajectory"><summary>{html.escape(s.key)} · {verdict} · '
+    parts = [(f'<details class="trajectory"><summary>{html.escape(s.key)} · {verdict} · '
              f"{len(s.trajectory.turns)} turns · reward {r.total:.3f} (acc {r.accuracy:.2f}, "
              f"format {r.format:.2f}, R_seq {r.sequence_tool:+.3f}) · advantage {s.advantage:+.3f}"
-             "</summary>", f"<p><b>Q:</b> {html.escape(s.task.question)} <b>gold:</b> "
-             f"{html.escape(s.task.answer)} <b>answer:</b> {html.escape(str(s.trajectory.answer))}</p>"]
+             "</summary>"), (f"<p><b>Q:</b> {html.escape(s.task.question)} <b>gold:</b> "
+             f"{html.escape(s.task.answer)} <b>answer:</b> {html.escape(str(s.trajectory.answer))}</p>")]
     for m in s.trajectory.prompt:
         parts += [_img(i) for i in m.images]
     for i, t in enumerate(s.trajectory.turns):

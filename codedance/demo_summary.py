@@ -86,7 +86,7 @@ def score_run(pairs: Sequence[tuple[str, Trajectory]], tasks: Mapping[str, Task]
 
 def _row(skill: str, difficulty: str, items: Sequence[Scored]) -> DemoRow:
     calls = sum(s.n_calls for s in items)
-    mean = lambda xs: float(np.mean(xs)) if len(xs) else 0.0  # noqa: E731
+    mean = lambda xs: float(np.mean(xs)) if len(xs) else 0.0
     return DemoRow(skill, difficulty, len(items), mean([s.correct for s in items]),
                    mean([len(s.trajectory.turns) for s in items]),
                    (sum(s.n_success for s in items) / calls) if calls else None,

@@ -22,13 +22,13 @@ def run(tmp_path_factory):
 
 
 def test_demo_writes_a_complete_run(run):
-    config, result = run
+    _config, result = run
     out = result.out_dir
     assert result.episodes_run == 18 and not result.failures
     records = read_jsonl(f"{out}/trajectories.jsonl")
     assert len({r["key"] for r in records}) == 18
     metrics = json.loads(open(f"{out}/metrics.json").read())
-    overall = [r for r in metrics["rows"] if r["skill"] == "all" and r["difficulty"] == "all"][0]
+    overall = next(r for r in metrics["rows"] if r["skill"] == "all" and r["difficulty"] == "all")
     assert overall["n"] == 18 and overall["accuracy"] >= 0.8
     by_diff = {r["difficulty"]: r for r in metrics["rows"] if r["skill"] == "all"}
     assert by_diff["easy"]["tool_share"] == 0 and by_diff["hard"]["tool_share"] == 1
@@ -41,7 +41,7 @@ def test_demo_writes_a_complete_run(run):
 
 
 def test_rerun_resumes_and_other_settings_are_refused(run, tmp_path):
-    config, first = run
+    config, _first = run
     again = run_demo(config, progress=False)
     assert again.episodes_run == 0 and again.episodes_skipped == 18
     with pytest.raises(DemoError, match="different run"):
@@ -81,8 +81,8 @@ def test_report_renders_in_headless_chromium(run):
     shot = f"{result.out_dir}/report.png"
     subprocess.run([*common, f"--screenshot={shot}", "--window-size=1200,1400", page],
                    capture_output=True, timeout=120, check=True)
-    from PIL import Image
     import numpy as np
+    from PIL import Image
 
     img = np.asarray(Image.open(shot).convert("RGB"))
     assert img.shape[0] >= 1000 and len(np.unique(img.reshape(-1, 3), axis=0)) > 50  # plot colours rendered

@@ -41,7 +41,7 @@ def glance(view: TaskView, img: np.ndarray) -> str:
 def _body(view: TaskView, skip_border: bool) -> str:
     unit = _unit(view)
     lines = [f"bar, box = scale_bar(img, skip_border={skip_border})",
-             f"print('scale bar:', bar, 'px, box', box, 'image', img.shape[1], 'x', img.shape[0])",
+             "print('scale bar:', bar, 'px, box', box, 'image', img.shape[1], 'x', img.shape[0])",
              f"blue = color_mask(img, {PALETTE['blue']}, 40)"]
     if "area" in view.question:
         lines += ["contours, _ = cv2.findContours(blue, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)",

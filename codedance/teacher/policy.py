@@ -29,8 +29,8 @@ import numpy as np
 from codedance.policy.base import Completion
 from codedance.teacher import counting, geometry, spatial
 from codedance.teacher.program import LOAD, Step, finished
-from codedance.types import Image, Message, Task
 from codedance.teacher.view import TaskView
+from codedance.types import Image, Message, Task
 
 SOLVERS = {"counting": counting, "spatial": spatial, "geometry": geometry}
 BUG = "channels = input_image.size[2]  # number of colour channels\n"

@@ -16,7 +16,7 @@ from typing import Any
 
 HEADER = "import numpy as np\nimport cv2\nfrom PIL import Image\n"
 LOAD = "img = np.asarray(input_image.convert('RGB'))\n"
-RESULT = re.compile(r"^RESULT:\s*(.+?)\s*$", re.M)
+RESULT = re.compile(r"^RESULT:\s*(.+?)\s*$", re.MULTILINE)
 
 
 def snippet(body: str, helpers: tuple[Callable[..., Any], ...] = ()) -> str:
@@ -27,7 +27,7 @@ def snippet(body: str, helpers: tuple[Callable[..., Any], ...] = ()) -> str:
 
 def finished(feedback: str) -> bool:
     """Whether the step whose feedback this is ran to its end."""
-    return bool(re.search(r"^DONE\s*$", feedback, re.M))
+    return bool(re.search(r"^DONE\s*$", feedback, re.MULTILINE))
 
 
 def results(feedback: str) -> list[str]:

@@ -73,7 +73,7 @@ def _body(view: TaskView, tol: int) -> str:
 
 
 def _check(feedback: str) -> str | None:
-    first = re.search(r"^\w+ \w+: (\d+) candidate", feedback, re.M)
+    first = re.search(r"^\w+ \w+: (\d+) candidate", feedback, re.MULTILINE)
     if first and int(first.group(1)) > 1:
         return "the reference object has more than one candidate: my colour threshold is too loose"
     return None

@@ -86,8 +86,9 @@ def test_answers_follow_the_pixels_not_the_task(pool):
     twin = replace(a, images=swapped.images, id=a.id)
     _, trajectory, _ = solve(pool, twin, teacher)
     # count of a's target kind on b's picture, checked against a pixel count done here
-    from codedance.teacher import pixels
     import numpy as np
+
+    from codedance.teacher import pixels
 
     img = np.asarray(b.images[0].to_pil().convert("RGB"))
     color, shape = a.question.split()[2], a.question.split()[3][:-1]

@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 
 from codedance.types import AnswerKind
-from codedance.world import DIFFICULTIES, WorldError, generate, parse_skills, parse_task_id, skills, task_set
+from codedance.world import (
+    DIFFICULTIES,
+    WorldError,
+    generate,
+    parse_skills,
+    parse_task_id,
+    skills,
+    task_set,
+)
 from codedance.world.draw import PALETTE
 
 
@@ -45,7 +53,7 @@ def test_counting_answer_matches_target_pixels():
         mask = np.all(img == np.array(PALETTE[color]), axis=2)
         import cv2
 
-        n, _lab, stats, _c = cv2.connectedComponentsWithStats(mask.astype(np.uint8))
+        n, _lab, _stats, _c = cv2.connectedComponentsWithStats(mask.astype(np.uint8))
         assert n - 1 == int(task.answer)  # easy: the only objects of that colour are the targets
 
 
