@@ -37,7 +37,7 @@ from codedance.sandbox.cgroups import TrajectoryCgroup
 from codedance.sandbox.execution import executes_nothing
 from codedance.sandbox.inputs import ImageInput, write_inputs
 from codedance.sandbox.isolation import Isolation
-from codedance.sandbox.service import SandboxService, default_service
+from codedance.sandbox.service import SINGLE_THREADED, SandboxService, default_service
 from codedance.types import ExecError, ExecResult, ExecStatus, Image
 
 
@@ -130,7 +130,7 @@ class Sandbox:
         request = {
             "id": os.path.basename(self._dir), "uid": self.uid, "gid": self.uid,
             "workdir": self.workdir, "iodir": self._iodir, "images": names,
-            "env": {"HOME": self.workdir, "TMPDIR": os.path.join(self.workdir, ".tmp"), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            "env": {**SINGLE_THREADED, "MPLBACKEND": "Agg", "HOME": self.workdir, "TMPDIR": os.path.join(self.workdir, ".tmp"), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
             "limits": {
                 "memory": self.limits.memory, "file_size": self.limits.file_size,
                 "open_files": self.limits.open_files, "processes": self.limits.processes if self.uid else 0,

@@ -35,16 +35,21 @@ from codedance.sandbox import cgroups
 from codedance.sandbox.isolation import Isolation, bubblewrap_problem, seccomp_problem
 
 _UID_BASE = 1 << 20  # trajectory uids: _UID_BASE + (random block) + slot; never a real account
-_ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
-    "LANG": "C.UTF-8",
-    "MPLBACKEND": "Agg",
+# one thread per step: a step that leaves threads alive is refused, and steps are bounded by cores
+SINGLE_THREADED = {
     "OPENBLAS_NUM_THREADS": "1",
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
     "NUMEXPR_NUM_THREADS": "1",
+    "VECLIB_MAXIMUM_THREADS": "1",
+}
+_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "MPLBACKEND": "Agg",
     "PYTHONDONTWRITEBYTECODE": "1",
     "PYTHONHASHSEED": "0",
+    **SINGLE_THREADED,
 }
 
 

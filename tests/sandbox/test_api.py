@@ -188,3 +188,10 @@ def test_cli_runs_a_snippet_file(tmp_path):
     assert result.exit_code == 0, result.output
     assert "status: ok" in result.output and "(10, 10)" in result.output
     assert PILImage.open(out / "image_0.png").size == (10, 10)
+
+
+def test_libraries_loaded_in_a_step_stay_single_threaded(make):
+    """Thread-pool settings survive into the holder's environment, where late-loaded BLAS
+    libraries (scipy's own OpenBLAS, say) read them; otherwise their threads get steps refused."""
+    result = make().run("import os; print(os.environ['OPENBLAS_NUM_THREADS'], os.environ['OMP_NUM_THREADS'])")
+    assert result.stdout == "1 1\n"
