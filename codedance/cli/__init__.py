@@ -14,11 +14,14 @@ app = typer.Typer(
     add_completion=False,
 )
 
-from codedance.cli import grading_cmd, sandbox_cmd, solve_cmd  # noqa: E402
+from codedance.cli import demo_cmd, eval_cmd, grading_cmd, sandbox_cmd, solve_cmd, world_cmd  # noqa: E402
 
 app.add_typer(sandbox_cmd.app, name="sandbox")
 app.add_typer(grading_cmd.app, name="grading")
 app.add_typer(solve_cmd.app, name="solve")
+app.add_typer(demo_cmd.app, name="demo")
+app.add_typer(world_cmd.app, name="world")
+app.add_typer(eval_cmd.app, name="eval")
 
 
 def main() -> None:
