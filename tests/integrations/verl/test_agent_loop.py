@@ -1,0 +1,161 @@
+"""The codedance agent loop end to end on CPU: verl's real AgentLoopBase and Continuous Token
+builder, a tiny locally built Qwen2.5-VL tokenizer/processor, the real sandbox, and a scripted
+token-in/token-out server manager standing in for the model's choices only."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("verl")
+pytest.importorskip("transformers")
+
+from omegaconf import OmegaConf  # noqa: E402
+from PIL import Image as PILImage  # noqa: E402
+from verl.experimental.agent_loop.agent_loop import DictConfigWrap  # noqa: E402
+from verl.workers.rollout.replica import TokenOutput  # noqa: E402
+
+from codedance.integrations.verl import agent_loop as al  # noqa: E402
+from codedance.integrations.verl.record import record_from_extra  # noqa: E402
+from codedance.integrations.verl.tasks import TASK_KEY, task_fields  # noqa: E402
+from codedance.sandbox.pool import SandboxPool  # noqa: E402
+from codedance.types import AnswerKind, Image, Task  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+import tiny_qwen  # noqa: E402
+
+CROP = "<think>crop it</think>\n<code>\n```python\nim = input_image.crop((0, 0, 28, 28))\nim.show()\nprint(im.size)\n```\n</code>"
+FAIL = "<think>divide</think>\n<code>\n```python\nprint('before')\n1 / 0\n```\n</code>"
+NOOP = "<think>nothing</think>\n<code>\n```python\npass\n```\n</code>"
+ANSWER = "<think>seven</think>\n<answer>7</answer>"
+SLEEP = "<think>wait</think>\n<code>\n```python\nimport time\ntime.sleep(30)\n```\n</code>"
+
+
+@pytest.fixture(scope="module")
+def tok_proc():
+    return tiny_qwen.build()
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with SandboxPool(max_running=2) as p:
+        al.set_sandbox_pool(p)
+        yield p
+        al.set_sandbox_pool(None)
+
+
+class ScriptedServer:
+    """verl's server manager interface: token ids in, token ids out; honours max_tokens."""
+
+    def __init__(self, tokenizer, replies: list[str]) -> None:
+        self.tokenizer, self.replies, self.requests = tokenizer, list(replies), []
+        self.end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.sent: list[list[int]] = []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, image_data=None, **_):
+        self.requests.append({"prompt_ids": list(prompt_ids), "images": len(image_data or []),
+                              "max_tokens": sampling_params["max_tokens"]})
+        ids = self.tokenizer.encode(self.replies.pop(0), add_special_tokens=False) + [self.end]
+        ids = ids[: sampling_params["max_tokens"]]
+        self.sent.append(ids)
+        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids), stop_reason="completed")
+
+
+def make_loop(tok_proc, server, response_length=4096, **settings):
+    tokenizer, processor = tok_proc
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 4096,
+                                                                 "response_length": response_length}}})
+    return al.CodeDanceAgentLoop(trainer_config=DictConfigWrap(config), server_manager=server,
+                                 tokenizer=tokenizer, processor=processor, dataset_cls=None,
+                                 data_config=DictConfigWrap(OmegaConf.create({})),
+                                 hf_model_type="qwen2_5_vl", **settings)
+
+
+def row(question="How many dots?"):
+    buf = io.BytesIO()
+    PILImage.new("RGB", (56, 56), (200, 30, 30)).save(buf, format="PNG")
+    task = Task(id="dots-1", question=question, images=(Image.from_png(buf.getvalue()),), answer="7",
+                kind=AnswerKind.COUNT)
+    pil = PILImage.open(io.BytesIO(buf.getvalue()))
+    return {"raw_prompt": [{"role": "user", "content": [{"type": "image", "image": pil},
+                                                        {"type": "text", "text": question}]}],
+            "extra_info": {TASK_KEY: task_fields(task)}}
+
+
+def run(tok_proc, server, logprobs=True, **settings):
+    """Build the loop inside the event loop, as verl's worker does (it binds the running loop)."""
+    async def go():
+        loop = make_loop(tok_proc, server, **settings)
+        return await loop.run({"temperature": 1.0, "logprobs": logprobs}, **row())
+
+    return asyncio.run(go())
+
+
+def test_episode_masks_spans_images_and_statuses(tok_proc, pool):
+    tokenizer, _ = tok_proc
+    server = ScriptedServer(tokenizer, [CROP, FAIL, NOOP, ANSWER])
+    out = run(tok_proc, server, max_turns=6)
+    record = record_from_extra(out.extra_fields)
+    resp, mask = out.response_ids, out.response_mask
+    assert len(resp) == len(mask) == len(out.response_logprobs)
+    # mask-1 tokens are exactly the sampled ids, turn by turn, at the recorded spans
+    assert [resp[s:e] for s, e in record.spans] == server.sent
+    assert [i for i, m in zip(resp, mask, strict=True) if m] == sum(server.sent, [])
+    model_text = tokenizer.decode([i for i, m in zip(resp, mask, strict=True) if m], skip_special_tokens=True)
+    assert model_text == CROP + FAIL + NOOP + ANSWER
+    covered = {k for s, e in record.spans for k in range(s, e)}
+    assert all(bool(mask[k]) == (k in covered) for k in range(len(mask)))
+    feedback = tokenizer.decode([i for i, m in zip(resp, mask, strict=True) if not m])
+    assert "<tool_response>" in feedback and "ZeroDivisionError" in feedback and "(28, 28)" in feedback
+    assert all(lp == -0.5 for lp, m in zip(out.response_logprobs, mask, strict=True) if m)
+    assert all(lp == 0.0 for lp, m in zip(out.response_logprobs, mask, strict=True) if not m)
+    # token-in: each request is the prompt plus everything so far, never re-tokenized
+    for k, request in enumerate(server.requests):
+        n = record.spans[k][0]
+        assert request["prompt_ids"] == out.prompt_ids + resp[:n]
+    # images: the input and the crop, each with its vision block in the tokens
+    assert len(out.multi_modal_data["images"]) == 2
+    assert [r["images"] for r in server.requests] == [1, 2, 2, 2]
+    vision_start = tokenizer.convert_tokens_to_ids("<|vision_start|>")
+    assert (out.prompt_ids + resp).count(vision_start) == 2
+    assert [t.status for t in record.turns] == ["ok", "error", "ok", None]
+    assert [t.executed_nothing for t in record.turns] == [False, False, True, False]
+    assert record.stop_reason == "answered" and record.answer == "7"
+    assert out.num_turns == 1 + 4 + 3
+    assert out.as_dict()["responses"].shape[0] == len(resp)  # verl's own conversion accepts it
+
+
+def test_max_turns_and_timeout_status(tok_proc, pool):
+    tokenizer, _ = tok_proc
+    server = ScriptedServer(tokenizer, [SLEEP, CROP])
+    out = run(tok_proc, server, max_turns=2, exec_timeout_s=1.0, logprobs=False)
+    record = record_from_extra(out.extra_fields)
+    assert record.stop_reason == "max_turns"
+    assert [t.status for t in record.turns] == ["timeout", None]  # the last turn's code never runs
+    assert record.turns[0].injected_turn_limit
+    assert out.response_logprobs is None
+    assert "Turn limit reached" in tokenizer.decode(out.response_ids)
+
+
+def test_max_tokens_per_turn_and_format_error(tok_proc, pool):
+    tokenizer, _ = tok_proc
+    out = run(tok_proc, ScriptedServer(tokenizer, [CROP]), turn_max_tokens=20)
+    record = record_from_extra(out.extra_fields)
+    assert record.stop_reason == "max_tokens" and sum(out.response_mask) == 20
+    out = run(tok_proc, ScriptedServer(tokenizer, ["I think it is seven."]))
+    assert record_from_extra(out.extra_fields).stop_reason == "format_error"
+
+
+def test_response_budget_stops_before_overflowing(tok_proc, pool):
+    tokenizer, _ = tok_proc
+    server = ScriptedServer(tokenizer, [CROP, CROP, ANSWER])
+    budget = len(tokenizer.encode(CROP, add_special_tokens=False)) + 30  # the feedback cannot fit
+    out = run(tok_proc, server, response_length=budget)
+    record = record_from_extra(out.extra_fields)
+    assert record.stop_reason == "max_tokens"
+    assert len(out.response_ids) <= budget and len(server.requests) == 1
+    assert record.turns[0].status == "ok"
