@@ -168,7 +168,7 @@ def write_report(report: EvalReport, out: str | Path, *, plots: bool = True, vie
 def load_report(path: str | Path) -> dict:
     """A ``report.json`` (``path`` may be the run folder)."""
     p = Path(path)
-    p = p / "report.json" if p.is_dir() else p
+    p = p if p.suffix == ".json" else p / "report.json"
     if not p.is_file():
         raise FileNotFoundError(f"expected {p}: run `codedance eval ... --out {p.parent}` first")
     return json.loads(p.read_text(encoding="utf-8"))
