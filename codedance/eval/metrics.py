@@ -127,8 +127,8 @@ def benchmark_metrics(spec: BenchmarkSpec, tasks: Sequence[Task], scores: Sequen
     not_produced = ()
     if pending:
         steps = sorted({s.pending for s in pending})
-        not_produced = (f"accuracy: {len(pending)} of {len(scores)} samples need a judge ({', '.join(steps)}); "
-                        f"rerun with --judge URL",)
+        not_produced = ((f"accuracy: {len(pending)} of {len(scores)} samples need a judge ({', '.join(steps)}); "
+                        f"rerun with --judge URL"),)
     breakdowns = [_by(by_id, scores, field, multi) for field, multi in _BREAKDOWNS.get(spec.scorer, ())]
     if spec.scorer == "hrbench":
         averages, cycle_rows = hrbench_metrics(by_id, scores)

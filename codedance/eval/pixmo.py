@@ -61,7 +61,7 @@ def _download(client, url: str, digest: str, cache: Path, problems: list[str]) -
     try:
         response = client.get(url)
         response.raise_for_status()
-    except Exception as exc:  # network errors, 404s: reported per image
+    except Exception as exc:  # noqa: BLE001 - network errors, 404s: reported per image
         problems.append(f"{url}: {type(exc).__name__}: {exc}")
         return None
     data = response.content

@@ -30,8 +30,8 @@ from pathlib import Path
 from codedance.batch import RunnerFactory, arun_batch, finished_keys
 from codedance.eval.judge_steps import Judges
 from codedance.eval.loaders import prepare_items, to_task
-from codedance.eval.spec import BenchmarkSpec, SampleScore
 from codedance.eval.scoring import score_sample
+from codedance.eval.spec import BenchmarkSpec, SampleScore
 from codedance.policy.base import Policy
 from codedance.prompts import PromptProfile
 from codedance.records import ImageStore, append_jsonl, read_jsonl, trajectory_from_json
@@ -211,12 +211,12 @@ def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
     pool = None
     if make_runner is None:
         if settings.no_tools:
-            make_runner = lambda images: NoToolRunner()  # noqa: E731
+            make_runner = lambda images: NoToolRunner()
         else:
             from codedance.sandbox.pool import SandboxPool
 
             pool = SandboxPool(timeout_s=settings.exec_timeout_s)
-            make_runner = lambda images: pool.sandbox(images=images)  # noqa: E731
+            make_runner = lambda images: pool.sandbox(images=images)
     try:
         failures = asyncio.run(_episodes(policy, settings, work, make_runner, out))
     finally:

@@ -27,7 +27,12 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from codedance.eval.judge_steps import Judges, charxiv_score, extract_answer_with_judge, mathverse_consistent
+from codedance.eval.judge_steps import (
+    Judges,
+    charxiv_score,
+    extract_answer_with_judge,
+    mathverse_consistent,
+)
 from codedance.eval.spec import SampleScore
 from codedance.grading import check_answer, extract_answer, infer_option, normalize_text
 from codedance.grading.check import check_math
@@ -79,7 +84,7 @@ def mathv_equal(answer: str, gold: str) -> bool:
         return abs(x - y) < 1e-6
     try:
         return check_math(answer, gold)
-    except Exception:  # math-verify cannot parse this pair: not equal, as MATH-V's grader
+    except Exception:  # noqa: BLE001 - math-verify cannot parse this pair: not equal, as MATH-V's grader
         return False
 
 

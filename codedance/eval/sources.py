@@ -25,6 +25,7 @@ import base64
 import binascii
 import csv
 import json
+import math
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -56,7 +57,7 @@ def _b64(text: str) -> bytes:
 def _text(value: object) -> str | None:
     if value is None:
         return None
-    if isinstance(value, float) and value != value:  # NaN from pandas
+    if isinstance(value, float) and math.isnan(value):  # NaN from pandas
         return None
     if isinstance(value, (list, tuple, dict)):
         return json.dumps(value, ensure_ascii=False)

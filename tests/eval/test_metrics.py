@@ -26,14 +26,14 @@ def test_hrbench_per_rotation_average_with_single_and_cross():
     metrics, breakdowns, _ = benchmark_metrics(get_spec("hrbench4k"), *make("hrbench4k", rows))
     assert metrics["accuracy"] == pytest.approx(0.75)  # (0.5 + 1.0) / 2
     assert metrics["avg_single"] == 1.0 and metrics["avg_cross"] == pytest.approx(0.5)
-    assert dict((k, v) for k, v, _ in dict(breakdowns)["cycle"])["c1:all"] == 0.5
+    assert {k: v for k, v, _ in dict(breakdowns)["cycle"]}["c1:all"] == 0.5
 
 
 def test_chartqa_human_and_augmented():
     rows = [({"split": "human"}, True), ({"split": "human"}, False), ({"split": "augmented"}, True)]
     metrics, breakdowns, _ = benchmark_metrics(get_spec("chartqa"), *make("chartqa", rows))
     assert metrics["accuracy"] == pytest.approx(2 / 3)
-    assert dict((k, v) for k, v, _ in dict(breakdowns)["split"]) == {"augmented": 1.0, "human": 0.5}
+    assert {k: v for k, v, _ in dict(breakdowns)["split"]} == {"augmented": 1.0, "human": 0.5}
 
 
 def test_wemath_four_dimensions_strict_and_loose():
@@ -67,4 +67,4 @@ def test_not_produced_is_said_not_guessed():
     metrics, breakdowns, not_produced = benchmark_metrics(get_spec("mathvista"), tasks, scores)
     assert metrics["accuracy"] is None and metrics["accuracy_rule_only"] == 0.5
     assert "1 of 2 samples need a judge" in not_produced[0] and "--judge" in not_produced[0]
-    assert dict((k, v) for k, v, _ in dict(breakdowns)["task"])["geometry"] is None
+    assert {k: v for k, v, _ in dict(breakdowns)["task"]}["geometry"] is None

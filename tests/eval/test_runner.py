@@ -82,8 +82,8 @@ def lmu(tmp_path, fx):
 
 
 def settings(lmu, **kw) -> EvalSettings:
-    base = dict(benchmarks=parse_benchmarks("vstar,chartqa,hrbench4k,charxiv"), model="scripted",
-                concurrency=4, lmu_dir=str(lmu), progress=False)
+    base = {"benchmarks": parse_benchmarks("vstar,chartqa,hrbench4k,charxiv"), "model": "scripted",
+                "concurrency": 4, "lmu_dir": str(lmu), "progress": False}
     return EvalSettings(**{**base, **kw})
 
 
@@ -103,7 +103,7 @@ def test_eval_end_to_end_then_resume_with_judge(lmu, tmp_path):
         assert vstar.agent.exec_success_per_call == 0.5 and vstar.agent.exec_success_per_sample == 0.5
         assert vstar.agent.tool_use_share == 0.5
         assert chartqa.headline == 0.75
-        assert dict((k, v) for k, v, _ in dict(chartqa.breakdowns)["split"]) == {"augmented": 1.0, "human": 0.5}
+        assert {k: v for k, v, _ in dict(chartqa.breakdowns)["split"]} == {"augmented": 1.0, "human": 0.5}
         assert hr.headline == 0.75 and dict(hr.metrics)["avg_cross"] == 0.5
         assert charxiv.headline is None and "need a judge" in charxiv.not_produced[0]
         md = (out / "report.md").read_text()
