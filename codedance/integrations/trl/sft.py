@@ -1,0 +1,117 @@
+"""SFT of a Qwen2.5-VL-family model on CodeDance trajectories with TRL's ``SFTTrainer``.
+
+Each trajectory becomes one sequence with `codedance.train.encode.encode_trajectory`: the
+conversation rendered with the model's chat template, the task's and the feedback's images
+expanded to their vision tokens through the processor, and labels only on the model's turns
+(the assistant text plus its end-of-turn token; prompt, feedback text and images are -100).
+The dataset handed to TRL holds row indices only; `TrajectoryCollator` pads a micro-batch and
+adds ``pixel_values`` / ``image_grid_thw`` (so TRL's own text preparation is skipped:
+``dataset_kwargs={"skip_prepare_dataset": True}``).
+
+Defaults (`codedance.train.config.SFTStage`) are the paper's Table 4: effective batch 128 (by
+gradient accumulation), lr 5e-5, warmup ratio 0.05; cosine decay (ms-swift's default; the paper
+does not say). `run_sft` resumes from the newest ``checkpoint-*`` under ``out_dir``.
+
+Not handled: packing; trajectories longer than ``max_length`` are cut (tail untrained, counted
+in the returned summary); the paper's data pipeline itself (we train on the teacher's
+trajectories of the synthetic world). Export for ms-swift: `codedance.integrations.trl.export`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from codedance.train.config import SFTStage
+from codedance.train.encode import EncodedTrajectory, encode_trajectory
+from codedance.types import Trajectory
+
+
+def encode_all(trajectories: Sequence[Trajectory], processor: Any, max_length: int) -> list[EncodedTrajectory]:
+    """Teacher trajectories as training sequences (text re-tokenized: teachers have no ids)."""
+    tok = getattr(processor, "tokenizer", processor)
+    image_tokens = getattr(processor, "image_tokens", None)
+    return [encode_trajectory(t, tok, template=processor, image_tokens=image_tokens, use_sampled_ids=False,
+                              max_length=max_length) for t in trajectories]
+
+
+class TrajectoryCollator:
+    """Rows ``{"index": i}`` → padded ``input_ids``, ``attention_mask``, ``labels`` (-100 off the
+    model's turns) and the images' pixel inputs."""
+
+    def __init__(self, encoded: Sequence[EncodedTrajectory], processor: Any) -> None:
+        self.encoded = list(encoded)
+        self.processor = processor
+        self.pad_id = getattr(processor, "tokenizer", processor).pad_token_id
+
+    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        from codedance.train.loss import collate
+
+        batch = collate([self.encoded[int(r["index"])] for r in rows], self.processor, self.pad_id)
+        mask = batch.pop("loss_mask")
+        labels = batch["input_ids"].clone()
+        labels[mask == 0] = -100
+        batch["labels"] = labels
+        return batch
+
+
+@dataclass(frozen=True)
+class SFTResult:
+    out_dir: str
+    steps: int
+    sequences: int
+    truncated: int
+    losses: tuple[tuple[int, float], ...]  # (step, training loss) as logged
+
+
+def sft_arguments(stage: SFTStage, out_dir: str | Path, n_sequences: int) -> Any:
+    """TRL ``SFTConfig`` for `stage` (CPU when no accelerator is visible)."""
+    import torch
+    from trl import SFTConfig
+
+    import inspect
+
+    per_device = max(1, min(stage.per_device_batch, stage.batch_size))
+    # transformers 5 folds warmup_ratio into warmup_steps (a float below 1 is a ratio)
+    warmup = ({"warmup_ratio": stage.warmup_ratio} if "warmup_ratio" in inspect.signature(SFTConfig).parameters
+              else {"warmup_steps": float(stage.warmup_ratio)})
+    accumulation = max(1, stage.batch_size // per_device)
+    return SFTConfig(
+        output_dir=str(out_dir), per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=accumulation, learning_rate=stage.lr, **warmup,
+        lr_scheduler_type="cosine", weight_decay=stage.weight_decay, num_train_epochs=stage.epochs,
+        max_steps=stage.max_steps, logging_steps=stage.logging_steps, save_strategy="steps",
+        save_steps=max(1, stage.logging_steps * 4), save_total_limit=2, report_to=[], seed=stage.seed,
+        remove_unused_columns=False, dataset_kwargs={"skip_prepare_dataset": True}, max_length=None,
+        use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, disable_tqdm=True,
+        bf16=torch.cuda.is_available(),
+    )
+
+
+def run_sft(model: Any, processor: Any, trajectories: Sequence[Trajectory], stage: SFTStage,
+            out_dir: str | Path, *, max_length: int = 4096, callbacks: Sequence[Any] = ()) -> SFTResult:
+    """Train `model` in place on `trajectories`; save the final model and processor to
+    ``out_dir/final``. See the module docstring."""
+    from datasets import Dataset
+    from trl import SFTTrainer
+
+    encoded = [e for e in encode_all(trajectories, processor, max_length) if sum(e.loss_mask) > 0]
+    if not encoded:
+        raise ValueError("no trajectory has model tokens to train on")
+    dataset = Dataset.from_dict({"index": list(range(len(encoded)))})
+    args = sft_arguments(stage, out_dir, len(encoded))
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset,
+                         data_collator=TrajectoryCollator(encoded, processor),
+                         processing_class=getattr(processor, "tokenizer", processor), callbacks=list(callbacks))
+    checkpoints = sorted(Path(out_dir).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)
+    final = Path(out_dir) / "final"
+    trainer.save_model(str(final))
+    processor.save_pretrained(final)
+    losses = tuple((int(h["step"]), float(h["loss"])) for h in trainer.state.log_history
+                   if "loss" in h and math.isfinite(float(h["loss"])))
+    return SFTResult(str(out_dir), int(trainer.state.global_step), len(encoded),
+                     sum(e.truncated for e in encoded), losses)

@@ -1,0 +1,173 @@
+"""The tiny-cpu preset end to end: teacher data → tokenizer + tiny model → SFT → GRPO, with
+held-out evaluation before and after each stage; `run_ablation` repeats the GRPO stage under
+several reward profiles from the same SFT checkpoint with the same seeds.
+
+Layout of ``out_dir``: ``teacher/`` (teacher trajectories, resumable), ``init/`` (the untrained
+model), ``sft/`` (TRL output, ``sft/final``), ``grpo-<profile>/`` (the GRPO trainer's folder),
+``eval/<name>.json`` (held-out metrics), ``report.html`` + PNGs (`report`). Every stage is skipped
+when its output exists, so a rerun resumes.
+
+Ablation profiles: ``paper``, ``outcome-only``, ``deepeyes`` (`codedance.rewards.PROFILES`) and
+``paper-delta0`` (``paper`` with δ = 0). Held-out tasks come from a seed range disjoint from
+the SFT and GRPO ones (checked).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from codedance.records import ImageStore, append_jsonl, load_trajectories, trajectory_json
+from codedance.rollout import Episode, run_episode
+from codedance.train.config import GRPOStage, PipelineConfig, TaskSpec
+from codedance.types import Task, Trajectory
+
+Log = Callable[[str], None]
+ABLATION = {"paper": ("paper", ()), "outcome-only": ("outcome-only", ()), "deepeyes": ("deepeyes", ()),
+            "paper-delta0": ("paper", (("delta", 0.0),))}
+
+
+def world_tasks(spec: TaskSpec) -> tuple[Task, ...]:
+    from codedance.teacher.policy import SOLVERS
+    from codedance.world import skills, task_set
+
+    names = spec.skills or tuple(s for s in skills() if s in SOLVERS)
+    return task_set(spec.n, spec.seed, names, spec.difficulties)
+
+
+def teacher_trajectories(config: PipelineConfig, tasks: tuple[Task, ...], log: Log = print) -> list[Trajectory]:
+    """The teacher's rollouts of `tasks` in ``out_dir/teacher`` (resumable by key)."""
+    from codedance.sandbox import Sandbox
+    from codedance.teacher import ExpertTeacher, TeacherConfig
+    from codedance.train.grpo import episode_config
+
+    out = Path(config.out_dir) / "teacher"
+    out.mkdir(parents=True, exist_ok=True)
+    have = dict(load_trajectories(out))
+    store = ImageStore(out / "images")
+    sft = config.sft
+    teacher = ExpertTeacher(TeacherConfig(sft.teacher_temperature, sft.teacher_mistake_rate, sft.seed))
+    ep = episode_config(config.rollout)
+    for task in tasks:
+        for k in range(sft.rollouts_per_task):
+            key = f"{task.id}#{k}"
+            if key in have:
+                continue
+            with Sandbox(images=Episode(task, ep).images, timeout_s=config.rollout.exec_timeout_s) as sandbox:
+                trajectory = run_episode(teacher.policy(task, k), task, sandbox, ep)
+            append_jsonl(out / "trajectories.jsonl", trajectory_json(trajectory, store, key))
+            have[key] = trajectory
+    log(f"teacher: {len(have)} trajectories in {out}")
+    return list(have.values())
+
+
+def evaluate(model: Any, processor: Any, config: PipelineConfig, tasks: tuple[Task, ...], name: str,
+             log: Log = print) -> dict[str, float]:
+    """Held-out metrics (greedy unless ``eval.temperature`` > 0), cached in ``eval/<name>.json``."""
+    from codedance.grading import grade_trajectory
+    from codedance.train.grpo import episode_config, make_sampler, sandbox_factory
+    from codedance.train.metrics import rollout_metrics
+    from codedance.train.sampler import run_lockstep
+
+    path = Path(config.out_dir) / "eval" / f"{name}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    model.eval()
+    sampler = make_sampler(model, processor, config.rollout, config.eval.temperature)
+    trajectories = run_lockstep(sampler, tasks, sandbox_factory(config.rollout.exec_timeout_s),
+                                episode_config(config.rollout), threads=config.threads)
+    correct = [grade_trajectory(trajectory=t, task=task).correct for t, task in zip(trajectories, tasks, strict=True)]
+    metrics = rollout_metrics(trajectories, tasks, correct)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(metrics, indent=1))
+    store = ImageStore(path.parent / "images")
+    for t in trajectories:
+        append_jsonl(path.parent / f"{name}.jsonl", trajectory_json(t, store, t.task_id))
+    log(f"eval {name}: accuracy {metrics['accuracy']:.3f}, calls/traj {metrics['calls']:.2f}")
+    return metrics
+
+
+def prepare(config: PipelineConfig, log: Log = print) -> tuple[Any, Any, list[Trajectory]]:
+    """Teacher data, then the untrained tiny model and its tokenizer (or load ``init/``)."""
+    from codedance.prompts import conversation
+    from codedance.train.processor import ImageTextProcessor
+    from codedance.train.tiny import TinySize, build_model, build_tokenizer, load_policy, parameter_count, save_policy
+
+    held = {t.id for t in world_tasks(config.eval.tasks)}
+    train_ids = {t.id for t in world_tasks(config.sft.tasks)} | {t.id for t in world_tasks(config.grpo.tasks)}
+    if held & train_ids:
+        raise ValueError(f"held-out tasks overlap the training tasks: {sorted(held & train_ids)[:3]}")
+    trajectories = teacher_trajectories(config, world_tasks(config.sft.tasks), log)
+    init = Path(config.out_dir) / "init"
+    if config.init != "tiny":
+        return (*load_policy(config.init), trajectories)
+    if (init / "config.json").exists():
+        return (*load_policy(init), trajectories)
+    texts = [p for t in trajectories for m in conversation(t) for p in m.parts if isinstance(p, str)]
+    tok = build_tokenizer(texts, config.model.vocab_size, config.model.tokenizer_split)
+    m = config.model
+    model = build_model(tok, TinySize(m.hidden, m.layers, m.heads, m.kv_heads, m.intermediate), seed=config.sft.seed)
+    processor = ImageTextProcessor(tok, min_pixels=config.rollout.min_pixels, max_pixels=config.rollout.max_pixels)
+    save_policy(init, model, processor)
+    log(f"tiny model: {parameter_count(model) / 1e6:.2f}M parameters, vocabulary {len(tok)}")
+    return model, processor, trajectories
+
+
+def run_sft_stage(config: PipelineConfig, log: Log = print) -> tuple[Any, Any]:
+    from codedance.integrations.trl.sft import run_sft
+    from codedance.train.tiny import load_policy
+
+    final = Path(config.out_dir) / "sft" / "final"
+    model, processor, trajectories = prepare(config, log)
+    held = world_tasks(config.eval.tasks)
+    evaluate(model, processor, config, held, "before-sft", log)
+    if not (final / "config.json").exists():
+        result = run_sft(model, processor, trajectories, config.sft, Path(config.out_dir) / "sft",
+                         max_length=config.rollout.max_length)
+        log(f"sft: {result.steps} steps on {result.sequences} sequences; loss {result.losses[0][1]:.3f} → "
+            f"{result.losses[-1][1]:.3f}")
+    model, processor = load_policy(final)
+    evaluate(model, processor, config, held, "after-sft", log)
+    return model, processor
+
+
+def run_grpo_stage(config: PipelineConfig, name: str, stage: GRPOStage, log: Log = print) -> dict[str, float]:
+    """GRPO from ``sft/final`` into ``grpo-<name>``; returns the held-out metrics after it."""
+    from codedance.train.grpo import GRPOTrainer
+    from codedance.train.tiny import load_policy
+
+    model, processor = load_policy(Path(config.out_dir) / "sft" / "final")
+    trainer = GRPOTrainer(model, processor, stage, config.rollout, world_tasks(stage.tasks),
+                          Path(config.out_dir) / f"grpo-{name}", threads=config.threads)
+    if trainer.resume():
+        log(f"grpo-{name}: resumed at step {trainer.step}")
+    trainer.train(on_step=lambda r: log(
+        f"grpo-{name} step {int(r['step'])}: acc {r['accuracy']:.3f} calls {r['calls']:.2f} "
+        f"reward {r['reward/total']:.3f} loss {r['loss']:.4f} ({r['rollout_s'] + r['update_s']:.0f}s)"))
+    return evaluate(trainer.model, processor, config, world_tasks(config.eval.tasks), f"after-grpo-{name}", log)
+
+
+def run_pipeline(config: PipelineConfig, log: Log = print) -> dict[str, dict[str, float]]:
+    """SFT then GRPO under ``grpo.profile``; returns the held-out metrics of every stage."""
+    from codedance.train.report import write_report
+
+    run_sft_stage(config, log)
+    name = config.grpo.profile if not config.grpo.profile_overrides else f"{config.grpo.profile}-custom"
+    run_grpo_stage(config, name, config.grpo, log)
+    return write_report(config.out_dir)
+
+
+def run_ablation(config: PipelineConfig, log: Log = print) -> dict[str, dict[str, float]]:
+    """SFT once, then GRPO under each of ``ablation_profiles`` with the same seeds."""
+    from codedance.train.report import write_report
+
+    run_sft_stage(config, log)
+    for name in config.ablation_profiles:
+        if name not in ABLATION:
+            raise ValueError(f"unknown ablation profile {name!r}; known: {sorted(ABLATION)}")
+        profile, overrides = ABLATION[name]
+        run_grpo_stage(config, name, replace(config.grpo, profile=profile, profile_overrides=overrides), log)
+    return write_report(config.out_dir)
