@@ -22,6 +22,7 @@ app.add_typer(solve_cmd.app, name="solve")
 app.add_typer(demo_cmd.app, name="demo")
 app.add_typer(world_cmd.app, name="world")
 app.add_typer(eval_cmd.app, name="eval")
+app.command("report", help="Compare evaluation runs side by side.")(eval_cmd.report)
 
 
 def main() -> None:

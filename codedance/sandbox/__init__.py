@@ -12,8 +12,9 @@ allows), ``checks`` (the contract checks behind ``codedance sandbox check``).
 """
 
 from codedance.sandbox.isolation import LAYERS, Isolation, SandboxUnavailable
+from codedance.sandbox.pool import SandboxPool
 from codedance.sandbox.sandbox import Limits, Sandbox, SandboxClosed
 from codedance.sandbox.service import SandboxService, ServiceError
 
-__all__ = ["LAYERS", "Isolation", "Limits", "Sandbox", "SandboxClosed", "SandboxService",
-           "SandboxUnavailable", "ServiceError"]
+__all__ = ["LAYERS", "Isolation", "Limits", "Sandbox", "SandboxClosed", "SandboxPool",
+           "SandboxService", "SandboxUnavailable", "ServiceError"]
