@@ -34,13 +34,6 @@ import time
 from typing import Any
 from uuid import uuid4
 
-from verl.experimental.agent_loop.agent_loop import (
-    AgentLoopBase,
-    AgentLoopMetrics,
-    AgentLoopOutput,
-    register,
-)
-
 from codedance.integrations.verl.record import EXTRA_KEY, RolloutRecord, TurnRecord
 from codedance.integrations.verl.tasks import TASK_KEY, images_from_prompt, pil, task_from_fields
 from codedance.policy.base import Completion
@@ -48,6 +41,12 @@ from codedance.prompts import VisionLimits, get_profile
 from codedance.rollout import Episode, EpisodeConfig
 from codedance.sandbox.pool import SandboxPool
 from codedance.types import Image, Message
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopMetrics,
+    AgentLoopOutput,
+    register,
+)
 
 _POOLS: dict[int, SandboxPool] = {}
 
@@ -154,7 +153,7 @@ class CodeDanceAgentLoop(AgentLoopBase):
             started = time.perf_counter()
             try:
                 result = await sandbox.arun(code)
-            except Exception as exc:  # the sandbox's own failure: a stop reason, not a crash
+            except Exception as exc:  # noqa: BLE001  (the sandbox's own failure: a stop reason)
                 episode.on_runner_error(exc)
                 break
             finally:

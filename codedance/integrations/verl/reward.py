@@ -28,7 +28,14 @@ from collections.abc import Hashable, Sequence
 from codedance.grading import JudgeClient, JudgeConfig, grade_trajectory
 from codedance.integrations.verl.record import RolloutRecord, record_from_extra
 from codedance.integrations.verl.tasks import TASK_KEY, task_from_fields
-from codedance.rewards import BatchRewards, accuracy, call_stats, compute_batch_rewards, format_penalty, get_profile
+from codedance.rewards import (
+    BatchRewards,
+    accuracy,
+    call_stats,
+    compute_batch_rewards,
+    format_penalty,
+    get_profile,
+)
 
 _JUDGES: dict[tuple[str, str], JudgeClient] = {}
 _LOCK = threading.Lock()

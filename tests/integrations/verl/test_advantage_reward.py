@@ -11,18 +11,18 @@ import pytest
 pytest.importorskip("verl")
 torch = pytest.importorskip("torch")
 
-import codedance.integrations.verl  # noqa: E402,F401  (registers the estimators)
-from verl import DataProto  # noqa: E402
-from verl.trainer.config import AlgoConfig  # noqa: E402
-from verl.trainer.ppo.core_algos import AdvantageEstimator  # noqa: E402
-from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
+from verl import DataProto
+from verl.trainer.config import AlgoConfig
+from verl.trainer.ppo.core_algos import AdvantageEstimator
+from verl.trainer.ppo.ray_trainer import compute_advantage
 
-from codedance.integrations.verl.advantage import batch_context  # noqa: E402
-from codedance.integrations.verl.record import EXTRA_KEY, RolloutRecord, TurnRecord  # noqa: E402
-from codedance.integrations.verl.reward import compute_score, group_rewards  # noqa: E402
-from codedance.integrations.verl.tasks import TASK_KEY, task_fields  # noqa: E402
-from codedance.integrations.verl.trainer import records_from_fields  # noqa: E402
-from codedance.types import AnswerKind, Task  # noqa: E402
+import codedance.integrations.verl  # noqa: F401  (registers the estimators)
+from codedance.integrations.verl.advantage import batch_context
+from codedance.integrations.verl.record import EXTRA_KEY, RolloutRecord, TurnRecord
+from codedance.integrations.verl.reward import compute_score, group_rewards
+from codedance.integrations.verl.tasks import TASK_KEY, task_fields
+from codedance.integrations.verl.trainer import records_from_fields
+from codedance.types import AnswerKind, Task
 
 CODE = "<think>.</think><code>\n```python\nx\n```\n</code>"
 ANS = "<think>.</think><answer>7</answer>"
@@ -97,7 +97,7 @@ def test_misaligned_rows_and_missing_context_raise():
 
 
 def test_group_rewards_all_right_and_none_right():
-    d = lambda mu: 1 / (1 + math.exp(-4 * (0.5 - mu))) - 0.2  # noqa: E731
+    d = lambda mu: 1 / (1 + math.exp(-4 * (0.5 - mu))) - 0.2
     right = [rec(["ok", "error"], task="easy"), rec(["ok"], task="easy"), rec([], task="easy")]
     wrong = [rec(["ok", "error"], task="hard"), rec(["error"], task="hard"), rec([], task="hard")]
     batch = group_rewards(right + wrong, [1, 1, 1, 0, 0, 0], ["e"] * 3 + ["h"] * 3)

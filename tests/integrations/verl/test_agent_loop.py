@@ -14,19 +14,19 @@ import pytest
 pytest.importorskip("verl")
 pytest.importorskip("transformers")
 
-from omegaconf import OmegaConf  # noqa: E402
-from PIL import Image as PILImage  # noqa: E402
-from verl.experimental.agent_loop.agent_loop import DictConfigWrap  # noqa: E402
-from verl.workers.rollout.replica import TokenOutput  # noqa: E402
+from omegaconf import OmegaConf
+from PIL import Image as PILImage
+from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+from verl.workers.rollout.replica import TokenOutput
 
-from codedance.integrations.verl import agent_loop as al  # noqa: E402
-from codedance.integrations.verl.record import record_from_extra  # noqa: E402
-from codedance.integrations.verl.tasks import TASK_KEY, task_fields  # noqa: E402
-from codedance.sandbox.pool import SandboxPool  # noqa: E402
-from codedance.types import AnswerKind, Image, Task  # noqa: E402
+from codedance.integrations.verl import agent_loop as al
+from codedance.integrations.verl.record import record_from_extra
+from codedance.integrations.verl.tasks import TASK_KEY, task_fields
+from codedance.sandbox.pool import SandboxPool
+from codedance.types import AnswerKind, Image, Task
 
 sys.path.insert(0, str(Path(__file__).parent))
-import tiny_qwen  # noqa: E402
+import tiny_qwen
 
 CROP = "<think>crop it</think>\n<code>\n```python\nim = input_image.crop((0, 0, 28, 28))\nim.show()\nprint(im.size)\n```\n</code>"
 FAIL = "<think>divide</think>\n<code>\n```python\nprint('before')\n1 / 0\n```\n</code>"
@@ -104,7 +104,7 @@ def test_episode_masks_spans_images_and_statuses(tok_proc, pool):
     assert len(resp) == len(mask) == len(out.response_logprobs)
     # mask-1 tokens are exactly the sampled ids, turn by turn, at the recorded spans
     assert [resp[s:e] for s, e in record.spans] == server.sent
-    assert [i for i, m in zip(resp, mask, strict=True) if m] == sum(server.sent, [])
+    assert [i for i, m in zip(resp, mask, strict=True) if m] == [i for ids in server.sent for i in ids]
     model_text = tokenizer.decode([i for i, m in zip(resp, mask, strict=True) if m], skip_special_tokens=True)
     assert model_text == CROP + FAIL + NOOP + ANSWER
     covered = {k for s, e in record.spans for k in range(s, e)}

@@ -7,12 +7,12 @@ import pytest
 pytest.importorskip("verl")
 pytest.importorskip("pandas")
 
-from omegaconf import OmegaConf  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
+from omegaconf import OmegaConf
+from typer.testing import CliRunner
 
-from codedance.cli.verl_cmd import app  # noqa: E402
-from codedance.integrations.verl.tasks import TASK_KEY, images_from_prompt, task_from_fields  # noqa: E402
-from codedance.world.base import task_set  # noqa: E402
+from codedance.cli.verl_cmd import app
+from codedance.integrations.verl.tasks import TASK_KEY, images_from_prompt, task_from_fields
+from codedance.world.base import task_set
 
 
 def test_rlhf_dataset_reads_rows_and_task_round_trips(tmp_path):
