@@ -14,7 +14,15 @@ app = typer.Typer(
     add_completion=False,
 )
 
-from codedance.cli import demo_cmd, eval_cmd, grading_cmd, sandbox_cmd, solve_cmd, world_cmd  # noqa: E402
+from codedance.cli import (  # noqa: E402
+    demo_cmd,
+    eval_cmd,
+    grading_cmd,
+    sandbox_cmd,
+    solve_cmd,
+    verl_cmd,
+    world_cmd,
+)
 
 app.add_typer(sandbox_cmd.app, name="sandbox")
 app.add_typer(grading_cmd.app, name="grading")
@@ -22,6 +30,7 @@ app.add_typer(solve_cmd.app, name="solve")
 app.add_typer(demo_cmd.app, name="demo")
 app.add_typer(world_cmd.app, name="world")
 app.add_typer(eval_cmd.app, name="eval")
+app.add_typer(verl_cmd.app, name="verl")
 app.command("report", help="Compare evaluation runs side by side.")(eval_cmd.report)
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-import select
 import shutil
 import signal
 import socket
@@ -235,7 +234,7 @@ class Sandbox:
         old = self._holder_pidfd
         self._holder_pid, self._holder_pidfd = step_pid, step_pidfd
         _kill_pidfd(old)
-        select.select([old], [], [], 2.0)  # a pidfd turns readable once its process has exited
+        protocol.wait_readable(old, time.monotonic() + 2.0)  # a pidfd turns readable at exit
         os.close(old)
         return result
 

@@ -195,3 +195,22 @@ def test_libraries_loaded_in_a_step_stay_single_threaded(make):
     libraries (scipy's own OpenBLAS, say) read them; otherwise their threads get steps refused."""
     result = make().run("import os; print(os.environ['OPENBLAS_NUM_THREADS'], os.environ['OMP_NUM_THREADS'])")
     assert result.stdout == "1 1\n"
+
+
+def test_works_with_descriptors_above_1024(make):
+    """Thousands of live sandboxes mean thousands of descriptors: nothing may use select()."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 2048:
+        pytest.skip("the descriptor limit is too low to test this")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    filler = [os.dup(0) for _ in range(1100)]
+    try:
+        sb = make()
+        assert sb._conn.fileno() > 1024
+        assert sb.run("x = 1").ok and sb.run("print(x)").stdout == "1\n"
+        assert sb.run("import time; time.sleep(5)", timeout_s=0.5).status is ExecStatus.TIMEOUT
+    finally:
+        for fd in filler:
+            os.close(fd)

@@ -1,0 +1,1 @@
+"""Integrations with training frameworks: the only code that imports verl, torch or TRL."""
