@@ -86,6 +86,7 @@ def build_model(tokenizer: Any, size: TinySize = TinySize(), seed: int = 0) -> A
             vocab_size=len(tokenizer), hidden_size=size.hidden, intermediate_size=size.intermediate,
             num_hidden_layers=size.layers, num_attention_heads=size.heads, num_key_value_heads=size.kv_heads,
             max_position_embeddings=size.max_positions, tie_word_embeddings=True,
+            bos_token_id=None, eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"],
             rope_scaling={"type": "mrope", "mrope_section": sections},
         ),
         vision_config=dict(depth=size.vision_depth, hidden_size=size.vision_hidden,

@@ -1,0 +1,74 @@
+"""``codedance sft``: TRL SFT on saved trajectories, or their export for ms-swift.
+
+    codedance sft --data runs/teacher --model runs/tiny-cpu/init --out runs/sft [key=value ...]
+    codedance sft --data runs/teacher --model Qwen/Qwen2.5-VL-7B-Instruct --preset sft-qwen2.5-vl-7b --out runs/sft-7b
+    codedance sft --data runs/teacher --export-swift runs/teacher/swift.jsonl
+
+``--data`` is a folder with ``trajectories.jsonl`` + ``images/`` (`codedance.records`: the
+batch runner's, the demo's or the pipeline's ``teacher/`` output). Settings are the ``sft.*``
+keys of the config (`codedance.train.config.SFTStage`; paper defaults). A model folder saved by
+`codedance.train.tiny.save_policy` loads with our PIL-based processor; any other name loads
+with transformers' stock processor (needs torchvision for Qwen2.5-VL). Needs the train extra.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from codedance.cli.train_cmd import preset_path
+
+app = typer.Typer(help="Supervised fine-tuning on CodeDance trajectories (TRL), or export for ms-swift.")
+
+
+def _load_model(name: str):  # type: ignore[no-untyped-def]
+    if Path(name, "codedance_processor.json").exists():
+        from codedance.train.tiny import load_policy
+
+        return load_policy(name)
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    return AutoModelForImageTextToText.from_pretrained(name, dtype="auto"), AutoProcessor.from_pretrained(name)
+
+
+@app.callback(invoke_without_command=True)
+def sft(
+    overrides: list[str] = typer.Argument(None, help="key=value settings, e.g. sft.lr=1e-4"),
+    data: Path = typer.Option(..., help="Folder with trajectories.jsonl and images/"),
+    model: str = typer.Option("", help="Model folder or hub name (not needed with --export-swift)"),
+    out: Path = typer.Option(Path("runs/sft"), help="Output folder (resumes from its checkpoints)"),
+    preset: str | None = typer.Option(None, help="Preset name in codedance/presets/train"),
+    config: Path | None = typer.Option(None, help="A YAML config file"),
+    export_swift: Path | None = typer.Option(None, help="Write ms-swift JSONL here instead of training"),
+) -> None:
+    from codedance.records import load_trajectories
+    from codedance.train.config import load_config
+
+    console = Console()
+    try:
+        cfg = load_config(preset_path(preset, config), list(overrides or []))
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    trajectories = [t for _, t in load_trajectories(data)]
+    if not trajectories:
+        console.print(f"[red]error:[/red] no trajectories in {data / 'trajectories.jsonl'}")
+        raise typer.Exit(2)
+    if export_swift is not None:
+        from codedance.integrations.trl.export import write_swift_jsonl
+
+        n = write_swift_jsonl(trajectories, export_swift)
+        console.print(f"wrote {n} records to {export_swift} (images under {export_swift.parent / 'images'})")
+        return
+    if not model:
+        console.print("[red]error:[/red] --model is required to train")
+        raise typer.Exit(2)
+    from codedance.integrations.trl.sft import run_sft
+
+    net, processor = _load_model(model)
+    result = run_sft(net, processor, trajectories, cfg.sft, out, max_length=cfg.rollout.max_length)
+    first, last = result.losses[0][1], result.losses[-1][1]
+    console.print(f"sft: {result.steps} steps on {result.sequences} sequences ({result.truncated} cut); "
+                  f"loss {first:.4f} → {last:.4f}; model in {out / 'final'}")

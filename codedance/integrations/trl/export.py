@@ -1,0 +1,59 @@
+"""The canonical SFT record of a trajectory, and its ms-swift JSONL form.
+
+`sft_record(trajectory)` is the one record every SFT format is converted from:
+``{"messages": [{"role", "content", "loss"}], "images": [Image, ...]}`` where ``content`` is the
+message text with ``<image>`` where each image goes (in order across the conversation) and
+``loss`` is True exactly for the model's (assistant) turns.
+
+`write_swift_jsonl(trajectories, path)` writes it in ms-swift's custom-dataset format (one JSON
+object per line: ``messages`` with ``<image>`` placeholders and a per-message ``loss`` flag,
+``images`` as PNG paths under ``path.parent/images``, stored once by hash), ready for:
+
+    swift sft --model Qwen/Qwen2.5-VL-7B-Instruct --train_type full --dataset runs/swift.jsonl \\
+        --torch_dtype bfloat16 --per_device_train_batch_size 1 --gradient_accumulation_steps 16 \\
+        --learning_rate 5e-5 --warmup_ratio 0.05 --num_train_epochs 1 --freeze_vit true \\
+        --max_length 10240 --output_dir runs/swift-sft        # 8 GPUs × 1 × 16 = batch 128
+
+Not verified here: ms-swift itself is not installed on this machine; the format follows its
+documented custom-dataset layout. With ``loss`` flags absent, ms-swift trains on every
+assistant turn by default, which is the same selection.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from codedance.prompts import IMAGE_PLACEHOLDER, conversation
+from codedance.records import ImageStore
+from codedance.types import Image, Trajectory
+
+
+def sft_record(trajectory: Trajectory) -> dict[str, object]:
+    """The canonical record (see the module docstring); images stay `Image` objects."""
+    messages: list[dict[str, object]] = []
+    images: list[Image] = []
+    for message in conversation(trajectory):
+        text = []
+        for part in message.parts:
+            if isinstance(part, Image):
+                text.append(IMAGE_PLACEHOLDER)
+                images.append(part)
+            else:
+                text.append(part)
+        messages.append({"role": message.role, "content": "".join(text), "loss": message.role == "assistant"})
+    return {"messages": messages, "images": images}
+
+
+def write_swift_jsonl(trajectories: Sequence[Trajectory], path: str | Path) -> int:
+    """Write ms-swift records for `trajectories` to `path`; return how many."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    store = ImageStore(out.parent / "images")
+    with open(out, "w", encoding="utf-8") as f:
+        for t in trajectories:
+            record = sft_record(t)
+            paths = [str((store.root / f"{store.put(i)['sha256']}.png").resolve()) for i in record["images"]]  # type: ignore[union-attr]
+            f.write(json.dumps({"messages": record["messages"], "images": paths}, ensure_ascii=False) + "\n")
+    return len(trajectories)

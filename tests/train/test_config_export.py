@@ -1,0 +1,48 @@
+"""Presets parse, overrides apply, unknown keys are named; the canonical SFT record and the
+ms-swift export (no torch needed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from codedance.cli.train_cmd import PRESETS
+from codedance.integrations.trl.export import sft_record, write_swift_jsonl
+from codedance.train.config import load_config
+from tests.train.helpers import corpus
+
+
+def test_every_preset_loads_and_its_header_gives_the_command() -> None:
+    presets = sorted(PRESETS.glob("*.yaml"))
+    assert {p.stem for p in presets} >= {"tiny-cpu", "sft-qwen2.5-vl-7b"}
+    for path in presets:
+        assert path.read_text().startswith("# codedance ")
+        load_config(path)
+    tiny = load_config(PRESETS / "tiny-cpu.yaml", ["grpo.steps=3", "grpo.profile_overrides=[[delta, 0.0]]"])
+    assert tiny.grpo.steps == 3 and tiny.grpo.profile_overrides == (("delta", 0.0),)
+    assert tiny.grpo.clip == 0.2 and tiny.grpo.kl_coef == 0.0 and tiny.sft.warmup_ratio == 0.05
+    paper = load_config(PRESETS / "sft-qwen2.5-vl-7b.yaml")
+    assert (paper.sft.batch_size, paper.sft.lr) == (128, 5e-5)
+
+
+def test_unknown_keys_are_errors_that_name_them() -> None:
+    with pytest.raises(ValueError, match="stepz"):
+        load_config(None, ["grpo.stepz=1"])
+    with pytest.raises(ValueError, match="key=value"):
+        load_config(None, ["grpo.steps"])
+
+
+def test_canonical_record_and_swift_export(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    t = corpus()[0]  # prompt with an image, a code turn whose feedback has an image, the answer
+    record = sft_record(t)
+    roles = [(m["role"], m["loss"]) for m in record["messages"]]
+    assert roles == [("user", False), ("assistant", True), ("user", False), ("assistant", True)]
+    placeholders = sum(m["content"].count("<image>") for m in record["messages"])
+    assert placeholders == len(record["images"]) == 2
+    assert record["messages"][1]["content"] == t.turns[0].text
+    path = tmp_path / "swift.jsonl"
+    assert write_swift_jsonl(corpus(), path) == 9
+    first = json.loads(path.read_text().splitlines()[0])
+    assert [m["loss"] for m in first["messages"]] == [False, True, False, True]
+    assert all((tmp_path / "images").joinpath(p.rsplit("/", 1)[1]).exists() for p in first["images"])
