@@ -133,7 +133,7 @@ async def test_async_path_retries_and_runs_concurrently() -> None:
     def script(body: dict) -> ServerReply:
         arrivals.append(time.monotonic())
         question = body["messages"][-1]["content"][-1]["text"]
-        return ServerReply(text=f"answer to {question}", delay_s=0.3)
+        return ServerReply(text=f"answer to {question}", delay_s=0.5)
 
     with ReplayServer(script) as server:
         p = policy(server)
@@ -142,7 +142,7 @@ async def test_async_path_retries_and_runs_concurrently() -> None:
         await p.aclose()
     assert [r.text for r in results] == [f"answer to q{i}" for i in range(8)]
     spread = max(arrivals) - min(arrivals)
-    assert spread < 1.0, f"requests arrived over {spread:.2f} s: one after another takes 2.1 s"
+    assert spread < 2.5, f"requests arrived over {spread:.2f} s: one after another takes 3.5 s"
 
 
 async def test_async_retry_on_500() -> None:
