@@ -114,7 +114,7 @@ class PipelineConfig:
 def _build(base: Any, data: Any) -> Any:
     """`base` (a dataclass instance) with the values of the mapping `data`, recursively."""
     if not isinstance(data, dict):
-        raise ValueError(f"expected a mapping for {type(base).__name__}, got {data!r}")
+        raise ValueError(f"expected a mapping for {type(base).__name__}, got {data!r}")  # noqa: TRY004  (a setting error, reported as ValueError by the CLI)
     known = {f.name for f in fields(base)}
     unknown = set(data) - known
     if unknown:

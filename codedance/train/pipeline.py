@@ -94,7 +94,14 @@ def prepare(config: PipelineConfig, log: Log = print) -> tuple[Any, Any, list[Tr
     """Teacher data, then the untrained tiny model and its tokenizer (or load ``init/``)."""
     from codedance.prompts import conversation
     from codedance.train.processor import ImageTextProcessor
-    from codedance.train.tiny import TinySize, build_model, build_tokenizer, load_policy, parameter_count, save_policy
+    from codedance.train.tiny import (
+        TinySize,
+        build_model,
+        build_tokenizer,
+        load_policy,
+        parameter_count,
+        save_policy,
+    )
 
     held = {t.id for t in world_tasks(config.eval.tasks)}
     train_ids = {t.id for t in world_tasks(config.sft.tasks)} | {t.id for t in world_tasks(config.grpo.tasks)}

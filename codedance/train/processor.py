@@ -30,7 +30,9 @@ class ImageTextProcessor:
 
     def __init__(self, tokenizer: Any, *, min_pixels: int = 28 * 28, max_pixels: int = 112 * 112,
                  cache_size: int = 512) -> None:
-        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+            Qwen2VLImageProcessorPil,
+        )
 
         self.tokenizer = tokenizer
         self.min_pixels, self.max_pixels = min_pixels, max_pixels

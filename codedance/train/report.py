@@ -55,7 +55,7 @@ def write_report(out_dir: str | Path) -> dict[str, dict[str, float]]:
     if runs:
         _plot(runs, FIG4, out / "figure4.png", "Training dynamics (paper Figure 4, tiny scale)")
         _plot(runs, FIG9, out / "figure9.png", "Reward designs (paper Figure 9, tiny scale)")
-    cell = lambda v: "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"  # noqa: E731
+    cell = lambda v: "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
     head = "".join(f"<th>{html.escape(k)}</th>" for k in TABLE)
     body = "".join(f"<tr><td>{html.escape(n)}</td>" + "".join(f"<td>{cell(m.get(k))}</td>" for k in TABLE) + "</tr>"
                    for n, m in evals.items())

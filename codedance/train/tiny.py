@@ -82,16 +82,16 @@ def build_model(tokenizer: Any, size: TinySize = TinySize(), seed: int = 0) -> A
     sections = [half - 2 * (half // 3), half // 3, half // 3]
     ids = {s: tokenizer.convert_tokens_to_ids(s) for s in SPECIALS}
     config = Qwen2_5_VLConfig(
-        text_config=dict(
-            vocab_size=len(tokenizer), hidden_size=size.hidden, intermediate_size=size.intermediate,
-            num_hidden_layers=size.layers, num_attention_heads=size.heads, num_key_value_heads=size.kv_heads,
-            max_position_embeddings=size.max_positions, tie_word_embeddings=True,
-            bos_token_id=None, eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"],
-            rope_scaling={"type": "mrope", "mrope_section": sections},
-        ),
-        vision_config=dict(depth=size.vision_depth, hidden_size=size.vision_hidden,
-                           intermediate_size=2 * size.vision_hidden, num_heads=2, out_hidden_size=size.hidden,
-                           fullatt_block_indexes=[0]),
+        text_config={
+            "vocab_size": len(tokenizer), "hidden_size": size.hidden, "intermediate_size": size.intermediate,
+            "num_hidden_layers": size.layers, "num_attention_heads": size.heads, "num_key_value_heads": size.kv_heads,
+            "max_position_embeddings": size.max_positions, "tie_word_embeddings": True,
+            "bos_token_id": None, "eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"],
+            "rope_scaling": {"type": "mrope", "mrope_section": sections},
+        },
+        vision_config={"depth": size.vision_depth, "hidden_size": size.vision_hidden,
+                           "intermediate_size": 2 * size.vision_hidden, "num_heads": 2, "out_hidden_size": size.hidden,
+                           "fullatt_block_indexes": [0]},
         image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
         eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"], tie_word_embeddings=True,

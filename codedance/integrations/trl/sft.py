@@ -69,10 +69,10 @@ class SFTResult:
 
 def sft_arguments(stage: SFTStage, out_dir: str | Path, n_sequences: int) -> Any:
     """TRL ``SFTConfig`` for `stage` (CPU when no accelerator is visible)."""
+    import inspect
+
     import torch
     from trl import SFTConfig
-
-    import inspect
 
     per_device = max(1, min(stage.per_device_batch, stage.batch_size))
     # transformers 5 folds warmup_ratio into warmup_steps (a float below 1 is a ratio)
