@@ -7,7 +7,7 @@
 # own self-check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CODEDANCE_EXTRAS=${CODEDANCE_EXTRAS-} scripts/setup.sh
+CODEDANCE_EXTRAS=${CODEDANCE_EXTRAS-world} scripts/setup.sh
 .venv/bin/codedance sandbox check \
   || echo "run-main: some sandbox properties do not hold on this host (see above); the demo runs anyway" >&2
 exec .venv/bin/codedance demo "$@"

@@ -6,7 +6,8 @@
 # sandbox's own jail before running anything hostile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CODEDANCE_EXTRAS=${CODEDANCE_EXTRAS-dev} scripts/setup.sh
+# dev: test tools; train: torch (CPU), transformers, TRL and verl, so the training tests run too
+CODEDANCE_EXTRAS=${CODEDANCE_EXTRAS-dev,train} scripts/setup.sh
 if [ "$(id -u)" = 0 ] && unshare --pid --fork --mount-proc true 2>/dev/null; then
   exec unshare --pid --fork --mount-proc .venv/bin/python -m pytest "$@"
 fi

@@ -26,4 +26,9 @@ fi
 extras=${CODEDANCE_EXTRAS-dev}
 spec="."
 [ -n "$extras" ] && spec=".[${extras}]"
-.venv/bin/python -m pip install -q --disable-pip-version-check -e "$spec"
+pip=(.venv/bin/python -m pip install -q --disable-pip-version-check)
+case ",$extras," in
+  # torch first, pinned: the CPU build (a plain `torch` requirement can pull a CUDA build of GBs)
+  *,train,*) "${pip[@]}" "torch==2.13.0" ;;
+esac
+"${pip[@]}" -e "$spec"

@@ -19,7 +19,9 @@ from codedance.cli import (  # noqa: E402
     eval_cmd,
     grading_cmd,
     sandbox_cmd,
+    sft_cmd,
     solve_cmd,
+    train_cmd,
     verl_cmd,
     world_cmd,
 )
@@ -31,6 +33,8 @@ app.add_typer(demo_cmd.app, name="demo")
 app.add_typer(world_cmd.app, name="world")
 app.add_typer(eval_cmd.app, name="eval")
 app.add_typer(verl_cmd.app, name="verl")
+app.add_typer(train_cmd.app, name="train")
+app.add_typer(sft_cmd.app, name="sft")
 app.command("report", help="Compare evaluation runs side by side.")(eval_cmd.report)
 
 
