@@ -43,23 +43,30 @@ def read_glyphs(ink, alphabet="0123456789", min_height=4):
     Components shorter than half the tallest (dots, specks) are skipped; the template size is
     chosen so that a digit's height (0.73 of the font size in DejaVu Sans) matches the tallest
     component. Each component takes the character whose template, scaled to its box, overlaps
-    it best (intersection over union, times the ratio of the aspect ratios)."""
+    it best: correlation of both, scaled to 16×24 and blurred (tolerates one-pixel shifts), times
+    the ratio of their aspect ratios."""
     n, _lab, stats, _c = cv2.connectedComponentsWithStats(ink.astype(np.uint8), connectivity=8)
     comps = [tuple(int(v) for v in stats[i]) for i in range(1, n) if stats[i][3] >= min_height]
     if not comps:
         return ""
     tallest = max(c[3] for c in comps)
     comps = [c for c in comps if c[3] >= tallest / 2]
-    templates = glyph_templates(max(6, round(tallest / 0.73)), alphabet)
+    size = max(6, round(tallest / 0.73))
+    templates = {}  # three sizes around the estimate: rasterisers differ by a pixel here and there
+    for k, s in enumerate((size - 1, size, size + 1)):
+        templates.update({(ch, k): t for ch, t in glyph_templates(s, alphabet).items()})
+    def norm(a):
+        v = cv2.GaussianBlur(cv2.resize(a.astype(np.float32), (16, 24), interpolation=cv2.INTER_AREA), (3, 3), 0)
+        v = v - v.mean()
+        return v / (np.linalg.norm(v) + 1e-6)
+
+    shapes = {ch: (norm(t), t.shape[1] / t.shape[0]) for ch, t in templates.items()}
     text = ""
     for x, y, w, h, _area in sorted(comps):
-        glyph = ink[y:y + h, x:x + w].astype(bool)
-        best, best_score = "?", -1.0
-        for ch, t in templates.items():
-            scaled = cv2.resize(t.astype(np.uint8), (w, h), interpolation=cv2.INTER_AREA) > 0
-            iou = (scaled & glyph).sum() / max(1, (scaled | glyph).sum())
-            ar_t, ar_g = t.shape[1] / t.shape[0], w / h
-            score = iou * min(ar_t, ar_g) / max(ar_t, ar_g)
+        glyph, aspect = norm(ink[y:y + h, x:x + w]), w / h
+        best, best_score = "?", -2.0
+        for (ch, _k), (t, ar) in shapes.items():
+            score = float((t * glyph).sum()) * min(ar, aspect) / max(ar, aspect)
             if score > best_score:
                 best, best_score = ch, score
         text += best
