@@ -201,13 +201,19 @@ def _address_space_now() -> int:
 
 
 def _initial_namespace(image_files: list[str]) -> dict:
+    """``input_image``/``images`` opened lazily: pixels are decoded by the first step that uses
+    them (and kept if that step succeeds), so an idle trajectory holds no decoded pixels. Each
+    file is checked first (header, size against the decompression-bomb limit, PNG checksums)."""
     from PIL import Image
 
     images = []
-    for path in image_files:
-        with Image.open(path) as handle:
-            handle.load()
-            images.append(handle.copy())
+    for index, path in enumerate(image_files):
+        try:
+            with Image.open(path) as probe:
+                probe.verify()
+            images.append(Image.open(path))
+        except Exception as exc:
+            raise ValueError(f"input image {index} could not be opened: {type(exc).__name__}: {exc}") from exc
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     paths = [os.path.abspath(path) for path in image_files]
     namespace.update(images=images, image_paths=paths)
