@@ -27,13 +27,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from codedance.policy.base import Completion
-from codedance.teacher import charts, counting, geometry, search, spatial
+from codedance.teacher import charts, counting, geometry, photos, search, spatial
 from codedance.teacher.program import LOAD, Step, finished
 from codedance.teacher.view import TaskView
 from codedance.types import Image, Message, Task
 
 SOLVERS = {"counting": counting, "spatial": spatial, "geometry": geometry, "search": search,
-           "charts": charts}
+           "charts": charts, "photos": photos}
 BUG = "channels = input_image.size[2]  # number of colour channels\n"
 
 

@@ -10,7 +10,7 @@ Skills (one module each): ``counting``, ``search`` (a small digit in a large can
 See docs/world.md.
 """
 
-from codedance.world import charts, counting, geometry, search, spatial  # noqa: F401  (register skills)
+from codedance.world import charts, counting, geometry, photos, search, spatial  # noqa: F401  (register skills)
 from codedance.world.base import (
     DIFFICULTIES,
     WORLD_VERSION,
