@@ -185,10 +185,12 @@ class Sandbox:
         try:
             protocol.send(self._conn, {"op": "run", "code": code})
             message = self._reader.receive(deadline)
+            if message.body.get("op") == "step_done" and message.sender_pid == self._holder_pid:
+                return self._after_crash(message.body.get("wait_status", 0))  # died before starting
             if message.body.get("op") != "started" or message.sender_pid == self._holder_pid:
                 return self._fail(ExecStatus.CRASHED, None, "the step did not start")
             step_pid = message.sender_pid
-            step_pidfd = os.pidfd_open(step_pid)
+            step_pidfd = _open_pidfd(step_pid)  # None: already dead; the holder reports how
         except protocol.ReceiveTimeout:
             return self._fail(ExecStatus.TIMEOUT, None, f"the step did not start within {timeout:g} s")
         except (protocol.ProtocolError, OSError) as exc:
@@ -203,11 +205,14 @@ class Sandbox:
         except protocol.ProtocolError as exc:
             return self._fail(ExecStatus.REFUSED, step_pidfd, f"the step's reply was refused: {exc}")
         if message.body.get("op") == "step_done" and message.sender_pid == self._holder_pid:
-            os.close(step_pidfd)
+            if step_pidfd is not None:
+                os.close(step_pidfd)
             return self._after_crash(message.body.get("wait_status", 0))
         if message.body.get("op") != "result" or message.sender_pid != step_pid:
             return self._fail(ExecStatus.CRASHED, step_pidfd, "the step sent an unexpected message")
         result = _parse_result(message)
+        if result.status is ExecStatus.OK and step_pidfd is None:
+            result = replace(result, status=ExecStatus.CRASHED, notes=result.notes + ("the step's process vanished",))
         if result.status is ExecStatus.OK:
             problem = self._commit_problem(step_pid)
             if problem is None:
@@ -355,6 +360,13 @@ def _thread_count(pid: int) -> int:
     except FileNotFoundError:
         return 0
     return 0
+
+
+def _open_pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
 
 
 def _kill_pidfd(pidfd: int) -> None:
