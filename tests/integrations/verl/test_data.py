@@ -36,5 +36,6 @@ def test_rlhf_dataset_reads_rows_and_task_round_trips(tmp_path):
     expected = task_set(3)[1]
     assert (task.id, task.question, task.answer, task.kind, domain) == (
         expected.id, expected.question, expected.answer, expected.kind, "general")
-    assert [i.to_pil().tobytes() for i in task.images] == [i.to_pil().convert("RGB").tobytes() for i in expected.images]
+    assert [i.to_pil().convert("RGB").tobytes() for i in task.images] == [
+        i.to_pil().convert("RGB").tobytes() for i in expected.images]
     assert item["agent_name"] == "codedance"
