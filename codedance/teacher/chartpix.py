@@ -37,13 +37,13 @@ def _runs(flags):
 
 
 def y_scale(img, frame):
-    """Tick rows with their labels' values, and (a, b) with value = a·row + b (least squares)."""
-    left, top, right, bottom = frame
+    """Tick rows with their labels' values, and (a, b) with value = a·row + b (`robust_line`)."""
+    left = frame[0]
     dark = img.max(axis=2) < 90
     ink = img.max(axis=2) < 128
     ticks = []
     for y in _runs(dark[:, left - 3]):
-        y = int(round(y))
+        y = round(y)
         text = read_glyphs(ink[max(0, y - 12):y + 12, max(0, left - 90):left - 6], "0123456789")
         if text and "?" not in text:
             ticks.append((y, float(text)))
@@ -88,19 +88,19 @@ def bar_tops(img, frame, rgb):
     diff = np.abs(img.astype(np.int16) - np.array(rgb, dtype=np.int16)).max(axis=2)
     mask = np.zeros(img.shape[:2], np.uint8)
     mask[top + 1:bottom, left + 1:right] = diff[top + 1:bottom, left + 1:right] <= 30
-    n, _lab, stats, _c = cv2.connectedComponentsWithStats(mask)
+    _n, _lab, stats, _c = cv2.connectedComponentsWithStats(mask)
     bars = [(float(s[0] + s[2] / 2), int(s[1])) for s in stats[1:] if s[4] > 30]
     return sorted(bars)
 
 
 def x_ticks(img, frame):
     """[(x, label)] of the x ticks inside the frame, their numeric labels read below them."""
-    left, top, right, bottom = frame
+    left, _top, right, bottom = frame
     dark = img.max(axis=2) < 90
     ink = img.max(axis=2) < 128
     out = []
     for x in _runs(dark[bottom + 3, left + 1:right]):
-        x = int(round(x)) + left + 1
+        x = round(x) + left + 1
         out.append((x, read_glyphs(ink[bottom + 5:bottom + 30, max(0, x - 30):x + 30], "0123456789")))
     return out
 
@@ -140,7 +140,7 @@ def pie_shares(img):
     found = blobs(sat, img, min_area=30)
     disc, patches = found[0], [b for b in found[1:] if b["fill"] > 0.9]
     x, y, w, h = disc["box"]
-    n, lab, _s, _c = cv2.connectedComponentsWithStats(sat)
+    _n, lab, _s, _c = cv2.connectedComponentsWithStats(sat)
     biggest = 1 + int(np.argmax(np.bincount(lab[lab > 0].ravel())[1:]))
     pix = img[lab == biggest].astype(int)
     cols = []

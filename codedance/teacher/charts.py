@@ -5,8 +5,8 @@ legend's colours.
 
 First mistakes on hard tasks: for a bar difference, taking the frame's top edge as the top tick's
 value (it is not: matplotlib leaves a margin), noticed from the printed tick rows; for a pie, the
-colour counted over the whole picture (the legend patches join in), noticed when the shares add
-up to more than 100 %.
+colour's pixels divided by the pie's bounding box instead of the disc, noticed when the shares add
+up to about 79 % (π/4).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ HELPERS = (pixels.color_mask, pixels.blobs, glyphs.glyph_templates, glyphs.read_
            chartpix.axes_frame, chartpix._runs, chartpix.y_scale, chartpix.robust_line, chartpix.main_color,
            chartpix.bar_tops, chartpix.x_ticks, chartpix.find_text, chartpix.pie_shares)
 EXTREME = re.compile(r"which category has the (highest|lowest) ")
-VALUE = re.compile(r"In the bar chart, what is the .+? of (.+)\?$")
-DIFF = re.compile(r"In the bar chart, what is the .+? of (.+) minus that of (.+)\?$")
+VALUE = re.compile(r"In the bar chart, what is the .+ of (.+)\?$")
+DIFF = re.compile(r"In the bar chart, what is the .+ of (.+) minus that of (.+)\?$")
 LINE = re.compile(r"In the line chart, what is the .+ in (\d+)\?$")
 PIE = re.compile(r"what percentage of the total is (.+)\?$")
 LABELS = "(left - 30, bottom + 4, right + 30, min(img.shape[0], bottom + 40))"
@@ -71,8 +71,8 @@ def _body(view: TaskView, mistake: str | None = None) -> str:
         name = m.group(1)
         lines = ["box, shares = pie_shares(img)", "print('pie box', box)"]
         if mistake == "loose":
-            lines += ["disc = sum(1 for _ in range(1)) and box[2] * box[3] * np.pi / 4",
-                      "shares = [(y, c, 100.0 * color_mask(img, c, 40).sum() / disc) for y, c, _s in shares]"]
+            lines += ["area = box[2] * box[3]  # the pie's box",
+                      "shares = [(y, c, 100.0 * color_mask(img, c, 40).sum() / area) for y, c, _s in shares]"]
         lines += ["for y, c, s in shares:", "    print(f'legend patch at row {y}: colour {c}, share {s:.1f} %')",
                   "print('total share', round(sum(s for _y, _c, s in shares), 1), '%')",
                   "x, y, w, h = box",
@@ -99,8 +99,9 @@ def glance(view: TaskView, img: np.ndarray) -> str:
 
 def _check(feedback: str) -> str | None:
     total = re.search(r"total share ([\d.]+) %", feedback)
-    if total and float(total.group(1)) > 101:
-        return "the shares add up to more than 100 %: counting over the whole picture took in the legend"
+    if total and not 99 <= float(total.group(1)) <= 101:
+        return (f"the shares add up to {total.group(1)} %, not 100 %: I divided by the pie's "
+                "bounding box, not by the disc")
     top = re.search(r"frame top row (\d+) taken as", feedback)
     ticks = [int(r) for r in re.findall(r"\((\d+), [\d.]+\)", feedback.split("y ticks", 1)[-1].split("\n")[0])]
     if top and ticks and abs(min(ticks) - int(top.group(1))) > 3:
@@ -122,7 +123,7 @@ def steps(view: TaskView, hard: bool, mistake: str | None) -> list[Step]:
     if mistake == "top_tick" and PIE.search(view.question):
         mistake = "loose"
     if mistake in ("top_tick", "loose"):
-        think = ("I count the slice's colour and divide by the disc's area." if mistake == "loose"
+        think = ("I count the slice's colour and divide by the pie's size." if mistake == "loose"
                  else "The frame spans the axis up to its largest label; I scale the bars by it.")
         return [Step(think, snippet(_body(view, mistake), HELPERS), _check, good), verify]
     return [good, verify]

@@ -54,7 +54,7 @@ def glance(view: TaskView, img: np.ndarray) -> str:
 def _good(rgb: tuple[int, int, int], tol: int, ink: int) -> str:
     return "\n".join([
         f"RGB = {rgb}",
-        f"tags = [b for b in blobs(color_mask(img, RGB, {tol}), img, min_area=20) if b['fill'] > 0.6 and b['box'][2] > b['box'][3]]",
+        f"tags = [b for b in blobs(color_mask(img, RGB, {tol}), img, min_area=200) if b['fill'] > 0.6 and b['box'][2] > b['box'][3]]",
         "print(len(tags), 'tag candidate(s):', [(b['box'], b['rgb']) for b in tags])",
         "x, y, w, h = tags[0]['box']",
         "crop = img[y + 1:y + h - 1, x + 1:x + w - 1]",

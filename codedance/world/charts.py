@@ -42,8 +42,12 @@ def _frames():
         from vega_datasets import local_data
     except ImportError:  # pragma: no cover - depends on the install
         raise WorldError("the charts skill needs vega_datasets (pip install vega_datasets)") from None
-    return (local_data.barley(), local_data.seattle_weather(), local_data.iowa_electricity(),
-            local_data.cars(), local_data.wheat(), local_data.driving())
+    import warnings
+
+    with warnings.catch_warnings():  # vega_datasets passes a keyword pandas 3 deprecates
+        warnings.simplefilter("ignore")
+        return (local_data.barley(), local_data.seattle_weather(), local_data.iowa_electricity(),
+                local_data.cars(), local_data.wheat(), local_data.driving())
 
 
 def category_tables() -> tuple[Table, ...]:
