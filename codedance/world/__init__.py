@@ -4,9 +4,10 @@
     task = generate("counting", "hard", seed=3)
     tasks = task_set(18, seed=0)            # every skill × difficulty
 
-Skills (one module each): ``counting``, ``search`` (a small digit in a large canvas), ``charts``
-(matplotlib bar charts from real tables), ``geometry`` (measurement against a drawn scale),
-``spatial``, ``photos`` (scikit-image's real photos, hand-checked counts; needs scikit-image).
+Skills (one module each): ``counting``, ``search`` (a small code on a tag in a 4K-class canvas),
+``charts`` (matplotlib bar, line and pie charts from vega_datasets tables), ``geometry``
+(measurement against a drawn scale), ``spatial``, ``photos`` (scikit-image's ``coins`` photo,
+hand-checked counts). ``charts`` needs vega_datasets, ``photos`` scikit-image.
 See docs/world.md.
 """
 
