@@ -21,7 +21,7 @@ ROLL = RolloutSettings(max_turns=3, max_tokens=24, max_length=512, prompt_profil
 def trainer(tmp_path, **kw):  # type: ignore[no-untyped-def]
     torch.manual_seed(0)
     model, processor = tiny(corpus())
-    stage = GRPOStage(steps=2, prompts_per_step=2, group_size=3, lr=1e-3, micro_batch=2, save_every=1,
+    stage = GRPOStage(steps=2, prompts_per_step=2, group_size=2, lr=1e-3, micro_batch=2, save_every=1,
                       save_rollouts=False, **kw)
     return GRPOTrainer(model, processor, stage, ROLL, [task(i) for i in range(4)], tmp_path,
                        make_runner=lambda images: FakeRunner(images), threads=1)

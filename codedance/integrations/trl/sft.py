@@ -76,12 +76,16 @@ def sft_arguments(stage: SFTStage, out_dir: str | Path, n_sequences: int) -> Any
 
     per_device = max(1, min(stage.per_device_batch, stage.batch_size))
     # transformers 5 folds warmup_ratio into warmup_steps (a float below 1 is a ratio)
-    warmup = ({"warmup_ratio": stage.warmup_ratio} if "warmup_ratio" in inspect.signature(SFTConfig).parameters
+    params = inspect.signature(SFTConfig).parameters
+    extra = ({"warmup_ratio": stage.warmup_ratio} if "warmup_ratio" in params
               else {"warmup_steps": float(stage.warmup_ratio)})
+    # transformers 5 renames gradient_checkpointing (TRL turns it on by default)
+    checkpointing = "activation_checkpointing" if "activation_checkpointing" in params else "gradient_checkpointing"
+    extra[checkpointing] = stage.gradient_checkpointing
     accumulation = max(1, stage.batch_size // per_device)
     return SFTConfig(
         output_dir=str(out_dir), per_device_train_batch_size=per_device,
-        gradient_accumulation_steps=accumulation, learning_rate=stage.lr, **warmup,
+        gradient_accumulation_steps=accumulation, learning_rate=stage.lr, **extra,
         lr_scheduler_type="cosine", weight_decay=stage.weight_decay, num_train_epochs=stage.epochs,
         max_steps=stage.max_steps, logging_steps=stage.logging_steps, save_strategy="steps",
         save_steps=max(1, stage.logging_steps * 4), save_total_limit=2, report_to=[], seed=stage.seed,
