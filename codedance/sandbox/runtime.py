@@ -201,17 +201,21 @@ def _address_space_now() -> int:
 
 
 def _initial_namespace(image_files: list[str]) -> dict:
-    """``input_image``/``images`` opened lazily: pixels are decoded by the first step that uses
-    them (and kept if that step succeeds), so an idle trajectory holds no decoded pixels. Each
-    file is checked first (header, size against the decompression-bomb limit, PNG checksums)."""
+    """``input_image``/``images`` opened lazily from their bytes: pixels are decoded by the first
+    step that uses them (and kept if that step succeeds), so an idle trajectory holds only the
+    compressed file. Each is checked first (header, size against the decompression-bomb limit,
+    PNG checksums)."""
     from PIL import Image
 
     images = []
     for index, path in enumerate(image_files):
         try:
-            with Image.open(path) as probe:
+            with open(path, "rb") as handle:
+                data = handle.read()
+            with Image.open(io.BytesIO(data)) as probe:
                 probe.verify()
-            images.append(Image.open(path))
+            # from memory, not the file: an open file's offset is shared with every forked step
+            images.append(Image.open(io.BytesIO(data)))
         except Exception as exc:
             raise ValueError(f"input image {index} could not be opened: {type(exc).__name__}: {exc}") from exc
     namespace = {"__name__": "__main__", "__builtins__": builtins}

@@ -65,3 +65,20 @@ def test_a_thousand_figures(make):
     assert result.ok and len(result.images) == sb.limits.max_images
     assert any("not returned" in note for note in result.notes)
     assert sb.run("import matplotlib.pyplot as plt; print(len(plt.get_fignums()))").stdout == "0\n"
+
+
+def test_input_image_after_a_failed_step_that_decoded_it(make):
+    """The first use decodes the lazily opened input; a failed step must not spoil that for the
+    next one (an open file's offset would be shared between the holder and its steps)."""
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.effect_noise((300, 200), 64).convert("RGB").save(buffer, format="PNG")
+    sb = make([buffer.getvalue()])
+    failed = sb.run("import numpy as np\na = np.asarray(input_image.convert('RGB'))\nraise ValueError('x')")
+    assert failed.status is ExecStatus.ERROR
+    for _ in range(2):
+        again = sb.run("import numpy as np\nprint(np.asarray(input_image.convert('RGB')).shape)")
+        assert again.ok and again.stdout == "(200, 300, 3)\n", again
