@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # dev: test tools; train: torch (CPU), transformers, TRL and verl, so the training tests run too
-CODEDANCE_EXTRAS=${CODEDANCE_EXTRAS-dev,train} scripts/setup.sh
+# chromium: the demo's HTML report is checked in real headless Chromium
+CODEDANCE_EXTRAS=${CODEDANCE_EXTRAS-dev,train} CODEDANCE_DEBIAN_EXTRAS=${CODEDANCE_DEBIAN_EXTRAS-chromium} scripts/setup.sh
 if [ "$(id -u)" = 0 ] && unshare --pid --fork --mount-proc true 2>/dev/null; then
   exec unshare --pid --fork --mount-proc .venv/bin/python -m pytest "$@"
 fi
