@@ -211,3 +211,25 @@ def list_image_files(root: str, limit: int = 10_000) -> dict[str, tuple[int, int
                 if len(found) >= limit:
                     return found
     return found
+
+
+def show_value(value, collector: ImageCollector, out: BoundedText) -> None:
+    """Show a snippet's last value: an image comes back as one, anything else is printed."""
+    if value is None:
+        return
+    if isinstance(value, Image.Image):
+        collector.add_pil(value, "last expression")
+    elif looks_like_image(value) and image_shaped(value):
+        collector.add_array(value, "last expression", bgr=False)
+    elif type(value).__name__ in ("Figure", "Axes", "AxesSubplot"):
+        figure = value if type(value).__name__ == "Figure" else value.figure
+        collector.add_figure(figure, "last expression")
+    else:
+        out.write(repr(value)[:10_000] + "\n")
+
+
+def image_shaped(array) -> bool:
+    """An array shown as a picture rather than printed: H×W×3/4, or an 8-bit H×W of 16+ pixels."""
+    if array.ndim == 3:
+        return array.shape[2] in (3, 4) and min(array.shape[:2]) >= 8
+    return array.dtype.name in ("uint8", "bool") and min(array.shape) >= 16

@@ -32,86 +32,13 @@ import sys
 import threading
 
 from codedance.sandbox import protocol
+from codedance.sandbox.hooks import Hooks, preload
 
 _MAX_CONTROL_MESSAGE = 1 << 16
 
 
-class _Hooks:
-    """Image capture points patched into the imaging libraries, re-installed before each step."""
-
-    collector = None  # the current step's ImageCollector
-
-    @classmethod
-    def install(cls) -> None:
-        import cv2
-        import matplotlib
-        import matplotlib.figure
-        import matplotlib.pyplot as plt
-        from PIL import Image
-
-        def show(*_args, **_kwargs):
-            for number in plt.get_fignums():
-                figure = plt.figure(number)
-                if cls.collector is not None:
-                    cls.collector.add_figure(figure, "plt.show")
-            plt.close("all")
-
-        def figure_show(self, *_args, **_kwargs):
-            if cls.collector is not None:
-                cls.collector.add_figure(self, "Figure.show")
-            plt.close(self)
-
-        def pil_show(self, *_args, **_kwargs):
-            if cls.collector is not None:
-                cls.collector.add_pil(self, "Image.show")
-
-        def cv2_imshow(_window, image):
-            if cls.collector is not None:
-                cls.collector.add_array(image, "cv2.imshow", bgr=True)
-
-        def no_window(*_args, **_kwargs):
-            return -1
-
-        def no_input(*_args, **_kwargs):
-            raise RuntimeError("input() is not available in the sandbox: there is no user to ask")
-
-        matplotlib.use("Agg", force=True)
-        plt.show = show
-        matplotlib.figure.Figure.show = figure_show
-        Image.Image.show = pil_show
-        cv2.imshow = cv2_imshow
-        for name in ("waitKey", "destroyAllWindows", "destroyWindow", "namedWindow", "pollKey"):
-            setattr(cv2, name, no_window)
-        builtins.input = no_input
-
-
-def _preload() -> dict:
-    os.environ.setdefault("MPLBACKEND", "Agg")
-    import cv2
-    import matplotlib
-    import matplotlib.pyplot as plt
-    import numpy  # noqa: F401
-    from PIL import Image, ImageDraw, ImageFont, ImageOps  # noqa: F401
-
-    cv2.setNumThreads(1)
-    matplotlib.use("Agg", force=True)
-    figure = plt.figure()
-    figure.text(0.5, 0.5, "warm-up")
-    figure.savefig(io.BytesIO(), format="png")  # font cache and fonts loaded now, not per step
-    plt.close("all")
-    _Hooks.install()
-    from codedance.sandbox import capture, execution, guards  # noqa: F401
-
-    try:
-        import pyseccomp  # noqa: F401  (imported here once, not in every holder)
-    except (ImportError, OSError):
-        pass
-
-    return dict(vars(builtins))
-
-
 def zygote_main(control_fd: int) -> None:
-    pristine_builtins = _preload()
+    pristine_builtins = preload()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # holders are reaped by the kernel ...
     import ctypes
 
@@ -250,11 +177,11 @@ def _step(conn, reader, namespace, run: dict, request: dict, pristine_builtins: 
     protocol.send(conn, {"op": "started"})
     _restore_builtins(pristine_builtins)
     namespace["__builtins__"] = builtins
-    _Hooks.install()
+    Hooks.install()
     limits = request["limits"]
     workdir = request["workdir"]
     collector = capture.ImageCollector(limits["max_images"], limits["max_pixels"])
-    _Hooks.collector = collector
+    Hooks.collector = collector
     out = capture.BoundedText(limits["output_head"], limits["output_tail"])
     err = capture.BoundedText(limits["output_head"], limits["output_tail"])
     fd_paths = [os.path.join(request["iodir"], f"fd{n}") for n in (1, 2)]
@@ -267,7 +194,7 @@ def _step(conn, reader, namespace, run: dict, request: dict, pristine_builtins: 
     reply: dict = {"op": "result", "status": "ok"}
     try:
         value = execution.run_snippet(run["code"], namespace)
-        _show_value(value, collector, out)
+        capture.show_value(value, collector, out)
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, none escapes
         failure = execution.describe_failure(exc, run["code"])
         reply["status"] = "oom" if isinstance(exc, MemoryError) else "error"
@@ -316,30 +243,6 @@ def _stop_timers() -> None:
         signal.setitimer(timer, 0)
 
 
-def _show_value(value, collector, out) -> None:
-    from codedance.sandbox import capture
-    from PIL import Image
-
-    if value is None:
-        return
-    if isinstance(value, Image.Image):
-        collector.add_pil(value, "last expression")
-    elif capture.looks_like_image(value) and _image_shaped(value):
-        collector.add_array(value, "last expression", bgr=False)
-    elif type(value).__name__ in ("Figure", "Axes", "AxesSubplot"):
-        figure = value if type(value).__name__ == "Figure" else value.figure
-        collector.add_figure(figure, "last expression")
-    else:
-        out.write(repr(value)[:10_000] + "\n")
-
-
-def _image_shaped(array) -> bool:
-    """An array shown as a picture rather than printed: H×W×3/4, or an 8-bit H×W of 16+ pixels."""
-    if array.ndim == 3:
-        return array.shape[2] in (3, 4) and min(array.shape[:2]) >= 8
-    return array.dtype.name in ("uint8", "bool") and min(array.shape) >= 16
-
-
 def _collect(collector, workdir, before, out, err, fd_paths, limits) -> dict:
     import ctypes
 
@@ -363,7 +266,7 @@ def _collect(collector, workdir, before, out, err, fd_paths, limits) -> dict:
                 collector.add_file(os.path.join(workdir, path), f"file {path}")
             except Exception as exc:  # noqa: BLE001 - a broken file is reported, not fatal
                 collector.notes.append(f"could not read saved image {path}: {exc}")
-    _Hooks.collector = None
+    Hooks.collector = None
     sources = [{"width": w, "height": h, "source": s} for _, w, h, s in collector.images]
     return {"stdout": out.value(), "stderr": err.value(), "images": sources,
             "notes": collector.finish_notes()}

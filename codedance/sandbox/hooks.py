@@ -1,0 +1,83 @@
+"""Inside the jail: what the zygote imports once, and the image-capture points patched into the
+imaging libraries (re-installed before each step, so a snippet that replaces them only affects
+itself)."""
+
+from __future__ import annotations
+
+import builtins
+import io
+import os
+
+
+class Hooks:
+    """Image capture points patched into the imaging libraries, re-installed before each step."""
+
+    collector = None  # the current step's ImageCollector
+
+    @classmethod
+    def install(cls) -> None:
+        import cv2
+        import matplotlib
+        import matplotlib.figure
+        import matplotlib.pyplot as plt
+        from PIL import Image
+
+        def show(*_args, **_kwargs):
+            for number in plt.get_fignums():
+                figure = plt.figure(number)
+                if cls.collector is not None:
+                    cls.collector.add_figure(figure, "plt.show")
+            plt.close("all")
+
+        def figure_show(self, *_args, **_kwargs):
+            if cls.collector is not None:
+                cls.collector.add_figure(self, "Figure.show")
+            plt.close(self)
+
+        def pil_show(self, *_args, **_kwargs):
+            if cls.collector is not None:
+                cls.collector.add_pil(self, "Image.show")
+
+        def cv2_imshow(_window, image):
+            if cls.collector is not None:
+                cls.collector.add_array(image, "cv2.imshow", bgr=True)
+
+        def no_window(*_args, **_kwargs):
+            return -1
+
+        def no_input(*_args, **_kwargs):
+            raise RuntimeError("input() is not available in the sandbox: there is no user to ask")
+
+        matplotlib.use("Agg", force=True)
+        plt.show = show
+        matplotlib.figure.Figure.show = figure_show
+        Image.Image.show = pil_show
+        cv2.imshow = cv2_imshow
+        for name in ("waitKey", "destroyAllWindows", "destroyWindow", "namedWindow", "pollKey"):
+            setattr(cv2, name, no_window)
+        builtins.input = no_input
+
+
+def preload() -> dict:
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    import cv2
+    import matplotlib
+    import matplotlib.pyplot as plt
+    import numpy  # noqa: F401
+    from PIL import Image, ImageDraw, ImageFont, ImageOps  # noqa: F401
+
+    cv2.setNumThreads(1)
+    matplotlib.use("Agg", force=True)
+    figure = plt.figure()
+    figure.text(0.5, 0.5, "warm-up")
+    figure.savefig(io.BytesIO(), format="png")  # font cache and fonts loaded now, not per step
+    plt.close("all")
+    Hooks.install()
+    from codedance.sandbox import capture, execution, guards  # noqa: F401
+
+    try:
+        import pyseccomp  # noqa: F401  (imported here once, not in every holder)
+    except (ImportError, OSError):
+        pass
+
+    return dict(vars(builtins))
