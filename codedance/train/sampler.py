@@ -30,7 +30,7 @@ from codedance.types import Image, Message, Task, Trajectory
 class BatchedSampler:
     """Sample from an in-process Qwen2.5-VL with an `ImageTextProcessor`-like processor."""
 
-    def __init__(self, model: Any, processor: Any, sampling: SamplingParams = SamplingParams(),
+    def __init__(self, model: Any, processor: Any, sampling: SamplingParams = SamplingParams(),  # noqa: B008  (frozen)
                  *, suppress: Sequence[int] = (), max_prompt_tokens: int = 4096, batch_size: int = 32) -> None:
         self.model, self.processor, self.sampling = model, processor, sampling
         self.tokenizer = getattr(processor, "tokenizer", processor)
@@ -103,7 +103,7 @@ RunnerFactory = Callable[[tuple[Image, ...]], Any]
 
 
 def run_lockstep(sampler: BatchedSampler, tasks: Sequence[Task], make_runner: RunnerFactory,
-                 config: EpisodeConfig = EpisodeConfig(), *, threads: int = 4) -> list[Trajectory]:
+                 config: EpisodeConfig = EpisodeConfig(), *, threads: int = 4) -> list[Trajectory]:  # noqa: B008
     """One trajectory per entry of `tasks` (repeat a task for G rollouts), in order."""
     episodes = [Episode(task, config) for task in tasks]
     runners: list[Any] = [None] * len(episodes)
@@ -138,5 +138,5 @@ def run_lockstep(sampler: BatchedSampler, tasks: Sequence[Task], make_runner: Ru
 def _run(runner: CodeRunner, code: str) -> Any:
     try:
         return runner.run(code)
-    except Exception as exc:  # the sandbox's own failure: a stop reason, not a crash of the batch
+    except Exception as exc:  # noqa: BLE001  (the sandbox's own failure: a stop reason, not a crash of the batch)
         return exc
