@@ -1,4 +1,5 @@
-"""The canonical SFT record of a trajectory, and its ms-swift JSONL form.
+"""The canonical SFT record of a trajectory, and its ms-swift JSONL form (kept for the trainer's
+callers; the torch-free implementation is `codedance.sft_records`, which also exports TRL's form).
 
 `sft_record(trajectory)` is the one record every SFT format is converted from:
 ``{"messages": [{"role", "content", "loss"}], "images": [Image, ...]}`` where ``content`` is the
@@ -21,39 +22,18 @@ assistant turn by default, which is the same selection.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from codedance.prompts import IMAGE_PLACEHOLDER, conversation
-from codedance.records import ImageStore
-from codedance.types import Image, Trajectory
+from codedance.sft_records import canonical_record, write_records
+from codedance.types import Trajectory
 
 
 def sft_record(trajectory: Trajectory) -> dict[str, object]:
     """The canonical record (see the module docstring); images stay `Image` objects."""
-    messages: list[dict[str, object]] = []
-    images: list[Image] = []
-    for message in conversation(trajectory):
-        text = []
-        for part in message.parts:
-            if isinstance(part, Image):
-                text.append(IMAGE_PLACEHOLDER)
-                images.append(part)
-            else:
-                text.append(part)
-        messages.append({"role": message.role, "content": "".join(text), "loss": message.role == "assistant"})
-    return {"messages": messages, "images": images}
+    return canonical_record(trajectory).as_dict()
 
 
 def write_swift_jsonl(trajectories: Sequence[Trajectory], path: str | Path) -> int:
     """Write ms-swift records for `trajectories` to `path`; return how many."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    store = ImageStore(out.parent / "images")
-    with open(out, "w", encoding="utf-8") as f:
-        for t in trajectories:
-            record = sft_record(t)
-            paths = [str((store.root / f"{store.put(i)['sha256']}.png").resolve()) for i in record["images"]]  # type: ignore[union-attr]
-            f.write(json.dumps({"messages": record["messages"], "images": paths}, ensure_ascii=False) + "\n")
-    return len(trajectories)
+    return write_records((canonical_record(t) for t in trajectories), path, "swift")
