@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -38,7 +39,7 @@ def test_swift_and_trl_exports_hold_the_same_conversation(tmp_path) -> None:  # 
         assert joined == [m.content for m in record.messages]
         assert s["images"] == t["images"] and len(s["images"]) == len(record.images)
         for path, image in zip(s["images"], record.images):
-            assert open(path, "rb").read() == image.png
+            assert Path(path).read_bytes() == image.png
     with pytest.raises(ValueError, match="unknown SFT format"):
         write_records(records, tmp_path / "x.jsonl", "alpaca")
 

@@ -49,6 +49,8 @@ def synth(
     rejected = ", ".join(f"{reason} {count}" for reason, count in result.rejected) or "none"
     console.print(f"accepted {result.accepted}/{n} of {result.tried} tasks tried ({result.ran} this run, "
                   f"{result.seconds:.1f} s); rejected: {rejected}; episodes failed: {result.failures}")
-    if result.accepted < n:
-        console.print(f"[yellow]only {result.accepted} of {n} records: raise --max-tasks to try more tasks[/yellow]")
     console.print(f"records: {out / 'sft.jsonl'}, exports: {out / 'swift.jsonl'}, {out / 'trl.jsonl'}")
+    if result.accepted < n:
+        console.print(f"[yellow]only {result.accepted} of {n} records: rerun with a larger --max-tasks "
+                      "to try more tasks (the run resumes)[/yellow]")
+        raise typer.Exit(1)

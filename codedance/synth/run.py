@@ -35,6 +35,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from codedance.records import (
     ImageStore,
@@ -57,6 +58,9 @@ from codedance.world import (
     parse_task_id,
 )
 from codedance.world.base import task_id
+
+if TYPE_CHECKING:  # pragma: no cover
+    from codedance.sandbox.pool import SandboxPool
 
 KIND = "codedance synth"
 
@@ -148,7 +152,7 @@ def key_at(combos: tuple[tuple[str, str], ...], seed: int, i: int) -> str:
     return task_id(skill, Difficulty(difficulty), seed + i)
 
 
-async def _window(config: SynthConfig, tasks: list[Task], out: Path, pool: object,
+async def _window(config: SynthConfig, tasks: list[Task], out: Path, pool: SandboxPool,
                   advance: Callable[[bool], None]) -> None:
     episode_config = EpisodeConfig(max_turns=config.max_turns)
     teacher = ExpertTeacher(TeacherConfig(config.temperature, config.mistake_rate, config.seed))
@@ -158,7 +162,7 @@ async def _window(config: SynthConfig, tasks: list[Task], out: Path, pool: objec
     async def one(task: Task) -> None:
         async with semaphore:
             try:
-                sandbox = await pool.asandbox(images=Episode(task, episode_config).images,  # type: ignore[attr-defined]
+                sandbox = await pool.asandbox(images=Episode(task, episode_config).images,
                                               timeout_s=config.exec_timeout_s)
                 try:
                     trajectory = await arun_episode(teacher.policy(task, 0), task, sandbox, episode_config)

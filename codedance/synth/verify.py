@@ -21,13 +21,17 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from codedance.grading import grade_trajectory
 from codedance.rollout import Episode, EpisodeConfig
 from codedance.synth.boxes import box_problem, instrument, parse_boxes, prelude
 from codedance.types import ExecResult, StopReason, Task, Trajectory
 
-REASONS = ("episode_error", "not_answered", "bad_format", "wrong_answer", "output_mismatch",
+if TYPE_CHECKING:  # pragma: no cover
+    from codedance.sandbox.pool import SandboxPool
+
+REASONS = ("not_answered", "bad_format", "wrong_answer", "output_mismatch",
            "box_outside", "box_degenerate", "replay_error")
 
 
@@ -73,9 +77,9 @@ def static_problem(task: Task, trajectory: Trajectory) -> Verdict | None:
     return None
 
 
-async def averify(task: Task, trajectory: Trajectory, pool: object, config: EpisodeConfig,
+async def averify(task: Task, trajectory: Trajectory, pool: SandboxPool, config: EpisodeConfig,
                   exec_timeout_s: float = 15.0) -> Verdict:
-    """The verdict on `trajectory` (see the module docstring); `pool` is a `SandboxPool`."""
+    """The verdict on `trajectory` (see the module docstring)."""
     problem = static_problem(task, trajectory)
     if problem is not None:
         return problem
@@ -84,7 +88,7 @@ async def averify(task: Task, trajectory: Trajectory, pool: object, config: Epis
              if t.code is not None and t.result is not None]
     sizes = tuple(i.size for i in images)
     try:
-        sandbox = await pool.asandbox(images=images, timeout_s=exec_timeout_s)  # type: ignore[attr-defined]
+        sandbox = await pool.asandbox(images=images, timeout_s=exec_timeout_s)
         try:
             for i, code, recorded in steps:
                 now = await sandbox.arun(code)
@@ -92,7 +96,7 @@ async def averify(task: Task, trajectory: Trajectory, pool: object, config: Epis
                     return Verdict("output_mismatch", _mismatch(i, now, recorded))
         finally:
             await asyncio.to_thread(sandbox.close)
-        sandbox = await pool.asandbox(images=images, timeout_s=exec_timeout_s)  # type: ignore[attr-defined]
+        sandbox = await pool.asandbox(images=images, timeout_s=exec_timeout_s)
         try:
             setup = await sandbox.arun(prelude(sizes))
             if not setup.ok:
