@@ -127,22 +127,58 @@ def _address_space_now() -> int:
     return 0
 
 
+class PositionalFile(io.RawIOBase):
+    """A read-only file that keeps its position in the process and reads with ``pread``.
+
+    The holder and each step forked from it share the open file description, hence its offset:
+    with plain ``open()``, a step that read the file (then failed) would leave the holder's next
+    read at the wrong place. Positional reads share nothing.
+    """
+
+    def __init__(self, path: str):
+        self._fd = os.open(path, os.O_RDONLY)
+        self._position = 0
+        self._size = os.fstat(self._fd).st_size
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = os.pread(self._fd, len(buffer), self._position)
+        buffer[: len(data)] = data
+        self._position += len(data)
+        return len(data)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self._fd)
+        super().close()
+
+
 def _initial_namespace(image_files: list[str]) -> dict:
-    """``input_image``/``images`` opened lazily from their bytes: pixels are decoded by the first
-    step that uses them (and kept if that step succeeds), so an idle trajectory holds only the
-    compressed file. Each is checked first (header, size against the decompression-bomb limit,
-    PNG checksums)."""
+    """``input_image``/``images`` opened lazily: pixels are decoded by the first step that uses
+    them (and kept if that step succeeds), so an idle trajectory holds neither pixels nor file
+    bytes. Each is checked first (header, size against the decompression-bomb limit, PNG
+    checksums)."""
     from PIL import Image
 
     images = []
     for index, path in enumerate(image_files):
         try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-            with Image.open(io.BytesIO(data)) as probe:
+            with Image.open(path) as probe:
                 probe.verify()
-            # from memory, not the file: an open file's offset is shared with every forked step
-            images.append(Image.open(io.BytesIO(data)))
+            images.append(Image.open(io.BufferedReader(PositionalFile(path))))
         except Exception as exc:
             raise ValueError(f"input image {index} could not be opened: {type(exc).__name__}: {exc}") from exc
     namespace = {"__name__": "__main__", "__builtins__": builtins}
