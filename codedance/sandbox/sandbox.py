@@ -36,7 +36,7 @@ from codedance.sandbox.cgroups import TrajectoryCgroup
 from codedance.sandbox.execution import executes_nothing
 from codedance.sandbox.inputs import ImageInput, write_inputs
 from codedance.sandbox.isolation import Isolation
-from codedance.sandbox.service import SINGLE_THREADED, SandboxService, default_service
+from codedance.sandbox.service import SINGLE_THREADED, SandboxService, ServiceError, default_service
 from codedance.types import ExecError, ExecResult, ExecStatus, Image
 
 
@@ -141,7 +141,12 @@ class Sandbox:
             self.service.spawn(request, theirs)
         finally:
             theirs.close()
-        ready = self._reader.receive(deadline=time.monotonic() + start_timeout_s)
+        try:
+            ready = self._reader.receive(deadline=time.monotonic() + start_timeout_s)
+        except protocol.ProtocolError as exc:
+            raise ServiceError(f"the sandbox's holder did not start within {start_timeout_s:g} s "
+                               f"({exc}); is the machine overloaded? `codedance sandbox check` "
+                               "tests the host") from exc  # fmt: skip
         if not ready.body.get("ok"):
             raise ValueError(f"the sandbox could not start: {ready.body.get('error')}")
         self._holder_pid = ready.sender_pid
