@@ -17,6 +17,8 @@ context overflow (a 400 that says so) -> `ContextOverflowError`; other 4xx/5xx -
 `PolicyHTTPError`; a body that is not a chat completion -> `MalformedResponseError`.
 If a server parses tool calls itself (``message.tool_calls``), they are written back into the
 text in the hermes ``<tool_call>`` form the model generated; ``content: null`` becomes "".
+Connections: up to ``max_connections``, split over small httpx clients (`ClientShards`;
+one big httpx pool costs time quadratic in its connections at hundreds of concurrent requests).
 Not handled: streaming, ``n > 1``.
 """
 
@@ -41,6 +43,7 @@ from codedance.policy.base import (
     PolicyHTTPError,
     SamplingParams,
 )
+from codedance.policy.http_pool import ClientShards
 from codedance.policy.wire import data_url, message_json
 from codedance.types import Message
 
@@ -160,9 +163,9 @@ class OpenAIChatPolicy:
         self.server_extras = server_extras
         self._headers = {"Authorization": f"Bearer {api_key}"}
         self._timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
-        self._limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self._client: httpx.Client | None = None
-        self._aclient: httpx.AsyncClient | None = None
+        self._max_connections = max_connections
+        self._clients: ClientShards[httpx.Client] | None = None
+        self._aclients: ClientShards[httpx.AsyncClient] | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -208,14 +211,31 @@ class OpenAIChatPolicy:
     def _retryable(self, response: httpx.Response) -> bool:
         return response.status_code in self.retry.retry_statuses
 
+    def _client_args(self, limits: httpx.Limits, verify: Any) -> dict[str, Any]:
+        return {"timeout": self._timeout, "limits": limits, "headers": self._headers, "verify": verify}
+
+    def _post(self, body: dict[str, object]) -> httpx.Response:
+        if self._clients is None:
+            self._clients = ClientShards(lambda limits, verify: httpx.Client(**self._client_args(limits, verify)), self._max_connections)
+        with self._clients.lease() as client:
+            return client.post(self.url, json=body)
+
+    async def _apost(self, body: dict[str, object]) -> httpx.Response:
+        loop = asyncio.get_running_loop()
+        if self._aclients is None or self._aloop is not loop:
+            self._aclients = ClientShards(
+                lambda limits, verify: httpx.AsyncClient(**self._client_args(limits, verify)), self._max_connections
+            )
+            self._aloop = loop
+        with self._aclients.lease() as client:
+            return await client.post(self.url, json=body)
+
     def complete(self, messages: tuple[Message, ...]) -> Completion:
-        if self._client is None:
-            self._client = httpx.Client(timeout=self._timeout, limits=self._limits, headers=self._headers)
         body = self.request_body(messages)
         for attempt in range(self.retry.max_retries + 1):
             last = attempt == self.retry.max_retries
             try:
-                response = self._client.post(self.url, json=body)
+                response = self._post(body)
             except _TRANSIENT as exc:
                 if last:
                     raise PolicyConnectionError(f"cannot reach {self.url}: {type(exc).__name__}: {exc}") from exc
@@ -227,20 +247,12 @@ class OpenAIChatPolicy:
             return self._result(response)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _async_client(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._aclient is None or self._aloop is not loop:
-            self._aclient = httpx.AsyncClient(timeout=self._timeout, limits=self._limits, headers=self._headers)
-            self._aloop = loop
-        return self._aclient
-
     async def acomplete(self, messages: tuple[Message, ...]) -> Completion:
-        client = self._async_client()
         body = self.request_body(messages)
         for attempt in range(self.retry.max_retries + 1):
             last = attempt == self.retry.max_retries
             try:
-                response = await client.post(self.url, json=body)
+                response = await self._apost(body)
             except _TRANSIENT as exc:
                 if last:
                     raise PolicyConnectionError(f"cannot reach {self.url}: {type(exc).__name__}: {exc}") from exc
@@ -266,15 +278,15 @@ class OpenAIChatPolicy:
             raise MalformedResponseError(f"{self.base_url}/models answered {response.text[:300]!r}") from exc
 
     def close(self) -> None:
-        """Close the blocking client (the asyncio one closes with its loop or `aclose`)."""
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        """Close the blocking clients (the asyncio ones close with their loop or `aclose`)."""
+        if self._clients is not None:
+            for client in self._clients.take_all():
+                client.close()
 
     async def aclose(self) -> None:
-        if self._aclient is not None:
-            await self._aclient.aclose()
-            self._aclient = None
+        if self._aclients is not None:
+            for client in self._aclients.take_all():
+                await client.aclose()
 
 
 __all__ = ["OpenAIChatPolicy", "RetrySettings", "api_base", "data_url", "parse_completion"]
