@@ -21,6 +21,7 @@ from codedance.cli import (  # noqa: E402
     sandbox_cmd,
     sft_cmd,
     solve_cmd,
+    synth_cmd,
     train_cmd,
     verl_cmd,
     world_cmd,
@@ -31,6 +32,7 @@ app.add_typer(grading_cmd.app, name="grading")
 app.add_typer(solve_cmd.app, name="solve")
 app.add_typer(demo_cmd.app, name="demo")
 app.add_typer(world_cmd.app, name="world")
+app.add_typer(synth_cmd.app, name="synth")
 app.add_typer(eval_cmd.app, name="eval")
 app.add_typer(verl_cmd.app, name="verl")
 app.add_typer(train_cmd.app, name="train")

@@ -81,7 +81,7 @@ def _ancestors(path: str) -> list[str]:
     """Directories above ``path`` that the jail's fresh root does not already have."""
     parts = path.strip("/").split("/")[:-1]
     found = ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
-    return [a for a in found if a not in ("/usr", "/etc", "/tmp") and not a.startswith(("/usr/", "/etc/", "/tmp/"))]
+    return [a for a in found if a not in ("/usr", "/etc", "/tmp") and not a.startswith(("/usr/", "/etc/"))]
 
 
 def _bwrap_command(work_root: str, control_fd: int, as_root: bool) -> list[str]:

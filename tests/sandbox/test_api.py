@@ -214,3 +214,15 @@ def test_works_with_descriptors_above_1024(make):
     finally:
         for fd in filler:
             os.close(fd)
+
+
+def test_jail_directories_are_traversable_by_the_trajectory_uid():
+    """Python installed under /tmp or /root must stay importable by the holder's own uid: every
+    directory the jail creates above a bound path is made world-traversable (bwrap makes 0700)."""
+    from codedance.sandbox.service import _ancestors, _bwrap_command
+
+    assert _ancestors("/tmp/clone/.venv") == ["/tmp/clone"]
+    command = _bwrap_command("/tmp/work-root", 3, as_root=True)
+    assert command.index("--tmpfs") < command.index("/tmp/work-root")
+    if os.path.isdir("/root/.pyenv"):
+        assert ["--perms", "0755", "--dir", "/root"] == command[command.index("/root") - 3: command.index("/root") + 1]
