@@ -160,6 +160,20 @@ def test_fit_image_is_idempotent_and_flattens_transparency() -> None:
     assert fit_image(fitted) is fitted
 
 
+def test_fit_image_reuses_its_result_for_equal_bytes_only() -> None:
+    pil = PILImage.new("RGB", (301, 199), (10, 20, 30))
+    a, b = Image.from_pil(pil, origin="input:0"), Image.from_pil(pil, origin="input:0")
+    assert a is not b and fit_image(a) is fit_image(b)  # G rollouts of one task: one resize
+    assert fit_image(a).size == (308, 196)
+    other = fit_image(Image.from_pil(PILImage.new("RGB", (301, 199), (10, 20, 31)), origin="input:0"))
+    assert other is not fit_image(a) and other.to_pil().getpixel((0, 0)) == (10, 20, 31)
+    assert fit_image(a, VisionLimits(max_pixels=50 * 28 * 28)).size == (224, 140)
+    assert fit_image(Image.from_pil(pil, origin="input:1")).origin == "input:1"
+    for _ in range(2):  # a failure is not kept: it raises every time
+        with pytest.raises(ValueError, match="cannot be decoded"):
+            fit_image(Image(png=b"garbage", origin="bad"))
+
+
 def test_image_from_bytes_reads_jpeg_and_refuses_garbage() -> None:
     buffer = io.BytesIO()
     PILImage.new("RGB", (30, 20), "red").save(buffer, format="JPEG")

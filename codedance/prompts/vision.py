@@ -5,7 +5,9 @@ side to the nearest multiple of ``factor``, then scale both down (floor) when th
 ``max_pixels`` or up (ceil) when it is under ``min_pixels``; aspect ratios over 200 are refused.
 `fit_image` applies it with bicubic resampling after converting to RGB (transparent pixels on
 white, as qwen-vl-utils' ``to_rgb`` does). An image already at its target size is returned
-unchanged, bytes and all, so resizing is idempotent.
+unchanged, bytes and all, so resizing is idempotent. Results are kept for the last 64 distinct
+(bytes, origin, limits), so the G rollouts of one task decode, resize and re-encode its images
+once, not G times (the returned `Image` is shared; `Image` is frozen). Failures are not kept.
 
 Departure from the release: its eval calls ``smart_resize(width, height)`` with the arguments
 swapped; we pass (height, width) as qwen-vl-utils defines them.
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import io
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from codedance.types import Image
@@ -66,9 +70,29 @@ def smart_resize(height: int, width: int, limits: VisionLimits = VisionLimits())
     return h_bar, w_bar
 
 
+_FITTED: OrderedDict[tuple[bytes, str, VisionLimits], Image] = OrderedDict()
+_FITTED_SIZE = 64
+_FITTED_LOCK = threading.Lock()
+
+
 def fit_image(image: Image, limits: VisionLimits = VisionLimits()) -> Image:
     """`image` resized to `smart_resize`'s target (same origin); raises ValueError when the
     image cannot be decoded or its aspect ratio is refused."""
+    key = (image.png, image.origin, limits)
+    with _FITTED_LOCK:
+        hit = _FITTED.get(key)
+        if hit is not None:
+            _FITTED.move_to_end(key)
+            return hit
+    fitted = _fit(image, limits)
+    with _FITTED_LOCK:
+        _FITTED[key] = fitted
+        if len(_FITTED) > _FITTED_SIZE:
+            _FITTED.popitem(last=False)
+    return fitted
+
+
+def _fit(image: Image, limits: VisionLimits) -> Image:
     from PIL import Image as PILImage
 
     try:
