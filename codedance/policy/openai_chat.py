@@ -69,6 +69,9 @@ class RetrySettings:
         return min(self.max_backoff_s, self.backoff_s * (2**attempt))
 
 
+DEFAULT_SAMPLING = SamplingParams()
+
+
 def api_base(url: str) -> str:
     """The API root: a bare ``http://host:port`` gets ``/v1``; any other path is kept.
 
@@ -147,7 +150,7 @@ class OpenAIChatPolicy:
         self,
         base_url: str,
         model: str,
-        sampling: SamplingParams = SamplingParams(),
+        sampling: SamplingParams = DEFAULT_SAMPLING,
         *,
         api_key: str = "EMPTY",
         timeout_s: float = 300.0,

@@ -4,28 +4,43 @@ torch and transformers are imported only when a policy is built or called, never
 import (``import codedance.rollout`` stays torch-free). Install them with the ``train`` extra.
 
 How a call works: messages become the chat-template format (an image part is
-``{"type": "image"}``, the PIL images passed to the processor in order), the processor's chat
-template renders the prompt with the generation prompt, ``model.generate`` samples (greedy at
-temperature 0), and the new tokens are returned as ``token_ids`` exactly as sampled (the
-trailing end-of-turn token included, padding after it dropped), with their log-probabilities
-(``compute_transition_scores``, normalized). ``finish_reason`` is ``length`` when the turn hit
-``max_tokens`` without an end-of-turn token. Stop strings use generate's ``stop_strings``.
+``{"type": "image"}``, the images passed to the processor in order), the processor's chat
+template renders the prompt with the generation prompt, the processor expands each
+``<|image_pad|>`` to the image's vision-token count and computes ``pixel_values`` /
+``image_grid_thw``, ``model.generate`` samples (greedy at temperature 0), and the new tokens are
+returned as ``token_ids`` exactly as sampled (the trailing end-of-turn token included, padding
+after it dropped), with their log-probabilities (``compute_transition_scores``, normalized: the
+distribution sampled from, after temperature / top-p / suppression). ``finish_reason`` is
+``length`` when the turn hit ``max_tokens`` without an end-of-turn token. Stop strings use
+generate's ``stop_strings``. The vision placeholder tokens (``<|image_pad|>`` and friends, see
+`vision_token_ids`) are never sampled unless ``suppress`` says otherwise.
 
-Tested here only on text-only conversations with a tiny randomly initialised Qwen2.5-VL (no
-download; ``tests/policy/test_transformers_qwen.py``): the image path (processor with
-pixel values) is untested on this machine, because transformers' Qwen2-VL image processor needs
-torchvision, which has no CPU wheel here. `acomplete` runs `complete` in a worker thread, one
-call at a time.
+Processors: `ImageTextProcessor` (``codedance.policy.qwen_processor``; the Qwen2.5-VL image path
+on transformers' PIL image processor, no torchvision) gets the `Image` objects themselves (no
+PNG re-encoding; patches cached per image). Any other processor taking ``text=`` and
+``images=`` (the stock ``Qwen2_5_VLProcessor``, which needs torchvision) gets RGB PIL images.
+
+Tested on this machine with a tiny randomly initialised Qwen2.5-VL and `ImageTextProcessor` (no
+download; ``tests/policy/test_transformers_qwen.py``): text-only turns, and a loop conversation
+with a task image and a feedback image. The stock processor's image path is not tested here
+(no CPU torchvision wheel). `acomplete` runs `complete` in a worker thread, one call at a time.
+Not handled: batching several conversations in one ``generate`` (``codedance.train.sampler``
+does that for training).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from codedance.policy.base import Completion, SamplingParams
+from codedance.policy.qwen_processor import CONFIG, ImageTextProcessor, vision_token_ids
 from codedance.types import Image, Message
+
+DEFAULT_SAMPLING = SamplingParams()
 
 
 def chat_template_messages(messages: tuple[Message, ...]) -> tuple[list[dict[str, Any]], list[Image]]:
@@ -48,7 +63,9 @@ class TransformersPolicy:
     """A `Policy` over an in-process ``Qwen2_5_VLForConditionalGeneration`` (or any causal VLM
     whose processor takes ``text=`` and ``images=``)."""
 
-    def __init__(self, model: Any, processor: Any, sampling: SamplingParams = SamplingParams()) -> None:
+    def __init__(self, model: Any, processor: Any, sampling: SamplingParams = DEFAULT_SAMPLING,
+                 suppress: Sequence[int] | None = None) -> None:
+        """``suppress``: token ids never sampled; None means the tokenizer's vision placeholders."""
         self.model = model
         self.processor = processor
         self.sampling = sampling
@@ -57,13 +74,19 @@ class TransformersPolicy:
         self.tokenizer = tokenizer
         self.eos_ids = {i for i in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)) if isinstance(i, int)}
         self.pad_id = tokenizer.pad_token_id
+        self.suppress = list(vision_token_ids(tokenizer) if suppress is None else suppress)
 
     @classmethod
-    def from_pretrained(cls, path: str, sampling: SamplingParams = SamplingParams(), device: str = "cpu", dtype: str = "auto") -> TransformersPolicy:
-        """Load a local checkpoint folder (or a hub name, where a hub is reachable)."""
+    def from_pretrained(cls, path: str, sampling: SamplingParams = DEFAULT_SAMPLING, device: str = "cpu", dtype: str = "auto") -> TransformersPolicy:
+        """Load a local checkpoint folder (or a hub name, where a hub is reachable): with the
+        `ImageTextProcessor` saved there (``codedance_processor.json``), else ``AutoProcessor``.
+        For a stock checkpoint without torchvision, build ``ImageTextProcessor(AutoTokenizer…,
+        min_pixels=…, max_pixels=…)`` yourself and pass it to the constructor."""
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
         model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype).to(device).eval()
+        if Path(path, CONFIG).exists():
+            return cls(model, ImageTextProcessor.from_pretrained(path), sampling)
         return cls(model, AutoProcessor.from_pretrained(path), sampling)
 
     def complete(self, messages: tuple[Message, ...]) -> Completion:
@@ -72,7 +95,9 @@ class TransformersPolicy:
         chat, images = chat_template_messages(messages)
         prompt = self.processor.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
         kwargs: dict[str, Any] = {"text": [prompt], "return_tensors": "pt"}
-        if images:
+        if images and isinstance(self.processor, ImageTextProcessor):
+            kwargs["images"] = images
+        elif images:
             kwargs["images"] = [image.to_pil().convert("RGB") for image in images]
         inputs = self.processor(**kwargs).to(self.model.device)
         s = self.sampling
@@ -87,6 +112,8 @@ class TransformersPolicy:
             generate["repetition_penalty"] = s.repetition_penalty
         if s.stop:
             generate.update(stop_strings=list(s.stop), tokenizer=self.tokenizer)
+        if self.suppress:
+            generate["suppress_tokens"] = self.suppress
         with self._lock, torch.no_grad():
             if s.seed is not None:
                 torch.manual_seed(s.seed)
