@@ -167,7 +167,7 @@ class OpenAIChatPolicy:
         self._headers = {"Authorization": f"Bearer {api_key}"}
         self._timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
         self._max_connections = max_connections
-        self._clients: ClientShards[httpx.Client] | None = None
+        self._clients: ClientShards[httpx.Client] = self._sync_shards()  # no client made until a request
         self._aclients: ClientShards[httpx.AsyncClient] | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
 
@@ -217,9 +217,10 @@ class OpenAIChatPolicy:
     def _client_args(self, limits: httpx.Limits, verify: Any) -> dict[str, Any]:
         return {"timeout": self._timeout, "limits": limits, "headers": self._headers, "verify": verify}
 
+    def _sync_shards(self) -> ClientShards[httpx.Client]:
+        return ClientShards(lambda limits, verify: httpx.Client(**self._client_args(limits, verify)), self._max_connections)
+
     def _post(self, body: dict[str, object]) -> httpx.Response:
-        if self._clients is None:
-            self._clients = ClientShards(lambda limits, verify: httpx.Client(**self._client_args(limits, verify)), self._max_connections)
         with self._clients.lease() as client:
             return client.post(self.url, json=body)
 
@@ -282,9 +283,8 @@ class OpenAIChatPolicy:
 
     def close(self) -> None:
         """Close the blocking clients (the asyncio ones close with their loop or `aclose`)."""
-        if self._clients is not None:
-            for client in self._clients.take_all():
-                client.close()
+        for client in self._clients.take_all():
+            client.close()
 
     async def aclose(self) -> None:
         if self._aclients is not None:
