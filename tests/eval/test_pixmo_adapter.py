@@ -76,7 +76,7 @@ def test_vlmeval_adapter_generate(tmp_path, fx):
     policy = ScriptedPolicy(["<think>t</think><answer>B</answer>"])
     model = CodeDanceModel(policy=policy, runner_factory=lambda images: _NoCode())
     out = model.generate([{"type": "image", "value": str(tmp_path / "a.png")}, {"type": "text", "value": "Q?"}], "VStarBench")
-    assert out == "<think>t</think><answer>B</answer>"
+    assert out == "B"  # the extracted answer (prediction="answer", the default)
     assert "Q?" in policy.seen[0][-1].text and len(policy.seen[0][-1].images) == 1
 
 
