@@ -90,6 +90,11 @@ class EvalStage:
 
 @dataclass(frozen=True)
 class TinyModel:
+    """Model settings. vocab_size … intermediate: the ``tiny`` builder only (``smollm2`` reads its
+    sizes from the checkpoint). vision_hidden: the fresh vision tower of ``smollm2``.
+    train_layers: -1 trains every parameter; k ≥ 0 only the top k decoder blocks, the final norm
+    and the vision tower (`codedance.train.smol.freeze_lower`), in SFT and GRPO alike."""
+
     vocab_size: int = 1024
     tokenizer_split: str = "lines"  # "words" (GPT-2 style) or "lines" (merges within a line)
     hidden: int = 256
@@ -97,12 +102,14 @@ class TinyModel:
     heads: int = 4
     kv_heads: int = 2
     intermediate: int = 512
+    vision_hidden: int = 64
+    train_layers: int = -1
 
 
 @dataclass(frozen=True)
 class PipelineConfig:
     out_dir: str = "runs/tiny-cpu"
-    init: str = "tiny"  # "tiny" (build from config) or a checkpoint folder
+    init: str = "tiny"  # a builder in `pipeline.MODEL_BUILDERS` ("tiny", "smollm2") or a checkpoint folder
     model: TinyModel = TinyModel()
     rollout: RolloutSettings = RolloutSettings()
     sft: SFTStage = SFTStage()

@@ -1,4 +1,5 @@
-"""The tiny-cpu preset end to end: teacher data → tokenizer + tiny model → SFT → GRPO, with
+"""The CPU presets end to end: teacher data → initial model (a `MODEL_BUILDERS` entry: ``tiny``,
+a model from a config; ``smollm2``, pretrained SmolLM2 in the Qwen2.5-VL class) → SFT → GRPO, with
 held-out evaluation before and after each stage; `run_ablation` repeats the GRPO stage under
 several reward profiles from the same SFT checkpoint with the same seeds.
 
@@ -90,18 +91,42 @@ def evaluate(model: Any, processor: Any, config: PipelineConfig, tasks: tuple[Ta
     return metrics
 
 
+def build_tiny(config: PipelineConfig, texts: list[str]) -> tuple[Any, Any]:
+    """The tiny-cpu builder: a BPE fitted on `texts` and a random Qwen2.5-VL of ``config.model``."""
+    from codedance.train.tiny import TinySize, build_model, build_tokenizer
+
+    m = config.model
+    tok = build_tokenizer(texts, m.vocab_size, m.tokenizer_split)
+    return build_model(tok, TinySize(m.hidden, m.layers, m.heads, m.kv_heads, m.intermediate), seed=config.sft.seed), tok
+
+
+def build_smollm2(config: PipelineConfig, texts: list[str]) -> tuple[Any, Any]:
+    """The smol-cpu builder: SmolLM2-135M-Instruct in the Qwen2.5-VL class (`codedance.train.smol`)."""
+    from codedance.train.smol import build_smol
+
+    return build_smol(vision_hidden=config.model.vision_hidden, seed=config.sft.seed)
+
+
+# init name -> builder(config, teacher texts) -> (untrained Qwen2.5-VL model, tokenizer)
+MODEL_BUILDERS: dict[str, Callable[[PipelineConfig, list[str]], tuple[Any, Any]]] = {
+    "tiny": build_tiny, "smollm2": build_smollm2}
+
+
+def trainable(model: Any, config: PipelineConfig) -> Any:
+    """Apply ``model.train_layers`` (freeze the lower blocks) and return `model`."""
+    if config.model.train_layers >= 0:
+        from codedance.train.smol import freeze_lower
+
+        freeze_lower(model, config.model.train_layers)
+    return model
+
+
 def prepare(config: PipelineConfig, log: Log = print) -> tuple[Any, Any, list[Trajectory]]:
-    """Teacher data, then the untrained tiny model and its tokenizer (or load ``init/``)."""
+    """Teacher data, then the untrained model and its tokenizer from the ``init`` builder (or
+    load ``init/``, or the checkpoint folder ``init`` names)."""
     from codedance.prompts import conversation
     from codedance.train.processor import ImageTextProcessor
-    from codedance.train.tiny import (
-        TinySize,
-        build_model,
-        build_tokenizer,
-        load_policy,
-        parameter_count,
-        save_policy,
-    )
+    from codedance.train.tiny import load_policy, parameter_count, save_policy
 
     held = {t.id for t in world_tasks(config.eval.tasks)}
     train_ids = {t.id for t in world_tasks(config.sft.tasks)} | {t.id for t in world_tasks(config.grpo.tasks)}
@@ -109,18 +134,18 @@ def prepare(config: PipelineConfig, log: Log = print) -> tuple[Any, Any, list[Tr
         raise ValueError(f"held-out tasks overlap the training tasks: {sorted(held & train_ids)[:3]}")
     trajectories = teacher_trajectories(config, world_tasks(config.sft.tasks), log)
     init = Path(config.out_dir) / "init"
-    if config.init != "tiny":
-        return (*load_policy(config.init), trajectories)
+    if config.init not in MODEL_BUILDERS:
+        model, processor = load_policy(config.init)
+        return trainable(model, config), processor, trajectories
     if (init / "config.json").exists():
-        return (*load_policy(init), trajectories)
+        model, processor = load_policy(init)
+        return trainable(model, config), processor, trajectories
     texts = [p for t in trajectories for m in conversation(t) for p in m.parts if isinstance(p, str)]
-    tok = build_tokenizer(texts, config.model.vocab_size, config.model.tokenizer_split)
-    m = config.model
-    model = build_model(tok, TinySize(m.hidden, m.layers, m.heads, m.kv_heads, m.intermediate), seed=config.sft.seed)
+    model, tok = MODEL_BUILDERS[config.init](config, texts)
     processor = ImageTextProcessor(tok, min_pixels=config.rollout.min_pixels, max_pixels=config.rollout.max_pixels)
     save_policy(init, model, processor)
-    log(f"tiny model: {parameter_count(model) / 1e6:.2f}M parameters, vocabulary {len(tok)}")
-    return model, processor, trajectories
+    log(f"{config.init} model: {parameter_count(model) / 1e6:.2f}M parameters, vocabulary {len(tok)}")
+    return trainable(model, config), processor, trajectories
 
 
 def run_sft_stage(config: PipelineConfig, log: Log = print) -> tuple[Any, Any]:
@@ -147,7 +172,7 @@ def run_grpo_stage(config: PipelineConfig, name: str, stage: GRPOStage, log: Log
     from codedance.train.tiny import load_policy
 
     model, processor = load_policy(Path(config.out_dir) / "sft" / "final")
-    trainer = GRPOTrainer(model, processor, stage, config.rollout, world_tasks(stage.tasks),
+    trainer = GRPOTrainer(trainable(model, config), processor, stage, config.rollout, world_tasks(stage.tasks),
                           Path(config.out_dir) / f"grpo-{name}", threads=config.threads)
     if trainer.resume():
         log(f"grpo-{name}: resumed at step {trainer.step}")
