@@ -6,7 +6,7 @@
 
 Modules: ``sandbox`` (the per-trajectory controller), ``pool`` (many trajectories, bounded
 running steps), ``service`` (the jailed zygote), ``runtime`` (the processes in the jail), ``hooks`` (preloading and capture points),
-``guards`` (rlimits, uids, seccomp), ``cgroups``, ``files`` (atomic working directories),
+``guards`` (rlimits, uids, seccomp), ``cgroups``, ``procs`` (pidfds), ``files`` (atomic working directories),
 ``capture`` (output and images), ``execution`` (running a snippet), ``isolation`` (what the host
 allows), ``checks`` (the contract checks behind ``codedance sandbox check``).
 """

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import builtins
+import ctypes
 import gc
 import io
 import json
@@ -34,15 +35,15 @@ import threading
 from codedance.sandbox import protocol
 from codedance.sandbox.hooks import Hooks, preload
 
+_LIBC = ctypes.CDLL(None)
+
 _MAX_CONTROL_MESSAGE = 1 << 16
 
 
 def zygote_main(control_fd: int) -> None:
     pristine_builtins = preload()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # holders are reaped by the kernel ...
-    import ctypes
-
-    ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # ... and so are orphaned steps: PR_SET_CHILD_SUBREAPER
+    _LIBC.prctl(36, 1, 0, 0, 0)  # ... and so are orphaned steps: PR_SET_CHILD_SUBREAPER
     control = socket.socket(fileno=control_fd)
     gc.collect()
     gc.freeze()
@@ -211,6 +212,7 @@ def _step(conn, reader, namespace, run: dict, request: dict, pristine_builtins: 
 
     os.setpgid(0, 0)
     protocol.send(conn, {"op": "started"})
+    pages_at_start = _resident_pages()
     _restore_builtins(pristine_builtins)
     namespace["__builtins__"] = builtins
     Hooks.install()
@@ -255,17 +257,21 @@ def _step(conn, reader, namespace, run: dict, request: dict, pristine_builtins: 
         os._exit(0)
     if verdict.body.get("op") != "commit":
         os._exit(0)
-    _release_free_memory()  # this process now holds the trajectory: keep its idle footprint small
+    if _resident_pages() - pages_at_start > 256:  # grew by 1 MB+: keep the new holder's idle footprint small
+        _release_free_memory()
 
 
 def _release_free_memory() -> None:
     """Return freed heap pages to the kernel (glibc keeps them otherwise)."""
-    import ctypes
-
     try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
+        _LIBC.malloc_trim(0)
+    except AttributeError:  # not glibc
         pass
+
+
+def _resident_pages() -> int:
+    with open("/proc/self/statm", "rb") as handle:
+        return int(handle.read().split()[1])
 
 
 def _restore_builtins(pristine: dict) -> None:
@@ -280,12 +286,10 @@ def _stop_timers() -> None:
 
 
 def _collect(collector, workdir, before, out, err, fd_paths, limits) -> dict:
-    import ctypes
-
     from codedance.sandbox import capture
     import matplotlib.pyplot as plt
 
-    ctypes.CDLL(None).fflush(None)
+    _LIBC.fflush(None)
     streams = [out, err]
     for stream, path in zip(streams, fd_paths):
         text, size = capture.read_head(path, limits["output_head"])

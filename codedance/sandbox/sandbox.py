@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 
-from codedance.sandbox import files, protocol
+from codedance.sandbox import files, procs, protocol
 from codedance.sandbox.cgroups import TrajectoryCgroup
 from codedance.sandbox.execution import executes_nothing
 from codedance.sandbox.inputs import ImageInput, write_inputs
@@ -195,7 +195,7 @@ class Sandbox:
             if message.body.get("op") != "started" or message.sender_pid == self._holder_pid:
                 return self._fail(ExecStatus.CRASHED, None, "the step did not start")
             step_pid = message.sender_pid
-            step_pidfd = _open_pidfd(step_pid)  # None: already dead; the holder reports how
+            step_pidfd = procs.open_pidfd(step_pid)  # None: already dead; the holder reports how
         except protocol.ReceiveTimeout:
             return self._fail(ExecStatus.TIMEOUT, None, f"the step did not start within {timeout:g} s")
         except (protocol.ProtocolError, OSError) as exc:
@@ -228,7 +228,7 @@ class Sandbox:
     def _commit_problem(self, step_pid: int) -> str | None:
         if self._cgroup is not None and self._cgroup.pids() - {self._holder_pid, step_pid}:
             return "the step left processes running; wait for every child process before it ends"
-        if _thread_count(step_pid) > 1:
+        if procs.thread_count(step_pid) > 1:
             return "the step left threads running; join every thread before the step ends"
         try:
             self._files.checkpoint()
@@ -243,7 +243,7 @@ class Sandbox:
             return self._lose(f"the step's process vanished while committing ({exc})")
         old = self._holder_pidfd
         self._holder_pid, self._holder_pidfd = step_pid, step_pidfd
-        _kill_pidfd(old)
+        procs.kill_pidfd(old)
         protocol.wait_readable(old, time.monotonic() + 2.0)  # a pidfd turns readable at exit
         os.close(old)
         return result
@@ -282,11 +282,11 @@ class Sandbox:
 
     def _kill_step(self, step_pidfd: int | None) -> None:
         if step_pidfd is not None:
-            _kill_pidfd(step_pidfd)
+            procs.kill_pidfd(step_pidfd)
         if self._cgroup is not None:
             self._cgroup.kill_all(except_pid=self._holder_pid)
         elif step_pidfd is not None:
-            _kill_group_of(step_pidfd)
+            procs.kill_group_of(step_pidfd)
         if step_pidfd is not None:
             os.close(step_pidfd)
 
@@ -305,8 +305,8 @@ class Sandbox:
             return
         self._closed = True
         if self._holder_pidfd is not None:
-            _kill_group_of(self._holder_pidfd)
-            _kill_pidfd(self._holder_pidfd)
+            procs.kill_group_of(self._holder_pidfd)
+            procs.kill_pidfd(self._holder_pidfd)
             os.close(self._holder_pidfd)
             self._holder_pidfd = None
         if self._cgroup is not None:
@@ -354,39 +354,3 @@ def _parse_result(message: protocol.Message) -> ExecResult:
                         frames=tuple((int(n), str(s)) for n, s in error.get("frames", []))) if error else None,
         images=images, notes=tuple(str(n) for n in body.get("notes", [])),
     )  # fmt: skip
-
-
-def _thread_count(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as handle:
-            for line in handle:
-                if line.startswith("Threads:"):
-                    return int(line.split()[1])
-    except FileNotFoundError:
-        return 0
-    return 0
-
-
-def _open_pidfd(pid: int) -> int | None:
-    try:
-        return os.pidfd_open(pid)
-    except ProcessLookupError:
-        return None
-
-
-def _kill_pidfd(pidfd: int) -> None:
-    try:
-        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _kill_group_of(pidfd: int) -> None:
-    """SIGKILL the process group the pidfd's process leads (steps call setpgid(0, 0))."""
-    try:
-        with open(f"/proc/self/fdinfo/{pidfd}") as handle:
-            pid = next(int(line.split()[1]) for line in handle if line.startswith("Pid:"))
-        if pid > 0:
-            os.killpg(pid, signal.SIGKILL)
-    except (StopIteration, ProcessLookupError, PermissionError, FileNotFoundError, ValueError):
-        pass

@@ -1,0 +1,45 @@
+"""Host-side process handles for the controller: pidfds (no pid-reuse races) and /proc reads.
+
+Linux only (pidfds need 5.3+). Every function tolerates a process that is already gone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+
+def thread_count(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except FileNotFoundError:
+        return 0
+    return 0
+
+
+def open_pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
+
+
+def kill_pidfd(pidfd: int) -> None:
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def kill_group_of(pidfd: int) -> None:
+    """SIGKILL the process group the pidfd's process leads (steps call setpgid(0, 0))."""
+    try:
+        with open(f"/proc/self/fdinfo/{pidfd}") as handle:
+            pid = next(int(line.split()[1]) for line in handle if line.startswith("Pid:"))
+        if pid > 0:
+            os.killpg(pid, signal.SIGKILL)
+    except (StopIteration, ProcessLookupError, PermissionError, FileNotFoundError, ValueError):
+        pass
