@@ -84,6 +84,13 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def trajectory_memory(sb) -> tuple[float, float]:
+    """(PSS, USS) in MB of one trajectory: its holder plus the idle spare step process it forks."""
+    pids = [sb._holder_pid, *descendants(sb._holder_pid)]
+    readings = [memory_of(pid) for pid in pids]
+    return sum(r[0] for r in readings), sum(r[1] for r in readings)
+
+
 class CpuMeter:
     """CPU time of a set of process trees, through a cgroup v1 cpuacct group (None if absent)."""
 
@@ -239,7 +246,7 @@ def idle_memory_codedance(service, image, n) -> dict[str, float]:
     for label, code in (("trivial", TRIVIAL), ("image", IMAGE_STEP)):
         for sb in sandboxes:
             sb.run(code)
-        readings = [memory_of(sb._holder_pid) for sb in sandboxes]
+        readings = [trajectory_memory(sb) for sb in sandboxes]
         figures[f"idle_pss_mb_{label}"] = statistics.mean(r[0] for r in readings)
         figures[f"idle_uss_mb_{label}"] = statistics.mean(r[1] for r in readings)
     for sb in sandboxes:
@@ -299,7 +306,8 @@ def hold_many(service, image, n) -> dict:
     with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
         answers = list(pool.map(lambda sb: sb.run("print(x + 1)").stdout, sandboxes))
     lost = sum(1 for answer in answers if answer != "2\n")
-    pss = sum(memory_of(sb._holder_pid)[0] for sb in sandboxes[:: max(1, n // 64)]) / len(sandboxes[:: max(1, n // 64)])
+    sample = sandboxes[:: max(1, n // 64)]
+    pss = sum(trajectory_memory(sb)[0] for sb in sample) / len(sample)
     for sb in sandboxes:
         sb.close()
     return {"n": len(sandboxes), "seconds_to_create": created_s, "system_mb_used": used, "mean_holder_pss_mb": pss, "lost": lost}
@@ -377,7 +385,7 @@ def report(results: dict) -> None:
     if hold:
         print(f"\n{hold['n']} live trajectories: created and stepped in {hold['seconds_to_create']:.0f} s, "
               f"{hold['system_mb_used'] / 1024:.2f} GiB of system memory, {hold['mean_holder_pss_mb']:.1f} MB PSS "
-              f"per holder, {hold['lost']} lost")  # fmt: skip
+              f"per trajectory, {hold['lost']} lost")  # fmt: skip
     c = results["codedance"]
     print("\nGoals: trivial p50 <= 5 ms and below Jupyter's; CPU per image step <= 1.5x exec's; "
           "idle PSS <= 15 MB (after a trivial step; an image step adds the pixels it keeps); 2048 live within 24 GiB, none lost")

@@ -102,6 +102,11 @@ class Reader:
             offset += size
         return Message(body=header, blobs=tuple(blobs), sender_pid=pid)
 
+    def forget_buffered(self) -> None:
+        """Drop bytes already read but not yet returned (a forked child now owns them)."""
+        self._buffer.clear()
+        self._pids = []
+
     def _consume(self, n: int) -> None:
         """Drop the first ``n`` bytes; the chunk that now covers offset 0 keeps its sender."""
         del self._buffer[:n]

@@ -191,20 +191,37 @@ def _initial_namespace(image_files: list[str]) -> dict:
 
 
 def _serve(conn: socket.socket, namespace: dict, request: dict, pristine_builtins: dict) -> None:
+    """The holder forks its next step process *before* the code arrives (the holder does not
+    change while idle, so the spare is an exact copy): the fork is off the step's critical path.
+    Only the spare reads the socket; the holder waits for it, reports how it ended, and forks the
+    next spare once the controller says ``resume``: at the start (after it has put the holder in
+    its cgroup, so every step process is inside) and after a failure (so the controller's kill of
+    the failed step's processes never races with a new spare)."""
     reader = protocol.Reader(conn, max_bytes=64 << 20)
+    wait_for_resume = True  # at start (the controller first moves us into our cgroup) and after failures
     while True:
-        try:
-            message = reader.receive()
-        except protocol.ProtocolError:
-            os._exit(0)
-        if message.body.get("op") != "run":
-            os._exit(0)
+        if wait_for_resume:
+            try:
+                resume = reader.receive()
+            except protocol.ProtocolError:
+                os._exit(0)
+            if resume.body.get("op") != "resume":
+                os._exit(0)
         pid = os.fork()
         if pid == 0:
+            try:
+                message = reader.receive()
+            except protocol.ProtocolError:
+                os._exit(0)
+            if message.body.get("op") != "run":
+                os._exit(0)
             _step(conn, reader, namespace, message.body, request, pristine_builtins)
-            continue  # committed: this process is the holder now
+            wait_for_resume = False  # committed: this process is the holder now
+            continue
+        reader.forget_buffered()  # anything read ahead (the next run) belongs to the spare
         _, status = os.waitpid(pid, 0)
         protocol.send(conn, {"op": "step_done", "wait_status": status})
+        wait_for_resume = True
 
 
 def _step(conn, reader, namespace, run: dict, request: dict, pristine_builtins: dict) -> None:

@@ -153,6 +153,8 @@ class Sandbox:
         self._holder_pidfd = os.pidfd_open(self._holder_pid)
         if self._cgroup is not None:
             self._cgroup.add(self._holder_pid)
+        if not self._resume():  # the holder forks its first spare step process only now
+            raise ServiceError("the sandbox's holder exited right after starting")
         layers = ready.body.get("layers", {})
         base = self.service.isolation
         missing = dict(base.missing)
@@ -261,6 +263,8 @@ class Sandbox:
         if status is ExecStatus.CRASHED and self._cgroup is not None and self._cgroup.new_oom_kill():
             status = ExecStatus.OOM
         self._files.restore()
+        if not self._resume():
+            return self._lose("the sandbox's holder process is gone after a failed step")
         result = result or ExecResult(status=status)
         notes = result.notes + ((note,) if note else ()) + ("state rolled back to before this step",)
         return replace(result, status=status, rolled_back=True, notes=notes)
@@ -270,6 +274,8 @@ class Sandbox:
             self._cgroup.kill_all(except_pid=self._holder_pid)
         oom = self._cgroup is not None and self._cgroup.new_oom_kill()
         self._files.restore()
+        if not self._resume():
+            return self._lose("the sandbox's holder process is gone after a crashed step")
         if oom:
             status, note = ExecStatus.OOM, "the step ran out of memory and was killed"
         elif os.WIFSIGNALED(wait_status):
@@ -279,6 +285,14 @@ class Sandbox:
             code = os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else wait_status
             status, note = ExecStatus.CRASHED, f"the step's process exited (status {code}) before finishing"
         return ExecResult(status=status, rolled_back=True, notes=(note, "state rolled back to before this step"))
+
+    def _resume(self) -> bool:
+        """Let the holder fork its next spare step process (it waits for this after a failure)."""
+        try:
+            protocol.send(self._conn, {"op": "resume"})
+        except OSError:
+            return False
+        return True
 
     def _kill_step(self, step_pidfd: int | None) -> None:
         if step_pidfd is not None:

@@ -14,7 +14,7 @@ import pytest
 
 from codedance.sandbox import Limits
 from codedance.types import ExecStatus
-from tests.sandbox.conftest import assert_state_intact, prepare_state
+from tests.sandbox.conftest import assert_only_holder_and_spare, assert_state_intact, prepare_state
 
 OK, ERROR, TIMEOUT, CRASHED, OOM, REFUSED = (
     ExecStatus.OK, ExecStatus.ERROR, ExecStatus.TIMEOUT, ExecStatus.CRASHED, ExecStatus.OOM, ExecStatus.REFUSED,
@@ -117,7 +117,7 @@ def test_hostile(jail, name):
 def _assert_alive(sandbox, neighbour, neighbour_expected):
     assert sandbox.run("print('still here')").stdout == "still here\n"
     assert neighbour.run("print(x)").stdout == neighbour_expected
-    assert neighbour._cgroup is None or neighbour._cgroup.pids() == {neighbour._holder_pid}
+    assert_only_holder_and_spare(neighbour)
 
 
 def test_controller_environment_is_invisible(jail, monkeypatch):
