@@ -167,7 +167,8 @@ def test_closing_while_a_step_runs(make):
 def test_a_crashed_holder_is_reported(make):
     sb = make()
     assert sb.run("x = 1").ok
-    os.kill(sb._holder_pid, signal.SIGKILL)
+    time.sleep(0.2)  # let the holder fork its idle spare (same process group): both die below
+    os.killpg(sb._holder_pid, signal.SIGKILL)
     result = sb.run("print(x)")
     assert result.status is ExecStatus.CRASHED and "state is lost" in result.notes[-1]
     assert not sb.alive
