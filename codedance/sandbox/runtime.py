@@ -201,27 +201,28 @@ def _serve(conn: socket.socket, namespace: dict, request: dict, pristine_builtin
     wait_for_resume = True  # at start (the controller first moves us into our cgroup) and after failures
     while True:
         if wait_for_resume:
-            try:
-                resume = reader.receive()
-            except protocol.ProtocolError:
-                os._exit(0)
-            if resume.body.get("op") != "resume":
-                os._exit(0)
+            _expect(reader, "resume")
         pid = os.fork()
         if pid == 0:
-            try:
-                message = reader.receive()
-            except protocol.ProtocolError:
-                os._exit(0)
-            if message.body.get("op") != "run":
-                os._exit(0)
-            _step(conn, reader, namespace, message.body, request, pristine_builtins)
+            run = _expect(reader, "run")
+            _step(conn, reader, namespace, run, request, pristine_builtins)
             wait_for_resume = False  # committed: this process is the holder now
             continue
         reader.forget_buffered()  # anything read ahead (the next run) belongs to the spare
         _, status = os.waitpid(pid, 0)
         protocol.send(conn, {"op": "step_done", "wait_status": status})
         wait_for_resume = True
+
+
+def _expect(reader: protocol.Reader, op: str) -> dict:
+    """The next message, which must be ``op``; anything else (or a closed socket) ends this process."""
+    try:
+        message = reader.receive()
+    except protocol.ProtocolError:
+        os._exit(0)
+    if message.body.get("op") != op:
+        os._exit(0)
+    return message.body
 
 
 def _step(conn, reader, namespace, run: dict, request: dict, pristine_builtins: dict) -> None:
@@ -268,12 +269,7 @@ def _step(conn, reader, namespace, run: dict, request: dict, pristine_builtins: 
         reply["status"] = "refused"
         reply["notes"].append("the step left threads running; join every thread before the step ends")
     protocol.send(conn, reply, [png for png, _, _, _ in collector.images])
-    try:
-        verdict = reader.receive()
-    except protocol.ProtocolError:
-        os._exit(0)
-    if verdict.body.get("op") != "commit":
-        os._exit(0)
+    _expect(reader, "commit")  # anything else: this step is abandoned and ends here
     if _resident_pages() - pages_at_start > 256:  # grew by 1 MB+: keep the new holder's idle footprint small
         _release_free_memory()
 
