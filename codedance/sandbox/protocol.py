@@ -39,6 +39,10 @@ class ReceiveTimeout(ProtocolError):
     """No complete message arrived before the deadline."""
 
 
+class Interrupted(ProtocolError):
+    """The reader's interrupt descriptor turned readable (the sandbox is being closed)."""
+
+
 @dataclass(frozen=True)
 class Message:
     body: dict
@@ -58,19 +62,31 @@ def send(sock: socket.socket, body: dict, blobs: tuple[bytes, ...] | list[bytes]
 
 
 def wait_readable(fd: int, deadline: float | None) -> bool:
-    """Wait until ``fd`` is readable (or hung up); False at the deadline. poll, not select:
-    a controller with thousands of sandboxes has descriptors above select's 1024."""
+    """Wait until ``fd`` is readable (or hung up); False at the deadline."""
+    return bool(wait_any((fd,), deadline))
+
+
+def wait_any(fds: tuple[int, ...], deadline: float | None) -> set[int]:
+    """The descriptors among ``fds`` that are readable (or hung up); empty at the deadline.
+    poll, not select: a controller with thousands of sandboxes has descriptors above 1024."""
     poller = select.poll()
-    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    for fd in fds:
+        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     timeout_ms = None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000) + 1)
-    return bool(poller.poll(timeout_ms))
+    return {fd for fd, _ in poller.poll(timeout_ms)}
 
 
 class Reader:
-    """Reads framed messages from one socket, keeping any bytes that belong to the next one."""
+    """Reads framed messages from one socket, keeping any bytes that belong to the next one.
 
-    def __init__(self, sock: socket.socket, *, max_bytes: int, with_credentials: bool = False):
+    With ``interrupt_fd``, a wait for bytes ends with `Interrupted` as soon as that descriptor
+    turns readable (another thread's way to stop a blocked receive without closing the socket).
+    """
+
+    def __init__(self, sock: socket.socket, *, max_bytes: int, with_credentials: bool = False,
+                 interrupt_fd: int | None = None):
         self.sock = sock
+        self.interrupt_fd = interrupt_fd
         self.max_bytes = max_bytes
         self.with_credentials = with_credentials
         self._buffer = bytearray()
@@ -115,9 +131,13 @@ class Reader:
         self._pids = (covering + later) if self._buffer else []
 
     def _fill(self, n: int, deadline: float | None) -> bytes:
+        watched = (self.sock.fileno(),) if self.interrupt_fd is None else (self.sock.fileno(), self.interrupt_fd)
         while len(self._buffer) < n:
-            if not wait_readable(self.sock.fileno(), deadline):
+            ready = wait_any(watched, deadline)
+            if not ready:
                 raise ReceiveTimeout(f"no message within the deadline ({len(self._buffer)} bytes)")
+            if self.interrupt_fd in ready:
+                raise Interrupted("the receive was interrupted")
             self._read_some()
         return bytes(self._buffer[:n])
 

@@ -85,6 +85,7 @@ class Sandbox:
         self._cgroup: TrajectoryCgroup | None = None
         self._holder_pidfd: int | None = None
         self._conn: socket.socket | None = None
+        self._interrupt: int | None = None  # an eventfd: `close` wakes a step's blocked receive
         self.service.isolation.require(require)  # host-level layers first, before any work
         self.service.register(self)
         self.uid = self.service.allocate_uid()
@@ -125,7 +126,9 @@ class Sandbox:
                                             max_processes=self.limits.processes)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._conn = ours
-        self._reader = protocol.Reader(ours, max_bytes=self.limits.max_message, with_credentials=True)
+        self._interrupt = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        self._reader = protocol.Reader(ours, max_bytes=self.limits.max_message, with_credentials=True,
+                                       interrupt_fd=self._interrupt)
         request = {
             "id": os.path.basename(self._dir), "uid": self.uid, "gid": self.uid,
             "workdir": self.workdir, "iodir": self._iodir, "images": names,
@@ -179,6 +182,8 @@ class Sandbox:
                 return ExecResult(status=ExecStatus.CRASHED, notes=(self._lost,), rolled_back=False)
             started = time.monotonic()
             result = self._step(code, timeout, started)
+            if self._closed and not result.ok:
+                result = ExecResult(status=ExecStatus.CRASHED, notes=("the sandbox was closed while this step ran",))
             return replace(result, duration_s=time.monotonic() - started,
                            executed_nothing=executes_nothing(code))
 
@@ -207,7 +212,10 @@ class Sandbox:
         except protocol.ReceiveTimeout:
             return self._fail(ExecStatus.TIMEOUT, step_pidfd,
                               f"the step ran past its {timeout:g} s limit and was stopped")
-        except protocol.PeerClosed as exc:
+        except protocol.Interrupted:  # `close` from another thread: it ends the rest
+            self._kill_step(step_pidfd)
+            return self._lose("the sandbox was closed")
+        except (protocol.PeerClosed, OSError) as exc:
             return self._lose(f"the sandbox's holder process is gone ({exc})")
         except protocol.ProtocolError as exc:
             return self._fail(ExecStatus.REFUSED, step_pidfd, f"the step's reply was refused: {exc}")
@@ -313,11 +321,26 @@ class Sandbox:
     def alive(self) -> bool:
         return not self._closed and self._lost is None
 
-    def close(self) -> None:
-        """Kill every process of the trajectory and remove its files. Idempotent."""
+    def close(self, wait_s: float = 15.0) -> None:
+        """Kill every process of the trajectory and remove its files. Idempotent.
+
+        Safe while another thread's `run` is in flight: that `run` is woken, kills its step and
+        returns ``crashed`` ("closed while this step ran"); only then (or after ``wait_s``) are
+        the holder killed and the socket and files released.
+        """
         if self._closed:
             return
         self._closed = True
+        if self._interrupt is not None:
+            os.eventfd_write(self._interrupt, 1)
+        step_finished = self._lock.acquire(timeout=wait_s)
+        try:
+            self._release()
+        finally:
+            if step_finished:
+                self._lock.release()
+
+    def _release(self) -> None:
         if self._holder_pidfd is not None:
             procs.kill_group_of(self._holder_pidfd)
             procs.kill_pidfd(self._holder_pidfd)
@@ -327,6 +350,9 @@ class Sandbox:
             self._cgroup.remove()
         if self._conn is not None:
             self._conn.close()
+        if self._interrupt is not None:
+            os.close(self._interrupt)
+            self._interrupt = None
         shutil.rmtree(self._dir, ignore_errors=True)
         if getattr(self, "_files", None) is not None:
             shutil.rmtree(self._files.store, ignore_errors=True)

@@ -161,7 +161,11 @@ def test_closing_while_a_step_runs(make):
     sb.close()
     runner.join(timeout=10)
     assert not runner.is_alive() and time.monotonic() - started < 10
-    assert outcome["r"].status is not ExecStatus.OK
+    assert outcome["r"].status is ExecStatus.CRASHED
+    assert outcome["r"].notes == ("the sandbox was closed while this step ran",)
+    assert not os.path.exists(sb.workdir)
+    with pytest.raises(SandboxClosed):
+        sb.run("print(1)")
 
 
 def test_a_crashed_holder_is_reported(make):
