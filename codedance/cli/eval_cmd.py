@@ -60,18 +60,17 @@ def eval_(
     plain_openai: bool = typer.Option(False, help="Send no vLLM/SGLang-only request fields"),
 ) -> None:
     """Run the benchmarks, score them and write the report into --out."""
-    from codedance.eval.judge_steps import Judges
     from codedance.eval.report import markdown
     from codedance.eval.runner import EvalSettings, run_eval
     from codedance.eval.sources import DataNotFoundError
     from codedance.eval.spec import parse_benchmarks
-    from codedance.grading import JudgeConfig, JudgeError
+    from codedance.grading import JudgeClient, JudgeConfig, JudgeError
     from codedance.policy import OpenAIChatPolicy, PolicyError, SamplingParams
     from codedance.prompts import get_profile
     from codedance.rollout import EpisodeConfig
 
     console = Console()
-    judges = None
+    judge_client = None
     try:
         lmu = lmu_data or Path(os.environ.get("LMUData", "~/LMUData"))
         lmu = lmu.expanduser()
@@ -92,18 +91,18 @@ def eval_(
             data_paths=_data_paths(data), pixmo_cache=str(pixmo_cache or lmu / "pixmo_cache"),
             fetch_images=fetch_images)
         if judge:
-            judges = Judges.open(JudgeConfig(base_url=judge, model=judge_model, api_key=api_key))
+            judge_client = JudgeClient(JudgeConfig(base_url=judge, model=judge_model, api_key=api_key))
         console.print(f"model [bold]{policy.model}[/bold] at {policy.base_url}; "
                       f"{'no tools' if no_tools else f'max {max_turns} turns'}; judge: {judge or 'none'}")
-        report = run_eval(policy, settings, out, judges=judges,
+        report = run_eval(policy, settings, out, judge=judge_client,
                           on_loaded=lambda spec, n: console.print(f"{spec.title}: {n} samples"))
         policy.close()
     except (DataNotFoundError, PolicyError, JudgeError, ValueError, KeyError, OSError, ImportError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(code=2) from exc
     finally:
-        if judges is not None:
-            judges.close()
+        if judge_client is not None:
+            judge_client.close()
     console.print(markdown(report))
     console.print(f"report: {out / 'report.html'}  trajectories: {out / 'view' / 'index.html'}")
 

@@ -1,8 +1,8 @@
 """The judge steps that official metrics need, over any OpenAI-compatible server.
 
-`Judges` bundles two `JudgeClient`s on one server: ``verdict`` (the grading module's
-"Judgement: 1/0" consistency check, a few tokens) and ``text`` (longer replies: answer
-extraction, CharXiv's JSON). Steps:
+Every step takes the grading module's `JudgeClient`: verdicts ("Judgement: 1/0") are asked with
+its configured few tokens, longer replies (answer extraction, CharXiv's JSON) with
+`TEXT_MAX_TOKENS`. Steps:
 
 - `charxiv_score`: CharXiv's per-item ``grading_query`` (from the TSV) with ``{PREDICTION}``
   replaced by the extracted answer; the reply must be JSON ``{"extracted_answer", "score"}``.
@@ -18,39 +18,20 @@ CharXiv gets ``retries`` tries first, as VLMEvalKit does.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from dataclasses import dataclass
 
-from codedance.grading import JudgeClient, JudgeConfig, JudgeVerdictError, parse_verdict
-
-
-@dataclass(frozen=True)
-class Judges:
-    """A verdict client and a text client on the same judge server."""
-
-    verdict: JudgeClient
-    text: JudgeClient
-
-    @classmethod
-    def open(cls, config: JudgeConfig, text_max_tokens: int = 256) -> Judges:
-        return cls(JudgeClient(config), JudgeClient(dataclasses.replace(config, max_tokens=text_max_tokens)))
-
-    @property
-    def name(self) -> str:
-        return self.verdict.config.name
-
-    def close(self) -> None:
-        self.verdict.close()
-        self.text.close()
+from codedance.grading import JudgeClient, JudgeVerdictError, parse_verdict
 
 
-def charxiv_score(judges: Judges, grading_query: str, answer: str, retries: int = 3) -> tuple[float, str]:
+TEXT_MAX_TOKENS = 256  # answer extraction and CharXiv's JSON; verdicts use the config's few tokens
+
+
+def charxiv_score(judge: JudgeClient, grading_query: str, answer: str, retries: int = 3) -> tuple[float, str]:
     """(score, judge's extracted answer) for one CharXiv reasoning item."""
     prompt = grading_query.replace("{PREDICTION}", answer)
     last = ""
     for _ in range(retries):
-        last = judges.text.complete([{"role": "user", "content": prompt}])
+        last = judge.complete([{"role": "user", "content": prompt}], max_tokens=TEXT_MAX_TOKENS)
         body = last.strip().removeprefix("```json").removeprefix("```").removesuffix("```").strip()
         try:
             content = json.loads(body)
@@ -86,9 +67,10 @@ def extraction_prompt(question: str, response: str) -> str:
     return f"{_EXTRACT_TASK}{shots}\n\nQuestion: {question}\nModel response: {response}\nExtracted answer:"
 
 
-def extract_answer_with_judge(judges: Judges, question: str, response: str) -> str:
+def extract_answer_with_judge(judge: JudgeClient, question: str, response: str) -> str:
     """The judge's extraction of the final answer (``""`` when it says there is none)."""
-    reply = judges.text.complete([{"role": "user", "content": extraction_prompt(question, response)}]).strip()
+    prompt = extraction_prompt(question, response)
+    reply = judge.complete([{"role": "user", "content": prompt}], max_tokens=TEXT_MAX_TOKENS).strip()
     reply = reply.removeprefix("Extracted answer:").strip()
     return "" if reply.lower() == "null" else reply
 
@@ -108,7 +90,7 @@ _MATHVERSE_SHOTS = (
 )
 
 
-def mathverse_consistent(judges: Judges, question_for_eval: str, gold: str, extracted: str) -> bool:
+def mathverse_consistent(judge: JudgeClient, question_for_eval: str, gold: str, extracted: str) -> bool:
     """MathVerse's second step. An exact string match is consistent without asking (VLMEvalKit)."""
     if extracted.strip() == gold.strip():
         return True
@@ -116,4 +98,4 @@ def mathverse_consistent(judges: Judges, question_for_eval: str, gold: str, extr
                         for q, g, p, v in _MATHVERSE_SHOTS)
     prompt = (f"{_MATHVERSE_TASK}{shots}\n\n[Question]: {question_for_eval}\n[Standard Answer]: {gold}\n"
               f"[Model answer]: {extracted}\nJudgement:")
-    return parse_verdict(judges.verdict.complete([{"role": "user", "content": prompt}]))
+    return parse_verdict(judge.complete([{"role": "user", "content": prompt}]))

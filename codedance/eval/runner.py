@@ -8,7 +8,7 @@ Layout of ``out_dir``: ``run.json`` (the settings that define the run), ``trajec
 Resuming: rerunning with the same ``out_dir`` and settings skips every sample already in
 ``trajectories.jsonl`` and every score already in ``scores.jsonl``; samples that failed (in
 ``failures.jsonl``) are tried again; scores left pending for want of a judge are redone when
-``judges`` is given. Other settings (model, turn budget, profile, sampling, no-tools) must match
+``judge`` is given. Other settings (model, turn budget, profile, sampling, no-tools) must match
 ``run.json``: a mismatch raises instead of mixing two runs. ``limit`` may change between runs.
 
 Images are decoded benchmark chunk by chunk (``4 × concurrency`` samples), so an HR-Bench 8K run
@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codedance.batch import RunnerFactory, arun_batch, finished_keys
-from codedance.eval.judge_steps import Judges
 from codedance.eval.loaders import prepare_items, to_task
 from codedance.eval.scoring import score_sample
 from codedance.eval.spec import BenchmarkSpec, SampleScore
+from codedance.grading import JudgeClient
 from codedance.policy.base import Policy
 from codedance.prompts import PromptProfile
 from codedance.records import ImageStore, append_jsonl, read_jsonl, trajectory_from_json
@@ -163,7 +163,7 @@ def load_records(out: Path, digests: dict[str, str] | None = None) -> dict[str, 
     return records
 
 
-def score_all(out: Path, tasks: dict[str, tuple[BenchmarkSpec, Task]], judges: Judges | None,
+def score_all(out: Path, tasks: dict[str, tuple[BenchmarkSpec, Task]], judge: JudgeClient | None,
               workers: int = 16) -> dict[str, SampleScore]:
     """Score every finished trajectory not yet scored (or pending and a judge is now given)."""
     scores = latest_scores(out)
@@ -171,12 +171,12 @@ def score_all(out: Path, tasks: dict[str, tuple[BenchmarkSpec, Task]], judges: J
     records = load_records(out, digests)
     todo = [(k, t) for k, t in records.items() if t.task_id in tasks
             and (k not in scores or scores[k].trajectory_digest != digests[k]
-                 or (scores[k].correct is None and judges is not None))]
+                 or (scores[k].correct is None and judge is not None))]
 
     def one(item: tuple[str, Trajectory]) -> SampleScore:
         key, trajectory = item
         spec, task = tasks[trajectory.task_id]
-        score = dataclasses.replace(score_sample(key, task, trajectory, judges, spec.scorer),
+        score = dataclasses.replace(score_sample(key, task, trajectory, judge, spec.scorer),
                                     trajectory_digest=digests[key])
         append_jsonl(out / "scores.jsonl", dataclasses.asdict(score))
         return score
@@ -188,7 +188,7 @@ def score_all(out: Path, tasks: dict[str, tuple[BenchmarkSpec, Task]], judges: J
 
 
 def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
-             make_runner: RunnerFactory | None = None, judges: Judges | None = None,
+             make_runner: RunnerFactory | None = None, judge: JudgeClient | None = None,
              on_loaded: Callable[[BenchmarkSpec, int], None] | None = None):
     """Run, score and report; returns the `EvalReport` (see ``codedance.eval.report``)."""
     from codedance.eval.report import build_report, write_report
@@ -222,8 +222,8 @@ def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
     finally:
         if pool is not None:
             pool.close()
-    scores = score_all(out, tasks, judges)
+    scores = score_all(out, tasks, judge)
     report = build_report(out, settings, tasks, scores, load_records(out), failures,
-                          judge=judges.name if judges else None)
+                          judge=judge.config.name if judge else None)
     write_report(report, out)
     return report

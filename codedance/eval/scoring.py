@@ -1,6 +1,6 @@
 """Per-sample scoring, one rule per benchmark, as docs/benchmarks.md states them.
 
-`score_sample(key, task, trajectory, judges)` grades the *extracted* final answer (the
+`score_sample(key, task, trajectory, judge)` grades the *extracted* final answer (the
 trajectory's ``<answer>``, else ``\\boxed{}``, else "the answer is X" in the last turn), never
 the whole trace. Rules:
 
@@ -28,13 +28,12 @@ import math
 from fractions import Fraction
 
 from codedance.eval.judge_steps import (
-    Judges,
     charxiv_score,
     extract_answer_with_judge,
     mathverse_consistent,
 )
 from codedance.eval.spec import SampleScore
-from codedance.grading import check_answer, extract_answer, infer_option, normalize_text
+from codedance.grading import JudgeClient, check_answer, extract_answer, infer_option, normalize_text
 from codedance.grading.check import check_math
 from codedance.grading.numbers import parse_number
 from codedance.types import AnswerKind, Task, Trajectory
@@ -116,7 +115,7 @@ def _mathvision_check(task: Task, answer: str) -> bool:
     return mathv_equal(answer, task.answer)
 
 
-def score_sample(key: str, task: Task, trajectory: Trajectory, judges: Judges | None = None,
+def score_sample(key: str, task: Task, trajectory: Trajectory, judge: JudgeClient | None = None,
                  scorer: str = "") -> SampleScore:
     """Score one trajectory of `task` under the benchmark rule ``scorer`` (see the module table)."""
     answer, source = final_answer(trajectory)
@@ -128,7 +127,7 @@ def score_sample(key: str, task: Task, trajectory: Trajectory, judges: Judges | 
         return SampleScore(key, bench, task.id, correct, rule, answer, source, how, pending,
                            tuple((k, str(v)) for k, v in extras.items()))
 
-    if scorer in ("charxiv", "mathverse") and judges is None:
+    if scorer in ("charxiv", "mathverse") and judge is None:
         rule = answer is not None and normalize_text(answer) == normalize_text(task.answer)
         return result(None, rule, "none", pending=f"judge ({scorer})")
     if answer is None:
@@ -143,11 +142,11 @@ def score_sample(key: str, task: Task, trajectory: Trajectory, judges: Judges | 
     if scorer in ("mcq", "hrbench"):
         choices = dict(task.choices)
         letter = infer_option(answer, choices)
-        if letter is not None or judges is None:
+        if letter is not None or judge is None:
             hit = letter == task.answer
             return result(hit, hit, "rule:choice", letter=letter or "")
         gold = f"{task.answer}. {choices.get(task.answer, '')}"
-        verdict = judges.verdict.judge(question=task.question, gold=gold, prediction=answer)
+        verdict = judge.judge(question=task.question, gold=gold, prediction=answer)
         return result(verdict, False, "judge", letter="")
     if scorer == "chartqa":
         import json
@@ -163,27 +162,27 @@ def score_sample(key: str, task: Task, trajectory: Trajectory, judges: Judges | 
         rule = _mathvista_check(task, answer)
         if rule:
             return result(True, True, "rule:mathvista")
-        if judges is None:
+        if judge is None:
             return result(None, False, "rule:mathvista", pending="judge (answer extraction)")
-        extracted = extract_answer_with_judge(judges, task.question, answer)
+        extracted = extract_answer_with_judge(judge, task.question, answer)
         hit = bool(extracted) and _mathvista_check(task, extracted)
         return result(hit, False, "judge-extract+rule", judge_extracted=extracted)
     if scorer == "mathvision":
         rule = _mathvision_check(task, answer)
-        if rule or judges is None:
+        if rule or judge is None:
             return result(rule, rule, "rule:mathvision")
-        extracted = extract_answer_with_judge(judges, task.question, answer)
+        extracted = extract_answer_with_judge(judge, task.question, answer)
         hit = bool(extracted) and _mathvision_check(task, extracted)
         return result(hit, False, "judge-extract+rule", judge_extracted=extracted)
     if scorer == "charxiv":
-        assert judges is not None
-        score, extracted = charxiv_score(judges, m["grading_query"], answer)
+        assert judge is not None
+        score, extracted = charxiv_score(judge, m["grading_query"], answer)
         rule = normalize_text(answer) == normalize_text(task.answer)
         return result(math.isclose(score, 1.0), rule, "judge:charxiv", judge_score=score, judge_extracted=extracted)
     if scorer == "mathverse":
-        assert judges is not None
-        extracted = extract_answer_with_judge(judges, m.get("question_for_eval", task.question), answer)
-        verdict = mathverse_consistent(judges, m.get("question_for_eval", task.question), task.answer, extracted)
+        assert judge is not None
+        extracted = extract_answer_with_judge(judge, m.get("question_for_eval", task.question), answer)
+        verdict = mathverse_consistent(judge, m.get("question_for_eval", task.question), task.answer, extracted)
         rule = answer.strip() == task.answer.strip()
         return result(verdict, rule, "judge:mathverse", judge_extracted=extracted)
     raise ValueError(f"unknown scorer {scorer!r}")

@@ -8,10 +8,9 @@ import re
 
 import pytest
 
-from codedance.eval.judge_steps import Judges
 from codedance.eval.runner import EvalSettings, run_eval
 from codedance.eval.spec import parse_benchmarks
-from codedance.grading import JudgeConfig
+from codedance.grading import JudgeClient, JudgeConfig
 from codedance.policy import OpenAIChatPolicy, RetrySettings, SamplingParams
 from codedance.policy.replay_server import ReplayServer, ServerReply
 from codedance.records import read_jsonl
@@ -112,9 +111,9 @@ def test_eval_end_to_end_then_resume_with_judge(lmu, tmp_path):
             assert (out / name).is_file(), name
 
         with ReplayServer(judge_script) as judge_server:
-            judges = Judges.open(JudgeConfig(base_url=judge_server.url, model="scripted", retries=0))
-            report = run_eval(policy(server), settings(lmu), out, judges=judges)
-            judges.close()
+            judge = JudgeClient(JudgeConfig(base_url=judge_server.url, model="scripted", retries=0))
+            report = run_eval(policy(server), settings(lmu), out, judge=judge)
+            judge.close()
             assert len(judge_server.requests) == 2  # only the two pending CharXiv samples
         assert len(server.requests) == first_requests  # resumed: the model was asked nothing again
     assert report.result("charxiv").headline == 0.5

@@ -24,8 +24,8 @@ def task(bench: str, answer: str, kind: AnswerKind, choices=(), **meta: str) -> 
                 source=bench, metadata=(("benchmark", bench), *meta.items()))
 
 
-def score(t: Task, text: str, scorer: str, judges=None):
-    return score_sample(f"{t.id}#0", t, traj(t.id, text), judges, scorer)
+def score(t: Task, text: str, scorer: str, judge=None):
+    return score_sample(f"{t.id}#0", t, traj(t.id, text), judge, scorer)
 
 
 def test_countbench_substring_rule_on_the_extracted_answer_only():
