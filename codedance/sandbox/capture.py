@@ -92,7 +92,8 @@ class ImageCollector:
         self.max_images, self.max_pixels = max_images, max_pixels
         self.images: list[tuple[bytes, int, int, str]] = []  # png, width, height, source
         self.notes: list[str] = []
-        self._seen: set[str] = set()
+        self._seen: set[str] = set()  # digests of pixels (shown images) and of PNG files passed on
+        self._pixels_seen = False  # whether any image was deduplicated by its pixels
         self._dropped = 0
 
     def add_pil(self, image: Image.Image, source: str) -> None:
@@ -106,10 +107,11 @@ class ImageCollector:
             size = (max(1, int(image.width * scale)), max(1, int(image.height * scale)))
             image = image.resize(size, Image.Resampling.LANCZOS, reducing_gap=3.0)
             self.notes.append(f"image from {source} downscaled from {original} to {image.size}")
-        digest = hashlib.sha1(image.tobytes() + repr((image.mode, image.size)).encode()).hexdigest()
+        digest = _pixel_digest(image)
         if digest in self._seen:
             return
         self._seen.add(digest)
+        self._pixels_seen = True
         buffer = io.BytesIO()
         image.save(buffer, format="PNG", compress_level=1)
         self.images.append((buffer.getvalue(), image.width, image.height, source))
@@ -117,7 +119,9 @@ class ImageCollector:
     def add_file(self, path: str, source: str) -> None:
         """A saved image file. A PNG already in RGB(A)/L within the pixel budget is passed on as
         its own bytes (no decode, no re-encode: saving is the step's slow part, not capture);
-        anything else is decoded and re-encoded. Deduplication of such PNGs is by file content."""
+        anything else is decoded and re-encoded. Such a PNG is deduplicated by its content and,
+        when the step also showed images, by its pixels (decoded only then), so an image both
+        shown and saved comes back once."""
         with Image.open(path) as image:
             direct = (image.format == "PNG" and image.mode in ("RGB", "RGBA", "L")
                       and image.width * image.height <= self.max_pixels)  # fmt: skip
@@ -126,6 +130,9 @@ class ImageCollector:
                 self.add_pil(image, source)
                 return
             size = image.size
+            pixels = _pixel_digest(image) if self._pixels_seen else None
+        if pixels is not None and pixels in self._seen:
+            return
         if len(self.images) >= self.max_images:
             self._dropped += 1
             return
@@ -152,6 +159,10 @@ class ImageCollector:
                 f"{self._dropped} more image(s) not returned: at most {self.max_images} per step"
             )
         return self.notes
+
+
+def _pixel_digest(image: Image.Image) -> str:
+    return hashlib.sha1(image.tobytes() + repr((image.mode, image.size)).encode()).hexdigest()
 
 
 def looks_like_image(value: object) -> bool:

@@ -51,6 +51,17 @@ def test_last_expression_is_shown(make):
     assert small.stdout == "array([0, 1, 2, 3])\n" and not small.images
 
 
+def test_an_image_shown_and_saved_comes_back_once(make):
+    sb = make()
+    code = ("from PIL import Image\nimg = Image.new('RGB', (40, 30), (200, 10, 10))\n"
+            "img.show()\nimg.save('crop.png')\nImage.new('RGB', (40, 30), (0, 0, 9)).save('other.png')")
+    result = sb.run(code)
+    assert result.ok and [image.size for image in result.images] == [(40, 30), (40, 30)]
+    assert [image.origin for image in result.images][1] == "file other.png"
+    again = sb.run("Image.open('crop.png').copy().show()\nImage.open('crop.png').copy().save('same.png')")
+    assert again.ok and len(again.images) == 1
+
+
 def test_images_over_the_pixel_budget_are_downscaled(make):
     sb = make()
     result = sb.run("from PIL import Image\nImage.new('RGB', (20000, 20000), (0, 0, 255))")
