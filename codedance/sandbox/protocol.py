@@ -22,6 +22,8 @@ import struct
 import time
 from dataclasses import dataclass
 
+from codedance.types import ExecError, ExecResult, ExecStatus, Image
+
 _HEADER = struct.Struct(">I")
 _UCRED = struct.Struct("iII")  # pid, uid, gid
 MAX_HEADER_BYTES = 16 << 20
@@ -156,3 +158,24 @@ class Reader:
         if not data:
             raise PeerClosed("the process at the other end of the socket has gone")
         self._buffer += data
+
+
+def result_from_message(message: Message) -> ExecResult:
+    """A step's ``result`` message as an `ExecResult` (an unknown status reads as crashed)."""
+    body = message.body
+    images = tuple(
+        Image.from_png(blob, origin=str(meta.get("source", "")))
+        for blob, meta in zip(message.blobs, body.get("images", []))
+    )
+    error = body.get("error")
+    try:
+        status = ExecStatus(body.get("status"))
+    except ValueError:
+        status = ExecStatus.CRASHED
+    return ExecResult(
+        status=status, stdout=str(body.get("stdout", "")), stderr=str(body.get("stderr", "")),
+        error=ExecError(type=str(error["type"]), message=str(error["message"]),
+                        traceback=str(error.get("traceback", "")),
+                        frames=tuple((int(n), str(s)) for n, s in error.get("frames", []))) if error else None,
+        images=images, notes=tuple(str(n) for n in body.get("notes", [])),
+    )  # fmt: skip

@@ -29,36 +29,20 @@ import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import Executor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from codedance.sandbox import files, procs, protocol
+from codedance.sandbox import files, layout, procs, protocol
 from codedance.sandbox.cgroups import TrajectoryCgroup
 from codedance.sandbox.execution import executes_nothing
-from codedance.sandbox.inputs import ImageInput, write_inputs
+from codedance.sandbox.inputs import ImageInput
 from codedance.sandbox.isolation import Isolation
-from codedance.sandbox.service import SINGLE_THREADED, SandboxService, ServiceError, default_service
-from codedance.types import ExecError, ExecResult, ExecStatus, Image
+from codedance.sandbox.layout import Limits
+from codedance.sandbox.service import SandboxService, ServiceError, default_service
+from codedance.types import ExecResult, ExecStatus
 
 
 class SandboxClosed(RuntimeError):
     """The sandbox was closed; create a new one to run more code."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Per-trajectory resource limits. Sizes in bytes unless the name says otherwise."""
-
-    memory: int = 4 << 30  # cgroup memory (no swap) and the address-space rlimit's headroom
-    processes: int = 32  # pids.max and RLIMIT_NPROC for the trajectory's uid
-    file_size: int = 256 << 20  # largest single file (RLIMIT_FSIZE)
-    open_files: int = 256
-    workdir_bytes: int = 1 << 30
-    workdir_files: int = 10_000
-    max_images: int = 8  # images returned per step
-    max_pixels: int = 4096 * 4096  # larger images are downscaled
-    output_head: int = 20_000  # characters kept from the start of stdout and of stderr
-    output_tail: int = 5_000  # and from the end
-    max_message: int = 256 << 20
 
 
 class Sandbox:
@@ -100,26 +84,12 @@ class Sandbox:
 
     # ----------------------------------------------------------------- setup
     def _setup(self, images: list[ImageInput], start_timeout_s: float) -> None:
-        owner = (self.uid, self.uid) if self.uid is not None else None
-        self.workdir = os.path.join(self._dir, "work")
-        self._iodir = os.path.join(self._dir, "io")  # the step's captured fd 1 and 2, not state
-        os.mkdir(self._dir)
-        os.mkdir(self.workdir)
-        os.mkdir(self._iodir, 0o700)
-        names = write_inputs(images, self.workdir)
-        os.mkdir(os.path.join(self.workdir, ".tmp"), 0o700)  # TMPDIR: inside, so rolled back too
-        if owner:  # the trajectory may enter its directory, not write or list it
-            os.chown(self._dir, 0, owner[1])
-            os.chmod(self._dir, 0o710)
-            os.chmod(self.workdir, 0o1777)  # sticky: the root-owned inputs cannot be removed
-            for path in (self._iodir, os.path.join(self.workdir, ".tmp")):
-                os.chown(path, *owner)
-        else:
-            os.chmod(self._dir, 0o700)
+        dirs = layout.prepare(self._dir, images, self.uid)
+        self.workdir, self._iodir = dirs.workdir, dirs.iodir
         store = os.path.join(self.service.store_root, os.path.basename(self._dir))
         self._files = files.WorkdirSnapshot(
-            self.workdir, store, protected=frozenset(names) if owner else frozenset(),
-            owner=owner, max_entries=self.limits.workdir_files, max_bytes=self.limits.workdir_bytes,
+            self.workdir, store, protected=dirs.protected, owner=dirs.owner,
+            max_entries=self.limits.workdir_files, max_bytes=self.limits.workdir_bytes,
         )  # fmt: skip
         if self.service.cgroup_layout is not None:
             self._cgroup = TrajectoryCgroup(self.service.cgroup_layout, memory_bytes=self.limits.memory,
@@ -129,17 +99,7 @@ class Sandbox:
         self._interrupt = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         self._reader = protocol.Reader(ours, max_bytes=self.limits.max_message, with_credentials=True,
                                        interrupt_fd=self._interrupt)
-        request = {
-            "id": os.path.basename(self._dir), "uid": self.uid, "gid": self.uid,
-            "workdir": self.workdir, "iodir": self._iodir, "images": names,
-            "env": {**SINGLE_THREADED, "MPLBACKEND": "Agg", "HOME": self.workdir, "TMPDIR": os.path.join(self.workdir, ".tmp"), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-            "limits": {
-                "memory": self.limits.memory, "file_size": self.limits.file_size,
-                "open_files": self.limits.open_files, "processes": self.limits.processes if self.uid else 0,
-                "max_images": self.limits.max_images, "max_pixels": self.limits.max_pixels,
-                "output_head": self.limits.output_head, "output_tail": self.limits.output_tail,
-            },
-        }  # fmt: skip
+        request = layout.holder_request(dirs, self.uid, self.limits)
         try:
             self.service.spawn(request, theirs)
         finally:
@@ -225,7 +185,7 @@ class Sandbox:
             return self._after_crash(message.body.get("wait_status", 0))
         if message.body.get("op") != "result" or message.sender_pid != step_pid:
             return self._fail(ExecStatus.CRASHED, step_pidfd, "the step sent an unexpected message")
-        result = _parse_result(message)
+        result = protocol.result_from_message(message)
         if result.status is ExecStatus.OK and step_pidfd is None:
             result = replace(result, status=ExecStatus.CRASHED, notes=result.notes + ("the step's process vanished",))
         if result.status is ExecStatus.OK:
@@ -374,23 +334,3 @@ class Sandbox:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
-
-
-def _parse_result(message: protocol.Message) -> ExecResult:
-    body = message.body
-    images = tuple(
-        Image.from_png(blob, origin=str(meta.get("source", "")))
-        for blob, meta in zip(message.blobs, body.get("images", []))
-    )
-    error = body.get("error")
-    try:
-        status = ExecStatus(body.get("status"))
-    except ValueError:
-        status = ExecStatus.CRASHED
-    return ExecResult(
-        status=status, stdout=str(body.get("stdout", "")), stderr=str(body.get("stderr", "")),
-        error=ExecError(type=str(error["type"]), message=str(error["message"]),
-                        traceback=str(error.get("traceback", "")),
-                        frames=tuple((int(n), str(s)) for n, s in error.get("frames", []))) if error else None,
-        images=images, notes=tuple(str(n) for n in body.get("notes", [])),
-    )  # fmt: skip

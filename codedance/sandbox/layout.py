@@ -1,0 +1,88 @@
+"""One trajectory's limits, its directories on the host, and the request that starts its holder.
+
+Layout under the service's work root (``t<hex>/``, owned by root, mode 0710 to the trajectory's
+group: it may enter, not list or write)::
+
+    work/        the working directory (sticky, 1777): inputs (root-owned, so they cannot be
+                 removed) and whatever the snippets write; ``work/.tmp`` is TMPDIR, so it is
+                 rolled back with the rest
+    io/          the step's captured file descriptors 1 and 2 (not trajectory state)
+
+Without a per-trajectory uid (an unprivileged host) everything is the caller's, mode 0700.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from codedance.sandbox.inputs import ImageInput, write_inputs
+from codedance.sandbox.service import SINGLE_THREADED
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-trajectory resource limits. Sizes in bytes unless the name says otherwise."""
+
+    memory: int = 4 << 30  # cgroup memory (no swap) and the address-space rlimit's headroom
+    processes: int = 32  # pids.max and RLIMIT_NPROC for the trajectory's uid
+    file_size: int = 256 << 20  # largest single file (RLIMIT_FSIZE)
+    open_files: int = 256
+    workdir_bytes: int = 1 << 30
+    workdir_files: int = 10_000
+    max_images: int = 8  # images returned per step
+    max_pixels: int = 4096 * 4096  # larger images are downscaled
+    output_head: int = 20_000  # characters kept from the start of stdout and of stderr
+    output_tail: int = 5_000  # and from the end
+    max_message: int = 256 << 20
+
+
+@dataclass(frozen=True)
+class TrajectoryDirs:
+    root: str
+    workdir: str
+    iodir: str
+    images: tuple[str, ...]  # the input files' names inside workdir
+    owner: tuple[int, int] | None  # (uid, gid) the trajectory runs as, None: the caller's
+
+    @property
+    def protected(self) -> frozenset[str]:
+        """Files the trajectory must not change (restored from the inputs, never from a step)."""
+        return frozenset(self.images) if self.owner else frozenset()
+
+
+def prepare(root: str, images: list[ImageInput], uid: int | None) -> TrajectoryDirs:
+    """Create ``root`` and its layout, write the input images, set owners and modes."""
+    owner = (uid, uid) if uid is not None else None
+    workdir, iodir = os.path.join(root, "work"), os.path.join(root, "io")
+    tmp = os.path.join(workdir, ".tmp")
+    os.mkdir(root)
+    os.mkdir(workdir)
+    os.mkdir(iodir, 0o700)
+    names = write_inputs(images, workdir)
+    os.mkdir(tmp, 0o700)
+    if owner:
+        os.chown(root, 0, owner[1])
+        os.chmod(root, 0o710)
+        os.chmod(workdir, 0o1777)
+        for path in (iodir, tmp):
+            os.chown(path, *owner)
+    else:
+        os.chmod(root, 0o700)
+    return TrajectoryDirs(root, workdir, iodir, tuple(names), owner)
+
+
+def holder_request(dirs: TrajectoryDirs, uid: int | None, limits: Limits) -> dict:
+    """What the zygote needs to fork this trajectory's holder (sent as JSON)."""
+    env = {**SINGLE_THREADED, "MPLBACKEND": "Agg", "HOME": dirs.workdir,
+           "TMPDIR": os.path.join(dirs.workdir, ".tmp"), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    return {
+        "id": os.path.basename(dirs.root), "uid": uid, "gid": uid,
+        "workdir": dirs.workdir, "iodir": dirs.iodir, "images": list(dirs.images), "env": env,
+        "limits": {
+            "memory": limits.memory, "file_size": limits.file_size, "open_files": limits.open_files,
+            "processes": limits.processes if uid else 0,
+            "max_images": limits.max_images, "max_pixels": limits.max_pixels,
+            "output_head": limits.output_head, "output_tail": limits.output_tail,
+        },
+    }  # fmt: skip
