@@ -1,6 +1,7 @@
 """The teacher's counting: colour threshold, connected components, shape by box fill, touching
 objects split by area. Its first mistakes: a loose colour threshold (look-alike colours join
-in) or counting blobs without splitting touching ones; both show in the printed blob table."""
+in) or counting blobs without splitting touching ones; both show in the printed blob table.
+``compact_code=True`` writes the same computation inline in 5–10 lines (`_compact_body`)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,18 @@ import re
 import numpy as np
 
 from codedance.teacher import pixels
-from codedance.teacher.program import Step, results, snippet
+from codedance.teacher.program import Step, compact, results, snippet
 from codedance.teacher.view import TaskView
 from codedance.world.draw import PALETTE
 
 MISTAKES = ("loose", "nosplit")
+COMPACT = True  # `steps` takes ``compact_code=``
 HELPERS = (pixels.color_mask, pixels.blobs, pixels.shape_of, pixels.count_shapes)
 Q = re.compile(r"How many (\w+) (\w+?)s are there")
 BLOB = re.compile(r"area=(\d+) fill=([\d.]+) rgb=\((\d+), (\d+), (\d+)\)")
+BLOB_COMPACT = re.compile(r"^blob (\d+) ([\d.]+) \[(\d+), (\d+), (\d+)\]", re.MULTILINE)
+# shape_of's box-fill thresholds as a condition on ``f``
+FILL = {"square": "f > 0.9", "circle": "0.66 < f <= 0.9", "triangle": "f <= 0.66"}
 
 
 def target(view: TaskView) -> tuple[str, str]:
@@ -50,11 +55,31 @@ def _body(color: str, shape: str, tol: int, split: bool, show: bool) -> str:
     return "\n".join(lines)
 
 
+def _compact_body(color: str, shape: str, tol: int, split: bool, show: bool) -> str:
+    """`_body` inline: the mask, components (area, box fill, label), the table when `show`,
+    the count (split as `pixels.count_shapes` does)."""
+    cond = FILL[shape]
+    lines = [f"m = (np.abs(img.astype(int) - {PALETTE[color]}).max(2) <= {tol}).astype(np.uint8)",
+             "n, lab, st, _ = cv2.connectedComponentsWithStats(m)",
+             "b = [(a, a / (w * h), i) for i, (x, y, w, h, a) in enumerate(st.tolist()) if i and a >= 20]"]
+    if show:
+        lines += ["for a, f, i in b:",
+                  "    print('blob', a, round(f, 2), img[lab == i].mean(0).astype(int).tolist())"]
+    if split:
+        lines += [f"k = [a for a, f, i in b if {cond}]",
+                  "med = float(np.median(k)) if k else 1e9",
+                  f"print('RESULT:', sum(round(a / med) if a >= 1.6 * med else 1 for a, f, i in b if a >= 1.6 * med or {cond}))"]
+    else:
+        lines += [f"print('RESULT:', sum({cond} for a, f, i in b))"]
+    return "\n".join(lines)
+
+
 def _check(color: str):
     ref = np.array(PALETTE[color])
 
     def check(feedback: str) -> str | None:
-        rows = [(int(a), np.array([int(r), int(g), int(b)])) for a, _f, r, g, b in BLOB.findall(feedback)]
+        found = BLOB.findall(feedback) + BLOB_COMPACT.findall(feedback)
+        rows = [(int(a), np.array([int(r), int(g), int(b)])) for a, _f, r, g, b in found]
         if any(np.abs(rgb - ref).max() > 30 for _a, rgb in rows):
             return f"some blobs are not {color} at all: the colour threshold is too loose"
         areas = sorted(a for a, _rgb in rows)
@@ -65,23 +90,29 @@ def _check(color: str):
     return check
 
 
-def steps(view: TaskView, hard: bool, mistake: str | None) -> list[Step]:
+def steps(view: TaskView, hard: bool, mistake: str | None, compact_code: bool = False) -> list[Step]:
     color, shape = target(view)
+
+    def code(tol: int, split: bool, show: bool) -> str:
+        if compact_code:
+            return compact(_compact_body(color, shape, tol, split, show))
+        return snippet(_body(color, shape, tol, split, show), HELPERS)
+
     good = Step(f"I threshold the {color} pixels, label the connected components and keep the "
                 f"{shape}s by how much of their box they fill"
                 + (", splitting blobs that are touching objects by their area." if hard else "."),
-                snippet(_body(color, shape, 40, hard, show=hard), HELPERS))
+                code(40, hard, show=hard))
     if not hard:
         return [good]
-    verify = Step("Let me double-check the count on an annotated copy before answering.",
-                  snippet(_body(color, shape, 40, True, show=True), HELPERS))
+    verify = Step("Let me double-check the count " + ("once more" if compact_code else "on an annotated copy")
+                  + " before answering.", code(40, True, show=True))
     if mistake == "loose":
         first = Step(f"I'll take everything roughly {color} and count the blobs.",
-                     snippet(_body(color, shape, 110, False, show=True), HELPERS), _check(color), good)
+                     code(110, False, show=True), _check(color), good)
         return [first, verify]
     if mistake == "nosplit":
         first = Step(f"I threshold the {color} pixels and count the connected components.",
-                     snippet(_body(color, shape, 40, False, show=True), HELPERS), _check(color), good)
+                     code(40, False, show=True), _check(color), good)
         return [first, verify]
     return [good, verify]
 

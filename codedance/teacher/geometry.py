@@ -1,7 +1,8 @@
 """The teacher's measurement: the scale bar's length in pixels, the blue object's length (long
 side of its minimum-area rectangle) or area (pixel count), converted to cm. First mistake: it
 takes the widest black component as the scale, which in hard pictures is the frame; the
-printed scale box spanning the whole image gives it away."""
+printed scale box spanning the whole image gives it away. ``compact_code=True`` writes the
+same measurement inline in ~8 lines (`_compact_body`)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import re
 import numpy as np
 
 from codedance.teacher import pixels
-from codedance.teacher.program import Step, results, snippet
+from codedance.teacher.program import Step, compact, results, snippet
 from codedance.teacher.view import TaskView
 from codedance.world.draw import PALETTE
 
 MISTAKES = ("loose",)
+COMPACT = True  # `steps` takes ``compact_code=``
 HELPERS = (pixels.color_mask, pixels.blobs, pixels.scale_bar, pixels.long_side)
 UNIT = re.compile(r"scale bar is ([\d.]+) cm")
 
@@ -58,6 +60,26 @@ def _body(view: TaskView, skip_border: bool) -> str:
     return "\n".join(lines)
 
 
+def _compact_body(view: TaskView, skip_border: bool) -> str:
+    """`_body` inline: black components (all channels ≤ 60, area ≥ 10), the widest flat one off
+    the border as the bar (with `skip_border` False: the widest of all, as `pixels.scale_bar`),
+    then the blue mask's long side or area against it."""
+    unit = _unit(view)
+    keep = "a >= 10 and w > 3 * h and x > 0 and y > 0 and x + w < W and y + h < H" if skip_border else "a >= 10"
+    lines = ["H, W = img.shape[:2]",
+             "n, lab, st, c = cv2.connectedComponentsWithStats((img.max(2) <= 60).astype(np.uint8))",
+             f"bar, box = max((w, (x, y, w, h)) for x, y, w, h, a in st[1:].tolist() if {keep})",
+             "print('scale bar:', bar, 'px, box', box, 'image', W, 'x', H)",
+             f"blue = (np.abs(img.astype(int) - {PALETTE['blue']}).max(2) <= 40).astype(np.uint8)"]
+    if "area" in view.question:
+        lines += ["cs, _ = cv2.findContours(blue, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)",
+                  "px = (int(blue.sum()) + sum(cv2.contourArea(k) for k in cs)) / 2",
+                  f"print('RESULT:', round(px * ({unit} / bar) ** 2, 2))"]
+    else:
+        lines += [f"print('RESULT:', round(max(cv2.minAreaRect(cv2.findNonZero(blue))[1]) / bar * {unit}, 1))"]
+    return "\n".join(lines)
+
+
 def _check(feedback: str) -> str | None:
     m = re.search(r"scale bar: (\d+) px, box \((\d+), (\d+), (\d+), (\d+)\) image (\d+) x (\d+)", feedback)
     if m and int(m.group(4)) >= int(m.group(6)) - 2:
@@ -65,16 +87,17 @@ def _check(feedback: str) -> str | None:
     return None
 
 
-def steps(view: TaskView, hard: bool, mistake: str | None) -> list[Step]:
-    good = Step("I measure the scale bar in pixels and the blue shape against it.",
-                snippet(_body(view, True), HELPERS))
+def steps(view: TaskView, hard: bool, mistake: str | None, compact_code: bool = False) -> list[Step]:
+    def code(skip_border: bool) -> str:
+        return compact(_compact_body(view, skip_border)) if compact_code else snippet(_body(view, skip_border), HELPERS)
+
+    good = Step("I measure the scale bar in pixels and the blue shape against it.", code(True))
     if not hard:
         return [good]
-    verify = Step("Let me confirm the measurement and the conversion to cm² once more.",
-                  snippet(_body(view, True), HELPERS))
+    verify = Step("Let me confirm the measurement and the conversion to cm² once more.", code(True))
     if mistake == "loose":
         first = Step("The scale bar should be the widest black thing; I measure it and the shape.",
-                     snippet(_body(view, False), HELPERS), _check, good)
+                     code(False), _check, good)
         return [first, verify]
     return [good, verify]
 

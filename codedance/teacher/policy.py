@@ -8,6 +8,9 @@ in-process on the image it was shown, no code turn); medium tasks take one tool 
 chain of steps, where with probability ``mistake_rate·min(1, temperature)`` the first step is a
 realistic mistake (one of the solver's ``MISTAKES``: a loose threshold, an unsplit count, the
 frame taken for the scale bar; or a plain bug) that the teacher notices from the real sandbox feedback and corrects.
+``code_style="compact"`` makes the programs short (routines written inline, no docstrings,
+comments or annotated images) for the skills whose solver has ``COMPACT`` (counting, spatial,
+geometry); the others keep the full style. Same decisions, checks and answers either way.
 
 Every decision is a function of the conversation so far (replayed on each call) and a random
 stream seeded by (seed, task id, rollout): the same inputs give the same trajectory. The teacher
@@ -34,21 +37,26 @@ from codedance.types import Image, Message, Task
 
 SOLVERS = {"counting": counting, "spatial": spatial, "geometry": geometry, "search": search,
            "charts": charts, "photos": photos}
+CODE_STYLES = ("full", "compact")
 BUG = "channels = input_image.size[2]  # number of colour channels\n"
 
 
 @dataclass(frozen=True)
 class TeacherConfig:
     """``temperature`` 0 gives the greedy expert (no mistakes); ``mistake_rate`` is the chance of
-    a first mistake on a hard task at temperature ≥ 1."""
+    a first mistake on a hard task at temperature ≥ 1; ``code_style`` is ``full`` (helpers'
+    source pasted in, the default) or ``compact`` (see the module docstring)."""
 
     temperature: float = 1.0
     mistake_rate: float = 0.5
     seed: int = 0
+    code_style: str = "full"
 
     def __post_init__(self) -> None:
         if self.temperature < 0 or not 0 <= self.mistake_rate <= 1:
             raise ValueError("temperature must be ≥ 0 and mistake_rate within [0, 1]")
+        if self.code_style not in CODE_STYLES:
+            raise ValueError(f"code_style must be one of {CODE_STYLES}, got {self.code_style!r}")
 
 
 def register(skill: str, module: object) -> None:
@@ -101,7 +109,11 @@ class TeacherPolicy:
 
     def _plan(self) -> list[Step]:
         hard = self.view.difficulty == "hard"
-        plan = self.solver.steps(self.view, hard, self.mistake if hard else None)
+        mistake = self.mistake if hard else None
+        if self.config.code_style == "compact" and getattr(self.solver, "COMPACT", False):
+            plan = self.solver.steps(self.view, hard, mistake, compact_code=True)
+        else:
+            plan = self.solver.steps(self.view, hard, mistake)
         if hard and self.mistake == "bug":
             first = plan[0]
             buggy = Step(first.think, first.code.replace(LOAD, LOAD + BUG, 1), fix=replace(

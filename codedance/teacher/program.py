@@ -4,6 +4,10 @@ A snippet is a complete script: imports, the source of the `codedance.teacher.pi
 it uses, ``img`` as an RGB array of ``input_image``, the step's body, and a last line printing
 ``DONE`` (so a step that did not run to its end is recognisable in any prompt profile's
 feedback). Results are printed as ``RESULT: <value>`` lines.
+
+`compact` is the short style (``TeacherConfig.code_style="compact"``): the two imports, ``img``,
+the body with its pixel work written inline (no pasted helpers, no docstrings or comments, no
+annotated image), ``DONE`` — a handful of lines where `snippet` writes ~40.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 HEADER = "import numpy as np\nimport cv2\nfrom PIL import Image\n"
+COMPACT_HEADER = "import numpy as np\nimport cv2\n"
 LOAD = "img = np.asarray(input_image.convert('RGB'))\n"
 RESULT = re.compile(r"^RESULT:\s*(.+?)\s*$", re.MULTILINE)
 
@@ -23,6 +28,11 @@ def snippet(body: str, helpers: tuple[Callable[..., Any], ...] = ()) -> str:
     """The full script for `body` with the helpers' source pasted in."""
     sources = "".join(inspect.getsource(h) + "\n" for h in helpers)
     return f"{HEADER}\n{sources}{LOAD}{body.strip()}\nprint('DONE')\n"
+
+
+def compact(body: str) -> str:
+    """The compact-style script for `body` (its routines written inline by the solver)."""
+    return f"{COMPACT_HEADER}{LOAD}{body.strip()}\nprint('DONE')\n"
 
 
 def finished(feedback: str) -> bool:

@@ -1,6 +1,7 @@
 """The teacher's spatial relations: find each named object by colour and shape, compare
 centres. First mistake: a loose colour threshold that finds two candidates for the reference
-object (its look-alike-coloured twin), noticed from the candidate list."""
+object (its look-alike-coloured twin), noticed from the candidate list. ``compact_code=True``
+writes a four-line ``find`` inline instead of the pasted helpers (`_compact_body`)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import re
 import numpy as np
 
 from codedance.teacher import pixels
-from codedance.teacher.program import Step, results, snippet
+from codedance.teacher.program import Step, compact, results, snippet
 from codedance.teacher.view import TaskView
 from codedance.world.draw import PALETTE
 
 MISTAKES = ("loose",)
+COMPACT = True  # `steps` takes ``compact_code=``
 HELPERS = (pixels.color_mask, pixels.blobs, pixels.shape_of)
 LEFT = re.compile(r"Is the (\w+) (\w+) to the left of the (\w+) (\w+)\?")
 NEAR = re.compile(r"Which object is closest to the (\w+) (\w+)\?")
@@ -22,6 +24,15 @@ def find(color, shape, tol=40):
     cands = [b for b in blobs(color_mask(img, RGB[color], tol), img) if shape_of(b) == shape]
     print(f"{color} {shape}: {len(cands)} candidate(s) at", [b['centre'] for b in cands])
     return cands[0]['centre'] if cands else None
+'''
+
+COMPACT_FINDER = '''
+def find(rgb, shape, tol=40):
+    n, lab, st, c = cv2.connectedComponentsWithStats((np.abs(img.astype(int) - rgb).max(2) <= tol).astype(np.uint8))
+    s = np.where(st[:, 4] > 0.9 * st[:, 2] * st[:, 3], 'square', np.where(st[:, 4] > 0.66 * st[:, 2] * st[:, 3], 'circle', 'triangle'))
+    p = [c[i] for i in np.argsort(-st[:, 4], kind='stable') if i and st[i, 4] >= 20 and s[i] == shape]
+    print(shape, len(p), 'candidate(s)')
+    return p[0]
 '''
 
 
@@ -72,23 +83,44 @@ def _body(view: TaskView, tol: int) -> str:
     return "\n".join(lines)
 
 
+def _compact_body(view: TaskView, tol: int) -> str:
+    """`_body` inline: `COMPACT_FINDER` (largest matching component's centre), then the
+    comparison or the nearest option."""
+    m = NEAR.search(view.question) or LEFT.search(view.question)
+    assert m
+    lines = [COMPACT_FINDER.strip(), f"ref = find({PALETTE[m.group(1)]}, {m.group(2)!r}, tol={tol})"]
+    if m.re is LEFT:
+        lines += [f"other = find({PALETTE[m.group(3)]}, {m.group(4)!r})",
+                  "print('RESULT:', 'A' if ref[0] < other[0] else 'B')"]
+    else:
+        lines += ["d = {}"]
+        for key, name in view.choices:
+            c, s = name.split()
+            lines += [f"d[{key!r}] = np.hypot(*(find({PALETTE[c]}, {s!r}) - ref))"]
+        lines += ["print('RESULT:', min(d, key=d.get))"]
+    return "\n".join(lines)
+
+
 def _check(feedback: str) -> str | None:
-    first = re.search(r"^\w+ \w+: (\d+) candidate", feedback, re.MULTILINE)
+    first = re.search(r"^(?:\w+ \w+:|\w+) (\d+) candidate", feedback, re.MULTILINE)
     if first and int(first.group(1)) > 1:
         return "the reference object has more than one candidate: my colour threshold is too loose"
     return None
 
 
-def steps(view: TaskView, hard: bool, mistake: str | None) -> list[Step]:
-    good = Step("I locate each object by its colour and shape and compare the centres.",
-                snippet(_body(view, 40), HELPERS))
+def steps(view: TaskView, hard: bool, mistake: str | None, compact_code: bool = False) -> list[Step]:
+    def code(tol: int) -> str:
+        return compact(_compact_body(view, tol)) if compact_code else snippet(_body(view, tol), HELPERS)
+
+    good = Step("I locate each object by its colour and shape and compare the centres.", code(40))
     if not hard:
         return [good]
-    verify = Step("The two nearest candidates are close; let me print the distances once more, "
-                  "measured between centres.", snippet(_body(view, 30), HELPERS))
+    verify = Step("The two nearest candidates are close; let me " + (
+        "measure once more with a tighter colour tolerance." if compact_code else
+        "print the distances once more, measured between centres."), code(30))
     if mistake == "loose":
         first = Step("I find the objects with a generous colour tolerance and measure distances.",
-                     snippet(_body(view, 110), HELPERS), _check, good)
+                     code(110), _check, good)
         return [first, verify]
     return [good, verify]
 
