@@ -24,13 +24,12 @@ def demo(
     concurrency: int = typer.Option(2, help="Episodes (and sandbox steps) at once."),
 ) -> None:
     """Generate tasks, run the teacher through the loop, grade, reward, and write a report."""
-    from rich.console import Console
-
+    from codedance.cli.console import make_console
     from codedance.demo import DemoConfig, DemoError, run_demo
     from codedance.demo_summary import render_table
     from codedance.world import WorldError, parse_skills
 
-    console = Console()
+    console = make_console()
     try:
         names = () if skills == "all" else parse_skills(skills)
         config = DemoConfig(tasks=tasks, rollouts=rollouts, seed=seed, out=str(out), skills=names,

@@ -17,7 +17,8 @@ import os
 from pathlib import Path
 
 import typer
-from rich.console import Console
+
+from codedance.cli.console import make_console
 
 app = typer.Typer(help="Evaluate a served model on the paper's benchmarks.")
 
@@ -69,7 +70,7 @@ def eval_(
     from codedance.prompts import get_profile
     from codedance.rollout import EpisodeConfig
 
-    console = Console()
+    console = make_console()
     judge_client = None
     try:
         lmu = lmu_data or Path(os.environ.get("LMUData", "~/LMUData"))
@@ -111,7 +112,7 @@ def report(runs: list[Path] = typer.Argument(..., help="Run folders (or report.j
     """Compare runs side by side: accuracy, turns and execution success, deltas vs the first."""
     from codedance.eval.report import compare_markdown, load_report
 
-    console = Console()
+    console = make_console()
     try:
         reports = [load_report(r) for r in runs]
     except (FileNotFoundError, ValueError) as exc:

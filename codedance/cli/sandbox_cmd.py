@@ -20,12 +20,11 @@ def check(
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON lines."),
 ) -> None:
     """Check every sandbox property on this host and print the isolation level achieved."""
-    from rich.console import Console
-
+    from codedance.cli.console import make_console
     from codedance.sandbox import SandboxService, SandboxUnavailable
     from codedance.sandbox.checks import check_sandbox
 
-    console = Console(stderr=as_json)
+    console = make_console(stderr=as_json)
     service = SandboxService()
     try:
         service.isolation.require(require)

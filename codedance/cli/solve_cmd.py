@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
+from codedance.cli.console import make_console
 from codedance.cli.solve_view import print_trajectory, render_html, save_images
 from codedance.policy import OpenAIChatPolicy, PolicyError, SamplingParams
 from codedance.prompts import FeedbackLimits, VisionLimits, get_profile, image_from_bytes
@@ -50,7 +50,7 @@ def solve(
     out: Path | None = typer.Option(None, help="Output folder (default: ./solve-<time>)"),
 ) -> None:
     """Run one think -> execute -> feedback episode and show it."""
-    console = Console()
+    console = make_console()
     out_dir = out or Path(f"solve-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         images = tuple(image_from_bytes(p.read_bytes(), origin=f"input:{k}") for k, p in enumerate(image))

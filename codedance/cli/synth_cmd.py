@@ -30,12 +30,11 @@ def synth(
     concurrency: int = typer.Option(2, help="Episodes (and sandbox steps) at once."),
 ) -> None:
     """Run the teacher, re-execute and verify each trajectory, write the accepted ones as SFT data."""
-    from rich.console import Console
-
+    from codedance.cli.console import make_console
     from codedance.synth import SynthConfig, SynthError, run_synth
     from codedance.world import WorldError, parse_skills
 
-    console = Console()
+    console = make_console()
     try:
         names = () if skills == "all" else parse_skills(skills)
         levels = tuple(d.strip() for d in difficulties.split(",") if d.strip())

@@ -54,8 +54,7 @@ def accuracy(
     mistake_rate: float = typer.Option(0.5, help="First-mistake rate on hard tasks."),
 ) -> None:
     """Measure the teacher through the real sandbox; print accuracy per skill and difficulty."""
-    from rich.console import Console
-
+    from codedance.cli.console import make_console
     from codedance.teacher import TeacherConfig
     from codedance.teacher.accuracy import measure
     from codedance.world import WorldError, parse_skills, task_set
@@ -66,4 +65,4 @@ def accuracy(
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
     report = measure(tasks, TeacherConfig(temperature, mistake_rate, seed), rollouts=rollouts)
-    Console().print(report.table())
+    make_console().print(report.table())
