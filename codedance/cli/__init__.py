@@ -14,7 +14,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-from codedance.cli import (  # noqa: E402
+from codedance.cli import (
     demo_cmd,
     eval_cmd,
     grading_cmd,

@@ -17,7 +17,7 @@ def _group() -> None:
 
 @app.command("prepare-data")
 def prepare_data(
-    out: Path = typer.Option(..., help="Folder for train.parquet and val.parquet."),  # noqa: B008
+    out: Path = typer.Option(..., help="Folder for train.parquet and val.parquet."),
     n_train: int = typer.Option(2048, help="Training tasks from the synthetic world."),
     n_val: int = typer.Option(128, help="Validation tasks (seeds after the training ones)."),
     seed: int = typer.Option(0, help="First seed."),

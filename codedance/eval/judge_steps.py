@@ -22,7 +22,6 @@ import json
 
 from codedance.grading import JudgeClient, JudgeVerdictError, parse_verdict
 
-
 TEXT_MAX_TOKENS = 256  # answer extraction and CharXiv's JSON; verdicts use the config's few tokens
 
 

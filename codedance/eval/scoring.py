@@ -33,7 +33,13 @@ from codedance.eval.judge_steps import (
     mathverse_consistent,
 )
 from codedance.eval.spec import SampleScore
-from codedance.grading import JudgeClient, check_answer, extract_answer, infer_option, normalize_text
+from codedance.grading import (
+    JudgeClient,
+    check_answer,
+    extract_answer,
+    infer_option,
+    normalize_text,
+)
 from codedance.grading.check import check_math
 from codedance.grading.numbers import parse_number
 from codedance.types import AnswerKind, Task, Trajectory

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Self
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ class ReplayServer:
         self._server.server_close()
         self._thread.join(timeout=5)
 
-    def __enter__(self) -> ReplayServer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -20,6 +20,7 @@ import threading
 import weakref
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Self
 
 from codedance.sandbox.inputs import ImageInput
 from codedance.sandbox.sandbox import Sandbox
@@ -71,13 +72,13 @@ class SandboxPool:
     async def aclose(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.close)
 
-    def __enter__(self) -> SandboxPool:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_exc) -> None:
         self.close()
 
-    async def __aenter__(self) -> SandboxPool:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *_exc) -> None:

@@ -299,8 +299,9 @@ def _stop_timers() -> None:
 
 
 def _collect(collector, workdir, before, out, err, fd_paths, limits) -> dict:
-    from codedance.sandbox import capture
     import matplotlib.pyplot as plt
+
+    from codedance.sandbox import capture
 
     _LIBC.fflush(None)
     streams = [out, err]

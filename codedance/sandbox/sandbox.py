@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import Executor
 from dataclasses import replace
+from typing import Self
 
 from codedance.sandbox import files, layout, procs, protocol
 from codedance.sandbox.cgroups import TrajectoryCgroup
@@ -317,13 +318,13 @@ class Sandbox:
         if getattr(self, "_files", None) is not None:
             shutil.rmtree(self._files.store, ignore_errors=True)
 
-    def __enter__(self) -> Sandbox:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_exc) -> None:
         self.close()
 
-    async def __aenter__(self) -> Sandbox:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *_exc) -> None:

@@ -34,6 +34,13 @@ import time
 from typing import Any
 from uuid import uuid4
 
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopMetrics,
+    AgentLoopOutput,
+    register,
+)
+
 from codedance.integrations.verl.record import EXTRA_KEY, RolloutRecord, TurnRecord
 from codedance.integrations.verl.tasks import TASK_KEY, images_from_prompt, pil, task_from_fields
 from codedance.policy.base import Completion
@@ -41,12 +48,6 @@ from codedance.prompts import VisionLimits, get_profile
 from codedance.rollout import Episode, EpisodeConfig
 from codedance.sandbox.pool import SandboxPool
 from codedance.types import Image, Message
-from verl.experimental.agent_loop.agent_loop import (
-    AgentLoopBase,
-    AgentLoopMetrics,
-    AgentLoopOutput,
-    register,
-)
 
 _POOLS: dict[int, SandboxPool] = {}
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
+
 from codedance.integrations.verl.advantage import batch_context
 from codedance.integrations.verl.record import RolloutRecord, record_from_extra
-from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
 
 
 def records_from_fields(extra_fields: Sequence[dict]) -> tuple[list[RolloutRecord], list[float]]:
