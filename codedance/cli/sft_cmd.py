@@ -18,7 +18,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from codedance.cli.train_cmd import preset_path
+from codedance.cli.train_cmd import load_cli_config
 
 app = typer.Typer(help="Supervised fine-tuning on CodeDance trajectories (TRL), or export for ms-swift.")
 
@@ -44,14 +44,9 @@ def sft(
     export_swift: Path | None = typer.Option(None, help="Write ms-swift JSONL here instead of training"),
 ) -> None:
     from codedance.records import load_trajectories
-    from codedance.train.config import load_config
 
     console = Console()
-    try:
-        cfg = load_config(preset_path(preset, config), list(overrides or []))
-    except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+    cfg = load_cli_config(console, preset, config, overrides)
     trajectories = [t for _, t in load_trajectories(data)]
     if not trajectories:
         console.print(f"[red]error:[/red] no trajectories in {data / 'trajectories.jsonl'}")

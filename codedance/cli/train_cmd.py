@@ -12,10 +12,14 @@ one SFT checkpoint; ``--stage sft`` stops after SFT. Prints the held-out table a
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from codedance.train.config import PipelineConfig
 
 PRESETS = Path(__file__).resolve().parents[1] / "presets" / "train"
 app = typer.Typer(help="Train the policy: SFT then GRPO on the synthetic world, on CPU.")
@@ -31,6 +35,19 @@ def preset_path(preset: str | None, config: Path | None) -> Path | None:
         known = ", ".join(sorted(p.stem for p in PRESETS.glob("*.yaml")))
         raise typer.BadParameter(f"unknown preset {preset!r}; known: {known}")
     return path
+
+
+def load_cli_config(console: Console, preset: str | None, config: Path | None,
+                    overrides: list[str] | None) -> PipelineConfig:
+    """The `PipelineConfig` of ``--preset``/``--config`` with the ``key=value`` overrides; a
+    setting error is printed and exits with code 2."""
+    from codedance.train.config import load_config
+
+    try:
+        return load_config(preset_path(preset, config), list(overrides or []))
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
 
 
 def print_table(console: Console, evals: dict[str, dict[str, float]]) -> None:
@@ -52,14 +69,8 @@ def train(
     ablation: bool = typer.Option(False, "--ablation", help="GRPO under each ablation reward profile"),
     stage: str = typer.Option("all", help="all, or sft (stop after SFT)"),
 ) -> None:
-    from codedance.train.config import load_config
-
     console = Console()
-    try:
-        cfg = load_config(preset_path(preset, config), list(overrides or []))
-    except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+    cfg = load_cli_config(console, preset, config, overrides)
     try:
         import torch
 

@@ -43,6 +43,7 @@ class SFTStage:
     rollouts_per_task: int = 1
     teacher_temperature: float = 1.0
     teacher_mistake_rate: float = 0.5
+    teacher_code_style: str = "full"  # or "compact" (`codedance.teacher.TeacherConfig.code_style`)
     epochs: float = 3.0
     batch_size: int = 128  # effective: per_device × accumulation
     per_device_batch: int = 8

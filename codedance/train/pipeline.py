@@ -50,7 +50,8 @@ def teacher_trajectories(config: PipelineConfig, tasks: tuple[Task, ...], log: L
     have = dict(load_trajectories(out))
     store = ImageStore(out / "images")
     sft = config.sft
-    teacher = ExpertTeacher(TeacherConfig(sft.teacher_temperature, sft.teacher_mistake_rate, sft.seed))
+    teacher = ExpertTeacher(TeacherConfig(sft.teacher_temperature, sft.teacher_mistake_rate, sft.seed,
+                                          code_style=sft.teacher_code_style))
     ep = episode_config(config.rollout)
     for task in tasks:
         for k in range(sft.rollouts_per_task):
