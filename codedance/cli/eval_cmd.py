@@ -73,6 +73,7 @@ def eval_(
     console = make_console()
     judge_client = None
     try:
+        selected = parse_benchmarks(benchmarks)  # a typo fails here, before any server is contacted
         lmu = lmu_data or Path(os.environ.get("LMUData", "~/LMUData"))
         lmu = lmu.expanduser()
         sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens)
@@ -86,7 +87,7 @@ def eval_(
         episode = EpisodeConfig(max_turns=max_turns, profile=get_profile(profile, profiles),
                                 metadata=(("model", policy.model),))
         settings = EvalSettings(
-            benchmarks=parse_benchmarks(benchmarks), episode=episode, model=policy.model,
+            benchmarks=selected, episode=episode, model=policy.model,
             sampling=f"temperature={temperature},max_tokens={max_tokens}", no_tools=no_tools, limit=limit,
             concurrency=concurrency, exec_timeout_s=exec_timeout, lmu_dir=str(lmu),
             data_paths=_data_paths(data), pixmo_cache=str(pixmo_cache or lmu / "pixmo_cache"),

@@ -14,7 +14,8 @@ app = typer.Typer(help="The transactional code sandbox.", no_args_is_help=True)
 
 @app.command()
 def check(
-    image: Path = typer.Option(None, help="Image to give the sandboxes (default: the bundled example)."),
+    image: Path = typer.Option(None, exists=True, dir_okay=False,
+                               help="Image to give the sandboxes (default: the bundled example)."),
     require: str = typer.Option(None, help="Refuse to run below this isolation: 'full' or a comma list "
                                 "of namespaces,users,seccomp,cgroups,rlimits."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON lines."),
@@ -54,14 +55,19 @@ def check(
 @app.command()
 def run(
     snippet: Path = typer.Argument(..., help="Python file to run ('-' for standard input)."),
-    image: list[Path] = typer.Option([], "--image", "-i", help="Input image (repeatable)."),
+    image: list[Path] = typer.Option([], "--image", "-i", exists=True, dir_okay=False,
+                                     help="Input image (repeatable)."),
     timeout: float = typer.Option(15.0, help="Wall-clock limit in seconds."),
     out: Path = typer.Option(None, help="Directory to save the returned images in."),
 ) -> None:
     """Run one snippet against images in a fresh sandbox and print what came back."""
     from codedance.sandbox import Sandbox
 
-    code = sys.stdin.read() if str(snippet) == "-" else snippet.read_text()
+    try:
+        code = sys.stdin.read() if str(snippet) == "-" else snippet.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        typer.echo(f"error: cannot read the snippet {snippet}: {exc}", err=True)
+        raise typer.Exit(2) from None
     with Sandbox(images=image, timeout_s=timeout) as sandbox:
         result = sandbox.run(code)
     typer.echo(f"status: {result.status.value} ({result.duration_s * 1000:.0f} ms"

@@ -88,7 +88,7 @@ def get_spec(name: str) -> BenchmarkSpec:
     """The spec for a short name; an unknown name lists the known ones."""
     key = name.strip().lower().replace("-", "_").replace(" ", "")
     if key not in BENCHMARKS:
-        raise KeyError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
+        raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
     return BENCHMARKS[key]
 
 

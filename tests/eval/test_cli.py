@@ -59,3 +59,12 @@ def test_missing_data_is_an_actionable_error(tmp_path):
 def test_report_of_a_missing_run(tmp_path):
     result = CliRunner().invoke(cli(), ["report", str(tmp_path / "nope")])
     assert result.exit_code == 2 and "report.json" in result.output
+
+
+def test_a_misspelt_benchmark_fails_before_the_server_is_asked(tmp_path):
+    with ReplayServer(["<answer>x</answer>"]) as server:
+        result = CliRunner().invoke(cli(), ["eval", "--benchmarks", "vstar,mathvison", "--model", server.url,
+                                            "--out", str(tmp_path / "A")])
+        assert result.exit_code == 2
+        assert "unknown benchmark 'mathvison'; known:" in result.output
+        assert server.requests == []

@@ -107,5 +107,5 @@ def test_missing_image_file_in_export_is_named(tmp_path, fx):
 
 def test_parse_benchmarks_paper_set_and_unknown():
     assert len(parse_benchmarks("paper")) == 11
-    with pytest.raises(KeyError, match="known"):
+    with pytest.raises(ValueError, match="known"):
         parse_benchmarks("vstar,nope")

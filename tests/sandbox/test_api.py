@@ -179,6 +179,20 @@ def test_a_crashed_holder_is_reported(make):
     assert sb.run("print(1)").status is ExecStatus.CRASHED
 
 
+def test_cli_names_a_missing_snippet_or_image(tmp_path):
+    from typer.testing import CliRunner
+
+    from codedance.cli import app
+
+    missing = CliRunner().invoke(app, ["sandbox", "run", str(tmp_path / "nope.py")])
+    assert missing.exit_code == 2 and "cannot read the snippet" in missing.output
+    snippet = tmp_path / "ok.py"
+    snippet.write_text("print(1)")
+    no_image = CliRunner().invoke(app, ["sandbox", "run", str(snippet), "--image", str(tmp_path / "x.png")])
+    flat = " ".join(no_image.output.replace("│", " ").split())
+    assert no_image.exit_code == 2 and "does not exist" in flat
+
+
 def test_cli_runs_a_snippet_file(tmp_path):
     from typer.testing import CliRunner
 
