@@ -97,7 +97,7 @@ class TinyModel:
     and the vision tower (`codedance.train.smol.freeze_lower`), in SFT and GRPO alike."""
 
     vocab_size: int = 1024
-    tokenizer_split: str = "lines"  # "words" (GPT-2 style) or "lines" (merges within a line)
+    tokenizer_split: str = "lines"  # "words" (GPT-2 style), "lines" (merges within a line), "lines-digits" (and digits alone)
     hidden: int = 256
     layers: int = 4
     heads: int = 4

@@ -36,6 +36,9 @@ CHAT_TEMPLATE = (
 )
 
 
+SPLITS = ("words", "lines", "lines-digits")
+
+
 @dataclass(frozen=True)
 class TinySize:
     """Decoder and vision-tower sizes. ``hidden`` / ``heads`` must give an even head dim whose
@@ -52,14 +55,22 @@ class TinySize:
 
 
 def build_tokenizer(corpus: Iterable[str], vocab_size: int = 512, split: str = "words") -> Any:
-    """A byte-level BPE tokenizer trained on `corpus` (see the module docstring)."""
+    """A byte-level BPE tokenizer trained on `corpus` (see the module docstring). `split`:
+    ``words`` (GPT-2's pre-tokenizer), ``lines`` (merges within a line: a repeated code line can
+    become one token), ``lines-digits`` (the same, but every digit is a token of its own, so a
+    number reads the same in a program's output and in the answer that copies it)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
+    if split not in SPLITS:
+        raise ValueError(f"tokenizer split must be one of {SPLITS}, got {split!r}")
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=split == "words")
-    if split == "lines":  # merges stay within a line (and never swallow the newline)
-        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split("\n", "isolated"), byte_level])
+    if split in ("lines", "lines-digits"):  # merges stay within a line (and never swallow the newline)
+        steps = [pre_tokenizers.Split("\n", "isolated")]
+        if split == "lines-digits":  # every digit its own token, as in Qwen's tokenizer
+            steps.append(pre_tokenizers.Digits(individual_digits=True))
+        tok.pre_tokenizer = pre_tokenizers.Sequence([*steps, byte_level])
     else:
         tok.pre_tokenizer = byte_level
     tok.decoder = decoders.ByteLevel()
