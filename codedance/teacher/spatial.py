@@ -1,7 +1,7 @@
 """The teacher's spatial relations: find each named object by colour and shape, compare
 centres. First mistake: a loose colour threshold that finds two candidates for the reference
 object (its look-alike-coloured twin), noticed from the candidate list. ``compact_code=True``
-writes a four-line ``find`` inline instead of the pasted helpers (`_compact_body`)."""
+writes a four-line ``find`` inline instead of the pasted helpers (`COMPACT_FINDER`)."""
 
 from __future__ import annotations
 
@@ -64,14 +64,24 @@ def _nearest_in_process(view: TaskView, img: np.ndarray) -> str:
     return letter
 
 
-def _body(view: TaskView, tol: int) -> str:
+def _body(view: TaskView, tol: int, compact_code: bool = False) -> str:
+    """Find the reference object, then compare or measure to each option. Full style: the
+    pasted helpers' `FINDER` over colour names; compact: `COMPACT_FINDER` (largest matching
+    component's centre) over RGB triples."""
     m = NEAR.search(view.question) or LEFT.search(view.question)
     assert m
-    rgb = {c: PALETTE[c] for c in PALETTE}
-    lines = [f"RGB = {rgb}", FINDER.strip(), f"ref = find({m.group(1)!r}, {m.group(2)!r}, tol={tol})"]
+    colour = (lambda c: str(PALETTE[c])) if compact_code else repr
+    head = [COMPACT_FINDER.strip()] if compact_code else [f"RGB = { {c: PALETTE[c] for c in PALETTE} }", FINDER.strip()]
+    lines = [*head, f"ref = find({colour(m.group(1))}, {m.group(2)!r}, tol={tol})"]
     if m.re is LEFT:
-        lines += [f"other = find({m.group(3)!r}, {m.group(4)!r})",
+        lines += [f"other = find({colour(m.group(3))}, {m.group(4)!r})",
                   "print('RESULT:', 'A' if ref[0] < other[0] else 'B')"]
+    elif compact_code:
+        lines += ["d = {}"]
+        for key, name in view.choices:
+            c, s = name.split()
+            lines += [f"d[{key!r}] = np.hypot(*(find({colour(c)}, {s!r}) - ref))"]
+        lines += ["print('RESULT:', min(d, key=d.get))"]
     else:
         lines += ["dists = {}"]
         for key, name in view.choices:
@@ -80,24 +90,6 @@ def _body(view: TaskView, tol: int) -> str:
                       f"dists[{key!r}] = float(np.hypot(p[0] - ref[0], p[1] - ref[1]))"]
         lines += ["print('distances:', {k: round(v, 1) for k, v in dists.items()})",
                   "print('RESULT:', min(dists, key=dists.get))"]
-    return "\n".join(lines)
-
-
-def _compact_body(view: TaskView, tol: int) -> str:
-    """`_body` inline: `COMPACT_FINDER` (largest matching component's centre), then the
-    comparison or the nearest option."""
-    m = NEAR.search(view.question) or LEFT.search(view.question)
-    assert m
-    lines = [COMPACT_FINDER.strip(), f"ref = find({PALETTE[m.group(1)]}, {m.group(2)!r}, tol={tol})"]
-    if m.re is LEFT:
-        lines += [f"other = find({PALETTE[m.group(3)]}, {m.group(4)!r})",
-                  "print('RESULT:', 'A' if ref[0] < other[0] else 'B')"]
-    else:
-        lines += ["d = {}"]
-        for key, name in view.choices:
-            c, s = name.split()
-            lines += [f"d[{key!r}] = np.hypot(*(find({PALETTE[c]}, {s!r}) - ref))"]
-        lines += ["print('RESULT:', min(d, key=d.get))"]
     return "\n".join(lines)
 
 
@@ -110,7 +102,7 @@ def _check(feedback: str) -> str | None:
 
 def steps(view: TaskView, hard: bool, mistake: str | None, compact_code: bool = False) -> list[Step]:
     def code(tol: int) -> str:
-        return compact(_compact_body(view, tol)) if compact_code else snippet(_body(view, tol), HELPERS)
+        return compact(_body(view, tol, True)) if compact_code else snippet(_body(view, tol), HELPERS)
 
     good = Step("I locate each object by its colour and shape and compare the centres.", code(40))
     if not hard:

@@ -7,29 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from codedance.grading import grade_trajectory
 from codedance.parsing import parse_message
-from codedance.rollout import Episode, EpisodeConfig, run_episode
-from codedance.sandbox.pool import SandboxPool
 from codedance.teacher import ExpertTeacher, TeacherConfig
 from codedance.teacher.accuracy import measure
 from codedance.types import ExecStatus
 from codedance.world import generate, skills, task_set
-
-CONFIG = EpisodeConfig(max_turns=6)
-
-
-@pytest.fixture(scope="module")
-def pool():
-    with SandboxPool(max_running=2) as p:
-        yield p
-
-
-def solve(pool, task, teacher, rollout=0):
-    policy = teacher.policy(task, rollout)
-    with pool.sandbox(images=Episode(task, CONFIG).images) as sandbox:
-        trajectory = run_episode(policy, task, sandbox, CONFIG)
-    return policy, trajectory, grade_trajectory(trajectory=trajectory, task=task).correct
+from tests.teacher.helpers import solve
 
 
 @pytest.mark.parametrize("skill", ["counting", "spatial", "geometry"])

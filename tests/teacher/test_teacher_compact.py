@@ -9,28 +9,12 @@ import hashlib
 
 import pytest
 
-from codedance.grading import grade_trajectory
 from codedance.parsing import parse_message
-from codedance.rollout import Episode, EpisodeConfig, run_episode
-from codedance.sandbox.pool import SandboxPool
 from codedance.teacher import ExpertTeacher, TeacherConfig
 from codedance.world import generate
+from tests.teacher.helpers import solve
 
-CONFIG = EpisodeConfig(max_turns=6)
 SKILLS = ("counting", "spatial", "geometry")
-
-
-@pytest.fixture(scope="module")
-def pool():
-    with SandboxPool(max_running=2) as p:
-        yield p
-
-
-def solve(pool, task, teacher, rollout=0):
-    policy = teacher.policy(task, rollout)
-    with pool.sandbox(images=Episode(task, CONFIG).images) as sandbox:
-        trajectory = run_episode(policy, task, sandbox, CONFIG)
-    return policy, trajectory, grade_trajectory(trajectory=trajectory, task=task).correct
 
 
 @pytest.mark.parametrize("skill", SKILLS)

@@ -13,7 +13,6 @@ from PIL import Image, ImageDraw
 
 from codedance.grading import check_answer
 from codedance.rollout import Episode, EpisodeConfig, run_episode
-from codedance.sandbox.pool import SandboxPool
 from codedance.teacher import ExpertTeacher, TeacherConfig, search
 from codedance.teacher.glyphs import read_glyphs
 from codedance.teacher.program import results
@@ -26,12 +25,6 @@ CONFIG = EpisodeConfig(max_turns=6)
 
 def grade_answer(prediction, task):
     return check_answer(prediction, task.answer, task.kind, task.choices)
-
-
-@pytest.fixture(scope="module")
-def pool():
-    with SandboxPool(max_running=2) as p:
-        yield p
 
 
 def solve(pool, task, teacher, rollout=0):
