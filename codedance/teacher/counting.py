@@ -1,7 +1,7 @@
 """The teacher's counting: colour threshold, connected components, shape by box fill, touching
 objects split by area. Its first mistakes: a loose colour threshold (look-alike colours join
 in) or counting blobs without splitting touching ones; both show in the printed blob table.
-``compact_code=True`` writes the same computation inline in 5–10 lines (`_compact_body`)."""
+``compact_code=True`` writes the same computation inline in 8–12 lines (`_compact_body`)."""
 
 from __future__ import annotations
 

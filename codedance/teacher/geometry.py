@@ -2,7 +2,7 @@
 side of its minimum-area rectangle) or area (pixel count), converted to cm. First mistake: it
 takes the widest black component as the scale, which in hard pictures is the frame; the
 printed scale box spanning the whole image gives it away. ``compact_code=True`` writes the
-same measurement inline in ~8 lines (`_compact_body`)."""
+same measurement inline in 10–12 lines (`_compact_body`)."""
 
 from __future__ import annotations
 

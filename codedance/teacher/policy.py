@@ -8,7 +8,7 @@ in-process on the image it was shown, no code turn); medium tasks take one tool 
 chain of steps, where with probability ``mistake_rate·min(1, temperature)`` the first step is a
 realistic mistake (one of the solver's ``MISTAKES``: a loose threshold, an unsplit count, the
 frame taken for the scale bar; or a plain bug) that the teacher notices from the real sandbox feedback and corrects.
-``code_style="compact"`` makes the programs short (routines written inline, no docstrings,
+``code_style="compact"`` makes the programs short (8–18 lines: routines written inline, no docstrings,
 comments or annotated images) for the skills whose solver has ``COMPACT`` (counting, spatial,
 geometry); the others keep the full style. Same decisions, checks and answers either way.
 
