@@ -10,7 +10,9 @@ realistic mistake (one of the solver's ``MISTAKES``: a loose threshold, an unspl
 frame taken for the scale bar; or a plain bug) that the teacher notices from the real sandbox feedback and corrects.
 ``code_style="compact"`` makes the programs short (8–18 lines: routines written inline, no docstrings,
 comments or annotated images) for the skills whose solver has ``COMPACT`` (counting, spatial,
-geometry); the others keep the full style. Same decisions, checks and answers either way.
+geometry), and its last turn quotes the output line it answers from (``RESULT: 12`` on a line of
+its own, as the feedback shows it); the others keep the full style. Same decisions, checks and
+answers either way.
 
 Every decision is a function of the conversation so far (replayed on each call) and a random
 stream seeded by (seed, task id, rollout): the same inputs give the same trajectory. The teacher
@@ -31,7 +33,7 @@ import numpy as np
 
 from codedance.policy.base import Completion
 from codedance.teacher import charts, counting, geometry, photos, search, spatial
-from codedance.teacher.program import LOAD, Step, finished
+from codedance.teacher.program import LOAD, Step, finished, results
 from codedance.teacher.view import TaskView
 from codedance.types import Image, Message, Task
 
@@ -106,11 +108,12 @@ class TeacherPolicy:
         p = config.mistake_rate * min(1.0, config.temperature)
         kinds = (*getattr(self.solver, "MISTAKES", ()), "bug")
         self.mistake = rng.choice(kinds) if rng.random() < p else None
+        self.compact = config.code_style == "compact" and getattr(self.solver, "COMPACT", False)
 
     def _plan(self) -> list[Step]:
         hard = self.view.difficulty == "hard"
         mistake = self.mistake if hard else None
-        if self.config.code_style == "compact" and getattr(self.solver, "COMPACT", False):
+        if self.compact:
             plan = self.solver.steps(self.view, hard, mistake, compact_code=True)
         else:
             plan = self.solver.steps(self.view, hard, mistake)
@@ -131,6 +134,7 @@ class TeacherPolicy:
             value = self.solver.glance(self.view, _pixels(users[0].images[0]))
             return Completion(turn("The picture is simple enough to read directly.", answer=value))
         queue, note, best, retried = self._plan(), "", None, False
+        read = None  # the RESULT value the best answer was read from
         for feedback in feedbacks:
             step = queue.pop(0)
             if "Turn limit reached" in feedback:
@@ -146,11 +150,16 @@ class TeacherPolicy:
                 queue.insert(0, step.fix)
                 note = f"Looking at the output, {problem}. "
                 continue
-            best, note = self.solver.answer(self.view, feedback) or best, ""
+            value = self.solver.answer(self.view, feedback)
+            if value:
+                best, read = value, results(feedback)[-1] if results(feedback) else None
+            note = ""
         if queue and (best is None or len(feedbacks) < len(self._plan()) + 2):
             step = queue[0]
             return Completion(turn(note + step.think, code=step.code))
         value = best if best is not None else "unknown"
+        if self.compact and read is not None:  # quote the output line itself: a copy, token for token
+            return Completion(turn(f"The output reads\nRESULT: {read}\nwhich answers the question.", answer=value))
         return Completion(turn(f"The output gives {value}, which answers the question.", answer=value))
 
     async def acomplete(self, messages: tuple[Message, ...]) -> Completion:

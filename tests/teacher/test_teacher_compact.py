@@ -1,7 +1,7 @@
 """The teacher's compact code style (``TeacherConfig.code_style="compact"``) through the real loop
-and sandbox: short programs that run and answer right on counting, spatial and geometry, hard
-mistakes still noticed and fixed from the feedback, the same answers as the full style; and the
-default (full) style unchanged, byte for byte."""
+and sandbox: short programs that run and answer right on counting, spatial and geometry, a last
+turn that quotes the RESULT line, hard mistakes still noticed and fixed from the feedback, the
+same answers as the full style; and the default (full) style unchanged, byte for byte."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 from codedance.parsing import parse_message
 from codedance.teacher import ExpertTeacher, TeacherConfig
+from codedance.teacher.program import results
 from codedance.world import generate
 from tests.teacher.helpers import solve
 
@@ -36,9 +37,12 @@ def test_compact_programs_are_short_run_and_answer_right(pool, skill):
             assert "RESULT:" in code and lines[-1] == "print('DONE')"
         for r in trajectory.tool_calls:
             assert "RESULT:" in r.stdout and "DONE" in r.stdout
+        quoted = results(trajectory.tool_calls[-1].stdout)[-1]
+        assert trajectory.turns[-1].think == f"The output reads\nRESULT: {quoted}\nwhich answers the question."
         _, reference, _ = solve(pool, task, full)
         assert trajectory.answer == reference.answer
         assert len(trajectory.turns) == len(reference.turns)
+        assert reference.turns[-1].think == f"The output gives {reference.answer}, which answers the question."
 
 
 @pytest.mark.parametrize("skill", SKILLS)
