@@ -168,6 +168,27 @@ def test_closing_while_a_step_runs(make):
         sb.run("print(1)")
 
 
+def test_closing_while_a_step_runs_without_cgroups_kills_the_step():
+    import psutil
+
+    service = SandboxService(use_cgroups=False)
+    try:
+        sb = Sandbox(service=service, timeout_s=30)
+        outcome = {}
+        runner = threading.Thread(target=lambda: outcome.update(r=sb.run("import time; time.sleep(30)")))
+        runner.start()
+        time.sleep(0.5)
+        step_processes = psutil.Process(sb._holder_pid).children(recursive=True)
+        assert step_processes, "the running step is a child of the holder"
+        sb.close()
+        runner.join(timeout=10)
+        assert outcome["r"].notes == ("the sandbox was closed while this step ran",)
+        _, alive = psutil.wait_procs(step_processes, timeout=5)
+        assert not alive, f"left running after close: {alive}"
+    finally:
+        service.close()
+
+
 def test_a_crashed_holder_is_reported(make):
     sb = make()
     assert sb.run("x = 1").ok
