@@ -49,7 +49,10 @@ class AccuracyReport:
         return table
 
 
-def measure(tasks: Sequence[Task], config: TeacherConfig = TeacherConfig(), *, rollouts: int = 1,
+DEFAULT = TeacherConfig()
+
+
+def measure(tasks: Sequence[Task], config: TeacherConfig = DEFAULT, *, rollouts: int = 1,
             max_turns: int = 6, max_running: int = 2) -> AccuracyReport:
     """Run ``rollouts`` episodes per task sequentially on one sandbox pool and count per cell."""
     from codedance.sandbox.pool import SandboxPool

@@ -103,7 +103,7 @@ RunnerFactory = Callable[[tuple[Image, ...]], Any]
 
 
 def run_lockstep(sampler: BatchedSampler, tasks: Sequence[Task], make_runner: RunnerFactory,
-                 config: EpisodeConfig = EpisodeConfig(), *, threads: int = 4) -> list[Trajectory]:  # noqa: B008
+                 config: EpisodeConfig = EpisodeConfig(), *, threads: int = 4) -> list[Trajectory]:
     """One trajectory per entry of `tasks` (repeat a task for G rollouts), in order."""
     episodes = [Episode(task, config) for task in tasks]
     runners: list[Any] = [None] * len(episodes)
