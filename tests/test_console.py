@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,8 @@ from codedance.cli.console import PIPED_WIDTH, make_console
 
 def test_piped_output_is_wide_unless_columns_says_otherwise(monkeypatch):
     monkeypatch.delenv("COLUMNS", raising=False)
-    assert make_console().width == PIPED_WIDTH  # pytest captures stdout: not a terminal
+    monkeypatch.setattr(sys, "stdout", io.StringIO())  # not a terminal, even under `pytest -s`
+    assert make_console().width == PIPED_WIDTH
     monkeypatch.setenv("COLUMNS", "100")
     assert make_console().width == 100
 

@@ -173,9 +173,9 @@ class Sandbox:
         except protocol.ReceiveTimeout:
             return self._fail(ExecStatus.TIMEOUT, step_pidfd,
                               f"the step ran past its {timeout:g} s limit and was stopped")
-        except protocol.Interrupted:  # `close` from another thread: it ends the rest
+        except protocol.Interrupted:  # `close` from another thread; `run` writes the note
             self._kill_step(step_pidfd)
-            return self._lose("the sandbox was closed")
+            return ExecResult(status=ExecStatus.CRASHED)
         except (protocol.PeerClosed, OSError) as exc:
             return self._lose(f"the sandbox's holder process is gone ({exc})")
         except protocol.ProtocolError as exc:

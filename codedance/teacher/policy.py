@@ -152,7 +152,8 @@ class TeacherPolicy:
                 continue
             value = self.solver.answer(self.view, feedback)
             if value:
-                best, read = value, results(feedback)[-1] if results(feedback) else None
+                printed = results(feedback)
+                best, read = value, printed[-1] if printed else None
             note = ""
         if queue and (best is None or len(feedbacks) < len(self._plan()) + 2):
             step = queue[0]
