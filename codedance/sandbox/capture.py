@@ -8,7 +8,8 @@ Runs inside the jail. Images are captured from
 - the snippet's last expression when it is a PIL image, a figure, or an array that looks like
   an image (arrays are read as RGB, as PIL gives them; only ``cv2.imshow`` arrays are BGR).
 Each image comes back once: duplicates (same pixels; for saved PNG files, same bytes) are dropped. At most ``max_images`` come
-back per step; images larger than ``max_pixels`` are downscaled. Both cuts are reported as notes.
+back per step, at most ``max_bytes`` of PNG in all; images larger than ``max_pixels`` are
+downscaled. Every cut is reported as a note.
 
 Text streams keep their head and tail and mark the cut; nothing here grows with the output.
 """
@@ -77,21 +78,20 @@ class _BytesToText:
         pass
 
 
-def read_head(path: str, limit: int) -> tuple[str, int]:
-    """The first ``limit`` bytes of a file as text, and the file's full size."""
-    with open(path, "rb") as handle:
-        data = handle.read(limit)
-        size = os.fstat(handle.fileno()).st_size
-    return data.decode("utf-8", "replace"), size
+def read_head(fd: int, limit: int) -> tuple[str, int]:
+    """The first ``limit`` bytes of an open file as text, and the file's full size."""
+    data = os.pread(fd, limit, 0)
+    return data.decode("utf-8", "replace"), os.fstat(fd).st_size
 
 
 class ImageCollector:
     """Collects the images of one step as PNG bytes, deduplicated and bounded."""
 
-    def __init__(self, max_images: int, max_pixels: int):
-        self.max_images, self.max_pixels = max_images, max_pixels
+    def __init__(self, max_images: int, max_pixels: int, max_bytes: int = 48 << 20):
+        self.max_images, self.max_pixels, self.max_bytes = max_images, max_pixels, max_bytes
         self.images: list[tuple[bytes, int, int, str]] = []  # png, width, height, source
         self.notes: list[str] = []
+        self._bytes = 0
         self._seen: set[str] = set()  # digests of pixels (shown images) and of PNG files passed on
         self._pixels_seen = False  # whether any image was deduplicated by its pixels
         self._dropped = 0
@@ -114,7 +114,15 @@ class ImageCollector:
         self._pixels_seen = True
         buffer = io.BytesIO()
         image.save(buffer, format="PNG", compress_level=1)
-        self.images.append((buffer.getvalue(), image.width, image.height, source))
+        self._keep(buffer.getvalue(), image.width, image.height, source)
+
+    def _keep(self, png: bytes, width: int, height: int, source: str) -> None:
+        if self._bytes + len(png) > self.max_bytes:
+            self.notes.append(f"image from {source} not returned: {len(png) >> 20} MiB of PNG would pass "
+                              f"the {self.max_bytes >> 20} MiB per step")
+            return
+        self._bytes += len(png)
+        self.images.append((png, width, height, source))
 
     def add_file(self, path: str, source: str) -> None:
         """A saved image file. A PNG already in RGB(A)/L within the pixel budget is passed on as
@@ -137,11 +145,11 @@ class ImageCollector:
             self._dropped += 1
             return
         with open(path, "rb") as handle:
-            data = handle.read()
+            data = handle.read(self.max_bytes + 1)
         digest = hashlib.sha1(data).hexdigest()
         if digest not in self._seen:
             self._seen.add(digest)
-            self.images.append((data, size[0], size[1], source))
+            self._keep(data, size[0], size[1], source)
 
     def add_array(self, array: np.ndarray, source: str, *, bgr: bool) -> None:
         self.add_pil(array_to_image(array, bgr=bgr), source)
@@ -153,11 +161,13 @@ class ImageCollector:
         with Image.open(buffer) as image:
             self.add_pil(image.convert("RGBA") if image.mode == "RGBA" else image.convert("RGB"), source)
 
-    def finish_notes(self) -> list[str]:
+    def finish_notes(self, max_notes: int = 8) -> list[str]:
         if self._dropped:
             self.notes.append(
                 f"{self._dropped} more image(s) not returned: at most {self.max_images} per step"
             )
+        if len(self.notes) > max_notes:
+            self.notes[max_notes - 1 :] = [f"{len(self.notes) - max_notes + 1} more notes about images"]
         return self.notes
 
 

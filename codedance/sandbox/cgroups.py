@@ -1,9 +1,15 @@
-"""One cgroup per trajectory: a process limit, a memory limit without swap, and a kill switch.
+"""One cgroup per trajectory: a process limit, a memory limit without swap, a freezer and a kill
+switch.
 
 Host side, used by the controller (which runs as root for this layer). Supports cgroup v2 (one
-unified hierarchy with ``pids`` and ``memory`` enabled for our subtree) and cgroup v1 (separate
-``pids`` and ``memory`` hierarchies), creating our groups under the controller's own cgroup in
-each hierarchy so that an outer limit (a container's) still applies.
+unified hierarchy with ``pids`` and ``memory`` enabled for our subtree; ``cgroup.freeze``) and
+cgroup v1 (separate ``pids``, ``memory`` and ``freezer`` hierarchies), creating our groups under
+the controller's own cgroup in each hierarchy so that an outer limit (a container's) still applies.
+The service's parent group also carries a memory limit for all its trajectories together.
+
+``freeze``/``thaw``: the controller freezes every process of a trajectory (holder and spare
+included) before it touches the trajectory's files, so nothing in the jail can race it. On v1 a
+SIGKILL sent to a frozen process takes effect only once it is thawed; ``kill_all`` thaws first.
 
 ``kill_all(except_pid)`` repeats "list, SIGKILL" until only ``except_pid`` is left: a process
 forked between the list and the kill is caught by the next round, and ``pids.max`` bounds how
@@ -29,6 +35,7 @@ class CgroupLayout:
     version: int
     pids_parent: str
     memory_parent: str
+    freezer_parent: str | None  # None: no freezer on this host (v1 without the freezer hierarchy)
 
 
 def _own_path(controller: str) -> str | None:
@@ -40,8 +47,21 @@ def _own_path(controller: str) -> str | None:
     return None
 
 
-def detect_layout(service_name: str) -> tuple[CgroupLayout | None, str]:
-    """Create the service's parent groups; returns (layout, "") or (None, why not)."""
+def service_parents() -> list[str]:
+    """The directories under which services create their groups (one per hierarchy we use)."""
+    if os.path.exists(os.path.join(_ROOT, "cgroup.controllers")):
+        return [os.path.join(_ROOT, (_own_path("") or "/").lstrip("/"))]
+    found = []
+    for controller in ("pids", "memory", "freezer"):
+        own = _own_path(controller)
+        if own is not None and os.path.isdir(os.path.join(_ROOT, controller)):
+            found.append(os.path.join(_ROOT, controller, own.lstrip("/")))
+    return found
+
+
+def detect_layout(service_name: str, memory_total: int | None = None) -> tuple[CgroupLayout | None, str]:
+    """Create the service's parent groups (with ``memory_total`` as the limit of all its
+    trajectories together); returns (layout, "") or (None, why not)."""
     if os.geteuid() != 0:
         return None, "the controller is not root, so it cannot create cgroups"
     try:
@@ -53,16 +73,22 @@ def detect_layout(service_name: str) -> tuple[CgroupLayout | None, str]:
                 handle.write("+pids +memory")
             with open(os.path.join(parent, "cgroup.subtree_control"), "w") as handle:
                 handle.write("+pids +memory")
-            return CgroupLayout(2, parent, parent), ""
-        parents = []
-        for controller in ("pids", "memory"):
+            if memory_total:
+                _write(os.path.join(parent, "memory.max"), str(memory_total))
+            return CgroupLayout(2, parent, parent, parent), ""
+        parents = {}
+        for controller in ("pids", "memory", "freezer"):
             own = _own_path(controller)
             if own is None or not os.path.isdir(os.path.join(_ROOT, controller)):
+                if controller == "freezer":
+                    continue
                 return None, f"the cgroup v1 '{controller}' controller is not mounted"
             parent = os.path.join(_ROOT, controller, own.lstrip("/"), service_name)
             os.makedirs(parent, exist_ok=True)
-            parents.append(parent)
-        return CgroupLayout(1, parents[0], parents[1]), ""
+            parents[controller] = parent
+        if memory_total:
+            _write(os.path.join(parents["memory"], "memory.limit_in_bytes"), str(memory_total))
+        return CgroupLayout(1, parents["pids"], parents["memory"], parents.get("freezer")), ""
     except OSError as exc:
         return None, f"cgroups are not writable here: {exc}"
 
@@ -80,9 +106,10 @@ class TrajectoryCgroup:
         self.layout = layout
         self.pids_dir = os.path.join(layout.pids_parent, name)
         self.memory_dir = os.path.join(layout.memory_parent, name)
-        os.mkdir(self.pids_dir)
-        if self.memory_dir != self.pids_dir:
-            os.mkdir(self.memory_dir)
+        self.freezer_dir = os.path.join(layout.freezer_parent, name) if layout.freezer_parent else None
+        self._frozen = False
+        for directory in self._dirs():
+            os.mkdir(directory)
         if layout.version == 2:
             _write(os.path.join(self.pids_dir, "pids.max"), str(max_processes))
             _write(os.path.join(self.memory_dir, "memory.max"), str(memory_bytes))
@@ -97,20 +124,58 @@ class TrajectoryCgroup:
                 _write(swap, str(memory_bytes))
         self._oom_seen = self.oom_kills()
 
+    def _dirs(self) -> list[str]:
+        return list(dict.fromkeys(d for d in (self.pids_dir, self.memory_dir, self.freezer_dir) if d))
+
+    @property
+    def can_freeze(self) -> bool:
+        return self.freezer_dir is not None
+
     def add(self, pid: int) -> None:
-        for directory in {self.pids_dir, self.memory_dir}:
+        for directory in self._dirs():
             _write(os.path.join(directory, "cgroup.procs"), str(pid))
+
+    def freeze(self, deadline: float) -> bool:
+        """Stop every process of the group; True once all are frozen, False at ``deadline``."""
+        if self.freezer_dir is None:
+            return False
+        self._frozen = True
+        if self.layout.version == 2:
+            _write(os.path.join(self.freezer_dir, "cgroup.freeze"), "1")
+            path, done = os.path.join(self.freezer_dir, "cgroup.events"), "frozen 1"
+        else:
+            _write(os.path.join(self.freezer_dir, "freezer.state"), "FROZEN")
+            path, done = os.path.join(self.freezer_dir, "freezer.state"), "FROZEN"
+        while True:
+            with open(path) as handle:
+                text = handle.read()
+            if (done in text.splitlines()) if self.layout.version == 2 else text.strip() == done:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.0002)
+
+    def thaw(self) -> None:
+        if self.freezer_dir is None or not self._frozen:
+            return
+        self._frozen = False
+        if self.layout.version == 2:
+            _write(os.path.join(self.freezer_dir, "cgroup.freeze"), "0")
+        else:
+            _write(os.path.join(self.freezer_dir, "freezer.state"), "THAWED")
 
     def pids(self) -> set[int]:
         try:
             with open(os.path.join(self.pids_dir, "cgroup.procs")) as handle:
-                return {int(line) for line in handle if line.strip()}
+                # a process outside our PID namespace reads as 0: never a pid to signal
+                return {pid for pid in (int(line) for line in handle if line.strip()) if pid > 0}
         except FileNotFoundError:
             return set()
 
     def kill_all(self, except_pid: int | None = None, timeout_s: float = 5.0) -> bool:
         """SIGKILL every process but ``except_pid`` until none is left; False if time ran out."""
         deadline = time.monotonic() + timeout_s
+        self.thaw()
         while True:
             others = self.pids() - {except_pid}
             if not others:
@@ -147,20 +212,53 @@ class TrajectoryCgroup:
 
     def remove(self) -> None:
         self.kill_all()
-        for directory in {self.pids_dir, self.memory_dir}:
-            for _ in range(200):
-                try:
-                    os.rmdir(directory)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:  # busy for a moment while the last process exits
-                    time.sleep(0.005)
+        for directory in self._dirs():
+            _rmdir_when_empty(directory)
+
+
+def _rmdir_when_empty(directory: str) -> None:
+    for _ in range(200):
+        try:
+            os.rmdir(directory)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:  # busy for a moment while the last process exits
+            time.sleep(0.005)
 
 
 def remove_parent(layout: CgroupLayout) -> None:
-    for directory in {layout.pids_parent, layout.memory_parent}:
+    for directory in {layout.pids_parent, layout.memory_parent, layout.freezer_parent} - {None}:
         try:
             os.rmdir(directory)
         except OSError:
             pass
+
+
+def remove_service_groups(service_dir_name: str) -> int:
+    """Kill every process left in a dead service's groups and remove them; how many were removed.
+    Used by the sweep of leftovers (``codedance sandbox gc``)."""
+    removed = 0
+    for parent in service_parents():
+        service_dir = os.path.join(parent, service_dir_name)
+        if not os.path.isdir(service_dir):
+            continue
+        children = [e.path for e in os.scandir(service_dir) if e.is_dir(follow_symlinks=False)]
+        for directory in children + [service_dir]:
+            frozen = os.path.join(directory, "freezer.state")
+            if os.path.exists(frozen):
+                _write(frozen, "THAWED")
+            for _ in range(100):
+                with open(os.path.join(directory, "cgroup.procs")) as handle:
+                    pids = [p for p in (int(line) for line in handle if line.strip()) if p > 0]
+                if not pids:
+                    break
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                time.sleep(0.005)
+            _rmdir_when_empty(directory)
+            removed += not os.path.exists(directory)
+    return removed

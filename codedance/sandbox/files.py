@@ -1,152 +1,391 @@
 """Atomic files for a trajectory's working directory: checkpoint after a good step, restore after
-a failed one.
+a failed one, without ever trusting the directory's contents.
 
-Host side. A step changes files in place (PIL and cv2 rewrite files, so hard links are unsafe),
-hence a private copy of the last good state lives outside the jail. ``checkpoint`` copies only
-what changed since the previous checkpoint, so a step that touches nothing costs one
-``scandir``; ``restore`` makes the directory equal to the checkpoint again. A file counts as
-changed when its size, mtime, ctime or inode differ (ctime cannot be set by user code).
+Host side, run by the controller (root, outside the jail) while every process of the trajectory is
+frozen where the host has a freezer (see ``cgroups``). A step changes files in place (PIL and cv2
+rewrite files, so hard links are unsafe), hence a private copy of the last good state lives in a
+store outside the jail. ``checkpoint`` copies only what changed since the previous checkpoint, so a
+step that touches nothing costs one ``scandir``; ``restore`` makes the directory equal to the
+checkpoint again. A file counts as changed when its size, mtime, ctime or inode differ (ctime
+cannot be set by user code).
 
-It never follows a symlink (links are recorded and restored as links), never opens anything but
-regular files (a FIFO planted by user code cannot block it), and runs only while no process of
-the trajectory is running. Files listed as ``protected`` (the read-only input images, owned by
-root) are left alone. Not handled: extended attributes and ACLs.
+What makes it safe against a hostile trajectory (one whose processes race the controller):
+- **Nothing is resolved by string.** Every operation is relative to a directory descriptor and
+  names one component (never ``/`` or ``..``), opened with ``O_NOFOLLOW`` (and ``O_DIRECTORY`` for
+  directories): a walk that is ``openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`` one component at
+  a time, written with plain ``os`` calls because Python has no ``openat2``. A symlink anywhere on
+  a path fails the open instead of being followed, at every component, not only the last.
+- **Only regular files and directories are kept.** A step that leaves a symlink, FIFO, socket or
+  device refuses its commit (`Unkeepable`); a restore removes them. Opens are non-blocking and
+  checked with ``fstat``, so a FIFO swapped in cannot block the controller.
+- **Every entry is counted** (of any type) against the entry limit, directories are bounded in
+  depth, and files must belong to the trajectory's uid (a hard link to someone else's file is
+  refused).
+- **After a restore the manifest is what the controller wrote** (``fstat`` of the files it
+  created), never a re-scan of a directory the trajectory can change.
+- Long operations check a deadline (`DeadlinePassed`), so a step that left millions of entries
+  cannot hold the controller past the end of its ``run()``.
+Not handled: extended attributes and ACLs (not kept); sparse files are stored densely.
 """
 
 from __future__ import annotations
 
+import errno
 import os
-import shutil
 import stat
+import time
 from dataclasses import dataclass
+
+MAX_DEPTH = 32  # directory levels a committed working directory may have
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_KEPT_MODE = 0o777  # permission bits kept; setuid, setgid and sticky bits are never restored
+_CHECK_EVERY = 256  # entries between deadline checks
+_MAX_OPEN_LEVELS = 48  # directory descriptors held at once while removing a tree
 
 
 @dataclass(frozen=True)
 class Entry:
-    kind: str  # "file", "dir" or "link"
+    kind: str  # "file", "dir" or "other" (restore only: something to remove)
     size: int
     mtime_ns: int
     ctime_ns: int
     inode: int
     mode: int
 
+    @classmethod
+    def of(cls, info: os.stat_result) -> Entry:
+        kind = "dir" if stat.S_ISDIR(info.st_mode) else "file" if stat.S_ISREG(info.st_mode) else "other"
+        return cls(kind, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_mode)
+
 
 class LimitExceeded(Exception):
-    """The working directory holds more files or bytes than the sandbox allows."""
+    """The working directory is over a limit (entries, bytes, depth): the commit is refused."""
 
 
-def scan(root: str, protected: frozenset[str], *, max_entries: int, max_bytes: int) -> dict[str, Entry]:
+class Unkeepable(LimitExceeded):
+    """The working directory holds something other than the trajectory's own files and directories."""
+
+
+class SnapshotBroken(Exception):
+    """The store no longer holds a complete good state: the trajectory's files are lost."""
+
+
+class DeadlinePassed(Exception):
+    """The operation could not finish before its deadline."""
+
+
+class _Clock:
+    def __init__(self, deadline: float | None):
+        self.deadline, self.count = deadline, 0
+
+    def tick(self) -> None:
+        self.count += 1
+        if self.deadline is not None and self.count % _CHECK_EVERY == 0 and time.monotonic() > self.deadline:
+            raise DeadlinePassed("the working directory could not be processed in time")
+
+
+def open_dir(root_fd: int, relative: str) -> int:
+    """A descriptor of ``root_fd``'s subdirectory ``relative`` (``""``: a duplicate of the root),
+    opened one component at a time with no symlink followed."""
+    fd = os.dup(root_fd)
+    for name in _parts(relative):
+        try:
+            child = os.open(name, _DIR, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = child
+    return fd
+
+
+def _parts(relative: str) -> list[str]:
+    parts = [p for p in relative.split("/") if p]
+    if any(p in (".", "..") or "\0" in p for p in parts):
+        raise ValueError(f"not a plain relative path: {relative!r}")
+    return parts
+
+
+def _split(relative: str) -> tuple[str, str]:
+    parent, _, name = relative.rpartition("/")
+    return parent, name
+
+
+def scan(root_fd: int, *, protected: frozenset[str] = frozenset(), owner_uid: int | None = None,
+         max_entries: int, max_bytes: int, deadline: float | None = None) -> dict[str, Entry]:
+    """Every entry below ``root_fd`` as ``relative path -> Entry``, refusing what cannot be kept:
+    raises `Unkeepable` or `LimitExceeded` (limits checked as entries are found, so the cost of
+    a refusal is bounded by the limits), or `DeadlinePassed`."""
     entries: dict[str, Entry] = {}
     total = 0
-    pending = [""]
+    clock = _Clock(deadline)
+    pending = [("", 0)]
     while pending:
-        relative_dir = pending.pop()
-        with os.scandir(os.path.join(root, relative_dir)) as iterator:
-            for item in iterator:
-                relative = os.path.join(relative_dir, item.name)
-                if relative in protected:
-                    continue
-                info = item.stat(follow_symlinks=False)
-                if stat.S_ISLNK(info.st_mode):
-                    kind = "link"
-                elif stat.S_ISDIR(info.st_mode):
-                    kind = "dir"
-                    pending.append(relative)
-                elif stat.S_ISREG(info.st_mode):
-                    kind = "file"
-                    total += info.st_size
-                else:
-                    continue  # FIFOs, sockets, devices are not state we keep
-                entries[relative] = Entry(
-                    kind, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_mode
-                )
-                if len(entries) > max_entries:
-                    raise LimitExceeded(f"more than {max_entries} files in the working directory")
-                if total > max_bytes:
-                    raise LimitExceeded(f"more than {max_bytes >> 20} MiB in the working directory")
+        relative_dir, depth = pending.pop()
+        fd = open_dir(root_fd, relative_dir)
+        try:
+            with os.scandir(fd) as iterator:
+                for item in iterator:
+                    clock.tick()
+                    relative = f"{relative_dir}/{item.name}" if relative_dir else item.name
+                    if not relative_dir and item.name in protected:
+                        continue
+                    if len(entries) >= max_entries:
+                        raise LimitExceeded(f"more than {max_entries} entries in the working directory")
+                    info = item.stat(follow_symlinks=False)
+                    entry = Entry.of(info)
+                    if entry.kind == "other":
+                        raise Unkeepable(f"{relative!r} is a {_kind_name(info.st_mode)}; only regular files "
+                                         "and directories are kept in the working directory")
+                    if owner_uid is not None and info.st_uid != owner_uid:
+                        raise Unkeepable(f"{relative!r} does not belong to the sandbox (a hard link?)")
+                    if entry.kind == "dir":
+                        if depth + 1 >= MAX_DEPTH:
+                            raise LimitExceeded(f"directories nested deeper than {MAX_DEPTH} levels")
+                        pending.append((relative, depth + 1))
+                    else:
+                        total += info.st_size
+                        if total > max_bytes:
+                            raise LimitExceeded(f"more than {max_bytes >> 20} MiB in the working directory")
+                    entries[relative] = entry
+        finally:
+            os.close(fd)
     return entries
 
 
+def _kind_name(mode: int) -> str:
+    for test, name in ((stat.S_ISLNK, "symlink"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):  # fmt: skip
+        if test(mode):
+            return name
+    return "special file"
+
+
+def remove(dir_fd: int, name: str, clock: _Clock | None = None) -> None:
+    """Remove the entry ``name`` of ``dir_fd``, whatever it is, a tree of any depth included,
+    following no symlink and holding at most a few dozen descriptors."""
+    clock = clock or _Clock(None)
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+        return
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EISDIR, errno.EPERM):
+            raise
+    stack = [(os.open(name, _DIR, dir_fd=dir_fd), name)]  # the directories being emptied
+    try:
+        while stack:
+            fd = stack[-1][0]
+            deeper = None
+            with os.scandir(fd) as iterator:
+                for item in iterator:
+                    clock.tick()
+                    if item.is_dir(follow_symlinks=False):
+                        deeper = item.name
+                        break
+                    os.unlink(item.name, dir_fd=fd)
+            if deeper is None:
+                os.close(fd)
+                _, emptied = stack.pop()
+                os.rmdir(emptied, dir_fd=stack[-1][0] if stack else dir_fd)
+            elif len(stack) >= _MAX_OPEN_LEVELS:  # flatten: lift the subtree to the top of this removal
+                lifted = f".lifted-{time.monotonic_ns()}"
+                os.rename(deeper, lifted, src_dir_fd=fd, dst_dir_fd=stack[0][0])
+                for level_fd, _ in stack[1:]:
+                    os.close(level_fd)
+                del stack[1:]
+            else:
+                stack.append((os.open(deeper, _DIR, dir_fd=fd), deeper))
+    finally:
+        for level_fd, _ in stack:
+            os.close(level_fd)
+
+
+def remove_tree(path: str) -> None:
+    """Remove ``path`` (a directory the controller created) and everything below it, safely."""
+    parent, name = os.path.split(os.path.abspath(path))
+    try:
+        parent_fd = os.open(parent, _DIR)
+    except FileNotFoundError:
+        return
+    try:
+        remove(parent_fd, name)
+    finally:
+        os.close(parent_fd)
+
+
+def _copy(source_fd: int, target_fd: int) -> None:
+    while True:
+        try:
+            copied = os.copy_file_range(source_fd, target_fd, 1 << 30)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            while os.sendfile(target_fd, source_fd, None, 1 << 24) > 0:
+                pass
+            return
+        if copied == 0:
+            return
+
+
+def _copy_file(source_dir: int, target_dir: int, name: str, expected_inode: int | None,
+               mode: int, owner: tuple[int, int] | None) -> os.stat_result:
+    """Copy the regular file ``name`` into a new file of the same name; the new file's fstat."""
+    source = os.open(name, _READ, dir_fd=source_dir)
+    try:
+        info = os.fstat(source)
+        if not stat.S_ISREG(info.st_mode) or (expected_inode is not None and info.st_ino != expected_inode):
+            raise Unkeepable(f"{name!r} changed while it was being saved")
+        target = os.open(name, _CREATE, 0o600, dir_fd=target_dir)
+        try:
+            _copy(source, target)
+            if owner is not None:
+                os.fchown(target, *owner)
+            os.fchmod(target, mode & _KEPT_MODE)
+            return os.fstat(target)
+        finally:
+            os.close(target)
+    finally:
+        os.close(source)
+
+
+def _make_dir(parent_fd: int, name: str, mode: int, owner: tuple[int, int] | None) -> os.stat_result:
+    os.mkdir(name, 0o700, dir_fd=parent_fd)
+    fd = os.open(name, _DIR, dir_fd=parent_fd)
+    try:
+        if owner is not None:
+            os.fchown(fd, *owner)
+        os.fchmod(fd, mode & _KEPT_MODE)
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
 class WorkdirSnapshot:
-    """The last good state of ``workdir``, kept in ``store`` (a directory the jail cannot see)."""
+    """The last good state of ``workdir``, kept in ``store`` (a directory the jail cannot see).
+
+    ``protected``: top-level names (the read-only inputs) that are neither kept nor touched.
+    ``owner``: the trajectory's (uid, gid); files must be its own and are restored as its own.
+    """
 
     def __init__(self, workdir: str, store: str, *, protected: frozenset[str], owner: tuple[int, int] | None,
                  max_entries: int, max_bytes: int):
         self.workdir, self.store, self.protected, self.owner = workdir, store, protected, owner
         self.max_entries, self.max_bytes = max_entries, max_bytes
         os.makedirs(store, mode=0o700, exist_ok=True)
+        self._work_fd = os.open(workdir, _DIR)
+        self._store_fd = os.open(store, _DIR)
         self.manifest: dict[str, Entry] = {}
+        self.broken = False
         self.checkpoint()
 
-    def checkpoint(self) -> None:
-        """Record the directory as the new good state; raises LimitExceeded (state unchanged)."""
-        current = scan(self.workdir, self.protected, max_entries=self.max_entries, max_bytes=self.max_bytes)
-        for relative in sorted(set(self.manifest) - set(current), reverse=True):
-            _remove(os.path.join(self.store, relative))
-        for relative, entry in sorted(current.items()):
-            if not _same(self.manifest.get(relative), entry):
-                _copy_entry(os.path.join(self.workdir, relative), os.path.join(self.store, relative), entry, None)
+    def close(self) -> None:
+        for fd in (self._work_fd, self._store_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._work_fd = self._store_fd = -1
+
+    def checkpoint(self, deadline: float | None = None) -> None:
+        """Record the directory as the new good state. Raises `LimitExceeded` (and its
+        `Unkeepable`) or `DeadlinePassed` before the store is touched, the good state unchanged;
+        `SnapshotBroken` if copying failed halfway (the store then matches neither state)."""
+        current = scan(self._work_fd, protected=self.protected, owner_uid=self.owner[0] if self.owner else None,
+                       max_entries=self.max_entries, max_bytes=self.max_bytes, deadline=deadline)  # fmt: skip
+        clock = _Clock(deadline)
+        try:
+            for relative in sorted(self.manifest, reverse=True):  # children before their parents
+                if _needs_copy(self.manifest[relative], current.get(relative)):
+                    clock.tick()
+                    self._remove_in(self._store_fd, relative, clock)
+            for relative in sorted(current):  # parents before their children
+                entry = current[relative]
+                if not _needs_copy(self.manifest.get(relative), entry):
+                    continue
+                clock.tick()
+                parent, name = _split(relative)
+                source_dir, target_dir = open_dir(self._work_fd, parent), open_dir(self._store_fd, parent)
+                try:
+                    if entry.kind == "dir":
+                        _make_dir(target_dir, name, entry.mode, None)
+                    else:
+                        _copy_file(source_dir, target_dir, name, entry.inode, entry.mode, None)
+                finally:
+                    os.close(source_dir)
+                    os.close(target_dir)
+        except (OSError, LimitExceeded, DeadlinePassed) as exc:
+            self.broken = True
+            raise SnapshotBroken(f"saving the working directory failed halfway: {exc}") from exc
         self.manifest = current
 
-    def restore(self) -> None:
-        """Put the directory back exactly as it was at the last checkpoint."""
+    def restore(self, deadline: float | None = None) -> None:
+        """Put the directory back exactly as it was at the last checkpoint (`DeadlinePassed` if
+        that takes past ``deadline``; the directory is then in no defined state)."""
+        if self.broken:
+            raise SnapshotBroken("the saved state is incomplete; the trajectory's files are lost")
+        clock = _Clock(deadline)
+        children: dict[str, list[str]] = {}
+        for relative in self.manifest:
+            children.setdefault(_split(relative)[0], []).append(relative)
+        restored: dict[str, Entry] = {}
+        pending = [""]
+        while pending:
+            relative_dir = pending.pop()
+            work_dir, store_dir = open_dir(self._work_fd, relative_dir), open_dir(self._store_fd, relative_dir)
+            try:
+                present: dict[str, Entry] = {}
+                with os.scandir(work_dir) as iterator:
+                    for item in iterator:
+                        clock.tick()
+                        if relative_dir or item.name not in self.protected:
+                            present[item.name] = Entry.of(item.stat(follow_symlinks=False))
+                for name, entry in present.items():
+                    relative = f"{relative_dir}/{name}" if relative_dir else name
+                    if _same(self.manifest.get(relative), entry):
+                        restored[relative] = self.manifest[relative]
+                    else:
+                        remove(work_dir, name, clock)
+                for relative in children.get(relative_dir, ()):
+                    entry = self.manifest[relative]
+                    clock.tick()
+                    name = _split(relative)[1]
+                    if relative not in restored:
+                        made = (_make_dir(work_dir, name, entry.mode, self.owner) if entry.kind == "dir"
+                                else _copy_file(store_dir, work_dir, name, None, entry.mode, self.owner))
+                        restored[relative] = Entry.of(made)
+                    if entry.kind == "dir":
+                        pending.append(relative)
+            finally:
+                os.close(work_dir)
+                os.close(store_dir)
+        self.manifest = restored
+
+    @staticmethod
+    def _remove_in(root_fd: int, relative: str, clock: _Clock) -> None:
+        parent, name = _split(relative)
         try:
-            current = scan(self.workdir, self.protected, max_entries=1 << 62, max_bytes=1 << 62)
-        except OSError:
-            current = {}
-        for relative, entry in sorted(current.items(), reverse=True):
-            if not _same(self.manifest.get(relative), entry):
-                _remove(os.path.join(self.workdir, relative))
-        for relative, entry in sorted(self.manifest.items()):
-            target = os.path.join(self.workdir, relative)
-            if not _same(current.get(relative), entry) or not os.path.lexists(target):
-                _copy_entry(os.path.join(self.store, relative), target, entry, self.owner)
-        # restored files have new inodes and times but the store's contents: only the record changes
-        self.manifest = scan(self.workdir, self.protected, max_entries=1 << 62, max_bytes=1 << 62)
+            fd = open_dir(root_fd, parent)
+        except FileNotFoundError:
+            return
+        try:
+            remove(fd, name, clock)
+        finally:
+            os.close(fd)
 
 
-def _same(old: Entry | None, new: Entry) -> bool:
+def _needs_copy(old: Entry | None, new: Entry | None) -> bool:
+    """Whether the store's copy of an entry must be replaced (a directory whose mode alone changed
+    keeps its stored children; its new mode is in the manifest)."""
+    if old is None or new is None or old.kind != new.kind:
+        return True
+    return old.kind == "file" and old != new
+
+
+def _same(old: Entry | None, new: Entry | None) -> bool:
     """A directory is unchanged while it stays a directory with the same mode (its own times move
     whenever a child changes, and children are compared one by one)."""
-    if old is None or old.kind != new.kind:
+    if old is None or new is None or old.kind != new.kind:
         return False
     if new.kind == "dir":
         return old.mode == new.mode
     return old == new
-
-
-def _remove(path: str) -> None:
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-
-
-def _copy_entry(source: str, target: str, entry: Entry, owner: tuple[int, int] | None) -> None:
-    if os.path.lexists(target) and (entry.kind != "dir" or os.path.islink(target)):
-        _remove(target)
-    if entry.kind == "dir":
-        os.makedirs(target, exist_ok=True)
-        os.chmod(target, stat.S_IMODE(entry.mode))
-    elif entry.kind == "link":
-        os.symlink(os.readlink(source), target)
-    else:
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
-        source_fd = os.open(source, flags)
-        try:
-            target_fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            try:
-                while os.sendfile(target_fd, source_fd, None, 1 << 24) > 0:
-                    pass
-                os.fchmod(target_fd, stat.S_IMODE(entry.mode))
-                if owner is not None:
-                    os.fchown(target_fd, *owner)
-            finally:
-                os.close(target_fd)
-        finally:
-            os.close(source_fd)
-    if owner is not None and entry.kind != "file":
-        os.lchown(target, *owner)

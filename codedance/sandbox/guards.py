@@ -18,6 +18,14 @@ The seccomp filter (libseccomp through PyPI ``pyseccomp``) returns ``EPERM`` for
   (``ENOSYS``, so libc falls back to ``clone``, whose flags can be inspected);
 - networking: ``socket`` for every address family except ``AF_UNIX``, ``connect``, ``bind``,
   ``listen``, ``accept``/``accept4`` (the holder's own socket is an inherited socketpair);
+  ``io_uring_*`` (its operations, sockets and connects included, bypass the syscall filter);
+  ``shutdown`` and ``setsockopt`` (a step shares the holder's socket: either would break it for
+  the holder too); ``fcntl``/``ioctl`` that arm signal-driven I/O (``F_SETOWN``, ``F_SETOWN_EX``,
+  ``F_SETSIG``, ``O_ASYNC``, ``FIOASYNC``, ``FIOSETOWN``, ``SIOCSPGRP``: a SIGIO to the holder);
+- kernel objects that outlive a process and escape the rollback: System V shared memory,
+  semaphores and message queues, POSIX message queues;
+- other processes: ``prlimit64`` on any pid but 0 (itself; compared on all 64 bits, so no high
+  bits can smuggle another pid), ``process_madvise``, ``migrate_pages``, ``move_pages``;
 - kernel surfaces nobody needs here: ``bpf``, ``perf_event_open``, ``userfaultfd``, ``keyctl``,
   ``add_key``, ``request_key``, module loading, ``kexec_*``, ``reboot``, ``swapon``/``swapoff``,
   ``open_by_handle_at``, ``iopl``/``ioperm``, ``personality``.
@@ -58,10 +66,19 @@ DENIED_SYSCALLS = (
     "ptrace", "process_vm_readv", "process_vm_writev", "kcmp",
     "unshare", "setns", "mount", "umount2", "pivot_root", "chroot",
     "connect", "bind", "listen", "accept", "accept4",
+    "io_uring_setup", "io_uring_enter", "io_uring_register", "shutdown", "setsockopt",
+    "shmget", "shmat", "shmdt", "shmctl", "semget", "semop", "semtimedop", "semctl",
+    "msgget", "msgsnd", "msgrcv", "msgctl",
+    "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr",
+    "process_madvise", "migrate_pages", "move_pages",
     "bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key",
     "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
-    "reboot", "swapon", "swapoff", "open_by_handle_at", "iopl", "ioperm", "personality",
+    "reboot", "swapon", "swapoff", "open_by_handle_at", "name_to_handle_at", "iopl", "ioperm",
+    "personality", "acct", "quotactl", "uselib",
 )  # fmt: skip
+_F_SETFL, _F_SETOWN, _F_SETSIG, _F_SETOWN_EX = 4, 8, 10, 15
+_O_ASYNC = 0o20000
+_SIGNAL_IOCTLS = (0x5452, 0x8901, 0x8902)  # FIOASYNC, FIOSETOWN, SIOCSPGRP
 
 
 def _prctl(option: int, value: int) -> None:
@@ -112,6 +129,14 @@ def install_seccomp() -> None:
         except (ValueError, OSError):  # a syscall this architecture does not have
             continue
     rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    low32 = 0xFFFFFFFF
+    rules.add_rule(deny, "prlimit64", seccomp.Arg(0, seccomp.NE, 0))
+    for command in (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX):
+        rules.add_rule(deny, "fcntl", seccomp.Arg(1, seccomp.MASKED_EQ, low32, command))
+    rules.add_rule(deny, "fcntl", seccomp.Arg(1, seccomp.MASKED_EQ, low32, _F_SETFL),
+                   seccomp.Arg(2, seccomp.MASKED_EQ, _O_ASYNC, _O_ASYNC))
+    for request in _SIGNAL_IOCTLS:
+        rules.add_rule(deny, "ioctl", seccomp.Arg(1, seccomp.MASKED_EQ, low32, request))
     for flag in _bits(_CLONE_NAMESPACE_FLAGS):
         rules.add_rule(deny, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
     for family in range(_AF_MAX):

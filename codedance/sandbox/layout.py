@@ -6,7 +6,9 @@ group: it may enter, not list or write)::
     work/        the working directory (sticky, 1777): inputs (root-owned, so they cannot be
                  removed) and whatever the snippets write; ``work/.tmp`` is TMPDIR, so it is
                  rolled back with the rest
-    io/          the step's captured file descriptors 1 and 2 (not trajectory state)
+
+A step's file descriptors 1 and 2 go to a memfd of its own (in memory, bounded by the memory
+limit, gone with the process): nothing of the trajectory lives outside ``work/``.
 
 Without a per-trajectory uid (an unprivileged host) everything is the caller's, mode 0700.
 """
@@ -32,16 +34,22 @@ class Limits:
     workdir_files: int = 10_000
     max_images: int = 8  # images returned per step
     max_pixels: int = 4096 * 4096  # larger images are downscaled
+    max_image_bytes: int = 48 << 20  # PNG bytes returned per step, all images together
     output_head: int = 20_000  # characters kept from the start of stdout and of stderr
     output_tail: int = 5_000  # and from the end
-    max_message: int = 256 << 20
+    error_chars: int = 4_000  # characters kept of an exception's message
+    max_message: int = 64 << 20  # a step's whole reply, as the controller accepts it
+    recovery_s: float = 10.0  # after the timeout, the most time a failed step's clean-up may take
+
+    def __post_init__(self):
+        if self.max_message < self.max_image_bytes + (1 << 20):
+            raise ValueError("max_message must leave room for max_image_bytes plus 1 MiB of text")
 
 
 @dataclass(frozen=True)
 class TrajectoryDirs:
     root: str
     workdir: str
-    iodir: str
     images: tuple[str, ...]  # the input files' names inside workdir
     owner: tuple[int, int] | None  # (uid, gid) the trajectory runs as, None: the caller's
 
@@ -54,22 +62,20 @@ class TrajectoryDirs:
 def prepare(root: str, images: list[ImageInput], uid: int | None) -> TrajectoryDirs:
     """Create ``root`` and its layout, write the input images, set owners and modes."""
     owner = (uid, uid) if uid is not None else None
-    workdir, iodir = os.path.join(root, "work"), os.path.join(root, "io")
+    workdir = os.path.join(root, "work")
     tmp = os.path.join(workdir, ".tmp")
     os.mkdir(root)
     os.mkdir(workdir)
-    os.mkdir(iodir, 0o700)
     names = write_inputs(images, workdir)
     os.mkdir(tmp, 0o700)
     if owner:
         os.chown(root, 0, owner[1])
         os.chmod(root, 0o710)
         os.chmod(workdir, 0o1777)
-        for path in (iodir, tmp):
-            os.chown(path, *owner)
+        os.chown(tmp, *owner)
     else:
         os.chmod(root, 0o700)
-    return TrajectoryDirs(root, workdir, iodir, tuple(names), owner)
+    return TrajectoryDirs(root, workdir, tuple(names), owner)
 
 
 def holder_request(dirs: TrajectoryDirs, uid: int | None, limits: Limits) -> dict:
@@ -78,11 +84,12 @@ def holder_request(dirs: TrajectoryDirs, uid: int | None, limits: Limits) -> dic
            "TMPDIR": os.path.join(dirs.workdir, ".tmp"), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
     return {
         "id": os.path.basename(dirs.root), "uid": uid, "gid": uid,
-        "workdir": dirs.workdir, "iodir": dirs.iodir, "images": list(dirs.images), "env": env,
+        "workdir": dirs.workdir, "images": list(dirs.images), "env": env,
         "limits": {
             "memory": limits.memory, "file_size": limits.file_size, "open_files": limits.open_files,
             "processes": limits.processes if uid else 0,
             "max_images": limits.max_images, "max_pixels": limits.max_pixels,
+            "max_image_bytes": limits.max_image_bytes, "error_chars": limits.error_chars,
             "output_head": limits.output_head, "output_tail": limits.output_tail,
         },
     }  # fmt: skip

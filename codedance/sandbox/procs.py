@@ -43,3 +43,14 @@ def kill_group_of(pidfd: int) -> None:
             os.killpg(pid, signal.SIGKILL)
     except (StopIteration, ProcessLookupError, PermissionError, FileNotFoundError, ValueError):
         pass
+
+
+def parent_pid(pid: int | None) -> int | None:
+    """The parent's pid as this process sees it (None when ``pid`` is gone)."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[1])
+    except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+        return None

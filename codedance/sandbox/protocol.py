@@ -1,32 +1,47 @@
-"""The wire format between the controller and the processes in the jail.
+"""The wire format between the controller and the processes in the jail, read defensively.
 
 A message is one JSON object plus zero or more binary blobs (PNG images), framed as::
 
     u32 header length | header JSON (UTF-8) | blob 0 | blob 1 | ...
 
 where the header carries ``"_blobs": [len0, len1, ...]``. JSON only: nothing from a sandbox is
-ever unpickled. Receivers bound the total size and, on the controller's side, read the sender's
-pid from ``SCM_CREDENTIALS`` (the kernel translates it into the receiver's PID namespace, so a
-process in the jail cannot lie about who it is).
+ever unpickled.
 
-Written by hand because no library frames JSON plus blobs with peer credentials over a unix
-socket; it is about a hundred lines.
+The controller's side treats every byte from the jail as hostile:
+- **Senders are told apart by the kernel.** With ``SCM_CREDENTIALS`` each chunk carries its
+  sender's pid (translated into the receiver's PID namespace: a process cannot lie about it), and
+  the `Reader` keeps one buffer per sender, so a step that writes garbage cannot desynchronise the
+  holder's stream. Each sender has a byte budget (``budget(pid)``; 0 drops its bytes unread).
+- **Sizes are checked before anything is allocated**: the header length against the budget, the
+  declared blob sizes against it before the blobs are read.
+- **Any decoding failure is one error**, `BadMessage`, naming the sender; its buffered bytes are
+  dropped and its later bytes ignored until `forget` (the controller kills the sender first).
+- `parse_result` checks a step's result against a typed schema and the sandbox's bounds (text
+  lengths, note count, image count, PNG header, pixels and bytes): anything the honest runtime
+  never sends is a `BadMessage`.
+
+Written by hand because no library frames JSON plus blobs with per-sender peer credentials over
+a unix socket.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import select
 import socket
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from codedance.types import ExecError, ExecResult, ExecStatus, Image
+from codedance.types import ExecError, ExecResult, ExecStatus, Image, png_size
 
 _HEADER = struct.Struct(">I")
 _UCRED = struct.Struct("iII")  # pid, uid, gid
-MAX_HEADER_BYTES = 16 << 20
+MAX_HEADER_BYTES = 1 << 20
+MAX_BLOBS = 64
+READ_CHUNK = 1 << 20
 
 
 class ProtocolError(Exception):
@@ -45,11 +60,23 @@ class Interrupted(ProtocolError):
     """The reader's interrupt descriptor turned readable (the sandbox is being closed)."""
 
 
+class BadMessage(ProtocolError):
+    """A sender broke the protocol (framing, JSON, schema or a bound)."""
+
+    def __init__(self, sender_pid: int | None, reason: str):
+        super().__init__(reason)
+        self.sender_pid = sender_pid
+
+
 @dataclass(frozen=True)
 class Message:
     body: dict
     blobs: tuple[bytes, ...] = ()
     sender_pid: int | None = None  # from SCM_CREDENTIALS, when the socket has SO_PASSCRED
+
+    @property
+    def op(self) -> object:
+        return self.body.get("op")
 
 
 def encode(body: dict, blobs: tuple[bytes, ...] | list[bytes] = ()) -> bytes:
@@ -59,8 +86,26 @@ def encode(body: dict, blobs: tuple[bytes, ...] | list[bytes] = ()) -> bytes:
     return b"".join([_HEADER.pack(len(raw)), raw, *blobs])
 
 
-def send(sock: socket.socket, body: dict, blobs: tuple[bytes, ...] | list[bytes] = ()) -> None:
-    sock.sendall(encode(body, blobs))
+class SendTimeout(ProtocolError):
+    """The peer did not take the message before the deadline (it stopped reading)."""
+
+
+def send(sock: socket.socket, body: dict, blobs: tuple[bytes, ...] | list[bytes] = (),
+         deadline: float | None = None) -> None:
+    """Send one message whole, by ``deadline`` (`SendTimeout`), on a blocking or non-blocking socket."""
+    data = memoryview(encode(body, blobs))
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLOUT)
+    while data:
+        try:
+            data = data[sock.send(data) :]
+            continue
+        except BlockingIOError:
+            pass
+        timeout_ms = None if deadline is None else int((deadline - time.monotonic()) * 1000) + 1
+        if timeout_ms is not None and timeout_ms <= 0:
+            raise SendTimeout("the peer stopped reading")
+        poller.poll(timeout_ms)
 
 
 def wait_readable(fd: int, deadline: float | None) -> bool:
@@ -78,104 +123,205 @@ def wait_any(fds: tuple[int, ...], deadline: float | None) -> set[int]:
     return {fd for fd, _ in poller.poll(timeout_ms)}
 
 
-class Reader:
-    """Reads framed messages from one socket, keeping any bytes that belong to the next one.
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not allowed")
 
-    With ``interrupt_fd``, a wait for bytes ends with `Interrupted` as soon as that descriptor
-    turns readable (another thread's way to stop a blocked receive without closing the socket).
+
+def decode_header(raw: bytes) -> tuple[dict, list[int]]:
+    """The header's JSON object and its blob sizes; ValueError for anything else."""
+    try:
+        header = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except Exception as exc:  # noqa: BLE001 - RecursionError, OverflowError, UnicodeError, ...
+        raise ValueError(f"malformed header: {type(exc).__name__}: {str(exc)[:200]}") from None
+    if not isinstance(header, dict):
+        raise ValueError("the header is not a JSON object")
+    sizes = header.pop("_blobs", None)
+    if not isinstance(sizes, list) or len(sizes) > MAX_BLOBS:
+        raise ValueError("the header's blob list is missing or too long")
+    if not all(type(n) is int and 0 <= n < 1 << 40 for n in sizes):
+        raise ValueError("the header's blob sizes are not small non-negative integers")
+    return header, sizes
+
+
+class Reader:
+    """Reads framed messages from one socket, one buffer per sender.
+
+    ``budget(pid)``: the most bytes a message of that sender may have (0: its bytes are dropped
+    unread); without credentials there is one sender, ``None``, with ``max_bytes``.
+    With ``interrupt_fd``, a wait ends with `Interrupted` as soon as that descriptor turns
+    readable (another thread's way to stop a blocked receive without closing the socket).
     """
 
     def __init__(self, sock: socket.socket, *, max_bytes: int, with_credentials: bool = False,
-                 interrupt_fd: int | None = None):
+                 interrupt_fd: int | None = None, budget: Callable[[int | None], int] | None = None):
         self.sock = sock
         self.interrupt_fd = interrupt_fd
         self.max_bytes = max_bytes
         self.with_credentials = with_credentials
-        self._buffer = bytearray()
-        self._pids: list[tuple[int, int | None]] = []  # (offset in buffer, sender pid)
+        self.budget = budget or (lambda _pid: max_bytes)
+        self.dropped_bytes = 0
+        self._buffers: dict[int | None, bytearray] = {}
+        self._ignored: set[int | None] = set()
         if with_credentials:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
 
     def receive(self, deadline: float | None = None) -> Message:
-        """Block until one whole message is here or ``deadline`` (time.monotonic) passes."""
-        header_len = self._fill(_HEADER.size, deadline)
-        (length,) = _HEADER.unpack(header_len)
-        if length > MAX_HEADER_BYTES:
-            raise ProtocolError(f"message header of {length} bytes exceeds {MAX_HEADER_BYTES}")
-        pid = self._pids[0][1] if self._pids else None
-        raw = self._fill(_HEADER.size + length, deadline)[_HEADER.size :]
-        try:
-            header = json.loads(raw.decode("utf-8"))
-            sizes = [int(n) for n in header.pop("_blobs")]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ProtocolError(f"malformed message header: {exc}") from exc
-        total = _HEADER.size + length + sum(sizes)
-        if total > self.max_bytes:
-            raise ProtocolError(f"message of {total} bytes exceeds the limit of {self.max_bytes}")
-        data = bytes(self._fill(total, deadline))
-        self._consume(total)
-        blobs, offset = [], _HEADER.size + length
-        for size in sizes:
-            blobs.append(data[offset : offset + size])
-            offset += size
-        return Message(body=header, blobs=tuple(blobs), sender_pid=pid)
-
-    def forget_buffered(self) -> None:
-        """Drop bytes already read but not yet returned (a forked child now owns them)."""
-        self._buffer.clear()
-        self._pids = []
-
-    def _consume(self, n: int) -> None:
-        """Drop the first ``n`` bytes; the chunk that now covers offset 0 keeps its sender."""
-        del self._buffer[:n]
-        covering = [(0, pid) for off, pid in self._pids if off <= n][-1:]
-        later = [(off - n, pid) for off, pid in self._pids if off > n]
-        self._pids = (covering + later) if self._buffer else []
-
-    def _fill(self, n: int, deadline: float | None) -> bytes:
-        watched = (self.sock.fileno(),) if self.interrupt_fd is None else (self.sock.fileno(), self.interrupt_fd)
-        while len(self._buffer) < n:
+        """The next whole message from any sender, by ``deadline`` (time.monotonic)."""
+        while True:
+            for pid in list(self._buffers):
+                message = self._take(pid)
+                if message is not None:
+                    return message
+            watched = (self.sock.fileno(),) if self.interrupt_fd is None else (self.sock.fileno(), self.interrupt_fd)
             ready = wait_any(watched, deadline)
             if not ready:
-                raise ReceiveTimeout(f"no message within the deadline ({len(self._buffer)} bytes)")
+                raise ReceiveTimeout("no message within the deadline")
             if self.interrupt_fd in ready:
                 raise Interrupted("the receive was interrupted")
             self._read_some()
-        return bytes(self._buffer[:n])
+
+    def forget(self, pid: int | None) -> None:
+        """Drop a sender's buffered bytes and stop ignoring it (its process is gone)."""
+        self._buffers.pop(pid, None)
+        self._ignored.discard(pid)
+
+    def forget_buffered(self) -> None:
+        """Drop every byte already read but not yet returned (a forked child now owns them)."""
+        self._buffers.clear()
+
+    def _take(self, pid: int | None) -> Message | None:
+        buffer = self._buffers[pid]
+        if len(buffer) < _HEADER.size:
+            return None
+        limit = self.budget(pid)
+        (length,) = _HEADER.unpack_from(buffer)
+        if _HEADER.size + length > min(limit, MAX_HEADER_BYTES + _HEADER.size):
+            self._bad(pid, f"a message header of {length} bytes is over the limit")
+        if len(buffer) < _HEADER.size + length:
+            return None
+        try:
+            header, sizes = decode_header(bytes(buffer[_HEADER.size : _HEADER.size + length]))
+        except ValueError as exc:
+            self._bad(pid, str(exc))
+        total = _HEADER.size + length + sum(sizes)
+        if total > limit:
+            self._bad(pid, f"a message of {total} bytes is over the limit of {limit}")
+        if len(buffer) < total:
+            return None
+        blobs, offset = [], _HEADER.size + length
+        for size in sizes:
+            blobs.append(bytes(buffer[offset : offset + size]))
+            offset += size
+        del buffer[:total]
+        if not buffer:
+            del self._buffers[pid]
+        return Message(body=header, blobs=tuple(blobs), sender_pid=pid)
+
+    def _bad(self, pid: int | None, reason: str) -> None:
+        self._buffers.pop(pid, None)
+        self._ignored.add(pid)
+        raise BadMessage(pid, reason)
 
     def _read_some(self) -> None:
-        want = 1 << 20
-        if self.with_credentials:
-            data, ancdata, _, _ = self.sock.recvmsg(want, socket.CMSG_SPACE(_UCRED.size))
-            pid = None
-            for level, kind, payload in ancdata:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
-                    pid = _UCRED.unpack(payload[: _UCRED.size])[0]
-            if data:
-                self._pids.append((len(self._buffer), pid))
-        else:
-            data = self.sock.recv(want)
+        pid = None
+        try:
+            if self.with_credentials:
+                data, ancdata, _, _ = self.sock.recvmsg(READ_CHUNK, socket.CMSG_SPACE(_UCRED.size))
+                for level, kind, payload in ancdata:
+                    if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                        pid = _UCRED.unpack(payload[: _UCRED.size])[0]
+            else:
+                data = self.sock.recv(READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            if exc.errno == errno.EINTR:
+                return
+            raise PeerClosed(f"the socket failed: {exc}") from exc
         if not data:
             raise PeerClosed("the process at the other end of the socket has gone")
-        self._buffer += data
+        if pid in self._ignored or self.budget(pid) <= 0:
+            self.dropped_bytes += len(data)
+            return
+        buffer = self._buffers.setdefault(pid, bytearray())
+        buffer += data
+        if len(buffer) > self.budget(pid) + READ_CHUNK:
+            self._bad(pid, "a sender's buffered bytes are over the limit")
 
 
-def result_from_message(message: Message) -> ExecResult:
-    """A step's ``result`` message as an `ExecResult` (an unknown status reads as crashed)."""
-    body = message.body
-    images = tuple(
-        Image.from_png(blob, origin=str(meta.get("source", "")))
-        for blob, meta in zip(message.blobs, body.get("images", []))
-    )
-    error = body.get("error")
+# ----------------------------------------------------------------- a step's result, checked
+_STEP_STATUSES = {"ok": ExecStatus.OK, "error": ExecStatus.ERROR, "oom": ExecStatus.OOM,
+                  "refused": ExecStatus.REFUSED}  # fmt: skip
+_RESULT_KEYS = {"op", "status", "stdout", "stderr", "images", "notes", "error"}
+MAX_NOTES = 16
+NOTE_CHARS = 1000
+ERROR_TYPE_CHARS = 200
+MAX_FRAMES = 10
+
+
+def _text(value: object, what: str, limit: int) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} is not a string")
+    if len(value) > limit:
+        raise ValueError(f"{what} has {len(value)} characters, over its bound of {limit}")
+    return value
+
+
+def parse_result(message: Message, limits) -> ExecResult:
+    """A step's ``result`` message as an `ExecResult`, checked against the schema and ``limits``
+    (a `codedance.sandbox.Limits`); raises `BadMessage` for anything the runtime never sends."""
     try:
-        status = ExecStatus(body.get("status"))
-    except ValueError:
-        status = ExecStatus.CRASHED
-    return ExecResult(
-        status=status, stdout=str(body.get("stdout", "")), stderr=str(body.get("stderr", "")),
-        error=ExecError(type=str(error["type"]), message=str(error["message"]),
-                        traceback=str(error.get("traceback", "")),
-                        frames=tuple((int(n), str(s)) for n, s in error.get("frames", []))) if error else None,
-        images=images, notes=tuple(str(n) for n in body.get("notes", [])),
-    )  # fmt: skip
+        return _parse_result(message, limits)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise BadMessage(message.sender_pid, f"the step's result broke the protocol: {exc}") from None
+
+
+def _parse_result(message: Message, limits) -> ExecResult:
+    body = message.body
+    if set(body) - _RESULT_KEYS:
+        raise ValueError(f"unknown fields {sorted(set(body) - _RESULT_KEYS)[:5]}")
+    status = _STEP_STATUSES[_text(body.get("status"), "status", 20)]
+    stream_chars = limits.output_head + limits.output_tail + 200  # the head, the tail and the cut marker
+    stdout = _text(body.get("stdout", ""), "stdout", stream_chars)
+    stderr = _text(body.get("stderr", ""), "stderr", stream_chars)
+    notes = body.get("notes", [])
+    if not isinstance(notes, list) or len(notes) > MAX_NOTES:
+        raise ValueError("notes is not a short list")
+    notes = tuple(_text(note, "a note", NOTE_CHARS) for note in notes)
+    error = _parse_error(body.get("error"), limits.error_chars)
+    meta = body.get("images", [])
+    if not isinstance(meta, list) or len(meta) != len(message.blobs):
+        raise ValueError("the image list does not match the blobs")
+    if len(meta) > limits.max_images:
+        raise ValueError(f"{len(meta)} images, over the limit of {limits.max_images}")
+    if sum(len(blob) for blob in message.blobs) > limits.max_image_bytes:
+        raise ValueError(f"the images are over {limits.max_image_bytes} bytes in all")
+    images = []
+    for blob, item in zip(message.blobs, meta):
+        if not isinstance(item, dict):
+            raise ValueError("an image's description is not an object")
+        width, height = png_size(blob)
+        if not (0 < width and 0 < height and width * height <= limits.max_pixels):
+            raise ValueError(f"an image of {width}x{height} pixels is over the limit of {limits.max_pixels}")
+        images.append(Image(png=blob, origin=_text(item.get("source", ""), "an image's source", NOTE_CHARS),
+                            width=width, height=height))  # fmt: skip
+    return ExecResult(status=status, stdout=stdout, stderr=stderr, error=error, images=tuple(images), notes=notes)
+
+
+def _parse_error(error: object, error_chars: int) -> ExecError | None:
+    if error is None:
+        return None
+    if not isinstance(error, dict):
+        raise ValueError("error is not an object")
+    frames = error.get("frames", [])
+    if not isinstance(frames, list) or len(frames) > MAX_FRAMES:
+        raise ValueError("the error's frames are not a short list")
+    parsed = []
+    for frame in frames:
+        if not (isinstance(frame, list) and len(frame) == 2 and type(frame[0]) is int and abs(frame[0]) < 1 << 31):
+            raise ValueError("an error frame is not [line, source]")
+        parsed.append((frame[0], _text(frame[1], "an error frame", NOTE_CHARS)))
+    return ExecError(type=_text(error.get("type"), "the error's type", ERROR_TYPE_CHARS),
+                     message=_text(error.get("message", ""), "the error's message", error_chars),
+                     traceback=_text(error.get("traceback", ""), "the traceback", 2 * error_chars),
+                     frames=tuple(parsed))  # fmt: skip

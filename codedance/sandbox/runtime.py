@@ -236,15 +236,13 @@ def _step(conn, reader, namespace, run: dict, request: dict, pristine_builtins: 
     Hooks.install()
     limits = request["limits"]
     workdir = request["workdir"]
-    collector = capture.ImageCollector(limits["max_images"], limits["max_pixels"])
+    collector = capture.ImageCollector(limits["max_images"], limits["max_pixels"], limits["max_image_bytes"])
     Hooks.collector = collector
     out = capture.BoundedText(limits["output_head"], limits["output_tail"])
     err = capture.BoundedText(limits["output_head"], limits["output_tail"])
-    fd_paths = [os.path.join(request["iodir"], f"fd{n}") for n in (1, 2)]
-    for target, path in zip((1, 2), fd_paths):
-        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    captured = [os.memfd_create(f"fd{n}", os.MFD_CLOEXEC) for n in (1, 2)]  # this process's alone
+    for target, handle in zip((1, 2), captured):
         os.dup2(handle, target)
-        os.close(handle)
     sys.stdout, sys.stderr = out, err
     before = capture.list_image_files(workdir)
     reply: dict = {"op": "result", "status": "ok"}
@@ -252,14 +250,14 @@ def _step(conn, reader, namespace, run: dict, request: dict, pristine_builtins: 
         value = execution.run_snippet(run["code"], namespace)
         capture.show_value(value, collector, out)
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, none escapes
-        failure = execution.describe_failure(exc, run["code"])
+        failure = execution.describe_failure(exc, run["code"], max_chars=limits["error_chars"])
         reply["status"] = "oom" if isinstance(exc, MemoryError) else "error"
         reply["error"] = vars(failure)
     sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
     _restore_builtins(pristine_builtins)  # this process may become the holder: keep it working
     _stop_timers()  # an alarm left by the snippet would otherwise kill it once it is the holder
     try:
-        reply.update(_collect(collector, workdir, before, out, err, fd_paths, limits))
+        reply.update(_collect(collector, workdir, before, out, err, captured, limits))
     except BaseException as exc:  # noqa: BLE001 - e.g. MemoryError while encoding an image
         reply.update(status="oom" if isinstance(exc, MemoryError) else "error",
                      stdout=out.value(), stderr=err.value(), images=[],
@@ -268,6 +266,7 @@ def _step(conn, reader, namespace, run: dict, request: dict, pristine_builtins: 
     if threading.active_count() > 1 and reply["status"] == "ok":
         reply["status"] = "refused"
         reply["notes"].append("the step left threads running; join every thread before the step ends")
+    reply["notes"] = [note[: protocol.NOTE_CHARS] for note in reply["notes"]][: protocol.MAX_NOTES]
     protocol.send(conn, reply, [png for png, _, _, _ in collector.images])
     _expect(reader, "commit")  # anything else: this step is abandoned and ends here
     if _resident_pages() - pages_at_start > 256:  # grew by 1 MB+: keep the new holder's idle footprint small
@@ -298,15 +297,15 @@ def _stop_timers() -> None:
         signal.setitimer(timer, 0)
 
 
-def _collect(collector, workdir, before, out, err, fd_paths, limits) -> dict:
+def _collect(collector, workdir, before, out, err, captured, limits) -> dict:
     import matplotlib.pyplot as plt
 
     from codedance.sandbox import capture
 
     _LIBC.fflush(None)
     streams = [out, err]
-    for stream, path in zip(streams, fd_paths):
-        text, size = capture.read_head(path, limits["output_head"])
+    for stream, handle in zip(streams, captured):
+        text, size = capture.read_head(handle, limits["output_head"])
         if text:
             cut = f"\n[... {size - len(text.encode())} bytes cut ...]" if size > len(text.encode()) else ""
             stream.write(text + cut)

@@ -1,20 +1,30 @@
 """`Sandbox`: one trajectory's persistent, transactional Python, run in the service's jail.
 
-The controller side of the fork chain (see ``runtime``). This class alone decides a step's fate
-and enforces it from outside the jail:
-- the wall-clock timeout: it waits for the step's result until the deadline, then SIGKILLs every
-  process of the step (the trajectory's cgroup, or the step's pidfd and process group);
-- success: the step's process must be the only one left beside the holder, with one thread, and
-  the working directory within its limits; then its files are checkpointed, it is told to become
+The controller side of the fork chain (see ``runtime``). Threat model: every process of the
+trajectory is hostile at every moment, the holder included once any step has committed (the
+step that committed *is* the next holder, with whatever it patched). This class alone decides a
+step's fate and enforces it from outside the jail:
+- **one absolute deadline per `run`**: the step must answer by ``timeout_s``; every clean-up after
+  a failure must be over ``Limits.recovery_s`` later. Nothing the jail sends extends either; past
+  the second the trajectory is declared lost and all its processes are killed;
+- success: the step's reply must pass the protocol's schema and bounds, the step must be the only
+  process beside the holder, with one thread, and the working directory within its limits; then,
+  with every process of the trajectory **frozen**, its files are checkpointed, it is told to become
   the holder and the old holder is killed;
-- failure (error, timeout, crash, OOM, refusal): the step's processes are killed, the working
-  directory is restored from the last checkpoint and the old holder, untouched, carries on.
-Senders are identified by the kernel (``SCM_CREDENTIALS``) and processes are killed through
-pidfds, so a process in the jail can neither impersonate another nor have a reused pid killed.
+- failure (error, timeout, crash, OOM, refusal, a malformed reply): the step's processes are
+  killed, and with the trajectory frozen the working directory is restored from the last
+  checkpoint; the old holder carries on;
+- messages are read per sender (``SCM_CREDENTIALS``) with a byte budget each (the step: the
+  message limit; the holder: a few KiB; anyone else: nothing); a holder that breaks the protocol
+  loses its trajectory, a step that does fails its step;
+- processes are killed through the trajectory's cgroup or pidfds, never by a pid that may have
+  been reused.
 
 Not handled: a holder killed from outside (for example by the host's OOM killer when no memory
 cgroup is in force) loses the trajectory's state; later steps then return ``crashed`` with a note
-saying so. One step runs at a time per sandbox; concurrent calls wait their turn.
+saying so. Without a freezer (no cgroups) the files are still handled without following any link,
+but a hostile holder can race the controller inside its own working directory. One step runs at a
+time per sandbox; concurrent calls wait their turn.
 """
 
 from __future__ import annotations
@@ -22,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-import shutil
 import signal
 import socket
 import threading
@@ -40,6 +49,17 @@ from codedance.sandbox.isolation import Isolation
 from codedance.sandbox.layout import Limits
 from codedance.sandbox.service import SandboxService, ServiceError, default_service
 from codedance.types import ExecResult, ExecStatus
+
+HOLDER_MESSAGE_BYTES = 64 << 10  # a holder only ever says "ready" and "step_done"
+ROLLED_BACK = "state rolled back to before this step"
+
+
+class _Lost(Exception):
+    """The trajectory can no longer be trusted or restored (its state is gone)."""
+
+
+class _Closing(Exception):
+    """`close` was called from another thread while this step ran."""
 
 
 class SandboxClosed(RuntimeError):
@@ -68,7 +88,13 @@ class Sandbox:
         self._closed = False
         self._lost: str | None = None
         self._cgroup: TrajectoryCgroup | None = None
+        self._files: files.WorkdirSnapshot | None = None
+        self._holder_pid: int | None = None
         self._holder_pidfd: int | None = None
+        self._step_pid: int | None = None
+        self._step_pidfd: int | None = None
+        self._awaiting_new_process = True  # the holder's "ready" or a step's "started" may come
+        self._recovery_deadline = 0.0
         self._conn: socket.socket | None = None
         self._interrupt: int | None = None  # an eventfd: `close` wakes a step's blocked receive
         self.service.isolation.require(require)  # host-level layers first, before any work
@@ -86,7 +112,7 @@ class Sandbox:
     # ----------------------------------------------------------------- setup
     def _setup(self, images: list[ImageInput], start_timeout_s: float) -> None:
         dirs = layout.prepare(self._dir, images, self.uid)
-        self.workdir, self._iodir = dirs.workdir, dirs.iodir
+        self.workdir = dirs.workdir
         store = os.path.join(self.service.store_root, os.path.basename(self._dir))
         self._files = files.WorkdirSnapshot(
             self.workdir, store, protected=dirs.protected, owner=dirs.owner,
@@ -96,10 +122,11 @@ class Sandbox:
             self._cgroup = TrajectoryCgroup(self.service.cgroup_layout, memory_bytes=self.limits.memory,
                                             max_processes=self.limits.processes)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours.setblocking(False)  # every send and receive has a deadline
         self._conn = ours
         self._interrupt = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         self._reader = protocol.Reader(ours, max_bytes=self.limits.max_message, with_credentials=True,
-                                       interrupt_fd=self._interrupt)
+                                       interrupt_fd=self._interrupt, budget=self._budget)
         request = layout.holder_request(dirs, self.uid, self.limits)
         try:
             self.service.spawn(request, theirs)
@@ -111,10 +138,11 @@ class Sandbox:
             raise ServiceError(f"the sandbox's holder did not start within {start_timeout_s:g} s "
                                f"({exc}); is the machine overloaded? `codedance sandbox check` "
                                "tests the host") from exc  # fmt: skip
-        if not ready.body.get("ok"):
-            raise ValueError(f"the sandbox could not start: {ready.body.get('error')}")
+        if ready.op != "ready" or not ready.body.get("ok"):
+            raise ValueError(f"the sandbox could not start: {str(ready.body.get('error'))[:2000]}")
         self._holder_pid = ready.sender_pid
         self._holder_pidfd = os.pidfd_open(self._holder_pid)
+        self._awaiting_new_process = False
         if self._cgroup is not None:
             self._cgroup.add(self._holder_pid)
         if not self._resume():  # the holder forks its first spare step process only now
@@ -123,159 +151,263 @@ class Sandbox:
         base = self.service.isolation
         missing = dict(base.missing)
         if base.seccomp and "seccomp" not in layers:
-            missing["seccomp"] = layers.get("seccomp_error", "the filter did not load")
+            missing["seccomp"] = str(layers.get("seccomp_error", "the filter did not load"))
         self._isolation = replace(
             base, seccomp=base.seccomp and "seccomp" in layers, missing=tuple(missing.items())
         )
 
+    def _budget(self, pid: int | None) -> int:
+        """How many bytes a message from ``pid`` may have (0: its bytes are dropped unread)."""
+        if pid is not None and pid == self._step_pid:
+            return self.limits.max_message
+        if pid is not None and pid == self._holder_pid:
+            return HOLDER_MESSAGE_BYTES
+        return HOLDER_MESSAGE_BYTES if self._awaiting_new_process else 0
+
     # ----------------------------------------------------------------- running
     def run(self, code: str, timeout_s: float | None = None) -> ExecResult:
-        """Run one snippet as a transaction; see the module docstring for what each status means."""
+        """Run one snippet as a transaction; see the module docstring for what each status means.
+        Returns within ``timeout_s + limits.recovery_s`` whatever the snippet does."""
         if not isinstance(code, str):
             raise TypeError(f"code must be a str, got {type(code).__name__}")
         timeout = self.timeout_s if timeout_s is None else timeout_s
         if timeout <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout}")
-        with self._lock:
+        while not self._lock.acquire(timeout=0.05):
+            if self._closed:
+                raise SandboxClosed("this sandbox is closed; create a new Sandbox to run more code")
+        try:
             if self._closed:
                 raise SandboxClosed("this sandbox is closed; create a new Sandbox to run more code")
             if self._lost is not None:
                 return ExecResult(status=ExecStatus.CRASHED, notes=(self._lost,), rolled_back=False)
             started = time.monotonic()
-            result = self._step(code, timeout, started)
-            if self._closed and not result.ok:
-                result = ExecResult(status=ExecStatus.CRASHED, notes=("the sandbox was closed while this step ran",))
+            self._recovery_deadline = started + timeout + self.limits.recovery_s
+            result = self._guarded_step(code, started + timeout, timeout)
             return replace(result, duration_s=time.monotonic() - started,
                            executed_nothing=executes_nothing(code))
+        finally:
+            self._lock.release()
 
     async def arun(self, code: str, timeout_s: float | None = None) -> ExecResult:
         """`run` without blocking the event loop (in the pool's bounded executor when there is one)."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self.run, code, timeout_s)
 
-    def _step(self, code: str, timeout: float, started: float) -> ExecResult:
-        deadline = started + timeout
+    def _guarded_step(self, code: str, deadline: float, timeout: float) -> ExecResult:
         try:
-            protocol.send(self._conn, {"op": "run", "code": code})
-            message = self._reader.receive(deadline)
-            if message.body.get("op") == "step_done" and message.sender_pid == self._holder_pid:
-                return self._after_crash(message.body.get("wait_status", 0))  # died before starting
-            if message.body.get("op") != "started" or message.sender_pid == self._holder_pid:
-                return self._fail(ExecStatus.CRASHED, None, "the step did not start")
-            step_pid = message.sender_pid
-            step_pidfd = procs.open_pidfd(step_pid)  # None: already dead; the holder reports how
-        except protocol.ReceiveTimeout:
-            return self._fail(ExecStatus.TIMEOUT, None, f"the step did not start within {timeout:g} s")
-        except (protocol.ProtocolError, OSError) as exc:
-            return self._lose(f"the sandbox's holder process is gone ({exc})")
-        try:
-            message = self._reader.receive(deadline)
-        except protocol.ReceiveTimeout:
-            return self._fail(ExecStatus.TIMEOUT, step_pidfd,
-                              f"the step ran past its {timeout:g} s limit and was stopped")
-        except protocol.Interrupted:  # `close` from another thread; `run` writes the note
-            self._kill_step(step_pidfd)
-            return ExecResult(status=ExecStatus.CRASHED)
-        except (protocol.PeerClosed, OSError) as exc:
-            return self._lose(f"the sandbox's holder process is gone ({exc})")
-        except protocol.ProtocolError as exc:
-            return self._fail(ExecStatus.REFUSED, step_pidfd, f"the step's reply was refused: {exc}")
-        if message.body.get("op") == "step_done" and message.sender_pid == self._holder_pid:
-            if step_pidfd is not None:
-                os.close(step_pidfd)
-            return self._after_crash(message.body.get("wait_status", 0))
-        if message.body.get("op") != "result" or message.sender_pid != step_pid:
-            return self._fail(ExecStatus.CRASHED, step_pidfd, "the step sent an unexpected message")
-        result = protocol.result_from_message(message)
-        if result.status is ExecStatus.OK and step_pidfd is None:
-            result = replace(result, status=ExecStatus.CRASHED, notes=result.notes + ("the step's process vanished",))
-        if result.status is ExecStatus.OK:
-            problem = self._commit_problem(step_pid)
-            if problem is None:
-                return self._commit(result, step_pid, step_pidfd)
-            result = replace(result, status=ExecStatus.REFUSED, notes=result.notes + (problem,))
-        return self._fail(result.status, step_pidfd, None, result)
+            return self._step(code, deadline, timeout)
+        except _Closing:
+            self._kill_step()
+            return ExecResult(status=ExecStatus.CRASHED, notes=("the sandbox was closed while this step ran",))
+        except _Lost as lost:
+            return self._lose(str(lost))
+        except Exception as exc:  # noqa: BLE001 - after close() released the descriptors, or a bug
+            if self._closed:
+                return ExecResult(status=ExecStatus.CRASHED, notes=("the sandbox was closed while this step ran",))
+            return self._lose(f"the controller failed: {type(exc).__name__}: {exc}")
+        finally:
+            self._forget_step()
 
-    def _commit_problem(self, step_pid: int) -> str | None:
-        if self._cgroup is not None and self._cgroup.pids() - {self._holder_pid, step_pid}:
+    def _receive(self, deadline: float) -> protocol.Message:
+        """The next message, from the holder or the current step only; `BadMessage` from the step
+        is raised, anything else broken becomes `_Lost` or `_Closing`."""
+        while True:
+            try:
+                message = self._reader.receive(deadline)
+            except protocol.Interrupted:
+                raise _Closing() from None
+            except protocol.BadMessage as exc:
+                if exc.sender_pid == self._holder_pid:
+                    raise _Lost(f"the holder process broke the protocol ({exc})") from None
+                if exc.sender_pid == self._step_pid:
+                    raise
+                continue  # a stray process: its bytes are ignored from now on
+            except (protocol.PeerClosed, OSError) as exc:
+                raise _Lost(f"the sandbox's holder process is gone ({exc})") from None
+            if message.sender_pid == self._holder_pid and message.op != "step_done":
+                raise _Lost(f"the holder process sent an unexpected {str(message.op)[:40]!r} message")
+            return message
+
+    def _step(self, code: str, deadline: float, timeout: float) -> ExecResult:
+        try:
+            protocol.send(self._conn, {"op": "run", "code": code}, deadline=deadline)
+        except protocol.SendTimeout:
+            raise _Lost("the holder process stopped reading its socket") from None
+        except OSError as exc:
+            raise _Lost(f"the sandbox's holder process is gone ({exc})") from None
+        self._awaiting_new_process = True
+        try:
+            message = self._receive(deadline)
+        except protocol.ReceiveTimeout:
+            return self._fail(ExecStatus.TIMEOUT, f"the step did not start within {timeout:g} s")
+        finally:
+            self._awaiting_new_process = False
+        if message.sender_pid == self._holder_pid:
+            return self._after_crash(message)  # the spare died before it started
+        if message.op != "started" or procs.parent_pid(message.sender_pid) != self._holder_pid:
+            return self._fail(ExecStatus.CRASHED, "the step did not start")
+        self._step_pid = message.sender_pid
+        self._step_pidfd = procs.open_pidfd(self._step_pid)  # None: already dead; the holder says how
+        try:
+            message = self._receive(deadline)
+        except protocol.ReceiveTimeout:
+            return self._fail(ExecStatus.TIMEOUT, f"the step ran past its {timeout:g} s limit and was stopped")
+        except protocol.BadMessage as exc:
+            return self._fail(ExecStatus.CRASHED, f"the step's reply was malformed and refused: {exc}")
+        if message.sender_pid == self._holder_pid:
+            return self._after_crash(message)
+        if message.op != "result":
+            return self._fail(ExecStatus.CRASHED, "the step sent an unexpected message")
+        try:
+            result = protocol.parse_result(message, self.limits)
+        except protocol.BadMessage as exc:
+            return self._fail(ExecStatus.CRASHED, f"the step's reply was malformed and refused: {exc}")
+        if result.status is ExecStatus.OK and self._step_pidfd is None:
+            result = replace(result, status=ExecStatus.CRASHED, notes=result.notes + ("the step's process vanished",))
+        if result.status is not ExecStatus.OK:
+            return self._fail(result.status, None, result)
+        return self._try_commit(result)
+
+    def _try_commit(self, result: ExecResult) -> ExecResult:
+        """With the trajectory frozen: check the step, checkpoint its files, make it the holder."""
+        self._freeze()
+        try:
+            problem = self._commit_problem()
+            if problem is None:
+                return self._commit(result)
+        finally:
+            self._thaw()
+        result = replace(result, status=ExecStatus.REFUSED, notes=result.notes + (problem,))
+        return self._fail(ExecStatus.REFUSED, None, result)
+
+    def _commit_problem(self) -> str | None:
+        if self._cgroup is not None and self._cgroup.pids() - {self._holder_pid, self._step_pid}:
             return "the step left processes running; wait for every child process before it ends"
-        if procs.thread_count(step_pid) > 1:
+        if procs.thread_count(self._step_pid) > 1:
             return "the step left threads running; join every thread before the step ends"
         try:
-            self._files.checkpoint()
-        except (files.LimitExceeded, OSError) as exc:
-            return f"the working directory is over its limit: {exc}"
+            self._files.checkpoint(self._recovery_deadline)
+        except files.LimitExceeded as exc:
+            return f"the working directory cannot be kept: {exc}"
+        except (files.SnapshotBroken, files.DeadlinePassed, OSError) as exc:
+            raise _Lost(f"the working directory could not be saved ({exc})") from None
         return None
 
-    def _commit(self, result: ExecResult, step_pid: int, step_pidfd: int) -> ExecResult:
+    def _commit(self, result: ExecResult) -> ExecResult:
         try:
-            protocol.send(self._conn, {"op": "commit"})
-        except OSError as exc:
-            return self._lose(f"the step's process vanished while committing ({exc})")
-        old = self._holder_pidfd
-        self._holder_pid, self._holder_pidfd = step_pid, step_pidfd
-        procs.kill_pidfd(old)
-        protocol.wait_readable(old, time.monotonic() + 2.0)  # a pidfd turns readable at exit
-        os.close(old)
+            protocol.send(self._conn, {"op": "commit"}, deadline=self._recovery_deadline)
+        except (OSError, protocol.SendTimeout) as exc:
+            raise _Lost(f"the step's process vanished while committing ({exc})") from None
+        old_pid, old_pidfd = self._holder_pid, self._holder_pidfd
+        self._holder_pid, self._holder_pidfd = self._step_pid, self._step_pidfd
+        self._step_pid = self._step_pidfd = None
+        procs.kill_pidfd(old_pidfd)  # on cgroup v1 it dies once thawed
+        self._thaw()
+        protocol.wait_readable(old_pidfd, time.monotonic() + 2.0)  # a pidfd turns readable at exit
+        os.close(old_pidfd)
+        self._reader.forget(old_pid)
         return result
 
-    def _fail(self, status: ExecStatus, step_pidfd: int | None, note: str | None,
-              result: ExecResult | None = None) -> ExecResult:
+    def _fail(self, status: ExecStatus, note: str | None, result: ExecResult | None = None) -> ExecResult:
         """Kill the step, wait for the holder to notice, restore files: the step never happened."""
-        self._kill_step(step_pidfd)
-        try:
-            done = self._reader.receive(time.monotonic() + 10.0)
-            while done.body.get("op") != "step_done" or done.sender_pid != self._holder_pid:
-                done = self._reader.receive(time.monotonic() + 10.0)
-        except protocol.ProtocolError as exc:
-            return self._lose(f"the sandbox's holder process did not recover ({exc})")
-        if status is ExecStatus.CRASHED and self._cgroup is not None and self._cgroup.new_oom_kill():
-            status = ExecStatus.OOM
-        self._files.restore()
-        if not self._resume():
-            return self._lose("the sandbox's holder process is gone after a failed step")
+        self._kill_step()
+        while True:
+            try:
+                done = self._receive(self._recovery_deadline)
+            except protocol.ReceiveTimeout:
+                raise _Lost("the holder process did not recover in time") from None
+            except protocol.BadMessage:
+                continue  # the dead step's last bytes
+            if done.sender_pid == self._holder_pid:
+                break
+        self._forget_step()
+        oom = status is ExecStatus.CRASHED and self._cgroup is not None and self._cgroup.new_oom_kill()
+        self._restore_and_resume()
         result = result or ExecResult(status=status)
-        notes = result.notes + ((note,) if note else ()) + ("state rolled back to before this step",)
-        return replace(result, status=status, rolled_back=True, notes=notes)
+        notes = result.notes + ((note,) if note else ()) + (ROLLED_BACK,)
+        return replace(result, status=ExecStatus.OOM if oom else status, rolled_back=True, notes=notes)
 
-    def _after_crash(self, wait_status: int) -> ExecResult:
-        if self._cgroup is not None:
-            self._cgroup.kill_all(except_pid=self._holder_pid)
+    def _after_crash(self, step_done: protocol.Message) -> ExecResult:
+        wait_status = step_done.body.get("wait_status")
+        if type(wait_status) is not int or not 0 <= wait_status < 1 << 16:
+            raise _Lost("the holder process sent a malformed exit status")
+        self._kill_step()
+        self._forget_step()
         oom = self._cgroup is not None and self._cgroup.new_oom_kill()
-        self._files.restore()
-        if not self._resume():
-            return self._lose("the sandbox's holder process is gone after a crashed step")
+        self._restore_and_resume()
         if oom:
             status, note = ExecStatus.OOM, "the step ran out of memory and was killed"
         elif os.WIFSIGNALED(wait_status):
             number = os.WTERMSIG(wait_status)
-            status, note = ExecStatus.CRASHED, f"the step's process died of {signal.Signals(number).name}"
+            name = signal.Signals(number).name if number in signal.valid_signals() else f"signal {number}"
+            status, note = ExecStatus.CRASHED, f"the step's process died of {name}"
         else:
             code = os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else wait_status
             status, note = ExecStatus.CRASHED, f"the step's process exited (status {code}) before finishing"
-        return ExecResult(status=status, rolled_back=True, notes=(note, "state rolled back to before this step"))
+        return ExecResult(status=status, rolled_back=True, notes=(note, ROLLED_BACK))
+
+    def _restore_and_resume(self) -> None:
+        self._freeze()
+        try:
+            self._files.restore(self._recovery_deadline)
+        except (files.DeadlinePassed, files.SnapshotBroken, OSError) as exc:
+            raise _Lost(f"the working directory could not be restored ({exc})") from None
+        finally:
+            self._thaw()
+        if not self._resume():
+            raise _Lost("the sandbox's holder process is gone after a failed step")
+
+    def _freeze(self) -> None:
+        """Stop every process of the trajectory before its files are touched (where a freezer exists)."""
+        if self._closed:
+            raise _Closing()
+        if self._cgroup is not None and self._cgroup.can_freeze:
+            if not self._cgroup.freeze(self._recovery_deadline):
+                raise _Lost("the trajectory's processes could not be frozen in time")
+
+    def _thaw(self) -> None:
+        if self._cgroup is not None:
+            self._cgroup.thaw()
 
     def _resume(self) -> bool:
         """Let the holder fork its next spare step process (it waits for this after a failure)."""
         try:
-            protocol.send(self._conn, {"op": "resume"})
-        except OSError:
+            protocol.send(self._conn, {"op": "resume"}, deadline=time.monotonic() + 5.0)
+        except (OSError, protocol.SendTimeout):
             return False
         return True
 
-    def _kill_step(self, step_pidfd: int | None) -> None:
-        if step_pidfd is not None:
-            procs.kill_pidfd(step_pidfd)
+    def _kill_step(self) -> None:
+        """SIGKILL every process of the trajectory but the holder (the step and what it started)."""
+        if self._step_pidfd is not None:
+            procs.kill_pidfd(self._step_pidfd)
         if self._cgroup is not None:
             self._cgroup.kill_all(except_pid=self._holder_pid)
-        elif step_pidfd is not None:
-            procs.kill_group_of(step_pidfd)
-        if step_pidfd is not None:
-            os.close(step_pidfd)
+        elif self._step_pidfd is not None:
+            procs.kill_group_of(self._step_pidfd)
+
+    def _forget_step(self) -> None:
+        if self._step_pidfd is not None:
+            os.close(self._step_pidfd)
+        if self._step_pid is not None:
+            self._reader.forget(self._step_pid)
+        self._step_pid = self._step_pidfd = None
 
     def _lose(self, why: str) -> ExecResult:
+        """Give the trajectory up: kill all its processes; later steps return crashed."""
         self._lost = f"{why}; the trajectory's state is lost: start a new sandbox"
+        self._kill_all()
         return ExecResult(status=ExecStatus.CRASHED, notes=(self._lost,))
+
+    def _kill_all(self) -> None:
+        if self._holder_pidfd is not None:
+            procs.kill_group_of(self._holder_pidfd)
+            procs.kill_pidfd(self._holder_pidfd)
+        if self._step_pidfd is not None:
+            procs.kill_pidfd(self._step_pidfd)
+        if self._cgroup is not None:
+            self._cgroup.kill_all()
 
     # ----------------------------------------------------------------- lifecycle
     @property
@@ -302,21 +434,21 @@ class Sandbox:
                 self._lock.release()
 
     def _release(self) -> None:
-        if self._holder_pidfd is not None:
-            procs.kill_group_of(self._holder_pidfd)
-            procs.kill_pidfd(self._holder_pidfd)
-            os.close(self._holder_pidfd)
-            self._holder_pidfd = None
+        self._kill_all()
         if self._cgroup is not None:
             self._cgroup.remove()
+        if self._holder_pidfd is not None:
+            os.close(self._holder_pidfd)
+            self._holder_pidfd = None
         if self._conn is not None:
             self._conn.close()
         if self._interrupt is not None:
             os.close(self._interrupt)
             self._interrupt = None
-        shutil.rmtree(self._dir, ignore_errors=True)
-        if getattr(self, "_files", None) is not None:
-            shutil.rmtree(self._files.store, ignore_errors=True)
+        if self._files is not None:
+            self._files.close()
+            files.remove_tree(self._files.store)
+        files.remove_tree(self._dir)
 
     def __enter__(self) -> Self:
         return self

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
+import time
 
 import numpy as np
 import pytest
@@ -11,7 +13,8 @@ import pytest
 from codedance.sandbox import protocol
 from codedance.sandbox.capture import BoundedText, ImageCollector, array_to_image
 from codedance.sandbox.execution import describe_failure, executes_nothing, run_snippet
-from codedance.sandbox.files import LimitExceeded, WorkdirSnapshot
+from codedance.sandbox.files import LimitExceeded, Unkeepable, WorkdirSnapshot, remove_tree
+from codedance.sandbox.layout import Limits
 
 
 def test_messages_round_trip_with_blobs_and_sender_pid():
@@ -27,23 +30,95 @@ def test_messages_round_trip_with_blobs_and_sender_pid():
 def test_oversized_and_malformed_messages_are_refused():
     left, right = socket.socketpair()
     protocol.send(left, {"op": "big"}, [b"x" * 5000])
-    with pytest.raises(protocol.ProtocolError, match="exceeds"):
+    with pytest.raises(protocol.BadMessage, match="over the limit"):
         protocol.Reader(right, max_bytes=1000).receive()
     left, right = socket.socketpair()
     left.sendall(b"\x00\x00\x00\x03{x}")
-    with pytest.raises(protocol.ProtocolError, match="malformed"):
+    with pytest.raises(protocol.BadMessage, match="malformed"):
         protocol.Reader(right, max_bytes=1000).receive()
     left.close()
     with pytest.raises(protocol.PeerClosed):
         protocol.Reader(right, max_bytes=1000).receive()
 
 
-def test_receive_times_out():
-    import time
+def _frame(raw: bytes) -> bytes:
+    return len(raw).to_bytes(4, "big") + raw
 
-    _, right = socket.socketpair()
+
+@pytest.mark.parametrize("raw", [
+    b"[1, 2]", b'{"_blobs": "x"}', b'{"_blobs": [-1]}', b'{"_blobs": [1.5]}', b'{"op": NaN, "_blobs": []}',
+    b'{"x": Infinity, "_blobs": []}', b"[" * 100_000 + b"]" * 100_000, b'{"x": 1' + b"0" * 5000 + b', "_blobs": []}',
+    b"\xff\xfe", b'{"_blobs": [' + b"1," * 100 + b"1]}", b'{"_blobs": [1099511627776]}',
+])  # fmt: skip
+def test_every_malformed_header_is_one_error_and_the_stream_goes_on(raw):
+    """Any framing or decoding failure is a BadMessage naming the sender; other senders' streams
+    (here: the next socket user) are not desynchronised."""
+    left, right = socket.socketpair()
+    reader = protocol.Reader(right, max_bytes=1 << 20, with_credentials=True)
+    left.sendall(_frame(raw))
+    with pytest.raises(protocol.BadMessage) as info:
+        reader.receive(deadline=time.monotonic() + 5)
+    assert info.value.sender_pid == os.getpid()
+    reader.forget(os.getpid())
+    protocol.send(left, {"op": "after"})
+    assert reader.receive(deadline=time.monotonic() + 5).body == {"op": "after"}
+
+
+def test_an_oversized_header_is_refused_before_it_is_read():
+    left, right = socket.socketpair()
+    left.sendall((1 << 30).to_bytes(4, "big"))
+    with pytest.raises(protocol.BadMessage, match="header of 1073741824 bytes"):
+        protocol.Reader(right, max_bytes=1 << 40).receive(deadline=time.monotonic() + 5)
+
+
+def test_a_sender_without_budget_is_dropped_unread():
+    left, right = socket.socketpair()
+    reader = protocol.Reader(right, max_bytes=1 << 20, with_credentials=True, budget=lambda pid: 0)
+    protocol.send(left, {"op": "ignored"}, [b"x" * 1000])
     with pytest.raises(protocol.ReceiveTimeout):
-        protocol.Reader(right, max_bytes=100).receive(deadline=time.monotonic() + 0.05)
+        reader.receive(deadline=time.monotonic() + 0.2)
+    assert reader.dropped_bytes > 1000
+
+
+def _result(**fields) -> protocol.Message:
+    body = {"op": "result", "status": "ok", "stdout": "", "stderr": "", "images": [], "notes": []}
+    body.update(fields)
+    return protocol.Message(body=body, blobs=fields.pop("_blobs", ()), sender_pid=1)
+
+
+def _png(width: int, height: int, extra: bytes = b"") -> bytes:
+    return b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + struct.pack(">II", width, height) + extra
+
+
+@pytest.mark.parametrize("fields,blobs,match", [
+    ({"stdout": "x" * 15_700_000}, (), "stdout has"),
+    ({"status": "timeout"}, (), "timeout"),
+    ({"status": ["ok"]}, (), "status is not a string"),
+    ({"notes": ["n"] * 100}, (), "notes"),
+    ({"notes": ["x" * 100_000]}, (), "a note has"),
+    ({"error": {"type": "E", "message": "m" * 9_000_000}}, (), "message has"),
+    ({"error": {"type": "E", "frames": [["1", "x"]]}}, (), "frame"),
+    ({"extra": 1}, (), "unknown fields"),
+    ({"images": [{"source": "s"}] * 40}, (_png(10, 10),) * 40, "40 images"),
+    ({"images": [{"source": "s"}]}, (_png(13000, 13000),), "over the limit"),
+    ({"images": [{"source": "s"}]}, (_png(4, 4, b"\x00" * (49 << 20)),), "bytes in all"),
+    ({"images": [{"source": "s"}]}, (b"GIF89a" + b"\x00" * 30,), "not PNG"),
+    ({"images": [{"source": "s"}, {"source": "t"}]}, (_png(4, 4),), "does not match"),
+])  # fmt: skip
+def test_a_forged_result_is_refused(fields, blobs, match):
+    message = protocol.Message(body={"op": "result", "status": "ok", **fields}, blobs=blobs, sender_pid=7)
+    with pytest.raises(protocol.BadMessage, match=match) as info:
+        protocol.parse_result(message, Limits())
+    assert info.value.sender_pid == 7
+
+
+def test_an_honest_result_is_accepted():
+    message = protocol.Message(body={"op": "result", "status": "error", "stdout": "hi", "notes": ["a"],
+                                     "error": {"type": "ValueError", "message": "m", "frames": [[1, "x"]]},
+                                     "images": [{"source": "plot"}]}, blobs=(_png(30, 20),))  # fmt: skip
+    result = protocol.parse_result(message, Limits())
+    assert result.status.value == "error" and result.error.frames == ((1, "x"),)
+    assert result.images[0].size == (30, 20) and result.images[0].origin == "plot"
 
 
 def test_workdir_restore_undoes_every_kind_of_change(tmp_path):
@@ -52,25 +127,59 @@ def test_workdir_restore_undoes_every_kind_of_change(tmp_path):
     (work / "keep.txt").write_text("one")
     (work / "d").mkdir()
     (work / "d" / "inner.txt").write_text("inner")
-    os.symlink("keep.txt", work / "link")
     snapshot = WorkdirSnapshot(str(work), str(store), protected=frozenset(), owner=None,
                                max_entries=100, max_bytes=1 << 20)  # fmt: skip
     (work / "keep.txt").write_text("two")
     (work / "new.txt").write_text("new")
     (work / "d" / "inner.txt").unlink()
-    os.unlink(work / "link")
     os.symlink("/etc/passwd", work / "link")
     os.mkfifo(work / "fifo")
+    os.chmod(work / "d", 0o500)
     snapshot.restore()
     assert (work / "keep.txt").read_text() == "one"
     assert (work / "d" / "inner.txt").read_text() == "inner"
-    assert not (work / "new.txt").exists()
-    assert os.readlink(work / "link") == "keep.txt"
+    assert sorted(os.listdir(work)) == ["d", "keep.txt"]
     (work / "keep.txt").write_text("three")
     snapshot.checkpoint()
     (work / "keep.txt").write_text("four")
     snapshot.restore()
     assert (work / "keep.txt").read_text() == "three"
+
+
+@pytest.mark.parametrize("make_it,match", [
+    (lambda w: os.symlink("/etc", w / "link"), "symlink"),
+    (lambda w: os.mkfifo(w / "fifo"), "FIFO"),
+    (lambda w: socket.socket(socket.AF_UNIX).bind(str(w / "sock")), "socket"),
+])  # fmt: skip
+def test_only_files_and_directories_are_kept(tmp_path, make_it, match):
+    work = tmp_path / "work"
+    work.mkdir()
+    snapshot = WorkdirSnapshot(str(work), str(tmp_path / "s"), protected=frozenset(), owner=None,
+                               max_entries=100, max_bytes=1 << 20)  # fmt: skip
+    make_it(work)
+    with pytest.raises(Unkeepable, match=match):
+        snapshot.checkpoint()
+    snapshot.restore()
+    assert os.listdir(work) == []
+
+
+def test_a_symlinked_parent_is_never_followed(tmp_path):
+    """A directory swapped for a symlink to a host directory between checkpoint and restore: the
+    restore removes the link and recreates the directory; the host directory is untouched."""
+    work, host = tmp_path / "work", tmp_path / "host"
+    work.mkdir()
+    host.mkdir()
+    (host / "secret").write_text("host")
+    (work / "d").mkdir()
+    (work / "d" / "f").write_text("mine")
+    snapshot = WorkdirSnapshot(str(work), str(tmp_path / "s"), protected=frozenset(), owner=None,
+                               max_entries=100, max_bytes=1 << 20)  # fmt: skip
+    os.rename(work / "d", work / "moved")
+    os.symlink(str(host), work / "d")
+    snapshot.restore()
+    assert (work / "d").is_dir() and not (work / "d").is_symlink() and (work / "d" / "f").read_text() == "mine"
+    assert os.listdir(host) == ["secret"] and (host / "secret").read_text() == "host"
+    assert sorted(os.listdir(work)) == ["d"]
 
 
 def test_workdir_limits(tmp_path):
@@ -80,10 +189,34 @@ def test_workdir_limits(tmp_path):
                                max_entries=5, max_bytes=1000)  # fmt: skip
     for i in range(6):
         (work / f"f{i}").write_text("x")
-    with pytest.raises(LimitExceeded, match="more than 5 files"):
+    with pytest.raises(LimitExceeded, match="more than 5 entries"):
         snapshot.checkpoint()
     snapshot.restore()
     assert os.listdir(work) == []
+    snapshot.max_entries = 100
+    deep = work
+    for _ in range(40):
+        deep = deep / "d"
+    deep.mkdir(parents=True)
+    with pytest.raises(LimitExceeded, match="deeper than"):
+        snapshot.checkpoint()
+    snapshot.restore()
+    assert os.listdir(work) == []
+
+
+def test_removing_a_tree_deeper_than_the_path_limit(tmp_path):
+    """Thousands of levels (far past PATH_MAX and any descriptor budget) are removed."""
+    root = tmp_path / "root"
+    root.mkdir()
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(3000):
+        os.mkdir("level-directory", dir_fd=fd)
+        child = os.open("level-directory", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    os.close(fd)
+    remove_tree(str(root))
+    assert not root.exists()
 
 
 def test_bounded_text_keeps_head_and_tail():
