@@ -1,5 +1,5 @@
-"""``codedance sandbox check`` (the contract checks) and ``codedance sandbox run`` (a snippet file
-against images, from the shell)."""
+"""``codedance sandbox check`` (the contract checks), ``codedance sandbox run`` (a snippet file
+against images, from the shell) and ``codedance sandbox gc`` (what dead services left)."""
 
 from __future__ import annotations
 
@@ -89,3 +89,14 @@ def run(
     elif result.images:
         typer.echo(f"{len(result.images)} image(s) returned (pass --out DIR to save them)")
     raise typer.Exit(0 if result.ok else 1)
+
+
+@app.command()
+def gc() -> None:
+    """Remove the directories and cgroups left by sandbox services that died without closing
+    (a controller killed with SIGKILL). Live services are never touched: each holds a lock."""
+    from codedance.sandbox.leftovers import sweep
+
+    swept = sweep()
+    typer.echo(f"removed the leftovers of {len(swept)} dead sandbox service(s)"
+               + (f": {', '.join(swept)}" if swept else ""))

@@ -19,8 +19,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -31,10 +29,10 @@ import time
 import weakref
 
 import codedance
-from codedance.sandbox import cgroups
+from codedance.sandbox import cgroups, leftovers
+from codedance.sandbox.files import remove_tree
 from codedance.sandbox.isolation import Isolation, bubblewrap_problem, seccomp_problem
 
-_UID_BASE = 1 << 20  # trajectory uids: _UID_BASE + (random block) + slot; never a real account
 # one thread per step: a step that leaves threads alive is refused, and steps are bounded by cores
 SINGLE_THREADED = {
     "OPENBLAS_NUM_THREADS": "1",
@@ -113,16 +111,23 @@ class SandboxService:
     """A running zygote plus the host resources shared by its trajectories.
 
     ``use_namespaces``/``use_cgroups``/``use_seccomp``: None means "when the host allows it".
+    ``memory_total``: the memory limit of all its trajectories together (cgroups only; default
+    85 % of the host's memory, so no set of trajectories can exhaust the host).
+    Starting a service first sweeps what dead services left behind (`leftovers.sweep`).
     """
 
     def __init__(self, *, use_namespaces: bool | None = None, use_cgroups: bool | None = None,
-                 use_seccomp: bool | None = None, start_timeout_s: float = 120.0):
+                 use_seccomp: bool | None = None, start_timeout_s: float = 120.0,
+                 memory_total: int | None = None):
         self.as_root = os.geteuid() == 0
         self._lock = threading.Lock()
         self._closed = False
         self._next_slot = 0
         self._sandboxes: weakref.WeakSet = weakref.WeakSet()
-        self._uid_block = _UID_BASE + secrets.randbelow(1 << 10) * (1 << 16)
+        leftovers.sweep()
+        name, self._name_lock = leftovers.claim_service_name()
+        self.name = name
+        self._uid_block, self._uid_lock = leftovers.claim_uid_block() if self.as_root else (0, None)
         missing: list[tuple[str, str]] = []
         bwrap_why = bubblewrap_problem() if use_namespaces is not False else "disabled by the caller"
         self.namespaces = bwrap_why is None
@@ -134,10 +139,10 @@ class SandboxService:
             missing.append(("seccomp", seccomp_why))
         if not self.as_root:
             missing.append(("users", "the controller is not root"))
-        name = f"codedance-{os.getpid()}-{secrets.token_hex(4)}"
         self.cgroup_layout = None
         if use_cgroups is not False:
-            self.cgroup_layout, cgroup_why = cgroups.detect_layout(name)
+            total = memory_total if memory_total is not None else int(0.85 * _host_memory())
+            self.cgroup_layout, cgroup_why = cgroups.detect_layout(name, total)
         else:
             cgroup_why = "disabled by the caller"
         if self.cgroup_layout is None:
@@ -185,6 +190,8 @@ class SandboxService:
         """A fresh uid for a new trajectory (None when the controller is not root)."""
         with self._lock:
             self._next_slot += 1
+            if self._next_slot >= leftovers.UID_BLOCK:
+                raise ServiceError("this service has handed out all its uids; start a new SandboxService")
             return self._uid_block + self._next_slot if self.as_root else None
 
     def register(self, sandbox) -> None:
@@ -236,8 +243,15 @@ class SandboxService:
         if self.cgroup_layout is not None:
             cgroups.remove_parent(self.cgroup_layout)
         for path in (self.work_root, self.store_root):
-            shutil.rmtree(path, ignore_errors=True)
+            remove_tree(path)
+        leftovers.release_service_name(self.name, self._name_lock)
+        if self._uid_lock is not None:
+            os.close(self._uid_lock)
         atexit.unregister(self.close)
+
+
+def _host_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 _default: SandboxService | None = None

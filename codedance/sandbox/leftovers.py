@@ -1,0 +1,97 @@
+"""Host-wide bookkeeping of sandbox services: who is alive, which uid block is whose, and the
+sweep of what dead services left behind (``codedance sandbox gc``).
+
+A service holds an exclusive ``flock`` on ``<tmp>/codedance-<pid>-<hex>.lock`` for its whole life.
+The lock, not the pid, says whether a service is alive: pids are not unique across PID
+namespaces (tests and CI run controllers in several), a lock is, and the kernel releases it when
+the process dies, even by SIGKILL. A dead service's leftovers are its work and store directories
+(``<name>-work-*``, ``<name>-store-*``) and its cgroups (``<name>`` under each hierarchy).
+
+Trajectory uids come in blocks of 65,536, one block per live service, each claimed with its own
+lock file, so that two services on one host never hand out the same uid.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import os
+import secrets
+import tempfile
+
+from codedance.sandbox import cgroups
+from codedance.sandbox.files import remove_tree
+
+PREFIX = "codedance-"
+UID_BASE = 1 << 20  # trajectory uids: UID_BASE + block * UID_BLOCK + slot; never a real account
+UID_BLOCK = 1 << 16
+UID_BLOCKS = 1 << 10
+
+
+def _locks_dir() -> str:
+    return tempfile.gettempdir()
+
+
+def _try_lock(path: str) -> int | None:
+    """An open descriptor holding an exclusive lock on ``path``, or None if someone holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.fstat(fd).st_ino != os.stat(path, follow_symlinks=False).st_ino:
+            raise BlockingIOError("a sweep removed the file before it was locked")
+    except (BlockingIOError, FileNotFoundError):
+        os.close(fd)
+        return None
+    return fd
+
+
+def claim_service_name() -> tuple[str, int]:
+    """A fresh service name and the descriptor of its held lock (keep it open while alive)."""
+    while True:
+        name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+        fd = _try_lock(os.path.join(_locks_dir(), f"{name}.lock"))
+        if fd is not None:
+            return name, fd
+
+
+def release_service_name(name: str, fd: int) -> None:
+    """Remove a closed service's lock file, then let the lock go."""
+    try:
+        os.unlink(os.path.join(_locks_dir(), f"{name}.lock"))
+    except FileNotFoundError:
+        pass
+    os.close(fd)
+
+
+def claim_uid_block() -> tuple[int, int]:
+    """The first uid of a block no live service uses, and the descriptor of its held lock."""
+    directory = os.path.join(_locks_dir(), f"{PREFIX}uid-blocks")
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    start = secrets.randbelow(UID_BLOCKS)
+    for offset in range(UID_BLOCKS):
+        block = (start + offset) % UID_BLOCKS
+        fd = _try_lock(os.path.join(directory, f"block-{block}.lock"))
+        if fd is not None:
+            return UID_BASE + block * UID_BLOCK, fd
+    raise RuntimeError(f"all {UID_BLOCKS} uid blocks are held by live sandbox services")
+
+
+def sweep() -> list[str]:
+    """Remove the directories and cgroups of every dead service; the names of those swept."""
+    swept = []
+    for lock in sorted(glob.glob(os.path.join(_locks_dir(), f"{PREFIX}*.lock"))):
+        name = os.path.basename(lock)[: -len(".lock")]
+        fd = _try_lock(lock)
+        if fd is None:
+            continue  # alive
+        try:
+            for path in glob.glob(os.path.join(_locks_dir(), f"{name}-work-*")) + \
+                    glob.glob(os.path.join(_locks_dir(), f"{name}-store-*")):  # fmt: skip
+                remove_tree(path)
+            if os.geteuid() == 0:
+                cgroups.remove_service_groups(name)
+            os.unlink(lock)
+            swept.append(name)
+        finally:
+            os.close(fd)
+    return swept
