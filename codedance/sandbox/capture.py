@@ -216,21 +216,31 @@ def _displayable(image: Image.Image) -> Image.Image:
     return image.convert("RGB")
 
 
-def list_image_files(root: str, limit: int = 10_000) -> dict[str, tuple[int, int]]:
-    """Image files under ``root`` (relative path -> (size, mtime_ns)), at most ``limit`` entries."""
+def list_image_files(root: str, limit: int = 10_000, max_depth: int = 32) -> dict[str, tuple[int, int]]:
+    """Image files under ``root`` (relative path -> (size, mtime_ns)): at most ``limit`` entries,
+    ``max_depth`` levels down, hidden directories and symlinks skipped."""
     found: dict[str, tuple[int, int]] = {}
-    for directory, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        for name in files:
-            if name.lower().endswith(IMAGE_SUFFIXES):
-                path = os.path.join(directory, name)
+    pending = [("", 0)]
+    while pending:
+        relative_dir, depth = pending.pop()
+        try:
+            iterator = os.scandir(os.path.join(root, relative_dir) if relative_dir else root)
+        except OSError:
+            continue
+        with iterator:
+            for item in iterator:
+                relative = os.path.join(relative_dir, item.name)
                 try:
-                    info = os.stat(path)
+                    if item.is_dir(follow_symlinks=False):
+                        if depth + 1 < max_depth and not item.name.startswith("."):
+                            pending.append((relative, depth + 1))
+                    elif item.is_file(follow_symlinks=False) and item.name.lower().endswith(IMAGE_SUFFIXES):
+                        info = item.stat(follow_symlinks=False)
+                        found[relative] = (info.st_size, info.st_mtime_ns)
+                        if len(found) >= limit:
+                            return found
                 except OSError:
                     continue
-                found[os.path.relpath(path, root)] = (info.st_size, info.st_mtime_ns)
-                if len(found) >= limit:
-                    return found
     return found
 
 

@@ -1,0 +1,402 @@
+"""A hostile holder: a committed step patches the runtime, then races the controller, forges
+messages and breaks the protocol. One test per class of the security review (issue 11).
+
+Every sandbox here comes from the ``jail`` fixture (the jail's PID namespace and seccomp are
+asserted before any hostile code runs); ``scripts/run-tests.sh`` also runs the suite in a fresh
+PID namespace.
+
+How the patches work: the step that commits *is* the next holder, so whatever it patched runs
+there. Patching ``os.waitpid`` makes the holder run attacker code while each later step runs (the
+holder waits for its step with ``os.waitpid``); patching ``codedance.sandbox.protocol.send``
+rewrites what the next step sends. Shared anonymous memory (which no rollback undoes) makes a
+forgery one-shot across rolled-back steps.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import stat
+import time
+
+import pytest
+
+from codedance.sandbox import Limits
+from codedance.types import ExecStatus
+from tests.sandbox.conftest import assert_only_holder_and_spare, assert_state_intact, prepare_state
+
+OK, ERROR, CRASHED, REFUSED, TIMEOUT = (ExecStatus.OK, ExecStatus.ERROR, ExecStatus.CRASHED,
+                                        ExecStatus.REFUSED, ExecStatus.TIMEOUT)  # fmt: skip
+x86_64 = pytest.mark.skipif(platform.machine() != "x86_64", reason="raw syscall numbers are x86-64's")
+
+# The socket this process shares with the controller (the holder's; a step inherits it).
+SOCKET_FD = """
+import os, stat
+def _socket_fd():
+    for name in os.listdir('/proc/self/fd'):
+        try:
+            if stat.S_ISSOCK(os.fstat(int(name)).st_mode):
+                return int(name)
+        except OSError:
+            pass
+"""
+# The holder runs ACTION() again and again while each later step runs.
+HOSTILE_HOLDER = """
+_real_waitpid = os.waitpid
+def _hostile_waitpid(pid, options, _real=_real_waitpid):
+    while True:
+        done = _real(pid, os.WNOHANG)
+        if done != (0, 0):
+            return done
+        ACTION()
+os.waitpid = _hostile_waitpid
+"""
+
+
+def hostile(action: str) -> str:
+    """A snippet that, once committed, makes the holder run ``action`` (defining ACTION)."""
+    return SOCKET_FD + action + HOSTILE_HOLDER
+
+
+def _host_dir(tmp_path):
+    """A host directory outside the jail with a root-only canary file, and its fingerprint."""
+    host = tmp_path / "host"
+    host.mkdir()
+    canary = host / "canary"
+    canary.write_text("CANARY-host-secret")
+    os.chmod(canary, 0o600)
+    return host, _fingerprint(host)
+
+
+def _fingerprint(directory) -> list:
+    return sorted((e.name, e.stat(follow_symlinks=False).st_mode, e.stat(follow_symlinks=False).st_size,
+                   e.stat(follow_symlinks=False).st_mtime_ns) for e in os.scandir(directory))  # fmt: skip
+
+
+def _no_setuid_files(root) -> None:
+    for directory, _, names in os.walk(root):
+        for name in names:
+            mode = os.lstat(os.path.join(directory, name)).st_mode
+            assert not mode & (stat.S_ISUID | stat.S_ISGID), os.path.join(directory, name)
+
+
+def test_symlink_swaps_during_restore_never_reach_the_host(jail, tmp_path):
+    """Class 1: the holder swaps a committed directory for a symlink to a host directory while
+    the controller restores and checkpoints. Nothing on the host is written, read or deleted."""
+    host, before = _host_dir(tmp_path)
+    sandbox = jail(timeout_s=5.0)
+    assert sandbox.run("import os\nos.makedirs('d', exist_ok=True)\nopen('d/x', 'w').write('mine')").ok
+    action = ("def ACTION():\n    try:\n        os.rename('d', 'd.real'); os.symlink(%r, 'd')\n"
+              "        os.unlink('d'); os.rename('d.real', 'd')\n    except OSError: pass\n") % str(host)
+    assert sandbox.run(hostile(action)).ok
+    for code in ("open('d/x', 'w').write('evil'); raise ValueError('fail')",
+                 "import os; os.chmod('d/x', 0o4755); open('d/y', 'w').write('setuid attempt')",
+                 "import time; time.sleep(0.05); 1/0",
+                 "open('d/z', 'w').write('z')", "import shutil; shutil.rmtree('d'); raise ValueError",
+                 "print(open('d/x').read())"):
+        result = sandbox.run(code)
+        assert result.status in (OK, ERROR, REFUSED, CRASHED), result
+    assert _fingerprint(host) == before
+    assert (host / "canary").read_text() == "CANARY-host-secret"
+    _no_setuid_files(sandbox.workdir)
+    _no_setuid_files(sandbox._files.store)
+    leak = sandbox.run("found = []\nimport os\n"
+                       "for d, _, names in os.walk('.'):\n    for n in names:\n"
+                       "        try: found += ['CANARY' in open(os.path.join(d, n), errors='replace').read()]\n"
+                       "        except OSError: pass\nprint(any(found))")  # fmt: skip
+    assert "True" not in leak.stdout
+
+
+def test_a_fifo_swapped_in_during_restore_does_not_block_the_controller(jail):
+    """Class 2: a FIFO in place of a committed file while the controller restores."""
+    sandbox = jail(timeout_s=1.0, limits=Limits(recovery_s=3.0))
+    assert sandbox.run("open('f', 'w').write('data')").ok
+    action = "def ACTION():\n    try:\n        os.unlink('f'); os.mkfifo('f')\n    except OSError: pass\n"
+    assert sandbox.run(hostile(action)).ok
+    for code in ("raise ValueError('fail')", "while True: pass", "print(open('f').read())"):
+        started = time.monotonic()
+        result = sandbox.run(code)
+        assert time.monotonic() - started < 1.0 + 3.0 + 2.0, (code, result)
+        assert result.status is not OK or result.stdout == "data\n", result
+    sandbox.close()  # and closing does not hang either
+
+
+def test_a_chatty_holder_cannot_extend_the_deadline(jail):
+    """Class 3: the holder drips bytes (and whole junk messages) forever: every run() still returns
+    by timeout + recovery time; the trajectory is declared lost, its processes killed."""
+    sandbox = jail(timeout_s=1.0, limits=Limits(recovery_s=2.0))
+    action = "_sock = _socket_fd()\ndef ACTION():\n    os.write(_sock, b'\\x00')\n    import time; time.sleep(0.01)\n"
+    assert sandbox.run(hostile(action)).ok
+    started = time.monotonic()
+    result = sandbox.run("while True: pass")
+    assert time.monotonic() - started < 1.0 + 2.0 + 1.5
+    assert result.status is CRASHED and "lost" in result.notes[-1]
+    assert sandbox._cgroup is None or sandbox._cgroup.pids() == set()
+    again = sandbox.run("print(1)")
+    assert again.status is CRASHED and not again.rolled_back
+
+
+def test_a_holder_sending_junk_messages_loses_only_its_own_trajectory(jail):
+    sandbox, neighbour = jail(timeout_s=2.0), jail()
+    expected = prepare_state(neighbour)
+    action = ("import json, struct\n_sock = _socket_fd()\n"
+              "def ACTION():\n    raw = json.dumps({'op': 'result', 'status': 'ok', '_blobs': []}).encode()\n"
+              "    os.write(_sock, struct.pack('>I', len(raw)) + raw)\n")
+    assert sandbox.run(hostile(action)).ok
+    result = sandbox.run("import time; time.sleep(0.3)")
+    assert result.status is CRASHED and "holder" in result.notes[-1]
+    assert_state_intact(neighbour, expected)
+
+
+@x86_64
+@pytest.mark.parametrize("name,number,args", [
+    ("io_uring_setup", 425, (8, 0)), ("io_uring_enter", 426, (0, 0, 0, 0, 0, 0)),
+    ("io_uring_register", 427, (0, 0, 0, 0)),
+    ("shmget", 29, (0, 4096, 0o1000 | 0o600)), ("semget", 64, (0, 1, 0o1000 | 0o600)),
+    ("msgget", 68, (0, 0o1000 | 0o600)), ("mq_open", 240, (0, 0o100, 0o600, 0)),
+    ("shutdown", 48, (3, 2)), ("setsockopt", 54, (3, 1, 7, 0, 0)),
+])  # fmt: skip
+def test_denied_kernel_surfaces(jail, name, number, args):
+    """Classes 4, 7 and 9: io_uring (which would bypass the socket rules), SysV and POSIX IPC
+    (which outlive close and cross trajectories), shutdown/setsockopt on the shared socket."""
+    sandbox = jail()
+    code = (f"import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+            f"r = libc.syscall({number}, *[ctypes.c_long(a) for a in {args!r}])\n"
+            f"print(r, ctypes.get_errno())")  # fmt: skip
+    result = sandbox.run(code)
+    assert result.ok and result.stdout == "-1 1\n", (name, result)  # EPERM
+    assert sandbox.run("print('alive')").stdout == "alive\n"
+
+
+def test_io_uring_cannot_open_a_network_socket(jail):
+    """Class 4, end to end: the route the review used (io_uring's socket op) stops at setup."""
+    sandbox = jail()
+    result = sandbox.run("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                         "params = ctypes.create_string_buffer(120)\n"
+                         "print(libc.syscall(425, 4, params), ctypes.get_errno())")  # fmt: skip
+    assert result.stdout == "-1 1\n"
+
+
+def test_signal_driven_io_and_prlimit_on_the_holder_are_denied(jail):
+    """A failing step cannot arm SIGIO on the shared socket (which would kill the holder) nor
+    lower the holder's limits; its own limits stay settable."""
+    sandbox = jail()
+    expected = prepare_state(sandbox)
+    code = (SOCKET_FD + "import fcntl, resource\nsock = _socket_fd()\ndenied = []\n"
+            "for attempt in (lambda: fcntl.fcntl(sock, fcntl.F_SETOWN, os.getppid()),\n"
+            "                lambda: fcntl.fcntl(sock, fcntl.F_SETFL, os.O_ASYNC),\n"
+            "                lambda: fcntl.fcntl(sock, 10, 9),\n"
+            "                lambda: resource.prlimit(os.getppid(), resource.RLIMIT_NOFILE, (4, 4))):\n"
+            "    try: attempt(); denied.append(False)\n"
+            "    except PermissionError: denied.append(True)\n"
+            "resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
+            "print(denied)\nraise ValueError('fail after trying')")  # fmt: skip
+    result = sandbox.run(code)
+    assert result.status is ERROR and result.stdout == "[True, True, True, True]\n", result
+    assert_state_intact(sandbox, expected)
+
+
+def test_fifos_and_links_are_counted_refused_and_rolled_back(jail):
+    """Class 5: special files are never committed, count against the entry limit, vanish on
+    rollback, and leave later steps fast."""
+    sandbox = jail(timeout_s=10.0)
+    expected = prepare_state(sandbox)
+    one = sandbox.run("import os; os.mkfifo('pipe')")
+    assert one.status is REFUSED and "FIFO" in one.notes[-2]
+    many = sandbox.run("import os\nfor i in range(20_000): os.mkfifo(f'p{i}')")
+    assert many.status is REFUSED and many.rolled_back, many
+    link = sandbox.run("import os; os.symlink('keep.txt', 'alias')")
+    assert link.status is REFUSED and "symlink" in link.notes[-2]
+    assert_state_intact(sandbox, expected)
+    started = time.monotonic()
+    assert sandbox.run("pass", timeout_s=0.5).ok
+    assert time.monotonic() - started < 0.5
+
+
+FORGE = """
+import mmap, os, struct, json
+import codedance.sandbox.protocol as _protocol
+_armed = mmap.mmap(-1, 1)  # shared: a rolled-back step's change stays
+_armed[0] = 1
+_real_send = _protocol.send
+_installer = os.getpid()  # this step sends its own result honestly; the next one forges
+def _forging_send(sock, body, blobs=(), deadline=None, _real=_real_send, _armed=_armed):
+    if body.get("op") != "result" or not _armed[0] or os.getpid() == _installer:
+        return _real(sock, body, blobs, deadline)
+    _armed[0] = 0
+    FORGE_BODY
+_protocol.send = _forging_send
+"""
+_RESULT = "{'op': 'result', 'status': 'ok', 'stdout': '', 'stderr': '', 'notes': [], 'images': []"
+
+
+def _raw(header_expression: str, tail: str = "b''") -> str:
+    return f"raw = {header_expression}\n    sock.sendall(struct.pack('>I', len(raw)) + raw + {tail})"
+
+
+FORGERIES = {
+    "15.7M characters of stdout": "_real(sock, {**body, 'stdout': 'x' * 15_700_000})",
+    "40 images of 13000x13000": (
+        "png = b'\\x89PNG\\r\\n\\x1a\\n\\x00\\x00\\x00\\rIHDR' + struct.pack('>II', 13000, 13000)\n"
+        "    _real(sock, {**body, 'images': [{'source': 's'}] * 40}, [png] * 40)"),
+    "745k characters of notes": "_real(sock, {**body, 'notes': ['n' * 1000] * 745})",
+    "a status the step may not claim": "_real(sock, {**body, 'status': 'timeout'})",
+    "bad JSON": _raw("b'{not json'"),
+    "NaN": _raw("b'{\"op\": \"result\", \"status\": NaN, \"_blobs\": []}'"),
+    "deep nesting": _raw("b'{\"op\": \"result\", \"x\": ' + b'[' * 200000 + b']' * 200000 + b', \"_blobs\": []}'"),
+    "a huge integer": _raw("b'{\"op\": \"result\", \"n\": 1' + b'0' * 100000 + b', \"_blobs\": []}'"),
+    "wrong types": _raw("json.dumps({**body, 'stdout': 5, 'error': [1], '_blobs': []}).encode()"),
+    "a header length of 2 GiB": "sock.sendall(struct.pack('>I', 1 << 31) + b'{}')",
+    "blob sizes that lie": _raw("json.dumps({**body, '_blobs': [100]}).encode()", "b'short'"),
+    "a negative blob size": _raw("json.dumps({**body, '_blobs': [-5]}).encode()"),
+    "invalid UTF-8": _raw("b'\\xff\\xfe\\xfd'"),
+    "a blob over the message limit": _raw("json.dumps({**body, '_blobs': [1 << 30]}).encode()"),
+}
+
+
+@pytest.mark.parametrize("name", list(FORGERIES))
+def test_a_forged_reply_fails_its_step_and_keeps_the_trajectory(jail, name):
+    """Class 6: each forgery of a step's reply (once, by a patched runtime) comes back as a
+    failed, rolled-back step within its deadline: no exception out of run(), no descriptor leaked,
+    no framing desynchronised (the next steps work and see the state from before)."""
+    sandbox = jail(timeout_s=3.0, limits=Limits(recovery_s=3.0))
+    expected = prepare_state(sandbox)
+    assert sandbox.run(FORGE.replace("FORGE_BODY", FORGERIES[name])).ok
+    descriptors = len(os.listdir("/proc/self/fd"))
+    started = time.monotonic()
+    result = sandbox.run("y = 2")
+    assert time.monotonic() - started < 3.0 + 3.0 + 1.0
+    assert result.status in (CRASHED, TIMEOUT) and result.rolled_back, (name, result)
+    assert len(result.stdout) < 30_000 and len(result.images) == 0 and sum(map(len, result.notes)) < 20_000
+    assert len(os.listdir("/proc/self/fd")) == descriptors
+    assert_state_intact(sandbox, expected)
+    assert sandbox.run("print(y)").status is ERROR  # the forged step never happened
+
+
+def test_ordinary_code_fails_the_step_not_the_trajectory(jail):
+    """Class 7: a 9 MB exception, images over the message budget, a tree nested past any path
+    limit, and shutdown() on the shared socket: each is one failed (or trimmed) step."""
+    sandbox = jail(timeout_s=20.0, limits=Limits(max_image_bytes=4 << 20, max_message=6 << 20))
+    expected = prepare_state(sandbox)
+    big = sandbox.run("raise ValueError('x' * 9_000_000)")
+    assert big.status is ERROR and len(big.error.message) <= 4_000 and big.rolled_back
+    images = sandbox.run("import numpy as np\nfrom PIL import Image\nrng = np.random.default_rng(0)\n"
+                         "for i in range(4):\n"
+                         "    Image.fromarray(rng.integers(0, 255, (800, 800, 3), dtype=np.uint8)).save(f'noise{i}.png')")
+    assert images.ok and 1 <= len(images.images) < 4 and any("not returned" in n for n in images.notes), images
+    deep = sandbox.run("import os\nfor _ in range(3000):\n    os.mkdir('d'); os.chdir('d')\nos.chdir('/')")
+    assert deep.status is REFUSED and "deeper" in " ".join(deep.notes) and deep.rolled_back, deep
+    deep_failed = sandbox.run("import os\nfor _ in range(3000):\n    os.mkdir('e'); os.chdir('e')\n1/0")
+    assert deep_failed.status is ERROR and deep_failed.rolled_back
+    shut = sandbox.run(SOCKET_FD + "import socket\nsocket.socket(fileno=os.dup(_socket_fd())).shutdown(socket.SHUT_RDWR)")
+    assert shut.status is ERROR and shut.error.type == "PermissionError", shut
+    assert sandbox.run("import os; os.remove('noise0.png')").ok
+    assert sandbox.run("import os, glob; [os.remove(p) for p in glob.glob('noise*.png')]").ok
+    assert_state_intact(sandbox, expected)
+
+
+def test_nothing_of_the_trajectory_lives_outside_its_working_directory(jail):
+    """Class 8: output written to file descriptor 1 goes to a memfd, not to a host file."""
+    sandbox = jail()
+    result = sandbox.run("import os\nfor _ in range(40): os.write(1, b'y' * (1 << 20))\nraise ValueError")
+    assert result.status is ERROR and "bytes cut" in result.stdout
+    assert os.listdir(os.path.dirname(sandbox.workdir)) == ["work"]
+
+
+def test_run_after_close_raises_at_once(jail):
+    from codedance.sandbox import SandboxClosed
+
+    sandbox = jail()
+    sandbox.close()
+    started = time.monotonic()
+    with pytest.raises(SandboxClosed):
+        sandbox.run("pass")
+    assert time.monotonic() - started < 1.0
+
+
+def test_a_holder_that_forks_extra_processes_cannot_commit_them(jail):
+    """The holder runs code between steps; what it starts is found at the next commit."""
+    sandbox = jail(timeout_s=3.0)
+    action = ("_forked = []\ndef ACTION():\n    if not _forked:\n        _forked.append(os.fork())\n"
+              "        if _forked[0] == 0:\n            import time; time.sleep(100)\n")
+    assert sandbox.run(hostile(action)).ok
+    result = sandbox.run("import time; time.sleep(0.3)")
+    assert result.status is REFUSED and "processes" in " ".join(result.notes), result
+    assert sandbox.run("pass").ok  # the refusal killed the holder's extra process
+    assert_only_holder_and_spare(sandbox)
+
+
+def test_leftovers_of_a_killed_controller_are_swept(tmp_path):
+    """A controller killed with SIGKILL leaves its directories and cgroups; the sweep removes
+    them and never touches a live service."""
+    import subprocess
+    import sys
+
+    from codedance.sandbox import SandboxService
+    from codedance.sandbox.leftovers import sweep
+
+    script = ("from codedance.sandbox import Sandbox, SandboxService\nimport sys, time\n"
+              "service = SandboxService()\nsb = Sandbox(service=service)\nsb.run('open(\"f\", \"w\").write(\"x\")')\n"
+              "print(service.name, service.work_root, service.store_root, flush=True)\ntime.sleep(600)")  # fmt: skip
+    from codedance.sandbox.cgroups import service_parents
+
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        name, work_root, store_root = child.stdout.readline().split()
+        assert name not in sweep()  # alive: its lock is held
+        assert os.path.isdir(work_root) and os.path.isdir(store_root)
+    finally:
+        child.kill()
+        child.wait()
+    sweep()  # (another process's sweep may have come first: what matters is that it is gone)
+    assert not os.path.exists(work_root) and not os.path.exists(store_root)
+    assert not any(os.path.exists(os.path.join(p, name)) for p in service_parents())
+    live = SandboxService()
+    try:
+        assert live.name not in sweep() and os.path.isdir(live.work_root)
+    finally:
+        live.close()
+
+
+def test_two_services_never_share_a_uid_block():
+    from codedance.sandbox.leftovers import claim_uid_block
+
+    claims = [claim_uid_block() for _ in range(4)]
+    try:
+        assert len({first for first, _ in claims}) == 4
+    finally:
+        for _, fd in claims:
+            os.close(fd)
+
+
+def test_the_holder_is_frozen_while_the_controller_restores(jail):
+    """With a freezer, the holder cannot run at all while its files are handled: a holder that
+    counts its own progress in shared memory makes no progress during a slow restore."""
+    sandbox = jail(timeout_s=5.0)
+    if sandbox._cgroup is None or not sandbox._cgroup.can_freeze:
+        pytest.skip("no freezer on this host")
+    calls = []
+    original = sandbox._files.restore
+
+    def watched_restore(deadline=None):
+        state = open(os.path.join(sandbox._cgroup.freezer_dir, "freezer.state")).read().strip() \
+            if sandbox._cgroup.layout.version == 1 else \
+            open(os.path.join(sandbox._cgroup.freezer_dir, "cgroup.events")).read()  # fmt: skip
+        calls.append(state)
+        return original(deadline)
+
+    sandbox._files.restore = watched_restore
+    assert sandbox.run("1/0").status is ERROR
+    assert calls and ("FROZEN" in calls[0] or "frozen 1" in calls[0])
+    assert sandbox.run("print('thawed')").stdout == "thawed\n"
+
+
+def test_the_denied_syscalls_do_not_break_ordinary_libraries(jail):
+    """The added seccomp rules leave numpy, PIL, OpenCV, matplotlib and file I/O working."""
+    sandbox = jail()
+    result = sandbox.run("import numpy as np, cv2, matplotlib.pyplot as plt\nfrom PIL import Image\n"
+                         "a = np.arange(12).reshape(3, 4); img = Image.fromarray((a * 20).astype('uint8'))\n"
+                         "img.save('a.png'); g = cv2.GaussianBlur(np.zeros((32, 32), np.uint8), (3, 3), 0)\n"
+                         "plt.plot([1, 2]); plt.savefig('p.png')\nimport resource; resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
+                         "print(int(a.sum()), g.shape)")  # fmt: skip
+    assert result.ok and result.stdout == "66 (32, 32)\n", result
