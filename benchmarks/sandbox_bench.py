@@ -280,6 +280,23 @@ def throughput_exec(image, concurrency: int, steps: int) -> float:
     return rate
 
 
+def freeze_cost_ms(service, image, n: int) -> float | None:
+    """Median of one freeze + thaw of an idle trajectory (holder and spare): the price every
+    commit and every restore pays so that nothing in the jail can race the controller's file
+    handling. None where the host has no freezer."""
+    with Sandbox([image], service=service) as sb:
+        sb.run("x = 1")
+        if sb._cgroup is None or not sb._cgroup.can_freeze:
+            return None
+        times = []
+        for _ in range(n):
+            started = time.perf_counter()
+            sb._cgroup.freeze(time.monotonic() + 5)
+            sb._cgroup.thaw()
+            times.append((time.perf_counter() - started) * 1000)
+        return statistics.median(times)
+
+
 def hold_many(service, image, n) -> dict:
     def available_mb() -> float:
         with open("/proc/meminfo") as handle:
@@ -346,6 +363,7 @@ def main() -> None:
     kernel.close()
     measure_latency("fresh", FreshProcess, 5, 5, image, results).close()
     results["codedance"].update(idle_memory_codedance(service, image, 16 if args.quick else 64))
+    results["codedance"]["freeze_ms"] = freeze_cost_ms(service, image, 50 if args.quick else 300)
 
     for concurrency in (1, 2, 8, 64):
         steps = max(concurrency, 40 if args.quick else 160)
@@ -366,6 +384,7 @@ def report(results: dict) -> None:
     rows = [("trivial step p50 (ms)", "trivial_p50"), ("trivial step p99 (ms)", "trivial_p99"),
             ("image step p50 (ms)", "image_p50"), ("image step p99 (ms)", "image_p99"),
             ("failed step p50 (ms)", "failed_p50"), ("create instance (ms)", "create_ms"),
+            ("freeze + thaw per commit or restore (ms)", "freeze_ms"),
             ("CPU per image step (ms)", "cpu_ms_per_image_step"),
             ("idle PSS after a trivial step (MB)", "idle_pss_mb_trivial"),
             ("idle USS after a trivial step (MB)", "idle_uss_mb_trivial"),
@@ -387,9 +406,11 @@ def report(results: dict) -> None:
               f"{hold['system_mb_used'] / 1024:.2f} GiB of system memory, {hold['mean_holder_pss_mb']:.1f} MB PSS "
               f"per trajectory, {hold['lost']} lost")  # fmt: skip
     c = results["codedance"]
-    print("\nGoals: trivial p50 <= 5 ms and below Jupyter's; CPU per image step <= 1.5x exec's; "
-          "idle PSS <= 15 MB (after a trivial step; an image step adds the pixels it keeps); 2048 live within 24 GiB, none lost")
+    print("\nGoals: trivial p50 <= 5 ms and below Jupyter's; failed step p50 <= 10 ms; CPU per image step <= 1.5x "
+          "exec's; idle PSS <= 15 MB (after a trivial step; an image step adds the pixels it keeps); "
+          "2048 live within 24 GiB, none lost")
     checks = [c["trivial_p50"] <= 5 and c["trivial_p50"] < results["jupyter"]["trivial_p50"],
+              c["failed_p50"] <= 10,
               c.get("cpu_ms_per_image_step") is None
               or c["cpu_ms_per_image_step"] <= 1.5 * results["exec"]["cpu_ms_per_image_step"],
               c["idle_pss_mb_trivial"] <= 15]  # fmt: skip

@@ -108,7 +108,7 @@ class TrajectoryCgroup:
         self.memory_dir = os.path.join(layout.memory_parent, name)
         self.freezer_dir = os.path.join(layout.freezer_parent, name) if layout.freezer_parent else None
         self._frozen = False
-        for directory in self._dirs():
+        for directory in self.directories():
             os.mkdir(directory)
         if layout.version == 2:
             _write(os.path.join(self.pids_dir, "pids.max"), str(max_processes))
@@ -124,7 +124,8 @@ class TrajectoryCgroup:
                 _write(swap, str(memory_bytes))
         self._oom_seen = self.oom_kills()
 
-    def _dirs(self) -> list[str]:
+    def directories(self) -> list[str]:
+        """This trajectory's group in each hierarchy (one directory on cgroup v2)."""
         return list(dict.fromkeys(d for d in (self.pids_dir, self.memory_dir, self.freezer_dir) if d))
 
     @property
@@ -132,7 +133,7 @@ class TrajectoryCgroup:
         return self.freezer_dir is not None
 
     def add(self, pid: int) -> None:
-        for directory in self._dirs():
+        for directory in self.directories():
             _write(os.path.join(directory, "cgroup.procs"), str(pid))
 
     def freeze(self, deadline: float) -> bool:
@@ -212,7 +213,7 @@ class TrajectoryCgroup:
 
     def remove(self) -> None:
         self.kill_all()
-        for directory in self._dirs():
+        for directory in self.directories():
             _rmdir_when_empty(directory)
 
 

@@ -195,7 +195,7 @@ def check_no_leaks(ctx: _Context) -> str:
     sb.close()
     if not wait_gone(pid) or os.path.exists(workdir):
         raise AssertionError("a process or the working directory survived close()")
-    if sb._cgroup is not None and os.path.exists(sb._cgroup.pids_dir):
+    if sb._cgroup is not None and any(os.path.exists(d) for d in sb._cgroup.directories()):
         raise AssertionError("the trajectory's cgroup survived close()")
     fds_after = len(os.listdir("/proc/self/fd"))
     if fds_after > fds_before:

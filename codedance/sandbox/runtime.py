@@ -263,6 +263,7 @@ def _step(conn, reader, namespace, run: dict, request: dict, pristine_builtins: 
                      stdout=out.value(), stderr=err.value(), images=[],
                      notes=[f"capturing the step's output failed: {type(exc).__name__}: {exc}"])
         collector.images.clear()
+    _release_captured_output(captured)
     if threading.active_count() > 1 and reply["status"] == "ok":
         reply["status"] = "refused"
         reply["notes"].append("the step left threads running; join every thread before the step ends")
@@ -271,6 +272,20 @@ def _step(conn, reader, namespace, run: dict, request: dict, pristine_builtins: 
     _expect(reader, "commit")  # anything else: this step is abandoned and ends here
     if _resident_pages() - pages_at_start > 256:  # grew by 1 MB+: keep the new holder's idle footprint small
         _release_free_memory()
+
+
+def _release_captured_output(captured: list[int]) -> None:
+    """Point descriptors 1 and 2 back at /dev/null and close the step's memfds: a step that
+    commits becomes the holder, which must not keep (nor leak) them step after step."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    for target in (1, 2):
+        os.dup2(null, target)
+    os.close(null)
+    for handle in captured:
+        try:
+            os.close(handle)
+        except OSError:  # the snippet closed it itself
+            pass
 
 
 def _release_free_memory() -> None:

@@ -400,3 +400,13 @@ def test_the_denied_syscalls_do_not_break_ordinary_libraries(jail):
                          "plt.plot([1, 2]); plt.savefig('p.png')\nimport resource; resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
                          "print(int(a.sum()), g.shape)")  # fmt: skip
     assert result.ok and result.stdout == "66 (32, 32)\n", result
+
+
+def test_hundreds_of_commits_leave_the_holder_as_it_was(jail):
+    """Each step captures its output in memfds of its own; a committed step (the next holder)
+    must not carry them on, or the holder runs out of descriptors after ~120 commits."""
+    sandbox = jail()
+    for index in range(300):
+        result = sandbox.run("print('x' * 1000)" if index % 3 else "1/0")
+        assert result.status in (OK, ERROR), (index, result)
+    assert len(os.listdir(f"/proc/{sandbox._holder_pid}/fd")) <= 8
