@@ -108,6 +108,7 @@ class TrajectoryCgroup:
         self.memory_dir = os.path.join(layout.memory_parent, name)
         self.freezer_dir = os.path.join(layout.freezer_parent, name) if layout.freezer_parent else None
         self._frozen = False
+        self._freezer: tuple[int, int, bytes, bytes, bytes] | None = None
         for directory in self.directories():
             os.mkdir(directory)
         if layout.version == 2:
@@ -136,34 +137,45 @@ class TrajectoryCgroup:
         for directory in self.directories():
             _write(os.path.join(directory, "cgroup.procs"), str(pid))
 
+    def _freezer_files(self) -> tuple[int, int, bytes, bytes, bytes]:
+        """Descriptors kept open (a write to a cgroup file is one syscall, not open+write+close):
+        (control, state, freeze command, thaw command, the state text once frozen)."""
+        if self._freezer is None:
+            if self.layout.version == 2:
+                control = os.open(os.path.join(self.freezer_dir, "cgroup.freeze"), os.O_WRONLY | os.O_CLOEXEC)
+                state = os.open(os.path.join(self.freezer_dir, "cgroup.events"), os.O_RDONLY | os.O_CLOEXEC)
+                self._freezer = (control, state, b"1", b"0", b"frozen 1")
+            else:
+                control = os.open(os.path.join(self.freezer_dir, "freezer.state"), os.O_RDWR | os.O_CLOEXEC)
+                self._freezer = (control, control, b"FROZEN", b"THAWED", b"FROZEN\n")
+        return self._freezer
+
     def freeze(self, deadline: float) -> bool:
         """Stop every process of the group; True once all are frozen, False at ``deadline``."""
         if self.freezer_dir is None:
             return False
+        control, state, command, _, frozen = self._freezer_files()
         self._frozen = True
-        if self.layout.version == 2:
-            _write(os.path.join(self.freezer_dir, "cgroup.freeze"), "1")
-            path, done = os.path.join(self.freezer_dir, "cgroup.events"), "frozen 1"
-        else:
-            _write(os.path.join(self.freezer_dir, "freezer.state"), "FROZEN")
-            path, done = os.path.join(self.freezer_dir, "freezer.state"), "FROZEN"
+        os.pwrite(control, command, 0)
+        spins = 0
         while True:
-            with open(path) as handle:
-                text = handle.read()
-            if (done in text.splitlines()) if self.layout.version == 2 else text.strip() == done:
+            text = os.pread(state, 256, 0)
+            if (frozen in text.splitlines()) if self.layout.version == 2 else text == frozen:
                 return True
             if time.monotonic() > deadline:
                 return False
-            time.sleep(0.0002)
+            spins += 1
+            if spins < 50:
+                os.sched_yield()
+            else:
+                time.sleep(0.0002)
 
     def thaw(self) -> None:
         if self.freezer_dir is None or not self._frozen:
             return
         self._frozen = False
-        if self.layout.version == 2:
-            _write(os.path.join(self.freezer_dir, "cgroup.freeze"), "0")
-        else:
-            _write(os.path.join(self.freezer_dir, "freezer.state"), "THAWED")
+        control, _, _, command, _ = self._freezer_files()
+        os.pwrite(control, command, 0)
 
     def pids(self) -> set[int]:
         try:
@@ -213,6 +225,10 @@ class TrajectoryCgroup:
 
     def remove(self) -> None:
         self.kill_all()
+        if self._freezer is not None:
+            for fd in set(self._freezer[:2]):
+                os.close(fd)
+            self._freezer = None
         for directory in self.directories():
             _rmdir_when_empty(directory)
 
