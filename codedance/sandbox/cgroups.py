@@ -1,9 +1,10 @@
-"""One cgroup per trajectory: a process limit, a memory limit without swap, a freezer and a kill
-switch.
+"""One cgroup per trajectory: a process limit, a memory limit without swap, a CPU bandwidth limit,
+a freezer and a kill switch.
 
 Host side, used by the controller (which runs as root for this layer). Supports cgroup v2 (one
-unified hierarchy with ``pids`` and ``memory`` enabled for our subtree; ``cgroup.freeze``) and
-cgroup v1 (separate ``pids``, ``memory`` and ``freezer`` hierarchies), creating our groups under
+unified hierarchy with ``pids``, ``memory`` and, where offered, ``cpu`` enabled for our subtree;
+``cgroup.freeze``) and cgroup v1 (separate ``pids``, ``memory``, ``freezer`` and ``cpu``
+hierarchies; the last two optional), creating our groups under
 the controller's own cgroup in each hierarchy so that an outer limit (a container's) still applies.
 The service's parent group also carries a memory limit for all its trajectories together.
 
@@ -36,6 +37,7 @@ class CgroupLayout:
     pids_parent: str
     memory_parent: str
     freezer_parent: str | None  # None: no freezer on this host (v1 without the freezer hierarchy)
+    cpu_parent: str | None = None  # None: no CPU bandwidth control here
 
 
 def _own_path(controller: str) -> str | None:
@@ -52,7 +54,7 @@ def service_parents() -> list[str]:
     if os.path.exists(os.path.join(_ROOT, "cgroup.controllers")):
         return [os.path.join(_ROOT, (_own_path("") or "/").lstrip("/"))]
     found = []
-    for controller in ("pids", "memory", "freezer"):
+    for controller in ("pids", "memory", "freezer", "cpu"):
         own = _own_path(controller)
         if own is not None and os.path.isdir(os.path.join(_ROOT, controller)):
             found.append(os.path.join(_ROOT, controller, own.lstrip("/")))
@@ -75,12 +77,18 @@ def detect_layout(service_name: str, memory_total: int | None = None) -> tuple[C
                 handle.write("+pids +memory")
             if memory_total:
                 _write(os.path.join(parent, "memory.max"), str(memory_total))
-            return CgroupLayout(2, parent, parent, parent), ""
+            try:
+                _write(os.path.join(parent, "..", "cgroup.subtree_control"), "+cpu")
+                _write(os.path.join(parent, "cgroup.subtree_control"), "+cpu")
+                cpu_parent = parent
+            except OSError:
+                cpu_parent = None
+            return CgroupLayout(2, parent, parent, parent, cpu_parent), ""
         parents = {}
-        for controller in ("pids", "memory", "freezer"):
+        for controller in ("pids", "memory", "freezer", "cpu"):
             own = _own_path(controller)
             if own is None or not os.path.isdir(os.path.join(_ROOT, controller)):
-                if controller == "freezer":
+                if controller in ("freezer", "cpu"):
                     continue
                 return None, f"the cgroup v1 '{controller}' controller is not mounted"
             parent = os.path.join(_ROOT, controller, own.lstrip("/"), service_name)
@@ -88,7 +96,7 @@ def detect_layout(service_name: str, memory_total: int | None = None) -> tuple[C
             parents[controller] = parent
         if memory_total:
             _write(os.path.join(parents["memory"], "memory.limit_in_bytes"), str(memory_total))
-        return CgroupLayout(1, parents["pids"], parents["memory"], parents.get("freezer")), ""
+        return CgroupLayout(1, parents["pids"], parents["memory"], parents.get("freezer"), parents.get("cpu")), ""
     except OSError as exc:
         return None, f"cgroups are not writable here: {exc}"
 
@@ -101,12 +109,13 @@ def _write(path: str, value: str) -> None:
 class TrajectoryCgroup:
     """The cgroup(s) of one trajectory: create, add a process, list, kill, detect OOM, remove."""
 
-    def __init__(self, layout: CgroupLayout, *, memory_bytes: int, max_processes: int):
+    def __init__(self, layout: CgroupLayout, *, memory_bytes: int, max_processes: int, cpus: float = 1.0):
         name = f"t{uuid.uuid4().hex[:12]}"
         self.layout = layout
         self.pids_dir = os.path.join(layout.pids_parent, name)
         self.memory_dir = os.path.join(layout.memory_parent, name)
         self.freezer_dir = os.path.join(layout.freezer_parent, name) if layout.freezer_parent else None
+        self.cpu_dir = os.path.join(layout.cpu_parent, name) if layout.cpu_parent else None
         self._frozen = False
         self._freezer: tuple[int, int, bytes, bytes, bytes] | None = None
         for directory in self.directories():
@@ -123,11 +132,18 @@ class TrajectoryCgroup:
             swap = os.path.join(self.memory_dir, "memory.memsw.limit_in_bytes")
             if os.path.exists(swap):
                 _write(swap, str(memory_bytes))
+        if self.cpu_dir is not None and cpus > 0:
+            period = 100_000
+            if layout.version == 2:
+                _write(os.path.join(self.cpu_dir, "cpu.max"), f"{int(cpus * period)} {period}")
+            else:
+                _write(os.path.join(self.cpu_dir, "cpu.cfs_period_us"), str(period))
+                _write(os.path.join(self.cpu_dir, "cpu.cfs_quota_us"), str(int(cpus * period)))
         self._oom_seen = self.oom_kills()
 
     def directories(self) -> list[str]:
         """This trajectory's group in each hierarchy (one directory on cgroup v2)."""
-        return list(dict.fromkeys(d for d in (self.pids_dir, self.memory_dir, self.freezer_dir) if d))
+        return list(dict.fromkeys(d for d in (self.pids_dir, self.memory_dir, self.freezer_dir, self.cpu_dir) if d))
 
     @property
     def can_freeze(self) -> bool:
@@ -186,20 +202,26 @@ class TrajectoryCgroup:
             return set()
 
     def kill_all(self, except_pid: int | None = None, timeout_s: float = 5.0) -> bool:
-        """SIGKILL every process but ``except_pid`` until none is left; False if time ran out."""
+        """SIGKILL every process but ``except_pid`` until none is left; False if time ran out.
+
+        With a freezer, each round lists and signals the processes while they are frozen: a frozen
+        process cannot exit, so no pid read from ``cgroup.procs`` can be reused before it is
+        signalled (on v1 the signal lands at the thaw that ends the round)."""
         deadline = time.monotonic() + timeout_s
-        self.thaw()
         while True:
+            if self.can_freeze:
+                self.freeze(deadline)
             others = self.pids() - {except_pid}
-            if not others:
-                return True
-            if time.monotonic() > deadline:
-                return False
             for pid in others:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+            self.thaw()
+            if not others:
+                return True
+            if time.monotonic() > deadline:
+                return False
             time.sleep(0.0005)
 
     def oom_kills(self) -> int:
@@ -245,7 +267,7 @@ def _rmdir_when_empty(directory: str) -> None:
 
 
 def remove_parent(layout: CgroupLayout) -> None:
-    for directory in {layout.pids_parent, layout.memory_parent, layout.freezer_parent} - {None}:
+    for directory in {layout.pids_parent, layout.memory_parent, layout.freezer_parent, layout.cpu_parent} - {None}:
         try:
             os.rmdir(directory)
         except OSError:

@@ -38,7 +38,7 @@ def executes_nothing(code: str) -> bool:
     """
     try:
         tree = ast.parse(code)
-    except (SyntaxError, ValueError):
+    except Exception:  # noqa: BLE001 - SyntaxError, ValueError, RecursionError, MemoryError
         return False
     return all(
         isinstance(node, ast.Pass)

@@ -28,6 +28,7 @@ class Limits:
 
     memory: int = 4 << 30  # cgroup memory (no swap) and the address-space rlimit's headroom
     processes: int = 32  # pids.max and RLIMIT_NPROC for the trajectory's uid
+    cpus: float = 1.0  # CPU time per wall second, all of a step's processes together (cgroups)
     file_size: int = 256 << 20  # largest single file (RLIMIT_FSIZE)
     open_files: int = 256
     workdir_bytes: int = 1 << 30

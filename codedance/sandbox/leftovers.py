@@ -16,13 +16,16 @@ from __future__ import annotations
 import fcntl
 import glob
 import os
+import re
 import secrets
 import tempfile
 
 from codedance.sandbox import cgroups
 from codedance.sandbox.files import remove_tree
+from codedance.sandbox.mounts import unmount
 
 PREFIX = "codedance-"
+_SERVICE_NAME = re.compile(r"codedance-[0-9]+-[0-9a-f]{8}")
 UID_BASE = 1 << 20  # trajectory uids: UID_BASE + block * UID_BLOCK + slot; never a real account
 UID_BLOCK = 1 << 16
 UID_BLOCKS = 1 << 10
@@ -79,14 +82,17 @@ def claim_uid_block() -> tuple[int, int]:
 def sweep() -> list[str]:
     """Remove the directories and cgroups of every dead service; the names of those swept."""
     swept = []
-    for lock in sorted(glob.glob(os.path.join(_locks_dir(), f"{PREFIX}*.lock"))):
+    for lock in sorted(glob.glob(os.path.join(glob.escape(_locks_dir()), f"{PREFIX}*.lock"))):
         name = os.path.basename(lock)[: -len(".lock")]
+        if not _SERVICE_NAME.fullmatch(name):
+            continue  # not one of ours (a name with wildcards would match live services' directories)
         fd = _try_lock(lock)
         if fd is None:
             continue  # alive
         try:
-            for path in glob.glob(os.path.join(_locks_dir(), f"{name}-work-*")) + \
-                    glob.glob(os.path.join(_locks_dir(), f"{name}-store-*")):  # fmt: skip
+            pattern = os.path.join(glob.escape(_locks_dir()), glob.escape(name))
+            for path in glob.glob(f"{pattern}-work-*") + glob.glob(f"{pattern}-store-*"):
+                unmount(path)
                 remove_tree(path)
             if os.geteuid() == 0:
                 cgroups.remove_service_groups(name)

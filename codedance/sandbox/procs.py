@@ -54,3 +54,14 @@ def parent_pid(pid: int | None) -> int | None:
             return int(handle.read().rsplit(")", 1)[1].split()[1])
     except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
         return None
+
+
+def set_oom_score_adj(pid: int | None, value: int) -> None:
+    """Tell the kernel's OOM killer how to rank ``pid`` (-1000: never; needs root to lower)."""
+    if pid is None:
+        return
+    try:
+        with open(f"/proc/{pid}/oom_score_adj", "w") as handle:
+            handle.write(str(value))
+    except OSError:
+        pass

@@ -32,6 +32,7 @@ import select
 import socket
 import struct
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -161,17 +162,25 @@ class Reader:
         self.budget = budget or (lambda _pid: max_bytes)
         self.dropped_bytes = 0
         self._buffers: dict[int | None, bytearray] = {}
+        self._headers: dict[int | None, tuple[dict, int]] = {}  # parsed, awaiting blobs: (header, total)
         self._ignored: set[int | None] = set()
         if with_credentials:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
 
+    @property
+    def senders_buffered(self) -> int:
+        return len(self._buffers)
+
     def receive(self, deadline: float | None = None) -> Message:
-        """The next whole message from any sender, by ``deadline`` (time.monotonic)."""
+        """The next whole message from any sender, by ``deadline`` (time.monotonic), however busy
+        the socket is kept by senders whose bytes are dropped."""
         while True:
             for pid in list(self._buffers):
                 message = self._take(pid)
                 if message is not None:
                     return message
+            if deadline is not None and time.monotonic() > deadline:
+                raise ReceiveTimeout("no message within the deadline")
             watched = (self.sock.fileno(),) if self.interrupt_fd is None else (self.sock.fileno(), self.interrupt_fd)
             ready = wait_any(watched, deadline)
             if not ready:
@@ -183,31 +192,49 @@ class Reader:
     def forget(self, pid: int | None) -> None:
         """Drop a sender's buffered bytes and stop ignoring it (its process is gone)."""
         self._buffers.pop(pid, None)
+        self._headers.pop(pid, None)
         self._ignored.discard(pid)
+
+    def forget_others(self, keep: set[int | None]) -> None:
+        """Drop the buffered bytes of every sender not in ``keep``."""
+        for pid in [p for p in self._buffers if p not in keep]:
+            self._buffers.pop(pid, None)
+            self._headers.pop(pid, None)
 
     def forget_buffered(self) -> None:
         """Drop every byte already read but not yet returned (a forked child now owns them)."""
         self._buffers.clear()
+        self._headers.clear()
 
     def _take(self, pid: int | None) -> Message | None:
         buffer = self._buffers[pid]
-        if len(buffer) < _HEADER.size:
-            return None
-        limit = self.budget(pid)
-        (length,) = _HEADER.unpack_from(buffer)
-        if _HEADER.size + length > min(limit, MAX_HEADER_BYTES + _HEADER.size):
-            self._bad(pid, f"a message header of {length} bytes is over the limit")
-        if len(buffer) < _HEADER.size + length:
-            return None
-        try:
-            header, sizes = decode_header(bytes(buffer[_HEADER.size : _HEADER.size + length]))
-        except ValueError as exc:
-            self._bad(pid, str(exc))
-        total = _HEADER.size + length + sum(sizes)
-        if total > limit:
-            self._bad(pid, f"a message of {total} bytes is over the limit of {limit}")
-        if len(buffer) < total:
-            return None
+        if pid in self._headers:  # parsed once already, waiting for its blobs
+            header, total = self._headers[pid]
+            if len(buffer) < total:
+                return None
+        else:
+            if len(buffer) < _HEADER.size:
+                return None
+            limit = self.budget(pid)
+            (length,) = _HEADER.unpack_from(buffer)
+            if _HEADER.size + length > min(limit, MAX_HEADER_BYTES + _HEADER.size):
+                self._bad(pid, f"a message header of {length} bytes is over the limit")
+            if len(buffer) < _HEADER.size + length:
+                return None
+            try:
+                header, sizes = decode_header(bytes(buffer[_HEADER.size : _HEADER.size + length]))
+            except ValueError as exc:
+                self._bad(pid, str(exc))
+            total = _HEADER.size + length + sum(sizes)
+            if total > limit:
+                self._bad(pid, f"a message of {total} bytes is over the limit of {limit}")
+            header["_blobs"] = sizes
+            if len(buffer) < total:
+                self._headers[pid] = (header, total)
+                return None
+        self._headers.pop(pid, None)
+        sizes = header.pop("_blobs")
+        length = total - sum(sizes) - _HEADER.size
         blobs, offset = [], _HEADER.size + length
         for size in sizes:
             blobs.append(bytes(buffer[offset : offset + size]))
@@ -219,6 +246,7 @@ class Reader:
 
     def _bad(self, pid: int | None, reason: str) -> None:
         self._buffers.pop(pid, None)
+        self._headers.pop(pid, None)
         self._ignored.add(pid)
         raise BadMessage(pid, reason)
 
@@ -300,12 +328,36 @@ def _parse_result(message: Message, limits) -> ExecResult:
     for blob, item in zip(message.blobs, meta):
         if not isinstance(item, dict):
             raise ValueError("an image's description is not an object")
+        check_png_structure(blob)
         width, height = png_size(blob)
         if not (0 < width and 0 < height and width * height <= limits.max_pixels):
             raise ValueError(f"an image of {width}x{height} pixels is over the limit of {limits.max_pixels}")
         images.append(Image(png=blob, origin=_text(item.get("source", ""), "an image's source", NOTE_CHARS),
                             width=width, height=height))  # fmt: skip
     return ExecResult(status=status, stdout=stdout, stderr=stderr, error=error, images=tuple(images), notes=notes)
+
+
+def check_png_structure(data: bytes) -> None:
+    """The PNG's chunk structure without decoding anything: signature, IHDR first, every chunk's
+    length and CRC, an IDAT, IEND last. Raises ValueError. The pixels are decoded only by whoever
+    shows the image (outside the controller: it never runs an image decoder on jail data)."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("not PNG data: no PNG signature")
+    offset, kinds = 8, []
+    while offset < len(data):
+        if offset + 12 > len(data):
+            raise ValueError("a PNG chunk is cut short")
+        (length,) = _HEADER.unpack_from(data, offset)
+        kind = data[offset + 4 : offset + 8]
+        end = offset + 8 + length
+        if end + 4 > len(data) or zlib.crc32(data[offset + 4 : end]) != _HEADER.unpack_from(data, end)[0]:
+            raise ValueError("a PNG chunk is cut short or fails its CRC")
+        kinds.append(kind)
+        offset = end + 4
+        if kind == b"IEND":
+            break
+    if not kinds or kinds[0] != b"IHDR" or kinds[-1] != b"IEND" or b"IDAT" not in kinds or offset != len(data):
+        raise ValueError("not a well-formed PNG (IHDR first, IDAT, IEND last)")
 
 
 def _parse_error(error: object, error_chars: int) -> ExecError | None:

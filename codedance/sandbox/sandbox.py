@@ -18,7 +18,10 @@ step's fate and enforces it from outside the jail:
   message limit; the holder: a few KiB; anyone else: nothing); a holder that breaks the protocol
   loses its trajectory, a step that does fails its step;
 - processes are killed through the trajectory's cgroup or pidfds, never by a pid that may have
-  been reused.
+  been reused;
+- the running step is the OOM killer's first choice (``oom_score_adj`` 1000, back to 0 when it
+  commits): a step's files on the tmpfs work root are charged to the trajectory but are in no
+  process's RSS, so without it the kernel could kill the holder, which is the state.
 
 Not handled: a holder killed from outside (for example by the host's OOM killer when no memory
 cgroup is in force) loses the trajectory's state; later steps then return ``crashed`` with a note
@@ -51,6 +54,8 @@ from codedance.sandbox.service import SandboxService, ServiceError, default_serv
 from codedance.types import ExecResult, ExecStatus
 
 HOLDER_MESSAGE_BYTES = 64 << 10  # a holder only ever says "ready" and "step_done"
+NEWCOMER_MESSAGE_BYTES = 512  # a new step's "started" (the holder's "ready" is read with the holder's budget)
+MAX_NEWCOMERS = 32  # unknown senders buffered at once while a step is awaited; more are dropped
 ROLLED_BACK = "state rolled back to before this step"
 
 
@@ -95,6 +100,8 @@ class Sandbox:
         self._step_pidfd: int | None = None
         self._awaiting_new_process = True  # the holder's "ready" or a step's "started" may come
         self._recovery_deadline = 0.0
+        self._generation = 0  # counts runs; the idle freezer freezes only the generation it was given
+        self._idle_frozen = False
         self._conn: socket.socket | None = None
         self._interrupt: int | None = None  # an eventfd: `close` wakes a step's blocked receive
         self.service.isolation.require(require)  # host-level layers first, before any work
@@ -120,7 +127,7 @@ class Sandbox:
         )  # fmt: skip
         if self.service.cgroup_layout is not None:
             self._cgroup = TrajectoryCgroup(self.service.cgroup_layout, memory_bytes=self.limits.memory,
-                                            max_processes=self.limits.processes)
+                                            max_processes=self.limits.processes, cpus=self.limits.cpus)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         ours.setblocking(False)  # every send and receive has a deadline
         self._conn = ours
@@ -145,7 +152,7 @@ class Sandbox:
         self._awaiting_new_process = False
         if self._cgroup is not None:
             self._cgroup.add(self._holder_pid)
-        if not self._resume():  # the holder forks its first spare step process only now
+        if not self._resume(time.monotonic() + start_timeout_s):  # the holder forks its first spare only now
             raise ServiceError("the sandbox's holder exited right after starting")
         layers = ready.body.get("layers", {})
         base = self.service.isolation
@@ -162,7 +169,11 @@ class Sandbox:
             return self.limits.max_message
         if pid is not None and pid == self._holder_pid:
             return HOLDER_MESSAGE_BYTES
-        return HOLDER_MESSAGE_BYTES if self._awaiting_new_process else 0
+        if not self._awaiting_new_process:
+            return 0
+        if self._holder_pid is None:  # setup: the holder's "ready"
+            return HOLDER_MESSAGE_BYTES
+        return NEWCOMER_MESSAGE_BYTES if self._reader.senders_buffered < MAX_NEWCOMERS else 0
 
     # ----------------------------------------------------------------- running
     def run(self, code: str, timeout_s: float | None = None) -> ExecResult:
@@ -182,12 +193,34 @@ class Sandbox:
             if self._lost is not None:
                 return ExecResult(status=ExecStatus.CRASHED, notes=(self._lost,), rolled_back=False)
             started = time.monotonic()
+            self._wake_from_idle()
             self._recovery_deadline = started + timeout + self.limits.recovery_s
             result = self._guarded_step(code, started + timeout, timeout)
-            return replace(result, duration_s=time.monotonic() - started,
-                           executed_nothing=executes_nothing(code))
+            result = replace(result, duration_s=time.monotonic() - started, executed_nothing=executes_nothing(code))
+            self._generation += 1
+            if self._cgroup is not None and self._cgroup.can_freeze and self._lost is None:
+                self.service.idle_freezer.schedule(self, self._generation)
+            return result
         finally:
             self._lock.release()
+
+    def freeze_if_idle(self, generation: int) -> None:
+        """Freeze every process of the trajectory if no step ran since ``generation`` (called by
+        the service's idle freezer; never waits for a running step)."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            if generation == self._generation and self.alive and not self._idle_frozen:
+                self._idle_frozen = self._cgroup.freeze(time.monotonic() + 1.0)
+                if not self._idle_frozen:
+                    self._cgroup.thaw()
+        finally:
+            self._lock.release()
+
+    def _wake_from_idle(self) -> None:
+        if self._idle_frozen:
+            self._cgroup.thaw()
+            self._idle_frozen = False
 
     async def arun(self, code: str, timeout_s: float | None = None) -> ExecResult:
         """`run` without blocking the event loop (in the pool's bounded executor when there is one)."""
@@ -249,6 +282,8 @@ class Sandbox:
             return self._fail(ExecStatus.CRASHED, "the step did not start")
         self._step_pid = message.sender_pid
         self._step_pidfd = procs.open_pidfd(self._step_pid)  # None: already dead; the holder says how
+        self._reader.forget_others({self._holder_pid, self._step_pid})
+        procs.set_oom_score_adj(self._step_pid, 1000)  # the OOM killer's first choice: see below
         try:
             message = self._receive(deadline)
         except protocol.ReceiveTimeout:
@@ -302,9 +337,10 @@ class Sandbox:
         old_pid, old_pidfd = self._holder_pid, self._holder_pidfd
         self._holder_pid, self._holder_pidfd = self._step_pid, self._step_pidfd
         self._step_pid = self._step_pidfd = None
+        procs.set_oom_score_adj(self._holder_pid, 0)
         procs.kill_pidfd(old_pidfd)  # on cgroup v1 it dies once thawed
         self._thaw()
-        protocol.wait_readable(old_pidfd, time.monotonic() + 2.0)  # a pidfd turns readable at exit
+        protocol.wait_readable(old_pidfd, min(time.monotonic() + 2.0, self._recovery_deadline))  # readable at exit
         os.close(old_pidfd)
         self._reader.forget(old_pid)
         return result
@@ -355,7 +391,7 @@ class Sandbox:
             raise _Lost(f"the working directory could not be restored ({exc})") from None
         finally:
             self._thaw()
-        if not self._resume():
+        if not self._resume(self._recovery_deadline):
             raise _Lost("the sandbox's holder process is gone after a failed step")
 
     def _freeze(self) -> None:
@@ -370,10 +406,10 @@ class Sandbox:
         if self._cgroup is not None:
             self._cgroup.thaw()
 
-    def _resume(self) -> bool:
+    def _resume(self, deadline: float) -> bool:
         """Let the holder fork its next spare step process (it waits for this after a failure)."""
         try:
-            protocol.send(self._conn, {"op": "resume"}, deadline=time.monotonic() + 5.0)
+            protocol.send(self._conn, {"op": "resume"}, deadline=deadline)
         except (OSError, protocol.SendTimeout):
             return False
         return True
@@ -383,7 +419,8 @@ class Sandbox:
         if self._step_pidfd is not None:
             procs.kill_pidfd(self._step_pidfd)
         if self._cgroup is not None:
-            self._cgroup.kill_all(except_pid=self._holder_pid)
+            self._cgroup.kill_all(except_pid=self._holder_pid,
+                                  timeout_s=max(0.5, self._recovery_deadline - time.monotonic()))
         elif self._step_pidfd is not None:
             procs.kill_group_of(self._step_pidfd)
 

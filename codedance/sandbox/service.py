@@ -29,8 +29,9 @@ import time
 import weakref
 
 import codedance
-from codedance.sandbox import cgroups, leftovers
+from codedance.sandbox import cgroups, leftovers, mounts
 from codedance.sandbox.files import remove_tree
+from codedance.sandbox.idle import IdleFreezer
 from codedance.sandbox.isolation import Isolation, bubblewrap_problem, seccomp_problem
 
 # one thread per step: a step that leaves threads alive is refused, and steps are bounded by cores
@@ -112,7 +113,8 @@ class SandboxService:
 
     ``use_namespaces``/``use_cgroups``/``use_seccomp``: None means "when the host allows it".
     ``memory_total``: the memory limit of all its trajectories together (cgroups only; default
-    85 % of the host's memory, so no set of trajectories can exhaust the host).
+    85 % of the host's memory, so no set of trajectories can exhaust the host), and the size of
+    the tmpfs their working directories live on (as root; see ``mounts``).
     Starting a service first sweeps what dead services left behind (`leftovers.sweep`).
     """
 
@@ -152,10 +154,21 @@ class SandboxService:
             cgroups=self.cgroup_layout is not None, rlimits=True, missing=tuple(missing),
         )  # fmt: skip
         self.work_root = tempfile.mkdtemp(prefix=f"{name}-work-")
+        total = memory_total if memory_total is not None else int(0.85 * _host_memory())
+        self.work_on_tmpfs = mounts.mount_tmpfs(self.work_root, size_bytes=total, inodes=4 << 20) is None
         self.store_root = tempfile.mkdtemp(prefix=f"{name}-store-")
         os.chmod(self.work_root, 0o711)
         self._start(start_timeout_s)
+        self._idle_freezer: IdleFreezer | None = None
         atexit.register(self.close)
+
+    @property
+    def idle_freezer(self) -> IdleFreezer:
+        """The thread that freezes idle trajectories (started on first use)."""
+        with self._lock:
+            if self._idle_freezer is None:
+                self._idle_freezer = IdleFreezer()
+            return self._idle_freezer
 
     def _start(self, timeout_s: float) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -226,6 +239,8 @@ class SandboxService:
             sandboxes = list(self._sandboxes)
         for sandbox in sandboxes:
             sandbox.close()
+        if self._idle_freezer is not None:
+            self._idle_freezer.stop()
         try:
             self._control.close()
         except OSError:
@@ -242,6 +257,7 @@ class SandboxService:
         self._log.close()
         if self.cgroup_layout is not None:
             cgroups.remove_parent(self.cgroup_layout)
+        mounts.unmount(self.work_root)
         for path in (self.work_root, self.store_root):
             remove_tree(path)
         leftovers.release_service_name(self.name, self._name_lock)

@@ -71,7 +71,7 @@ CASES = {
     "read /etc/shadow": ("print(open('/etc/shadow').read())", {ERROR}, 2),
     "overwrite the input image": ("open('input_image.jpg', 'wb').write(b'x')", {ERROR}, 2),
     "delete the input image": ("import os; os.remove('input_image.jpg')", {ERROR}, 2),
-    "one huge file": ("open('huge.bin', 'wb').write(b'0' * (400 << 20))", {ERROR}, 4),
+    "one huge file": ("open('huge.bin', 'wb').write(b'0' * (400 << 20))", {ERROR, OOM}, 4),  # files are memory on the tmpfs
     "a million small files": ("for i in range(10**6): open(f'f{i}', 'w').close()", {TIMEOUT, REFUSED}, 12),
     # network
     "outbound TCP": ("import socket; socket.create_connection(('1.1.1.1', 80), timeout=1)", {ERROR}, 3),

@@ -6,6 +6,7 @@ import os
 import socket
 import struct
 import time
+import zlib
 
 import numpy as np
 import pytest
@@ -86,8 +87,14 @@ def _result(**fields) -> protocol.Message:
     return protocol.Message(body=body, blobs=fields.pop("_blobs", ()), sender_pid=1)
 
 
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
 def _png(width: int, height: int, extra: bytes = b"") -> bytes:
-    return b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + struct.pack(">II", width, height) + extra
+    """A structurally valid PNG header for ``width``x``height`` (its pixel data is not checked)."""
+    ihdr = _chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+    return b"\x89PNG\r\n\x1a\n" + ihdr + _chunk(b"IDAT", zlib.compress(b"\x00") + extra) + _chunk(b"IEND", b"")
 
 
 @pytest.mark.parametrize("fields,blobs,match", [
@@ -103,6 +110,8 @@ def _png(width: int, height: int, extra: bytes = b"") -> bytes:
     ({"images": [{"source": "s"}]}, (_png(13000, 13000),), "over the limit"),
     ({"images": [{"source": "s"}]}, (_png(4, 4, b"\x00" * (49 << 20)),), "bytes in all"),
     ({"images": [{"source": "s"}]}, (b"GIF89a" + b"\x00" * 30,), "not PNG"),
+    ({"images": [{"source": "s"}]}, (_png(4, 4)[:-20] + b"garbage body" * 3,), "CRC|cut short"),
+    ({"images": [{"source": "s"}]}, (_png(4, 4) + b"trailing",), "well-formed"),
     ({"images": [{"source": "s"}, {"source": "t"}]}, (_png(4, 4),), "does not match"),
 ])  # fmt: skip
 def test_a_forged_result_is_refused(fields, blobs, match):
