@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from codedance.eval import judge_vlmevalkit as jv
-from codedance.grading import JudgeClient
+from codedance.grading import JudgeClient, check_answer
 from codedance.grading.vlmeval_rules import (
     can_infer,
     literal_list,
@@ -35,7 +35,7 @@ from codedance.grading.vlmeval_rules import (
     relaxed_correctness,
     wemath_letter,
 )
-from codedance.types import Task
+from codedance.types import AnswerKind, Task
 
 # (correct, rule_correct, how, pending, extras, judge_failure)
 Verdict = tuple[bool | float | None, bool, str, str, dict[str, str], str]
@@ -128,7 +128,8 @@ def _chartqa(task: Task, answer: str, judge: JudgeClient | None) -> Verdict:
 
 def _countbench(task: Task, answer: str, judge: JudgeClient | None) -> Verdict:
     hit = str(task.answer) in answer
-    return hit, hit, "rule:substring", "", {}, ""
+    strict = check_answer(answer, task.answer, AnswerKind.COUNT)  # reported beside, as accuracy_strict_count
+    return hit, hit, "rule:substring", "", {"strict_count": str(strict)}, ""
 
 
 RULES: dict[str, Callable[[Task, str, JudgeClient | None], Verdict]] = {
@@ -141,5 +142,5 @@ RULES: dict[str, Callable[[Task, str, JudgeClient | None], Verdict]] = {
 def verdict(scorer: str, task: Task, answer: str, judge: JudgeClient | None) -> Verdict:
     """The VLMEvalKit verdict for a non-empty prediction (see the module table)."""
     if scorer not in RULES:
-        raise ValueError(f"no VLMEvalKit rule for scorer {scorer!r}")
+        raise ValueError(f"unknown scorer {scorer!r}")
     return RULES[scorer](task, answer, judge)
