@@ -71,6 +71,7 @@ def eval_(
     scoring: str = typer.Option("vlmevalkit", help="vlmevalkit (VLMEvalKit's rules per sample) or strict"),
     samples: int = typer.Option(1, help="Samples per item (Avg@k, pass@k); needs --temperature > 0"),
     stop_after: int = typer.Option(10, help="Stop after this many consecutive connection failures"),
+    retries: int = typer.Option(4, help="Retries of a failed model request (connection errors, 429, 5xx)"),
 ) -> None:
     """Run the benchmarks, score them and write the report into --out."""
     from codedance.eval.report import markdown
@@ -78,7 +79,7 @@ def eval_(
     from codedance.eval.sources import DataNotFoundError
     from codedance.eval.spec import parse_benchmarks
     from codedance.grading import JudgeClient, JudgeConfig, JudgeError
-    from codedance.policy import OpenAIChatPolicy, PolicyError, SamplingParams
+    from codedance.policy import OpenAIChatPolicy, PolicyError, RetrySettings, SamplingParams
     from codedance.prompts import get_profile
     from codedance.rollout import EpisodeConfig
 
@@ -88,9 +89,9 @@ def eval_(
         selected = parse_benchmarks(benchmarks)  # a typo fails here, before any server is contacted
         lmu = lmu_data or Path(os.environ.get("LMUData", "~/LMUData"))
         lmu = lmu.expanduser()
-        if max_tokens < 1 or request_timeout <= 0:
-            raise ValueError(f"--max-tokens must be at least 1 and --request-timeout above 0 "
-                             f"(got {max_tokens}, {request_timeout})")
+        if max_tokens < 1 or request_timeout <= 0 or retries < 0:
+            raise ValueError(f"--max-tokens must be at least 1, --request-timeout above 0 and --retries at least 0 "
+                             f"(got {max_tokens}, {request_timeout}, {retries})")
         episode = EpisodeConfig(max_turns=max_turns, profile=get_profile(profile, profiles))
         settings = EvalSettings(  # validates every setting before the server is contacted
             benchmarks=selected, episode=episode, no_tools=no_tools, limit=limit,
@@ -99,8 +100,8 @@ def eval_(
             fetch_images=fetch_images, scoring=scoring, samples=samples, temperature=temperature,
             stop_after_connection_failures=stop_after)
         sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens)
-        policy = OpenAIChatPolicy(model, model_name or "?", sampling, api_key=api_key,
-                                  timeout_s=request_timeout, server_extras=not plain_openai)
+        policy = OpenAIChatPolicy(model, model_name or "?", sampling, api_key=api_key, timeout_s=request_timeout,
+                                  server_extras=not plain_openai, retry=RetrySettings(max_retries=retries))
         if not model_name:
             served = policy.list_models()
             if not served:
