@@ -78,7 +78,7 @@ def load_vlmevalkit(root: Path) -> dict:
     _package("vlmeval.dataset", vm / "dataset")
     _package("vlmeval.dataset.utils", vm / "dataset" / "utils")
     utils = _package("vlmeval.utils", vm / "utils")
-    import vlmeval.smp.log as log
+    from vlmeval.smp import log
 
     file = types.ModuleType("vlmeval.smp.file")
     file.load = lambda data, *a, **k: data  # type: ignore[attr-defined]
@@ -90,7 +90,7 @@ def load_vlmevalkit(root: Path) -> dict:
     misc_src = misc_src.replace("from huggingface_hub.utils._cache_manager import _scan_cached_repo",
                                 "_scan_cached_repo = None").replace("from sty import fg", "fg = None")
     misc = _exec_source("vlmeval.smp.misc", misc_src, str(vm / "smp" / "misc.py"))
-    import vlmeval.smp.vlm as vlm
+    from vlmeval.smp import vlm
 
     for module in (log, misc, vlm, file):
         for key, value in vars(module).items():
@@ -107,12 +107,9 @@ def load_vlmevalkit(root: Path) -> dict:
         stub = types.ModuleType("timeout_decorator")
         stub.timeout = lambda *a, **k: (lambda fn: fn)  # type: ignore[attr-defined]
         sys.modules["timeout_decorator"] = stub
-    import vlmeval.dataset.utils.mathv as mathv
-    import vlmeval.dataset.utils.mathverse as mathverse
-    import vlmeval.dataset.utils.mathvista as mathvista
     import vlmeval.dataset.utils.multiple_choice as mc
     import vlmeval.dataset.utils.vqa_eval as vqa
-    import vlmeval.dataset.utils.wemath as wemath
+    from vlmeval.dataset.utils import mathv, mathverse, mathvista, wemath
 
     charxiv_ns = {"json": json, "Any": object, "Dict": dict, "pd": pd}
     countbench_ns = {"load": lambda d: d, "dump": lambda *a: None, "d2df": misc.d2df,
@@ -196,8 +193,8 @@ def _mcq_rows(bench: str) -> list[dict]:
 _MCQ_PREDICTIONS = [
     "B", "(B)", "B.", "**B**", "b", "the answer is b", "The answer is black", "The answer is definitely blue",
     "The answer is a blue umbrella", "blue", "Blue.", "It is blue", "red or blue", "A or B",
-    "Looking closely at the image, the umbrella appears to be blue.", "Answer: B\nExplanation: the umbrella "
-    "near the top left corner of the photo is blue, a person holds it", "The answer is A. No wait, the answer is B.",
+    "Looking closely at the image, the umbrella appears to be blue.",
+    ("Answer: B\nExplanation: the umbrella near the top left corner of the photo is blue, a person holds it"), "The answer is A. No wait, the answer is B.",
     "The answer is (A) or (B)", "I think it is C, but it could also be D. Final answer: C", "There are 4.", "4",
     "Cannot determine the answer", "Z", "D) black", "Option D", "none of them", "",
 ]

@@ -282,7 +282,9 @@ def markdown(report: EvalReport) -> str:
     return "\n".join(lines)
 
 
-def write_report(report: EvalReport, out: str | Path, *, plots: bool = True, viewer: bool = True) -> None:
+def write_report(report: EvalReport, out: str | Path, *, plots: bool = True, viewer: bool = True,
+                 labels: dict[str, tuple[str, str]] | None = None) -> None:
+    """Write every report file; ``labels`` (task id -> subject, level) go to the sample list."""
     from codedance.eval.html import html_page
 
     out = Path(out)
@@ -296,7 +298,7 @@ def write_report(report: EvalReport, out: str | Path, *, plots: bool = True, vie
     if viewer:
         from codedance.eval.viewer import write_viewer
 
-        write_viewer(out)
+        write_viewer(out, labels)
     (out / "report.html").write_text(html_page(report, images, viewer=viewer), encoding="utf-8")
 
 

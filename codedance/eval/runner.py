@@ -330,5 +330,7 @@ def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
     records = load_records(out)
     report = build_report(out, settings, tasks, scores, records, open_failures(out, set(records)),
                           judge=judge.config.model if judge else None, stopped=stopped)
-    write_report(report, out)
+    labels = {tid: (meta.get("category") or meta.get("subject") or meta.get("task", ""), meta.get("level", ""))
+              for tid, (_, task) in tasks.items() for meta in (dict(task.metadata),)}
+    write_report(report, out, labels=labels)
     return report

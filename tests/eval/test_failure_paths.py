@@ -216,3 +216,8 @@ def test_mathvision_testmini_end_to_end_with_code_and_a_judge(tmp_path, mathv_ro
     md = (out / "report.md").read_text()
     assert "## How each number was made" in md and "| MathVision (testmini) by category |" not in md
     assert "## MathVision (testmini) by category" in md and "## Accuracy by code use (%)" in md
+    assert "How each number was made" in (out / "report.html").read_text()
+    index = (out / "view" / "index.html").read_text()
+    assert "<th>subject</th><th>level</th>" in index and "<th>exec status</th>" in index and ">ok 1<" in index
+    ids = re.findall(r"href='mathvision_mini/(\d+)_0.html'", index)
+    assert [int(i) for i in ids] == sorted(int(i) for i in golds)  # id order, not completion order

@@ -48,9 +48,9 @@ class Replies:
 @pytest.fixture(scope="module")
 def judge_server():
     replies = Replies()
-    with ReplayServer(replies, model_names=("judge",)) as server:
-        with JudgeClient(JudgeConfig(base_url=server.url, model="judge", retries=0)) as judge:
-            yield judge, replies
+    with ReplayServer(replies, model_names=("judge",)) as server, \
+            JudgeClient(JudgeConfig(base_url=server.url, model="judge", retries=0)) as judge:
+        yield judge, replies
 
 
 def ours(case: dict, judge_server) -> tuple[float | None, int, str]:

@@ -105,9 +105,8 @@ def test_prompt_plus_max_tokens_over_the_context_is_a_length_stop():
                                         ("08", ImageLimitError), ("09", ModelNotFoundError)])
 def test_error_replies_map_to_their_errors(name, error):
     model = recording(name)["request"]["body"]["model"]
-    with ReplayServer([served(name)], model_names=(model,)) as server:
-        with pytest.raises(error) as caught:
-            policy(server, model=model).complete(TEXT)
+    with ReplayServer([served(name)], model_names=(model,)) as server, pytest.raises(error) as caught:
+        policy(server, model=model).complete(TEXT)
     assert caught.value.status == recording(name)["response"]["status"]
 
 
