@@ -70,6 +70,11 @@ def error_body(status: int, message: str, param: str | None = None) -> bytes:
 Script = Sequence[ServerReply | str] | Callable[[dict], ServerReply | str]
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # socketserver's default backlog of 5 resets connections at concurrency 64
+
+
 def _completion_body(reply: ServerReply, model: str) -> dict:
     logprobs = None
     if reply.logprobs:
@@ -97,8 +102,7 @@ class ReplayServer:
         self.requests: list[dict] = []
         self._next = 0
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
         self._thread.start()
 
