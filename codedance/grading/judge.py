@@ -9,7 +9,9 @@ bounded concurrency over one shared ``httpx.Client``, retries on 429/5xx, and
 `JudgeUnavailableError` with an actionable message when the server cannot be reached.
 
 Departures from the release: temperature 0 instead of 0.3 and a fixed seed instead of a random
-one (reproducible verdicts); unparseable replies raise instead of scoring 0.
+one (reproducible verdicts); unparseable replies raise `JudgeVerdictError` (the eval scorer then
+scores that one sample 0 and counts it). ``complete`` takes per-call ``temperature`` and ``seed``
+for protocols that retry at other temperatures (VLMEvalKit's).
 Not handled: CharXiv's per-item grading prompts and MathVerse's two-step extraction (they need
 their own prompts; `JudgeClient.complete` is the building block).
 """
