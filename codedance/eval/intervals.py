@@ -31,7 +31,7 @@ def wilson(mean: float, n: int) -> tuple[float, float]:
     z2 = Z95 * Z95
     centre = (mean + z2 / (2 * n)) / (1 + z2 / n)
     half = Z95 * math.sqrt(mean * (1 - mean) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    return max(0.0, round(centre - half, 12)), min(1.0, round(centre + half, 12))
 
 
 def bootstrap(per_item: Sequence[Sequence[float]], resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:

@@ -114,3 +114,13 @@ def test_unknown_scorer_raises():
     t = task("x", "1", AnswerKind.TEXT)
     with pytest.raises(ValueError, match="unknown scorer"):
         score(t, "<answer>1</answer>", "nope")
+
+
+def test_an_unreachable_judge_leaves_the_sample_pending_and_never_raises():
+    from codedance.grading import JudgeClient, JudgeConfig
+
+    t = task("charxiv", "7", AnswerKind.TEXT, grading_query="{PREDICTION}")
+    with JudgeClient(JudgeConfig(base_url="http://127.0.0.1:9/v1", retries=0)) as judge:
+        for mode in ("vlmevalkit", "strict"):
+            s = score(t, "<answer>7</answer>", "charxiv", judge, mode)
+            assert s.correct is None and s.pending.startswith("judge unreachable")
