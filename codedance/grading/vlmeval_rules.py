@@ -161,9 +161,9 @@ def mathv_is_equal(answer: str, gold: str) -> bool:
         pass
     if max(len(a), len(g)) > 300:
         return False
-    try:
-        from latex2sympy2_extended import latex2sympy
+    from latex2sympy2_extended import latex2sympy  # math-verify's dependency; a missing one must not pass silently
 
+    try:
         x, y = latex2sympy(g), latex2sympy(a)
         return _close(safe_eval(str(x)), safe_eval(str(y)))
     except Exception:  # noqa: BLE001 - VLMEvalKit's try block swallows every failure as "not equal"
