@@ -161,7 +161,9 @@ def mathv_is_equal(answer: str, gold: str) -> bool:
         pass
     if max(len(a), len(g)) > 300:
         return False
-    from latex2sympy2_extended import latex2sympy  # math-verify's dependency; a missing one must not pass silently
+    from latex2sympy2_extended import (
+        latex2sympy,  # math-verify's dependency; a missing one must not pass silently
+    )
 
     try:
         x, y = latex2sympy(g), latex2sympy(a)
