@@ -12,7 +12,15 @@ Resuming: rerunning with the same ``out_dir`` and settings skips every sample al
 ``run.json``: a mismatch raises instead of mixing two runs. ``limit`` may change between runs.
 
 Images are decoded benchmark chunk by chunk (``4 × concurrency`` samples), so an HR-Bench 8K run
-does not hold 800 decoded 8K images at once; the raw rows (compressed bytes) stay in memory.
+does not hold 800 decoded 8K images at once; the raw rows (compressed bytes) stay in memory. An
+image that cannot be decoded fails its row (logged to ``failures.jsonl`` naming the row and file),
+never the benchmark.
+
+Settings are checked when `EvalSettings` is made (`check_settings`); the data is read before
+``run.json`` is written. ``samples`` > 1 runs k samples per item (keys ``<task>#0`` ... ``#k-1``).
+``stop_after_connection_failures`` consecutive connection failures stop the episodes early (the
+report says so; a rerun resumes). ``scoring`` is ``vlmevalkit`` or ``strict``
+(`codedance.eval.scoring`); changing it rescores the saved trajectories.
 No-tools mode (`no_tools_config`): one turn, a prompt without the code instruction, no sandbox.
 """
 
