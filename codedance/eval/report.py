@@ -187,7 +187,13 @@ def headline_cell(value: float | None, complete: bool, scored: int, expected: in
 
 
 def _headline(r: BenchmarkResult) -> str:
-    return headline_cell(r.headline, r.complete, r.scored, r.expected * r.samples_per_item)
+    """The headline cell; a number not produced shows its rule-only lower bound beside."""
+    cell = headline_cell(r.headline, r.complete, r.scored, r.expected * r.samples_per_item)
+    bound = dict(r.metrics).get("accuracy_rule_only")
+    lower_bound = BENCHMARKS[r.name].scorer in ("mathvista", "mathvision", "mathverse") if r.name in BENCHMARKS else False
+    if r.headline is None and bound is not None and r.scorers and lower_bound:
+        cell += f" (rule-only ≥ {_pct(bound)})"
+    return cell
 
 
 def _interval(r: BenchmarkResult) -> str:

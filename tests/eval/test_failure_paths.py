@@ -141,6 +141,24 @@ def test_a_judge_that_answers_garbage_scores_zero_and_is_counted(tmp_path, fx):
     assert "scoring vlmevalkit, judge judge, 10 turns" in md
 
 
+def test_judge_free_mathvision_is_not_produced_with_its_rule_only_bound(tmp_path, mathv_root):
+    golds = _golds(mathv_root, 6)
+
+    def model(body):  # right on even ids; a wrong number (needs VLMEvalKit's judge) or letter on odd ones
+        item = _item_of(body, golds)
+        wrong = "Z" if item["options"] else "987654"
+        return f"<answer>{item['answer'] if int(item['id']) % 2 == 0 else wrong}</answer>"
+
+    with ReplayServer(model) as server:
+        args = _args(mathv_root, tmp_path / "n", server.url, 6)
+        args[args.index("strict")] = "vlmevalkit"
+        assert CliRunner().invoke(cli(), args).exit_code == 0
+    right = sum(1 for item in golds.values() if int(item["id"]) % 2 == 0)
+    assert any(int(i["id"]) % 2 and not i["options"] for i in golds.values())  # at least one pending
+    md = (tmp_path / "n" / "report.md").read_text()
+    assert f"| scripted | n/p (rule-only ≥ {100 * right / 6:.1f}) |" in md
+
+
 def test_impossible_settings_are_refused_before_anything_runs(tmp_path):
     with ReplayServer(["<answer>1</answer>"]) as server:
         for extra, message in ((["--concurrency", "0"], "--concurrency must be at least 1"),
