@@ -20,6 +20,11 @@ Stop reasons (`StopReason`):
   ``Trajectory.answer`` may still hold a ``\\boxed{}`` fallback for scoring.
 - ``sandbox_error``: the runner itself raised (an infrastructure failure, not the snippet's
   error: a snippet that fails, times out or crashes is an `ExecResult` the model sees).
+- ``image_limit``: the server refused the conversation for holding more images than its
+  per-prompt limit (`ImageLimitError`, vLLM's ``--limit-mm-per-prompt``).
+The per-conversation image cap (``FeedbackLimits.max_images_per_trajectory``) counts the task's
+own images too, so a server started with that limit never sees more.
+The loop trusts the reply's text, not its token ids (see `codedance.policy.base.Completion`).
 Other policy errors (unreachable server, unknown model, ...) propagate as `PolicyError`.
 
 The trajectory is exactly what the model saw: ``Trajectory.prompt`` plus each turn's raw text,
@@ -37,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from codedance.parsing import parse_message
-from codedance.policy.base import Completion, ContextOverflowError, Policy
+from codedance.policy.base import Completion, ContextOverflowError, ImageLimitError, Policy
 from codedance.prompts import (
     RELEASE,
     FeedbackLimits,
@@ -88,7 +93,7 @@ class Episode:
         self._messages: list[Message] = list(self.prompt)
         self._turns: list[Turn] = []
         self._pending: tuple[Completion, Turn] | None = None
-        self._images_shown = 0
+        self._images_shown = len(self.images)  # the task's images count against the cap too
         self.stop_reason: StopReason | None = None
         self.answer: str | None = None
         self._notes: list[tuple[str, str]] = []
@@ -172,6 +177,11 @@ class Episode:
         self._notes.append(("error", f"context overflow: {error}"))
         self._stop(StopReason.MAX_TOKENS)
 
+    def on_image_limit(self, error: BaseException) -> None:
+        """The server takes no more images in one prompt: stop with ``image_limit``."""
+        self._notes.append(("error", f"image limit: {error}"))
+        self._stop(StopReason.IMAGE_LIMIT)
+
     def trajectory(self) -> Trajectory:
         if self.stop_reason is None:
             raise RuntimeError("the episode has not ended")
@@ -196,6 +206,9 @@ def run_episode(policy: Policy, task: Task, sandbox: CodeRunner, config: Episode
         except ContextOverflowError as exc:
             episode.on_context_overflow(exc)
             break
+        except ImageLimitError as exc:
+            episode.on_image_limit(exc)
+            break
         code = episode.on_completion(completion)
         if code is None:
             continue
@@ -218,6 +231,9 @@ async def arun_episode(
             completion = await policy.acomplete(episode.messages)
         except ContextOverflowError as exc:
             episode.on_context_overflow(exc)
+            break
+        except ImageLimitError as exc:
+            episode.on_image_limit(exc)
             break
         code = episode.on_completion(completion)
         if code is None:

@@ -159,6 +159,7 @@ class StopReason(str, Enum):
     MAX_TOKENS = "max_tokens"
     FORMAT_ERROR = "format_error"
     SANDBOX_ERROR = "sandbox_error"
+    IMAGE_LIMIT = "image_limit"  # the server refused more images per prompt
 
 
 @dataclass(frozen=True)

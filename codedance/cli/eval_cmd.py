@@ -5,14 +5,23 @@
         [--limit 50] [--no-tools] [--data mathvision=/path/to/MATH-V] [--lmu-data ~/LMUData]
     codedance report runs/A runs/B          # side by side, deltas against the first
 
+Scoring: ``--scoring vlmevalkit`` (default; VLMEvalKit's rules per sample) or ``strict``.
+``--samples k`` runs k samples per item (needs ``--temperature`` above 0) and reports Avg@k with
+a bootstrap interval and pass@k. Settings that cannot work (``--concurrency 0``, ...) are refused
+before any server is contacted or any folder is written.
+
 Data: ``$LMUData`` (default ``~/LMUData``) holds VLMEvalKit's TSV files; ``--data NAME=PATH``
 points one benchmark at a TSV file, a Hugging Face export (parquet / JSONL) or the MATH-V
 repository folder. ``--benchmarks paper`` runs the paper's eleven. Rerunning the same command
-resumes. Exit code 2 on an error a person can act on (missing data, unreachable server).
+resumes. Exit codes: 0 when every sample ran; 1 when samples failed (the most common reason and
+the failures file are printed; rerunning retries them) or the run stopped after consecutive
+connection failures; 2 on an error a person can act on before the run (missing data, bad
+settings, unreachable server).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -59,6 +68,10 @@ def eval_(
     request_timeout: float = typer.Option(300.0, help="Seconds per model request"),
     api_key: str = typer.Option("EMPTY", envvar="OPENAI_API_KEY"),
     plain_openai: bool = typer.Option(False, help="Send no vLLM/SGLang-only request fields"),
+    scoring: str = typer.Option("vlmevalkit", help="vlmevalkit (VLMEvalKit's rules per sample) or strict"),
+    samples: int = typer.Option(1, help="Samples per item (Avg@k, pass@k); needs --temperature > 0"),
+    stop_after: int = typer.Option(10, help="Stop after this many consecutive connection failures"),
+    retries: int = typer.Option(4, help="Retries of a failed model request (connection errors, 429, 5xx)"),
 ) -> None:
     """Run the benchmarks, score them and write the report into --out."""
     from codedance.eval.report import markdown
@@ -66,7 +79,7 @@ def eval_(
     from codedance.eval.sources import DataNotFoundError
     from codedance.eval.spec import parse_benchmarks
     from codedance.grading import JudgeClient, JudgeConfig, JudgeError
-    from codedance.policy import OpenAIChatPolicy, PolicyError, SamplingParams
+    from codedance.policy import OpenAIChatPolicy, PolicyError, RetrySettings, SamplingParams
     from codedance.prompts import get_profile
     from codedance.rollout import EpisodeConfig
 
@@ -76,26 +89,33 @@ def eval_(
         selected = parse_benchmarks(benchmarks)  # a typo fails here, before any server is contacted
         lmu = lmu_data or Path(os.environ.get("LMUData", "~/LMUData"))
         lmu = lmu.expanduser()
+        if max_tokens < 1 or request_timeout <= 0 or retries < 0:
+            raise ValueError(f"--max-tokens must be at least 1, --request-timeout above 0 and --retries at least 0 "
+                             f"(got {max_tokens}, {request_timeout}, {retries})")
+        episode = EpisodeConfig(max_turns=max_turns, profile=get_profile(profile, profiles))
+        settings = EvalSettings(  # validates every setting before the server is contacted
+            benchmarks=selected, episode=episode, no_tools=no_tools, limit=limit,
+            concurrency=concurrency, exec_timeout_s=exec_timeout, lmu_dir=str(lmu),
+            data_paths=_data_paths(data), pixmo_cache=str(pixmo_cache or lmu / "pixmo_cache"),
+            fetch_images=fetch_images, scoring=scoring, samples=samples, temperature=temperature,
+            stop_after_connection_failures=stop_after)
         sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens)
-        policy = OpenAIChatPolicy(model, model_name or "?", sampling, api_key=api_key,
-                                  timeout_s=request_timeout, server_extras=not plain_openai)
+        policy = OpenAIChatPolicy(model, model_name or "?", sampling, api_key=api_key, timeout_s=request_timeout,
+                                  server_extras=not plain_openai, retry=RetrySettings(max_retries=retries))
         if not model_name:
             served = policy.list_models()
             if not served:
                 raise PolicyError(f"{policy.base_url}/models lists no models")
             policy.model = served[0]
-        episode = EpisodeConfig(max_turns=max_turns, profile=get_profile(profile, profiles),
-                                metadata=(("model", policy.model),))
-        settings = EvalSettings(
-            benchmarks=selected, episode=episode, model=policy.model,
-            sampling=f"temperature={temperature},max_tokens={max_tokens}", no_tools=no_tools, limit=limit,
-            concurrency=concurrency, exec_timeout_s=exec_timeout, lmu_dir=str(lmu),
-            data_paths=_data_paths(data), pixmo_cache=str(pixmo_cache or lmu / "pixmo_cache"),
-            fetch_images=fetch_images)
+        settings = dataclasses.replace(
+            settings, episode=dataclasses.replace(episode, metadata=(("model", policy.model),)), model=policy.model,
+            sampling=f"temperature={temperature},max_tokens={max_tokens}")
         if judge:
             judge_client = JudgeClient(JudgeConfig(base_url=judge, model=judge_model, api_key=api_key))
         console.print(f"model [bold]{policy.model}[/bold] at {policy.base_url}; "
-                      f"{'no tools' if no_tools else f'max {max_turns} turns'}; judge: {judge or 'none'}")
+                      f"{'no tools' if no_tools else f'max {max_turns} turns'}; scoring {scoring}; "
+                      f"judge: {judge_model + ' at ' + judge if judge else 'none'}"
+                      + (f"; {samples} samples per item" if samples > 1 else ""))
         report = run_eval(policy, settings, out, judge=judge_client,
                           on_loaded=lambda spec, n: console.print(f"{spec.title}: {n} samples"))
         policy.close()
@@ -107,10 +127,24 @@ def eval_(
             judge_client.close()
     console.print(markdown(report))
     console.print(f"report: {out / 'report.html'}  trajectories: {out / 'view' / 'index.html'}")
+    failed = report.failed
+    if report.stopped or failed:
+        expected = sum(r.expected * r.samples_per_item for r in report.results)
+        top = report.top_failure()
+        reason = f"; most common: {top[0]} ({top[1]}x)" if top else ""
+        if report.stopped:
+            console.print(f"[red]stopped early:[/red] {report.stopped}; finished samples are saved, "
+                          f"rerun the same command to resume")
+        console.print(f"[red]{failed}/{expected} samples failed[/red]{reason}; see {out / 'failures.jsonl'}; "
+                      f"rerun the same command to retry them")
+        raise typer.Exit(code=1)
 
 
-def report(runs: list[Path] = typer.Argument(..., help="Run folders (or report.json files)")) -> None:
-    """Compare runs side by side: accuracy, turns and execution success, deltas vs the first."""
+def report(runs: list[Path] = typer.Argument(..., help="Run folders (or report.json files)"),
+           allow_incomplete: bool = typer.Option(False, "--allow-incomplete",
+                                                 help="Show deltas between incomplete and complete runs")) -> None:
+    """Compare runs side by side: accuracy (with 95 % intervals), turns and execution success,
+    deltas vs the first and whether each accuracy delta lies outside both intervals."""
     from codedance.eval.report import compare_markdown, load_report
 
     console = make_console()
@@ -119,7 +153,7 @@ def report(runs: list[Path] = typer.Argument(..., help="Run folders (or report.j
     except (FileNotFoundError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(code=2) from exc
-    typer.echo(compare_markdown(reports, [str(r) for r in runs]))
+    typer.echo(compare_markdown(reports, [str(r) for r in runs], allow_incomplete=allow_incomplete))
 
 
 report_app = typer.Typer()

@@ -9,6 +9,8 @@
 - ``tool_use_share``: share of samples with at least one call.
 - ``by_difficulty``: (difficulty, samples, average turns, accuracy) for each difficulty label
   in the tasks' metadata (accuracy over the samples with a produced score).
+- `group_rows`: accuracy, turns and tool use per category (any label); `tool_use_split`:
+  accuracy of the samples that ran code against those that did not.
 """
 
 from __future__ import annotations
@@ -73,3 +75,33 @@ def agent_stats(trajectories: Sequence[Trajectory], difficulty: Mapping[str, str
         stop_reasons=tuple(sorted(reasons.items())),
         by_difficulty=tuple(rows),
     )
+
+
+def group_rows(trajectories: Sequence[Trajectory], labels: Mapping[str, str],
+               values: Mapping[int, float | None]) -> tuple[tuple[str, int, float | None, float, float], ...]:
+    """(label, samples, accuracy, average turns, share using code) per label.
+
+    ``labels`` maps task ids to a group label; ``values`` maps ``id(trajectory)`` to its verdict
+    (None while pending; accuracy is None for a group with a pending verdict)."""
+    groups: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajectories:
+        groups[labels.get(t.task_id, "") or "(none)"].append(t)
+    rows = []
+    for label in sorted(groups):
+        ts = groups[label]
+        verdicts = [values.get(id(t)) for t in ts]
+        accuracy = None if any(v is None for v in verdicts) else _mean([v for v in verdicts if v is not None])
+        rows.append((label, len(ts), accuracy, sum(len(t.turns) for t in ts) / len(ts),
+                     sum(1 for t in ts if t.tool_calls) / len(ts)))
+    return tuple(rows)
+
+
+def tool_use_split(trajectories: Sequence[Trajectory], values: Mapping[int, float | None]
+                   ) -> tuple[tuple[str, int, float | None], ...]:
+    """(``ran code`` / ``no code``, samples, accuracy over the produced verdicts) of a benchmark."""
+    out = []
+    for label, used in (("ran code", True), ("no code", False)):
+        ts = [t for t in trajectories if bool(t.tool_calls) is used]
+        verdicts = [v for t in ts if (v := values.get(id(t))) is not None]
+        out.append((label, len(ts), _mean(verdicts)))
+    return tuple(out)

@@ -1,4 +1,5 @@
-"""The report as one HTML page: the same tables as ``report.md``, the plots inline (data URLs),
+"""The report as one HTML page: the same notes and tables as ``report.md`` (the "how each number
+was made" table included; wide tables scroll and long cells wrap), the plots inline (data URLs),
 and a link to the trajectory viewer (``view/index.html``)."""
 
 from __future__ import annotations
@@ -8,14 +9,17 @@ import html
 from pathlib import Path
 
 from codedance.eval.report import EvalReport, tables
+from codedance.eval.report import notes as report_notes
 
 _STYLE = """body{font-family:system-ui,sans-serif;max-width:72rem;margin:1.5rem auto;padding:0 1rem}
-table{border-collapse:collapse;margin:.5rem 0 1.5rem}td,th{border:1px solid #ccc;padding:.25rem .6rem}
-th{background:#f3f3f3}img{max-width:100%}"""
+table{border-collapse:collapse;margin:.5rem 0 1.5rem;display:block;max-width:100%;overflow-x:auto}
+td,th{border:1px solid #ccc;padding:.25rem .6rem;overflow-wrap:anywhere;max-width:24rem}
+th{background:#f3f3f3}img{max-width:100%}.note{background:#fff4e0;border-left:4px solid #e69500;padding:.4rem .8rem}"""
 
 
 def html_page(report: EvalReport, plots: dict[str, Path], viewer: bool = True) -> str:
     parts = [f"<h1>Evaluation of {html.escape(report.model or '(model)')}</h1>"]
+    parts += [f"<p class='note'>{html.escape(n)}</p>" for n in report_notes(report)]
     if viewer:
         parts.append("<p><a href='view/index.html'>Browse every trajectory</a></p>")
     for title, head, rows in tables(report):

@@ -9,8 +9,10 @@ Prompts: the question as the dataset gives it; MCQ options are listed as VLMEval
 multiple-choice prompt does ("Options:\\nA. ...", then "Please select the correct answer from the
 options above."); ChartQA gets VLMEvalKit's "Answer the question using a single word or phrase."
 CountBench's "answer with a number directly ... no additional text" is *not* added: it contradicts
-the think/answer format of every profile. V* options are rotated by ``index mod n`` (the raw file
-puts the right answer first); HR-Bench keeps its four rotations as separate rows.
+the think/answer format of every profile. V* options are kept in the file's order, as VLMEvalKit
+scores them (an earlier rotation by ``index mod n`` departed from VLMEvalKit and was dropped; the
+VStarBench.tsv answer distribution could not be checked here); HR-Bench keeps its four rotations
+as separate rows. A list cell that is no Python list literal (ChartQA's ``[Cable TV]``) is text.
 Difficulty (for turns by difficulty): MathVision ``level``, WeMath step count, HR-Bench
 single/cross; ``all`` elsewhere.
 """
@@ -25,6 +27,7 @@ from pathlib import Path
 
 from codedance.eval.sources import DataNotFoundError, RawItem, read_export, read_mathv, read_tsv
 from codedance.eval.spec import BenchmarkSpec
+from codedance.grading.vlmeval_rules import literal_list
 from codedance.prompts import image_from_bytes
 from codedance.types import AnswerKind, Task
 
@@ -38,24 +41,20 @@ def _options(item: RawItem) -> list[tuple[str, str]]:
 
 
 def _mcq_text(question: str, options: list[tuple[str, str]], hint: str = "") -> str:
-    lines = [f"Hint: {hint}"] if hint else []
-    lines.append(question.strip())
-    lines.append("Options:")
-    lines += [f"{k}. {v}" for k, v in options]
-    lines.append(MCQ_SUFFIX)
-    return "\n".join(lines)
+    """VLMEvalKit's ``ImageMCQDataset.build_prompt`` text: hint, ``Question: ``, options, suffix."""
+    text = f"Hint: {hint}\n" if hint else ""
+    text += f"Question: {question}\n"
+    if options:
+        text += "Options:\n" + "".join(f"{k}. {v}\n" for k, v in options) + f"{MCQ_SUFFIX} \n"
+    return text
 
 
 def _literal_list(text: str) -> list[str]:
-    text = text.strip()
-    if not text:
+    """A list cell as its items; a cell that is no list literal (``[Cable TV]``) is one text."""
+    if not text.strip():
         return []
-    if text.startswith("["):
-        try:
-            return [str(x) for x in ast.literal_eval(text)]
-        except (ValueError, SyntaxError):
-            return [str(x) for x in json.loads(text)]
-    return [text]
+    parsed = literal_list(text)
+    return [text] if parsed is None else parsed
 
 
 def _task(spec: BenchmarkSpec, item: RawItem, index: str, question: str, answer: str, kind: AnswerKind,
@@ -90,16 +89,9 @@ def vstar(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
     options = _options(item)
     if not options:
         raise ValueError(f"V* item {index}: no option columns A, B, ...")
-    gold = item.get("answer").strip().upper()
-    letters = [k for k, _ in options]
-    texts = [v for _, v in options]
-    shift = (int(index) if index.isdigit() else n) % len(options)
-    rotated = [texts[(j - shift) % len(texts)] for j in range(len(texts))]
-    new_gold = letters[(letters.index(gold) + shift) % len(letters)]
-    new_options = list(zip(letters, rotated, strict=True))
-    return _task(spec, item, index, _mcq_text(item.get("question"), new_options, item.get("hint")), new_gold,
-                 AnswerKind.CHOICE, new_options, category=item.get("category"), option_shift=str(shift),
-                 raw_answer=gold)
+    return _task(spec, item, index, _mcq_text(item.get("question"), options, item.get("hint")),
+                 item.get("answer").strip().upper(), AnswerKind.CHOICE, options, category=item.get("category"),
+                 raw_question=item.get("question"))
 
 
 def hrbench(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
@@ -107,14 +99,14 @@ def hrbench(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
     category = item.get("category")
     return _task(spec, item, _index(item, n), _mcq_text(item.get("question"), options, item.get("hint")),
                  item.get("answer").strip().upper(), AnswerKind.CHOICE, options, category=category,
-                 cycle=item.get("cycle_category"), difficulty=category or "all")
+                 cycle=item.get("cycle_category"), difficulty=category or "all", raw_question=item.get("question"))
 
 
 def chartqa(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
     golds = _literal_list(item.get("answer"))
     question = f"{item.get('question').strip()}\nAnswer the question using a single word or phrase."
     return _task(spec, item, _index(item, n), question, golds[0], AnswerKind.RELAXED,
-                 split=item.get("split"), golds=json.dumps(golds))
+                 split=item.get("split"), golds=json.dumps(golds), raw_answer=item.get("answer"))
 
 
 def charxiv(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
@@ -153,7 +145,7 @@ def mathvision(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
     level = item.get("level")
     return _task(spec, item, index, question, item.get("answer"), kind, options,
                  category=item.get("category") or item.get("subject"), level=level,
-                 difficulty=f"level {level}" if level else "all")
+                 difficulty=f"level {level}" if level else "all", raw_question=item.get("question"))
 
 
 def mathverse(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
@@ -180,7 +172,7 @@ def wemath(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
     text = f"Question: {question}\n" + ("Options:\n" + "\n".join(f"{k}. {v}" for k, v in options) if options else "")
     key = item.get("key")
     return _task(spec, item, _index(item, n), text.strip(), item.get("answer").strip(), AnswerKind.CHOICE,
-                 options, ID=item.get("ID") or item.get("id"), key=key,
+                 options, ID=item.get("ID") or item.get("id"), key=key, raw_question=question,
                  concept=item.get("knowledge concept"), difficulty=_wemath_difficulty(key))
 
 

@@ -32,7 +32,7 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def _by(tasks: dict[str, Task], scores: Sequence[SampleScore], field: str, multi: bool = False) -> Breakdown:
-    groups: dict[str, list[bool | None]] = defaultdict(list)
+    groups: dict[str, list[float | None]] = defaultdict(list)
     for s in scores:
         value = dict(tasks[s.task_id].metadata).get(field, "")
         labels = [value]
@@ -42,11 +42,11 @@ def _by(tasks: dict[str, Task], scores: Sequence[SampleScore], field: str, multi
             except json.JSONDecodeError:
                 labels = [value]
         for label in labels:
-            groups[label or "(none)"].append(s.correct)
+            groups[label or "(none)"].append(s.value)
     rows = []
     for label in sorted(groups):
         verdicts = groups[label]
-        value = None if any(v is None for v in verdicts) else _mean([float(bool(v)) for v in verdicts])
+        value = None if any(v is None for v in verdicts) else _mean([v for v in verdicts if v is not None])
         rows.append((label, value, len(verdicts)))
     return field, tuple(rows)
 
@@ -55,7 +55,7 @@ def hrbench_metrics(tasks: dict[str, Task], scores: Sequence[SampleScore]) -> tu
     cycles: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for s in scores:
         m = dict(tasks[s.task_id].metadata)
-        hit = float(bool(s.correct))
+        hit = s.value or 0.0
         cycles[m.get("cycle", "")]["all"].append(hit)
         cycles[m.get("cycle", "")][m.get("category", "")].append(hit)
     rows, sums = [], defaultdict(list)
@@ -107,7 +107,7 @@ def wemath_metrics(tasks: dict[str, Task], scores: Sequence[SampleScore]) -> dic
     return out
 
 
-_BREAKDOWNS = {
+BREAKDOWNS = {
     "chartqa": (("split", False),), "mathvista": (("task", False), ("skills", True)),
     "mathvision": (("category", False), ("level", False)), "mcq": (("category", False),),
     "mathverse": (("problem_version", False), ("subject", False)), "charxiv": (("category", False),),
@@ -121,7 +121,7 @@ def benchmark_metrics(spec: BenchmarkSpec, tasks: Sequence[Task], scores: Sequen
     pending = [s for s in scores if s.correct is None]
     metrics: dict[str, float | None] = {
         "samples": float(len(scores)),
-        "accuracy": None if pending else _mean([float(bool(s.correct)) for s in scores]),
+        "accuracy": None if pending else _mean([s.value or 0.0 for s in scores]),
         "accuracy_rule_only": _mean([float(s.rule_correct) for s in scores]),
     }
     not_produced = ()
@@ -129,7 +129,7 @@ def benchmark_metrics(spec: BenchmarkSpec, tasks: Sequence[Task], scores: Sequen
         steps = sorted({s.pending for s in pending})
         not_produced = ((f"accuracy: {len(pending)} of {len(scores)} samples need a judge ({', '.join(steps)}); "
                         f"rerun with --judge URL"),)
-    breakdowns = [_by(by_id, scores, field, multi) for field, multi in _BREAKDOWNS.get(spec.scorer, ())]
+    breakdowns = [_by(by_id, scores, field, multi) for field, multi in BREAKDOWNS.get(spec.scorer, ())]
     if spec.scorer == "hrbench":
         averages, cycle_rows = hrbench_metrics(by_id, scores)
         metrics.update(averages)

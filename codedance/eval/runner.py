@@ -12,7 +12,15 @@ Resuming: rerunning with the same ``out_dir`` and settings skips every sample al
 ``run.json``: a mismatch raises instead of mixing two runs. ``limit`` may change between runs.
 
 Images are decoded benchmark chunk by chunk (``4 × concurrency`` samples), so an HR-Bench 8K run
-does not hold 800 decoded 8K images at once; the raw rows (compressed bytes) stay in memory.
+does not hold 800 decoded 8K images at once; the raw rows (compressed bytes) stay in memory. An
+image that cannot be decoded fails its row (logged to ``failures.jsonl`` naming the row and file),
+never the benchmark.
+
+Settings are checked when `EvalSettings` is made (`check_settings`); the data is read before
+``run.json`` is written. ``samples`` > 1 runs k samples per item (keys ``<task>#0`` ... ``#k-1``).
+``stop_after_connection_failures`` consecutive connection failures stop the episodes early (the
+report says so; a rerun resumes). ``scoring`` is ``vlmevalkit`` or ``strict``
+(`codedance.eval.scoring`); changing it rescores the saved trajectories.
 No-tools mode (`no_tools_config`): one turn, a prompt without the code instruction, no sandbox.
 """
 
@@ -22,6 +30,7 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,6 +39,7 @@ from pathlib import Path
 from codedance.batch import RunnerFactory, arun_batch, finished_keys
 from codedance.eval.loaders import prepare_items, to_task
 from codedance.eval.scoring import score_sample
+from codedance.eval.sources import RawItem
 from codedance.eval.spec import BenchmarkSpec, SampleScore
 from codedance.grading import JudgeClient
 from codedance.policy.base import Policy
@@ -80,12 +90,46 @@ class EvalSettings:
     pixmo_cache: str | None = None
     fetch_images: bool = False
     progress: bool = True
+    scoring: str = "vlmevalkit"
+    samples: int = 1
+    temperature: float = 0.0
+    stop_after_connection_failures: int = 10
+
+    def __post_init__(self) -> None:
+        check_settings(self)
 
     def identity(self) -> dict[str, object]:
         """The settings a resumed run must share with the first one."""
         return {"model": self.model, "sampling": self.sampling, "no_tools": self.no_tools,
                 "max_turns": self.episode.max_turns, "profile": self.episode.profile.name,
                 "profile_fields": dataclasses.asdict(self.episode.profile)}
+
+
+def check_settings(settings: EvalSettings) -> None:
+    """Reject impossible settings (ValueError with the option to fix) before anything runs."""
+    from codedance.eval.scoring import SCORING_MODES
+
+    problems = []
+    if settings.concurrency < 1:
+        problems.append(f"--concurrency must be at least 1, got {settings.concurrency}")
+    if settings.limit is not None and settings.limit < 1:
+        problems.append(f"--limit must be at least 1, got {settings.limit}")
+    if settings.samples < 1:
+        problems.append(f"--samples must be at least 1, got {settings.samples}")
+    if settings.samples > 1 and settings.temperature <= 0:
+        problems.append(f"--samples {settings.samples} needs --temperature above 0 (at 0 every sample is the same)")
+    if settings.temperature < 0:
+        problems.append(f"--temperature must be at least 0, got {settings.temperature}")
+    if settings.exec_timeout_s <= 0:
+        problems.append(f"--exec-timeout must be above 0, got {settings.exec_timeout_s}")
+    if settings.scoring not in SCORING_MODES:
+        problems.append(f"--scoring must be one of {', '.join(SCORING_MODES)}, got {settings.scoring!r}")
+    if settings.stop_after_connection_failures < 1:
+        problems.append(f"--stop-after must be at least 1, got {settings.stop_after_connection_failures}")
+    if not settings.benchmarks:
+        problems.append("no benchmarks given")
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
 class _Dimensions(ImageStore):
@@ -111,31 +155,84 @@ def check_run_file(out: Path, settings: EvalSettings) -> None:
                                indent=1), encoding="utf-8")
 
 
-async def _episodes(policy: Policy, settings: EvalSettings, work: Sequence[tuple[BenchmarkSpec, object, int]],
-                    make_runner: RunnerFactory, out: Path) -> list[tuple[str, str]]:
+def _task_or_failure(spec: BenchmarkSpec, item: RawItem, n: int) -> tuple[str, Task | str]:
+    """(task id, the task of one row or why its image cannot be used, naming the row and file)."""
+    task_id = to_task(spec, item, n, images=False).id
+    try:
+        return task_id, to_task(spec, item, n)
+    except (ValueError, OSError) as exc:
+        source = item.get("image_file") or item.get("image_path")
+        named = f" {source}" if source and len(source) < 200 else ""
+        text = str(exc)
+        reason = text.split("cannot be decoded: ", 1)[-1]
+        return task_id, f"{task_id}: image{named} is not a readable image ({reason[:200]})"
+
+
+async def _episodes(policy: Policy, settings: EvalSettings, work: Sequence[tuple[BenchmarkSpec, RawItem, int]],
+                    make_runner: RunnerFactory, out: Path) -> tuple[list[tuple[str, str]], str]:
+    """Run the missing samples; (failures of this run, why the run stopped early or "")."""
     config = no_tools_config(settings.episode) if settings.no_tools else settings.episode
     failures: list[tuple[str, str]] = []
-    bar = None
-    if settings.progress and work:
-        from rich.progress import Progress
-
-        bar = Progress()
-        bar.start()
-        bar_task = bar.add_task("samples", total=len(work))
+    progress = _Progress(len(work) * settings.samples) if settings.progress and work else None
     chunk = max(16, 4 * settings.concurrency)
+    stopped = ""
     try:
         for start in range(0, len(work), chunk):
-            tasks = [to_task(spec, item, n) for spec, item, n in work[start:start + chunk]]  # type: ignore[arg-type]
+            tasks = []
+            for spec, item, n in work[start:start + chunk]:
+                task_id, task = _task_or_failure(spec, item, n)
+                if isinstance(task, Task):
+                    tasks.append(task)
+                    continue
+                for j in range(settings.samples):  # the row fails, never the benchmark
+                    key, error = f"{task_id}#{j}", f"UnreadableImage: {task}"
+                    failures.append((key, error))
+                    append_jsonl(out / "failures.jsonl", {"key": key, "error": error, "time": time.time()})
+                    if progress:
+                        progress.failed(key, error)
             summary = await arun_batch(
-                policy, tasks, make_runner, out, config, rollouts=1, concurrency=settings.concurrency,
-                progress=False, on_trajectory=(lambda *_: bar.advance(bar_task)) if bar else None)
+                policy, tasks, make_runner, out, config, rollouts=settings.samples,
+                concurrency=settings.concurrency, progress=False,
+                on_trajectory=progress.done if progress else None,
+                on_failure=progress.failed if progress else None,
+                stop_after=settings.stop_after_connection_failures)
             failures += list(summary.failures)
-            if bar is not None:
-                bar.advance(bar_task, len(summary.failures))
+            if summary.stopped:
+                stopped = summary.stopped
+                break
     finally:
-        if bar is not None:
-            bar.stop()
-    return failures
+        if progress is not None:
+            progress.stop()
+    return failures, stopped
+
+
+class _Progress:
+    """The eval progress bar: done/total, failures so far, elapsed and remaining time."""
+
+    def __init__(self, total: int) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self.bar = Progress(TextColumn("samples"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("failed {task.fields[failed]}"), TimeRemainingColumn())
+        self.task = self.bar.add_task("samples", total=total, failed=0)
+        self.failures = 0
+        self.bar.start()
+
+    def done(self, *_: object) -> None:
+        self.bar.advance(self.task)
+
+    def failed(self, *_: object) -> None:
+        self.failures += 1
+        self.bar.update(self.task, advance=1, failed=self.failures)
+
+    def stop(self) -> None:
+        self.bar.stop()
 
 
 def latest_scores(out: Path) -> dict[str, SampleScore]:
@@ -164,49 +261,64 @@ def load_records(out: Path, digests: dict[str, str] | None = None) -> dict[str, 
 
 
 def score_all(out: Path, tasks: dict[str, tuple[BenchmarkSpec, Task]], judge: JudgeClient | None,
-              workers: int = 16) -> dict[str, SampleScore]:
-    """Score every finished trajectory not yet scored (or pending and a judge is now given)."""
+              workers: int = 16, mode: str = "vlmevalkit") -> dict[str, SampleScore]:
+    """Score every finished trajectory not yet scored under ``mode`` (or pending and a judge is
+    now given). A judge that fails on a sample never stops this: see `score_sample`."""
     scores = latest_scores(out)
     digests: dict[str, str] = {}
     records = load_records(out, digests)
     todo = [(k, t) for k, t in records.items() if t.task_id in tasks
-            and (k not in scores or scores[k].trajectory_digest != digests[k]
+            and (k not in scores or scores[k].trajectory_digest != digests[k] or scores[k].scoring != mode
                  or (scores[k].correct is None and judge is not None))]
 
     def one(item: tuple[str, Trajectory]) -> SampleScore:
         key, trajectory = item
         spec, task = tasks[trajectory.task_id]
-        score = dataclasses.replace(score_sample(key, task, trajectory, judge, spec.scorer),
+        score = dataclasses.replace(score_sample(key, task, trajectory, judge, spec.scorer, settings_mode),
                                     trajectory_digest=digests[key])
         append_jsonl(out / "scores.jsonl", dataclasses.asdict(score))
         return score
 
+    settings_mode = mode
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         for score in pool.map(one, todo):
             scores[score.key] = score
     return scores
 
 
+def open_failures(out: Path, finished: set[str]) -> dict[str, str]:
+    """key -> last error of every sample in ``failures.jsonl`` that has not finished since."""
+    last: dict[str, str] = {}
+    for r in read_jsonl(out / "failures.jsonl"):
+        last[str(r.get("key"))] = str(r.get("error", ""))
+    return {k: e for k, e in last.items() if k not in finished}
+
+
 def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
              make_runner: RunnerFactory | None = None, judge: JudgeClient | None = None,
              on_loaded: Callable[[BenchmarkSpec, int], None] | None = None):
-    """Run, score and report; returns the `EvalReport` (see ``codedance.eval.report``)."""
+    """Run, score and report; returns the `EvalReport` (see ``codedance.eval.report``).
+
+    The data is read before ``run.json`` is written, so a wrong path leaves no run folder."""
     from codedance.eval.report import build_report, write_report
 
     out = Path(out_dir)
-    check_run_file(out, settings)
     paths = dict(settings.data_paths)
-    done = finished_keys(out)
-    work, tasks = [], {}
+    loaded = []
     for spec in settings.benchmarks:
         items = prepare_items(spec, lmu_dir=settings.lmu_dir, path=paths.get(spec.name), limit=settings.limit,
                               pixmo_cache=settings.pixmo_cache, fetch_images=settings.fetch_images)
+        loaded.append((spec, items))
+    check_run_file(out, settings)
+    done = finished_keys(out)
+    work, tasks = [], {}
+    for spec, items in loaded:
         if on_loaded is not None:
             on_loaded(spec, len(items))
         for n, item in enumerate(items):
             stub = to_task(spec, item, n, images=False)
             tasks[stub.id] = (spec, stub)
-            if f"{stub.id}#0" not in done:
+            if any(f"{stub.id}#{j}" not in done for j in range(settings.samples)):
                 work.append((spec, item, n))
     pool = None
     if make_runner is None:
@@ -218,12 +330,15 @@ def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
             pool = SandboxPool(timeout_s=settings.exec_timeout_s)
             make_runner = lambda images: pool.sandbox(images=images)
     try:
-        failures = asyncio.run(_episodes(policy, settings, work, make_runner, out))
+        _, stopped = asyncio.run(_episodes(policy, settings, work, make_runner, out))
     finally:
         if pool is not None:
             pool.close()
-    scores = score_all(out, tasks, judge)
-    report = build_report(out, settings, tasks, scores, load_records(out), failures,
-                          judge=judge.config.name if judge else None)
-    write_report(report, out)
+    scores = score_all(out, tasks, judge, mode=settings.scoring)
+    records = load_records(out)
+    report = build_report(out, settings, tasks, scores, records, open_failures(out, set(records)),
+                          judge=judge.config.model if judge else None, stopped=stopped)
+    labels = {tid: (meta.get("category") or meta.get("subject") or meta.get("task", ""), meta.get("level", ""))
+              for tid, (_, task) in tasks.items() for meta in (dict(task.metadata),)}
+    write_report(report, out, labels=labels)
     return report

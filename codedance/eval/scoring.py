@@ -1,29 +1,33 @@
-"""Per-sample scoring, one rule per benchmark, as docs/benchmarks.md states them.
+"""Per-sample scoring: `score_sample` dispatches to a scoring mode; ``strict`` rules live here.
 
-`score_sample(key, task, trajectory, judge)` grades the *extracted* final answer (the
-trajectory's ``<answer>``, else ``\\boxed{}``, else "the answer is X" in the last turn), never
-the whole trace. Rules:
+Both modes grade the *extracted* final answer (the trajectory's ``<answer>``, else
+``\\boxed{}``, else "the answer is X" in the last turn), never the whole trace.
 
-| scorer | rule |
+- ``vlmevalkit`` (default): VLMEvalKit's rules and judge protocols, per sample, quirks included
+  (`codedance.eval.scoring_vlmevalkit`).
+- ``strict``: our own rules, stricter where VLMEvalKit's are odd and more lenient where it is
+  brittle. They are:
+
+| scorer | strict rule |
 |---|---|
-| countbench | VLMEvalKit: ``str(gold) in answer`` (substring); the strict count rule goes to extras |
-| pixmocount | exact integer match (digits or number words) |
-| mcq (V*), hrbench | option inference (``codedance.grading.choice``); no inference: the judge's verdict with ``--judge``, else wrong (VLMEvalKit's exact matching) |
-| chartqa | relaxed accuracy, max over gold answers |
-| charxiv | judge only (per-item grading_query); without a judge: not produced |
-| mathvista | rule first (option inference / int / float rounded to the item's precision); else judge extraction, then the same check; without a judge, items the rule cannot settle are not produced |
-| mathvision | MATH-V's rule: option inference for MCQ, else equal as strings, as numbers (1e-6) or symbolically (math-verify); with a judge, its extraction retries a failed rule |
-| mathverse | judge extraction, then exact match or a 0/1 judge verdict; without a judge: not produced |
-| wemath | VLMEvalKit: the text after the last "Answer", ``><:.`` removed, first character if in A–H, equal to the gold letter |
+| countbench | VLMEvalKit's ``str(gold) in answer``; the strict count rule goes to extras |
+| pixmocount | exact integer match (digits or number words); the same in both modes |
+| mcq (V*), hrbench | option inference (``codedance.grading.choice``: "answer: X" anywhere, no length guard); no inference: our judge's consistency verdict (it sees the gold) with ``--judge``, else wrong |
+| chartqa | relaxed accuracy, both sides stripped, max over gold answers |
+| charxiv | judge only (per-item grading_query, fences stripped, only ``score``, right when 1) |
+| mathvista | option inference / int / float rounded to the item's precision / normalized text; else judge extraction and the same check |
+| mathvision | option inference, else equal as strings, numbers (1e-6) or symbolically (math-verify); final without a judge |
+| mathverse | judge extraction (MathVista-style prompt), then exact match or a "Judgement: 0/1" verdict |
+| wemath | the text after the last "Answer", ``><:.`` removed, first character if in A–H |
 
 ``correct=None`` with ``pending`` saying which judge step is missing is how a number that cannot
 be produced without a judge is recorded; ``rule_correct`` always holds the rule-only verdict.
-Not handled: VLMEvalKit's judge-based option extraction prompt (our judge's consistency verdict
-stands in for it on V*/HR-Bench).
+``correct`` may be a fraction (CharXiv's judge gives 0.5 for partly right answers).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from fractions import Fraction
 
@@ -32,9 +36,12 @@ from codedance.eval.judge_steps import (
     extract_answer_with_judge,
     mathverse_consistent,
 )
+from codedance.eval.scoring_vlmevalkit import verdict as vlmevalkit_verdict
 from codedance.eval.spec import SampleScore
 from codedance.grading import (
     JudgeClient,
+    JudgeError,
+    JudgeUnavailableError,
     check_answer,
     extract_answer,
     infer_option,
@@ -42,6 +49,7 @@ from codedance.grading import (
 )
 from codedance.grading.check import check_math
 from codedance.grading.numbers import parse_number
+from codedance.grading.vlmeval_rules import wemath_letter
 from codedance.types import AnswerKind, Task, Trajectory
 
 
@@ -52,17 +60,6 @@ def final_answer(trajectory: Trajectory) -> tuple[str | None, str]:
     if trajectory.answer is not None and extracted.text is None:
         return trajectory.answer, "answer_tag"
     return extracted.text, extracted.source
-
-
-def wemath_letter(answer: str) -> str | None:
-    """VLMEvalKit's WeMath rule (on the extracted answer).
-
-    >>> wemath_letter("B"), wemath_letter("Answer: C. 12 cm"), wemath_letter("(B)")
-    ('B', 'C', None)
-    """
-    s = answer.split("Answer")[-1].strip()
-    s = "".join(c for c in s if c not in "><:.").strip()
-    return s[0] if s and s[0] in "ABCDEFGH" else None
 
 
 def _number(text: str) -> float | None:
@@ -121,23 +118,46 @@ def _mathvision_check(task: Task, answer: str) -> bool:
     return mathv_equal(answer, task.answer)
 
 
-def score_sample(key: str, task: Task, trajectory: Trajectory, judge: JudgeClient | None = None,
-                 scorer: str = "") -> SampleScore:
-    """Score one trajectory of `task` under the benchmark rule ``scorer`` (see the module table)."""
-    answer, source = final_answer(trajectory)
-    m = meta(task)
-    bench = m.get("benchmark", task.source)
+SCORING_MODES = ("vlmevalkit", "strict")
 
-    def result(correct: bool | None, rule: bool, how: str, pending: str = "", **extras: str) -> SampleScore:
+
+def score_sample(key: str, task: Task, trajectory: Trajectory, judge: JudgeClient | None = None,
+                 scorer: str = "", mode: str = "vlmevalkit") -> SampleScore:
+    """Score one trajectory of `task` under the benchmark rule ``scorer`` and scoring ``mode``.
+
+    ``vlmevalkit`` (default): `codedance.eval.scoring_vlmevalkit`; ``strict``: this module's rules
+    (the table above). A judge whose replies give no verdict scores the sample 0 and says why in
+    ``judge_failure``; an unreachable judge leaves the sample pending (a rerun scores it).
+    """
+    if mode not in SCORING_MODES:
+        raise ValueError(f"unknown scoring mode {mode!r}; known: {', '.join(SCORING_MODES)}")
+    answer, source = final_answer(trajectory)
+    bench = meta(task).get("benchmark", task.source)
+
+    def result(correct: bool | float | None, rule: bool, how: str, pending: str = "", failure: str = "",
+               **extras: str) -> SampleScore:
         extras = {"gold": task.answer, **extras}
         return SampleScore(key, bench, task.id, correct, rule, answer, source, how, pending,
-                           tuple((k, str(v)) for k, v in extras.items()))
+                           tuple((k, str(v)) for k, v in extras.items()), scoring=mode, judge_failure=failure)
 
     if scorer in ("charxiv", "mathverse") and judge is None:
         rule = answer is not None and normalize_text(answer) == normalize_text(task.answer)
         return result(None, rule, "none", pending=f"judge ({scorer})")
     if answer is None:
         return result(False, False, "none")
+    try:
+        if mode == "vlmevalkit" and scorer != "pixmocount":
+            correct, rule, how, pending, extras, failure = vlmevalkit_verdict(scorer, task, answer, judge)
+            return result(correct, rule, how, pending, failure, **extras)
+        return _strict(task, answer, judge, scorer, result)
+    except JudgeUnavailableError as exc:
+        return result(None, False, "none", pending=f"judge unreachable ({str(exc)[:120]})")
+    except JudgeError as exc:  # an HTTP error or an unparseable reply: 0 for this sample, counted
+        return result(False, False, "judge", failure=f"{type(exc).__name__}: {str(exc)[:200]}")
+
+
+def _strict(task: Task, answer: str, judge: JudgeClient | None, scorer: str, result) -> SampleScore:
+    m = meta(task)
     if scorer == "countbench":
         strict = check_answer(answer, task.answer, AnswerKind.COUNT)
         hit = str(task.answer).strip() in answer
@@ -155,8 +175,6 @@ def score_sample(key: str, task: Task, trajectory: Trajectory, judge: JudgeClien
         verdict = judge.judge(question=task.question, gold=gold, prediction=answer)
         return result(verdict, False, "judge", letter="")
     if scorer == "chartqa":
-        import json
-
         golds = json.loads(m.get("golds", "[]")) or [task.answer]
         hit = check_answer(answer, golds, AnswerKind.RELAXED)
         return result(hit, hit, "rule:relaxed")
@@ -182,13 +200,13 @@ def score_sample(key: str, task: Task, trajectory: Trajectory, judge: JudgeClien
         return result(hit, False, "judge-extract+rule", judge_extracted=extracted)
     if scorer == "charxiv":
         assert judge is not None
-        score, extracted = charxiv_score(judge, m["grading_query"], answer)
         rule = normalize_text(answer) == normalize_text(task.answer)
+        score, extracted = charxiv_score(judge, m["grading_query"], answer)
         return result(math.isclose(score, 1.0), rule, "judge:charxiv", judge_score=score, judge_extracted=extracted)
     if scorer == "mathverse":
         assert judge is not None
         extracted = extract_answer_with_judge(judge, m.get("question_for_eval", task.question), answer)
-        verdict = mathverse_consistent(judge, m.get("question_for_eval", task.question), task.answer, extracted)
         rule = answer.strip() == task.answer.strip()
+        verdict = mathverse_consistent(judge, m.get("question_for_eval", task.question), task.answer, extracted)
         return result(verdict, rule, "judge:mathverse", judge_extracted=extracted)
     raise ValueError(f"unknown scorer {scorer!r}")

@@ -182,5 +182,7 @@ def read_mathv(root: str | Path, split: str) -> list[RawItem]:
         except (OSError, DataNotFoundError) as exc:
             raise DataNotFoundError(f"{file}: item {record.get('id')}: {exc}") from exc
         fields = {k: t for k, v in record.items() if k != "image" and (t := _text(v)) is not None}
+        if isinstance(image, str) and len(image) < 1024:
+            fields["image_file"] = image  # named when the image cannot be decoded
         items.append(RawItem(fields, images))
     return items

@@ -63,11 +63,11 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
         BenchmarkSpec("mathvista", "MathVista", "MathVista_MINI", 1000, "mathvista",
                       judge=JUDGE_FALLBACK, table=2, split="testmini",
                       source=f"MathVista_MINI.tsv from {_LMU}"),
-        BenchmarkSpec("mathvision", "MathVision", "MathVision", 3040, "mathvision", table=2,
+        BenchmarkSpec("mathvision", "MathVision", "MathVision", 3040, "mathvision", judge=JUDGE_FALLBACK, table=2,
                       source=f"MathVision.tsv from {_LMU}; or the MATH-V repository (github.com/mathllm/MATH-V: "
                              "data/test.jsonl + images/)"),
         BenchmarkSpec("mathvision_mini", "MathVision (testmini)", "MathVision_MINI", 304, "mathvision",
-                      table=2, split="testmini",
+                      judge=JUDGE_FALLBACK, table=2, split="testmini",
                       source=f"MathVision_MINI.tsv from {_LMU}; or the MATH-V repository (data/testmini.jsonl + images/)"),
         BenchmarkSpec("mathverse", "MathVerse", "MathVerse_MINI_Vision_Only", 788, "mathverse",
                       judge=JUDGE_ONLY, table=2, split="testmini (vision-only)",
@@ -116,13 +116,15 @@ class SampleScore:
     graded extracted answer and ``source`` where it was found (``answer_tag``, ``boxed``, ...).
     ``extras`` carry benchmark-specific values as string pairs (the letter WeMath read, the
     extracted answer a judge returned, CharXiv's judge score, ...). ``trajectory_digest`` ties the
-    score to the trajectory record it graded (a re-run sample is scored again).
+    score to the trajectory record it graded (a re-run sample is scored again). ``scoring`` is the
+    mode (``vlmevalkit`` or ``strict``); ``judge_failure`` says why the judge's replies gave no
+    verdict (the sample then scores 0). ``correct`` is a fraction for CharXiv's 0.5.
     """
 
     key: str
     benchmark: str
     task_id: str
-    correct: bool | None
+    correct: bool | float | None
     rule_correct: bool
     answer: str | None
     source: str
@@ -130,3 +132,10 @@ class SampleScore:
     pending: str = ""
     extras: tuple[tuple[str, str], ...] = ()
     trajectory_digest: str = ""
+    scoring: str = "vlmevalkit"
+    judge_failure: str = ""
+
+    @property
+    def value(self) -> float | None:
+        """The verdict as a number in [0, 1] (None while pending)."""
+        return None if self.correct is None else float(self.correct)

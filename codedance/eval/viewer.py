@@ -1,10 +1,12 @@
 """The trajectory viewer: static HTML pages under ``out/view/`` for every scored sample.
 
-``view/index.html`` lists the samples (benchmark, id, right or wrong, answer, gold, turns,
-calls, stop reason), filterable by typing; each sample's page shows the whole conversation the
+``view/index.html`` lists the samples in benchmark and id order (benchmark, id, subject, level,
+verdict, answer, gold, turns, calls, exec status of the calls, stop reason), filterable by typing
+and by verdict; each sample's page shows its subject and level, the whole conversation the
 model saw (system, question, images, every turn's text, code results and feedback images) and
 how it was scored. Images are linked from ``out/images/`` (not inlined), so pages stay small;
-open them from the run folder. Built from ``trajectories.jsonl`` and ``scores.jsonl`` alone.
+open them from the run folder. Built from ``trajectories.jsonl`` and ``scores.jsonl``, plus the
+optional ``labels`` (task id -> subject, level) the runner knows from the data.
 """
 
 from __future__ import annotations
@@ -46,13 +48,36 @@ def _feedback(text: str, images: list[dict]) -> str:
     return "".join(out)
 
 
-def _verdict(score: dict | None) -> str:
+def _verdict_word(score: dict | None) -> str:
     if score is None or score["correct"] is None:
-        return '<span class="na">not scored</span>'
-    return '<span class="ok">right</span>' if score["correct"] else '<span class="bad">wrong</span>'
+        return "not scored"
+    if score["correct"] is True or score["correct"] == 1:
+        return "right"
+    return "wrong" if not score["correct"] else f"partly ({score['correct']})"
 
 
-def page(record: dict, score: dict | None) -> str:
+def _verdict(score: dict | None) -> str:
+    word = _verdict_word(score)
+    css = {"right": "ok", "wrong": "bad"}.get(word, "na")
+    return f'<span class="{css}">{html.escape(word)}</span>'
+
+
+def _exec_status(record: dict) -> str:
+    """The statuses of a sample's code calls, e.g. ``ok 2, error 1`` (``–`` without calls)."""
+    counts: dict[str, int] = {}
+    for t in record["turns"]:
+        if t["result"] is not None:
+            counts[t["result"]["status"]] = counts.get(t["result"]["status"], 0) + 1
+    return ", ".join(f"{k} {v}" for k, v in counts.items()) or "–"
+
+
+def _order(key: str) -> tuple:
+    bench, _, rest = key.partition("/")
+    index, _, sample = rest.partition("#")
+    return (bench, 0, int(index), index, sample) if index.isdigit() else (bench, 1, 0, index, sample)
+
+
+def page(record: dict, score: dict | None, labels: tuple[str, str] = ("", "")) -> str:
     """One sample's page."""
     rows = [f'<div class="msg {m["role"]}"><b>{m["role"]}</b>{_parts(m["parts"])}</div>' for m in record["prompt"]]
     for k, turn in enumerate(record["turns"], start=1):
@@ -64,7 +89,9 @@ def page(record: dict, score: dict | None) -> str:
             rows.append(f'<div class="msg user"><b>feedback</b>{_feedback(turn["feedback_text"], turn["feedback_images"])}'
                         f'{"<pre>" + html.escape(error) + "</pre>" if error else ""}</div>')
     extras = dict(score["extras"]) if score else {}
-    head = (f"<p>{_verdict(score)}; answer <b>{html.escape(str(score and score['answer']))}</b> "
+    subject, level = labels
+    head = (f"<p>subject <b>{html.escape(subject or '–')}</b>; level <b>{html.escape(level or '–')}</b></p>"
+            f"<p>{_verdict(score)}; answer <b>{html.escape(str(score and score['answer']))}</b> "
             f"(from {html.escape(str(score and score['source']))}); gold <b>{html.escape(extras.get('gold', '?'))}</b>; "
             f"scorer {html.escape(str(score and score['scorer']))}; stop reason <b>{record['stop_reason']}</b>; "
             f"{html.escape(json.dumps(extras))}</p>")
@@ -73,33 +100,41 @@ def page(record: dict, score: dict | None) -> str:
             f"<body><p><a href='../index.html'>all samples</a></p><h1>{title}</h1>{head}{''.join(rows)}</body></html>")
 
 
-def write_viewer(out: str | Path) -> Path:
-    """Write ``out/view/`` and return the index page's path."""
+def write_viewer(out: str | Path, labels: dict[str, tuple[str, str]] | None = None) -> Path:
+    """Write ``out/view/`` and return the index page's path. ``labels``: task id -> (subject, level)."""
     out = Path(out)
     scores = {r["key"]: r for r in read_jsonl(out / "scores.jsonl")}
     records = {r["key"]: r for r in read_jsonl(out / "trajectories.jsonl")}
     view = out / "view"
+    labels = labels or {}
     lines = []
-    for key, record in records.items():
+    for key in sorted(records, key=_order):
+        record = records[key]
         bench, _, rest = key.partition("/")
         folder = view / _safe(bench)
         folder.mkdir(parents=True, exist_ok=True)
         name = f"{_safe(rest)}.html"
         score = scores.get(key)
-        (folder / name).write_text(page(record, score), encoding="utf-8")
+        subject, level = labels.get(key.partition("#")[0], ("", ""))
+        (folder / name).write_text(page(record, score, (subject, level)), encoding="utf-8")
         calls = sum(1 for t in record["turns"] if t["result"] is not None)
         gold = dict(score["extras"]).get("gold", "") if score else ""
-        lines.append(f"<tr><td>{html.escape(bench)}</td><td><a href='{_safe(bench)}/{name}'>{html.escape(rest)}</a></td>"
+        lines.append(f"<tr data-verdict='{_verdict_word(score)}'><td>{html.escape(bench)}</td>"
+                     f"<td><a href='{_safe(bench)}/{name}'>{html.escape(rest)}</a></td>"
+                     f"<td>{html.escape(subject)}</td><td>{html.escape(level)}</td>"
                      f"<td>{_verdict(score)}</td><td>{html.escape(str(score and score['answer']))}</td>"
                      f"<td>{html.escape(gold)}</td><td>{len(record['turns'])}</td><td>{calls}</td>"
-                     f"<td>{record['stop_reason']}</td></tr>")
-    script = ("<script>function f(q){for(const r of document.querySelectorAll('tbody tr'))"
-              "r.style.display=r.textContent.toLowerCase().includes(q.toLowerCase())?'':'none'}</script>")
+                     f"<td>{html.escape(_exec_status(record))}</td><td>{record['stop_reason']}</td></tr>")
+    script = ("<script>function f(){const q=document.getElementById('q').value.toLowerCase(),"
+              "v=document.getElementById('v').value;for(const r of document.querySelectorAll('tbody tr'))"
+              "r.style.display=r.textContent.toLowerCase().includes(q)&&(!v||r.dataset.verdict===v)?'':'none'}</script>")
+    verdicts = "".join(f"<option>{v}</option>" for v in ("right", "wrong", "not scored"))
     index = (f"<!doctype html><html><head><meta charset='utf-8'><title>samples</title><style>{_STYLE}</style>{script}"
              f"</head><body><h1>Samples</h1><p><a href='../report.html'>report</a> · filter: "
-             f"<input oninput='f(this.value)'></p><table><thead><tr><th>benchmark</th><th>id</th><th>verdict</th>"
-             f"<th>answer</th><th>gold</th><th>turns</th><th>calls</th><th>stop</th></tr></thead><tbody>"
-             f"{''.join(lines)}</tbody></table></body></html>")
+             f"<input id='q' oninput='f()'> verdict: <select id='v' onchange='f()'><option value=''>all</option>"
+             f"{verdicts}</select></p><table><thead><tr><th>benchmark</th><th>id</th><th>subject</th><th>level</th>"
+             f"<th>verdict</th><th>answer</th><th>gold</th><th>turns</th><th>calls</th><th>exec status</th>"
+             f"<th>stop</th></tr></thead><tbody>{''.join(lines)}</tbody></table></body></html>")
     view.mkdir(parents=True, exist_ok=True)
     (view / "index.html").write_text(index, encoding="utf-8")
     return view / "index.html"

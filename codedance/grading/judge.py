@@ -9,7 +9,9 @@ bounded concurrency over one shared ``httpx.Client``, retries on 429/5xx, and
 `JudgeUnavailableError` with an actionable message when the server cannot be reached.
 
 Departures from the release: temperature 0 instead of 0.3 and a fixed seed instead of a random
-one (reproducible verdicts); unparseable replies raise instead of scoring 0.
+one (reproducible verdicts); unparseable replies raise `JudgeVerdictError` (the eval scorer then
+scores that one sample 0 and counts it). ``complete`` takes per-call ``temperature`` and ``seed``
+for protocols that retry at other temperatures (VLMEvalKit's).
 Not handled: CharXiv's per-item grading prompts and MathVerse's two-step extraction (they need
 their own prompts; `JudgeClient.complete` is the building block).
 """
@@ -143,11 +145,14 @@ class JudgeClient:
     def close(self) -> None:
         self._http.close()
 
-    def complete(self, messages: Sequence[dict[str, str]], max_tokens: int | None = None) -> str:
+    def complete(self, messages: Sequence[dict[str, str]], max_tokens: int | None = None, *,
+                 temperature: float | None = None, seed: int | None = None) -> str:
         """One chat completion's text, with retries on 429/5xx and clear errors otherwise.
-        ``max_tokens`` overrides the config's (a verdict needs a few tokens, an extraction more)."""
+        ``max_tokens``, ``temperature`` and ``seed`` override the config's (a verdict needs a few
+        tokens, an extraction more; VLMEvalKit's protocols retry at other temperatures)."""
         body = {"model": self.config.model, "messages": list(messages),
-                "temperature": self.config.temperature, "seed": self.config.seed,
+                "temperature": self.config.temperature if temperature is None else temperature,
+                "seed": self.config.seed if seed is None else seed,
                 "max_tokens": max_tokens or self.config.max_tokens, "n": 1}
         url = f"{self.config.base_url.rstrip('/')}/chat/completions"
         for attempt in range(self.config.retries + 1):

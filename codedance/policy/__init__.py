@@ -7,6 +7,7 @@ torch and transformers, which nothing else here imports.
 from codedance.policy.base import (
     Completion,
     ContextOverflowError,
+    ImageLimitError,
     MalformedResponseError,
     ModelNotFoundError,
     Policy,
@@ -22,6 +23,7 @@ from codedance.policy.scripted import ScriptedPolicy
 __all__ = [
     "Completion",
     "ContextOverflowError",
+    "ImageLimitError",
     "MalformedResponseError",
     "ModelNotFoundError",
     "OpenAIChatPolicy",

@@ -4,8 +4,9 @@ A policy is stateless across calls: each call gets every message (text and image
 returns a `Completion`. Backends: `OpenAIChatPolicy` (vLLM, SGLang or any OpenAI-compatible
 server), `TransformersPolicy` (a local Qwen2.5-VL-family model), `ScriptedPolicy` (tests, demos).
 
-Errors a caller can act on are subclasses of `PolicyError`; `ContextOverflowError` is the one the
-episode runner turns into a ``max_tokens`` stop instead of an error.
+Errors a caller can act on are subclasses of `PolicyError`; `ContextOverflowError` and
+`ImageLimitError` are the ones the episode runner turns into a clean stop (``max_tokens``,
+``image_limit``) instead of an error.
 """
 
 from __future__ import annotations
@@ -40,7 +41,15 @@ class Completion:
 
     ``token_ids`` / ``logprobs`` are the sampled tokens when the backend returned them (empty
     otherwise; never re-tokenized from the text). ``prompt_token_ids`` is the prompt as the server
-    tokenized it, when it says."""
+    tokenized it, when it says. ``stop_reason`` is vLLM's: the stop string or token id that ended
+    generation (None at EOS or the length limit); ``prompt_tokens`` / ``completion_tokens`` come
+    from ``usage`` when the server sends it.
+
+    Text versus token ids: the episode loop trusts ``text`` (it is what the model's next turn
+    sees and what is parsed and scored). The ids are kept as the server returned them for
+    training, and with vLLM they can hold more than the text: the whole token that a stop string
+    cut in the middle, sampled special tokens (vLLM skips them in the text), EOS, and trailing
+    bytes of incomplete UTF-8 (withheld from the text)."""
 
     text: str
     finish_reason: str = "stop"
@@ -48,6 +57,9 @@ class Completion:
     logprobs: tuple[float, ...] = ()
     prompt_token_ids: tuple[int, ...] = ()
     model: str = ""
+    stop_reason: str | int | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
 
     @property
     def truncated(self) -> bool:
@@ -87,6 +99,11 @@ class ModelNotFoundError(PolicyHTTPError):
 
 class ContextOverflowError(PolicyHTTPError):
     """The conversation no longer fits the model's context window."""
+
+
+class ImageLimitError(PolicyHTTPError):
+    """The conversation holds more images than the server accepts per prompt (vLLM's
+    ``--limit-mm-per-prompt``)."""
 
 
 class MalformedResponseError(PolicyError):

@@ -13,8 +13,16 @@ generated. With ``logprobs`` and vLLM's ``--return-tokens-as-token-ids``, tokens
 API itself) need ``server_extras=False``.
 
 Errors: unreachable server -> `PolicyConnectionError`; unknown model -> `ModelNotFoundError`;
-context overflow (a 400 that says so) -> `ContextOverflowError`; other 4xx/5xx ->
-`PolicyHTTPError`; a body that is not a chat completion -> `MalformedResponseError`.
+context overflow (a 400 that says so) -> `ContextOverflowError`; too many images for the
+server's per-prompt limit (vLLM: "At most N image(s) may be provided in one prompt") ->
+`ImageLimitError`; other 4xx/5xx -> `PolicyHTTPError`; a body that is not a chat completion ->
+`MalformedResponseError`. vLLM 0.32 no longer answers 400 when prompt + ``max_tokens`` exceed
+the context: it clamps and finishes with ``length`` (a ``max_tokens`` stop for the loop).
+
+Text and token ids (checked against recorded vLLM replies, ``tests/policy/test_vllm_recordings.py``):
+the loop trusts ``content``; ``token_ids`` may hold more (see `Completion`). With a stop string
+and ``include_stop_str_in_output`` the text ends right after the stop string even when that is
+inside a token, while the ids hold the whole token. ``stop_reason`` and ``usage`` are kept.
 If a server parses tool calls itself (``message.tool_calls``), they are written back into the
 text in the hermes ``<tool_call>`` form the model generated; ``content: null`` becomes "".
 Connections: up to ``max_connections``, split over small httpx clients (`ClientShards`;
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,6 +46,7 @@ import httpx
 from codedance.policy.base import (
     Completion,
     ContextOverflowError,
+    ImageLimitError,
     MalformedResponseError,
     ModelNotFoundError,
     PolicyConnectionError,
@@ -49,6 +59,7 @@ from codedance.types import Message
 
 _OVERFLOW_MARKERS = ("maximum context length", "context length", "context_length_exceeded", "too long")
 _TRANSIENT = (httpx.TransportError,)
+_IMAGE_LIMIT = re.compile(r"at most \d+ image\(s\) may be provided", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -86,6 +97,9 @@ def api_base(url: str) -> str:
 
 def _error_for(status: int, body: str, url: str, model: str) -> PolicyHTTPError:
     lowered = body.lower()
+    if status == 400 and _IMAGE_LIMIT.search(body):
+        return ImageLimitError(f"too many images for the server at {url}: {body[:300]} (start vLLM with a "
+                               f"larger --limit-mm-per-prompt, or lower the per-trajectory image cap)", status, body)
     if status in (400, 413, 422) and any(marker in lowered for marker in _OVERFLOW_MARKERS):
         return ContextOverflowError(f"context overflow at {url}: {body[:500]}", status, body)
     if status == 404 or (status == 400 and "model" in lowered and "not exist" in lowered):
@@ -131,6 +145,8 @@ def parse_completion(data: object) -> Completion:
         token_ids = tuple(int(t) for t in choice.get("token_ids") or ())
         token_ids = token_ids or _token_ids_from_logprobs(logprob_content)
         prompt_ids = tuple(int(t) for t in data.get("prompt_token_ids") or choice.get("prompt_token_ids") or ())
+        usage = data.get("usage") or {}
+        stop_reason = choice.get("stop_reason")
         return Completion(
             text=text,
             finish_reason=str(choice.get("finish_reason") or "stop"),
@@ -138,6 +154,9 @@ def parse_completion(data: object) -> Completion:
             logprobs=logprobs,
             prompt_token_ids=prompt_ids,
             model=str(data.get("model", "")),
+            stop_reason=stop_reason if isinstance(stop_reason, (str, int)) else None,
+            prompt_tokens=int(usage["prompt_tokens"]) if usage.get("prompt_tokens") is not None else None,
+            completion_tokens=int(usage["completion_tokens"]) if usage.get("completion_tokens") is not None else None,
         )
     except (AssertionError, KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
         raise MalformedResponseError(f"not a chat completion ({type(exc).__name__}: {exc}): {str(data)[:300]}") from exc

@@ -40,12 +40,17 @@ def test_eval_resume_and_report_compare(tmp_path, mathv_root):
         again = runner.invoke(cli(), [*args, "--model", server.url, "--out", str(tmp_path / "A")])
         assert again.exit_code == 0 and len(server.requests) == n == 6
     with ReplayServer(lambda body: "<answer>x</answer>") as server:
-        b = runner.invoke(cli(), [*args, "--model", server.url, "--out", str(tmp_path / "B"), "--no-tools"])
+        b = runner.invoke(cli(), [*args, "--model", server.url, "--out", str(tmp_path / "B"), "--no-tools",
+                                  "--scoring", "strict"])
         assert b.exit_code == 0, b.output
     assert "| scripted | 100.0 |" in (tmp_path / "A" / "report.md").read_text()
     compare = runner.invoke(cli(), ["report", str(tmp_path / "A"), str(tmp_path / "B")])
     assert compare.exit_code == 0
-    assert re.search(r"\| MathVision \(testmini\) \| accuracy \| 100\.0 \| 0\.0 \(-100\.0\) \|", compare.output)
+    # 6 items: binomial (Wilson) 95 % intervals [61.0, 100.0] and [0.0, 39.0]; the delta lies outside both
+    assert re.search(r"\| MathVision \(testmini\) \| accuracy \| 100\.0 \[61\.0, 100\.0\] \| "
+                     r"0\.0 \[0\.0, 39\.0\] \(-100\.0, outside CIs\) \|", compare.output), compare.output
+    assert "A: scoring vlmevalkit, judge none, 10 turns" in compare.output
+    assert "B: scoring strict, judge none, 1 turns" in compare.output
 
 
 def test_missing_data_is_an_actionable_error(tmp_path):

@@ -58,15 +58,25 @@ def test_missing_file_names_the_file_and_the_source(tmp_path):
     assert str(tmp_path / "HRBench8K.tsv") in message and "DreamMr/HR-Bench" in message and "--data" in message
 
 
-def test_vstar_options_are_rotated_and_gold_follows(tmp_path, fx):
+def test_vstar_keeps_the_file_order_and_builds_vlmevalkits_mcq_prompt(tmp_path, fx):
     rows = [{"index": str(i), "image": fx.png(), "question": f"Q{i}", "A": "right", "B": "wrong1",
-             "C": "wrong2", "D": "wrong3", "answer": "A", "category": "direct_attributes"} for i in range(4)]
+             "C": "wrong2", "D": "wrong3", "answer": "A", "category": "direct_attributes"} for i in range(2)]
+    rows[1]["hint"] = "Look left."
     fx.tsv(tmp_path / "VStarBench.tsv", rows)
     tasks = load_benchmark(get_spec("vstar"), lmu_dir=tmp_path)
-    assert [t.answer for t in tasks] == ["A", "B", "C", "D"]
-    for t in tasks:
-        assert dict(t.choices)[t.answer] == "right"
-        assert f"{t.answer}. right" in t.question and "Please select the correct answer" in t.question
+    assert [t.answer for t in tasks] == ["A", "A"] and dict(tasks[0].choices)["A"] == "right"
+    options = "Options:\nA. right\nB. wrong1\nC. wrong2\nD. wrong3\n"
+    suffix = "Please select the correct answer from the options above. \n"
+    assert tasks[0].question == f"Question: Q0\n{options}{suffix}"  # ImageMCQDataset.build_prompt's text
+    assert tasks[1].question == f"Hint: Look left.\nQuestion: Q1\n{options}{suffix}"
+
+
+def test_chartqa_gold_that_is_no_list_literal_is_text(tmp_path, fx):
+    fx.tsv(tmp_path / "ChartQA_TEST.tsv", [
+        {"index": "0", "image": fx.png(), "question": "Q", "answer": "[Cable TV]", "split": "human"},
+        {"index": "1", "image": fx.png(), "question": "Q", "answer": "['a', 'b']", "split": "human"}])
+    tasks = load_benchmark(get_spec("chartqa"), lmu_dir=tmp_path)
+    assert [t.answer for t in tasks] == ["[Cable TV]", "a"]
 
 
 def test_hrbench_keeps_rotations(tmp_path, fx):

@@ -20,9 +20,9 @@ BAD_CODE = "<think>look</think><code>\n```python\n1/0\n```\n</code>"
 
 # marker -> replies per turn (the model's choices); hand-computed outcomes in the comments
 PLAN = {
-    "VS0": ["<answer>A</answer>"],                 # gold A (shift 0): right, 1 turn
-    "VS1": [OK_CODE, "<answer>right</answer>"],    # gold B, by option text: right, 2 turns, 1 ok call
-    "VS2": [BAD_CODE, "<answer>A</answer>"],       # gold C: wrong, 2 turns, 1 failed call
+    "VS0": ["<answer>A</answer>"],                 # gold A: right, 1 turn
+    "VS1": [OK_CODE, "<answer>right</answer>"],    # gold A, by option text: right, 2 turns, 1 ok call
+    "VS2": [BAD_CODE, "<answer>C</answer>"],       # gold A: wrong, 2 turns, 1 failed call
     "VS3": ["<answer>B or D</answer>"],            # no inference: wrong
     "CQ0": ["<answer>12.4</answer>"],              # human, gold 12: right (3.3 %)
     "CQ1": ["<answer>no</answer>"],                # human, gold Yes: wrong

@@ -24,8 +24,8 @@ def task(bench: str, answer: str, kind: AnswerKind, choices=(), **meta: str) -> 
                 source=bench, metadata=(("benchmark", bench), *meta.items()))
 
 
-def score(t: Task, text: str, scorer: str, judge=None):
-    return score_sample(f"{t.id}#0", t, traj(t.id, text), judge, scorer)
+def score(t: Task, text: str, scorer: str, judge=None, mode="vlmevalkit"):
+    return score_sample(f"{t.id}#0", t, traj(t.id, text), judge, scorer, mode)
 
 
 def test_countbench_substring_rule_on_the_extracted_answer_only():
@@ -47,11 +47,17 @@ def test_mcq_option_inference_and_no_inference_without_judge():
     assert score(t, "<answer>(B) blue</answer>", "mcq").correct is True
     assert score(t, "<answer>the blue one</answer>", "mcq").correct is True
     s = score(t, "<answer>red or blue</answer>", "mcq")
-    assert s.correct is False and s.scorer == "rule:choice"
+    assert s.correct is False and s.scorer == "rule:can_infer"
+    assert score(t, "<answer>red or blue</answer>", "mcq", mode="strict").scorer == "rule:choice"
+    # VLMEvalKit's quirks (default) against our strict rules
+    assert score(t, "<answer>the answer is b</answer>", "mcq").correct is True
+    assert score(t, "<answer>the answer is b</answer>", "mcq", mode="strict").correct is False
+    long = "<answer>Looking closely at the image, the umbrella appears to be blue.</answer>"
+    assert score(t, long, "mcq").correct is False and score(t, long, "mcq", mode="strict").correct is True
 
 
 def test_chartqa_relaxed_over_gold_list():
-    t = task("chartqa", "12", AnswerKind.RELAXED, golds=json.dumps(["12", "twelve"]))
+    t = task("chartqa", "12", AnswerKind.RELAXED, golds=json.dumps(["12", "twelve"]), raw_answer="['12', 'twelve']")
     assert score(t, "<answer>12.5</answer>", "chartqa").correct is True  # 4.2 % off
     assert score(t, "<answer>12.7</answer>", "chartqa").correct is False  # 5.8 % off
     assert score(t, "<answer>Twelve</answer>", "chartqa").correct is True
@@ -71,8 +77,13 @@ def test_mathvista_rule_and_pending_without_judge():
     assert s.correct is None and s.rule_correct is False and "judge" in s.pending
     ti = task("mathvista", "14", AnswerKind.TEXT, answer_type="integer", raw_answer="14")
     assert score(ti, "<answer>14</answer>", "mathvista").correct is True
-    tc = task("mathvista", "B", AnswerKind.CHOICE, [("A", "3/11"), ("B", "8/11")], answer_type="text")
+    tc = task("mathvista", "B", AnswerKind.CHOICE, [("A", "3/11"), ("B", "8/11")], answer_type="text",
+              question_type="multi_choice")
     assert score(tc, "<answer>(B) 8/11</answer>", "mathvista").correct is True
+    assert score(tc, "<answer>A</answer>", "mathvista").correct is False  # a letter is final, no judge needed
+    # VLMEvalKit: exact float equality; strict: rounded to the item's precision
+    assert score(t, "<answer>1.449</answer>", "mathvista").correct is None
+    assert score(t, "<answer>1.449</answer>", "mathvista", mode="strict").correct is True
 
 
 def test_charxiv_and_mathverse_are_not_produced_without_judge():
@@ -92,10 +103,24 @@ def test_every_real_mathvision_gold_scores_right_and_a_wrong_answer_wrong(mathv_
         right = score_sample("k", t, traj(t.id, f"<answer>{t.answer}</answer>"), None, "mathvision")
         assert right.correct is True, (t.id, t.answer)
         wrong_answer = "Z" if t.choices else "123456789"
-        assert score_sample("k", t, traj(t.id, f"<answer>{wrong_answer}</answer>"), None, "mathvision").correct is False
+        wrong = score_sample("k", t, traj(t.id, f"<answer>{wrong_answer}</answer>"), None, "mathvision")
+        # a wrong letter is final; a wrong number needs VLMEvalKit's judge (not produced without one)
+        assert wrong.rule_correct is False and wrong.correct is (False if t.choices else None)
+        strict = score_sample("k", t, traj(t.id, f"<answer>{wrong_answer}</answer>"), None, "mathvision", "strict")
+        assert strict.correct is False
 
 
 def test_unknown_scorer_raises():
     t = task("x", "1", AnswerKind.TEXT)
     with pytest.raises(ValueError, match="unknown scorer"):
         score(t, "<answer>1</answer>", "nope")
+
+
+def test_an_unreachable_judge_leaves_the_sample_pending_and_never_raises():
+    from codedance.grading import JudgeClient, JudgeConfig
+
+    t = task("charxiv", "7", AnswerKind.TEXT, grading_query="{PREDICTION}")
+    with JudgeClient(JudgeConfig(base_url="http://127.0.0.1:9/v1", retries=0)) as judge:
+        for mode in ("vlmevalkit", "strict"):
+            s = score(t, "<answer>7</answer>", "charxiv", judge, mode)
+            assert s.correct is None and s.pending.startswith("judge unreachable")
