@@ -196,10 +196,12 @@ class Reader:
         self._ignored.discard(pid)
 
     def forget_others(self, keep: set[int | None]) -> None:
-        """Drop the buffered bytes of every sender not in ``keep``."""
+        """Drop the buffered bytes of every sender not in ``keep`` and forget whom to ignore
+        (a new step begins: any other sender's bytes are dropped by its budget anyway)."""
         for pid in [p for p in self._buffers if p not in keep]:
             self._buffers.pop(pid, None)
             self._headers.pop(pid, None)
+        self._ignored &= keep
 
     def forget_buffered(self) -> None:
         """Drop every byte already read but not yet returned (a forked child now owns them)."""

@@ -410,3 +410,79 @@ def test_hundreds_of_commits_leave_the_holder_as_it_was(jail):
         result = sandbox.run("print('x' * 1000)" if index % 3 else "1/0")
         assert result.status in (OK, ERROR), (index, result)
     assert len(os.listdir(f"/proc/{sandbox._holder_pid}/fd")) <= 8
+
+
+def test_an_idle_trajectory_runs_nothing(jail):
+    """A holder patched to leave a busy background process: while the trajectory is idle (between
+    run() calls) its processes are frozen, so the process gets no CPU time."""
+    sandbox = jail(timeout_s=3.0)
+    if sandbox._cgroup is None or not sandbox._cgroup.can_freeze:
+        pytest.skip("no freezer on this host")
+    patch = ("import os\n_fork = os.fork\ndef fork():\n    if _fork() == 0:\n        os.setsid()\n"
+             "        while True: pass\n    os.fork = _fork\n    return _fork()\nos.fork = fork\n")
+    assert sandbox.run(patch).ok
+    time.sleep(0.2)  # past the idle freezer's delay
+    busy = [pid for pid in sandbox._cgroup.pids() if pid != sandbox._holder_pid]
+    ticks = {pid: _cpu_ticks(pid) for pid in busy}
+    time.sleep(0.5)
+    assert busy and all(_cpu_ticks(pid) - ticks[pid] <= 2 for pid in busy), "a process ran while idle"
+    result = sandbox.run("x = 1")
+    assert result.status is REFUSED and "processes" in " ".join(result.notes)
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def test_files_written_during_a_step_are_memory_not_host_disk(jail):
+    """On the tmpfs work root a step's writes are charged to its trajectory's memory: writing far
+    past the limit ends the step as oom (the step, never the holder, is the OOM victim)."""
+    sandbox = jail(timeout_s=10.0, limits=Limits(memory=384 << 20))
+    if not sandbox.service.work_on_tmpfs:
+        pytest.skip("the work root is not a tmpfs here (the controller is not root)")
+    expected = prepare_state(sandbox)
+    result = sandbox.run("import os\nbuf = os.urandom(1 << 20)\nfor n in range(4):\n"
+                         "    with open(f'f{n}', 'wb') as f:\n        for _ in range(200): f.write(buf)")
+    assert result.status is ExecStatus.OOM and result.rolled_back, result
+    assert_state_intact(sandbox, expected)
+
+
+def test_each_trajectory_has_a_cpu_quota(jail):
+    sandbox = jail(limits=Limits(cpus=1.5))
+    if sandbox._cgroup is None or sandbox._cgroup.cpu_dir is None:
+        pytest.skip("no CPU bandwidth control here")
+    directory = sandbox._cgroup.cpu_dir
+    if sandbox._cgroup.layout.version == 2:
+        assert open(os.path.join(directory, "cpu.max")).read().split() == ["150000", "100000"]
+    else:
+        assert int(open(os.path.join(directory, "cpu.cfs_quota_us")).read()) == 150_000
+        assert int(open(os.path.join(directory, "cpu.cfs_period_us")).read()) == 100_000
+    assert sandbox._holder_pid in sandbox._cgroup.pids()
+
+
+def test_processes_racing_to_announce_themselves_are_bounded(jail):
+    """A patched spare forks many children that each leave an incomplete message before the
+    step announces itself: the controller keeps at most a few hundred bytes each, for a bounded
+    number of them, and the step still runs."""
+    sandbox = jail(timeout_s=10.0)
+    patch = ("import codedance.sandbox.protocol as P, os, struct, time\n_orig = P.send\n"
+             "def _evil(sock, body, blobs=(), deadline=None):\n"
+             "    if body.get('op') == 'started':\n"
+             "        chunk = struct.pack('>I', 65400) + b'{' + b' ' * 65000\n"
+             "        for _ in range(300):\n"
+             "            pid = os.fork()\n"
+             "            if pid == 0:\n                os.write(sock.fileno(), chunk)\n                os._exit(0)\n"
+             "            os.waitpid(pid, 0)\n"
+             "    return _orig(sock, body, blobs, deadline)\nP.send = _evil\n")
+    assert sandbox.run(patch).ok
+    peak = []
+    real_read = sandbox._reader._read_some
+
+    def watched():
+        real_read()
+        peak.append(sum(len(b) for b in sandbox._reader._buffers.values()))
+
+    sandbox._reader._read_some = watched
+    assert sandbox.run("print('ran')").stdout == "ran\n"
+    assert max(peak) < 64 << 10

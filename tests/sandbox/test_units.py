@@ -273,3 +273,66 @@ def test_snippets_run_like_notebook_cells():
     except KeyError as exc:
         failure = describe_failure(exc, "def g():\n    raise KeyError('k')\ng()")
     assert failure.type == "KeyError" and [n for n, _ in failure.frames] == [3, 2]
+
+
+def test_the_deadline_holds_while_dropped_senders_keep_the_socket_busy():
+    """A flood from a sender without budget keeps poll() returning readable; receive() must still
+    end at its deadline (it checks the clock itself, not only when the socket is quiet)."""
+    left, right = socket.socketpair()
+    flooder: list[int] = []
+    reader = protocol.Reader(right, max_bytes=1 << 20, with_credentials=True,
+                             budget=lambda pid: 0 if pid in flooder else 1 << 20)  # fmt: skip
+    child = os.fork()
+    if child == 0:  # the flooder: its bytes are dropped unread
+        try:
+            while True:
+                left.send(b"\x00" * 65536)
+        finally:
+            os._exit(0)
+    flooder.append(child)
+    try:
+        started = time.monotonic()
+        with pytest.raises(protocol.ReceiveTimeout):
+            reader.receive(deadline=started + 0.3)
+        assert time.monotonic() - started < 2.0 and reader.dropped_bytes > 0
+    finally:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
+
+
+def test_a_parsed_header_waiting_for_its_blobs_is_not_parsed_again(monkeypatch):
+    left, right = socket.socketpair()
+    reader = protocol.Reader(right, max_bytes=1 << 20, with_credentials=True)
+    raw = protocol.encode({"op": "result", "pad": [0] * 1000}, [b"x" * 1000])
+    left.sendall(raw[:-500])
+    calls = []
+    real = protocol.decode_header
+    monkeypatch.setattr(protocol, "decode_header", lambda data: calls.append(1) or real(data))
+    for _ in range(3):
+        with pytest.raises(protocol.ReceiveTimeout):
+            reader.receive(deadline=time.monotonic() + 0.05)
+    left.sendall(raw[-500:])
+    assert reader.receive(deadline=time.monotonic() + 5).blobs == (b"x" * 1000,) and len(calls) == 1
+
+
+def test_executes_nothing_never_raises_on_pathological_code():
+    assert executes_nothing("x = 1" + " + 1" * 100_000) is False
+    assert executes_nothing("(" * 10_000 + ")" * 10_000) is False
+
+
+def test_the_sweep_ignores_lock_names_that_are_not_a_services(tmp_path, monkeypatch):
+    """A lock file named with wildcards must not make the sweep match live services' folders."""
+    from codedance.sandbox import leftovers
+
+    monkeypatch.setattr(leftovers, "_locks_dir", lambda: str(tmp_path))
+    live = tmp_path / "codedance-1-0123abcd-work-x"
+    live.mkdir()
+    (live / "f").write_text("live")
+    (tmp_path / "codedance-*.lock").write_text("")
+    held = leftovers._try_lock(str(tmp_path / "codedance-1-0123abcd.lock"))
+    try:
+        assert leftovers.sweep() == []
+        assert (live / "f").read_text() == "live"
+    finally:
+        os.close(held)
+    assert leftovers.sweep() == ["codedance-1-0123abcd"] and not live.exists()
