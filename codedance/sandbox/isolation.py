@@ -1,6 +1,6 @@
 """Which isolation layers a host allows, and refusing to start below a required level.
 
-Layers, strongest design first (``../../shared/docs/sandbox.md``):
+Layers, strongest design first (``docs/sandbox.md``):
 - ``namespaces``: the zygote and every trajectory run under bubblewrap in fresh PID, network,
   IPC, UTS and mount namespaces, seeing only the system's read-only directories, Python, and
   their own working directories. Needs the ``bwrap`` program.

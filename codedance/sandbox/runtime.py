@@ -1,6 +1,6 @@
 """The processes inside the jail: the zygote, each trajectory's holder, and each step.
 
-Fork chain (``../../shared/docs/sandbox.md``):
+Fork chain (``docs/sandbox.md``):
 - The **zygote** (``python -m codedance.sandbox.runtime --control-fd N``) imports numpy, PIL,
   cv2 and matplotlib (Agg) once, installs the capture hooks, ``gc.freeze()``s, then serves spawn
   requests on its control socket (SOCK_SEQPACKET; each request carries the trajectory's socket

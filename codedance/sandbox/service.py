@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -126,6 +127,7 @@ class SandboxService:
         self._closed = False
         self._next_slot = 0
         self._sandboxes: weakref.WeakSet = weakref.WeakSet()
+        _raise_descriptor_limit()
         leftovers.sweep()
         name, self._name_lock = leftovers.claim_service_name()
         self.name = name
@@ -264,6 +266,15 @@ class SandboxService:
         if self._uid_lock is not None:
             os.close(self._uid_lock)
         atexit.unregister(self.close)
+
+
+def _raise_descriptor_limit() -> None:
+    """Each live trajectory holds about seven descriptors in the controller (socket, eventfd,
+    pidfd, its directories, its freezer): lift the soft limit to the hard one (often 1,024 vs
+    hundreds of thousands), so thousands of trajectories fit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _host_memory() -> int:
