@@ -1,7 +1,8 @@
 """The sandbox's contract, as checks anyone can run on their own host (`codedance sandbox check`).
 
 One check per property the sandbox promises (the paper's §6.2 requirements, numbered 1–9 as
-``codedance sandbox check`` prints them; docs/sandbox.md describes each). Each check creates its own sandboxes on the given service, asserts real behaviour, and reports what it saw.
+``codedance sandbox check`` prints them; docs/sandbox.md describes each). Each check creates its
+own sandboxes on the given service, asserts real behaviour, and reports what it saw.
 Checks that run hostile code (``os.kill(-1, 9)``, fork bombs, memory bombs) run only when the
 jail's PID namespace and the seccomp filter are both in force; otherwise they are reported as
 skipped, because on a bare host such code can kill the caller's own processes.
