@@ -16,7 +16,7 @@ The seccomp filter (libseccomp through PyPI ``pyseccomp``) returns ``EPERM`` for
 - namespaces and mounts: ``unshare``, ``setns``, ``mount``, ``umount2``, ``pivot_root``,
   ``chroot``, ``clone`` with any ``CLONE_NEW*`` flag (masked to the low 32 bits), and ``clone3``
   (``ENOSYS``, so libc falls back to ``clone``, whose flags can be inspected);
-- networking: ``socket`` for every address family except ``AF_UNIX``, ``connect``, ``bind``,
+- networking: ``socket`` and ``socketpair`` for every address family except ``AF_UNIX``, ``connect``, ``bind``,
   ``listen``, ``accept``/``accept4`` (the holder's own socket is an inherited socketpair);
   ``io_uring_*`` (its operations, sockets and connects included, bypass the syscall filter);
   ``shutdown`` and ``setsockopt`` (a step shares the holder's socket: either would break it for
@@ -26,6 +26,7 @@ The seccomp filter (libseccomp through PyPI ``pyseccomp``) returns ``EPERM`` for
   semaphores and message queues, POSIX message queues;
 - other processes: ``prlimit64`` on any pid but 0 (itself; compared on all 64 bits, so no high
   bits can smuggle another pid), ``process_madvise``, ``migrate_pages``, ``move_pages``;
+- host-wide write-back: ``sync``, ``syncfs`` (``fsync`` of one's own files stays);
 - kernel surfaces nobody needs here: ``bpf``, ``perf_event_open``, ``userfaultfd``, ``keyctl``,
   ``add_key``, ``request_key``, module loading, ``kexec_*``, ``reboot``, ``swapon``/``swapoff``,
   ``open_by_handle_at``, ``iopl``/``ioperm``, ``personality``.
@@ -74,7 +75,7 @@ DENIED_SYSCALLS = (
     "bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key",
     "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
     "reboot", "swapon", "swapoff", "open_by_handle_at", "name_to_handle_at", "iopl", "ioperm",
-    "personality", "acct", "quotactl", "uselib",
+    "personality", "acct", "quotactl", "uselib", "sync", "syncfs",
 )  # fmt: skip
 _F_SETFL, _F_SETOWN, _F_SETSIG, _F_SETOWN_EX = 4, 8, 10, 15
 _O_ASYNC = 0o20000
@@ -141,11 +142,9 @@ def install_seccomp() -> None:
         rules.add_rule(deny, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
     for family in range(_AF_MAX):
         if family != _AF_UNIX:
-            rules.add_rule(
-                seccomp.ERRNO(errno.EAFNOSUPPORT),
-                "socket",
-                seccomp.Arg(0, seccomp.MASKED_EQ, 0xFFFFFFFF, family),
-            )
+            for call in ("socket", "socketpair"):
+                rules.add_rule(seccomp.ERRNO(errno.EAFNOSUPPORT), call,
+                               seccomp.Arg(0, seccomp.MASKED_EQ, 0xFFFFFFFF, family))
     rules.load()
 
 

@@ -17,6 +17,7 @@ import fcntl
 import glob
 import os
 import re
+import stat
 import secrets
 import tempfile
 
@@ -37,7 +38,10 @@ def _locks_dir() -> str:
 
 def _try_lock(path: str) -> int | None:
     """An open descriptor holding an exclusive lock on ``path``, or None if someone holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError:  # a directory, a symlink or someone else's file in its place: not a lock of ours
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         if os.fstat(fd).st_ino != os.stat(path, follow_symlinks=False).st_ino:
@@ -50,11 +54,12 @@ def _try_lock(path: str) -> int | None:
 
 def claim_service_name() -> tuple[str, int]:
     """A fresh service name and the descriptor of its held lock (keep it open while alive)."""
-    while True:
+    for _ in range(100):
         name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         fd = _try_lock(os.path.join(_locks_dir(), f"{name}.lock"))
         if fd is not None:
             return name, fd
+    raise RuntimeError(f"cannot create a lock file in {_locks_dir()}; is it writable?")
 
 
 def release_service_name(name: str, fd: int) -> None:
@@ -70,6 +75,10 @@ def claim_uid_block() -> tuple[int, int]:
     """The first uid of a block no live service uses, and the descriptor of its held lock."""
     directory = os.path.join(_locks_dir(), f"{PREFIX}uid-blocks")
     os.makedirs(directory, mode=0o700, exist_ok=True)
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        raise RuntimeError(f"{directory} is not a private directory of this user; remove it "
+                           "(someone else could hold or delete its uid-block locks)")
     start = secrets.randbelow(UID_BLOCKS)
     for offset in range(UID_BLOCKS):
         block = (start + offset) % UID_BLOCKS

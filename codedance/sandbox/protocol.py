@@ -42,6 +42,7 @@ _HEADER = struct.Struct(">I")
 _UCRED = struct.Struct("iII")  # pid, uid, gid
 MAX_HEADER_BYTES = 1 << 20
 MAX_BLOBS = 64
+MAX_PNG_CHUNKS = 4096  # PIL writes 64 KiB IDAT chunks: far more than a 48 MiB PNG needs
 READ_CHUNK = 1 << 20
 
 
@@ -294,6 +295,10 @@ def _text(value: object, what: str, limit: int) -> str:
         raise ValueError(f"{what} is not a string")
     if len(value) > limit:
         raise ValueError(f"{what} has {len(value)} characters, over its bound of {limit}")
+    try:
+        value.encode("utf-8")  # JSON escapes can carry lone surrogates, which nothing downstream can write
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} is not valid Unicode (a lone surrogate)") from None
     return value
 
 
@@ -347,6 +352,8 @@ def check_png_structure(data: bytes) -> None:
         raise ValueError("not PNG data: no PNG signature")
     offset, kinds = 8, []
     while offset < len(data):
+        if len(kinds) >= MAX_PNG_CHUNKS:
+            raise ValueError(f"a PNG of more than {MAX_PNG_CHUNKS} chunks")
         if offset + 12 > len(data):
             raise ValueError("a PNG chunk is cut short")
         (length,) = _HEADER.unpack_from(data, offset)

@@ -211,9 +211,10 @@ class Sandbox:
             return
         try:
             if generation == self._generation and self.alive and not self._idle_frozen:
-                self._idle_frozen = self._cgroup.freeze(time.monotonic() + 1.0)
-                if not self._idle_frozen:
-                    self._cgroup.thaw()
+                # a process stuck in the kernel (waiting on a lock) freezes when it comes out:
+                # the group stays "freezing" rather than being thawed for good
+                self._cgroup.freeze(time.monotonic() + 0.05)
+                self._idle_frozen = True
         finally:
             self._lock.release()
 
@@ -321,6 +322,8 @@ class Sandbox:
             return "the step left processes running; wait for every child process before it ends"
         if procs.thread_count(self._step_pid) > 1:
             return "the step left threads running; join every thread before the step ends"
+        if procs.thread_count(self._holder_pid) > 1:
+            return "the holder process runs threads (a committed step patched it); start a new sandbox"
         try:
             self._files.checkpoint(self._recovery_deadline)
         except files.LimitExceeded as exc:

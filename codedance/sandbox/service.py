@@ -7,7 +7,8 @@ zygote never relays trajectory traffic. One service serves thousands of trajecto
 `Sandbox` without an explicit service uses a shared default one, started on first use.
 
 The jail's file system: ``/usr`` (and the usual symlinks), ``/etc``, the Python installation,
-site-packages and the codedance package read-only; fresh ``/proc``, ``/dev`` and ``/tmp``; and
+site-packages and the codedance package read-only; fresh ``/proc`` and ``/tmp``; a ``/dev``
+with only null, zero, full, random and urandom (no ``ptmx``: ptys come from a host-wide pool); and
 the service's work root (the trajectories' working directories) read-write. Nothing else of the
 host — no home directories, no ``/work``, no ``/run`` sockets — is visible. bwrap runs as root
 with every capability dropped but ``CAP_SETUID``/``CAP_SETGID`` (which the zygote needs to hand
@@ -57,6 +58,9 @@ class ServiceError(RuntimeError):
     """The zygote could not be started or stopped answering."""
 
 
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+
+
 def _python_paths() -> list[str]:
     """Host directories the jailed interpreter needs, outermost first, without duplicates.
 
@@ -94,7 +98,14 @@ def _bwrap_command(work_root: str, control_fd: int, as_root: bool) -> list[str]:
             command += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             command += ["--ro-bind", path, path]
-    command += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    # a minimal /dev: no ptmx (ptys come from one host-wide pool), no shm, no tty
+    command += ["--proc", "/proc", "--tmpfs", "/dev"]
+    for device in _DEVICES:
+        command += ["--dev-bind", device, device]
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):  # fmt: skip
+        command += ["--symlink", target, f"/dev/{name}"]
+    command += ["--tmpfs", "/tmp"]
     bound = _python_paths() + [work_root]
     for ancestor in sorted({a for path in bound for a in _ancestors(path)}):
         command += ["--perms", "0755", "--dir", ancestor]  # bwrap would make them 0700

@@ -486,3 +486,33 @@ def test_processes_racing_to_announce_themselves_are_bounded(jail):
     sandbox._reader._read_some = watched
     assert sandbox.run("print('ran')").stdout == "ran\n"
     assert max(peak) < 64 << 10
+
+
+def test_no_pty_device_in_the_jail(jail):
+    """ptys come from one host-wide pool: the jail's /dev has none to take."""
+    sandbox = jail()
+    result = sandbox.run("import os\nprint(sorted(os.listdir('/dev')))\n"
+                         "try:\n    os.openpty(); print('pty')\nexcept OSError as exc: print(type(exc).__name__)")
+    assert "ptmx" not in result.stdout and "pts" not in result.stdout and "\npty\n" not in result.stdout
+    assert "'null'" in result.stdout and "'urandom'" in result.stdout
+
+
+@x86_64
+def test_sync_and_foreign_socketpairs_are_denied(jail):
+    sandbox = jail()
+    code = ("import ctypes, socket\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "libc.sync(); e1 = ctypes.get_errno()\n"
+            "try:\n    socket.socketpair(socket.AF_INET, socket.SOCK_STREAM); e2 = 'made'\n"
+            "except OSError as exc: e2 = exc.errno\nprint(e1, e2)")  # fmt: skip
+    result = sandbox.run(code)
+    assert result.stdout == "1 97\n", result  # EPERM, EAFNOSUPPORT
+
+
+def test_a_holder_with_threads_cannot_commit(jail):
+    sandbox = jail(timeout_s=3.0)
+    action = ("import threading, time\n_started = []\ndef ACTION():\n    if not _started:\n"
+              "        _started.append(threading.Thread(target=time.sleep, args=(100,), daemon=True))\n"
+              "        _started[0].start()\n")
+    assert sandbox.run(hostile(action)).ok
+    result = sandbox.run("x = 1")
+    assert result.status is REFUSED and "holder process runs threads" in " ".join(result.notes), result

@@ -336,3 +336,23 @@ def test_the_sweep_ignores_lock_names_that_are_not_a_services(tmp_path, monkeypa
     finally:
         os.close(held)
     assert leftovers.sweep() == ["codedance-1-0123abcd"] and not live.exists()
+
+
+def test_lone_surrogates_and_chunk_floods_are_refused():
+    message = protocol.Message(body={"op": "result", "status": "ok", "stdout": "\ud800"}, sender_pid=3)
+    with pytest.raises(protocol.BadMessage, match="surrogate"):
+        protocol.parse_result(message, Limits())
+    flood = _png(4, 4)[:-12] + _chunk(b"tEXt", b"") * 5000 + _chunk(b"IEND", b"")
+    with pytest.raises(ValueError, match="more than 4096 chunks"):
+        protocol.check_png_structure(flood)
+
+
+def test_a_directory_in_place_of_a_lock_does_not_stop_services(tmp_path, monkeypatch):
+    from codedance.sandbox import leftovers
+
+    monkeypatch.setattr(leftovers, "_locks_dir", lambda: str(tmp_path))
+    (tmp_path / "codedance-1-00000000.lock").mkdir()
+    assert leftovers.sweep() == []
+    name, fd = leftovers.claim_service_name()
+    os.close(fd)
+    assert name.startswith("codedance-")
