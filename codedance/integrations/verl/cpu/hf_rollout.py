@@ -79,8 +79,13 @@ class HFServer:
     """One rollout server on ``transformers.generate`` (see the module docstring)."""
 
     def __init__(self, config: Any, model_config: Any, replica_rank: int) -> None:
+        from verl.utils.config import omega_conf_to_dataclass
+        from verl.workers.config import HFModelConfig
+
         from codedance.policy.qwen_processor import vision_token_ids
 
+        config = omega_conf_to_dataclass(config)
+        model_config = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
         self.config, self.replica_rank = config, replica_rank
         self.model = load_model(model_config.local_path)
         self.processor = model_config.processor
@@ -178,8 +183,7 @@ class HFServer:
     def load_weights(self, state: dict[str, torch.Tensor], global_steps: int | None = None) -> dict[str, Any]:
         """Load the actor's tensors (HF names); returns and logs what changed."""
         with self._lock:
-            params = dict(self.model.named_parameters())
-            params.update(dict(self.model.named_buffers()))
+            params = self.model.state_dict(keep_vars=True)  # tied weights appear under both names
             unknown = sorted(set(state) - set(params))
             delta = 0.0
             with torch.no_grad():
@@ -192,7 +196,7 @@ class HFServer:
             self.weights_version += 1
             self.global_steps = global_steps
             record = {"version": self.weights_version, "global_steps": global_steps, "tensors": len(state),
-                      "unknown": unknown, "not_updated": len(set(self.model.state_dict()) - set(state)),
+                      "unknown": unknown, "not_updated": len(set(params) - set(state)),
                       "max_abs_delta": delta, "time": time.time()}
         if unknown:
             raise ValueError(f"the actor sent tensors the rollout model does not have: {unknown[:5]}")
