@@ -190,13 +190,12 @@ class CodeDanceAgentLoop(AgentLoopBase):
                 break
             runtime, mask, logprobs, messages = merge.token_ids, new_mask, new_logprobs, updated
             images += [pil(image) for image in feedback.images]
-        timing["num_preempted"] = sum(preempted) if preempted else -1
         return self._output(episode, prompt_ids, runtime, mask, logprobs, spans, images, timing, domain,
-                            server_fields)
+                            server_fields, sum(preempted) if preempted else -1)
 
     def _output(self, episode: Episode, prompt_ids: list[int], runtime: list[int], mask: list[int],
                 logprobs: list[float] | None, spans: list[tuple[int, int]], images: list, timing: dict,
-                domain: str, server_fields: dict[str, Any]) -> AgentLoopOutput:
+                domain: str, server_fields: dict[str, Any], preempted: int) -> AgentLoopOutput:
         trajectory = episode.trajectory()
         limit = self.response_length
         response = runtime[len(prompt_ids):]
@@ -218,5 +217,5 @@ class CodeDanceAgentLoop(AgentLoopBase):
             multi_modal_data={"images": images} if images else {},
             num_turns=1 + len(trajectory.turns) + n_user,
             metrics=AgentLoopMetrics(generate_sequences=timing["generate"], tool_calls=timing["tools"],
-                                     num_preempted=timing["num_preempted"]),
+                                     num_preempted=preempted),
             extra_fields={**server_fields, "turn_scores": [], "tool_rewards": [], EXTRA_KEY: record.to_json()})

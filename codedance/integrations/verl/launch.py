@@ -173,5 +173,7 @@ def run_local(preset_name: str, args: Sequence[str], echo: Callable[[str], None]
             if line.startswith("step:"):
                 echo(line.rstrip())
         code = process.wait()
+    if code != 0:
+        echo("".join(log.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[-40:]))
     echo(f"verl exited with {code}; metrics: {run.out_dir / 'metrics.jsonl'}")
     return code

@@ -83,3 +83,18 @@ def test_trl_has_what_verls_model_patch_imports():
     from codedance.integrations.verl.environment import check_trl
 
     check_trl()
+
+
+def test_trl_without_the_class_is_a_one_line_error(monkeypatch):
+    import sys
+    import types
+
+    from codedance.integrations.verl.environment import check_trl
+
+    fake = types.ModuleType("trl")
+    fake.__version__ = "1.16.0"  # what trl>=0.20 resolved to: no AutoModelForCausalLMWithValueHead
+    monkeypatch.setitem(sys.modules, "trl", fake)
+    for name in ("trl.experimental", "trl.experimental.ppo"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    with pytest.raises(RuntimeError, match=r"trl 1\.16\.0 has no AutoModelForCausalLMWithValueHead.*trl==0\.27\.0"):
+        check_trl()

@@ -159,9 +159,7 @@ class HFServer:
             kwargs["eos_token_id"] = self.eos_ids
         out = self.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **vision,
                                   **kwargs)
-        ids = out.sequences[0, len(prompt_ids):].tolist()
-        if ids and ids[-1] == self.pad_id and self.pad_id not in self.eos_ids:
-            ids = ids[: len(out.scores)]
+        ids = out.sequences[0, len(prompt_ids):].tolist()  # one sequence: no padding
         logprobs = None
         if want_logprobs:
             logprobs = [float(torch.log_softmax(score[0].float(), dim=-1)[token])

@@ -8,7 +8,8 @@ for a new prompt is answered with `CODE_TURN` (a snippet the real sandbox runs),
 that continues that trajectory after the sandbox's feedback is answered with `ANSWER_TURN`; every
 other request (the group's other rollouts, and validation) is sampled from the model. Only the
 token *choices* are scripted: their log-probs are the model's own (the server scores them with a
-forward pass), and the agent loop, sandbox, reward, estimator and update are the real ones.
+forward pass, scaled by the temperature; top-k/top-p are not applied to them), and the agent
+loop, sandbox, reward, estimator and update are the real ones.
 
 Recognising a trajectory needs no request metadata: the server sees token ids only, so a prompt
 that extends a known scripted prefix continues that trajectory, a prompt that extends (or equals)
