@@ -86,6 +86,7 @@ def test_trl_has_what_verls_model_patch_imports():
 
 
 def test_trl_without_the_class_is_a_one_line_error(monkeypatch):
+    import importlib.machinery
     import sys
     import types
 
@@ -93,6 +94,7 @@ def test_trl_without_the_class_is_a_one_line_error(monkeypatch):
 
     fake = types.ModuleType("trl")
     fake.__version__ = "1.16.0"  # what trl>=0.20 resolved to: no AutoModelForCausalLMWithValueHead
+    fake.__spec__ = importlib.machinery.ModuleSpec("trl", None)
     monkeypatch.setitem(sys.modules, "trl", fake)
     for name in ("trl.experimental", "trl.experimental.ppo"):
         monkeypatch.delitem(sys.modules, name, raising=False)
