@@ -23,6 +23,7 @@ checkpoint of your own: ``scripts/train_verl.sh``, docs/verl.md).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -147,6 +148,21 @@ def command(preset: LocalPreset, run: RunArgs, data: Path, model: Path) -> tuple
     return cmd, {**os.environ, **env_vars}
 
 
+SUMMARY_KEYS = ("step", "actor/grad_norm", "critic/score/mean", "codedance/accuracy",
+                "codedance/calls_per_traj", "codedance/exec_success", "timing_s/step")
+
+
+def step_summary(line: str) -> str:
+    """The `SUMMARY_KEYS` of one line of verl's console logger (``key:value - key:value ...``).
+
+    >>> step_summary("(TaskRunner pid=1) step:2 - actor/grad_norm:0.5 - other:1 - timing_s/step:3.25")
+    'step:2 actor/grad_norm:0.5 timing_s/step:3.25'
+    """
+    pairs = dict(part.strip().rsplit(":", 1) for part in line.split(" - ") if ":" in part)
+    pairs = {key.split()[-1]: value for key, value in pairs.items()}
+    return " ".join(f"{key}:{pairs[key]}" for key in SUMMARY_KEYS if key in pairs)
+
+
 def run_local(preset_name: str, args: Sequence[str], echo: Callable[[str], None] = print) -> int:
     """Prepare and run a local preset (see the module docstring); returns verl's exit code."""
     from codedance.integrations.verl.environment import check_trl
@@ -170,8 +186,8 @@ def run_local(preset_name: str, args: Sequence[str], echo: Callable[[str], None]
         assert process.stdout is not None
         for line in process.stdout:
             handle.write(line)
-            if line.startswith("step:"):
-                echo(line.rstrip())
+            if re.search(r"(^|\s)step:\d", line):  # verl's console logger, behind Ray's prefix
+                echo(step_summary(line))
         code = process.wait()
     if code != 0:
         echo("".join(log.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[-40:]))

@@ -33,6 +33,7 @@ def run(tmp_path_factory):
                            f"out_dir={out}"], check=False, env=env, capture_output=True, text=True, timeout=840)
     log = (out / "train.log").read_text() if (out / "train.log").exists() else ""
     assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}\n{log[-6000:]}"
+    assert "step:1 actor/grad_norm:" in done.stdout  # the command's per-step summary
     return out
 
 

@@ -37,3 +37,8 @@ def test_command_passes_the_plugin_and_outputs(tmp_path):
     assert env["VERL_FILE_LOGGER_PATH"] == str(tmp_path.resolve() / "metrics.jsonl")
     for key in ("VERL_PLATFORM", "VERL_USE_EXTERNAL_MODULES", "VERL_FILE_LOGGER_PATH", "CODEDANCE_AGENT_LOOP_YAML"):
         assert any(c.startswith(f"+ray_kwargs.ray_init.runtime_env.env_vars.{key}=") for c in cmd), key
+
+
+def test_step_summary_reads_verls_console_line():
+    line = "\x1b[36m(TaskRunnerV1 pid=7)\x1b[0m step:1 - actor/entropy:6.2 - actor/grad_norm:0.8 - timing_s/step:13.1"
+    assert launch.step_summary(line) == "step:1 actor/grad_norm:0.8 timing_s/step:13.1"
