@@ -2,7 +2,7 @@
 # Launch CodeDance RL on stock verl 0.9.1 with a preset from codedance/presets/verl.
 #   bash scripts/train_verl.sh codedance/presets/verl/paper_qwen25vl_7b.yaml [hydra overrides...]
 # Environment: DATA (folder with train/val parquet), MODEL, JUDGE_URL, JUDGE_MODEL, JUDGE_POLICY,
-# NNODES (read by the presets). Needs the train extra plus verl's vLLM extra on the GPU nodes.
+# NNODES (read by the presets). GPU nodes: pip install -e ".[gpu]" (docs/verl.md).
 set -euo pipefail
 preset="${1:?usage: train_verl.sh PRESET.yaml [overrides...]}"; shift
 preset_dir="$(cd "$(dirname "$preset")" && pwd)"

@@ -1,5 +1,11 @@
-"""``codedance verl``: prepare data for RL on verl (see docs/verl.md). Launching is
-``scripts/train_verl.sh`` with a preset from ``codedance/presets/verl``."""
+"""``codedance verl``: prepare data for RL on verl, and run a local preset (see docs/verl.md).
+
+    codedance verl prepare-data --out data/verl
+    codedance verl train --preset cpu-smoke out_dir=runs/verl-cpu [steps=N] [hydra overrides...]
+
+GPU runs launch with ``scripts/train_verl.sh`` and a preset from ``codedance/presets/verl``.
+``train`` exits with verl's exit code, or 2 on a setting error. Needs the ``train`` extra.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-app = typer.Typer(help="RL on verl: data preparation.", no_args_is_help=True)
+app = typer.Typer(help="RL on verl: data preparation and local runs.", no_args_is_help=True)
 
 
 @app.callback()
@@ -29,3 +35,20 @@ def prepare_data(
     names = [s.strip() for s in skills.split(",") if s.strip()] or None
     train, val = prepare_world(out, n_train=n_train, n_val=n_val, seed=seed, skills=names)
     typer.echo(f"wrote {train} ({n_train} tasks) and {val} ({n_val} tasks)")
+
+
+@app.command("train", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def train(
+    ctx: typer.Context,
+    preset: str = typer.Option("cpu-smoke", help="Local preset: cpu-smoke (GRPO on the CPU backend)."),
+) -> None:
+    """Build a preset's tiny model and data, then run GRPO steps with verl's main_ppo.
+    Arguments: out_dir=DIR (required), steps=N (default 1), and Hydra overrides."""
+    from codedance.integrations.verl.launch import run_local
+
+    try:
+        code = run_local(preset, list(ctx.args), echo=typer.echo)
+    except (ValueError, RuntimeError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    raise typer.Exit(code)

@@ -35,6 +35,7 @@ import numpy as np
 from codedance.advantages import batch_token_advantages, grpo_advantages, turn_advantages
 from codedance.integrations.verl.record import RolloutRecord
 from codedance.integrations.verl.reward import group_rewards
+from codedance.types import ExecStatus
 
 ESTIMATORS = {"codedance_paper": "paper", "codedance_release": "release",
               "codedance_outcome_only": "outcome-only", "codedance_deepeyes": "deepeyes"}
@@ -125,6 +126,9 @@ def _metrics(batch, records: Sequence[RolloutRecord]) -> dict[str, float]:
            "codedance/a_turn_std": float(turns.std()) if turns.size else 0.0}
     for reason in ("answered", "max_turns", "max_tokens", "format_error", "sandbox_error"):
         out[f"codedance/stop_{reason}"] = stops.count(reason) / max(len(stops), 1)
+    statuses = [t.status for r in records for t in r.turns if t.status is not None]
+    for status in ExecStatus:  # sandbox calls of the batch by outcome (counts, not fractions)
+        out[f"codedance/calls_{status.value}"] = float(statuses.count(status.value))
     return out
 
 

@@ -16,15 +16,19 @@ the same per-turn decisions as our own runner:
    saw goes to ``multi_modal_data["images"]``.
 
 The output's ``extra_fields["codedance"]`` is a `RolloutRecord`: per-turn token spans in the
-response, each call's sandbox status, no-op flags, the answer, the stop reason.
+response, each call's sandbox status, no-op flags, the answer, the stop reason. Beside it are the
+fields verl's own loops return (the v1 trainer's contract): the server's ``global_steps`` /
+``min_global_steps`` / ``max_global_steps`` (`merge_server_fields`) and empty ``turn_scores`` /
+``tool_rewards``; ``metrics.num_preempted`` sums the server's counts (-1 when unknown).
 
 Stop reasons are the Episode's; two are decided here: ``max_tokens`` when a turn ends at its
 ``max_tokens`` without an end-of-turn token, or when the response budget
 (``rollout.response_length``) is spent (the feedback that would overflow it is not appended).
 Departures from the release: no re-tokenization, sandbox status instead of output substrings,
 no re-sampling of empty replies (``format_error``). Not handled: videos; several images per
-prompt are handled but only single-image tasks are tested. GPU-free tests drive it against a
-scripted server manager; it has not been run against a live vLLM/SGLang server here.
+prompt are handled but only single-image tasks are tested. CPU tests drive it against a scripted
+server behind verl's own ``LLMServerClient``, and inside a full verl GRPO step on the CPU backend
+(`codedance.integrations.verl.cpu`); it has not been run against a live vLLM/SGLang server here.
 """
 
 from __future__ import annotations
@@ -65,6 +69,17 @@ def sandbox_pool(max_running: int | None) -> SandboxPool:
     if 0 not in _POOLS:
         _POOLS[0] = SandboxPool(max_running=max_running)
     return _POOLS[0]
+
+
+def merge_server_fields(fields: dict[str, Any], turn: dict[str, Any]) -> None:
+    """Fold one turn's ``TokenOutput.extra_fields`` into the trajectory's, as verl's own
+    ``tool_agent_loop.py:261-267`` does: the first turn's fields as they are (``global_steps``,
+    ``min_global_steps``, ...: the v1 trainer casts the last two to int, ``trainer_base.py:1897``),
+    then only ``max_global_steps`` moves (the newest weights version that generated a turn)."""
+    if not fields:
+        fields.update(turn or {})
+    elif (turn or {}).get("max_global_steps") is not None:
+        fields["max_global_steps"] = turn["max_global_steps"]
 
 
 def verl_message(message: Message) -> dict[str, Any]:
@@ -128,6 +143,8 @@ class CodeDanceAgentLoop(AgentLoopBase):
         spans: list[tuple[int, int]] = []
         request_id = uuid4().hex
         timing = {"generate": 0.0, "tools": 0.0}
+        server_fields: dict[str, Any] = {}
+        preempted: list[int] = []
         while not episode.done:
             budget = self.response_length - len(mask)
             if budget <= 0:
@@ -139,6 +156,9 @@ class CodeDanceAgentLoop(AgentLoopBase):
                 request_id=request_id, prompt_ids=runtime,
                 sampling_params={**sampling_params, "max_tokens": max_new}, image_data=images or None)
             timing["generate"] += time.perf_counter() - started
+            merge_server_fields(server_fields, out.extra_fields)
+            if out.num_preempted is not None:
+                preempted.append(int(out.num_preempted))
             ids = [int(i) for i in out.token_ids]
             merge, mask, logprobs = await self.ct_merge_assistant_token(
                 runtime, ids, mask, logprobs, assistant_logprobs=list(out.log_probs) if want_logprobs else None)
@@ -170,11 +190,12 @@ class CodeDanceAgentLoop(AgentLoopBase):
                 break
             runtime, mask, logprobs, messages = merge.token_ids, new_mask, new_logprobs, updated
             images += [pil(image) for image in feedback.images]
-        return self._output(episode, prompt_ids, runtime, mask, logprobs, spans, images, timing, domain)
+        return self._output(episode, prompt_ids, runtime, mask, logprobs, spans, images, timing, domain,
+                            server_fields, sum(preempted) if preempted else -1)
 
     def _output(self, episode: Episode, prompt_ids: list[int], runtime: list[int], mask: list[int],
                 logprobs: list[float] | None, spans: list[tuple[int, int]], images: list, timing: dict,
-                domain: str) -> AgentLoopOutput:
+                domain: str, server_fields: dict[str, Any], preempted: int) -> AgentLoopOutput:
         trajectory = episode.trajectory()
         limit = self.response_length
         response = runtime[len(prompt_ids):]
@@ -195,5 +216,6 @@ class CodeDanceAgentLoop(AgentLoopBase):
             response_logprobs=logprobs[:limit] if logprobs is not None else None,
             multi_modal_data={"images": images} if images else {},
             num_turns=1 + len(trajectory.turns) + n_user,
-            metrics=AgentLoopMetrics(generate_sequences=timing["generate"], tool_calls=timing["tools"]),
-            extra_fields={EXTRA_KEY: record.to_json()})
+            metrics=AgentLoopMetrics(generate_sequences=timing["generate"], tool_calls=timing["tools"],
+                                     num_preempted=preempted),
+            extra_fields={**server_fields, "turn_scores": [], "tool_rewards": [], EXTRA_KEY: record.to_json()})

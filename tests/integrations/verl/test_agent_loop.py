@@ -1,6 +1,8 @@
 """The codedance agent loop end to end on CPU: verl's real AgentLoopBase and Continuous Token
 builder, a tiny locally built Qwen2.5-VL tokenizer/processor, the real sandbox, and a scripted
-token-in/token-out server manager standing in for the model's choices only."""
+token-in/token-out server manager standing in for the model's choices only. The contract test
+puts the scripted server behind verl's own ``LLMServerClient`` (which stamps the weights version
+on every reply) and compares our output with verl's own ``SingleTurnAgentLoop``'s."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ pytest.importorskip("transformers")
 from omegaconf import OmegaConf
 from PIL import Image as PILImage
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+from verl.workers.rollout.llm_server import LLMServerClient
 from verl.workers.rollout.replica import TokenOutput
 
 from codedance.integrations.verl import agent_loop as al
@@ -51,28 +55,53 @@ def pool():
 class ScriptedServer:
     """verl's server manager interface: token ids in, token ids out; honours max_tokens."""
 
-    def __init__(self, tokenizer, replies: list[str]) -> None:
+    def __init__(self, tokenizer, replies: list[str], global_steps: int | None = None) -> None:
         self.tokenizer, self.replies, self.requests = tokenizer, list(replies), []
+        self.global_steps = global_steps
         self.end = tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.sent: list[list[int]] = []
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, image_data=None, **_):
         self.requests.append({"prompt_ids": list(prompt_ids), "images": len(image_data or []),
-                              "max_tokens": sampling_params["max_tokens"]})
+                              "max_tokens": sampling_params.get("max_tokens")})
         ids = self.tokenizer.encode(self.replies.pop(0), add_special_tokens=False) + [self.end]
-        ids = ids[: sampling_params["max_tokens"]]
+        ids = ids[: sampling_params.get("max_tokens") or len(ids)]
         self.sent.append(ids)
-        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids), stop_reason="completed")
+        extra = {} if self.global_steps is None else {"global_steps": self.global_steps}  # as vLLM's server
+        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids), stop_reason="completed", num_preempted=0,
+                           extra_fields=extra)
 
 
-def make_loop(tok_proc, server, response_length=4096, **settings):
+class _Remote:
+    def __init__(self, fn) -> None:
+        self.remote = fn
+
+
+class VerlClient(LLMServerClient):
+    """verl's own client (its ``generate`` is unchanged) with the Ray load balancer replaced by
+    one in-process server whose ``generate.remote`` is the scripted server."""
+
+    def __init__(self, server: ScriptedServer) -> None:
+        config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "vllm", "full_determinism": False}}})
+        super().__init__(config=config)
+        self.handle = type("Handle", (), {"generate": _Remote(server.generate)})()
+
+    async def _acquire_server(self, request_id, **_):
+        return "scripted", self.handle
+
+    def _release_server(self, server_id, request_id=None) -> None:
+        pass
+
+
+def make_loop(tok_proc, server, response_length=4096, cls=None, hf_model_type="qwen2_5_vl", **settings):
+    cls = cls or al.CodeDanceAgentLoop
     tokenizer, processor = tok_proc
     config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 4096,
                                                                  "response_length": response_length}}})
-    return al.CodeDanceAgentLoop(trainer_config=DictConfigWrap(config), server_manager=server,
+    return cls(trainer_config=DictConfigWrap(config), server_manager=server,
                                  tokenizer=tokenizer, processor=processor, dataset_cls=None,
                                  data_config=DictConfigWrap(OmegaConf.create({})),
-                                 hf_model_type="qwen2_5_vl", **settings)
+                                 hf_model_type=hf_model_type, **settings)
 
 
 def row(question="How many dots?"):
@@ -86,10 +115,10 @@ def row(question="How many dots?"):
             "extra_info": {TASK_KEY: task_fields(task)}}
 
 
-def run(tok_proc, server, logprobs=True, **settings):
+def run(tok_proc, server, logprobs=True, cls=None, **settings):
     """Build the loop inside the event loop, as verl's worker does (it binds the running loop)."""
     async def go():
-        loop = make_loop(tok_proc, server, **settings)
+        loop = make_loop(tok_proc, server, cls=cls, **settings)
         return await loop.run({"temperature": 1.0, "logprobs": logprobs}, **row())
 
     return asyncio.run(go())
@@ -159,3 +188,36 @@ def test_response_budget_stops_before_overflowing(tok_proc, pool):
     assert record.stop_reason == "max_tokens"
     assert len(out.response_ids) <= budget and len(server.requests) == 1
     assert record.turns[0].status == "ok"
+
+
+def test_output_keeps_the_fields_verls_own_loops_return(tok_proc, pool):
+    """The v1 trainer reads ``min_global_steps`` / ``max_global_steps`` from every trajectory's
+    ``extra_fields`` and casts them to int (``trainer_base.py:1897``); verl's client stamps them on
+    each reply and verl's own loops carry them through. Ours must return every field verl's loop
+    returns, with the weights version of its turns."""
+    tokenizer, _ = tok_proc
+
+    async def verls_loop():  # text only: verl's image path needs qwen-vl-utils with torchvision
+        loop = make_loop((tokenizer, None), VerlClient(ScriptedServer(tokenizer, [ANSWER], global_steps=7)),
+                         cls=SingleTurnAgentLoop, hf_model_type="qwen2")
+        return await loop.run({"temperature": 1.0, "logprobs": True},
+                              raw_prompt=[{"role": "user", "content": "How many dots?"}])
+
+    theirs = asyncio.run(verls_loop())
+    server = ScriptedServer(tokenizer, [CROP, ANSWER], global_steps=7)
+    client = VerlClient(server)
+    ours = run(tok_proc, client)
+    assert set(theirs.extra_fields) <= set(ours.extra_fields)
+    for key in ("global_steps", "min_global_steps", "max_global_steps", "turn_scores", "tool_rewards"):
+        assert ours.extra_fields[key] == theirs.extra_fields[key], key
+    assert int(ours.extra_fields["min_global_steps"]) == int(ours.extra_fields["max_global_steps"]) == 7
+    assert ours.metrics.num_preempted == theirs.metrics.num_preempted == 0
+    assert record_from_extra(ours.extra_fields).stop_reason == "answered"
+    assert len(server.requests) == 2
+
+
+def test_newest_weights_version_of_a_trajectory_is_kept():
+    fields: dict = {}
+    al.merge_server_fields(fields, {"global_steps": 3, "min_global_steps": 3, "max_global_steps": 3, "n": 1})
+    al.merge_server_fields(fields, {"global_steps": 4, "min_global_steps": 4, "max_global_steps": 4, "n": 2})
+    assert fields == {"global_steps": 3, "min_global_steps": 3, "max_global_steps": 4, "n": 1}

@@ -1,0 +1,44 @@
+"""``codedance verl train``: argument errors are one-line messages with exit code 2, before any
+work; the command line handed to verl carries the plugin to every Ray worker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+pytest.importorskip("verl")
+
+from codedance.cli import app
+from codedance.integrations.verl import launch
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--preset", "paper"], "unknown preset 'paper'"),
+    (["--preset", "cpu-smoke"], "out_dir=DIR is required"),
+    (["--preset", "cpu-smoke", "out_dir=x", "steps=0"], "steps must be a positive integer"),
+    (["--preset", "cpu-smoke", "out_dir=x", "oops"], "expected key=value"),
+])
+def test_setting_errors(args, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["verl", "train", *args])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert not Path("x").exists()
+
+
+def test_command_passes_the_plugin_and_outputs(tmp_path):
+    run = launch.parse_args([f"out_dir={tmp_path}", "steps=3", "trainer.seed=5"])
+    cmd, env = launch.command(launch.LOCAL_PRESETS["cpu-smoke"], run, tmp_path / "data", tmp_path / "model")
+    assert cmd[1:4] == ["-m", "verl.trainer.main_ppo", "--config-path"]
+    assert "trainer.total_training_steps=3" in cmd and cmd[-1] == "trainer.seed=5"
+    assert env["VERL_PLATFORM"] == "cpu" and env["VERL_USE_EXTERNAL_MODULES"] == "codedance.integrations.verl"
+    assert env["VERL_FILE_LOGGER_PATH"] == str(tmp_path.resolve() / "metrics.jsonl")
+    for key in ("VERL_PLATFORM", "VERL_USE_EXTERNAL_MODULES", "VERL_FILE_LOGGER_PATH", "CODEDANCE_AGENT_LOOP_YAML"):
+        assert any(c.startswith(f"+ray_kwargs.ray_init.runtime_env.env_vars.{key}=") for c in cmd), key
+
+
+def test_step_summary_reads_verls_console_line():
+    line = "\x1b[36m(TaskRunnerV1 pid=7)\x1b[0m step:1 - actor/entropy:6.2 - actor/grad_norm:0.8 - timing_s/step:13.1"
+    assert launch.step_summary(line) == "step:1 actor/grad_norm:0.8 timing_s/step:13.1"
