@@ -122,7 +122,7 @@ def import_rl_cmd(
     try:
         result = import_rl(paths, out, val_fraction=val_fraction, progress=_Ticker(console, "import"),
                            limit=limit)
-    except (InputError, FileNotFoundError, ValueError) as exc:
+    except (InputError, FileNotFoundError, ValueError, ImportError) as exc:
         _fail(console, exc)
     _report(console, result, "codedance-rl")
     console.print(f"verl: DATA={out} bash scripts/train_verl.sh codedance/presets/verl/single_node_8gpu.yaml; "

@@ -219,7 +219,11 @@ def write_verl(tasks_file: Path, out: Path, batch: int = 64) -> dict[str, int]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from codedance.integrations.verl.data import task_row
+    try:  # the package imports verl (registration), so this needs the train extra
+        from codedance.integrations.verl.data import task_row
+    except ImportError as exc:
+        raise ImportError(f"writing verl parquet needs the train extra (pip install -e '.[train]'): {exc}; "
+                          "tasks.jsonl is written: rerun the import afterwards to write the parquet") from exc
 
     schema = verl_schema()
     counts = {"train": 0, "val": 0}
