@@ -59,7 +59,7 @@ RECORDS = "tasks.jsonl"
 MATH_SOURCES = frozenset({"thinklite_eureka", "xince"})
 PROFILE = "codedance-rl"
 _LETTER = re.compile(r"^\(?([A-Z])\)?\.?$")
-_OPTION = re.compile(r"^\s*\(?([A-Z])[.):]\s+(.+?)\s*$", re.M)
+_OPTION = re.compile(r"^\s*\(?([A-Z])[.):]\s+(.+?)\s*$", re.MULTILINE)
 
 
 def infer_domain(data_source: str, ability: str) -> str:

@@ -22,7 +22,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from codedance.data.formats import IMAGE, Conversation, Unmappable, conversation, image_bytes, to_image
+from codedance.data.formats import (
+    IMAGE,
+    Conversation,
+    Unmappable,
+    conversation,
+    image_bytes,
+    to_image,
+)
 from codedance.data.importing import ImportResult, Progress, claim, run_import
 from codedance.data.stream import check_columns, parquet_files
 from codedance.parsing import parse_message

@@ -126,7 +126,7 @@ def tables(stats: Stats) -> list:  # list[rich.table.Table]
             table.add_column(column, justify="left" if column == "quantity" else "right")
         for name, values in stats.series.items():
             mean, median, p90, top = _quantiles(values)
-            table.add_row(name, str(len(values)), f"{mean:.2f}", f"{median:g}", f"{p90:g}", f"{top:g}")
+            table.add_row(name, str(len(values)), f"{mean:.3g}", f"{median:.3g}", f"{p90:.3g}", f"{top:.3g}")
         out.append(table)
     return out
 
@@ -147,9 +147,12 @@ def histogram(stats: Stats, path: str | Path) -> Path | None:
     for ax, name in zip(axes.flat, names, strict=False):
         values = stats.series[name]
         integral = all(float(v).is_integer() for v in values)
-        bins = (range(int(min(values)), int(max(values)) + 2) if integral and max(values) - min(values) < 60
-                else 30)
-        ax.hist(values, bins=bins, color="#4c72b0", edgecolor="white")
+        if integral and max(values) - min(values) < 60:  # one bar per integer, centred on it
+            low, high = int(min(values)), int(max(values))
+            ax.hist(values, bins=[x - 0.5 for x in range(low, high + 2)], color="#4c72b0", edgecolor="white")
+            ax.set_xticks(range(low, high + 1, max(1, (high - low) // 10 + 1)))
+        else:
+            ax.hist(values, bins=30, color="#4c72b0", edgecolor="white")
         ax.set_title(name, fontsize=10)
         ax.set_ylabel("count")
     for ax in list(axes.flat)[len(names):]:

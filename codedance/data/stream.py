@@ -69,7 +69,7 @@ def iter_rows(files: Sequence[Path], columns: Sequence[str], done: Container[str
     import pyarrow.parquet as pq
 
     for file in files:
-        reader = pq.ParquetFile(file, pre_buffer=False)
+        reader = pq.ParquetFile(file, pre_buffer=False, buffer_size=1 << 20)
         start = 0
         for group in range(reader.num_row_groups):
             n = reader.metadata.row_group(group).num_rows

@@ -64,9 +64,8 @@ def test_verl_reads_the_parquet_back_into_the_tasks(rl_out: Path) -> None:
     from codedance.integrations.verl.tasks import TASK_KEY, images_from_prompt, task_from_fields
 
     sys.path.insert(0, str(Path(__file__).parents[1] / "integrations" / "verl"))
-    import tiny_qwen
-
     import pyarrow.parquet as pq
+    import tiny_qwen
 
     expected = [(t, d) for t, d, s in load_tasks(rl_out) if s == "train"]
     written = pq.read_table(rl_out / "train.parquet").to_pylist()

@@ -43,20 +43,7 @@ def test_codedance_sft_trains_on_the_import(imported: Path, tmp_path: Path) -> N
     assert (tmp_path / "run" / "final" / "codedance_processor.json").exists()
 
 
-SWIFT_LOAD = """
-import json, sys
-from swift.llm import load_dataset
-train, _ = load_dataset([sys.argv[1]], split_dataset_ratio=0.0, num_proc=1, shuffle=False)
-rows = [train[i] for i in range(len(train))]
-print(json.dumps({"n": len(rows), "columns": sorted(train.column_names),
-                  "roles": [[m["role"] for m in r["messages"]] for r in rows],
-                  "loss": [[m.get("loss") for m in r["messages"]] for r in rows],
-                  "images": [len(r["images"]) for r in rows],
-                  "placeholders": [sum(m["content"].count("<image>") for m in r["messages"]) for r in rows]}))
-"""
-
-
-def test_ms_swift_loads_the_export(imported: Path) -> None:
+def test_ms_swift_loads_and_encodes_the_export(imported: Path, tmp_path: Path) -> None:
     python = os.environ.get("CODEDANCE_SWIFT_PYTHON", "")
     if not python or not Path(python).exists():
         pytest.skip("set CODEDANCE_SWIFT_PYTHON to a Python with ms-swift installed (docs/data.md)")
@@ -64,10 +51,15 @@ def test_ms_swift_loads_the_export(imported: Path) -> None:
     result = CliRunner().invoke(app, ["sft", "--data", str(imported), "--export-swift", str(export)])
     assert result.exit_code == 0, result.output
     ours = [json.loads(line) for line in export.read_text().splitlines()]
-    run = subprocess.run([python, "-c", SWIFT_LOAD, str(export)], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-2000:]
+    script = Path(__file__).parent / "swift_check.py"
+    run = subprocess.run([python, str(script), str(export), str(tmp_path / "model")], check=False,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
     loaded = json.loads(run.stdout.strip().splitlines()[-1])
-    assert loaded["n"] == len(ours) == 5
-    assert loaded["roles"] == [[m["role"] for m in r["messages"]] for r in ours]
-    assert loaded["loss"] == [[m["loss"] for m in r["messages"]] for r in ours]
-    assert loaded["images"] == loaded["placeholders"] == [len(r["images"]) for r in ours]
+    assert len(loaded) == len(ours) == 5
+    for theirs, mine in zip(loaded, ours, strict=True):
+        assert theirs["roles"] == [m["role"] for m in mine["messages"]]
+        assert theirs["loss"] == [m["loss"] for m in mine["messages"]]
+        assert theirs["images"] == theirs["vision_blocks"] == len(mine["images"])
+        # ms-swift's labels: each assistant turn, its end-of-turn token and the newline after it
+        assert theirs["trained"] == "".join(m["content"] + "<|im_end|>\n" for m in mine["messages"] if m["loss"])

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from codedance.cli import app
 from codedance.data.ledger import iter_jsonl
 from codedance.data.verify import compare, recorded, verify_dir
-from codedance.types import ExecError, ExecResult, ExecStatus, Image
 from codedance.prompts.profiles import RELEASE_REMINDER
+from codedance.types import ExecError, ExecResult, ExecStatus, Image
 from tests.data.fixtures import SFT_SCHEMA, sft_rows, write
 
 FILE = "train-00000-of-00001.parquet"
