@@ -21,6 +21,11 @@ class InputError(ValueError):
 
 def parquet_files(paths: Sequence[str | Path]) -> list[Path]:
     """The parquet files named by `paths` (files, or folders searched recursively)."""
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        raise InputError("reading parquet needs pyarrow: pip install pyarrow (it is in the dev, eval and "
+                         "train extras)") from None
     files: list[Path] = []
     for raw in paths:
         path = Path(raw)

@@ -217,6 +217,11 @@ def summarize(out: Path) -> VerifyResult:
     return VerifyResult(summary["rows"], summary["steps"], summary["divergence"], 0, 0.0)
 
 
+def _count_lines(path: Path) -> int:
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
 async def averify_dir(out: str | Path, *, concurrency: int = 2, tolerance: float = 0.02,
                       timeout_s: float = 15.0, limit: int | None = None,
                       progress: Callable[[int, int], None] | None = None) -> VerifyResult:
@@ -230,7 +235,7 @@ async def averify_dir(out: str | Path, *, concurrency: int = 2, tolerance: float
         raise FileNotFoundError(f"no {records}: run `codedance data import codedance-sft ... --out {out}` first")
     start = time.perf_counter()
     done = ledger.keys(out / VERDICTS)
-    total = sum(1 for _ in ledger.iter_jsonl(records))
+    total = _count_lines(records)
     store = ImageStore(out / "images")
     gate = asyncio.Semaphore(concurrency)
     finished = len(done)
