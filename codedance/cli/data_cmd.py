@@ -12,6 +12,7 @@ Every command resumes when rerun with the same ``--out``. Exit codes: 0 done; 2 
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -125,6 +126,10 @@ def import_rl_cmd(
     except (InputError, FileNotFoundError, ValueError, ImportError) as exc:
         _fail(console, exc)
     _report(console, result, "codedance-rl")
+    rows = json.loads((out / "summary.json").read_text())["verl_rows"]
+    console.print(f"verl parquet: train.parquet {rows['train']} rows, val.parquet {rows['val']} rows")
+    if not rows["val"]:
+        console.print("[yellow]val.parquet is empty: raise --val-fraction (verl validates on it)[/yellow]")
     console.print(f"verl: DATA={out} bash scripts/train_verl.sh codedance/presets/verl/single_node_8gpu.yaml; "
                   f"tasks: {out / 'tasks.jsonl'}; prompt profile: --profiles {out / 'profiles.yaml'} "
                   "--profile codedance-rl")

@@ -24,7 +24,7 @@ One `Task` per row (id = the row key ``<file>#<row>``):
 - metadata: data_source, ability, index, split, reward style of the row.
 
 Output folder: ``tasks.jsonl`` + ``images/`` (`codedance.data.tasks_jsonl`), ``rows.jsonl``,
-``summary.json``; then ``train.parquet`` and ``val.parquet`` (a deterministic ``val_fraction``
+``summary.json`` (with ``verl_rows``: rows per split); then ``train.parquet`` and ``val.parquet`` (a deterministic ``val_fraction``
 of the rows by a hash of their key), rewritten from ``tasks.jsonl`` at the end of every run
 with `codedance.integrations.verl.data.task_row`, in bounded memory; ``prompts.json`` (every
 distinct system prompt and user template around the question, with counts) and
@@ -300,5 +300,8 @@ def import_rl(paths: Sequence[str | Path], out: str | Path, *, val_fraction: flo
 
     result = run_import(files, COLUMNS, out, RECORDS, convert, progress=progress, limit=limit)
     write_prompts(out, templates)
-    write_verl(out / RECORDS, out)
+    counts = write_verl(out / RECORDS, out)
+    summary = json.loads((out / "summary.json").read_text())
+    summary["verl_rows"] = counts
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return result

@@ -4,11 +4,14 @@ profile, and the verl parquet that verl's own RLHFDataset reads back into the sa
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from codedance.cli import app
 from codedance.data.ledger import iter_jsonl
 from codedance.data.rl_import import import_rl, in_val
 from codedance.data.tasks_jsonl import load_tasks
@@ -23,7 +26,10 @@ FILE = "rl-00000.parquet"
 def rl_out(tmp_path: Path) -> Path:
     rows, _ = rl_rows()
     write(rows, RL_SCHEMA, tmp_path / FILE)
-    import_rl([tmp_path / FILE], tmp_path / "out", val_fraction=0.5)
+    result = CliRunner().invoke(app, ["data", "import", "codedance-rl", str(tmp_path / FILE),
+                                      "--out", str(tmp_path / "out"), "--val-fraction", "0.5"])
+    assert result.exit_code == 0, result.output
+    assert "6 imported, 3 skipped of 9 rows" in result.output and "skipped 1: no image" in result.output
     return tmp_path / "out"
 
 
@@ -70,7 +76,10 @@ def test_verl_reads_the_parquet_back_into_the_tasks(rl_out: Path) -> None:
     expected = [(t, d) for t, d, s in load_tasks(rl_out) if s == "train"]
     written = pq.read_table(rl_out / "train.parquet").to_pylist()
     assert written == [task_row(t, i, domain=d) for i, (t, d) in enumerate(expected)]  # what prepare-data writes
-    assert len(pq.read_table(rl_out / "val.parquet")) == sum(1 for *_, s in load_tasks(rl_out) if s == "val")
+    n_val = sum(1 for *_, s in load_tasks(rl_out) if s == "val")
+    assert len(pq.read_table(rl_out / "val.parquet")) == n_val
+    summary = json.loads((rl_out / "summary.json").read_text())
+    assert summary["verl_rows"] == {"train": len(expected), "val": n_val}
 
     tokenizer, processor = tiny_qwen.build()
     config = OmegaConf.create({"prompt_key": "prompt", "image_key": "images", "max_prompt_length": 100000,
@@ -85,3 +94,9 @@ def test_verl_reads_the_parquet_back_into_the_tasks(rl_out: Path) -> None:
         assert [im.to_pil().convert("RGB").tobytes() for im in task.images] == [
             im.to_pil().convert("RGB").tobytes() for im in want.images]
         assert item["agent_name"] == "codedance"
+
+
+def test_a_rerun_resumes(rl_out: Path) -> None:
+    again = import_rl([rl_out.parent / FILE], rl_out, val_fraction=0.5)
+    assert (again.ran, again.imported, again.rows) == (0, 6, 9)
+    assert sum(1 for _ in iter_jsonl(rl_out / "tasks.jsonl")) == 6
