@@ -20,8 +20,9 @@ reported by the importer, never guessed around):
 
 A row is unmappable when: a role is unknown, a system message is not first, no user message
 precedes the first assistant turn, there is no assistant turn, an assistant turn holds an image
-placeholder, a turn with code is followed by another assistant turn or by nothing (a tool call
-that never got a response), the conversation ends on a user message, or the placeholders and
+placeholder, a turn with code is followed by another assistant turn or ends the conversation
+without an answer (a tool call that never got a response; a last turn with code *and* an answer
+is kept, counted as "final turn with code and answer"), the conversation ends on a user message, or the placeholders and
 images disagree in number (some placeholders but not one per image).
 
 Image columns: a list of binary (the cards' ``list: binary``) or of ``{bytes, path}`` structs
@@ -172,8 +173,11 @@ def conversation(messages: Sequence[dict], n_images: int) -> Conversation:
         while j < len(msgs) and msgs[j][0] != "assistant":
             j += 1
         after = msgs[i + 1:j]
-        if not after and parse_message(text).code is not None:
-            raise Unmappable("tool call without a response", f"message {i}")
+        parsed = parse_message(text) if not after else None
+        if parsed is not None and parsed.code is not None:
+            if j < len(msgs) or parsed.answer is None:
+                raise Unmappable("tool call without a response", f"message {i}")
+            seen.add("final turn with code and answer")
         if not after and j < len(msgs):
             raise Unmappable("consecutive assistant messages", f"message {i}")
         steps.append(Step(text, _feedback(after, seen) if after else None))

@@ -5,8 +5,8 @@
 
 For every trajectory of an import folder (``trajectories.jsonl``), one fresh sandbox from a
 `SandboxPool` gets the trajectory's input images (the prompt's images, in order: the first is
-``input_image`` / ``input_image.jpg``, as in the release) and runs each turn's code in order.
-Each step's result is compared with the feedback the trajectory recorded after that turn, read
+``input_image`` / ``input_image.jpg``, as in the release) and runs each turn's code in order (a
+last turn's code that got no feedback is not run: nothing was recorded to compare with). Each step's result is compared with the feedback the trajectory recorded after that turn, read
 in the release tool's wording (`recorded`):
 
 - ``text_equal``: both succeeded, stdout equal (line ends and surrounding blank space ignored),
@@ -185,7 +185,8 @@ async def averify_trajectory(trajectory: Trajectory, pool, *, tolerance: float =
                              timeout_s: float = 15.0) -> dict:
     """The verdict record of one trajectory (module docstring); `pool` is a `SandboxPool`."""
     inputs = [image for message in trajectory.prompt for image in message.images]
-    code_turns = [(i, t) for i, t in enumerate(trajectory.turns) if t.code is not None]
+    code_turns = [(i, t) for i, t in enumerate(trajectory.turns)
+                  if t.code is not None and (t.feedback_text or t.feedback_images)]
     steps: list[dict] = []
     if code_turns:
         try:

@@ -88,6 +88,8 @@ def test_conversation_rules() -> None:
         conversation(msgs(("user", "a"), ("assistant", "<code>\n```python\nx\n```\n</code>"), ("tool", "1")), 0)
     qwen = conversation(msgs(("human", "<|vision_start|><|image_pad|><|vision_end|>q"), ("gpt", "a")), 1)
     assert qwen.prompt == (("user", "<image>q"),) and "qwen image tokens" in qwen.conventions
+    final = conversation(msgs(("user", "q"), ("assistant", "<code>\n```python\nx\n```\n</code><answer>1</answer>")), 0)
+    assert len(final.steps) == 1 and "final turn with code and answer" in final.conventions
     merged = conversation(msgs(("user", "q"), ("assistant", "<code>\n```python\nx\n```\n</code>"),
                                ("tool", "1"), ("tool", "2"), ("assistant", "done")), 0)
     assert merged.steps[0].feedback == "<tool_response>\n1\n</tool_response>\n<tool_response>\n2\n</tool_response>"
