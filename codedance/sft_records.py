@@ -10,7 +10,7 @@ and named by absolute path, so a JSONL file of records is usable from any workin
 
 - canonical / ms-swift: ``{"messages": [{"role", "content", "loss"}], "images": [path, ...]}`` —
   ms-swift's custom-dataset layout (``swift sft --dataset file.jsonl``; its per-message ``loss``
-  flag). Not verified against ms-swift itself (not installed here).
+  flag). Checked with ms-swift 4.6.0's own loader and Qwen2.5-VL template (docs/data.md).
 - TRL (`trl_json`): ``{"messages": [{"role", "content": [{"type": "image"} | {"type": "text",
   "text"}]}], "images": [path, ...]}``, TRL's conversational vision format. Load it with
   ``datasets.load_dataset("json", data_files=...)`` and ``cast_column("images",

@@ -15,6 +15,7 @@ app = typer.Typer(
 )
 
 from codedance.cli import (
+    data_cmd,
     demo_cmd,
     eval_cmd,
     grading_cmd,
@@ -37,6 +38,7 @@ app.add_typer(eval_cmd.app, name="eval")
 app.add_typer(verl_cmd.app, name="verl")
 app.add_typer(train_cmd.app, name="train")
 app.add_typer(sft_cmd.app, name="sft")
+app.add_typer(data_cmd.app, name="data")
 app.command("report", help="Compare evaluation runs side by side.")(eval_cmd.report)
 
 

@@ -15,9 +15,10 @@ object per line: ``messages`` with ``<image>`` placeholders and a per-message ``
         --learning_rate 5e-5 --warmup_ratio 0.05 --num_train_epochs 1 --freeze_vit true \\
         --max_length 10240 --output_dir runs/swift-sft        # 8 GPUs × 1 × 16 = batch 128
 
-Not verified here: ms-swift itself is not installed on this machine; the format follows its
-documented custom-dataset layout. With ``loss`` flags absent, ms-swift trains on every
-assistant turn by default, which is the same selection.
+Checked with ms-swift 4.6.0 itself (docs/data.md, ``tests/data/test_sft_roundtrip.py``, opt-in):
+its dataset loader reads the file and its ``qwen2_5_vl`` template encodes every row with one
+vision block per image and labels on exactly the assistant turns. With ``loss`` flags absent,
+ms-swift trains on every assistant turn by default, which is the same selection.
 """
 
 from __future__ import annotations

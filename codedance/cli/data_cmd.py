@@ -1,0 +1,171 @@
+"""``codedance data``: import the authors' released data, verify it in the sandbox, describe it.
+
+    codedance data import codedance-sft CodeDance-SFT/data --out data/cd-sft [--verify]
+    codedance data import codedance-rl CodeDance-RL/data --out data/cd-rl
+    codedance data verify data/cd-sft [--concurrency 8]
+    codedance data stats data/cd-sft
+
+Every command resumes when rerun with the same ``--out``. Exit codes: 0 done; 2 on bad input
+(missing files, wrong columns, a folder of another import). See docs/data.md and
+`codedance.data`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+
+from codedance.cli.console import make_console
+
+app = typer.Typer(help="Import, verify and describe the authors' released datasets.", no_args_is_help=True)
+import_app = typer.Typer(help="Import a released dataset's parquet files.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
+
+
+class _Ticker:
+    """Progress as one line every few seconds (and at the end): rows done of the total."""
+
+    def __init__(self, console, label: str, every_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+        self.console, self.label, self.every_s = console, label, every_s
+        self.last = 0.0
+
+    def __call__(self, p) -> None:  # type: ignore[no-untyped-def]
+        now = time.monotonic()
+        if now - self.last >= self.every_s or p.done == p.total:
+            self.last = now
+            self.console.print(f"{self.label}: {p.done}/{p.total} rows (imported {p.imported}, "
+                               f"skipped {p.skipped} this run)")
+
+
+def _report(console, result, what: str) -> None:  # type: ignore[no-untyped-def]
+    skipped = sum(result.skipped.values())
+    console.print(f"{what}: {result.imported} imported, {skipped} skipped of {result.rows} rows read "
+                  f"({result.total} in the input; {result.ran} this run, {result.seconds:.1f} s) → {result.out}")
+    for reason, n in result.skipped.items():
+        console.print(f"  skipped {n}: {reason}")
+    for name, n in result.conventions.items():
+        if not name.startswith("prompt template"):
+            console.print(f"  {name}: {n}")
+
+
+def _fail(console, exc: Exception) -> None:  # type: ignore[no-untyped-def]
+    console.print(f"[red]error:[/red] {exc}")
+    raise typer.Exit(2) from None
+
+
+def _verify(console, out: Path, concurrency: int, tolerance: float, timeout_s: float,  # type: ignore[no-untyped-def]
+            limit: int | None) -> None:
+    from rich.table import Table
+
+    from codedance.data.verify import ROW_VERDICTS, STEP_VERDICTS, verify_dir
+
+    def tick(done: int, total: int) -> None:
+        if done == total or done % 50 == 0:
+            console.print(f"verify: {done}/{total} trajectories")
+
+    result = verify_dir(out, concurrency=concurrency, tolerance=tolerance, timeout_s=timeout_s,
+                        limit=limit, progress=tick)
+    table = Table(title=f"re-execution in the sandbox ({result.ran} this run, {result.seconds:.1f} s)")
+    table.add_column("level")
+    table.add_column("verdict")
+    table.add_column("count", justify="right")
+    for level, counts, order in (("trajectory", result.rows, ROW_VERDICTS), ("step", result.steps, STEP_VERDICTS)):
+        for verdict in order:
+            if counts.get(verdict):
+                table.add_row(level, verdict, str(counts[verdict]))
+    for kind, n in result.divergence.items():
+        table.add_row("divergence", kind, str(n))
+    console.print(table)
+    console.print(f"per-trajectory verdicts: {out / 'verify.jsonl'}; totals: {out / 'verify_summary.json'}")
+
+
+@import_app.command("codedance-sft")
+def import_sft_cmd(
+    paths: list[Path] = typer.Argument(..., help="Parquet files or folders (the dataset's data/)"),
+    out: Path = typer.Option(..., help="Output folder (rerun to resume)"),
+    verify: bool = typer.Option(False, "--verify", help="Then re-execute every trajectory in the sandbox"),
+    limit: int | None = typer.Option(None, help="Import at most this many new rows"),
+    concurrency: int = typer.Option(2, help="--verify: trajectories (and sandbox steps) at once"),
+    tolerance: float = typer.Option(0.02, help="--verify: mean absolute pixel difference allowed (0-1)"),
+    timeout_s: float = typer.Option(15.0, help="--verify: seconds per snippet (the release: 15)"),
+) -> None:
+    """CodeDance-SFT → trajectory records (what `codedance sft --data OUT` trains on)."""
+    from codedance.data.sft_import import import_sft
+    from codedance.data.stream import InputError
+
+    console = make_console()
+    try:
+        result = import_sft(paths, out, progress=_Ticker(console, "import"), limit=limit)
+    except (InputError, FileNotFoundError) as exc:
+        _fail(console, exc)
+    _report(console, result, "codedance-sft")
+    console.print(f"train: codedance sft --data {out} --model MODEL --out runs/sft; "
+                  f"ms-swift: codedance sft --data {out} --export-swift {out / 'swift.jsonl'}")
+    if verify:
+        _verify(console, out, concurrency, tolerance, timeout_s, None)
+
+
+@import_app.command("codedance-rl")
+def import_rl_cmd(
+    paths: list[Path] = typer.Argument(..., help="Parquet files or folders (the dataset's data/)"),
+    out: Path = typer.Option(..., help="Output folder (rerun to resume)"),
+    val_fraction: float = typer.Option(0.005, help="Share of rows held out for val.parquet (by key hash)"),
+    limit: int | None = typer.Option(None, help="Import at most this many new rows"),
+) -> None:
+    """CodeDance-RL → Task JSONL plus verl's train.parquet / val.parquet."""
+    from codedance.data.rl_import import import_rl
+    from codedance.data.stream import InputError
+
+    console = make_console()
+    try:
+        result = import_rl(paths, out, val_fraction=val_fraction, progress=_Ticker(console, "import"),
+                           limit=limit)
+    except (InputError, FileNotFoundError, ValueError, ImportError) as exc:
+        _fail(console, exc)
+    _report(console, result, "codedance-rl")
+    rows = json.loads((out / "summary.json").read_text())["verl_rows"]
+    console.print(f"verl parquet: train.parquet {rows['train']} rows, val.parquet {rows['val']} rows")
+    if not rows["val"]:
+        console.print("[yellow]val.parquet is empty: raise --val-fraction (verl validates on it)[/yellow]")
+    console.print(f"verl: DATA={out} bash scripts/train_verl.sh codedance/presets/verl/single_node_8gpu.yaml; "
+                  f"tasks: {out / 'tasks.jsonl'}; prompt profile: --profiles {out / 'profiles.yaml'} "
+                  "--profile codedance-rl")
+
+
+@app.command("verify")
+def verify_cmd(
+    out: Path = typer.Argument(..., help="A codedance-sft import folder"),
+    concurrency: int = typer.Option(2, help="Trajectories (and sandbox steps) at once"),
+    tolerance: float = typer.Option(0.02, help="Mean absolute pixel difference allowed (0-1)"),
+    timeout_s: float = typer.Option(15.0, help="Seconds per snippet (the release: 15)"),
+    limit: int | None = typer.Option(None, help="Verify at most this many new trajectories"),
+) -> None:
+    """Re-execute imported trajectories turn by turn in the sandbox; compare with the recording."""
+    console = make_console()
+    if not (out / "trajectories.jsonl").exists():
+        _fail(console, FileNotFoundError(f"no {out / 'trajectories.jsonl'}: import with "
+                                         f"`codedance data import codedance-sft PATH --out {out}` first"))
+    _verify(console, out, concurrency, tolerance, timeout_s, limit)
+
+
+@app.command("stats")
+def stats_cmd(
+    out: Path = typer.Argument(..., help="An import folder"),
+    png: Path | None = typer.Option(None, help="Histogram file (default OUT/stats.png)"),
+) -> None:
+    """Tables of an import folder and a histogram PNG."""
+    from codedance.data.stats import collect, histogram, tables
+
+    console = make_console()
+    try:
+        stats = collect(out)
+    except FileNotFoundError as exc:
+        _fail(console, exc)
+    for table in tables(stats):
+        console.print(table)
+    written = histogram(stats, png or out / "stats.png")
+    if written is not None:
+        console.print(f"histograms: {written}")
