@@ -4,16 +4,17 @@
 I/O: ``messages`` is what to send the model next; `Episode.on_completion` parses the reply and
 returns the code to run (or None when the episode is over); `Episode.on_result` renders the
 sandbox's result into the next observation. `run_episode` and `arun_episode` drive it with a
-`Policy` and a `CodeRunner`; verl's asyncio agent loop (a later integration) can drive the same
-methods with its own token-level server.
+`Policy` and a `CodeRunner` (with an optional ``on_turn`` callback, called as each turn ends);
+verl's agent loop (`codedance.integrations.verl.agent_loop`) and the CPU trainer's lockstep
+sampler drive the same methods with their own token-level models.
 
 Stop reasons (`StopReason`):
 - ``answered``: the turn has a complete ``<answer>…</answer>``; code in the same turn is not run
   (the verdict flags it).
 - ``max_turns``: the last allowed turn (``max_turns``, 10 by default; 6 for the training presets)
   had code but no answer; that code is not run. With ``inject_turn_limit`` the feedback before the
-  last turn ends with the profile's "Turn limit reached" text (`Turn.injected_turn_limit`; it is
-  not a tool call).
+  last turn ends with the profile's "Turn limit reached" text (`Turn.feedback_has_turn_limit` on
+  the turn whose feedback carries it; that turn's code ran, so it is a tool call like any other).
 - ``max_tokens``: the reply was cut at ``max_tokens`` (finish reason ``length``) without an
   answer, or the server said the conversation overflows its context (`ContextOverflowError`).
 - ``format_error``: a reply with neither code nor answer (empty, prose only, unclosed tags).
@@ -157,7 +158,7 @@ class Episode:
             result=result,
             feedback_text=feedback.text,
             feedback_images=feedback.images,
-            injected_turn_limit=limit,
+            feedback_has_turn_limit=limit,
         )
         self._turns.append(turn)
         self._messages.append(Message("assistant", (completion.text,)))

@@ -51,7 +51,7 @@ def print_trajectory(trajectory: Trajectory, console: Console, image_paths: dict
             console.print(Panel(body, title=f"{r.status.value} in {r.duration_s:.2f}s", border_style=style))
         for image in turn.feedback_images:
             console.print(f"  image {image.width}x{image.height} -> {image_paths.get(id(image), '?')}")
-        if turn.injected_turn_limit:
+        if turn.feedback_has_turn_limit:
             console.print("  [yellow](turn limit message sent)[/yellow]")
         if turn.answer is not None:
             console.print(Panel(turn.answer, title="answer", border_style="bold green"))

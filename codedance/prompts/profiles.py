@@ -56,7 +56,7 @@ RELEASE_REMINDER = (
     "question. If the information is insufficient or irrelevant, formulate a new strategy and "
     "execute a new tool call to obtain a helpful result."
 )
-RELEASE_NO_OUTPUT = (
+NO_OUTPUT_HINT = (  # the release's text; its own code never shows it (see RELEASE)
     "Code executed successfully. No explicit output or figures produced. You should use the "
     "`print` function to output text. Rewrite the code."
 )
@@ -85,7 +85,7 @@ class PromptProfile:
     error_template: str = "--- Execution Error ({type}) ---\n{message}"
     frames_header: str = "Last frames of your code (line: source):"
     show_frames: bool = True
-    no_output: str = RELEASE_NO_OUTPUT
+    no_output: str = NO_OUTPUT_HINT
     executed_nothing: str = "The code contained no statements to execute."
     rolled_back: str = ""  # shown when a failed step was rolled back; the sandbox's notes say it too
     success_suffix: str = RELEASE_REMINDER
@@ -93,7 +93,9 @@ class PromptProfile:
     part_separator: str = "\n"
 
 
-RELEASE = PromptProfile(name="release")
+# The release's "No explicit output" branch is unreachable (its reminder is appended first), so a
+# successful call that printed nothing gets the reminder alone, as here.
+RELEASE = PromptProfile(name="release", no_output="")
 RELEASE_EVAL = dataclasses.replace(
     RELEASE,
     name="release-eval",

@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from codedance.rewards.profiles import ABLATIONS
+
 
 @dataclass(frozen=True)
 class TaskSpec:
@@ -117,7 +119,7 @@ class PipelineConfig:
     grpo: GRPOStage = GRPOStage()
     eval: EvalStage = EvalStage()
     threads: int = 2
-    ablation_profiles: tuple[str, ...] = ("paper", "outcome-only", "deepeyes", "paper-delta0")
+    ablation_profiles: tuple[str, ...] = ABLATIONS  # named profiles of codedance.rewards
 
 
 def _build(base: Any, data: Any) -> Any:

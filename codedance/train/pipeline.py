@@ -8,8 +8,9 @@ model), ``sft/`` (TRL output, ``sft/final``), ``grpo-<profile>/`` (the GRPO trai
 ``eval/<name>.json`` (held-out metrics), ``report.html`` + PNGs (`report`). Every stage is skipped
 when its output exists, so a rerun resumes.
 
-Ablation profiles: ``paper``, ``outcome-only``, ``deepeyes`` (`codedance.rewards.PROFILES`) and
-``paper-delta0`` (``paper`` with δ = 0). Held-out tasks come from a seed range disjoint from
+Ablation profiles: the named profiles of `codedance.rewards.ABLATIONS` (``paper``,
+``outcome-only``, ``deepeyes``, ``paper-no-turn`` (w/o R_turn), ``paper-delta0``,
+``paper-gamma5``). Held-out tasks come from a seed range disjoint from
 the SFT and GRPO ones (checked).
 """
 
@@ -27,8 +28,6 @@ from codedance.train.config import GRPOStage, PipelineConfig, TaskSpec
 from codedance.types import Task, Trajectory
 
 Log = Callable[[str], None]
-ABLATION = {"paper": ("paper", ()), "outcome-only": ("outcome-only", ()), "deepeyes": ("deepeyes", ()),
-            "paper-delta0": ("paper", (("delta", 0.0),))}
 
 
 def world_tasks(spec: TaskSpec) -> tuple[Task, ...]:
@@ -199,8 +198,5 @@ def run_ablation(config: PipelineConfig, log: Log = print) -> dict[str, dict[str
 
     run_sft_stage(config, log)
     for name in config.ablation_profiles:
-        if name not in ABLATION:
-            raise ValueError(f"unknown ablation profile {name!r}; known: {sorted(ABLATION)}")
-        profile, overrides = ABLATION[name]
-        run_grpo_stage(config, name, replace(config.grpo, profile=profile, profile_overrides=overrides), log)
+        run_grpo_stage(config, name, replace(config.grpo, profile=name, profile_overrides=()), log)
     return write_report(config.out_dir)

@@ -183,7 +183,7 @@ class CodeDanceAgentLoop(AgentLoopBase):
             TurnRecord(text=turn.text, span=(min(start, limit), min(end, limit)),
                        status=turn.result.status.value if turn.result is not None else None,
                        executed_nothing=bool(turn.result and turn.result.executed_nothing),
-                       injected_turn_limit=turn.injected_turn_limit, verdict_ok=turn.verdict.ok,
+                       injected_turn_limit=turn.feedback_has_turn_limit, verdict_ok=turn.verdict.ok,
                        verdict_reasons=turn.verdict.reasons)
             for turn, (start, end) in zip(trajectory.turns, spans, strict=True))
         record = RolloutRecord(task_id=trajectory.task_id, turns=turns,
