@@ -43,12 +43,14 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from codedance.parsing import parse_message
+from codedance.errors import SettingsError
 from codedance.policy.base import Completion, ContextOverflowError, ImageLimitError, Policy
 from codedance.prompts import (
     RELEASE,
     FeedbackLimits,
     PromptProfile,
     VisionLimits,
+    get_profile,
     model_images,
     prompt_messages,
     render_feedback,
@@ -81,6 +83,36 @@ class EpisodeConfig:
     def __post_init__(self) -> None:
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")
+
+
+@dataclass(frozen=True)
+class EpisodeSettings:
+    """The episode knobs of every command that runs episodes: turn budget (the paper trains with 6
+    and evaluates with 10), seconds per code execution, prompt profile, and the image area the
+    model sees (the sandbox gets the same pixels)."""
+
+    max_turns: int = 6
+    exec_timeout_s: float = 15.0
+    prompt_profile: str = "release"
+    min_pixels: int = 4 * 28 * 28
+    max_pixels: int = 16384 * 28 * 28
+    inject_turn_limit: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1:
+            raise SettingsError(f"max_turns must be at least 1, got {self.max_turns}")
+        if self.exec_timeout_s <= 0:
+            raise SettingsError(f"exec_timeout_s must be above 0, got {self.exec_timeout_s}")
+        if not 0 < self.min_pixels <= self.max_pixels:
+            raise SettingsError(f"need 0 < min_pixels <= max_pixels, got {self.min_pixels}, {self.max_pixels}")
+
+    def episode_config(self, metadata: tuple[tuple[str, str], ...] = ()) -> EpisodeConfig:
+        """The `EpisodeConfig` of these settings (an unknown prompt profile raises here)."""
+        vision = VisionLimits(min_pixels=self.min_pixels, max_pixels=self.max_pixels)
+        profile = get_profile(self.prompt_profile)
+        return EpisodeConfig(max_turns=self.max_turns, profile=profile, vision=vision,
+                             feedback=FeedbackLimits(vision=vision), inject_turn_limit=self.inject_turn_limit,
+                             metadata=metadata)
 
 
 class Episode:

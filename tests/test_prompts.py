@@ -9,6 +9,7 @@ import math
 import pytest
 from PIL import Image as PILImage
 
+from codedance.errors import SettingsError
 from codedance.prompts import (
     IMAGE_PLACEHOLDER,
     PAPER,
@@ -195,7 +196,7 @@ def test_user_profiles_from_yaml(tmp_path) -> None:  # type: ignore[no-untyped-d
     path.write_text("bad:\n  feedbak_open: x\n")
     with pytest.raises(ValueError, match="feedbak_open"):
         load_profiles(path)
-    with pytest.raises(KeyError, match="available"):
+    with pytest.raises(SettingsError, match="available"):
         get_profile("nope")
 
 

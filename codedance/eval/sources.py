@@ -31,8 +31,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from codedance.errors import DataError
 
-class DataNotFoundError(FileNotFoundError):
+
+class DataNotFoundError(DataError, FileNotFoundError):
     """A benchmark file is missing; the message says which file and where to get it."""
 
 

@@ -32,6 +32,9 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+from codedance.config import read_yaml
+from codedance.errors import SettingsError
+
 RELEASE_SYSTEM = (
     "You are a helpful assistant.\n\nSolve the following problem step by step. You may write "
     "Python code to assist with the user query. When an image is supplied, you can either use the "
@@ -129,12 +132,11 @@ def user_text(profile: PromptProfile, question: str) -> str:
 
 
 def load_profiles(path: str | Path) -> dict[str, PromptProfile]:
-    """User profiles from a YAML file (see the module docstring); errors name the bad key."""
-    import yaml
-
-    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    """User profiles from a YAML file (see the module docstring); errors name the file, the line
+    or the bad key."""
+    raw = read_yaml(Path(path))
     if not isinstance(raw, dict):
-        raise ValueError(f"{path}: expected a mapping of profile names to fields")
+        raise SettingsError(f"{path}: expected a mapping of profile names to fields")
     known = {f.name for f in dataclasses.fields(PromptProfile)} - {"name"}
     profiles: dict[str, PromptProfile] = {}
     for name, fields in raw.items():
@@ -142,10 +144,10 @@ def load_profiles(path: str | Path) -> dict[str, PromptProfile]:
         base_name = str(fields.pop("base", "release"))
         base = profiles.get(base_name) or BUILTIN_PROFILES.get(base_name)
         if base is None:
-            raise ValueError(f"{path}: profile {name!r} has unknown base {base_name!r}")
+            raise SettingsError(f"{path}: profile {name!r} has unknown base {base_name!r}")
         unknown = sorted(set(fields) - known)
         if unknown:
-            raise ValueError(f"{path}: profile {name!r} has unknown fields {unknown}; known: {sorted(known)}")
+            raise SettingsError(f"{path}: profile {name!r} has unknown fields {unknown}; known: {sorted(known)}")
         profiles[str(name)] = dataclasses.replace(base, name=str(name), **fields)
     return profiles
 
@@ -156,5 +158,5 @@ def get_profile(name: str, user_file: str | Path | None = None) -> PromptProfile
     if user_file is not None:
         profiles.update(load_profiles(user_file))
     if name not in profiles:
-        raise KeyError(f"unknown prompt profile {name!r}; available: {sorted(profiles)}")
+        raise SettingsError(f"unknown prompt profile {name!r}; available: {', '.join(sorted(profiles))}")
     return profiles[name]

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from codedance.errors import SettingsError
+
 TOOL_TERMS = ("bat", "release", "deepeyes", "none")
 
 
@@ -68,10 +70,10 @@ class RewardProfile:
                   "adv_scale": (self.adv_scale, ("group", "batch", "none"))}
         for field_name, (value, allowed) in checks.items():
             if value not in allowed:
-                raise ValueError(f"{field_name} must be one of {allowed}, got {value!r}")
+                raise SettingsError(f"{field_name} must be one of {allowed}, got {value!r}")
         unknown = {n for n, _ in self.weights} - {"accuracy", "format", "tool"}
         if unknown:
-            raise ValueError(f"unknown reward terms in weights: {sorted(unknown)}")
+            raise SettingsError(f"unknown reward terms in weights: {sorted(unknown)}")
 
     def weight(self, term: str) -> float:
         return dict(self.weights).get(term, 0.0)
@@ -111,5 +113,5 @@ def get_profile(profile: str | RewardProfile, **overrides: object) -> RewardProf
     """
     base = profile if isinstance(profile, RewardProfile) else PROFILES.get(profile)
     if base is None:
-        raise ValueError(f"unknown reward profile {profile!r}; known: {sorted(PROFILES)}")
+        raise SettingsError(f"unknown reward profile {profile!r}; known: {sorted(PROFILES)}")
     return replace(base, **overrides) if overrides else base  # type: ignore[arg-type]

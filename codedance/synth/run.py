@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from codedance.errors import SettingsError
 from codedance.records import (
     ImageStore,
     append_jsonl,
@@ -65,7 +66,7 @@ if TYPE_CHECKING:  # pragma: no cover
 KIND = "codedance synth"
 
 
-class SynthError(ValueError):
+class SynthError(SettingsError):
     """Settings synth cannot run with (the text says what to change)."""
 
 
