@@ -18,6 +18,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from codedance.cli.console import user_errors
 from codedance.cli.train_cmd import load_cli_config
 
 app = typer.Typer(help="Supervised fine-tuning on CodeDance trajectories (TRL), or export for ms-swift.")
@@ -33,7 +34,8 @@ def _load_model(name: str):  # type: ignore[no-untyped-def]
     return AutoModelForImageTextToText.from_pretrained(name, dtype="auto"), AutoProcessor.from_pretrained(name)
 
 
-@app.callback(invoke_without_command=True)
+@app.command()
+@user_errors
 def sft(
     overrides: list[str] = typer.Argument(None, help="key=value settings, e.g. sft.lr=1e-4"),
     data: Path = typer.Option(..., help="Folder with trajectories.jsonl and images/"),

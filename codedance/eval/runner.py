@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from codedance.errors import DataError, SettingsError
 from codedance.eval.loaders import prepare_items, to_task
 from codedance.eval.scoring import score_sample
 from codedance.eval.sources import RawItem
@@ -107,7 +108,7 @@ class EvalSettings:
 
 
 def check_settings(settings: EvalSettings) -> None:
-    """Reject impossible settings (ValueError with the option to fix) before anything runs."""
+    """Reject impossible settings (`SettingsError` with the option to fix) before anything runs."""
     from codedance.eval.scoring import SCORING_MODES
 
     problems = []
@@ -130,7 +131,7 @@ def check_settings(settings: EvalSettings) -> None:
     if not settings.benchmarks:
         problems.append("no benchmarks given")
     if problems:
-        raise ValueError("; ".join(problems))
+        raise SettingsError("; ".join(problems))
 
 
 class _Dimensions(ImageStore):
@@ -154,7 +155,7 @@ def _task_or_failure(spec: BenchmarkSpec, item: RawItem, n: int) -> tuple[str, T
     task_id = to_task(spec, item, n, images=False).id
     try:
         return task_id, to_task(spec, item, n)
-    except (ValueError, OSError) as exc:
+    except (DataError, ValueError, OSError) as exc:
         source = item.get("image_file") or item.get("image_path")
         named = f" {source}" if source and len(source) < 200 else ""
         text = str(exc)
