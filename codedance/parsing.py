@@ -5,7 +5,7 @@ What is handled:
 - think: ``<think>…</think>`` (the first block; an unclosed ``<think>`` keeps the rest of the text
   as think and is flagged).
 - code, in three forms, and the *earliest* snippet in the text is the one that runs
-  (spec §2: one snippet per turn, the first):
+  (one snippet per turn, the first, as the paper's §3.2 protocol and the release run it):
   ``<code>`` + a ```` ```python ```` fence + ``</code>`` (the paper's and the release's form; a
   missing ``</code>`` at the very end is accepted, since a ``</code>`` stop string may cut it);
   the hermes tool call ``<tool_call>{"name": "execute_python_code", "arguments": {"code": …}}

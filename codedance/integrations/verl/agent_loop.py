@@ -79,7 +79,7 @@ def verl_message(message: Message) -> dict[str, Any]:
 @register("codedance")
 class CodeDanceAgentLoop(AgentLoopBase):
     """One CodeDance episode per sample (see the module docstring). Keyword settings:
-    ``max_turns`` (6, spec §5), ``prompt_profile`` (``release``), ``exec_timeout_s`` (15),
+    ``max_turns`` (6, paper §4), ``prompt_profile`` (``release``), ``exec_timeout_s`` (15),
     ``turn_max_tokens`` (None: the remaining response budget), ``max_running`` (None: CPUs),
     ``inject_turn_limit`` (True), ``max_pixels`` / ``min_pixels`` (qwen-vl-utils' defaults)."""
 

@@ -1,4 +1,4 @@
-"""The presets compose with verl's own Hydra config and hold spec §5's numbers."""
+"""The presets compose with verl's own Hydra config and hold the paper's numbers (Table 4, §4; docs/verl.md)."""
 
 from __future__ import annotations
 
