@@ -42,8 +42,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
-from codedance.parsing import parse_message
 from codedance.errors import SettingsError
+from codedance.parsing import parse_message
 from codedance.policy.base import Completion, ContextOverflowError, ImageLimitError, Policy
 from codedance.prompts import (
     RELEASE,

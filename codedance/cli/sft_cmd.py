@@ -54,15 +54,15 @@ def sft(
         console.print(f"[red]error:[/red] no trajectories in {data / 'trajectories.jsonl'}")
         raise typer.Exit(2)
     if export_swift is not None:
-        from codedance.integrations.trl.export import write_swift_jsonl
+        from codedance.sft_records import canonical_record, write_records
 
-        n = write_swift_jsonl(trajectories, export_swift)
+        n = write_records((canonical_record(t) for t in trajectories), export_swift, "swift")
         console.print(f"wrote {n} records to {export_swift} (images under {export_swift.parent / 'images'})")
         return
     if not model:
         console.print("[red]error:[/red] --model is required to train")
         raise typer.Exit(2)
-    from codedance.integrations.trl.sft import run_sft
+    from codedance.train.sft import run_sft
 
     net, processor = _load_model(model)
     result = run_sft(net, processor, trajectories, cfg.sft, out, max_length=cfg.rollout.max_length)

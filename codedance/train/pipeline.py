@@ -163,7 +163,7 @@ def prepare(config: PipelineConfig, log: Log = print) -> tuple[Any, Any, list[Tr
 
 
 def run_sft_stage(config: PipelineConfig, log: Log = print) -> tuple[Any, Any]:
-    from codedance.integrations.trl.sft import run_sft
+    from codedance.train.sft import run_sft
     from codedance.train.tiny import load_policy
 
     claim_run(config)
