@@ -33,8 +33,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from codedance.sandbox import Sandbox, SandboxService  # noqa: E402
-from codedance.sandbox.pool import SandboxPool  # noqa: E402
+from codedance.sandbox import Sandbox, SandboxService
+from codedance.sandbox.pool import SandboxPool
 
 TRIVIAL = "x = 1"
 IMAGE_STEP = textwrap.dedent("""\

@@ -13,7 +13,7 @@
   turn; tokens with loss mask 0 (prompt, feedback text and images) get 0.
 - `batch_token_advantages(batch, ...)`: all of the above under a reward profile.
 
-Paper: A = A_seq(R_acc, R_format, R_seq) + A_turn(R_turn), weight 1 (spec §4). Release:
+Paper: A = A_seq(R_acc, R_format, R_seq) + A_turn(R_turn), weight 1 (paper §3.1). Release:
 A = GRPO(score + d·tool) + 0.2·Â_turn. What is not here: the policy loss (clipping, token-mean vs
 per-trajectory averaging) belongs to the trainer integration.
 """

@@ -1,8 +1,8 @@
 """Scoring a demo run: grade every trajectory, R_BAT rewards per GRPO group, advantages, and the
 summary rows per (skill, difficulty).
 
-Columns: accuracy, average assistant turns, execution success rate (successful calls over calls,
-by sandbox status), tool-use share (trajectories with at least one call), and the mean reward
+Columns: accuracy, average assistant turns, execution success rate and tool-use share (all from
+`codedance.runs.stats.AgentStats`), and the mean reward
 terms (R_acc, R_format, R_seq, total). Rows are sorted by skill, then easy → hard; an ``all`` row
 closes each difficulty and the table.
 """
@@ -16,7 +16,8 @@ import numpy as np
 
 from codedance.advantages import grpo_advantages
 from codedance.grading import grade_trajectory
-from codedance.rewards import call_stats, compute_batch_rewards
+from codedance.rewards import compute_batch_rewards
+from codedance.runs.stats import AgentStats
 from codedance.types import RewardBreakdown, Task, Trajectory
 
 ORDER = {"easy": 0, "medium": 1, "hard": 2}
@@ -79,18 +80,16 @@ def score_run(pairs: Sequence[tuple[str, Trajectory]], tasks: Mapping[str, Task]
     adv = grpo_advantages(batch.rewards, groups)
     out = []
     for (key, t), ok, b, a in zip(pairs, correct, batch.breakdowns, adv, strict=True):
-        stats = call_stats(t)
-        out.append(Scored(key, tasks[t.task_id], t, ok, b, float(a), stats.n_total, stats.n_success))
+        out.append(Scored(key, tasks[t.task_id], t, ok, b, float(a), t.n_calls, t.n_successful_calls))
     return out
 
 
 def _row(skill: str, difficulty: str, items: Sequence[Scored]) -> DemoRow:
-    calls = sum(s.n_calls for s in items)
+    stats = AgentStats.of([s.trajectory for s in items])
     mean = lambda xs: float(np.mean(xs)) if len(xs) else 0.0
     return DemoRow(skill, difficulty, len(items), mean([s.correct for s in items]),
-                   mean([len(s.trajectory.turns) for s in items]),
-                   (sum(s.n_success for s in items) / calls) if calls else None,
-                   mean([s.n_calls > 0 for s in items]), mean([s.reward.accuracy for s in items]),
+                   stats.avg_turns or 0.0, stats.exec_success, stats.tool_share or 0.0,
+                   mean([s.reward.accuracy for s in items]),
                    mean([s.reward.format for s in items]), mean([s.reward.sequence_tool for s in items]),
                    mean([s.reward.total for s in items]))
 

@@ -5,19 +5,23 @@ What is handled:
 - think: ``<think>…</think>`` (the first block; an unclosed ``<think>`` keeps the rest of the text
   as think and is flagged).
 - code, in three forms, and the *earliest* snippet in the text is the one that runs
-  (spec §2: one snippet per turn, the first):
+  (one snippet per turn, the first, as the paper's §3.2 protocol and the release run it):
   ``<code>`` + a ```` ```python ```` fence + ``</code>`` (the paper's and the release's form; a
   missing ``</code>`` at the very end is accepted, since a ``</code>`` stop string may cut it);
   the hermes tool call ``<tool_call>{"name": "execute_python_code", "arguments": {"code": …}}
   </tool_call>`` the release trains with (``arguments`` may also be a JSON string, as OpenAI
   servers send it); a bare ```` ```python ```` fence (the release's eval fallback).
-- answer: ``<answer>…</answer>``; with several, the last one is the answer (and it is flagged).
-  ``\\boxed{…}`` outside answer tags is kept as `ParsedMessage.boxed`, a scoring fallback only,
-  and flagged as a format error.
+- answer: ``<answer>…</answer>`` (`ANSWER_RE`, the one answer pattern: case-sensitive, as the
+  prompt asks and the release reads); with several, the last one is the answer (and it is
+  flagged). ``\\boxed{…}`` / ``\\fbox{…}`` outside answer tags (`extract_boxed`, the one boxed
+  extractor; ``codedance.grading`` uses it too) is kept as `ParsedMessage.boxed`, a scoring
+  fallback for evaluation only, and flagged as a format error.
 
-The verdict lists reasons (`FormatReason` values); the release's rule (think tag counts equal,
-exactly one ``<answer>``, answer under 1000 characters) is `final_verdict`, the stricter per-turn
-rule of the CodeDance format is `message_verdict`.
+The verdict lists reasons (`FormatReason` values, the one reason vocabulary). Two rules use it:
+the stricter per-turn rule of the CodeDance format (`message_verdict`) and the release's rule over
+a whole episode (`format_errors`, which the rewards' R_format applies). `tagged_answer` is the
+answer the training rewards grade: an answer outside ``<answer>`` tags earns no accuracy reward
+(the rollout protocol requires the tags, as the release's reward does).
 
 Not handled: ``<code>`` blocks without a fence run as-is but are flagged; fences in languages other
 than python are ignored; several tool calls in one message run only the first (flagged).
@@ -48,6 +52,8 @@ class FormatReason(str, Enum):
     SEVERAL_ANSWERS = "several answers"
     UNCLOSED_ANSWER = "unclosed answer tag"
     LONG_ANSWER = "answer of 1000 characters or more"
+    TOOL_CALL_AFTER_THINK = "tool call after the last think block"
+    NO_ANSWER_AFTER_THINK = "no answer after the last think block"
     EMPTY_ANSWER = "empty answer"
     BOXED_ONLY = "boxed answer without answer tags"
     CODE_AND_ANSWER = "code and answer in one turn"
@@ -84,12 +90,14 @@ class ParsedMessage:
 
 
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+DOMAINS = ("general", "math")
 _CODE_TAG = re.compile(
     r"<code>\s*```(?:python|py|Python)?[ \t]*\n(.*?)```[ \t]*\n?\s*(?:</code>|\Z)", re.DOTALL
 )
 _CODE_TAG_UNFENCED = re.compile(r"<code>(.*?)</code>", re.DOTALL)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _FENCE = re.compile(r"```(?:python|py|Python)[ \t]*\n(.*?)```", re.DOTALL)
 _UNCLOSED_FENCE = re.compile(r"(?:<code>\s*)?```(?:python|py|Python)[ \t]*\n(?:(?!```).)*\Z", re.DOTALL)
 
@@ -172,22 +180,23 @@ def extract_code(text: str) -> tuple[str | None, CodeForm | None]:
 
 
 def extract_boxed(text: str) -> str | None:
-    """The content of the last ``\\boxed{…}``, braces balanced, or None.
+    """The content of the last ``\\boxed{…}`` or ``\\fbox{…}`` whose braces balance, or None.
 
-    >>> extract_boxed(r"so \\boxed{\\frac{1}{2}} it is")
+    >>> extract_boxed(r"so \\boxed{1} or rather \\boxed{\\frac{1}{2}} it is")
     '\\\\frac{1}{2}'
+    >>> extract_boxed(r"\\fbox {7} then \\boxed{unclosed")
+    '7'
+    >>> extract_boxed("no box") is None
+    True
     """
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    depth, i = 0, start + len("\\boxed")
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i + 1 : j].strip()
+    starts = [m.end() for m in _BOXED.finditer(text)]
+    for start in reversed(starts):
+        depth, i = 1, start
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            return text[start : i - 1].strip()
     return None
 
 
@@ -218,7 +227,7 @@ def parse_message(text: str) -> ParsedMessage:
     >>> (m.think, m.code, m.answer, m.verdict.ok)
     ('easy', None, 'B', True)
     """
-    answers = _ANSWER.findall(text)
+    answers = ANSWER_RE.findall(text)
     answer = answers[-1].strip() if answers else None
     snippets = _snippets(text)
     code, form = extract_code(text)
@@ -250,28 +259,59 @@ def message_verdict(text: str) -> FormatVerdict:
     return parse_message(text).verdict
 
 
-def final_verdict(texts: tuple[str, ...]) -> FormatVerdict:
-    """The release's format rule over a whole episode's assistant texts (feedback excluded):
-    ``<think>`` and ``</think>`` counts equal, ``<answer>`` present exactly once, and the answer
-    shorter than 1000 characters.
+def format_errors(texts: tuple[str, ...] | list[str], *, domain: str = "general") -> tuple[str, ...]:
+    """The release's format rule over a whole episode's assistant texts (joined by newlines;
+    feedback excluded); an empty tuple means the format is fine. Reasons are `FormatReason` values.
 
-    >>> final_verdict(("<think>a</think><code>```python\\nx=1\\n```</code>", "<think>b</think><answer>2</answer>")).ok
-    True
-    >>> final_verdict(("<think>a<answer>2</answer>",)).reasons
+    - general: ``<think>``/``</think>`` counts differ; ``<answer>`` or ``</answer>`` not present
+      exactly once; the answer is 1000 characters or longer (`MAX_ANSWER_CHARS`).
+    - math: ``<think>``/``</think>`` counts differ; ``tool_call`` after the last ``</think>``; no
+      ``<answer>…</answer>`` after the last ``</think>``.
+
+    >>> format_errors(("<think>a</think><code>```python\\nx=1\\n```</code>", "<think>b</think><answer>2</answer>"))
+    ()
+    >>> format_errors(("<think>a<answer>2</answer>",))
     ('unbalanced think tags',)
+    >>> format_errors(("<answer>1</answer><think>y</think>",), domain="math")
+    ('no answer after the last think block',)
     """
+    if domain not in DOMAINS:
+        raise ValueError(f"domain must be one of {DOMAINS}, got {domain!r}")
     joined = "\n".join(texts)
     reasons: list[FormatReason] = []
     if joined.count("<think>") != joined.count("</think>"):
         reasons.append(FormatReason.UNBALANCED_THINK)
-    answers = _ANSWER.findall(joined)
-    opens = joined.count("<answer>")
-    if opens == 0:
+    if domain == "math":
+        tail = joined.split("</think>")[-1]
+        if "tool_call" in tail:
+            reasons.append(FormatReason.TOOL_CALL_AFTER_THINK)
+        if not ANSWER_RE.search(tail):
+            reasons.append(FormatReason.NO_ANSWER_AFTER_THINK)
+        return tuple(r.value for r in reasons)
+    opens, closes = joined.count("<answer>"), joined.count("</answer>")
+    first = ANSWER_RE.search(joined)
+    if opens == 0 or (opens == closes == 1 and first is None):  # none, or "</answer><answer>"
         reasons.append(FormatReason.NO_ANSWER)
-    elif opens > 1:
+    elif opens > 1 or closes > 1:
         reasons.append(FormatReason.SEVERAL_ANSWERS)
-    elif not answers:
+    elif closes == 0:
         reasons.append(FormatReason.UNCLOSED_ANSWER)
-    if answers and len(answers[-1].strip()) >= MAX_ANSWER_CHARS:
+    if first is not None and len(first.group(1).strip()) >= MAX_ANSWER_CHARS:
         reasons.append(FormatReason.LONG_ANSWER)
-    return FormatVerdict(ok=not reasons, reasons=tuple(r.value for r in reasons))
+    return tuple(r.value for r in reasons)
+
+
+def tagged_answer(texts: tuple[str, ...] | list[str], *, domain: str = "general") -> str | None:
+    """The answer the training rewards grade: the first ``<answer>…</answer>`` of the assistant
+    texts (general data, as the release's scorer takes it), the last one after the last
+    ``</think>`` (math); None without tags, whatever ``\\boxed{}`` or "the answer is" says.
+
+    >>> tagged_answer(["<think>a</think>", "<answer> 7 </answer>"]), tagged_answer([r"\\boxed{7}"])
+    ('7', None)
+    """
+    joined = "\n".join(texts)
+    if domain == "math":
+        found = ANSWER_RE.findall(joined.split("</think>")[-1])
+        return found[-1].strip() if found else None
+    first = ANSWER_RE.search(joined)
+    return first.group(1).strip() if first else None

@@ -6,7 +6,9 @@ runner's ``task_id#rollout``), and the trajectory's fields. Every image becomes
 ``images/<sha256>.png`` beside the JSONL (`ImageStore`); loading reads them back, so a loaded
 trajectory equals the saved one.
 
-Not handled: records of another schema version are refused, not migrated.
+Records written before the turn flag was renamed (``injected_turn_limit``, the same meaning) are
+read as ``feedback_has_turn_limit``. Not handled: records of another schema version are refused,
+not migrated.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ def _turn_json(t: Turn, store: ImageStore) -> dict[str, object]:
         "verdict": {"ok": t.verdict.ok, "reasons": list(t.verdict.reasons)},
         "result": None if t.result is None else _result_json(t.result, store),
         "token_ids": list(t.token_ids), "logprobs": list(t.logprobs), "feedback_text": t.feedback_text,
-        "feedback_images": [store.put(i) for i in t.feedback_images], "injected_turn_limit": t.injected_turn_limit,
+        "feedback_images": [store.put(i) for i in t.feedback_images], "feedback_has_turn_limit": t.feedback_has_turn_limit,
     }
 
 
@@ -96,7 +98,7 @@ def _turn(d: dict, store: ImageStore) -> Turn:
         verdict=FormatVerdict(d["verdict"]["ok"], tuple(d["verdict"]["reasons"])),
         result=None if d["result"] is None else _result(d["result"], store),
         token_ids=tuple(d["token_ids"]), logprobs=tuple(d["logprobs"]), feedback_text=d["feedback_text"],
-        feedback_images=tuple(store.get(i) for i in d["feedback_images"]), injected_turn_limit=d["injected_turn_limit"],
+        feedback_images=tuple(store.get(i) for i in d["feedback_images"]), feedback_has_turn_limit=d.get("feedback_has_turn_limit", d.get("injected_turn_limit", False)),
     )
 
 

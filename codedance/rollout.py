@@ -4,16 +4,17 @@
 I/O: ``messages`` is what to send the model next; `Episode.on_completion` parses the reply and
 returns the code to run (or None when the episode is over); `Episode.on_result` renders the
 sandbox's result into the next observation. `run_episode` and `arun_episode` drive it with a
-`Policy` and a `CodeRunner`; verl's asyncio agent loop (a later integration) can drive the same
-methods with its own token-level server.
+`Policy` and a `CodeRunner` (with an optional ``on_turn`` callback, called as each turn ends);
+verl's agent loop (`codedance.integrations.verl.agent_loop`) and the CPU trainer's lockstep
+sampler drive the same methods with their own token-level models.
 
 Stop reasons (`StopReason`):
 - ``answered``: the turn has a complete ``<answer>…</answer>``; code in the same turn is not run
   (the verdict flags it).
 - ``max_turns``: the last allowed turn (``max_turns``, 10 by default; 6 for the training presets)
   had code but no answer; that code is not run. With ``inject_turn_limit`` the feedback before the
-  last turn ends with the profile's "Turn limit reached" text (`Turn.injected_turn_limit`; it is
-  not a tool call).
+  last turn ends with the profile's "Turn limit reached" text (`Turn.feedback_has_turn_limit` on
+  the turn whose feedback carries it; that turn's code ran, so it is a tool call like any other).
 - ``max_tokens``: the reply was cut at ``max_tokens`` (finish reason ``length``) without an
   answer, or the server said the conversation overflows its context (`ContextOverflowError`).
 - ``format_error``: a reply with neither code nor answer (empty, prose only, unclosed tags).
@@ -41,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
+from codedance.errors import SettingsError
 from codedance.parsing import parse_message
 from codedance.policy.base import Completion, ContextOverflowError, ImageLimitError, Policy
 from codedance.prompts import (
@@ -48,6 +50,7 @@ from codedance.prompts import (
     FeedbackLimits,
     PromptProfile,
     VisionLimits,
+    get_profile,
     model_images,
     prompt_messages,
     render_feedback,
@@ -80,6 +83,36 @@ class EpisodeConfig:
     def __post_init__(self) -> None:
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")
+
+
+@dataclass(frozen=True)
+class EpisodeSettings:
+    """The episode knobs of every command that runs episodes: turn budget (the paper trains with 6
+    and evaluates with 10), seconds per code execution, prompt profile, and the image area the
+    model sees (the sandbox gets the same pixels)."""
+
+    max_turns: int = 6
+    exec_timeout_s: float = 15.0
+    prompt_profile: str = "release"
+    min_pixels: int = 4 * 28 * 28
+    max_pixels: int = 16384 * 28 * 28
+    inject_turn_limit: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1:
+            raise SettingsError(f"max_turns must be at least 1, got {self.max_turns}")
+        if self.exec_timeout_s <= 0:
+            raise SettingsError(f"exec_timeout_s must be above 0, got {self.exec_timeout_s}")
+        if not 0 < self.min_pixels <= self.max_pixels:
+            raise SettingsError(f"need 0 < min_pixels <= max_pixels, got {self.min_pixels}, {self.max_pixels}")
+
+    def episode_config(self, metadata: tuple[tuple[str, str], ...] = ()) -> EpisodeConfig:
+        """The `EpisodeConfig` of these settings (an unknown prompt profile raises here)."""
+        vision = VisionLimits(min_pixels=self.min_pixels, max_pixels=self.max_pixels)
+        profile = get_profile(self.prompt_profile)
+        return EpisodeConfig(max_turns=self.max_turns, profile=profile, vision=vision,
+                             feedback=FeedbackLimits(vision=vision), inject_turn_limit=self.inject_turn_limit,
+                             metadata=metadata)
 
 
 class Episode:
@@ -157,7 +190,7 @@ class Episode:
             result=result,
             feedback_text=feedback.text,
             feedback_images=feedback.images,
-            injected_turn_limit=limit,
+            feedback_has_turn_limit=limit,
         )
         self._turns.append(turn)
         self._messages.append(Message("assistant", (completion.text,)))

@@ -170,12 +170,30 @@ class FormatVerdict:
     reasons: tuple[str, ...] = ()
 
 
+class CallOutcome(str, Enum):
+    """What one assistant turn did with the tool: the one definition of a tool call.
+
+    A turn is a call when its code ran (``Turn.result`` is set), whatever its feedback carries
+    (the turn whose feedback ends with the turn-limit note is a call like any other). A call
+    succeeds only when the sandbox status is ``ok`` *and* the snippet executed something: a
+    snippet with no statements (empty, comments only, ``pass``) is the reward hack of the paper's
+    Figure 11 and never a success. Output text is never inspected.
+    """
+
+    NONE = "none"  # no code ran: an answer turn, a turn whose code was not run
+    OK = "ok"  # ran and succeeded
+    FAILED = "failed"  # ran; the status is not ok (error, timeout, crash, OOM, refused)
+    EMPTY = "empty"  # ran ok but executed nothing
+
+
 @dataclass(frozen=True)
 class Turn:
     """One assistant turn: the raw text (what is trained on), its parts, and what ran.
 
     ``token_ids`` are the sampled ids when the backend returned them (never re-tokenized).
-    ``feedback`` is the observation given back to the model after this turn, if any.
+    ``feedback_text``/``feedback_images`` are the observation given back to the model after this
+    turn, if any; ``feedback_has_turn_limit`` says that observation ends with the turn-limit note
+    (the turn itself is the model's, and its code ran: it is a call, see `CallOutcome`).
     """
 
     text: str
@@ -188,7 +206,26 @@ class Turn:
     logprobs: tuple[float, ...] = ()
     feedback_text: str = ""
     feedback_images: tuple[Image, ...] = ()
-    injected_turn_limit: bool = False
+    feedback_has_turn_limit: bool = False
+
+    @property
+    def call_outcome(self) -> CallOutcome:
+        """`CallOutcome` of this turn.
+
+        >>> Turn("a").call_outcome.value, Turn("b", result=ExecResult(ExecStatus.OK)).call_outcome.value
+        ('none', 'ok')
+        >>> Turn("c", result=ExecResult(ExecStatus.OK), feedback_has_turn_limit=True).call_outcome.value
+        'ok'
+        """
+        if self.result is None:
+            return CallOutcome.NONE
+        if not self.result.ok:
+            return CallOutcome.FAILED
+        return CallOutcome.EMPTY if self.result.executed_nothing else CallOutcome.OK
+
+    @property
+    def is_call(self) -> bool:
+        return self.result is not None
 
 
 @dataclass(frozen=True)
@@ -230,9 +267,22 @@ class Trajectory:
     prompt: tuple[Message, ...] = ()
 
     @property
+    def calls(self) -> tuple[Turn, ...]:
+        """The turns that are tool calls (`CallOutcome`), in order."""
+        return tuple(turn for turn in self.turns if turn.is_call)
+
+    @property
     def tool_calls(self) -> tuple[ExecResult, ...]:
-        """Results of every executed snippet, in order (turn-limit messages are not calls)."""
+        """Results of every executed snippet, in order (one per call)."""
         return tuple(turn.result for turn in self.turns if turn.result is not None)
+
+    @property
+    def n_calls(self) -> int:
+        return len(self.calls)
+
+    @property
+    def n_successful_calls(self) -> int:
+        return sum(turn.call_outcome is CallOutcome.OK for turn in self.turns)
 
 
 @dataclass(frozen=True)

@@ -153,13 +153,6 @@ def test_matches_verl_grpo_on_random_batches() -> None:
             np.testing.assert_allclose(theirs.numpy()[:, 0], mine, rtol=1e-4, atol=1e-5)
 
 
-def test_benchmark_budget() -> None:
-    from codedance.rewards.benchmark import run
-
-    seconds = run(profile="paper", repeats=3)
-    assert seconds < 0.5, f"rewards + advantages took {seconds * 1000:.0f} ms (target 100 ms)"
-
-
 def test_worked_example_of_docs_rewards_md() -> None:
     ok, err = ExecResult(ExecStatus.OK), ExecResult(ExecStatus.ERROR)
     code, answer = "<think>crop</think><code>...</code>", Turn("<think>so</think><answer>7</answer>")

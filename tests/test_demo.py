@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from codedance.demo import DemoConfig, DemoError, run_demo
+from codedance.errors import SettingsError
 from codedance.records import read_jsonl
 
 
@@ -44,11 +45,23 @@ def test_rerun_resumes_and_other_settings_are_refused(run, tmp_path):
     config, _first = run
     again = run_demo(config, progress=False)
     assert again.episodes_run == 0 and again.episodes_skipped == 18
-    with pytest.raises(DemoError, match="different run"):
+    with pytest.raises(SettingsError, match=r"other settings \(rollouts differ\)"):
         run_demo(DemoConfig(tasks=9, rollouts=3, seed=3, out=config.out), progress=False)
     (tmp_path / "x.txt").write_text("not a run")
-    with pytest.raises(DemoError, match="not empty"):
+    with pytest.raises(SettingsError, match="not empty"):
         run_demo(DemoConfig(tasks=1, rollouts=1, out=str(tmp_path)), progress=False)
+
+
+def test_bad_settings_are_refused_before_the_folder_is_written(tmp_path):
+    with pytest.raises(SettingsError, match="unknown reward profile"):
+        DemoConfig(reward_profile="nope", out=str(tmp_path / "d"))
+    with pytest.raises(DemoError, match="at least 1"):
+        DemoConfig(tasks=0)
+    out = tmp_path / "late"
+    out.mkdir()
+    (out / "run.json").write_text('{"kind": "demo", "settings": {"tasks": 99}}')  # a claim, no results
+    again = run_demo(DemoConfig(tasks=1, rollouts=1, out=str(out)), progress=False)
+    assert again.episodes_run == 1  # the empty claim was replaced, not a refusal
 
 
 def test_interrupted_run_finishes_the_missing_episodes(tmp_path):

@@ -11,7 +11,7 @@ from codedance.parsing import (
     FormatReason,
     extract_boxed,
     extract_code,
-    final_verdict,
+    format_errors,
     parse_message,
 )
 
@@ -128,5 +128,5 @@ def test_empty_and_prose_only_messages() -> None:
         (("<think>a</think><answer>1",), (FormatReason.UNCLOSED_ANSWER.value,)),
     ],
 )
-def test_final_verdict_is_the_release_rule(texts: tuple[str, ...], expected: tuple[str, ...]) -> None:
-    assert final_verdict(texts).reasons == expected
+def test_format_errors_is_the_release_rule(texts: tuple[str, ...], expected: tuple[str, ...]) -> None:
+    assert format_errors(texts) == expected

@@ -9,6 +9,7 @@ import math
 import pytest
 from PIL import Image as PILImage
 
+from codedance.errors import SettingsError
 from codedance.prompts import (
     IMAGE_PLACEHOLDER,
     PAPER,
@@ -62,7 +63,10 @@ def test_success_feedback_in_each_profile() -> None:
 
 
 def test_no_output_and_executed_nothing() -> None:
-    assert "No explicit output" in render_feedback(ok(), RELEASE).text
+    # the release never shows its "No explicit output" text (unreachable): only the reminder
+    silent = render_feedback(ok(), RELEASE).text
+    assert "No explicit output" not in silent and "Think with the tool's result" in silent
+    assert "No explicit output" in render_feedback(ok(), PAPER).text
     text = render_feedback(ok(executed_nothing=True), RELEASE).text
     assert "no statements" in text and "No explicit output" not in text
 
@@ -192,7 +196,7 @@ def test_user_profiles_from_yaml(tmp_path) -> None:  # type: ignore[no-untyped-d
     path.write_text("bad:\n  feedbak_open: x\n")
     with pytest.raises(ValueError, match="feedbak_open"):
         load_profiles(path)
-    with pytest.raises(KeyError, match="available"):
+    with pytest.raises(SettingsError, match="available"):
         get_profile("nope")
 
 

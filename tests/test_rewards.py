@@ -1,4 +1,4 @@
-"""Rewards against numbers computed by hand from the spec §4 formulas."""
+"""Rewards against numbers computed by hand from the paper's formulas (docs/rewards.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from codedance.parsing import FormatReason
 from codedance.rewards import (
+    ABLATIONS,
+    PROFILES,
     call_stats,
     compute_batch_rewards,
     compute_group_rewards,
@@ -99,10 +102,11 @@ def test_turn_returns_by_hand() -> None:
 def test_call_counting_rules() -> None:
     t = traj(OK, ExecResult(ExecStatus.ERROR), EMPTY, ExecResult(ExecStatus.OOM),
              ExecResult(ExecStatus.REFUSED), ExecResult(ExecStatus.CRASHED))
-    limit = Turn("Turn limit reached", result=OK, injected_turn_limit=True)
+    # the turn whose feedback carries the turn-limit note ran its code: it is a call
+    limit = Turn(CODE, result=OK, feedback_has_turn_limit=True)
     t = replace(t, turns=t.turns[:-1] + (limit, ANSWER))
     s = call_stats(t)
-    assert (s.n_success, s.n_total) == (1, 6)
+    assert (s.n_success, s.n_total) == (2, 7)
     assert s.failed() == (False, True, True, True, True, True, False, False)
     assert s.failed(empty_is_failure=False)[2] is False
     # an "Error" in stdout of a successful call is not a failure (no substring tests)
@@ -110,12 +114,14 @@ def test_call_counting_rules() -> None:
 
 
 def test_format_rules() -> None:
-    assert format_errors("<think>a</think><code>c</code>\n<think>b</think><answer>1</answer>") == ()
-    assert format_errors("<think>a</think>") == ("answer_not_exactly_once",)
-    assert format_errors("<answer>1</answer>", domain="math") == ()
-    assert format_errors("<think>a</think><answer>1</answer> tool_call", domain="math") == ("tool_call_after_think",)
+    assert format_errors(["<think>a</think><code>c</code>", "<think>b</think><answer>1</answer>"]) == ()
+    assert format_errors(["<think>a</think>"]) == (FormatReason.NO_ANSWER.value,)
+    assert format_errors(["</answer><answer>"]) == (FormatReason.NO_ANSWER.value,)
+    assert format_errors(["<answer>1</answer>"], domain="math") == ()
+    assert format_errors(["<think>a</think><answer>1</answer> tool_call"], domain="math") == (
+        FormatReason.TOOL_CALL_AFTER_THINK.value,)
     with pytest.raises(ValueError):
-        format_errors("", domain="poetry")
+        format_errors([""], domain="poetry")
 
 
 def group4() -> list[Trajectory]:
@@ -151,10 +157,45 @@ def test_baseline_profiles() -> None:
     verdicts = [True, True, False, False]
     outcome = compute_group_rewards(trajectories=group4(), correct=verdicts, profile="outcome-only")
     assert [b.total for b in outcome] == pytest.approx([1.0, 1.0, -0.2, 0.0])
+    # DeepEyes: 0.8·acc + 0.2·(−1 on a format error) + 1.2 when correct and a call succeeded
     deepeyes = compute_group_rewards(trajectories=group4(), correct=verdicts, profile="deepeyes")
-    assert [b.total for b in deepeyes] == pytest.approx([2.2, 1.0, -0.2, 0.0])
+    assert [b.total for b in deepeyes] == pytest.approx([0.8 + 1.2, 0.8, -0.2, 0.0])
+    failed_call = traj(ExecResult(ExecStatus.ERROR))
+    only_failed = compute_group_rewards(trajectories=[failed_call], correct=[True], profile="deepeyes")
+    assert only_failed[0].total == pytest.approx(0.8)  # a failed call earns no bonus
+    deepeyes_math = compute_group_rewards(trajectories=group4(), correct=verdicts, profile="deepeyes",
+                                          domain="math")
+    assert [b.total for b in deepeyes_math] == pytest.approx([2.0, 0.8, -0.2, 0.0])  # no math scaling
     paper_math = compute_group_rewards(trajectories=group4(), correct=verdicts, domain="math")
     assert [b.total for b in paper_math] == pytest.approx([1.2 + 0.3, 1.2, -0.4, 0.15])
+
+
+def test_untagged_answer_earns_no_accuracy_in_training() -> None:
+    boxed = Turn(r"<think>so</think>The count is \boxed{7}.")
+    untagged = traj(answer=boxed)
+    for profile in ("paper", "release"):
+        (r,) = compute_group_rewards(trajectories=[untagged], correct=[True], profile=profile)
+        assert (r.accuracy, r.format) == (0.0, -0.2)
+    (math_r,) = compute_group_rewards(trajectories=[untagged], correct=[True], domain="math")
+    assert (math_r.accuracy, math_r.format) == (0.0, -0.4)
+
+
+def test_release_voids_the_answer_after_the_turn_limit_note() -> None:
+    noted = traj(OK)
+    noted = replace(noted, turns=(replace(noted.turns[0], feedback_has_turn_limit=True), ANSWER))
+    (release,) = compute_group_rewards(trajectories=[noted], correct=[True], profile="release")
+    assert (release.accuracy, release.format) == (0.0, -0.2)  # the release reads the note's empty answer
+    (math_release,) = compute_group_rewards(trajectories=[noted], correct=[True], profile="release",
+                                            domain="math")
+    assert math_release.accuracy == 1.2  # its math scorer reads the last answer: unaffected
+    (paper,) = compute_group_rewards(trajectories=[noted], correct=[True])
+    assert (paper.accuracy, paper.format) == (1.0, 0.0)
+
+
+def test_named_ablations() -> None:
+    assert get_profile("paper-no-turn").turn_weight == 0.0
+    assert get_profile("paper-gamma5").gamma == 5.0 and get_profile("paper-delta0").delta == 0.0
+    assert set(ABLATIONS) <= set(PROFILES)
 
 
 def test_delta_zero_and_weights() -> None:

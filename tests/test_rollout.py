@@ -93,7 +93,7 @@ def test_max_turns_injects_the_turn_limit_before_the_last_turn() -> None:
     with sandbox_for(TASK, config) as sb:
         trajectory = run_episode(policy, TASK, sb, config)
     assert trajectory.stop_reason is StopReason.MAX_TURNS and len(trajectory.turns) == 3
-    assert [t.injected_turn_limit for t in trajectory.turns] == [False, True, False]
+    assert [t.feedback_has_turn_limit for t in trajectory.turns] == [False, True, False]
     assert "Turn limit reached" in trajectory.turns[1].feedback_text
     assert trajectory.turns[2].result is None and len(trajectory.tool_calls) == 2
     assert trajectory.turns[0].feedback_text.startswith("<interpreter>")

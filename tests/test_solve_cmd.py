@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import typer
 from PIL import Image as PILImage
 from typer.testing import CliRunner
 
-from codedance.cli import solve_cmd
+from codedance.cli import app as root
 from codedance.policy.replay_server import ReplayServer
 from codedance.records import load_trajectories
 from codedance.types import StopReason
-
-root = typer.Typer()
-root.add_typer(solve_cmd.app, name="solve")  # as codedance/cli/__init__.py registers it
-root.command("noop")(lambda: None)  # a second command keeps `solve` a sub-command
 
 SCRIPT = [
     "<think>zoom</think>\n<code>\n```python\ncrop = input_image.crop((0, 0, 20, 20))\ncrop.show()\nprint(crop.size)\n```\n</code>",

@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from codedance.cli.synth_cmd import app
+from codedance.errors import SettingsError
 from codedance.records import load_trajectories, read_jsonl
 from codedance.synth import SynthConfig, SynthError, run_synth
 from codedance.synth.run import check, task_at
@@ -43,7 +44,7 @@ def test_accepted_records_and_rejections_by_reason(run) -> None:  # type: ignore
     keys = [k for k, _ in load_trajectories(out)]
     assert sorted(keys) == sorted(k for k, v in verdicts.items() if not v["reason"])
     sft, swift, trl = (_lines(Path(out) / f) for f in ("sft.jsonl", "swift.jsonl", "trl.jsonl"))
-    assert [r["key"] for r in sft] == sorted(keys, key=lambda k: int(k.rsplit("-", 1)[1]))
+    assert [r["key"] for r in sft] == sorted(keys, key=lambda k: int(k.split("#")[0].rsplit("-", 1)[1]))
     assert len(sft) == len(swift) == len(trl) == result.accepted
     for record, plain in zip(sft, swift):
         assert record["meta"]["skill"] in ("counting", "photos") and record["meta"]["difficulty"] == "easy"
@@ -56,14 +57,15 @@ def test_rerun_resumes_and_other_runs_are_refused(run, tmp_path) -> None:  # typ
     config, first = run
     again = run_synth(config, progress=False)
     assert again.ran == 0 and again.tried == first.tried and again.accepted == first.accepted
-    with pytest.raises(SynthError, match="different synth run.*seed"):
+    with pytest.raises(SettingsError, match=r"synth run with other settings \(seed differ\)"):
         run_synth(SynthConfig(**{**config.__dict__, "seed": 3}), progress=False)
     (tmp_path / "demo").mkdir()
-    (tmp_path / "demo" / "run.json").write_text(json.dumps({"tasks": 9}))
-    with pytest.raises(SynthError, match="another kind of run"):
+    (tmp_path / "demo" / "run.json").write_text(json.dumps({"kind": "demo", "settings": {"tasks": 9}}))
+    (tmp_path / "demo" / "trajectories.jsonl").write_text("")
+    with pytest.raises(SettingsError, match="another kind of run"):
         run_synth(SynthConfig(n=1, out=str(tmp_path / "demo")), progress=False)
     (tmp_path / "x.txt").write_text("not a run")
-    with pytest.raises(SynthError, match="not empty"):
+    with pytest.raises(SettingsError, match="not empty"):
         run_synth(SynthConfig(n=1, out=str(tmp_path)), progress=False)
 
 

@@ -1,6 +1,7 @@
 """The ``codedance`` command line: thin commands that parse options and call one library function.
 
-Each command group lives in its own module and is registered here.
+Commands are listed in pipeline order. Each lives in its own module; errors a person can act on
+print one line and exit with code 2 (`codedance.cli.console.user_errors`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ app = typer.Typer(
     help="Executable visual reasoning: sandbox, rollout loop, rewards, training and evaluation.",
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_show_locals=False,
 )
 
 from codedance.cli import (
@@ -19,6 +21,7 @@ from codedance.cli import (
     demo_cmd,
     eval_cmd,
     grading_cmd,
+    presets_cmd,
     sandbox_cmd,
     sft_cmd,
     solve_cmd,
@@ -28,18 +31,20 @@ from codedance.cli import (
     world_cmd,
 )
 
-app.add_typer(sandbox_cmd.app, name="sandbox")
-app.add_typer(grading_cmd.app, name="grading")
-app.add_typer(solve_cmd.app, name="solve")
-app.add_typer(demo_cmd.app, name="demo")
-app.add_typer(world_cmd.app, name="world")
-app.add_typer(synth_cmd.app, name="synth")
-app.add_typer(eval_cmd.app, name="eval")
-app.add_typer(verl_cmd.app, name="verl")
-app.add_typer(train_cmd.app, name="train")
-app.add_typer(sft_cmd.app, name="sft")
-app.add_typer(data_cmd.app, name="data")
-app.command("report", help="Compare evaluation runs side by side.")(eval_cmd.report)
+RUN, TOOLS = "Run (in pipeline order)", "Tools"
+app.add_typer(sandbox_cmd.app, name="sandbox", rich_help_panel=TOOLS)
+app.command("solve", rich_help_panel=RUN, help="Solve one question about one or more images with a served model.")(solve_cmd.solve)
+app.command("demo", rich_help_panel=RUN, help="Run the whole pipeline offline on the synthetic task world.")(demo_cmd.demo)
+app.add_typer(world_cmd.app, name="world", rich_help_panel=TOOLS)
+app.add_typer(data_cmd.app, name="data", rich_help_panel=RUN)
+app.command("synth", rich_help_panel=RUN, help="Synthesize verified SFT trajectories with the expert teacher.")(synth_cmd.synth)
+app.command("eval", rich_help_panel=RUN, help="Evaluate a served model on the paper's benchmarks.")(eval_cmd.eval_)
+app.command("report", rich_help_panel=RUN, help="Compare evaluation runs side by side.")(eval_cmd.report)
+app.add_typer(grading_cmd.app, name="grading", rich_help_panel=TOOLS)
+app.command("train", rich_help_panel=RUN, help="Train on CPU: SFT then GRPO on the synthetic world.")(train_cmd.train)
+app.command("sft", rich_help_panel=RUN, help="Supervised fine-tuning on trajectories (TRL), or export for ms-swift.")(sft_cmd.sft)
+app.add_typer(verl_cmd.app, name="verl", rich_help_panel=TOOLS)
+app.add_typer(presets_cmd.app, name="presets", rich_help_panel=TOOLS)
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""The rich console every command prints through.
+"""The rich console every command prints through, and `user_errors`, the one error handler.
 
 Off a terminal (CI logs, ``| tee``, a file) rich assumes 80 columns and cuts table cells to
 "pho…"; there the console is 160 columns wide instead, unless ``COLUMNS`` says otherwise.
@@ -6,10 +6,15 @@ Off a terminal (CI logs, ``| tee``, a file) rich assumes 80 columns and cuts tab
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
+import typer
 from rich.console import Console
+from rich.markup import escape
 
 PIPED_WIDTH = 160
 
@@ -18,3 +23,27 @@ def make_console(*, stderr: bool = False) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() or "COLUMNS" in os.environ else PIPED_WIDTH
     return Console(stderr=stderr, width=width)
+
+
+def user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a command: an error a person can act on (`codedance.errors.CodeDanceError`, and the
+    sandbox's own `ServiceError` / `SandboxUnavailable`) prints one line ``error: ...`` on stderr
+    and exits with code 2; Ctrl-C prints what was kept and exits with 130. Anything else is a bug
+    and keeps its traceback."""
+    from codedance.errors import CodeDanceError
+
+    @functools.wraps(command)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        from codedance.sandbox.isolation import SandboxUnavailable
+        from codedance.sandbox.service import ServiceError
+
+        try:
+            return command(*args, **kwargs)
+        except (CodeDanceError, ServiceError, SandboxUnavailable) as exc:
+            make_console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            make_console(stderr=True).print("interrupted: finished work is saved; rerun the same command to resume")
+            raise typer.Exit(130) from None
+
+    return wrapped

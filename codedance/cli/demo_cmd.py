@@ -1,5 +1,11 @@
 """``codedance demo``: the offline end-to-end run (world tasks, expert teacher, real sandbox,
-grades, rewards, advantages, report)."""
+grades, rewards, advantages, report).
+
+    codedance demo [-c PRESET|FILE.yaml]... [key=value]... [--tasks N --rollouts G ...]
+
+Settings are `codedance.demo.DemoConfig` (``codedance presets ls demo``; the flags below are
+sugar for its keys and win over presets and files).
+"""
 
 from __future__ import annotations
 
@@ -7,38 +13,47 @@ from pathlib import Path
 
 import typer
 
+from codedance.cli.console import user_errors
+
+RUN, TEACHER = "Run", "Teacher and episode"
 app = typer.Typer(help="Run the whole pipeline offline on the synthetic task world.")
 
 
-@app.callback(invoke_without_command=True)
+@app.command()
+@user_errors
 def demo(
-    tasks: int = typer.Option(18, help="How many tasks (cycling over skills × difficulties)."),
-    rollouts: int = typer.Option(4, help="Rollouts per task (the GRPO group size G)."),
-    seed: int = typer.Option(0, help="Seed of the task set and of the teacher's sampling."),
-    out: Path = typer.Option(Path("runs/demo"), help="Run directory (resumed if it holds this run)."),
-    skills: str = typer.Option("all", help="Comma list of skills (see `codedance world list`)."),
-    temperature: float = typer.Option(1.0, help="Teacher temperature (0: no mistakes)."),
-    mistake_rate: float = typer.Option(0.5, help="Chance of a first mistake on hard tasks."),
-    max_turns: int = typer.Option(6, help="Turn budget per episode."),
-    reward_profile: str = typer.Option("paper", help="Reward profile (paper, release, ...)."),
-    concurrency: int = typer.Option(2, help="Episodes (and sandbox steps) at once."),
+    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help="Settings, e.g. episode.max_turns=8"),
+    config: list[str] = typer.Option([], "-c", "--config", metavar="SPEC", help="A preset name or YAML file (repeatable)."),
+    tasks: int = typer.Option(None, help="How many tasks (cycling over skills × difficulties) [18].", rich_help_panel=RUN),
+    rollouts: int = typer.Option(None, help="Rollouts per task (the GRPO group size G) [4].", rich_help_panel=RUN),
+    seed: int = typer.Option(None, help="Seed of the task set and of the teacher's sampling [0].", rich_help_panel=RUN),
+    out: Path = typer.Option(None, metavar="DIR", help="Run directory, resumed if it holds this run [runs/demo].",
+                             rich_help_panel=RUN),
+    skills: str = typer.Option(None, help="Comma list of skills (see `codedance world list`) [all].", rich_help_panel=RUN),
+    reward_profile: str = typer.Option(None, help="Reward profile: paper, release, ... [paper].", rich_help_panel=RUN),
+    concurrency: int = typer.Option(None, help="Episodes (and sandbox steps) at once [2].", rich_help_panel=RUN),
+    temperature: float = typer.Option(None, help="Teacher temperature; 0: no mistakes [1.0].", rich_help_panel=TEACHER),
+    mistake_rate: float = typer.Option(None, help="Chance of a first mistake on hard tasks [0.5].",
+                                       rich_help_panel=TEACHER),
+    max_turns: int = typer.Option(None, help="Turn budget per episode [6].", rich_help_panel=TEACHER),
+    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved settings and exit."),
 ) -> None:
     """Generate tasks, run the teacher through the loop, grade, reward, and write a report."""
     from codedance.cli.console import make_console
-    from codedance.demo import DemoConfig, DemoError, run_demo
+    from codedance.config import dump, load
+    from codedance.demo import DemoConfig, run_demo
     from codedance.demo_summary import render_table
-    from codedance.world import WorldError, parse_skills
 
     console = make_console()
-    try:
-        names = () if skills == "all" else parse_skills(skills)
-        config = DemoConfig(tasks=tasks, rollouts=rollouts, seed=seed, out=str(out), skills=names,
-                            temperature=temperature, mistake_rate=mistake_rate, max_turns=max_turns,
-                            reward_profile=reward_profile, concurrency=concurrency)
-        result = run_demo(config)
-    except (DemoError, WorldError, ValueError) as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from None
+    cfg = load(DemoConfig, [*config, *(overrides or [])], command="demo", tasks=tasks, rollouts=rollouts,
+               seed=seed, out=None if out is None else str(out), reward_profile=reward_profile,
+               concurrency=concurrency, skills=None if skills in (None, "all") else skills,
+               teacher__temperature=temperature, teacher__mistake_rate=mistake_rate,
+               episode__max_turns=max_turns)
+    if print_config:
+        console.print(dump(cfg), end="", markup=False, highlight=False)
+        return
+    result = run_demo(cfg)
     console.print(render_table(result.rows))
     console.print(f"{result.episodes_run} episodes run, {result.episodes_skipped} resumed, "
                   f"{len(result.failures)} failed, {result.seconds:.1f} s")

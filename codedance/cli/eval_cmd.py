@@ -27,24 +27,26 @@ from pathlib import Path
 
 import typer
 
-from codedance.cli.console import make_console
+from codedance.cli.console import make_console, user_errors
 
 app = typer.Typer(help="Evaluate a served model on the paper's benchmarks.")
 
 
 def _data_paths(values: list[str]) -> tuple[tuple[str, str], ...]:
+    from codedance.errors import SettingsError
     from codedance.eval.spec import get_spec
 
     pairs = []
     for value in values:
         name, sep, path = value.partition("=")
         if not sep:
-            raise ValueError(f"--data expects NAME=PATH, got {value!r}")
+            raise SettingsError(f"--data expects NAME=PATH, got {value!r}")
         pairs.append((get_spec(name).name, str(Path(path).expanduser())))
     return tuple(pairs)
 
 
-@app.callback(invoke_without_command=True)
+@app.command("eval")
+@user_errors
 def eval_(
     model: str = typer.Option(..., "--model", help="Model server URL, e.g. http://localhost:8000/v1"),
     benchmarks: str = typer.Option("paper", help="Comma-separated names, 'paper' (the eleven) or 'all'"),
@@ -74,11 +76,11 @@ def eval_(
     retries: int = typer.Option(4, help="Retries of a failed model request (connection errors, 429, 5xx)"),
 ) -> None:
     """Run the benchmarks, score them and write the report into --out."""
+    from codedance.errors import SettingsError
     from codedance.eval.report import markdown
     from codedance.eval.runner import EvalSettings, run_eval
-    from codedance.eval.sources import DataNotFoundError
     from codedance.eval.spec import parse_benchmarks
-    from codedance.grading import JudgeClient, JudgeConfig, JudgeError
+    from codedance.grading import JudgeClient, JudgeConfig
     from codedance.policy import OpenAIChatPolicy, PolicyError, RetrySettings, SamplingParams
     from codedance.prompts import get_profile
     from codedance.rollout import EpisodeConfig
@@ -90,7 +92,7 @@ def eval_(
         lmu = lmu_data or Path(os.environ.get("LMUData", "~/LMUData"))
         lmu = lmu.expanduser()
         if max_tokens < 1 or request_timeout <= 0 or retries < 0:
-            raise ValueError(f"--max-tokens must be at least 1, --request-timeout above 0 and --retries at least 0 "
+            raise SettingsError(f"--max-tokens must be at least 1, --request-timeout above 0 and --retries at least 0 "
                              f"(got {max_tokens}, {request_timeout}, {retries})")
         episode = EpisodeConfig(max_turns=max_turns, profile=get_profile(profile, profiles))
         settings = EvalSettings(  # validates every setting before the server is contacted
@@ -119,7 +121,7 @@ def eval_(
         report = run_eval(policy, settings, out, judge=judge_client,
                           on_loaded=lambda spec, n: console.print(f"{spec.title}: {n} samples"))
         policy.close()
-    except (DataNotFoundError, PolicyError, JudgeError, ValueError, KeyError, OSError, ImportError) as exc:
+    except (OSError, ImportError) as exc:  # a data file that cannot be read, an optional library missing
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(code=2) from exc
     finally:
@@ -154,7 +156,3 @@ def report(runs: list[Path] = typer.Argument(..., help="Run folders (or report.j
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(code=2) from exc
     typer.echo(compare_markdown(reports, [str(r) for r in runs], allow_incomplete=allow_incomplete))
-
-
-report_app = typer.Typer()
-report_app.command()(report)

@@ -1,12 +1,12 @@
-"""``codedance grading check`` (grade one answer by the rules), ``codedance grading judge``
-(ask an OpenAI-compatible judge once) and ``codedance grading bench`` (the rewards + advantages
-benchmark). Register with ``app.add_typer(grading_cmd.app, name="grading")``."""
+"""``codedance grading check`` (grade one answer by the rules) and ``codedance grading judge``
+(ask an OpenAI-compatible judge once). The rewards + advantages benchmark is
+``benchmarks/rewards_bench.py``."""
 
 from __future__ import annotations
 
 import typer
 
-app = typer.Typer(help="Answer grading, the LLM judge and the reward benchmark.", no_args_is_help=True)
+app = typer.Typer(help="Answer grading and the LLM judge.", no_args_is_help=True)
 
 
 @app.command()
@@ -47,14 +47,3 @@ def judge(
         raise typer.Exit(2) from exc
     typer.echo("Judgement: 1" if verdict else "Judgement: 0")
 
-
-@app.command()
-def bench(
-    profile: str = typer.Option("paper", help="Reward profile: paper, release, outcome-only, deepeyes."),
-    tokens: int = typer.Option(64, help="Tokens per assistant turn."),
-) -> None:
-    """Time rewards + advantages on 2048 synthetic trajectories x 6 turns (target <= 100 ms)."""
-    from codedance.rewards.benchmark import run
-
-    seconds = run(profile=profile, tokens=tokens)
-    typer.echo(f"rewards + advantages, 2048 trajectories x 6 turns, profile {profile}: {seconds * 1000:.1f} ms")

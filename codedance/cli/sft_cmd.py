@@ -18,6 +18,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from codedance.cli.console import user_errors
 from codedance.cli.train_cmd import load_cli_config
 
 app = typer.Typer(help="Supervised fine-tuning on CodeDance trajectories (TRL), or export for ms-swift.")
@@ -33,7 +34,8 @@ def _load_model(name: str):  # type: ignore[no-untyped-def]
     return AutoModelForImageTextToText.from_pretrained(name, dtype="auto"), AutoProcessor.from_pretrained(name)
 
 
-@app.callback(invoke_without_command=True)
+@app.command()
+@user_errors
 def sft(
     overrides: list[str] = typer.Argument(None, help="key=value settings, e.g. sft.lr=1e-4"),
     data: Path = typer.Option(..., help="Folder with trajectories.jsonl and images/"),
@@ -52,15 +54,15 @@ def sft(
         console.print(f"[red]error:[/red] no trajectories in {data / 'trajectories.jsonl'}")
         raise typer.Exit(2)
     if export_swift is not None:
-        from codedance.integrations.trl.export import write_swift_jsonl
+        from codedance.sft_records import canonical_record, write_records
 
-        n = write_swift_jsonl(trajectories, export_swift)
+        n = write_records((canonical_record(t) for t in trajectories), export_swift, "swift")
         console.print(f"wrote {n} records to {export_swift} (images under {export_swift.parent / 'images'})")
         return
     if not model:
         console.print("[red]error:[/red] --model is required to train")
         raise typer.Exit(2)
-    from codedance.integrations.trl.sft import run_sft
+    from codedance.train.sft import run_sft
 
     net, processor = _load_model(model)
     result = run_sft(net, processor, trajectories, cfg.sft, out, max_length=cfg.rollout.max_length)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import typer
 
-from codedance.cli.console import make_console
+from codedance.cli.console import make_console, user_errors
 from codedance.cli.solve_view import print_trajectory, render_html, save_images
 from codedance.policy import OpenAIChatPolicy, PolicyError, SamplingParams
 from codedance.prompts import FeedbackLimits, VisionLimits, get_profile, image_from_bytes
@@ -28,7 +28,8 @@ from codedance.types import Task
 app = typer.Typer(help="Solve one question about one or more images with a served model.")
 
 
-@app.callback(invoke_without_command=True)
+@app.command()
+@user_errors
 def solve(
     model: str = typer.Option(..., "--model", help="Server URL, e.g. http://localhost:8000/v1"),
     image: list[Path] = typer.Option(..., "--image", help="Input image (repeat for several)"),
@@ -78,7 +79,7 @@ def solve(
         with Sandbox(images=Episode(task, config).images, timeout_s=exec_timeout) as sandbox:
             trajectory = run_episode(policy, task, sandbox, config)
         policy.close()
-    except (PolicyError, ValueError, KeyError, OSError) as exc:
+    except (ValueError, OSError) as exc:  # an unreadable --image
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(code=2) from exc
     paths = save_images(trajectory, out_dir)

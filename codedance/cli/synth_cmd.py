@@ -13,10 +13,13 @@ from pathlib import Path
 
 import typer
 
+from codedance.cli.console import user_errors
+
 app = typer.Typer(help="Synthesize verified SFT trajectories from the task world with the expert teacher.")
 
 
-@app.callback(invoke_without_command=True)
+@app.command()
+@user_errors
 def synth(
     n: int = typer.Option(36, "--n", help="Accepted records wanted."),
     out: Path = typer.Option(Path("runs/synth"), help="Run directory (resumed if it holds this run)."),

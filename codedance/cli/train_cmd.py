@@ -18,6 +18,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from codedance.cli.console import user_errors
+
 if TYPE_CHECKING:
     from codedance.train.config import PipelineConfig
 
@@ -61,7 +63,8 @@ def print_table(console: Console, evals: dict[str, dict[str, float]]) -> None:
     console.print(table)
 
 
-@app.callback(invoke_without_command=True)
+@app.command()
+@user_errors
 def train(
     overrides: list[str] = typer.Argument(None, help="key=value settings, e.g. grpo.steps=4"),
     preset: str = typer.Option("tiny-cpu", help="Preset name in codedance/presets/train"),

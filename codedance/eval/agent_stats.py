@@ -1,29 +1,26 @@
-"""Agent statistics of a set of trajectories (paper Table 3 and Figure 10).
+"""The agent statistics of one benchmark as the eval report shows them (paper Table 3, Fig. 10).
 
-- ``avg_turns``: model calls per sample (assistant turns).
-- ``exec_success_per_call``: successful calls / all calls. A call is a turn whose code ran (the
-  injected turn-limit text is not a call); success is the sandbox status ``ok`` and not a snippet
-  that executed nothing (the Figure 11 hack), as ``codedance.rewards`` counts it.
-- ``exec_success_per_sample``: the release's definition: each sample's success rate, averaged
-  over the samples with at least one call (None when no sample called the tool).
-- ``tool_use_share``: share of samples with at least one call.
-- ``by_difficulty``: (difficulty, samples, average turns, accuracy) for each difficulty label
-  in the tasks' metadata (accuracy over the samples with a produced score).
+Every count comes from `codedance.runs.stats.AgentStats` (the one definition of a call and its
+success); this module only shapes them for ``report.json``/``report.md``:
+- `AgentSummary`: average turns (model calls per sample), calls, execution success per call
+  (None without calls) and per sample (the release's definition), tool-use share, stop reasons,
+  and ``by_difficulty``: (difficulty, samples, average turns, accuracy over the produced verdicts)
+  per difficulty label of the tasks' metadata;
 - `group_rows`: accuracy, turns and tool use per category (any label); `tool_use_split`:
   accuracy of the samples that ran code against those that did not.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from codedance.types import ExecResult, Trajectory
+from codedance.runs.stats import AgentStats, accuracy_of, label_rows
+from codedance.types import Trajectory
 
 
 @dataclass(frozen=True)
-class AgentStats:
+class AgentSummary:
     samples: int
     avg_turns: float | None
     calls: int
@@ -34,17 +31,14 @@ class AgentStats:
     by_difficulty: tuple[tuple[str, int, float, float | None], ...]
 
 
-def call_succeeded(result: ExecResult) -> bool:
-    return result.ok and not result.executed_nothing
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
+def _produced(verdicts: Sequence[bool | float | None]) -> float | None:
+    return accuracy_of([v for v in verdicts if v is not None])
 
 
 def agent_stats(trajectories: Sequence[Trajectory], difficulty: Mapping[str, str] | None = None,
-                correct: Mapping[str, bool | None] | None = None) -> AgentStats:
-    """Statistics of `trajectories`; `difficulty` and `correct` map task ids to labels / verdicts.
+                correct: Mapping[str, bool | None] | None = None) -> AgentSummary:
+    """`AgentSummary` of `trajectories`; `difficulty` and `correct` map task ids to labels /
+    verdicts.
 
     >>> from codedance.types import StopReason, Turn
     >>> agent_stats([Trajectory("t", (Turn("a"),), StopReason.ANSWERED)]).avg_turns
@@ -52,29 +46,16 @@ def agent_stats(trajectories: Sequence[Trajectory], difficulty: Mapping[str, str
     """
     difficulty = difficulty or {}
     correct = correct or {}
-    calls = [r for t in trajectories for r in t.tool_calls]
-    per_sample = [sum(map(call_succeeded, t.tool_calls)) / len(t.tool_calls) for t in trajectories if t.tool_calls]
-    reasons: dict[str, int] = defaultdict(int)
-    groups: dict[str, list[Trajectory]] = defaultdict(list)
-    for t in trajectories:
-        reasons[t.stop_reason.value] += 1
-        groups[difficulty.get(t.task_id, "all")].append(t)
+    stats = AgentStats.of(trajectories)
     rows = []
-    for label in sorted(groups):
-        ts = groups[label]
-        verdicts = [float(v) for t in ts if (v := correct.get(t.task_id)) is not None]
-        rows.append((label, len(ts), sum(len(t.turns) for t in ts) / len(ts), _mean(verdicts)))
-    n = len(trajectories)
-    return AgentStats(
-        samples=n,
-        avg_turns=_mean([float(len(t.turns)) for t in trajectories]),
-        calls=len(calls),
-        exec_success_per_call=_mean([float(call_succeeded(r)) for r in calls]),
-        exec_success_per_sample=_mean(per_sample),
-        tool_use_share=(sum(1 for t in trajectories if t.tool_calls) / n) if n else None,
-        stop_reasons=tuple(sorted(reasons.items())),
-        by_difficulty=tuple(rows),
-    )
+    for row in label_rows(trajectories, lambda t: difficulty.get(t.task_id, "all")):
+        ts = [t for t in trajectories if difficulty.get(t.task_id, "all") == row.label]
+        rows.append((row.label, row.stats.samples, row.stats.avg_turns or 0.0,
+                     _produced([correct.get(t.task_id) for t in ts])))
+    return AgentSummary(
+        samples=stats.samples, avg_turns=stats.avg_turns, calls=stats.calls,
+        exec_success_per_call=stats.exec_success, exec_success_per_sample=stats.exec_success_per_sample,
+        tool_use_share=stats.tool_share, stop_reasons=stats.stop_reasons, by_difficulty=tuple(rows))
 
 
 def group_rows(trajectories: Sequence[Trajectory], labels: Mapping[str, str],
@@ -83,17 +64,10 @@ def group_rows(trajectories: Sequence[Trajectory], labels: Mapping[str, str],
 
     ``labels`` maps task ids to a group label; ``values`` maps ``id(trajectory)`` to its verdict
     (None while pending; accuracy is None for a group with a pending verdict)."""
-    groups: dict[str, list[Trajectory]] = defaultdict(list)
-    for t in trajectories:
-        groups[labels.get(t.task_id, "") or "(none)"].append(t)
-    rows = []
-    for label in sorted(groups):
-        ts = groups[label]
-        verdicts = [values.get(id(t)) for t in ts]
-        accuracy = None if any(v is None for v in verdicts) else _mean([v for v in verdicts if v is not None])
-        rows.append((label, len(ts), accuracy, sum(len(t.turns) for t in ts) / len(ts),
-                     sum(1 for t in ts if t.tool_calls) / len(ts)))
-    return tuple(rows)
+    name = lambda t: labels.get(t.task_id, "") or "(none)"
+    rows = label_rows(trajectories, name, [values.get(id(t)) for t in trajectories])
+    return tuple((r.label, r.stats.samples, r.accuracy, r.stats.avg_turns or 0.0, r.stats.tool_share or 0.0)
+                 for r in rows)
 
 
 def tool_use_split(trajectories: Sequence[Trajectory], values: Mapping[int, float | None]
@@ -101,7 +75,6 @@ def tool_use_split(trajectories: Sequence[Trajectory], values: Mapping[int, floa
     """(``ran code`` / ``no code``, samples, accuracy over the produced verdicts) of a benchmark."""
     out = []
     for label, used in (("ran code", True), ("no code", False)):
-        ts = [t for t in trajectories if bool(t.tool_calls) is used]
-        verdicts = [v for t in ts if (v := values.get(id(t))) is not None]
-        out.append((label, len(ts), _mean(verdicts)))
+        ts = [t for t in trajectories if (t.n_calls > 0) is used]
+        out.append((label, len(ts), _produced([values.get(id(t)) for t in ts])))
     return tuple(out)

@@ -25,6 +25,7 @@ import string
 from collections.abc import Callable
 from pathlib import Path
 
+from codedance.errors import DataError
 from codedance.eval.sources import DataNotFoundError, RawItem, read_export, read_mathv, read_tsv
 from codedance.eval.spec import BenchmarkSpec
 from codedance.grading.vlmeval_rules import literal_list
@@ -60,7 +61,7 @@ def _literal_list(text: str) -> list[str]:
 def _task(spec: BenchmarkSpec, item: RawItem, index: str, question: str, answer: str, kind: AnswerKind,
           choices: list[tuple[str, str]] | None = None, **meta: str) -> Task:
     if not item.images and item.get(_NO_IMAGES) != "1":
-        raise ValueError(f"{spec.title} item {index} has no image")
+        raise DataError(f"{spec.title} item {index} has no image")
     images = tuple(image_from_bytes(b, origin=f"input:{k}") for k, b in enumerate(item.images))
     metadata = (("benchmark", spec.name), ("index", index), ("difficulty", meta.pop("difficulty", "all")),
                 *((k, str(v)) for k, v in meta.items()))
@@ -88,7 +89,7 @@ def vstar(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
     index = _index(item, n)
     options = _options(item)
     if not options:
-        raise ValueError(f"V* item {index}: no option columns A, B, ...")
+        raise DataError(f"V* item {index}: no option columns A, B, ...")
     return _task(spec, item, index, _mcq_text(item.get("question"), options, item.get("hint")),
                  item.get("answer").strip().upper(), AnswerKind.CHOICE, options, category=item.get("category"),
                  raw_question=item.get("question"))
@@ -112,7 +113,7 @@ def chartqa(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
 def charxiv(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
     index = _index(item, n)
     if "{PREDICTION}" not in item.get("grading_query"):
-        raise ValueError(f"CharXiv item {index}: grading_query is missing or has no {{PREDICTION}} slot")
+        raise DataError(f"CharXiv item {index}: grading_query is missing or has no {{PREDICTION}} slot")
     category = CHARXIV_CATEGORIES.get(item.get("inst_category").split(".")[0], item.get("inst_category"))
     return _task(spec, item, index, item.get("question"), item.get("answer"), AnswerKind.TEXT,
                  category=category, grading_query=item.get("grading_query"))

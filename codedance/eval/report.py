@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from codedance.eval.agent_stats import AgentStats, agent_stats, group_rows, tool_use_split
+from codedance.eval.agent_stats import AgentSummary, agent_stats, group_rows, tool_use_split
 from codedance.eval.intervals import bootstrap, outside, pass_at_k, wilson
 from codedance.eval.metrics import BREAKDOWNS, Breakdown, benchmark_metrics
 from codedance.eval.spec import BENCHMARKS, BenchmarkSpec, SampleScore
@@ -54,7 +54,7 @@ class BenchmarkResult:
     scorers: tuple[tuple[str, int], ...]
     answer_sources: tuple[tuple[str, int], ...]
     failed: int
-    agent: AgentStats
+    agent: AgentSummary
     scoring: str = "vlmevalkit"
     samples_per_item: int = 1
     scored: int = 0

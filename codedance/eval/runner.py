@@ -1,7 +1,8 @@
 """`run_eval`: episodes for every benchmark sample, scored, aggregated and reported.
 
 Layout of ``out_dir``: ``run.json`` (the settings that define the run), ``trajectories.jsonl`` +
-``images/`` and ``failures.jsonl`` (written by `codedance.batch`, each finished sample at once),
+``images/`` and ``failures.jsonl`` (`codedance.runs`: written by the batch driver, each finished
+sample at once),
 ``scores.jsonl`` (one `SampleScore` per sample, appended as it is scored), then the report
 (``report.json``, ``report.md``, ``report.html``, ``plots/``, ``view/``).
 
@@ -30,13 +31,12 @@ import asyncio
 import dataclasses
 import hashlib
 import json
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from codedance.batch import RunnerFactory, arun_batch, finished_keys
+from codedance.errors import DataError, SettingsError
 from codedance.eval.loaders import prepare_items, to_task
 from codedance.eval.scoring import score_sample
 from codedance.eval.sources import RawItem
@@ -46,6 +46,8 @@ from codedance.policy.base import Policy
 from codedance.prompts import PromptProfile
 from codedance.records import ImageStore, append_jsonl, read_jsonl, trajectory_from_json
 from codedance.rollout import EpisodeConfig
+from codedance.runs.batch import BatchProgress, RunnerFactory, arun_batch
+from codedance.runs.rundir import RunDir, episode_key
 from codedance.types import ExecResult, Image, Task, Trajectory
 
 NO_TOOLS = PromptProfile(
@@ -106,7 +108,7 @@ class EvalSettings:
 
 
 def check_settings(settings: EvalSettings) -> None:
-    """Reject impossible settings (ValueError with the option to fix) before anything runs."""
+    """Reject impossible settings (`SettingsError` with the option to fix) before anything runs."""
     from codedance.eval.scoring import SCORING_MODES
 
     problems = []
@@ -129,7 +131,7 @@ def check_settings(settings: EvalSettings) -> None:
     if not settings.benchmarks:
         problems.append("no benchmarks given")
     if problems:
-        raise ValueError("; ".join(problems))
+        raise SettingsError("; ".join(problems))
 
 
 class _Dimensions(ImageStore):
@@ -139,20 +141,13 @@ class _Dimensions(ImageStore):
         return Image(png=b"", origin=ref["origin"], width=ref["width"], height=ref["height"])
 
 
-def check_run_file(out: Path, settings: EvalSettings) -> None:
-    path = out / "run.json"
-    identity = settings.identity()
-    if path.exists():
-        old = json.loads(path.read_text(encoding="utf-8"))
-        diff = [k for k in identity if old.get("identity", {}).get(k) != identity[k]]
-        if diff:
-            raise ValueError(f"{out} holds a run with other settings ({', '.join(diff)} differ); "
-                             f"use another --out, or repeat the first run's settings to resume it")
-    benchmarks = sorted({*json.loads(path.read_text())["benchmarks"], *(s.name for s in settings.benchmarks)}) \
-        if path.exists() else [s.name for s in settings.benchmarks]
-    out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"identity": identity, "benchmarks": benchmarks, "limit": settings.limit},
-                               indent=1), encoding="utf-8")
+def claim_run(out: Path, settings: EvalSettings) -> RunDir:
+    """Claim ``out`` for this eval (`codedance.runs.RunDir`, kind ``eval``); the benchmarks run
+    so far are kept in ``run.json`` beside the settings. Other settings are refused, naming them."""
+    run = RunDir(out, "eval", settings.identity())
+    have = run.info().get("benchmarks", []) if run.info().get("kind") == "eval" else []
+    run.claim(benchmarks=sorted({*have, *(s.name for s in settings.benchmarks)}), limit=settings.limit)
+    return run
 
 
 def _task_or_failure(spec: BenchmarkSpec, item: RawItem, n: int) -> tuple[str, Task | str]:
@@ -160,7 +155,7 @@ def _task_or_failure(spec: BenchmarkSpec, item: RawItem, n: int) -> tuple[str, T
     task_id = to_task(spec, item, n, images=False).id
     try:
         return task_id, to_task(spec, item, n)
-    except (ValueError, OSError) as exc:
+    except (DataError, ValueError, OSError) as exc:
         source = item.get("image_file") or item.get("image_path")
         named = f" {source}" if source and len(source) < 200 else ""
         text = str(exc)
@@ -169,11 +164,11 @@ def _task_or_failure(spec: BenchmarkSpec, item: RawItem, n: int) -> tuple[str, T
 
 
 async def _episodes(policy: Policy, settings: EvalSettings, work: Sequence[tuple[BenchmarkSpec, RawItem, int]],
-                    make_runner: RunnerFactory, out: Path) -> tuple[list[tuple[str, str]], str]:
+                    make_runner: RunnerFactory, run: RunDir) -> tuple[list[tuple[str, str]], str]:
     """Run the missing samples; (failures of this run, why the run stopped early or "")."""
     config = no_tools_config(settings.episode) if settings.no_tools else settings.episode
     failures: list[tuple[str, str]] = []
-    progress = _Progress(len(work) * settings.samples) if settings.progress and work else None
+    progress = BatchProgress(len(work) * settings.samples, "samples") if settings.progress and work else None
     chunk = max(16, 4 * settings.concurrency)
     stopped = ""
     try:
@@ -185,13 +180,13 @@ async def _episodes(policy: Policy, settings: EvalSettings, work: Sequence[tuple
                     tasks.append(task)
                     continue
                 for j in range(settings.samples):  # the row fails, never the benchmark
-                    key, error = f"{task_id}#{j}", f"UnreadableImage: {task}"
+                    key, error = episode_key(task_id, j), f"UnreadableImage: {task}"
                     failures.append((key, error))
-                    append_jsonl(out / "failures.jsonl", {"key": key, "error": error, "time": time.time()})
+                    run.fail(key, error)
                     if progress:
                         progress.failed(key, error)
             summary = await arun_batch(
-                policy, tasks, make_runner, out, config, rollouts=settings.samples,
+                policy, tasks, make_runner, run, config, rollouts=settings.samples,
                 concurrency=settings.concurrency, progress=False,
                 on_trajectory=progress.done if progress else None,
                 on_failure=progress.failed if progress else None,
@@ -204,35 +199,6 @@ async def _episodes(policy: Policy, settings: EvalSettings, work: Sequence[tuple
         if progress is not None:
             progress.stop()
     return failures, stopped
-
-
-class _Progress:
-    """The eval progress bar: done/total, failures so far, elapsed and remaining time."""
-
-    def __init__(self, total: int) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-        )
-
-        self.bar = Progress(TextColumn("samples"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("failed {task.fields[failed]}"), TimeRemainingColumn())
-        self.task = self.bar.add_task("samples", total=total, failed=0)
-        self.failures = 0
-        self.bar.start()
-
-    def done(self, *_: object) -> None:
-        self.bar.advance(self.task)
-
-    def failed(self, *_: object) -> None:
-        self.failures += 1
-        self.bar.update(self.task, advance=1, failed=self.failures)
-
-    def stop(self) -> None:
-        self.bar.stop()
 
 
 def latest_scores(out: Path) -> dict[str, SampleScore]:
@@ -286,14 +252,6 @@ def score_all(out: Path, tasks: dict[str, tuple[BenchmarkSpec, Task]], judge: Ju
     return scores
 
 
-def open_failures(out: Path, finished: set[str]) -> dict[str, str]:
-    """key -> last error of every sample in ``failures.jsonl`` that has not finished since."""
-    last: dict[str, str] = {}
-    for r in read_jsonl(out / "failures.jsonl"):
-        last[str(r.get("key"))] = str(r.get("error", ""))
-    return {k: e for k, e in last.items() if k not in finished}
-
-
 def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
              make_runner: RunnerFactory | None = None, judge: JudgeClient | None = None,
              on_loaded: Callable[[BenchmarkSpec, int], None] | None = None):
@@ -309,8 +267,8 @@ def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
         items = prepare_items(spec, lmu_dir=settings.lmu_dir, path=paths.get(spec.name), limit=settings.limit,
                               pixmo_cache=settings.pixmo_cache, fetch_images=settings.fetch_images)
         loaded.append((spec, items))
-    check_run_file(out, settings)
-    done = finished_keys(out)
+    run = claim_run(out, settings)
+    done = run.keys()
     work, tasks = [], {}
     for spec, items in loaded:
         if on_loaded is not None:
@@ -318,7 +276,7 @@ def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
         for n, item in enumerate(items):
             stub = to_task(spec, item, n, images=False)
             tasks[stub.id] = (spec, stub)
-            if any(f"{stub.id}#{j}" not in done for j in range(settings.samples)):
+            if any(episode_key(stub.id, j) not in done for j in range(settings.samples)):
                 work.append((spec, item, n))
     pool = None
     if make_runner is None:
@@ -330,13 +288,13 @@ def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
             pool = SandboxPool(timeout_s=settings.exec_timeout_s)
             make_runner = lambda images: pool.sandbox(images=images)
     try:
-        _, stopped = asyncio.run(_episodes(policy, settings, work, make_runner, out))
+        _, stopped = asyncio.run(_episodes(policy, settings, work, make_runner, run))
     finally:
         if pool is not None:
             pool.close()
     scores = score_all(out, tasks, judge, mode=settings.scoring)
     records = load_records(out)
-    report = build_report(out, settings, tasks, scores, records, open_failures(out, set(records)),
+    report = build_report(out, settings, tasks, scores, records, run.open_failures(),
                           judge=judge.config.model if judge else None, stopped=stopped)
     labels = {tid: (meta.get("category") or meta.get("subject") or meta.get("task", ""), meta.get("level", ""))
               for tid, (_, task) in tasks.items() for meta in (dict(task.metadata),)}

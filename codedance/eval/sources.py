@@ -31,8 +31,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from codedance.errors import DataError
 
-class DataNotFoundError(FileNotFoundError):
+
+class DataNotFoundError(DataError, FileNotFoundError):
     """A benchmark file is missing; the message says which file and where to get it."""
 
 
@@ -51,7 +53,7 @@ def _b64(text: str) -> bytes:
     try:
         return base64.b64decode(text, validate=False)
     except (binascii.Error, ValueError) as exc:
-        raise ValueError(f"image field is not base64 ({exc})") from exc
+        raise DataError(f"image field is not base64 ({exc})") from exc
 
 
 def _text(value: object) -> str | None:
@@ -92,7 +94,7 @@ def read_tsv(path: str | Path) -> list[RawItem]:
             elif row.get("image_path"):
                 images = tuple((path.parent / p).read_bytes() for p in _listish(row["image_path"]))
         except (ValueError, SyntaxError, OSError) as exc:
-            raise ValueError(f"{path}, line {number}: cannot read the image ({exc})") from exc
+            raise DataError(f"{path}, line {number}: cannot read the image ({exc})") from exc
         fields = {k: v for k, v in row.items() if k not in ("image",) and v not in ("", None)}
         items.append(RawItem(fields, images))
     return items

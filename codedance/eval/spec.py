@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from codedance.errors import SettingsError
+
 JUDGE_NONE = "none"  # the official metric is rule-based
 JUDGE_FALLBACK = "fallback"  # rule first; the judge extracts the answer where the rule fails
 JUDGE_ONLY = "only"  # the official metric is a judge verdict
@@ -88,7 +90,7 @@ def get_spec(name: str) -> BenchmarkSpec:
     """The spec for a short name; an unknown name lists the known ones."""
     key = name.strip().lower().replace("-", "_").replace(" ", "")
     if key not in BENCHMARKS:
-        raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
+        raise SettingsError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
     return BENCHMARKS[key]
 
 
@@ -102,7 +104,7 @@ def parse_benchmarks(text: str) -> tuple[BenchmarkSpec, ...]:
     if names == ["paper"] or names == ["all"]:
         names = list(PAPER_SET) if names == ["paper"] else list(BENCHMARKS)
     if not names:
-        raise ValueError("no benchmarks given")
+        raise SettingsError("no benchmarks given")
     return tuple(get_spec(n) for n in dict.fromkeys(names))
 
 

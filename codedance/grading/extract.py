@@ -6,7 +6,9 @@ The source of the extraction is recorded so evaluation reports can say how an an
 
 Handled: the *last* complete ``<answer>`` block (a ``\\boxed{X}`` that is the block's whole content
 is unwrapped); the last ``\\boxed{…}`` / ``\\fbox{…}`` with balanced braces; the last
-"the answer is X" / "answer: X" up to the end of its sentence or line.
+"the answer is X" / "answer: X" up to the end of its sentence or line. The answer pattern and the
+boxed extractor are `codedance.parsing`'s (one grammar); this module adds evaluation's fallbacks.
+Training rewards do not use these fallbacks: see `codedance.parsing.tagged_answer`.
 Not handled: an unclosed ``<answer>`` (a truncated trace has no answer), answers spread over
 several tags, answers in other languages' phrasings.
 """
@@ -16,12 +18,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from codedance.parsing import ANSWER_RE, extract_boxed
+
 ANSWER_TAG = "answer_tag"
 BOXED = "boxed"
 ANSWER_IS = "answer_is"
 NONE = "none"
 
-_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _ANSWER_IS_RE = re.compile(
     r"(?:the\s+(?:final\s+|correct\s+)?answer\s+is|final\s+answer\s*:|answer\s*:)\s*:?\s*"
     r"(.+?)(?:\.(?!\d)|\n|$)",
@@ -36,25 +39,6 @@ class ExtractedAnswer:
 
     text: str | None
     source: str
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{…}`` (or ``\\fbox{…}``) with balanced braces.
-
-    >>> last_boxed(r"so \\boxed{1} or rather \\boxed{\\frac{1}{2}}")
-    '\\\\frac{1}{2}'
-    >>> last_boxed("no box") is None
-    True
-    """
-    starts = [m.end() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
-    for start in reversed(starts):
-        depth, i = 1, start
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            return text[start : i - 1].strip()
-    return None
 
 
 def extract_answer(text: str) -> ExtractedAnswer:
@@ -73,14 +57,14 @@ def extract_answer(text: str) -> ExtractedAnswer:
     """
     if not isinstance(text, str):
         raise TypeError(f"extract_answer needs a str, got {type(text).__name__}")
-    tags = _ANSWER_RE.findall(text)
+    tags = ANSWER_RE.findall(text)
     if tags:
         content = tags[-1].strip()
-        boxed = last_boxed(content)
+        boxed = extract_boxed(content)
         if boxed is not None and re.fullmatch(r"\\(?:boxed|fbox)\s*\{.*\}", content, re.DOTALL):
             content = boxed
         return ExtractedAnswer(content, ANSWER_TAG)
-    boxed = last_boxed(text)
+    boxed = extract_boxed(text)
     if boxed is not None:
         return ExtractedAnswer(boxed, BOXED)
     matches = _ANSWER_IS_RE.findall(text)

@@ -28,6 +28,7 @@ from typing import Self
 
 import httpx
 
+from codedance.errors import BackendError
 from codedance.grading.cache import JudgeCache, judge_cache_key
 
 PROMPT_VERSION = "judgement-v1"
@@ -47,7 +48,7 @@ _EXAMPLES = (
 _VERDICT_RE = re.compile(r"\s*(?:\**\s*judge?ment\s*\**\s*:?\s*\**\s*)?([01])\s*\**\.?\s*", re.IGNORECASE)
 
 
-class JudgeError(RuntimeError):
+class JudgeError(BackendError):
     """The judge could not produce a verdict (HTTP error, malformed response)."""
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from codedance.errors import BackendError
 from codedance.types import Message
 
 
@@ -76,7 +77,7 @@ class Policy(Protocol):
     async def acomplete(self, messages: tuple[Message, ...]) -> Completion: ...
 
 
-class PolicyError(RuntimeError):
+class PolicyError(BackendError):
     """The model backend could not produce a message; the text says what to check."""
 
 

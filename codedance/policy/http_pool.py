@@ -3,7 +3,7 @@
 Why: httpcore's connection pool (1.0.x) scans every connection of the pool for every queued
 request and, for each idle connection, every connection again, each time a request starts or
 ends. With 256 requests in flight on one client that scan was three quarters of the loop's
-CPU time (``python -m codedance.rollout_bench``). Splitting the same connection budget into
+CPU time (``benchmarks/rollout_bench.py``). Splitting the same connection budget into
 shards of at most ``per_shard`` connections keeps each scan small.
 
 A request leases the least busy shard (fewest requests in flight); a new shard is created only

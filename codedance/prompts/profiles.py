@@ -14,7 +14,7 @@ Built-in profiles:
   the instruction) with feedback in ``<interpreter>…</interpreter>`` (paper Table 9).
 
 Departure from the release, in every profile: on failure the model also gets the last frames of
-its own code (spec §2) and the sandbox's notes (rolled back, output cut); set ``show_frames:
+its own code (a departure documented in docs/loop.md) and the sandbox's notes (rolled back, output cut); set ``show_frames:
 false`` in a user profile to drop the frames.
 
 User profiles come from a YAML file mapping names to fields of `PromptProfile`; ``base:`` names
@@ -31,6 +31,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+
+from codedance.config import read_yaml
+from codedance.errors import SettingsError
 
 RELEASE_SYSTEM = (
     "You are a helpful assistant.\n\nSolve the following problem step by step. You may write "
@@ -56,7 +59,7 @@ RELEASE_REMINDER = (
     "question. If the information is insufficient or irrelevant, formulate a new strategy and "
     "execute a new tool call to obtain a helpful result."
 )
-RELEASE_NO_OUTPUT = (
+NO_OUTPUT_HINT = (  # the release's text; its own code never shows it (see RELEASE)
     "Code executed successfully. No explicit output or figures produced. You should use the "
     "`print` function to output text. Rewrite the code."
 )
@@ -85,7 +88,7 @@ class PromptProfile:
     error_template: str = "--- Execution Error ({type}) ---\n{message}"
     frames_header: str = "Last frames of your code (line: source):"
     show_frames: bool = True
-    no_output: str = RELEASE_NO_OUTPUT
+    no_output: str = NO_OUTPUT_HINT
     executed_nothing: str = "The code contained no statements to execute."
     rolled_back: str = ""  # shown when a failed step was rolled back; the sandbox's notes say it too
     success_suffix: str = RELEASE_REMINDER
@@ -93,7 +96,9 @@ class PromptProfile:
     part_separator: str = "\n"
 
 
-RELEASE = PromptProfile(name="release")
+# The release's "No explicit output" branch is unreachable (its reminder is appended first), so a
+# successful call that printed nothing gets the reminder alone, as here.
+RELEASE = PromptProfile(name="release", no_output="")
 RELEASE_EVAL = dataclasses.replace(
     RELEASE,
     name="release-eval",
@@ -127,12 +132,11 @@ def user_text(profile: PromptProfile, question: str) -> str:
 
 
 def load_profiles(path: str | Path) -> dict[str, PromptProfile]:
-    """User profiles from a YAML file (see the module docstring); errors name the bad key."""
-    import yaml
-
-    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    """User profiles from a YAML file (see the module docstring); errors name the file, the line
+    or the bad key."""
+    raw = read_yaml(Path(path))
     if not isinstance(raw, dict):
-        raise ValueError(f"{path}: expected a mapping of profile names to fields")
+        raise SettingsError(f"{path}: expected a mapping of profile names to fields")
     known = {f.name for f in dataclasses.fields(PromptProfile)} - {"name"}
     profiles: dict[str, PromptProfile] = {}
     for name, fields in raw.items():
@@ -140,10 +144,10 @@ def load_profiles(path: str | Path) -> dict[str, PromptProfile]:
         base_name = str(fields.pop("base", "release"))
         base = profiles.get(base_name) or BUILTIN_PROFILES.get(base_name)
         if base is None:
-            raise ValueError(f"{path}: profile {name!r} has unknown base {base_name!r}")
+            raise SettingsError(f"{path}: profile {name!r} has unknown base {base_name!r}")
         unknown = sorted(set(fields) - known)
         if unknown:
-            raise ValueError(f"{path}: profile {name!r} has unknown fields {unknown}; known: {sorted(known)}")
+            raise SettingsError(f"{path}: profile {name!r} has unknown fields {unknown}; known: {sorted(known)}")
         profiles[str(name)] = dataclasses.replace(base, name=str(name), **fields)
     return profiles
 
@@ -154,5 +158,5 @@ def get_profile(name: str, user_file: str | Path | None = None) -> PromptProfile
     if user_file is not None:
         profiles.update(load_profiles(user_file))
     if name not in profiles:
-        raise KeyError(f"unknown prompt profile {name!r}; available: {sorted(profiles)}")
+        raise SettingsError(f"unknown prompt profile {name!r}; available: {', '.join(sorted(profiles))}")
     return profiles[name]

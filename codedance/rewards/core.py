@@ -1,4 +1,4 @@
-"""The adaptive tool reward's formulas (spec §4, paper §3.1 and Appendix 8), as pure functions.
+"""The adaptive tool reward's formulas (paper §3.1, Eq. 1 and 2, Appendix 8), as pure functions.
 
     d(μ)     = σ(γ·(0.5 − μ)) − δ                                    (paper, form="sigmoid")
     d(μ)     = (1 + tanh(γ·(0.5 − μ)))/2 − δ = σ(2γ·(0.5 − μ)) − δ    (release, form="tanh")

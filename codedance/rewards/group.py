@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from codedance.parsing import DOMAINS
 from codedance.rewards.core import turn_returns
 from codedance.rewards.profiles import RewardProfile, get_profile
 from codedance.rewards.terms import (
@@ -22,7 +23,7 @@ from codedance.rewards.terms import (
     group_mu,
     mean_difficulty,
 )
-from codedance.rewards.trajectory import DOMAINS, call_stats
+from codedance.rewards.trajectory import call_stats
 from codedance.types import RewardBreakdown, Trajectory
 
 

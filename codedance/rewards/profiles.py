@@ -1,6 +1,7 @@
 """Named reward profiles: every number of the reward and advantage in one frozen record.
 
-- ``paper`` (default): spec §4 as printed (typo corrected). r = R_acc + R_format + R_seq with
+- ``paper`` (default): the paper's §3.1 and Appendix 8 as printed (typo corrected, see
+  `codedance.rewards.core`). r = R_acc + R_format + R_seq with
   R_seq = (0.5 | 1.0) · d(μ_acc) · N_succ/N_total, d = σ(4(0.5 − μ_acc)) − 0.2, μ_acc the group's
   mean accuracy; turn returns (β 0.2, penalty −0.5) normalized over all assistant turns of the
   batch and added to A_seq with weight 1.
@@ -8,18 +9,25 @@
   (an effective γ of 8), μ = group mean of the *score* (accuracy + format penalty), R_seq inside the
   GRPO reward, and A = GRPO(score + d·tool) + 0.2·Â_turn where Â_turn is normalized over the call
   turns only, the answer turn and non-call turns get 0, and a constant batch keeps raw returns.
+  Under ``release`` a trajectory whose feedback carried the turn-limit note gets R_acc 0 and the
+  format penalty on general data (``limit_note_voids_answer``), as the release's scorer does.
 - ``outcome-only``: GRPO on R_acc + R_format (the paper's "GRPO-reward" baseline).
-- ``deepeyes``: R_acc + R_format + 1.2 · 1[correct] · 1[any tool call] (the active line of
-  DeepEyes' released reward; the paper's "DeepEyes reward" baseline), no turn term.
+- ``deepeyes``: DeepEyes' own reward, 0.8·acc + 0.2·format + 1.2 · 1[correct] · 1[a tool call
+  succeeded] (format −1 on an error, so −0.2; no math scaling), no turn term (the paper's
+  "DeepEyes reward" baseline).
+- The ablations of the paper's §4.4 and Figure 9, as named profiles: ``paper-no-turn`` (w/o
+  R_turn: turn weight 0), ``paper-delta0`` (δ = 0), ``paper-gamma5`` (γ = 5).
 
-R_acc / R_format use the release's values in every profile: accuracy ·1.0 and −0.2 on a format
-error for general data, accuracy ·1.2 and −0.4 for math (spec §4 "R_acc / R_format").
+R_acc / R_format use the release's values in every profile but ``deepeyes``: accuracy ·1.0 and
+−0.2 on a format error for general data, accuracy ·1.2 and −0.4 for math.
 Override any field with ``dataclasses.replace(get_profile("paper"), delta=0.0)``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+
+from codedance.errors import SettingsError
 
 TOOL_TERMS = ("bat", "release", "deepeyes", "none")
 
@@ -42,6 +50,7 @@ class RewardProfile:
     format_penalty_general: float = 0.2
     format_penalty_math: float = 0.4
     long_answer_zeroes_accuracy: bool = True
+    limit_note_voids_answer: bool = False  # release: the turn-limit note voids a general answer
     use_turn_verdicts: bool = False
     deepeyes_bonus: float = 1.2
     weights: tuple[tuple[str, float], ...] = (("accuracy", 1.0), ("format", 1.0), ("tool", 1.0))
@@ -61,10 +70,10 @@ class RewardProfile:
                   "adv_scale": (self.adv_scale, ("group", "batch", "none"))}
         for field_name, (value, allowed) in checks.items():
             if value not in allowed:
-                raise ValueError(f"{field_name} must be one of {allowed}, got {value!r}")
+                raise SettingsError(f"{field_name} must be one of {allowed}, got {value!r}")
         unknown = {n for n, _ in self.weights} - {"accuracy", "format", "tool"}
         if unknown:
-            raise ValueError(f"unknown reward terms in weights: {sorted(unknown)}")
+            raise SettingsError(f"unknown reward terms in weights: {sorted(unknown)}")
 
     def weight(self, term: str) -> float:
         return dict(self.weights).get(term, 0.0)
@@ -84,10 +93,16 @@ PROFILES: dict[str, RewardProfile] = {
     "release": RewardProfile(
         name="release", tool_term="release", form="tanh", mu_source="score",
         prefactors_general=(0.5, 1.5), prefactors_math=(1.0, 2.0), turn_weight=0.2,
-        turn_scope="call_turns", turn_std_fallback="raw"),
+        turn_scope="call_turns", turn_std_fallback="raw", limit_note_voids_answer=True),
     "outcome-only": RewardProfile(name="outcome-only", tool_term="none", turn_weight=0.0),
-    "deepeyes": RewardProfile(name="deepeyes", tool_term="deepeyes", turn_weight=0.0),
+    "deepeyes": RewardProfile(
+        name="deepeyes", tool_term="deepeyes", turn_weight=0.0, acc_scale_math=1.0,
+        format_penalty_math=0.2, weights=(("accuracy", 0.8), ("format", 1.0), ("tool", 1.0))),
+    "paper-no-turn": RewardProfile(name="paper-no-turn", turn_weight=0.0),
+    "paper-delta0": RewardProfile(name="paper-delta0", delta=0.0),
+    "paper-gamma5": RewardProfile(name="paper-gamma5", gamma=5.0),
 }
+ABLATIONS = ("paper", "outcome-only", "deepeyes", "paper-no-turn", "paper-delta0", "paper-gamma5")
 
 
 def get_profile(profile: str | RewardProfile, **overrides: object) -> RewardProfile:
@@ -98,5 +113,5 @@ def get_profile(profile: str | RewardProfile, **overrides: object) -> RewardProf
     """
     base = profile if isinstance(profile, RewardProfile) else PROFILES.get(profile)
     if base is None:
-        raise ValueError(f"unknown reward profile {profile!r}; known: {sorted(PROFILES)}")
+        raise SettingsError(f"unknown reward profile {profile!r}; known: {sorted(PROFILES)}")
     return replace(base, **overrides) if overrides else base  # type: ignore[arg-type]

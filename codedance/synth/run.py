@@ -11,8 +11,9 @@ order, in windows of as many tasks as records are still missing, until ``n`` are
 ``max_tasks`` were tried.
 
 Run directory:
-- ``run.json``: the settings; a directory holding another run (or anything else) is refused.
-- ``verdicts.jsonl``: one line per tried task (``key``, ``reason`` — '' when accepted —,
+- ``run.json``: kind ``synth`` and the settings (`codedance.runs.RunDir`); a directory holding
+  another run (or anything else) is refused.
+- ``verdicts.jsonl``: one line per tried task (``key`` ``task_id#0``, ``reason`` — '' when accepted —,
   ``detail``, ``crops``); a rerun skips these keys, so an interrupted run continues.
 - ``failures.jsonl``: episodes that raised (retried by the next run).
 - ``trajectories.jsonl`` + ``images/``: the accepted trajectories, appended as each is verified
@@ -37,18 +38,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from codedance.records import (
-    ImageStore,
-    append_jsonl,
-    load_trajectories,
-    read_jsonl,
-    trajectory_json,
-)
-from codedance.rollout import Episode, EpisodeConfig, arun_episode
+from codedance.config import not_resumed
+from codedance.errors import SettingsError
+from codedance.records import ImageStore, append_jsonl, load_trajectories, read_jsonl
+from codedance.rollout import EpisodeConfig
+from codedance.runs.batch import BatchProgress, arun_batch
+from codedance.runs.rundir import RunDir, episode_key, run_settings
 from codedance.sft_records import canonical_record, record_json, write_records
 from codedance.synth.verify import Verdict, averify
 from codedance.teacher import ExpertTeacher, TeacherConfig
-from codedance.types import Task
+from codedance.types import Task, Trajectory
 from codedance.world import (
     DIFFICULTIES,
     Difficulty,
@@ -62,37 +61,30 @@ from codedance.world.base import task_id
 if TYPE_CHECKING:  # pragma: no cover
     from codedance.sandbox.pool import SandboxPool
 
-KIND = "codedance synth"
+KIND = "synth"
 
 
-class SynthError(ValueError):
+class SynthError(SettingsError):
     """Settings synth cannot run with (the text says what to change)."""
 
 
 @dataclass(frozen=True)
 class SynthConfig:
-    n: int = 36
-    out: str = "runs/synth"
+    n: int = not_resumed(36)
+    out: str = not_resumed("runs/synth")
     skills: tuple[str, ...] = ()  # () = every skill
     difficulties: tuple[str, ...] = tuple(d.value for d in DIFFICULTIES)
     seed: int = 0
-    max_tasks: int = 0  # 0 = 2·n + 10
+    max_tasks: int = not_resumed(0)  # 0 = 2·n + 10
     temperature: float = 1.0
     mistake_rate: float = 0.5
     max_turns: int = 6
-    concurrency: int = 2
-    exec_timeout_s: float = 15.0
+    concurrency: int = not_resumed(2)
+    exec_timeout_s: float = not_resumed(15.0)
 
     @property
     def task_limit(self) -> int:
         return self.max_tasks or 2 * self.n + 10
-
-    def identity(self) -> dict[str, object]:
-        """The settings that define the run (what a resumed run must share)."""
-        d = asdict(self)
-        for key in ("out", "concurrency", "exec_timeout_s", "max_tasks", "n"):
-            d.pop(key)
-        return {"kind": KIND, **d, "skills": list(self.skills), "difficulties": list(self.difficulties)}
 
 
 @dataclass(frozen=True)
@@ -104,25 +96,6 @@ class SynthResult:
     failures: int
     ran: int  # tasks tried by this call (the rest were resumed)
     seconds: float
-
-
-def _claim(out: Path, config: SynthConfig) -> None:
-    """Write ``run.json``, or check that the directory holds this very run."""
-    path = out / "run.json"
-    want = config.identity()
-    if path.exists():
-        have = json.loads(path.read_text())
-        if have.get("kind") != KIND:
-            raise SynthError(f"{out} holds another kind of run ({have.get('kind', 'a demo')}); choose another --out")
-        if have != want:
-            diff = ", ".join(sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k)))
-            raise SynthError(f"{out} holds a different synth run (settings differ: {diff}); "
-                             "choose another --out or delete it")
-        return
-    if out.exists() and any(out.iterdir()):
-        raise SynthError(f"{out} is not empty and holds no synth run; choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(want, indent=1))
 
 
 def check(config: SynthConfig) -> tuple[tuple[str, str], ...]:
@@ -147,59 +120,51 @@ def task_at(combos: tuple[tuple[str, str], ...], seed: int, i: int) -> Task:
 
 
 def key_at(combos: tuple[tuple[str, str], ...], seed: int, i: int) -> str:
-    """The id of `task_at` without generating it."""
+    """The episode key of `task_at` without generating it."""
     skill, difficulty = combos[i % len(combos)]
-    return task_id(skill, Difficulty(difficulty), seed + i)
+    return episode_key(task_id(skill, Difficulty(difficulty), seed + i), 0)
 
 
-async def _window(config: SynthConfig, tasks: list[Task], out: Path, pool: SandboxPool,
+async def _window(config: SynthConfig, tasks: list[Task], run: RunDir, pool: SandboxPool,
                   advance: Callable[[bool], None]) -> None:
+    """Run the teacher on `tasks` (`codedance.runs.batch`); each trajectory is verified by
+    re-execution before it is kept (the ``after`` hook), and its verdict logged."""
     episode_config = EpisodeConfig(max_turns=config.max_turns)
     teacher = ExpertTeacher(TeacherConfig(config.temperature, config.mistake_rate, config.seed))
-    store = ImageStore(out / "images")
-    semaphore = asyncio.Semaphore(config.concurrency)
 
-    async def one(task: Task) -> None:
-        async with semaphore:
-            try:
-                sandbox = await pool.asandbox(images=Episode(task, episode_config).images,
-                                              timeout_s=config.exec_timeout_s)
-                try:
-                    trajectory = await arun_episode(teacher.policy(task, 0), task, sandbox, episode_config)
-                finally:
-                    await asyncio.to_thread(sandbox.close)
-                verdict = await averify(task, trajectory, pool, episode_config, config.exec_timeout_s)
-                if verdict.accepted:
-                    append_jsonl(out / "trajectories.jsonl", trajectory_json(trajectory, store, task.id))
-                append_jsonl(out / "verdicts.jsonl", {"key": task.id, **asdict(verdict)})
-                advance(verdict.accepted)
-            except Exception as exc:  # noqa: BLE001  (one episode's failure never ends the run)
-                append_jsonl(out / "failures.jsonl", {"key": task.id, "error": f"{type(exc).__name__}: {exc}"})
+    async def verify(key: str, task: Task, trajectory: Trajectory) -> bool:
+        verdict = await averify(task, trajectory, pool, episode_config, config.exec_timeout_s)
+        append_jsonl(run.path / "verdicts.jsonl", {"key": key, **asdict(verdict)})
+        advance(verdict.accepted)
+        return verdict.accepted
 
-    await asyncio.gather(*(one(t) for t in tasks))
+    await arun_batch(lambda task, k: teacher.policy(task, k), tasks,
+                     lambda images: pool.sandbox(images=images, timeout_s=config.exec_timeout_s), run,
+                     episode_config, concurrency=config.concurrency, progress=False, after=verify,
+                     done=set(_verdicts(run.path)))
 
 
 def _verdicts(out: Path) -> dict[str, Verdict]:
     return {str(r["key"]): Verdict(r["reason"], r["detail"], r["crops"]) for r in read_jsonl(out / "verdicts.jsonl")}
 
 
-async def _run(config: SynthConfig, combos: tuple[tuple[str, str], ...], out: Path,
+async def _run(config: SynthConfig, combos: tuple[tuple[str, str], ...], run: RunDir,
                advance: Callable[[bool], None]) -> int:
     from codedance.sandbox.pool import SandboxPool
 
     pool = SandboxPool(max_running=config.concurrency)
-    ran, attempted = 0, set(_verdicts(out))
+    ran, attempted = 0, set(_verdicts(run.path))
     try:
         while True:
-            done = _verdicts(out)
+            done = _verdicts(run.path)
             missing = config.n - sum(v.accepted for v in done.values())
             seen = set(done) | attempted
             todo = [i for i in range(config.task_limit) if key_at(combos, config.seed, i) not in seen]
             if missing <= 0 or not todo:
                 return ran
             window = [task_at(combos, config.seed, i) for i in todo[:missing]]
-            attempted |= {t.id for t in window}  # a failed episode waits for the next run
-            await _window(config, window, out, pool, advance)
+            attempted |= {episode_key(t.id, 0) for t in window}  # a failed episode waits for the next run
+            await _window(config, window, run, pool, advance)
             ran += len(window)
     finally:
         await pool.aclose()
@@ -209,23 +174,18 @@ def run_synth(config: SynthConfig, *, progress: bool = True) -> SynthResult:
     """Run (or resume) synth into ``config.out``; see the module docstring."""
     started = time.monotonic()
     combos = check(config)
-    out = Path(config.out)
-    _claim(out, config)
+    run = RunDir(config.out, KIND, run_settings(config))
+    run.claim()
     bar = None
     if progress:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-        bar = Progress("[bold]accepted", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        bar.start()
-        have = sum(v.accepted for v in _verdicts(out).values())
-        handle = bar.add_task("accepted", total=config.n, completed=min(have, config.n))
+        have = sum(v.accepted for v in _verdicts(run.path).values())
+        bar = BatchProgress(config.n, "accepted", done=min(have, config.n))
     try:
-        ran = asyncio.run(_run(config, combos, out,
-                               (lambda ok: bar.advance(handle, int(ok))) if bar else (lambda ok: None)))
+        ran = asyncio.run(_run(config, combos, run, (lambda ok: bar.done() if ok else None) if bar else (lambda ok: None)))
     finally:
         if bar is not None:
             bar.stop()
-    return _finish(config, combos, out, ran, time.monotonic() - started)
+    return _finish(config, combos, run.path, ran, time.monotonic() - started)
 
 
 def _finish(config: SynthConfig, combos: tuple[tuple[str, str], ...], out: Path, ran: int,
@@ -242,8 +202,9 @@ def _finish(config: SynthConfig, combos: tuple[tuple[str, str], ...], out: Path,
     store = ImageStore(out / "images")
     with open(out / "sft.jsonl", "w", encoding="utf-8") as f:
         for key, record in zip(keep, records):
-            skill, difficulty, _ = parse_task_id(key)
-            meta = {"task_id": key, "skill": skill, "difficulty": difficulty.value}
+            tid = pairs[key].task_id
+            skill, difficulty, _ = parse_task_id(tid)
+            meta = {"task_id": tid, "skill": skill, "difficulty": difficulty.value}
             f.write(json.dumps({"key": key, "meta": meta, **record_json(record, store)}, ensure_ascii=False) + "\n")
     write_records(records, out / "swift.jsonl", "swift")
     write_records(records, out / "trl.jsonl", "trl")

@@ -4,16 +4,19 @@
 difficulties)``); train and held-out slices use disjoint seed ranges. `SFTStage`, `GRPOStage` and
 `EvalStage` are the stages; `PipelineConfig` (the ``tiny-cpu`` preset) chains them.
 `load_config(path, overrides)` builds a `PipelineConfig` from a preset file: nested keys with
-dots (``grpo.steps=4``, ``sft.lr=1e-4``); an unknown key is an error naming it.
+dots (``grpo.steps=4``, ``sft.lr=1e-4``); an unknown key is an error naming it (the loader is
+`codedance.config`'s, shared by every command). The reward profiles named are checked when the
+config is made, before anything runs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, is_dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import yaml
+from codedance.config import load, not_resumed
+from codedance.errors import SettingsError
+from codedance.rewards.profiles import ABLATIONS, get_profile
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,6 @@ class GRPOStage:
     profile_overrides: tuple[tuple[str, float], ...] = ()  # e.g. (("delta", 0.0),)
     save_every: int = 5
     keep_checkpoints: int = 2
-    eval_every: int = 0  # 0: only at the end
     save_rollouts: bool = True
     seed: int = 0
 
@@ -109,58 +111,28 @@ class TinyModel:
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    out_dir: str = "runs/tiny-cpu"
+    out_dir: str = not_resumed("runs/tiny-cpu")
     init: str = "tiny"  # a builder in `pipeline.MODEL_BUILDERS` ("tiny", "smollm2") or a checkpoint folder
     model: TinyModel = TinyModel()
     rollout: RolloutSettings = RolloutSettings()
     sft: SFTStage = SFTStage()
     grpo: GRPOStage = GRPOStage()
     eval: EvalStage = EvalStage()
-    threads: int = 2
-    ablation_profiles: tuple[str, ...] = ("paper", "outcome-only", "deepeyes", "paper-delta0")
+    threads: int = not_resumed(2)
+    ablation_profiles: tuple[str, ...] = ABLATIONS  # named profiles of codedance.rewards
+
+    def __post_init__(self) -> None:
+        for name in (self.grpo.profile, *self.ablation_profiles):
+            try:
+                get_profile(name, **dict(self.grpo.profile_overrides) if name == self.grpo.profile else {})
+            except (ValueError, TypeError) as exc:
+                raise SettingsError(f"grpo.profile / ablation_profiles: {exc}") from None
 
 
-def _build(base: Any, data: Any) -> Any:
-    """`base` (a dataclass instance) with the values of the mapping `data`, recursively."""
-    if not isinstance(data, dict):
-        raise ValueError(f"expected a mapping for {type(base).__name__}, got {data!r}")  # noqa: TRY004  (a setting error, reported as ValueError by the CLI)
-    known = {f.name for f in fields(base)}
-    unknown = set(data) - known
-    if unknown:
-        raise ValueError(f"unknown setting(s) {sorted(unknown)} for {type(base).__name__}; known: {sorted(known)}")
-    values = {}
-    for name, value in data.items():
-        current = getattr(base, name)
-        values[name] = _build(current, value) if is_dataclass(current) else _leaf(current, value)
-    return replace(base, **values)
-
-
-def _leaf(current: Any, value: Any) -> Any:
-    if isinstance(current, tuple) and isinstance(value, list):
-        return tuple(tuple(v) if isinstance(v, list) else v for v in value)
-    if isinstance(current, bool):
-        return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
-    if isinstance(current, float) and isinstance(value, (int, str)):
-        return float(value)
-    if isinstance(current, int) and isinstance(value, str):
-        return int(value)
-    return value
-
-
-def _set(tree: dict[str, Any], dotted: str, raw: str) -> None:
-    keys = dotted.split(".")
-    node = tree
-    for key in keys[:-1]:
-        node = node.setdefault(key, {})
-    node[keys[-1]] = yaml.safe_load(raw)
-
-
-def load_config(path: str | Path | None, overrides: list[str] = ()) -> PipelineConfig:  # type: ignore[assignment]
-    """A `PipelineConfig` from a YAML preset (None: the defaults) and ``key=value`` overrides."""
-    data: dict[str, Any] = (yaml.safe_load(Path(path).read_text()) or {}) if path else {}
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> PipelineConfig:
+    """A `PipelineConfig` from a YAML preset or file (None: the defaults) and ``key=value``
+    overrides (`codedance.config.load`); a bad file, key or value is a `SettingsError`."""
     for item in overrides:
         if "=" not in item:
-            raise ValueError(f"override {item!r} is not key=value")
-        key, raw = item.split("=", 1)
-        _set(data, key.strip(), raw)
-    return _build(PipelineConfig(), data)
+            raise SettingsError(f"override {item!r} is not key=value")
+    return load(PipelineConfig, ([str(path)] if path else []) + list(overrides))

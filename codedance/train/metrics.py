@@ -1,13 +1,13 @@
 """Per-step and held-out metrics of rollouts: the quantities of the paper's Figures 4 and 9.
 
 `rollout_metrics(trajectories, tasks, correct, breakdowns=None)` returns a flat
-``{name: float}``: ``accuracy``, ``calls`` (tool calls per trajectory), ``turns``,
-``exec_success`` (successful calls / calls, NaN without calls; success is the sandbox status
-via `codedance.rewards.call_stats`, an empty snippet is no success), ``answered`` (share that
-stopped with an answer), and each of these per difficulty label (``accuracy/easy``,
-``calls/hard``, ...; from the task's ``difficulty`` metadata, skipped when absent). With reward
-breakdowns also ``reward/total``, ``reward/accuracy``, ``reward/format``, ``reward/tool``,
-``d`` and ``mu`` (means over trajectories; d and μ are per group).
+``{name: float | None}``: ``accuracy``, ``calls`` (tool calls per trajectory), ``turns``,
+``exec_success`` (successful calls / calls, None without calls), ``answered`` (share that
+stopped with an answer), ``used_tool``, all from `codedance.runs.stats.AgentStats` (the one
+definition of a call and its success), and the first four per difficulty label
+(``accuracy/easy``, ``calls/hard``, ...; from the task's ``difficulty`` metadata, skipped when
+absent). With reward breakdowns also ``reward/total``, ``reward/accuracy``, ``reward/format``,
+``reward/tool``, ``d`` and ``mu`` (means over trajectories; d and μ are per group).
 """
 
 from __future__ import annotations
@@ -15,29 +15,24 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from codedance.rewards import call_stats
-from codedance.types import RewardBreakdown, StopReason, Task, Trajectory
+from codedance.runs.stats import AgentStats, accuracy_of
+from codedance.types import RewardBreakdown, Task, Trajectory
+
+PER_LEVEL = ("accuracy", "calls", "exec_success", "used_tool")
 
 
 def _mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else math.nan
 
 
-def _summary(trajectories: Sequence[Trajectory], correct: Sequence[bool]) -> dict[str, float]:
-    stats = [call_stats(t) for t in trajectories]
-    calls = sum(s.n_total for s in stats)
-    return {
-        "accuracy": _mean([float(c) for c in correct]),
-        "calls": _mean([float(s.n_total) for s in stats]),
-        "turns": _mean([float(len(t.turns)) for t in trajectories]),
-        "exec_success": (sum(s.n_success for s in stats) / calls) if calls else math.nan,
-        "answered": _mean([float(t.stop_reason is StopReason.ANSWERED) for t in trajectories]),
-        "used_tool": _mean([float(s.n_total > 0) for s in stats]),
-    }
+def _summary(trajectories: Sequence[Trajectory], correct: Sequence[bool]) -> dict[str, float | None]:
+    stats = AgentStats.of(trajectories)
+    return {"accuracy": accuracy_of(correct), "calls": stats.calls_per_sample, "turns": stats.avg_turns,
+            "exec_success": stats.exec_success, "answered": stats.answered, "used_tool": stats.tool_share}
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory], tasks: Sequence[Task], correct: Sequence[bool],
-                    breakdowns: Sequence[RewardBreakdown] | None = None) -> dict[str, float]:
+                    breakdowns: Sequence[RewardBreakdown] | None = None) -> dict[str, float | None]:
     """See the module docstring. ``tasks[i]`` is the task of ``trajectories[i]``."""
     if not (len(trajectories) == len(tasks) == len(correct)):
         raise ValueError("trajectories, tasks and correct must have the same length")
@@ -49,7 +44,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory], tasks: Sequence[Task], c
             levels.setdefault(level, []).append(i)
     for level, idx in sorted(levels.items()):
         part = _summary([trajectories[i] for i in idx], [correct[i] for i in idx])
-        out.update({f"{k}/{level}": v for k, v in part.items() if k in ("accuracy", "calls", "exec_success", "used_tool")})
+        out.update({f"{k}/{level}": part[k] for k in PER_LEVEL})
     if breakdowns is not None:
         out["reward/total"] = _mean([b.total for b in breakdowns])
         out["reward/accuracy"] = _mean([b.accuracy for b in breakdowns])

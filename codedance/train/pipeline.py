@@ -3,13 +3,16 @@ a model from a config; ``smollm2``, pretrained SmolLM2 in the Qwen2.5-VL class) 
 held-out evaluation before and after each stage; `run_ablation` repeats the GRPO stage under
 several reward profiles from the same SFT checkpoint with the same seeds.
 
-Layout of ``out_dir``: ``teacher/`` (teacher trajectories, resumable), ``init/`` (the untrained
+Layout of ``out_dir``: ``run.json`` (the settings that define the run: a rerun with other
+settings is refused, naming them, instead of reusing stale stages) and ``config.yaml`` (the
+resolved config, loadable with ``--config``), ``teacher/`` (teacher trajectories, resumable), ``init/`` (the untrained
 model), ``sft/`` (TRL output, ``sft/final``), ``grpo-<profile>/`` (the GRPO trainer's folder),
 ``eval/<name>.json`` (held-out metrics), ``report.html`` + PNGs (`report`). Every stage is skipped
 when its output exists, so a rerun resumes.
 
-Ablation profiles: ``paper``, ``outcome-only``, ``deepeyes`` (`codedance.rewards.PROFILES`) and
-``paper-delta0`` (``paper`` with δ = 0). Held-out tasks come from a seed range disjoint from
+Ablation profiles: the named profiles of `codedance.rewards.ABLATIONS` (``paper``,
+``outcome-only``, ``deepeyes``, ``paper-no-turn`` (w/o R_turn), ``paper-delta0``,
+``paper-gamma5``). Held-out tasks come from a seed range disjoint from
 the SFT and GRPO ones (checked).
 """
 
@@ -21,14 +24,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from codedance.records import ImageStore, append_jsonl, load_trajectories, trajectory_json
-from codedance.rollout import Episode, run_episode
+from codedance.config import dump
+from codedance.errors import CodeDanceError
+from codedance.records import ImageStore, append_jsonl, trajectory_json
+from codedance.runs.batch import run_batch
+from codedance.runs.rundir import RunDir, episode_key, run_settings
 from codedance.train.config import GRPOStage, PipelineConfig, TaskSpec
 from codedance.types import Task, Trajectory
 
 Log = Callable[[str], None]
-ABLATION = {"paper": ("paper", ()), "outcome-only": ("outcome-only", ()), "deepeyes": ("deepeyes", ()),
-            "paper-delta0": ("paper", (("delta", 0.0),))}
 
 
 def world_tasks(spec: TaskSpec) -> tuple[Task, ...]:
@@ -39,31 +43,40 @@ def world_tasks(spec: TaskSpec) -> tuple[Task, ...]:
     return task_set(spec.n, spec.seed, names, spec.difficulties)
 
 
+def claim_run(config: PipelineConfig) -> RunDir:
+    """Claim ``out_dir`` for this config (``run.json``; ``config.yaml`` holds the resolved
+    config): a folder holding a run with other settings is refused, naming them, so no stage is
+    ever reused from a run with other settings."""
+    run = RunDir(config.out_dir, "train", run_settings(config))
+    run.claim()
+    (run.path / "config.yaml").write_text(dump(config), encoding="utf-8")
+    return run
+
+
 def teacher_trajectories(config: PipelineConfig, tasks: tuple[Task, ...], log: Log = print) -> list[Trajectory]:
-    """The teacher's rollouts of `tasks` in ``out_dir/teacher`` (resumable by key)."""
+    """The teacher's rollouts of `tasks` in ``out_dir/teacher`` (`codedance.runs.batch`,
+    resumable by key), in task order; an episode that failed stops the pipeline (rerun to retry)."""
     from codedance.sandbox import Sandbox
     from codedance.teacher import ExpertTeacher, TeacherConfig
     from codedance.train.grpo import episode_config
 
-    out = Path(config.out_dir) / "teacher"
-    out.mkdir(parents=True, exist_ok=True)
-    have = dict(load_trajectories(out))
-    store = ImageStore(out / "images")
+    run = RunDir(Path(config.out_dir) / "teacher")
     sft = config.sft
     teacher = ExpertTeacher(TeacherConfig(sft.teacher_temperature, sft.teacher_mistake_rate, sft.seed,
                                           code_style=sft.teacher_code_style))
-    ep = episode_config(config.rollout)
-    for task in tasks:
-        for k in range(sft.rollouts_per_task):
-            key = f"{task.id}#{k}"
-            if key in have:
-                continue
-            with Sandbox(images=Episode(task, ep).images, timeout_s=config.rollout.exec_timeout_s) as sandbox:
-                trajectory = run_episode(teacher.policy(task, k), task, sandbox, ep)
-            append_jsonl(out / "trajectories.jsonl", trajectory_json(trajectory, store, key))
-            have[key] = trajectory
-    log(f"teacher: {len(have)} trajectories in {out}")
-    return list(have.values())
+    timeout = config.rollout.exec_timeout_s
+    summary = run_batch(teacher.policy, tasks, lambda images: Sandbox(images=images, timeout_s=timeout), run,
+                        episode_config(config.rollout), rollouts=sft.rollouts_per_task,
+                        concurrency=config.threads, progress=False)
+    if summary.failures:
+        key, error = summary.failures[0]
+        raise CodeDanceError(f"teacher: {len(summary.failures)} episodes failed (first: {key}: {error}); "
+                           f"see {run.path / 'failures.jsonl'}")
+    order = {episode_key(t.id, k): i * sft.rollouts_per_task + k for i, t in enumerate(tasks)
+             for k in range(sft.rollouts_per_task)}
+    have = sorted(((key, t) for key, t in run.trajectories() if key in order), key=lambda kt: order[kt[0]])
+    log(f"teacher: {len(have)} trajectories in {run.path}")
+    return [t for _, t in have]
 
 
 def evaluate(model: Any, processor: Any, config: PipelineConfig, tasks: tuple[Task, ...], name: str,
@@ -87,7 +100,7 @@ def evaluate(model: Any, processor: Any, config: PipelineConfig, tasks: tuple[Ta
     path.write_text(json.dumps(metrics, indent=1))
     store = ImageStore(path.parent / "images")
     for t in trajectories:
-        append_jsonl(path.parent / f"{name}.jsonl", trajectory_json(t, store, t.task_id))
+        append_jsonl(path.parent / f"{name}.jsonl", trajectory_json(t, store, episode_key(t.task_id, 0)))
     log(f"eval {name}: accuracy {metrics['accuracy']:.3f}, calls/traj {metrics['calls']:.2f}")
     return metrics
 
@@ -150,9 +163,10 @@ def prepare(config: PipelineConfig, log: Log = print) -> tuple[Any, Any, list[Tr
 
 
 def run_sft_stage(config: PipelineConfig, log: Log = print) -> tuple[Any, Any]:
-    from codedance.integrations.trl.sft import run_sft
+    from codedance.train.sft import run_sft
     from codedance.train.tiny import load_policy
 
+    claim_run(config)
     final = Path(config.out_dir) / "sft" / "final"
     model, processor, trajectories = prepare(config, log)
     held = world_tasks(config.eval.tasks)
@@ -199,8 +213,5 @@ def run_ablation(config: PipelineConfig, log: Log = print) -> dict[str, dict[str
 
     run_sft_stage(config, log)
     for name in config.ablation_profiles:
-        if name not in ABLATION:
-            raise ValueError(f"unknown ablation profile {name!r}; known: {sorted(ABLATION)}")
-        profile, overrides = ABLATION[name]
-        run_grpo_stage(config, name, replace(config.grpo, profile=profile, profile_overrides=overrides), log)
+        run_grpo_stage(config, name, replace(config.grpo, profile=name, profile_overrides=()), log)
     return write_report(config.out_dir)

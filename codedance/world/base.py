@@ -20,6 +20,7 @@ from enum import Enum
 
 import numpy as np
 
+from codedance.errors import SettingsError
 from codedance.types import AnswerKind, Image, Task
 
 WORLD_VERSION = "1"
@@ -37,7 +38,7 @@ class Difficulty(str, Enum):
 DIFFICULTIES = (Difficulty.EASY, Difficulty.MEDIUM, Difficulty.HARD)
 
 
-class WorldError(ValueError):
+class WorldError(SettingsError):
     """A request the world cannot satisfy (unknown skill or difficulty, bad counts)."""
 
 

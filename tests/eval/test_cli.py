@@ -7,15 +7,12 @@ import re
 import typer
 from typer.testing import CliRunner
 
-from codedance.cli import eval_cmd
+from codedance.cli import app
 from codedance.policy.replay_server import ReplayServer
 
 
 def cli() -> typer.Typer:
-    app = typer.Typer()
-    app.add_typer(eval_cmd.app, name="eval")
-    app.command("report")(eval_cmd.report)
-    return app
+    return app  # the real command line, as `codedance` registers eval and report
 
 
 def test_eval_resume_and_report_compare(tmp_path, mathv_root):

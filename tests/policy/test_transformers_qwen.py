@@ -110,7 +110,7 @@ def test_images_become_placeholders_in_order() -> None:
 def test_importing_the_rollout_does_not_import_torch() -> None:
     import subprocess
 
-    code = "import codedance.rollout, codedance.batch, sys; print('torch' in sys.modules)"
+    code = "import codedance.rollout, codedance.runs.batch, sys; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -1,4 +1,4 @@
-"""Each property of shared/docs/sandbox.md through the public checks, plus the finer points of
+"""Each property of docs/sandbox.md through the public checks, plus the finer points of
 rollback and persistence that the checks do not spell out."""
 
 from __future__ import annotations

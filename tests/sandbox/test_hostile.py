@@ -1,4 +1,4 @@
-"""The hostile inputs of ``shared/docs/sandbox.md``, each against a jailed sandbox.
+"""The hostile inputs of docs/sandbox.md (Threat model), each against a jailed sandbox.
 
 Every case asserts the status, the time it took, that the state and files from before survived,
 that no process of the step remains, and that a neighbour instance was untouched. All of them run

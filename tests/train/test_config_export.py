@@ -8,7 +8,7 @@ import json
 import pytest
 
 from codedance.cli.train_cmd import PRESETS
-from codedance.integrations.trl.export import sft_record, write_swift_jsonl
+from codedance.sft_records import canonical_record, write_records
 from codedance.train.config import load_config
 from tests.train.helpers import corpus
 
@@ -49,14 +49,14 @@ def test_unknown_keys_are_errors_that_name_them() -> None:
 
 def test_canonical_record_and_swift_export(tmp_path) -> None:  # type: ignore[no-untyped-def]
     t = corpus()[0]  # prompt with an image, a code turn whose feedback has an image, the answer
-    record = sft_record(t)
+    record = canonical_record(t).as_dict()
     roles = [(m["role"], m["loss"]) for m in record["messages"]]
     assert roles == [("user", False), ("assistant", True), ("user", False), ("assistant", True)]
     placeholders = sum(m["content"].count("<image>") for m in record["messages"])
     assert placeholders == len(record["images"]) == 2
     assert record["messages"][1]["content"] == t.turns[0].text
     path = tmp_path / "swift.jsonl"
-    assert write_swift_jsonl(corpus(), path) == 9
+    assert write_records((canonical_record(t) for t in corpus()), path, "swift") == 9
     first = json.loads(path.read_text().splitlines()[0])
     assert [m["loss"] for m in first["messages"]] == [False, True, False, True]
     assert all((tmp_path / "images").joinpath(p.rsplit("/", 1)[1]).exists() for p in first["images"])

@@ -2,8 +2,11 @@
 
 verl has no turn-level credit. Each profile of `codedance.rewards` is registered with
 ``core_algos.register_adv_est`` under `ESTIMATORS` (``algorithm.adv_estimator=codedance_paper``,
-``codedance_release``, and the ablation baselines ``codedance_outcome_only`` (GRPO on R_acc +
-R_format) and ``codedance_deepeyes``). Per token of assistant turn m of rollout i:
+``codedance_release``, the baselines ``codedance_outcome_only`` (GRPO on R_acc + R_format) and
+``codedance_deepeyes``, and the ablations ``codedance_paper_no_turn`` (w/o R_turn),
+``codedance_paper_delta0`` and ``codedance_paper_gamma5``). The logged call counts and execution
+success are `codedance.runs.stats.AgentStats` of the records' trajectories (``exec_success`` is
+left out of a step without calls). Per token of assistant turn m of rollout i:
 
     A = A_seq(r_i over its group) + w · A_turn(R_turn^m over the batch)   (0 where mask is 0)
 
@@ -35,10 +38,13 @@ import numpy as np
 from codedance.advantages import batch_token_advantages, grpo_advantages, turn_advantages
 from codedance.integrations.verl.record import RolloutRecord
 from codedance.integrations.verl.reward import group_rewards
+from codedance.runs.stats import AgentStats
 from codedance.types import ExecStatus
 
 ESTIMATORS = {"codedance_paper": "paper", "codedance_release": "release",
-              "codedance_outcome_only": "outcome-only", "codedance_deepeyes": "deepeyes"}
+              "codedance_outcome_only": "outcome-only", "codedance_deepeyes": "deepeyes",
+              "codedance_paper_no_turn": "paper-no-turn", "codedance_paper_delta0": "paper-delta0",
+              "codedance_paper_gamma5": "paper-gamma5"}
 
 
 @dataclass
@@ -107,8 +113,7 @@ def _metrics(batch, records: Sequence[RolloutRecord]) -> dict[str, float]:
     def mean(name: str) -> float:
         return float(np.mean([dict(b.metrics)[name] for b in batch.breakdowns]))
 
-    n_total = sum(dict(b.metrics)["n_total"] for b in batch.breakdowns)
-    n_succ = sum(dict(b.metrics)["n_success"] for b in batch.breakdowns)
+    stats = AgentStats.of([r.trajectory() for r in records])
     prof = batch.profile
     seq = grpo_advantages(batch.rewards, batch.group_ids, scale=prof.adv_scale)
     include = batch.turn_is_call if prof.turn_scope == "call_turns" else None
@@ -116,14 +121,15 @@ def _metrics(batch, records: Sequence[RolloutRecord]) -> dict[str, float]:
                                            fallback=prof.turn_std_fallback)) if records else np.zeros(0)
     stops = [r.stop_reason for r in records]
     out = {"codedance/accuracy": mean("correct"), "codedance/d_mean": mean("d"),
-           "codedance/mu_mean": mean("mu"), "codedance/calls_per_traj": n_total / max(len(records), 1),
-           "codedance/exec_success": n_succ / n_total if n_total else 0.0,
+           "codedance/mu_mean": mean("mu"), "codedance/calls_per_traj": stats.calls_per_sample or 0.0,
            "codedance/reward_total_mean": float(np.mean(batch.rewards)),
            "codedance/r_tool_mean": float(np.mean([b.sequence_tool for b in batch.breakdowns])),
            "codedance/format_error": mean("format_error"),
            "codedance/a_seq_abs_mean": float(np.mean(np.abs(seq))),
            "codedance/a_turn_mean": float(turns.mean()) if turns.size else 0.0,
            "codedance/a_turn_std": float(turns.std()) if turns.size else 0.0}
+    if stats.exec_success is not None:
+        out["codedance/exec_success"] = stats.exec_success
     for reason in ("answered", "max_turns", "max_tokens", "format_error", "sandbox_error"):
         out[f"codedance/stop_{reason}"] = stops.count(reason) / max(len(stops), 1)
     statuses = [t.status for r in records for t in r.turns if t.status is not None]

@@ -94,7 +94,7 @@ def verl_message(message: Message) -> dict[str, Any]:
 @register("codedance")
 class CodeDanceAgentLoop(AgentLoopBase):
     """One CodeDance episode per sample (see the module docstring). Keyword settings:
-    ``max_turns`` (6, spec §5), ``prompt_profile`` (``release``), ``exec_timeout_s`` (15),
+    ``max_turns`` (6, paper §4), ``prompt_profile`` (``release``), ``exec_timeout_s`` (15),
     ``turn_max_tokens`` (None: the remaining response budget), ``max_running`` (None: CPUs),
     ``inject_turn_limit`` (True), ``max_pixels`` / ``min_pixels`` (qwen-vl-utils' defaults)."""
 
@@ -204,7 +204,7 @@ class CodeDanceAgentLoop(AgentLoopBase):
             TurnRecord(text=turn.text, span=(min(start, limit), min(end, limit)),
                        status=turn.result.status.value if turn.result is not None else None,
                        executed_nothing=bool(turn.result and turn.result.executed_nothing),
-                       injected_turn_limit=turn.injected_turn_limit, verdict_ok=turn.verdict.ok,
+                       injected_turn_limit=turn.feedback_has_turn_limit, verdict_ok=turn.verdict.ok,
                        verdict_reasons=turn.verdict.reasons)
             for turn, (start, end) in zip(trajectory.turns, spans, strict=True))
         record = RolloutRecord(task_id=trajectory.task_id, turns=turns,

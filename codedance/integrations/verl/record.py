@@ -44,7 +44,7 @@ class TurnRecord:
         result = None
         if self.status is not None:
             result = ExecResult(status=ExecStatus(self.status), executed_nothing=self.executed_nothing)
-        return Turn(text=self.text, result=result, injected_turn_limit=self.injected_turn_limit,
+        return Turn(text=self.text, result=result, feedback_has_turn_limit=self.injected_turn_limit,
                     verdict=FormatVerdict(ok=self.verdict_ok, reasons=self.verdict_reasons))
 
 

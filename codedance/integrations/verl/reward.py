@@ -91,7 +91,7 @@ def group_rewards(records: Sequence[RolloutRecord], correct: Sequence[float | bo
     >>> fin = TurnRecord("<think>.</think><answer>7</answer>", (0, 5))
     >>> call = TurnRecord("<think>.</think><code>c</code>", (0, 5), status="ok")
     >>> recs = [RolloutRecord("q", (call, fin), "answered"), RolloutRecord("q", (fin,), "answered")]
-    >>> [round(x, 6) for x in group_rewards(recs, [1, 0], ["u", "u"]).rewards]   # 1 + 1.0·d(0.5)
+    >>> [round(float(x), 6) for x in group_rewards(recs, [1, 0], ["u", "u"]).rewards]   # 1 + 1.0·d(0.5)
     [1.3, 0.0]
     """
     prof = get_profile(profile, **overrides)

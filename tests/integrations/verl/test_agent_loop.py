@@ -26,6 +26,7 @@ from verl.workers.rollout.replica import TokenOutput
 from codedance.integrations.verl import agent_loop as al
 from codedance.integrations.verl.record import record_from_extra
 from codedance.integrations.verl.tasks import TASK_KEY, task_fields
+from codedance.rewards import compute_group_rewards
 from codedance.sandbox.pool import SandboxPool
 from codedance.types import AnswerKind, Image, Task
 
@@ -166,6 +167,9 @@ def test_max_turns_and_timeout_status(tok_proc, pool):
     assert record.stop_reason == "max_turns"
     assert [t.status for t in record.turns] == ["timeout", None]  # the last turn's code never runs
     assert record.turns[0].injected_turn_limit
+    # the timed-out call whose feedback carries the note counts, for R_seq and R_turn alike
+    reward = compute_group_rewards(trajectories=[record.trajectory()], correct=[False])[0]
+    assert dict(reward.metrics)["n_total"] == 1.0 and reward.turn_returns == (-0.5, 0.0)
     assert out.response_logprobs is None
     assert "Turn limit reached" in tokenizer.decode(out.response_ids)
 

@@ -1,5 +1,6 @@
-"""The presets compose with verl's own Hydra config and hold spec §5's numbers; flash-attn
-features follow what is installed; the cpu-smoke preset is what the CPU backend needs."""
+"""The presets compose with verl's own Hydra config and hold the paper's numbers (Table 4, §4;
+docs/verl.md); flash-attn features follow what is installed; the cpu-smoke preset is what the CPU
+backend needs."""
 
 from __future__ import annotations
 

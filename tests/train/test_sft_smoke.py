@@ -9,8 +9,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("trl")
 
-from codedance.integrations.trl.sft import TrajectoryCollator, encode_all, run_sft
 from codedance.train.config import SFTStage
+from codedance.train.sft import TrajectoryCollator, encode_all, run_sft
 from codedance.train.tiny import load_policy
 from tests.train.helpers import corpus, tiny
 

@@ -1,6 +1,6 @@
 """The loop's own overhead per turn, at 1, 64 and 256 concurrent trajectories.
 
-    python -m codedance.rollout_bench [--turns 6] [--episodes-per-level 256]
+    .venv/bin/python benchmarks/rollout_bench.py [--turns 6] [--episodes-per-level 256]
 
 A zero-latency `ReplayServer` runs in a separate process (so its CPU time is not counted here)
 and scripts code for ``turns - 1`` turns, then an answer. The runner returns a fixed

@@ -14,7 +14,7 @@ does not say). `run_sft` resumes from the newest ``checkpoint-*`` under ``out_di
 
 Not handled: packing; trajectories longer than ``max_length`` are cut (tail untrained, counted
 in the returned summary); the paper's data pipeline itself (we train on the teacher's
-trajectories of the synthetic world). Export for ms-swift: `codedance.integrations.trl.export`.
+trajectories of the synthetic world). Export for ms-swift: `codedance.sft_records.write_records`.
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@ import json
 
 from PIL import Image as PILImage
 
-from codedance.batch import arun_batch, finished_keys
 from codedance.policy import OpenAIChatPolicy, RetrySettings
 from codedance.policy.replay_server import ReplayServer
 from codedance.records import append_jsonl, load_trajectories, read_jsonl
+from codedance.runs.batch import arun_batch, finished_keys
 from codedance.sandbox import Sandbox
 from codedance.types import Image, StopReason, Task
 
