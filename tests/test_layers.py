@@ -5,7 +5,7 @@ Every ``import codedance.x`` / ``from codedance.x import`` is read from the sour
 function-level imports included (they are real dependencies, only deferred). The floors: the
 core at the front (types and errors; the leaf rooms; the loop and its math), the wings behind
 (the runs layer, the world wing, eval, train), then the plugins other programs load
-(integrations), then the command line.
+(integrations), the authors'-data importer (which writes verl's parquet), then the command line.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ FLOORS = (
     {"runs", "teacher", "sft_records"},
     {"demo", "demo_summary", "demo_report", "synth", "eval", "train"},
     {"integrations"},
+    {"data"},  # the authors' data: writes the verl parquet through integrations.verl's own row format
     {"cli", "conftest"},
 )
 FLOOR = {room: n for n, rooms in enumerate(FLOORS) for room in rooms}
