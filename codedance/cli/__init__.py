@@ -15,6 +15,7 @@ app = typer.Typer(
 )
 
 from codedance.cli import (
+    curate_cmd,
     data_cmd,
     demo_cmd,
     eval_cmd,
@@ -39,6 +40,7 @@ app.add_typer(verl_cmd.app, name="verl")
 app.add_typer(train_cmd.app, name="train")
 app.add_typer(sft_cmd.app, name="sft")
 app.add_typer(data_cmd.app, name="data")
+app.add_typer(curate_cmd.app, name="curate")
 app.command("report", help="Compare evaluation runs side by side.")(eval_cmd.report)
 
 
