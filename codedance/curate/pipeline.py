@@ -50,10 +50,15 @@ from codedance.curate.report import write_report
 from codedance.curate.sources import Item, load_items
 from codedance.curate.verification import verify
 from codedance.policy.base import PolicyError
-from codedance.records import ImageStore, append_jsonl, read_jsonl, trajectory_from_json, trajectory_json
+from codedance.records import (
+    ImageStore,
+    append_jsonl,
+    read_jsonl,
+    trajectory_from_json,
+    trajectory_json,
+)
 from codedance.rollout import Episode, EpisodeConfig
 from codedance.sft_records import FORMATS, canonical_record
-
 
 STAGE_ORDER = ("inspect", "filter", "atomic", "verify")
 

@@ -70,7 +70,8 @@ def build_report(config: CurateConfig, items: list[Item], source_counts: dict[st
         entry = calls.setdefault(level, {"items": 0, "requests": 0})
         entry["items"] += 1
         entry["requests"] += spent
-    accepted = sum(1 for _ in open(out / "sft.jsonl", encoding="utf-8")) if (out / "sft.jsonl").exists() else 0
+    sft = out / "sft.jsonl"
+    accepted = len(sft.read_text(encoding="utf-8").splitlines()) if sft.exists() else 0
     return {
         "sources": source_counts, "items": len(items), "stages": {s: _stage_summary(raw[s]) for s in STAGE_NAMES},
         "difficulty": {s: dict(sorted(c.items())) for s, c in difficulty.items()},

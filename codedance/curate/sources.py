@@ -65,7 +65,7 @@ def _benchmark(spec: dict[str, Any], base: Path) -> Iterable[Task]:
 
 def _table(spec: dict[str, Any], base: Path) -> Iterable[Task]:
     from codedance.data.formats import Unmappable, to_image
-    from codedance.eval.sources import read_export, read_tsv
+    from codedance.eval.sources import DataNotFoundError, read_export, read_tsv
 
     if "path" not in spec:
         raise CurateError("a table source needs 'path' (a JSONL, JSON, parquet or TSV file or folder)")
@@ -78,7 +78,10 @@ def _table(spec: dict[str, Any], base: Path) -> Iterable[Task]:
         kind = AnswerKind(spec.get("answer_kind", "text"))
     except ValueError:
         raise CurateError(f"answer_kind must be one of {', '.join(k.value for k in AnswerKind)}") from None
-    items = read_tsv(path) if path.suffix == ".tsv" else read_export(path, (image_key,))
+    try:
+        items = read_tsv(path) if path.suffix == ".tsv" else read_export(path, (image_key,))
+    except DataNotFoundError as exc:
+        raise CurateError(f"table source {path}: {exc}") from None
     name = spec.get("name", path.stem)
     for n, item in enumerate(items):
         question, answer = item.fields.get(q_key), item.fields.get(a_key)
