@@ -7,8 +7,8 @@
 - question validation (Table 7; template ``question_validation``): the gold answer is correct and
   the question is not trivial -> ``GOOD`` / ``BAD``.
 
-Parsing is strict (`parse_word`): the reply, stripped of whitespace, surrounding ``*``, quotes and
-a final period, must be exactly one of the allowed words (any case). Anything else is recorded as
+Parsing is strict (`parse_word`): the reply, stripped of surrounding whitespace, ``*``, quotes and
+periods, must be exactly one of the allowed words (any case). Anything else is recorded as
 unparseable (reason ``inspector_unparseable``) and the item is dropped, never guessed.
 Reasons: ``uninformative_image``, ``bad_question``, ``inspector_unparseable``, ``inspector_error``
 (the server gave no usable completion).
@@ -33,7 +33,7 @@ def parse_word(reply: str, allowed: tuple[str, ...]) -> str | None:
     >>> parse_word(" **True**. ", ("True", "False")), parse_word("GOOD, mostly", ("GOOD", "BAD"))
     ('True', None)
     """
-    word = reply.strip().strip("*\"'` ").rstrip(".").strip()
+    word = reply.strip().strip("*\"'`. ")
     for option in allowed:
         if word.lower() == option.lower():
             return option
