@@ -164,3 +164,37 @@ def test_cli_dry_run_prints_the_plan_and_request_budget(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()
     bad = CliRunner().invoke(app, ["curate", "run", str(tmp_path / "missing.yaml")])
     assert bad.exit_code == 2 and "no config file" in bad.output
+
+
+def test_inspect_stage_drops_by_verdict_and_counts_unparseable_replies(tmp_path: Path) -> None:
+    from codedance.curate import run_curate
+    from codedance.policy.replay_server import ReplayServer
+    from codedance.types import Image
+    from codedance.world import task_set
+
+    tasks = task_set(4, 0, ["counting"], ["easy"])
+    # per task (by its question): the image verdict, then the question verdict
+    verdicts = {tasks[0].question: ("True", "GOOD"), tasks[1].question: ("False", "GOOD"),
+                tasks[2].question: ("**True**", "BAD"), tasks[3].question: ("Probably yes", "GOOD")}
+    assert len(verdicts) == 4
+
+    images = {Episode(t, EpisodeConfig()).images[0].sha256: verdicts[t.question][0] for t in tasks}
+
+    def vlm(body: dict) -> str:
+        parts = body["messages"][0]["content"]
+        text = "".join(p.get("text", "") for p in parts)
+        if "fine-grained visual question answering" in text:  # the image check: decide by the image
+            url = next(p["image_url"]["url"] for p in parts if p.get("type") == "image_url")
+            return images[Image.from_png(base64.b64decode(url.split(",", 1)[1])).sha256]
+        return next(v[1] for q, v in verdicts.items() if q in text)
+
+    with ReplayServer(vlm, ("vlm",)) as server:
+        raw = {"out": str(tmp_path / "run"), "stages": ["inspect"],
+               "endpoints": {"strong": {"url": server.url, "model": "vlm"}},
+               "sources": [{"kind": "world", "skills": ["counting"], "difficulties": ["easy"], "n": 4}]}
+        result = run_curate(parse_config(raw), stream=None)
+    assert result.stage_counts["inspect"] == {"done": 4, "kept": 1, "dropped": {
+        "bad_question": 1, "inspector_unparseable": 1, "uninformative_image": 1}}
+    records = [json.loads(line) for line in (tmp_path / "run" / "inspect.jsonl").read_text().splitlines()]
+    unparseable = next(r for r in records if r["reason"] == "inspector_unparseable")
+    assert unparseable["image"] == {"reply": "Probably yes", "verdict": None} and unparseable["calls"] == 1
