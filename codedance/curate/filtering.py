@@ -35,9 +35,8 @@ def direct_messages(item: Item, prompts: Any = None) -> tuple[Message, ...]:
     return (Message("user", (*images, render("direct_answer", prompts, question=item.task.question))),)
 
 
-async def _samples(endpoint: Endpoint, item: Item, config: FilterConfig, prompts: Any) -> list[dict[str, Any]]:
-    messages = direct_messages(item, prompts)
-
+async def _samples(endpoint: Endpoint, item: Item, messages: tuple[Message, ...],
+                   config: FilterConfig) -> list[dict[str, Any]]:
     async def one() -> dict[str, Any]:
         try:
             completion = await endpoint.ask(messages, temperature=config.temperature)
@@ -63,14 +62,15 @@ async def classify(item: Item, weak: Endpoint, strong: Endpoint, config: FilterC
                    prompts: Any = None) -> dict[str, Any]:
     """The filter record of `item` (see the module docstring); `EndpointDown` propagates."""
     record: dict[str, Any] = {"key": item.key, "source": item.source}
-    record["weak"] = await _samples(weak, item, config, prompts)
+    messages = direct_messages(item, prompts)  # the same request to both models (images sized once)
+    record["weak"] = await _samples(weak, item, messages, config)
     record["weak_rate"] = weak_rate = _rate(record["weak"])
     if weak_rate is None:
         return {**record, "difficulty": None, "reason": "no_valid_samples"}
     if weak_rate >= config.easy_threshold:
         kept = keeps_easy(item.key, config.easy_keep)
         return {**record, "difficulty": "easy", "reason": "" if kept else "easy_not_sampled"}
-    record["strong"] = await _samples(strong, item, config, prompts)
+    record["strong"] = await _samples(strong, item, messages, config)
     record["strong_rate"] = strong_rate = _rate(record["strong"])
     if strong_rate is None:
         return {**record, "difficulty": None, "reason": "no_valid_samples"}

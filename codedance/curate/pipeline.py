@@ -25,6 +25,7 @@ Not handled: several processes writing one run directory at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -227,7 +228,8 @@ async def arun_curate(config: CurateConfig, stream: TextIO | None = sys.stderr) 
     endpoints = endpoints_from(config.endpoints)
     width = max([e.max_in_flight for e in config.endpoints.values()] + [1])
     down = ""
-    async with SandboxPool(max_running=config.sandboxes) as pool:
+    needs_sandbox = "atomic" in config.stages or "verify" in config.stages  # starting one costs ~1 s
+    async with SandboxPool(max_running=config.sandboxes) if needs_sandbox else contextlib.nullcontext() as pool:
         stages = _Stages(config, endpoints, pool, store, {})
         try:
             eligible = items
