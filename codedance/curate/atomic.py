@@ -15,8 +15,9 @@
    per box (up to ``max_boxes``), each printing the crop's size, then a turn that enhances the
    contrast of the last crop (it reuses the variables of earlier turns), then the answer.
 
-Not handled: math CoT-to-code rewriting (Tables 8-9) and open-ended drawing operations; a source
-with ``recipe: none`` reaches verification only through its easy direct-answer examples.
+The math recipe (Tables 8-9) is `codedance.curate.math_recipe`. Not handled: open-ended drawing
+operations; a source with ``recipe: none`` reaches verification only through its easy
+direct-answer examples.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ Stages (in this order; each reads the one before from disk, so a stage can be re
 ``inspect`` (`codedance.curate.inspectors`), ``filter`` (`codedance.curate.filtering`),
 ``atomic`` (`codedance.curate.atomic`: easy items kept as direct-answer examples from the weak
 model's own correct reply; medium/hard items of a ``crop`` source: boxes, rule filter, the
-trajectory through the loop and sandbox), ``verify`` (`codedance.curate.verification`); then the
-export and the report always run.
+trajectory through the loop and sandbox; of a ``math`` source: `codedance.curate.math_recipe`),
+``verify`` (`codedance.curate.verification`); then the export and the report always run.
 
 Run directory (``out``):
 - ``<stage>.jsonl``: one record per item with ``key`` and ``reason`` ('' = kept), written as each
@@ -47,6 +47,7 @@ from codedance.curate.config import CurateConfig
 from codedance.curate.endpoints import Endpoint, EndpointDown, endpoints_from
 from codedance.curate.filtering import classify
 from codedance.curate.inspectors import inspect_item
+from codedance.curate.math_recipe import ProgramUnparseable, math_trajectory
 from codedance.curate.report import write_report
 from codedance.curate.sources import Item, load_items
 from codedance.curate.verification import verify
@@ -147,6 +148,8 @@ class _Stages:
             reply = next(s["text"] for s in self.filter_records[item.key]["weak"] if s.get("correct"))
             trajectory = direct_trajectory(item.task, reply, self.episode)
             return {**record, "kind": "direct", "trajectory": trajectory_json(trajectory, self.store, item.key)}
+        if item.recipe == "math":
+            return await self._math(item, record)
         if item.recipe != "crop":
             return {**record, "reason": "no_recipe"}
         strong = self.endpoints["strong"]
@@ -177,6 +180,26 @@ class _Stages:
             await asyncio.to_thread(sandbox.close)
         record["calls"] += strong.stats.requests - before
         return {**record, "trajectory": trajectory_json(trajectory, self.store, item.key)}
+
+    async def _math(self, item: Item, record: dict[str, Any]) -> dict[str, Any]:
+        strong = self.endpoints["strong"]
+        record["kind"] = "math"
+        before = strong.stats.requests
+        sandbox = await self.pool.asandbox(images=Episode(item.task, self.episode).images,
+                                           timeout_s=self.config.verify.exec_timeout_s)
+        try:
+            trajectory, cot, program = await math_trajectory(item.task, strong, sandbox, self.episode,
+                                                             self.config.prompts)
+        except PolicyError as exc:
+            return {**record, "reason": "trajectory_error", "detail": f"{type(exc).__name__}: {str(exc)[:200]}",
+                    "calls": strong.stats.requests - before}
+        except ProgramUnparseable as exc:
+            return {**record, "reason": "program_unparseable", "detail": str(exc),
+                    "calls": strong.stats.requests - before}
+        finally:
+            await asyncio.to_thread(sandbox.close)
+        return {**record, "cot": cot, "program": program, "calls": strong.stats.requests - before,
+                "trajectory": trajectory_json(trajectory, self.store, item.key)}
 
     async def verify(self, item: Item, atomic: dict[str, Any]) -> dict[str, Any]:
         trajectory = trajectory_from_json(atomic["trajectory"], self.store)
@@ -280,9 +303,10 @@ def plan(config: CurateConfig) -> dict[str, Any]:
     if "filter" in config.stages:
         budget["weak"] += k * len(pending["filter"])
         budget["strong"] += k * len(pending["filter"])
-    if "atomic" in config.stages:  # boxes + the final answer turn
-        budget["strong"] += 2 * sum(1 for i in pending["atomic"] if i.recipe == "crop"
-                                    and records["filter"].get(i.key, {}).get("difficulty") != "easy")
+    if "atomic" in config.stages:  # crop: boxes + the final turn; math: CoT + rewrite + the final turn
+        cost = {"crop": 2, "math": 3, "none": 0}
+        budget["strong"] += sum(cost[i.recipe] for i in pending["atomic"]
+                                if records["filter"].get(i.key, {}).get("difficulty") != "easy")
     if "verify" in config.stages and config.verify.judge:
         budget["judge"] += len(pending["verify"])
     return {"items": len(items), "sources": source_counts, "stages": list(config.stages),

@@ -198,3 +198,13 @@ def test_inspect_stage_drops_by_verdict_and_counts_unparseable_replies(tmp_path:
     records = [json.loads(line) for line in (tmp_path / "run" / "inspect.jsonl").read_text().splitlines()]
     unparseable = next(r for r in records if r["reason"] == "inspector_unparseable")
     assert unparseable["image"] == {"reply": "Probably yes", "verdict": None} and unparseable["calls"] == 1
+
+
+def test_math_rewrite_takes_exactly_the_first_python_block_and_drops_the_cot_answer() -> None:
+    from codedance.curate.math_recipe import ProgramUnparseable, extract_program, steps_of
+
+    assert extract_program("ok\n```python\nx = 2\nprint(x)\n```\nthen ```python\nprint(3)\n```") == "x = 2\nprint(x)"
+    for reply in ("print(2)", "```python\n\n```", "```\nprint(2)\n```"):
+        with pytest.raises(ProgramUnparseable):
+            extract_program(reply)
+    assert steps_of("1. a\n2. b\n<answer>5</answer>") == "1. a\n2. b"

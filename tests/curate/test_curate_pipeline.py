@@ -79,6 +79,10 @@ class Models:
 
     def strong(self, body: dict) -> ServerReply | str:
         text = _question(body)
+        if "Rewrite the step-by-step solution" in text:  # text only: find the item by its question
+            return next(p["program"] for p in self.plans.values() if "program" in p and p["question"] in text)
+        if "Solve the problem in the image step by step" in text:
+            return self._plan(body)[1]["cot"]
         if "Locate every region" in text:
             return self._plan(body)[1]["boxes"]
         if any(m["role"] == "assistant" for m in body["messages"]):  # the trajectory's last turn
@@ -122,9 +126,12 @@ def _plans() -> dict[str, dict]:
         # hard: wrong answer and the judge's reply is no verdict -> judge_unparseable
         w[5].id: {"weak": 0, "strong": 0, "final": "no idea", "judge": "It might be right.",
                   "boxes": _boxes(("blue tag", good))},
-        # MathVision: easy (accepted), medium without a recipe, weak replies malformed
+        # MathVision (recipe math): easy (accepted); medium: the CoT rewritten as a program that
+        # the sandbox runs, then the answer; weak replies malformed
         m[0].id: {"weak": 4},
-        m[1].id: {"weak": 0, "strong": 3},
+        m[1].id: {"weak": 0, "strong": 3, "final": m[1].answer,
+                  "cot": f"1. Each daisy adds 13.\n2. 48 + 13 = 61.\n<answer>{m[1].answer}</answer>",
+                  "program": "Here it is:\n```python\nlast = 48 + 13\nprint('48 + 13 =', last)\n```"},
         m[2].id: {"weak_malformed": True},
     }
     tasks = {t.id: t for t in (*w, *m)}
@@ -152,7 +159,7 @@ def _config(out: Path, servers: dict, **overrides: object) -> dict:
                       for role, name in (("weak", "weak-7b"), ("strong", "strong-72b"), ("judge", "judge-72b"))},
         "sources": [
             {"kind": "world", "name": "world", "skills": ["search"], "difficulties": ["medium", "hard"], "n": 6},
-            {"kind": "benchmark", "name": "mathvision_mini", "path": str(MATHV), "limit": 3, "recipe": "none"},
+            {"kind": "benchmark", "name": "mathvision_mini", "path": str(MATHV), "limit": 3, "recipe": "math"},
             {"kind": "world", "name": "again", "skills": ["search"], "difficulties": ["medium"], "n": 1},
         ],
         "filter": {"k": K, "easy_threshold": 0.75, "medium_threshold": 0.5, "easy_keep": 1.0},
@@ -225,7 +232,11 @@ def test_atomic_stage_filters_boxes_and_runs_real_trajectories(run) -> None:
     assert "contrast range:" in hard_turns[1]["result"]["stdout"]
     assert a[w[3].id]["reason"] == "no_plausible_box" and a[w[3].id]["boxes"][0]["problem"] == "outside"
     assert a[w[4].id]["reason"] == "boxes_unparseable"
-    assert a[m[1].id]["reason"] == "no_recipe"
+    math = a[m[1].id]
+    assert math["kind"] == "math" and math["program"] == "last = 48 + 13\nprint('48 + 13 =', last)"
+    math_turns = math["trajectory"]["turns"]
+    assert "<answer>" not in math_turns[0]["text"] and "2. 48 + 13 = 61." in math_turns[0]["text"]
+    assert math_turns[0]["result"]["stdout"] == "48 + 13 = 61\n" and math["calls"] == 3
     assert m[2].id not in a
 
 
@@ -233,18 +244,18 @@ def test_verification_grades_by_rules_then_judge_and_replays(run) -> None:
     w, m = _world(), _mathv()
     v = _by_task(run["out"], "verify")
     assert {t: r["reason"] for t, r in v.items()} == {
-        w[0].id: "", w[1].id: "", w[2].id: "", w[5].id: "judge_unparseable", m[0].id: ""}
+        w[0].id: "", w[1].id: "", w[2].id: "", w[5].id: "judge_unparseable", m[0].id: "", m[1].id: ""}
     assert v[w[1].id]["graded_by"] == "rule" and v[w[2].id]["graded_by"] == "judge"
     assert run["sent"]["judge"] == 2  # only the two answers the rules rejected
 
 
 def test_exports_hold_relative_image_paths_and_report_counts(run) -> None:
     out = run["out"]
-    assert run["result"].accepted == 4 and not run["result"].down
+    assert run["result"].accepted == 5 and not run["result"].down
     sft = [json.loads(line) for line in (out / "sft.jsonl").read_text().splitlines()]
     trl = [json.loads(line) for line in (out / "trl.jsonl").read_text().splitlines()]
     swift = [json.loads(line) for line in (out / "swift.jsonl").read_text().splitlines()]
-    assert len(sft) == len(trl) == len(swift) == 4
+    assert len(sft) == len(trl) == len(swift) == 5
     for record in sft + trl:
         assert record["images"] and all(not Path(p).is_absolute() and (out / p).is_file() for p in record["images"])
     assert {r["meta"]["difficulty"] for r in sft} == {"easy", "medium", "hard"}
@@ -253,12 +264,12 @@ def test_exports_hold_relative_image_paths_and_report_counts(run) -> None:
     assert trl[0]["messages"][1]["content"][0] == {"type": "image"}
     report = json.loads((out / "report.json").read_text())
     assert report["stages"]["filter"] == {"done": 9, "kept": 8, "dropped": {"no_valid_samples": 1}}
-    assert report["stages"]["atomic"]["dropped"] == {"boxes_unparseable": 1, "no_plausible_box": 1, "no_recipe": 1}
+    assert report["stages"]["atomic"]["dropped"] == {"boxes_unparseable": 1, "no_plausible_box": 1}
     assert report["difficulty"]["world"] == {"easy": 1, "hard": 3, "medium": 2}
     assert report["calls_per_difficulty"]["easy"] == {"items": 2, "requests": 2 * K}
     for role in ("weak", "strong", "judge"):
         assert report["endpoints"][role]["requests"] == run["sent"][role]
-    assert report["accepted"] == 4 and any(not s["accepted"] for s in report["samples"])
+    assert report["accepted"] == 5 and any(not s["accepted"] for s in report["samples"])
     html = (out / "report.html").read_text()
     assert "judge_unparseable" in html and "<img src='images/" in html
 
@@ -267,7 +278,7 @@ def test_rerun_resumes_without_requests(run, servers) -> None:
     before = {role: len(servers[role].requests) for role in ("weak", "strong", "judge")}
     result = run_curate(run["config"], stream=None)
     assert {role: len(servers[role].requests) for role in ("weak", "strong", "judge")} == before
-    assert result.accepted == 4
+    assert result.accepted == 5
     assert plan(run["config"])["request_budget"] == {"weak": 0, "strong": 0, "judge": 0}
 
 
