@@ -32,7 +32,7 @@ from codedance.curate.endpoints import Endpoint
 from codedance.curate.templates import render
 from codedance.policy.base import Completion
 from codedance.rollout import Episode, EpisodeConfig, arun_episode
-from codedance.types import Message, Task, Trajectory
+from codedance.types import Image, Message, Task, Trajectory
 
 ZOOM = 2
 
@@ -96,8 +96,8 @@ def box_problem(box: Box, size: tuple[int, int], question: str, config: AtomicCo
     return None
 
 
-def propose_messages(task: Task, config: EpisodeConfig, prompts: Any = None) -> tuple[Message, ...]:
-    image = Episode(task, config).images[0]
+def propose_messages(task: Task, image: Image, prompts: Any = None) -> tuple[Message, ...]:
+    """The Table 6 request for `task`'s first image as the model sees it (`Episode.images`)."""
     text = render("propose_boxes", prompts, question=task.question, width=image.width, height=image.height)
     return (Message("user", (image, text)),)
 

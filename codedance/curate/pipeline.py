@@ -155,21 +155,20 @@ class _Stages:
         strong = self.endpoints["strong"]
         record["kind"] = "crop"
         record["calls"] += 1
+        images = Episode(item.task, self.episode).images  # sized for the model once (costly for big images)
         try:
-            reply = (await strong.ask(propose_messages(item.task, self.episode, self.config.prompts))).text
+            reply = (await strong.ask(propose_messages(item.task, images[0], self.config.prompts))).text
             boxes = parse_boxes(reply)
         except PolicyError as exc:
             return {**record, "reason": "proposal_error", "detail": f"{type(exc).__name__}: {str(exc)[:200]}"}
         except BoxesUnparseable as exc:
             return {**record, "reason": "boxes_unparseable", "detail": str(exc)}
-        size = Episode(item.task, self.episode).images[0].size
-        judged = [(b, box_problem(b, size, item.task.question, self.config.atomic)) for b in boxes]
+        judged = [(b, box_problem(b, images[0].size, item.task.question, self.config.atomic)) for b in boxes]
         record["boxes"] = [{**b.as_dict(), "problem": p or ""} for b, p in judged]
         kept = [b for b, p in judged if p is None]
         if not kept:
             return {**record, "reason": "no_plausible_box"}
-        sandbox = await self.pool.asandbox(images=Episode(item.task, self.episode).images,
-                                           timeout_s=self.config.verify.exec_timeout_s)
+        sandbox = await self.pool.asandbox(images=images, timeout_s=self.config.verify.exec_timeout_s)
         before = strong.stats.requests
         try:
             trajectory = await crop_trajectory(item.task, kept, difficulty, strong, sandbox, self.episode,
