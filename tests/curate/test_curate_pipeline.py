@@ -8,6 +8,7 @@ duplicate world source. Each item is scripted to exercise one path of a stage.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from collections import Counter
 from pathlib import Path
@@ -291,5 +292,7 @@ def test_breaker_stops_a_run_at_a_dead_endpoint_and_a_rerun_resumes(servers, tmp
     assert "endpoint weak" in result.down and "2 consecutive failures" in result.down
     assert not (tmp_path / "run" / "filter.jsonl").exists()
     raw["endpoints"]["weak"] = {"url": servers["weak"].url, "model": "weak-7b"}
-    resumed = run_curate(parse_config(raw), stream=None)
+    progress = io.StringIO()
+    resumed = run_curate(parse_config(raw), stream=progress)
     assert not resumed.down and resumed.stage_counts["filter"]["done"] == 6
+    assert progress.getvalue().splitlines()[-1] == "filter: 6/6"
