@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from codedance.curate.config import AtomicConfig
-from codedance.curate.endpoints import Endpoint
+from codedance.curate.endpoints import Asker
 from codedance.curate.templates import render
 from codedance.policy.base import Completion
 from codedance.rollout import Episode, EpisodeConfig, arun_episode
@@ -130,7 +130,7 @@ class AtomicPolicy:
     """A `Policy` whose first replies are `turns` (code written from the boxes) and whose last
     reply comes from the strong model, given the whole conversation with the real feedback."""
 
-    def __init__(self, turns: list[str], strong: Endpoint) -> None:
+    def __init__(self, turns: list[str], strong: Asker) -> None:
         self.turns = turns
         self.strong = strong
 
@@ -144,7 +144,7 @@ class AtomicPolicy:
         return await self.strong.ask(messages)
 
 
-async def crop_trajectory(task: Task, boxes: list[Box], difficulty: str, strong: Endpoint, sandbox: Any,
+async def crop_trajectory(task: Task, boxes: list[Box], difficulty: str, strong: Asker, sandbox: Any,
                           episode: EpisodeConfig, config: AtomicConfig) -> Trajectory:
     """Run the atomic trajectory of `task` in `sandbox` (which holds the model-sized images)."""
     policy = AtomicPolicy(code_turns(boxes, difficulty, config.max_boxes), strong)

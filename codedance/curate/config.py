@@ -12,7 +12,7 @@
       - {kind: table, path: my.parquet, question: question, answer: answer, answer_kind: text}
     filter: {k: 4, temperature: 1.0, easy_threshold: 0.75, medium_threshold: 0.5, easy_keep: 0.25}
     atomic: {max_turns: 6, min_box_side: 8, max_box_area: 0.9, max_boxes: 3}
-    verify: {judge: true, exec_timeout_s: 15}
+    verify: {judge: true, cross_check: false, exec_timeout_s: 15}
     inspect: {image: true, question: true}
     prompts: my_prompts/             # optional folder overriding any template by file name
     sandboxes: 4                     # sandboxes running at once
@@ -84,7 +84,11 @@ class AtomicConfig:
 
 @dataclass(frozen=True)
 class VerifyConfig:
+    """``judge``: grade answers the rules reject with the judge; ``cross_check``: ask the judge
+    (which must then be a VLM) whether the reasoning agrees with the images."""
+
     judge: bool = True
+    cross_check: bool = False
     exec_timeout_s: float = 15.0
 
 
@@ -158,7 +162,7 @@ def parse_config(raw: object, base: Path = Path(".")) -> CurateConfig:
     needed = {"filter": ("weak", "strong"), "atomic": ("strong",), "inspect": ("strong",)}
     roles = {r for s in stages for r in needed.get(s, ())}
     verify = _build(VerifyConfig, raw.get("verify"), "verify")
-    if "verify" in stages and verify.judge:
+    if "verify" in stages and (verify.judge or verify.cross_check):
         roles.add("judge")
     missing = sorted(r for r in roles if r not in endpoints_raw)
     if missing:

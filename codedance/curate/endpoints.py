@@ -104,6 +104,22 @@ class Endpoint:
             await policy.aclose()
 
 
+class Counted:
+    """`endpoint` for one item: the same `ask`, counting this item's requests in ``calls`` (the
+    endpoint's own counters mix every item in flight)."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self.calls = 0
+
+    async def ask(self, messages: tuple[Message, ...], temperature: float | None = None) -> Completion:
+        self.calls += 1
+        return await self.endpoint.ask(messages, temperature)
+
+
+Asker = Endpoint | Counted  # what a stage asks: the endpoint itself or its per-item counter
+
+
 def endpoints_from(configs: dict[str, EndpointConfig]) -> dict[str, Endpoint]:
     return {role: Endpoint(role, c) for role, c in configs.items()}
 

@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from codedance.curate.atomic import AtomicPolicy
-from codedance.curate.endpoints import Endpoint
+from codedance.curate.endpoints import Asker
 from codedance.curate.templates import render
 from codedance.rollout import Episode, EpisodeConfig, arun_episode
 from codedance.types import Message, Task, Trajectory
@@ -45,7 +45,7 @@ def steps_of(cot: str) -> str:
     return _ANSWER.sub("", cot).strip()
 
 
-async def math_trajectory(task: Task, strong: Endpoint, sandbox: Any, episode: EpisodeConfig,
+async def math_trajectory(task: Task, strong: Asker, sandbox: Any, episode: EpisodeConfig,
                           prompts: Any = None) -> tuple[Trajectory, str, str]:
     """(trajectory, the chain of thought, the program) for `task`; `ProgramUnparseable` when the
     rewrite has no program. `sandbox` holds the model-sized images."""

@@ -44,7 +44,7 @@ from codedance.curate.atomic import (
     propose_messages,
 )
 from codedance.curate.config import CurateConfig
-from codedance.curate.endpoints import Endpoint, EndpointDown, endpoints_from
+from codedance.curate.endpoints import Counted, Endpoint, EndpointDown, endpoints_from
 from codedance.curate.filtering import classify
 from codedance.curate.inspectors import inspect_item
 from codedance.curate.math_recipe import ProgramUnparseable, math_trajectory
@@ -152,38 +152,36 @@ class _Stages:
             return await self._math(item, record)
         if item.recipe != "crop":
             return {**record, "reason": "no_recipe"}
-        strong = self.endpoints["strong"]
+        strong = Counted(self.endpoints["strong"])
         record["kind"] = "crop"
-        record["calls"] += 1
         images = Episode(item.task, self.episode).images  # sized for the model once (costly for big images)
         try:
             reply = (await strong.ask(propose_messages(item.task, images[0], self.config.prompts))).text
             boxes = parse_boxes(reply)
         except PolicyError as exc:
-            return {**record, "reason": "proposal_error", "detail": f"{type(exc).__name__}: {str(exc)[:200]}"}
+            return {**record, "reason": "proposal_error", "detail": f"{type(exc).__name__}: {str(exc)[:200]}",
+                    "calls": strong.calls}
         except BoxesUnparseable as exc:
-            return {**record, "reason": "boxes_unparseable", "detail": str(exc)}
+            return {**record, "reason": "boxes_unparseable", "detail": str(exc), "calls": strong.calls}
         judged = [(b, box_problem(b, images[0].size, item.task.question, self.config.atomic)) for b in boxes]
         record["boxes"] = [{**b.as_dict(), "problem": p or ""} for b, p in judged]
         kept = [b for b, p in judged if p is None]
         if not kept:
-            return {**record, "reason": "no_plausible_box"}
+            return {**record, "reason": "no_plausible_box", "calls": strong.calls}
         sandbox = await self.pool.asandbox(images=images, timeout_s=self.config.verify.exec_timeout_s)
-        before = strong.stats.requests
         try:
             trajectory = await crop_trajectory(item.task, kept, difficulty, strong, sandbox, self.episode,
                                                self.config.atomic)
         except PolicyError as exc:
-            return {**record, "reason": "trajectory_error", "detail": f"{type(exc).__name__}: {str(exc)[:200]}"}
+            return {**record, "reason": "trajectory_error", "detail": f"{type(exc).__name__}: {str(exc)[:200]}",
+                    "calls": strong.calls}
         finally:
             await asyncio.to_thread(sandbox.close)
-        record["calls"] += strong.stats.requests - before
-        return {**record, "trajectory": trajectory_json(trajectory, self.store, item.key)}
+        return {**record, "calls": strong.calls, "trajectory": trajectory_json(trajectory, self.store, item.key)}
 
     async def _math(self, item: Item, record: dict[str, Any]) -> dict[str, Any]:
-        strong = self.endpoints["strong"]
+        strong = Counted(self.endpoints["strong"])
         record["kind"] = "math"
-        before = strong.stats.requests
         sandbox = await self.pool.asandbox(images=Episode(item.task, self.episode).images,
                                            timeout_s=self.config.verify.exec_timeout_s)
         try:
@@ -191,21 +189,22 @@ class _Stages:
                                                              self.config.prompts)
         except PolicyError as exc:
             return {**record, "reason": "trajectory_error", "detail": f"{type(exc).__name__}: {str(exc)[:200]}",
-                    "calls": strong.stats.requests - before}
+                    "calls": strong.calls}
         except ProgramUnparseable as exc:
-            return {**record, "reason": "program_unparseable", "detail": str(exc),
-                    "calls": strong.stats.requests - before}
+            return {**record, "reason": "program_unparseable", "detail": str(exc), "calls": strong.calls}
         finally:
             await asyncio.to_thread(sandbox.close)
-        return {**record, "cot": cot, "program": program, "calls": strong.stats.requests - before,
+        return {**record, "cot": cot, "program": program, "calls": strong.calls,
                 "trajectory": trajectory_json(trajectory, self.store, item.key)}
 
     async def verify(self, item: Item, atomic: dict[str, Any]) -> dict[str, Any]:
         trajectory = trajectory_from_json(atomic["trajectory"], self.store)
-        judge = self.endpoints.get("judge") if self.config.verify.judge else None
-        before = judge.stats.requests if judge is not None else 0
-        verdict = await verify(item.task, trajectory, self.pool, self.episode, judge, self.config.verify.exec_timeout_s)
-        calls = (judge.stats.requests - before) if judge is not None else 0
+        settings = self.config.verify
+        judge = Counted(self.endpoints["judge"]) if "judge" in self.endpoints else None
+        verdict = await verify(item.task, trajectory, self.pool, self.episode, judge if settings.judge else None,
+                               settings.exec_timeout_s, cross_checker=judge if settings.cross_check else None,
+                               prompts=self.config.prompts)
+        calls = judge.calls if judge is not None else 0
         return {"key": item.key, "source": item.source, "difficulty": atomic["difficulty"],
                 "reason": verdict.reason, "detail": verdict.detail, "graded_by": verdict.graded_by, "calls": calls}
 
@@ -306,7 +305,7 @@ def plan(config: CurateConfig) -> dict[str, Any]:
         cost = {"crop": 2, "math": 3, "none": 0}
         budget["strong"] += sum(cost[i.recipe] for i in pending["atomic"]
                                 if records["filter"].get(i.key, {}).get("difficulty") != "easy")
-    if "verify" in config.stages and config.verify.judge:
-        budget["judge"] += len(pending["verify"])
+    if "verify" in config.stages:  # grading only when the rules reject; the cross-check always
+        budget["judge"] += (int(config.verify.judge) + int(config.verify.cross_check)) * len(pending["verify"])
     return {"items": len(items), "sources": source_counts, "stages": list(config.stages),
             "done": {s: len(r) for s, r in records.items()}, "request_budget": budget, "out": str(config.out)}

@@ -14,30 +14,36 @@
    when the judge's reply is not a verdict (never guessed);
 5. re-running every snippet in order in a fresh sandbox holding the same images reproduces each
    recorded result (status, output, error, image hashes, notes: `codedance.synth.verify.observable`)
-   (``output_mismatch``); a sandbox that fails itself gives ``replay_error``.
-
-Not handled: the optional MLLM cross-check that the reasoning is consistent with the images.
+   (``output_mismatch``); a sandbox that fails itself gives ``replay_error``;
+6. optionally (``verify.cross_check``), the judge endpoint, a stronger MLLM, sees the whole
+   conversation with every image and says whether the reasoning agrees with the images
+   (template ``cross_check``, strict one-word ``CONSISTENT`` / ``INCONSISTENT``):
+   ``inconsistent_reasoning``, or ``cross_check_unparseable``.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from codedance.curate.endpoints import Endpoint
+from codedance.curate.endpoints import Asker
+from codedance.curate.inspectors import parse_word
+from codedance.curate.templates import render
 from codedance.grading import grade_trajectory
 from codedance.grading.judge import JudgeVerdictError, build_prompt, parse_verdict
 from codedance.policy.base import PolicyError
+from codedance.prompts import conversation
 from codedance.rollout import Episode, EpisodeConfig
 from codedance.synth.verify import _mismatch, observable
-from codedance.types import Message, StopReason, Task, Trajectory
+from codedance.types import Image, Message, StopReason, Task, Trajectory
 
 if TYPE_CHECKING:  # pragma: no cover
     from codedance.sandbox.pool import SandboxPool
 
 REASONS = ("not_answered", "bad_format", "noop_code", "duplicate_turn", "wrong_answer",
-           "judge_unparseable", "judge_error", "output_mismatch", "replay_error")
+           "judge_unparseable", "judge_error", "output_mismatch", "replay_error", "inconsistent_reasoning",
+           "cross_check_unparseable")
 
 
 @dataclass(frozen=True)
@@ -73,7 +79,7 @@ def structural_problem(trajectory: Trajectory) -> Verdict | None:
     return None
 
 
-async def grade(task: Task, trajectory: Trajectory, judge: Endpoint | None) -> Verdict:
+async def grade(task: Task, trajectory: Trajectory, judge: Asker | None) -> Verdict:
     """Check 4: '' reason when correct by the rules or, failing them, by the judge."""
     if grade_trajectory(trajectory=trajectory, task=task).correct:
         return Verdict(graded_by="rule")
@@ -114,9 +120,35 @@ async def replay(task: Task, trajectory: Trajectory, pool: SandboxPool, episode:
     return None
 
 
+def cross_check_message(trajectory: Trajectory, prompts: Any = None) -> Message:
+    """One user message: the conversation as the model saw it (roles marked, images in place),
+    then the ``cross_check`` instruction."""
+    parts: list[str | Image] = []
+    for message in conversation(trajectory):
+        if message.role != "system":
+            parts.append(f"\n[{message.role}]\n")
+            parts.extend(message.parts)
+    parts.append("\n\n" + render("cross_check", prompts))
+    return Message("user", tuple(parts))
+
+
+async def cross_check(trajectory: Trajectory, judge: Asker, prompts: Any = None) -> Verdict | None:
+    """Check 6; None when the judge says the reasoning is consistent with the images."""
+    try:
+        reply = (await judge.ask((cross_check_message(trajectory, prompts),), temperature=0.0)).text
+    except PolicyError as exc:
+        return Verdict("judge_error", f"cross-check: {type(exc).__name__}: {str(exc)[:200]}", "judge")
+    word = parse_word(reply, ("CONSISTENT", "INCONSISTENT"))
+    if word is None:
+        return Verdict("cross_check_unparseable", f"{reply[:120]!r}", "judge")
+    return Verdict("inconsistent_reasoning", "the judge found the reasoning at odds with the images",
+                   "judge") if word == "INCONSISTENT" else None
+
+
 async def verify(task: Task, trajectory: Trajectory, pool: SandboxPool, episode: EpisodeConfig,
-                 judge: Endpoint | None, exec_timeout_s: float = 15.0) -> Verdict:
-    """The verdict on `trajectory` (see the module docstring)."""
+                 judge: Asker | None, exec_timeout_s: float = 15.0, *,
+                 cross_checker: Asker | None = None, prompts: Any = None) -> Verdict:
+    """The verdict on `trajectory` (see the module docstring); `cross_checker` enables check 6."""
     problem = structural_problem(trajectory)
     if problem is not None:
         return problem
@@ -124,4 +156,10 @@ async def verify(task: Task, trajectory: Trajectory, pool: SandboxPool, episode:
     if not graded.accepted:
         return graded
     replayed = await replay(task, trajectory, pool, episode, exec_timeout_s)
-    return replayed if replayed is not None else graded
+    if replayed is not None:
+        return replayed
+    if cross_checker is not None:
+        checked = await cross_check(trajectory, cross_checker, prompts)
+        if checked is not None:
+            return checked
+    return graded

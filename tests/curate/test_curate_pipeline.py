@@ -92,6 +92,8 @@ class Models:
         return self._direct("strong", body)
 
     def judge(self, body: dict) -> ServerReply | str:
+        if "CONSISTENT or INCONSISTENT" in _question(body):  # the cross-check sees the task's image
+            return self._plan(body)[1].get("cross", "CONSISTENT.")
         item = _question(body).rsplit("[Question]:", 1)[1]
         for p in self.plans.values():
             if p["question"] in item and "final" in p and f"[Model answer]: {p['final']}" in item:
@@ -127,9 +129,9 @@ def _plans() -> dict[str, dict]:
         # hard: wrong answer and the judge's reply is no verdict -> judge_unparseable
         w[5].id: {"weak": 0, "strong": 0, "final": "no idea", "judge": "It might be right.",
                   "boxes": _boxes(("blue tag", good))},
-        # MathVision (recipe math): easy (accepted); medium: the CoT rewritten as a program that
+        # MathVision (recipe math): easy, but the cross-check finds its reasoning inconsistent; medium: the CoT rewritten as a program that
         # the sandbox runs, then the answer; weak replies malformed
-        m[0].id: {"weak": 4},
+        m[0].id: {"weak": 4, "cross": "**INCONSISTENT**"},
         m[1].id: {"weak": 0, "strong": 3, "final": m[1].answer,
                   "cot": f"1. Each daisy adds 13.\n2. 48 + 13 = 61.\n<answer>{m[1].answer}</answer>",
                   "program": "Here it is:\n```python\nlast = 48 + 13\nprint('48 + 13 =', last)\n```"},
@@ -164,6 +166,7 @@ def _config(out: Path, servers: dict, **overrides: object) -> dict:
             {"kind": "world", "name": "again", "skills": ["search"], "difficulties": ["medium"], "n": 1},
         ],
         "filter": {"k": K, "easy_threshold": 0.75, "medium_threshold": 0.5, "easy_keep": 1.0},
+        "verify": {"judge": True, "cross_check": True},
         "sandboxes": 2,
     }
     raw.update(overrides)
@@ -178,7 +181,8 @@ def run(servers, tmp_path_factory):
     config = parse_config(_config(out, servers))
     result = run_curate(config, stream=None)
     sent = {role: len(servers[role].requests) for role in ("weak", "strong", "judge")}
-    return {"config": config, "result": result, "out": out, "sent": sent}
+    bodies = {role: list(servers[role].requests) for role in ("weak", "strong", "judge")}
+    return {"config": config, "result": result, "out": out, "sent": sent, "bodies": bodies}
 
 
 def _records(out: Path, stage: str) -> dict[str, dict]:
@@ -245,18 +249,25 @@ def test_verification_grades_by_rules_then_judge_and_replays(run) -> None:
     w, m = _world(), _mathv()
     v = _by_task(run["out"], "verify")
     assert {t: r["reason"] for t, r in v.items()} == {
-        w[0].id: "", w[1].id: "", w[2].id: "", w[5].id: "judge_unparseable", m[0].id: "", m[1].id: ""}
+        w[0].id: "", w[1].id: "", w[2].id: "", w[5].id: "judge_unparseable", m[0].id: "inconsistent_reasoning",
+        m[1].id: ""}
     assert v[w[1].id]["graded_by"] == "rule" and v[w[2].id]["graded_by"] == "judge"
-    assert run["sent"]["judge"] == 2  # only the two answers the rules rejected
+    # grading: only the two answers the rules rejected; cross-check: the five that replayed
+    assert v[w[2].id]["calls"] == 2 and v[w[1].id]["calls"] == 1 and v[w[5].id]["calls"] == 1
+    assert run["sent"]["judge"] == 2 + 5
+    cross = [b for b in run["bodies"]["judge"] if "CONSISTENT or INCONSISTENT" in _question(b)]
+    hard = next(b for b in cross if "Next region" in _question(b) or "contrast" in _question(b))
+    parts = hard["messages"][0]["content"]
+    assert sum(p.get("type") == "image_url" for p in parts) == 3  # the task's image and both outputs
 
 
 def test_exports_hold_relative_image_paths_and_report_counts(run) -> None:
     out = run["out"]
-    assert run["result"].accepted == 5 and not run["result"].down
+    assert run["result"].accepted == 4 and not run["result"].down
     sft = [json.loads(line) for line in (out / "sft.jsonl").read_text().splitlines()]
     trl = [json.loads(line) for line in (out / "trl.jsonl").read_text().splitlines()]
     swift = [json.loads(line) for line in (out / "swift.jsonl").read_text().splitlines()]
-    assert len(sft) == len(trl) == len(swift) == 5
+    assert len(sft) == len(trl) == len(swift) == 4
     for record in sft + trl:
         assert record["images"] and all(not Path(p).is_absolute() and (out / p).is_file() for p in record["images"])
     assert {r["meta"]["difficulty"] for r in sft} == {"easy", "medium", "hard"}
@@ -267,10 +278,14 @@ def test_exports_hold_relative_image_paths_and_report_counts(run) -> None:
     assert report["stages"]["filter"] == {"done": 9, "kept": 8, "dropped": {"no_valid_samples": 1}}
     assert report["stages"]["atomic"]["dropped"] == {"boxes_unparseable": 1, "no_plausible_box": 1}
     assert report["difficulty"]["world"] == {"easy": 1, "hard": 3, "medium": 2}
-    assert report["calls_per_difficulty"]["easy"] == {"items": 2, "requests": 2 * K}
+    calls = report["calls_per_difficulty"]
+    assert calls["easy"] == {"items": 2, "requests": 2 * K + 2}  # weak samples + one cross-check each
+    # medium: crop (2K filter + boxes + final + cross-check), bad boxes (2K + boxes),
+    # math (2K + CoT + rewrite + final + cross-check)
+    assert calls["medium"] == {"items": 3, "requests": (2 * K + 3) + (2 * K + 1) + (2 * K + 4)}
     for role in ("weak", "strong", "judge"):
         assert report["endpoints"][role]["requests"] == run["sent"][role]
-    assert report["accepted"] == 5 and any(not s["accepted"] for s in report["samples"])
+    assert report["accepted"] == 4 and any(not s["accepted"] for s in report["samples"])
     html = (out / "report.html").read_text()
     assert "judge_unparseable" in html and "<img src='images/" in html
 
@@ -279,7 +294,7 @@ def test_rerun_resumes_without_requests(run, servers) -> None:
     before = {role: len(servers[role].requests) for role in ("weak", "strong", "judge")}
     result = run_curate(run["config"], stream=None)
     assert {role: len(servers[role].requests) for role in ("weak", "strong", "judge")} == before
-    assert result.accepted == 5
+    assert result.accepted == 4
     assert plan(run["config"])["request_budget"] == {"weak": 0, "strong": 0, "judge": 0}
 
 
