@@ -8,8 +8,8 @@ trajectory through the loop and sandbox; of a ``math`` source: `codedance.curate
 ``verify`` (`codedance.curate.verification`); then the export and the report always run.
 
 Run directory (``out``):
-- ``<stage>.jsonl``: one record per item with ``key`` and ``reason`` ('' = kept), written as each
-  item finishes; a rerun skips keys already there (resume by item key). ``atomic.jsonl`` records
+- ``<stage>.jsonl``: one record per item with ``key``, ``task_id`` and ``reason`` ('' = kept),
+  written as each item finishes; a rerun skips keys already there (resume by item key). ``atomic.jsonl`` records
   hold the trajectory (`codedance.records` format; images under ``images/``).
 - ``sft.jsonl`` (canonical), ``swift.jsonl``, ``trl.jsonl``: the accepted items' SFT records with
   image paths relative to ``out`` (so the folder can be moved), and ``meta`` (key, source,
@@ -115,7 +115,7 @@ async def _run_stage(stage: str, items: list[Item], fn: Callable[[Item], Awaitab
             except EndpointDown as exc:
                 down.append(str(exc))
                 return
-        append_jsonl(path, record)
+        append_jsonl(path, {"key": item.key, "task_id": item.task.id, **record})
         progress.step()
 
     await asyncio.gather(*(one(i) for i in todo))

@@ -7,6 +7,7 @@ duplicate world source. Each item is scripted to exercise one path of a stage.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -25,10 +26,12 @@ MATHV = Path("/work/shared/data/mathvision-testmini")
 K = 4
 
 
+@functools.cache
 def _world():
     return task_set(6, 0, ["search"], ["medium", "hard"])
 
 
+@functools.cache
 def _mathv():
     from codedance.eval.loaders import load_benchmark
     from codedance.eval.spec import get_spec
@@ -190,17 +193,7 @@ def _records(out: Path, stage: str) -> dict[str, dict]:
 
 
 def _by_task(out: Path, stage: str) -> dict[str, dict]:
-    """Stage records by task id (via the atomic/sft meta or the filter order)."""
-    from codedance.curate.sources import load_items
-
-    items, _ = load_items(parse_config(_config(out, {r: _Url() for r in ("weak", "strong", "judge")}))
-                          .sources, Path("."))
-    keys = {i.key: i.task.id for i in items}
-    return {keys[k]: r for k, r in _records(out, stage).items()}
-
-
-class _Url:
-    url = "http://127.0.0.1:9/v1"
+    return {r["task_id"]: r for r in _records(out, stage).values()}
 
 
 def test_sources_are_deduplicated_and_filter_records_every_answer(run) -> None:
