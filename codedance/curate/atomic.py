@@ -14,10 +14,12 @@
    (the crops included). *medium*: one code turn (crop and zoom the first box). *hard*: one turn
    per box (up to ``max_boxes``), each printing the crop's size, then a turn that enhances the
    contrast of the last crop (it reuses the variables of earlier turns), then the answer.
+   ``recipe: annotate`` adds an open-ended drawing turn first: every kept box outlined and
+   labelled on a copy of the whole image, shown to the model.
 
-The math recipe (Tables 8-9) is `codedance.curate.math_recipe`. Not handled: open-ended drawing
-operations; a source with ``recipe: none`` reaches verification only through its easy
-direct-answer examples.
+The math recipe (Tables 8-9) is `codedance.curate.math_recipe`. Not handled: other open-ended
+operations (free drawing the model chooses, auxiliary lines for geometry); a source with
+``recipe: none`` reaches verification only through its easy direct-answer examples.
 """
 
 from __future__ import annotations
@@ -110,13 +112,25 @@ def _crop_turn(box: Box, name: str, why: str) -> str:
             f"{name}.resize(({name}.width * {ZOOM}, {name}.height * {ZOOM})).show()\n```\n</code>")
 
 
-def code_turns(boxes: list[Box], difficulty: str, max_boxes: int) -> list[str]:
-    """The scripted code turns of a trajectory (see the module docstring)."""
+def annotate_turn(boxes: list[Box]) -> str:
+    """A drawing turn: outline and label every box on a copy of the whole image, then show it."""
+    draw = "".join(f"draw.rectangle(({b.x1}, {b.y1}, {b.x2}, {b.y2}), outline=(255, 0, 0), width=3)\n"
+                   f"draw.text(({b.x1}, max(0, {b.y1} - 12)), {b.label!r}, fill=(255, 0, 0))\n" for b in boxes)
+    return ("<think>First I mark the candidate regions on the whole image to see where they lie.</think>\n"
+            "<code>\n```python\nfrom PIL import ImageDraw\nmarked = input_image.convert('RGB').copy()\n"
+            f"draw = ImageDraw.Draw(marked)\n{draw}print('marked', {len(boxes)}, 'regions on', marked.size)\n"
+            "marked.show()\n```\n</code>")
+
+
+def code_turns(boxes: list[Box], difficulty: str, max_boxes: int, annotate: bool = False) -> list[str]:
+    """The scripted code turns of a trajectory (see the module docstring); with `annotate`, a
+    drawing turn (`annotate_turn`) comes first."""
+    first = [annotate_turn(boxes[:max_boxes])] if annotate else []
     if difficulty == "medium":
-        return [_crop_turn(boxes[0], "crop", "The answer depends on a small detail.")]
+        return [*first, _crop_turn(boxes[0], "crop", "The answer depends on a small detail.")]
     used = boxes[:max_boxes]
-    turns = [_crop_turn(b, f"crop{i}", "I check this region first." if i == 0 else "Next region.")
-             for i, b in enumerate(used)]
+    turns = first + [_crop_turn(b, f"crop{i}", "I check this region first." if i == 0 else "Next region.")
+                     for i, b in enumerate(used)]
     last = f"crop{len(used) - 1}"
     turns.append("<think>The details are faint; I raise the contrast of the last crop.</think>\n<code>\n"
                  "```python\nfrom PIL import ImageOps\n"
@@ -145,9 +159,9 @@ class AtomicPolicy:
 
 
 async def crop_trajectory(task: Task, boxes: list[Box], difficulty: str, strong: Asker, sandbox: Any,
-                          episode: EpisodeConfig, config: AtomicConfig) -> Trajectory:
+                          episode: EpisodeConfig, config: AtomicConfig, annotate: bool = False) -> Trajectory:
     """Run the atomic trajectory of `task` in `sandbox` (which holds the model-sized images)."""
-    policy = AtomicPolicy(code_turns(boxes, difficulty, config.max_boxes), strong)
+    policy = AtomicPolicy(code_turns(boxes, difficulty, config.max_boxes, annotate), strong)
     return await arun_episode(policy, task, sandbox, episode)
 
 

@@ -150,10 +150,10 @@ class _Stages:
             return {**record, "kind": "direct", "trajectory": trajectory_json(trajectory, self.store, item.key)}
         if item.recipe == "math":
             return await self._math(item, record)
-        if item.recipe != "crop":
+        if item.recipe not in ("crop", "annotate"):
             return {**record, "reason": "no_recipe"}
         strong = Counted(self.endpoints["strong"])
-        record["kind"] = "crop"
+        record["kind"] = item.recipe
         images = Episode(item.task, self.episode).images  # sized for the model once (costly for big images)
         try:
             reply = (await strong.ask(propose_messages(item.task, images[0], self.config.prompts))).text
@@ -171,7 +171,7 @@ class _Stages:
         sandbox = await self.pool.asandbox(images=images, timeout_s=self.config.verify.exec_timeout_s)
         try:
             trajectory = await crop_trajectory(item.task, kept, difficulty, strong, sandbox, self.episode,
-                                               self.config.atomic)
+                                               self.config.atomic, annotate=item.recipe == "annotate")
         except PolicyError as exc:
             return {**record, "reason": "trajectory_error", "detail": f"{type(exc).__name__}: {str(exc)[:200]}",
                     "calls": strong.calls}
@@ -302,7 +302,7 @@ def plan(config: CurateConfig) -> dict[str, Any]:
         budget["weak"] += k * len(pending["filter"])
         budget["strong"] += k * len(pending["filter"])
     if "atomic" in config.stages:  # crop: boxes + the final turn; math: CoT + rewrite + the final turn
-        cost = {"crop": 2, "math": 3, "none": 0}
+        cost = {"crop": 2, "annotate": 2, "math": 3, "none": 0}
         budget["strong"] += sum(cost[i.recipe] for i in pending["atomic"]
                                 if records["filter"].get(i.key, {}).get("difficulty") != "easy")
     if "verify" in config.stages:  # grading only when the rules reject; the cross-check always

@@ -1,7 +1,8 @@
 """Source adapters: turn a dataset into `Task`s with images, then deduplicate them.
 
 Kinds (one mapping per source in the YAML's ``sources`` list; ``name`` labels it in the report,
-``recipe`` picks the atomic recipe: ``crop`` (default), ``math`` or ``none``):
+``recipe`` picks the atomic recipe: ``crop`` (default), ``annotate`` (a drawing turn, then
+crops), ``math`` or ``none``):
 
 - ``world``: the synthetic task world (``skills``, ``difficulties``, ``n``, ``seed``).
 - ``benchmark``: a benchmark the eval harness knows (``name`` as in ``codedance eval list``,
@@ -96,7 +97,7 @@ def _table(spec: dict[str, Any], base: Path) -> Iterable[Task]:
 
 
 SOURCES: dict[str, SourceFn] = {"world": _world, "benchmark": _benchmark, "table": _table}
-RECIPES = ("crop", "math", "none")
+RECIPES = ("crop", "annotate", "math", "none")
 
 
 def register_source(kind: str, fn: SourceFn) -> None:

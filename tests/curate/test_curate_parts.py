@@ -136,9 +136,12 @@ def test_verification_rejects_noop_and_repeated_turns_and_lying_outputs() -> Non
                     sandbox.close()
 
             good = await episode([crop, answer])
+            boxes = [Box("purple tag", 100, 100, 300, 260), Box("tag", 400, 300, 520, 380)]
+            annotated = await episode([*code_turns(boxes, "hard", 3, annotate=True), answer])
             shown = good.turns[0].result
             lied = replace(good, turns=(replace(good.turns[0], result=replace(shown, stdout="9\n")), good.turns[1]))
-            return {"good": structural_problem(good), "good_replay": await replay(task, good, pool, config, 15.0),
+            return {"annotated": annotated, "annotated_replay": await replay(task, annotated, pool, config, 15.0),
+                    "good": structural_problem(good), "good_replay": await replay(task, good, pool, config, 15.0),
                     "lied": await replay(task, lied, pool, config, 15.0),
                     "noop": structural_problem(await episode([code("x = 1"), answer])),
                     "empty": structural_problem(await episode([code("# nothing"), answer])),
@@ -146,6 +149,12 @@ def test_verification_rejects_noop_and_repeated_turns_and_lying_outputs() -> Non
 
     v = asyncio.run(main())
     assert v["good"] is None and v["good_replay"] is None
+    annotated = v["annotated"]  # drawing turn, two crops, contrast, answer: all ran and replay
+    assert [t.result.status.value for t in annotated.turns[:4]] == ["ok"] * 4
+    width, height = Episode(task, config).images[0].size
+    assert annotated.turns[0].result.stdout == f"marked 2 regions on ({width}, {height})\n"
+    assert len(annotated.turns[0].result.images) == 1 and annotated.turns[0].result.images[0].size == (width, height)
+    assert structural_problem(annotated) is None and v["annotated_replay"] is None
     assert v["lied"].reason == "output_mismatch" and "stdout" in v["lied"].detail
     assert v["noop"].reason == "noop_code" and v["empty"].reason == "noop_code"
     assert v["twice"].reason == "duplicate_turn" and "turn 1 repeats turn 0" in v["twice"].detail
