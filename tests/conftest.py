@@ -23,7 +23,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "verl": ("integrations/verl/", "test_tool_call_definition.py::test_verl_metrics_agree",
              "test_advantages.py::test_matches_verl_grpo_on_random_batches"),
     "torch": ("train/", "policy/test_transformers_qwen.py", "data/test_sft_roundtrip.py"),
-    "integration": ("sandbox/", "data/", "teacher/", "eval/test_runner.py", "eval/test_failure_paths.py", "eval/test_cli.py",
+    "integration": ("sandbox/", "data/", "curate/", "teacher/", "eval/test_runner.py", "eval/test_failure_paths.py", "eval/test_cli.py",
                     "eval/test_vlmeval_adapter.py", "policy/test_vllm_recordings.py", "test_demo.py",
                     "test_synth_run.py", "test_synth_verify.py", "test_synth_records.py", "test_runs.py",
                     "test_solve_cmd.py", "test_console.py", "test_rollout.py"),

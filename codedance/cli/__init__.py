@@ -17,6 +17,7 @@ app = typer.Typer(
 )
 
 from codedance.cli import (
+    curate_cmd,
     data_cmd,
     demo_cmd,
     eval_cmd,
@@ -37,6 +38,7 @@ app.command("solve", rich_help_panel=RUN, help="Solve one question about one or 
 app.command("demo", rich_help_panel=RUN, help="Run the whole pipeline offline on the synthetic task world.")(demo_cmd.demo)
 app.add_typer(world_cmd.app, name="world", rich_help_panel=TOOLS)
 app.add_typer(data_cmd.app, name="data", rich_help_panel=RUN)
+app.add_typer(curate_cmd.app, name="curate", rich_help_panel=RUN)
 app.command("synth", rich_help_panel=RUN, help="Synthesize verified SFT trajectories with the expert teacher.")(synth_cmd.synth)
 app.command("eval", rich_help_panel=RUN, help="Evaluate a served model on the paper's benchmarks.")(eval_cmd.eval_)
 app.command("report", rich_help_panel=RUN, help="Compare evaluation runs side by side.")(eval_cmd.report)
