@@ -209,6 +209,9 @@ class TrajectoryCgroup:
         signalled (on v1 the signal lands at the thaw that ends the round)."""
         deadline = time.monotonic() + timeout_s
         while True:
+            if not self.pids() - {except_pid}:
+                self.thaw()
+                return True
             if self.can_freeze:
                 self.freeze(deadline)
             others = self.pids() - {except_pid}

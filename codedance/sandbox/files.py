@@ -10,6 +10,9 @@ checkpoint again. A file counts as changed when its size, mtime, ctime or inode 
 cannot be set by user code).
 
 What makes it safe against a hostile trajectory (one whose processes race the controller):
+- **The trajectory is frozen whenever the controller writes.** Both operations first look
+  (unfrozen: reading cannot be abused) and only when something must be copied or removed call
+  ``before_writing`` (the caller freezes every process of the trajectory) and look again.
 - **Nothing is resolved by string.** Every operation is relative to a directory descriptor and
   names one component (never ``/`` or ``..``), opened with ``O_NOFOLLOW`` (and ``O_DIRECTORY`` for
   directories): a walk that is ``openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`` one component at
@@ -34,6 +37,7 @@ import errno
 import os
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 MAX_DEPTH = 32  # directory levels a committed working directory may have
@@ -286,12 +290,24 @@ class WorkdirSnapshot:
                 os.close(fd)
         self._work_fd = self._store_fd = -1
 
-    def checkpoint(self, deadline: float | None = None) -> None:
+    def _scan(self, deadline: float | None) -> dict[str, Entry]:
+        return scan(self._work_fd, protected=self.protected, owner_uid=self.owner[0] if self.owner else None,
+                    max_entries=self.max_entries, max_bytes=self.max_bytes, deadline=deadline)  # fmt: skip
+
+    def checkpoint(self, deadline: float | None = None, before_writing: Callable[[], None] = lambda: None) -> None:
         """Record the directory as the new good state. Raises `LimitExceeded` (and its
         `Unkeepable`) or `DeadlinePassed` before the store is touched, the good state unchanged;
-        `SnapshotBroken` if copying failed halfway (the store then matches neither state)."""
-        current = scan(self._work_fd, protected=self.protected, owner_uid=self.owner[0] if self.owner else None,
-                       max_entries=self.max_entries, max_bytes=self.max_bytes, deadline=deadline)  # fmt: skip
+        `SnapshotBroken` if copying failed halfway (the store then matches neither state).
+
+        ``before_writing`` runs (and the directory is scanned again) only when something must be
+        copied: the caller freezes the trajectory there, and an unchanged directory costs no freeze."""
+        current = self._scan(deadline)
+        if not any(_needs_copy(self.manifest.get(r), e) for r, e in current.items()) and \
+                not any(_needs_copy(e, current.get(r)) for r, e in self.manifest.items()):  # fmt: skip
+            self.manifest = current
+            return
+        before_writing()
+        current = self._scan(deadline)
         clock = _Clock(deadline)
         try:
             for relative in sorted(self.manifest, reverse=True):  # children before their parents
@@ -318,11 +334,18 @@ class WorkdirSnapshot:
             raise SnapshotBroken(f"saving the working directory failed halfway: {exc}") from exc
         self.manifest = current
 
-    def restore(self, deadline: float | None = None) -> None:
+    def restore(self, deadline: float | None = None, before_writing: Callable[[], None] = lambda: None) -> None:
         """Put the directory back exactly as it was at the last checkpoint (`DeadlinePassed` if
-        that takes past ``deadline``; the directory is then in no defined state)."""
+        that takes past ``deadline``; the directory is then in no defined state).
+
+        ``before_writing`` runs only when the directory differs from the checkpoint (found by a
+        walk that stops at the first difference): a failed step that touched no file costs no
+        freeze."""
         if self.broken:
             raise SnapshotBroken("the saved state is incomplete; the trajectory's files are lost")
+        if not self._differs(deadline):
+            return
+        before_writing()
         clock = _Clock(deadline)
         children: dict[str, list[str]] = {}
         for relative in self.manifest:
@@ -359,6 +382,34 @@ class WorkdirSnapshot:
                 os.close(work_dir)
                 os.close(store_dir)
         self.manifest = restored
+
+    def _differs(self, deadline: float | None) -> bool:
+        """Whether the directory differs from the manifest (stops at the first difference)."""
+        clock = _Clock(deadline)
+        seen = 0
+        pending = [""]
+        while pending:
+            relative_dir = pending.pop()
+            try:
+                fd = open_dir(self._work_fd, relative_dir)
+            except OSError:
+                return True
+            try:
+                with os.scandir(fd) as iterator:
+                    for item in iterator:
+                        clock.tick()
+                        relative = f"{relative_dir}/{item.name}" if relative_dir else item.name
+                        if not relative_dir and item.name in self.protected:
+                            continue
+                        entry = Entry.of(item.stat(follow_symlinks=False))
+                        if not _same(self.manifest.get(relative), entry):
+                            return True
+                        seen += 1
+                        if entry.kind == "dir":
+                            pending.append(relative)
+            finally:
+                os.close(fd)
+        return seen != len(self.manifest)
 
     @staticmethod
     def _remove_in(root_fd: int, relative: str, clock: _Clock) -> None:

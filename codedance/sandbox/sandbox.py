@@ -306,8 +306,7 @@ class Sandbox:
         return self._try_commit(result)
 
     def _try_commit(self, result: ExecResult) -> ExecResult:
-        """With the trajectory frozen: check the step, checkpoint its files, make it the holder."""
-        self._freeze()
+        """Check the step, checkpoint its files (frozen while anything is copied), make it the holder."""
         try:
             problem = self._commit_problem()
             if problem is None:
@@ -325,7 +324,7 @@ class Sandbox:
         if procs.thread_count(self._holder_pid) > 1:
             return "the holder process runs threads (a committed step patched it); start a new sandbox"
         try:
-            self._files.checkpoint(self._recovery_deadline)
+            self._files.checkpoint(self._recovery_deadline, before_writing=self._freeze)
         except files.LimitExceeded as exc:
             return f"the working directory cannot be kept: {exc}"
         except (files.SnapshotBroken, files.DeadlinePassed, OSError) as exc:
@@ -349,8 +348,14 @@ class Sandbox:
         return result
 
     def _fail(self, status: ExecStatus, note: str | None, result: ExecResult | None = None) -> ExecResult:
-        """Kill the step, wait for the holder to notice, restore files: the step never happened."""
-        self._kill_step()
+        """Kill the step, wait for the holder to notice, restore files: the step never happened.
+        A step known by its pidfd is killed through it and what it left is swept once the holder
+        has reaped it (usually nothing: no freeze); an unknown one through the whole cgroup."""
+        known = self._step_pidfd is not None
+        if known:
+            procs.kill_pidfd(self._step_pidfd)
+        else:
+            self._kill_step()
         while True:
             try:
                 done = self._receive(self._recovery_deadline)
@@ -360,6 +365,8 @@ class Sandbox:
                 continue  # the dead step's last bytes
             if done.sender_pid == self._holder_pid:
                 break
+        if known:
+            self._kill_step()
         self._forget_step()
         oom = status is ExecStatus.CRASHED and self._cgroup is not None and self._cgroup.new_oom_kill()
         self._restore_and_resume()
@@ -387,9 +394,8 @@ class Sandbox:
         return ExecResult(status=status, rolled_back=True, notes=(note, ROLLED_BACK))
 
     def _restore_and_resume(self) -> None:
-        self._freeze()
         try:
-            self._files.restore(self._recovery_deadline)
+            self._files.restore(self._recovery_deadline, before_writing=self._freeze)
         except (files.DeadlinePassed, files.SnapshotBroken, OSError) as exc:
             raise _Lost(f"the working directory could not be restored ({exc})") from None
         finally:

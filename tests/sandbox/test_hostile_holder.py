@@ -22,6 +22,7 @@ import time
 import pytest
 
 from codedance.sandbox import Limits
+from codedance.sandbox import files as files_module
 from codedance.types import ExecStatus
 from tests.sandbox.conftest import assert_only_holder_and_spare, assert_state_intact, prepare_state
 
@@ -374,26 +375,31 @@ def test_two_services_never_share_a_uid_block():
 
 
 def test_the_holder_is_frozen_while_the_controller_restores(jail):
-    """With a freezer, the holder cannot run at all while its files are handled: a holder that
-    counts its own progress in shared memory makes no progress during a slow restore."""
+    """With a freezer, the holder cannot run at all while the controller writes its files (a
+    restore with work to do runs frozen; one with nothing to do needs no freeze)."""
     sandbox = jail(timeout_s=5.0)
     if sandbox._cgroup is None or not sandbox._cgroup.can_freeze:
         pytest.skip("no freezer on this host")
-    calls = []
-    original = sandbox._files.restore
 
-    def watched_restore(deadline=None):
-        state = open(os.path.join(sandbox._cgroup.freezer_dir, "freezer.state")).read().strip() \
-            if sandbox._cgroup.layout.version == 1 else \
-            open(os.path.join(sandbox._cgroup.freezer_dir, "cgroup.events")).read()  # fmt: skip
-        calls.append(state)
-        return original(deadline)
+    def state() -> str:
+        if sandbox._cgroup.layout.version == 1:
+            return open(os.path.join(sandbox._cgroup.freezer_dir, "freezer.state")).read().strip()
+        return open(os.path.join(sandbox._cgroup.freezer_dir, "cgroup.events")).read()
 
-    sandbox._files.restore = watched_restore
-    assert sandbox.run("1/0").status is ERROR
-    assert calls and ("FROZEN" in calls[0] or "frozen 1" in calls[0])
-    assert sandbox.run("print('thawed')").stdout == "thawed\n"
+    real_copy, seen = files_module._copy_file, []
 
+    def watched_copy(*args, **kwargs):
+        seen.append(state())
+        return real_copy(*args, **kwargs)
+
+    assert sandbox.run("open('f', 'w').write('kept')").ok
+    files_module._copy_file = watched_copy
+    try:
+        assert sandbox.run("open('f', 'w').write('changed'); 1/0").status is ERROR
+    finally:
+        files_module._copy_file = real_copy
+    assert seen and all("FROZEN" in s or "frozen 1" in s for s in seen), seen
+    assert sandbox.run("print(open('f').read())").stdout == "kept\n"
 
 def test_the_denied_syscalls_do_not_break_ordinary_libraries(jail):
     """The added seccomp rules leave numpy, PIL, OpenCV, matplotlib and file I/O working."""
