@@ -8,12 +8,12 @@ step's fate and enforces it from outside the jail:
   a failure must be over ``Limits.recovery_s`` later. Nothing the jail sends extends either; past
   the second the trajectory is declared lost and all its processes are killed;
 - success: the step's reply must pass the protocol's schema and bounds, the step must be the only
-  process beside the holder, with one thread, and the working directory within its limits; then,
-  with every process of the trajectory **frozen**, its files are checkpointed, it is told to become
-  the holder and the old holder is killed;
+  process beside the holder, with one thread, and the working directory within its limits; then
+  its files are checkpointed (with every process of the trajectory **frozen** while anything is
+  copied), it is told to become the holder and the old holder is killed;
 - failure (error, timeout, crash, OOM, refusal, a malformed reply): the step's processes are
-  killed, and with the trajectory frozen the working directory is restored from the last
-  checkpoint; the old holder carries on;
+  killed, and the working directory is restored from the last checkpoint (frozen while anything
+  is written); the old holder carries on;
 - messages are read per sender (``SCM_CREDENTIALS``) with a byte budget each (the step: the
   message limit; the holder: a few KiB; anyone else: nothing); a holder that breaks the protocol
   loses its trajectory, a step that does fails its step;
