@@ -23,7 +23,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +34,7 @@ from codedance.grading.judge import JudgeVerdictError, build_prompt, parse_verdi
 from codedance.policy.base import PolicyError
 from codedance.prompts import conversation
 from codedance.rollout import Episode, EpisodeConfig
-from codedance.synth.verify import _mismatch, observable
+from codedance.synth.verify import observable, recorded_steps, replay_mismatch
 from codedance.types import Image, Message, StopReason, Task, Trajectory
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -102,22 +101,14 @@ async def grade(task: Task, trajectory: Trajectory, judge: Asker | None) -> Verd
 async def replay(task: Task, trajectory: Trajectory, pool: SandboxPool, episode: EpisodeConfig,
                  exec_timeout_s: float) -> Verdict | None:
     """Check 5: re-run the snippets in a fresh sandbox; None when every result is reproduced."""
-    steps = [(i, t.code, t.result) for i, t in enumerate(trajectory.turns)
-             if t.code is not None and t.result is not None]
+    steps = recorded_steps(trajectory)
     if not steps:
         return None
     try:
-        sandbox = await pool.asandbox(images=Episode(task, episode).images, timeout_s=exec_timeout_s)
-        try:
-            for i, code, recorded in steps:
-                now = await sandbox.arun(code)
-                if observable(now) != observable(recorded):
-                    return Verdict("output_mismatch", _mismatch(i, now, recorded))
-        finally:
-            await asyncio.to_thread(sandbox.close)
+        mismatch = await replay_mismatch(pool, Episode(task, episode).images, steps, exec_timeout_s)
     except Exception as exc:  # noqa: BLE001  (the sandbox's own failure, not the snippet's)
         return Verdict("replay_error", f"{type(exc).__name__}: {exc}")
-    return None
+    return None if mismatch is None else Verdict("output_mismatch", mismatch)
 
 
 def cross_check_message(trajectory: Trajectory, prompts: Any = None) -> Message:

@@ -77,6 +77,26 @@ def static_problem(task: Task, trajectory: Trajectory) -> Verdict | None:
     return None
 
 
+def recorded_steps(trajectory: Trajectory) -> list[tuple[int, str, ExecResult]]:
+    """(turn index, code, recorded result) of every turn whose code ran."""
+    return [(i, t.code, t.result) for i, t in enumerate(trajectory.turns)
+            if t.code is not None and t.result is not None]  # fmt: skip
+
+
+async def replay_mismatch(pool: SandboxPool, images, steps, exec_timeout_s: float) -> str | None:
+    """Re-run ``steps`` in a fresh sandbox on ``images``; the first difference from what was
+    recorded, described, or None when every result is reproduced."""
+    sandbox = await pool.asandbox(images=images, timeout_s=exec_timeout_s)
+    try:
+        for i, code, recorded in steps:
+            now = await sandbox.arun(code)
+            if observable(now) != observable(recorded):
+                return _mismatch(i, now, recorded)
+    finally:
+        await asyncio.to_thread(sandbox.close)
+    return None
+
+
 async def averify(task: Task, trajectory: Trajectory, pool: SandboxPool, config: EpisodeConfig,
                   exec_timeout_s: float = 15.0) -> Verdict:
     """The verdict on `trajectory` (see the module docstring)."""
@@ -84,18 +104,12 @@ async def averify(task: Task, trajectory: Trajectory, pool: SandboxPool, config:
     if problem is not None:
         return problem
     images = Episode(task, config).images
-    steps = [(i, t.code, t.result) for i, t in enumerate(trajectory.turns)
-             if t.code is not None and t.result is not None]
+    steps = recorded_steps(trajectory)
     sizes = tuple(i.size for i in images)
     try:
-        sandbox = await pool.asandbox(images=images, timeout_s=exec_timeout_s)
-        try:
-            for i, code, recorded in steps:
-                now = await sandbox.arun(code)
-                if observable(now) != observable(recorded):
-                    return Verdict("output_mismatch", _mismatch(i, now, recorded))
-        finally:
-            await asyncio.to_thread(sandbox.close)
+        mismatch = await replay_mismatch(pool, images, steps, exec_timeout_s)
+        if mismatch is not None:
+            return Verdict("output_mismatch", mismatch)
         sandbox = await pool.asandbox(images=images, timeout_s=exec_timeout_s)
         try:
             setup = await sandbox.arun(prelude(sizes))
