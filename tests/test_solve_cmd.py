@@ -6,7 +6,7 @@ from PIL import Image as PILImage
 from typer.testing import CliRunner
 
 from codedance.cli import app as root
-from codedance.policy.replay_server import ReplayServer
+from codedance.policy.replay_server import ReplayServer, ServerReply
 from codedance.records import load_trajectories
 from codedance.types import StopReason
 
@@ -45,3 +45,19 @@ def test_solve_reports_an_unreachable_server_and_a_bad_image(tmp_path) -> None: 
     bad.write_bytes(b"garbage")
     result = runner.invoke(root, ["solve", "--model", "http://127.0.0.1:9", "--image", str(bad), "--question", "q"])
     assert result.exit_code == 2 and "cannot be decoded" in result.output
+
+
+def test_solve_saves_the_turns_done_before_a_server_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    picture = tmp_path / "in.png"
+    PILImage.new("RGB", (80, 60), "red").save(picture)
+    out = tmp_path / "out"
+    script = [SCRIPT[0], ServerReply(status=400, error="GPU fell over (scripted)")]
+    with ReplayServer(script, model_names=("m",)) as server:
+        result = CliRunner().invoke(
+            root, ["solve", "--model", server.url, "--image", str(picture), "--question", "q", "--out", str(out)]
+        )
+    assert result.exit_code == 2 and "GPU fell over" in result.output
+    assert result.output.index("(20, 20)") < result.output.index("stop: interrupted")  # turn 1 shown
+    (_, trajectory), = load_trajectories(out)
+    assert trajectory.stop_reason is StopReason.INTERRUPTED and len(trajectory.tool_calls) == 1
+    assert (out / "turn1_image0.png").exists() and "GPU fell over" in (out / "trajectory.html").read_text()

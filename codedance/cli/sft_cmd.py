@@ -44,6 +44,8 @@ def sft(
     preset: str | None = typer.Option(None, help="Preset name in codedance/presets/train"),
     config: Path | None = typer.Option(None, help="A YAML config file"),
     export_swift: Path | None = typer.Option(None, help="Write ms-swift JSONL here instead of training"),
+    absolute_paths: bool = typer.Option(
+        False, help="Export absolute image paths (default: relative to the JSONL file's folder)"),
 ) -> None:
     from codedance.records import load_trajectories
 
@@ -56,8 +58,11 @@ def sft(
     if export_swift is not None:
         from codedance.sft_records import canonical_record, write_records
 
-        n = write_records((canonical_record(t) for t in trajectories), export_swift, "swift")
-        console.print(f"wrote {n} records to {export_swift} (images under {export_swift.parent / 'images'})")
+        n = write_records((canonical_record(t) for t in trajectories), export_swift, "swift",
+                          absolute=absolute_paths)
+        where = "absolute" if absolute_paths else f"relative to {export_swift.parent}: start ms-swift there"
+        console.print(f"wrote {n} records to {export_swift} (images under {export_swift.parent / 'images'}, "
+                      f"paths {where})")
         return
     if not model:
         console.print("[red]error:[/red] --model is required to train")

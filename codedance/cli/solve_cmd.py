@@ -3,10 +3,11 @@
     codedance solve --model http://localhost:8000/v1 --image chart.png \\
         --question "What is the highest bar's value?" [--model-name NAME] [--profile release]
 
-Prints each turn (think, code, output, saved image paths) and writes into ``--out``:
+Prints each turn as it ends (think, code, output, saved image paths) and writes into ``--out``:
 ``trajectory.html`` (the whole conversation, images inline), ``trajectories.jsonl`` +
 ``images/`` (the record, see `codedance.records`) and the images as PNG files. Without
-``--model-name`` the first model the server lists is used. Exit code 2 on an error a person
+``--model-name`` the first model the server lists is used. On a server error or Ctrl-C the turns
+done so far are saved the same way, with stop reason ``interrupted`` and the error noted. Exit code 2 on an error a person
 can act on (unreachable server, unknown model, unreadable image).
 """
 
@@ -16,14 +17,21 @@ import time
 from pathlib import Path
 
 import typer
+from rich.console import Console
 
 from codedance.cli.console import make_console, user_errors
-from codedance.cli.solve_view import print_trajectory, render_html, save_images
+from codedance.cli.solve_view import (
+    print_ending,
+    print_turn,
+    render_html,
+    save_input_images,
+    save_turn_images,
+)
 from codedance.policy import OpenAIChatPolicy, PolicyError, SamplingParams
 from codedance.prompts import FeedbackLimits, VisionLimits, get_profile, image_from_bytes
 from codedance.records import ImageStore, append_jsonl, trajectory_json
-from codedance.rollout import Episode, EpisodeConfig, run_episode
-from codedance.types import Task
+from codedance.rollout import Episode, EpisodeConfig, drive_episode
+from codedance.types import Task, Trajectory, Turn
 
 app = typer.Typer(help="Solve one question about one or more images with a served model.")
 
@@ -73,17 +81,37 @@ def solve(
             metadata=(("model", policy.model),),
         )
         task = Task(id="solve", question=question, images=images, answer="")
-        from codedance.sandbox import Sandbox
-
-        console.print(f"model [bold]{policy.model}[/bold] at {policy.base_url}, profile {config.profile.name}")
-        with Sandbox(images=Episode(task, config).images, timeout_s=exec_timeout) as sandbox:
-            trajectory = run_episode(policy, task, sandbox, config)
-        policy.close()
     except (ValueError, OSError) as exc:  # an unreadable --image
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(code=2) from exc
-    paths = save_images(trajectory, out_dir)
-    print_trajectory(trajectory, console, paths)
+    from codedance.sandbox import Sandbox
+
+    console.print(f"model [bold]{policy.model}[/bold] at {policy.base_url}, profile {config.profile.name}")
+    episode = Episode(task, config)
+    paths = save_input_images(episode.prompt, out_dir)
+
+    def show(turn: Turn) -> None:
+        number = len(paths_by_turn) + 1
+        paths_by_turn.append(save_turn_images(turn, number, out_dir))
+        print_turn(turn, number, console, {**paths, **paths_by_turn[-1]})
+
+    paths_by_turn: list[dict[int, Path]] = []
+    try:
+        with Sandbox(images=episode.images, timeout_s=exec_timeout) as sandbox:
+            drive_episode(episode, policy, sandbox, on_turn=show)
+    except BaseException as exc:  # a server error or Ctrl-C: keep what was done, then report it
+        episode.interrupt(exc)
+        for turn in episode.turns[len(paths_by_turn):]:
+            show(turn)
+        raise
+    finally:
+        policy.close()
+        if episode.done:
+            _save(episode.trajectory(), out_dir, question, console)
+
+
+def _save(trajectory: Trajectory, out_dir: Path, question: str, console: Console) -> None:
+    print_ending(trajectory, console)
     (out_dir / "trajectory.html").write_text(render_html(trajectory, title=question), encoding="utf-8")
     append_jsonl(out_dir / "trajectories.jsonl", trajectory_json(trajectory, ImageStore(out_dir / "images"), "solve#0"))
     console.print(f"saved {out_dir / 'trajectory.html'}")

@@ -51,6 +51,7 @@ def synth(
     rejected = ", ".join(f"{reason} {count}" for reason, count in result.rejected) or "none"
     console.print(f"accepted {result.accepted}/{n} of {result.tried} tasks tried ({result.ran} this run, "
                   f"{result.seconds:.1f} s); rejected: {rejected}; episodes failed: {result.failures}")
+    console.print(f"by skill: {result.mix_line()}")
     console.print(f"records: {out / 'sft.jsonl'}, exports: {out / 'swift.jsonl'}, {out / 'trl.jsonl'}")
     if result.accepted < n:
         console.print(f"[yellow]only {result.accepted} of {n} records: rerun with a larger --max-tasks "

@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from codedance.cli.console import user_errors
+from codedance.cli.console import make_console, user_errors
 
 if TYPE_CHECKING:
     from codedance.train.config import PipelineConfig
@@ -54,10 +54,10 @@ def load_cli_config(console: Console, preset: str | None, config: Path | None,
 
 def print_table(console: Console, evals: dict[str, dict[str, float]]) -> None:
     keys = ("accuracy", "accuracy/easy", "accuracy/hard", "calls", "calls/easy", "calls/hard", "exec_success")
-    table = Table(title="held-out tasks")
-    table.add_column("stage")
+    table = Table(title="held-out tasks (in run order)")
+    table.add_column("stage", no_wrap=True)
     for key in keys:
-        table.add_column(key)
+        table.add_column(key, no_wrap=True)
     for name, m in evals.items():
         table.add_row(name, *(f"{m[k]:.3f}" if isinstance(m.get(k), float) and m[k] == m[k] else "–" for k in keys))
     console.print(table)
@@ -72,7 +72,7 @@ def train(
     ablation: bool = typer.Option(False, "--ablation", help="GRPO under each ablation reward profile"),
     stage: str = typer.Option("all", help="all, or sft (stop after SFT)"),
 ) -> None:
-    console = Console()
+    console = make_console()
     cfg = load_cli_config(console, preset, config, overrides)
     try:
         import torch
