@@ -5,7 +5,8 @@ Every ``import codedance.x`` / ``from codedance.x import`` is read from the sour
 function-level imports included (they are real dependencies, only deferred). The floors: the
 core at the front (types and errors; the leaf rooms; the loop and its math), the wings behind
 (the runs layer, the world wing, eval, train), then the plugins other programs load
-(integrations), then the command line.
+(integrations) and the importer of the authors' data (data, which writes verl's parquet layout
+through integrations), then the command line.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ FLOORS = (
     {"rollout", "rewards", "advantages", "world"},
     {"runs", "teacher", "sft_records"},
     {"demo", "demo_summary", "demo_report", "synth", "eval", "train"},
-    {"integrations"},
+    {"integrations", "data"},
     {"cli", "conftest"},
 )
 FLOOR = {room: n for n, rooms in enumerate(FLOORS) for room in rooms}
