@@ -35,14 +35,14 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from codedance.config import not_resumed
 from codedance.errors import SettingsError
 from codedance.records import ImageStore, append_jsonl, load_trajectories, read_jsonl
-from codedance.rollout import EpisodeConfig
+from codedance.rollout import EpisodeSettings
 from codedance.runs.batch import BatchProgress, arun_batch
 from codedance.runs.rundir import RunDir, episode_key, run_settings
 from codedance.sft_records import canonical_record, record_json, write_records
@@ -76,11 +76,9 @@ class SynthConfig:
     difficulties: tuple[str, ...] = tuple(d.value for d in DIFFICULTIES)
     seed: int = 0
     max_tasks: int = not_resumed(0)  # 0 = 2·n + 10
-    temperature: float = 1.0
-    mistake_rate: float = 0.5
-    max_turns: int = 6
+    teacher: TeacherConfig = TeacherConfig()  # its seed is replaced by ``seed``
+    episode: EpisodeSettings = EpisodeSettings()
     concurrency: int = not_resumed(2)
-    exec_timeout_s: float = not_resumed(15.0)
 
     @property
     def task_limit(self) -> int:
@@ -114,8 +112,9 @@ def check(config: SynthConfig) -> tuple[tuple[str, str], ...]:
     if config.task_limit < config.n:
         raise SynthError(f"--max-tasks {config.task_limit} cannot give {config.n} records "
                          "(each task gives at most one); raise --max-tasks or lower --n")
-    if config.concurrency < 1 or config.max_turns < 1:
-        raise SynthError("--concurrency and --max-turns must be at least 1")
+    if config.concurrency < 1:
+        raise SynthError(f"concurrency must be at least 1, got {config.concurrency}")
+    config.episode.episode_config()  # an unknown prompt profile raises before the run folder is written
     if not config.difficulties:
         raise SynthError("no difficulty selected")
     return tuple((s, d.value) for s, d in task_cycle(list(config.skills) or None, config.difficulties))
@@ -136,17 +135,18 @@ async def _window(config: SynthConfig, tasks: list[Task], run: RunDir, pool: San
                   advance: Callable[[bool], None]) -> None:
     """Run the teacher on `tasks` (`codedance.runs.batch`); each trajectory is verified by
     re-execution before it is kept (the ``after`` hook), and its verdict logged."""
-    episode_config = EpisodeConfig(max_turns=config.max_turns)
-    teacher = ExpertTeacher(TeacherConfig(config.temperature, config.mistake_rate, config.seed))
+    episode_config = config.episode.episode_config()
+    teacher = ExpertTeacher(replace(config.teacher, seed=config.seed))
+    timeout = config.episode.exec_timeout_s
 
     async def verify(key: str, task: Task, trajectory: Trajectory) -> bool:
-        verdict = await averify(task, trajectory, pool, episode_config, config.exec_timeout_s)
+        verdict = await averify(task, trajectory, pool, episode_config, timeout)
         append_jsonl(run.path / "verdicts.jsonl", {"key": key, **asdict(verdict)})
         advance(verdict.accepted)
         return verdict.accepted
 
     await arun_batch(lambda task, k: teacher.policy(task, k), tasks,
-                     lambda images: pool.sandbox(images=images, timeout_s=config.exec_timeout_s), run,
+                     lambda images: pool.sandbox(images=images, timeout_s=timeout), run,
                      episode_config, concurrency=config.concurrency, progress=False, after=verify,
                      done=set(_verdicts(run.path)))
 
