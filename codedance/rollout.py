@@ -110,10 +110,12 @@ class EpisodeSettings:
         if not 0 < self.min_pixels <= self.max_pixels:
             raise SettingsError(f"need 0 < min_pixels <= max_pixels, got {self.min_pixels}, {self.max_pixels}")
 
-    def episode_config(self, metadata: tuple[tuple[str, str], ...] = ()) -> EpisodeConfig:
-        """The `EpisodeConfig` of these settings (an unknown prompt profile raises here)."""
+    def episode_config(self, metadata: tuple[tuple[str, str], ...] = (),
+                       profiles: str | None = None) -> EpisodeConfig:
+        """The `EpisodeConfig` of these settings (an unknown prompt profile raises here);
+        ``profiles`` is a YAML file of user prompt profiles to find ``prompt_profile`` in."""
         vision = VisionLimits(min_pixels=self.min_pixels, max_pixels=self.max_pixels)
-        profile = get_profile(self.prompt_profile)
+        profile = get_profile(self.prompt_profile, profiles)
         return EpisodeConfig(max_turns=self.max_turns, profile=profile, vision=vision,
                              feedback=FeedbackLimits(vision=vision), inject_turn_limit=self.inject_turn_limit,
                              metadata=metadata)
