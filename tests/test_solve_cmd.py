@@ -61,3 +61,16 @@ def test_solve_saves_the_turns_done_before_a_server_error(tmp_path) -> None:  # 
     (_, trajectory), = load_trajectories(out)
     assert trajectory.stop_reason is StopReason.INTERRUPTED and len(trajectory.tool_calls) == 1
     assert (out / "turn1_image0.png").exists() and "GPU fell over" in (out / "trajectory.html").read_text()
+
+
+def test_solve_settings_come_from_files_and_overrides(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    mine = tmp_path / "solve.yaml"
+    mine.write_text("server:\n  url: http://m/v1\n  max_tokens: 4096\nepisode:\n  max_turns: 4\n")
+    result = CliRunner().invoke(root, ["solve", "-c", str(mine), "episode.prompt_profile=paper", "--max-turns", "3",
+                                       "--print-config"])
+    assert result.exit_code == 0, result.output
+    assert all(s in result.output for s in ("url: http://m/v1", "max_tokens: 4096", "max_turns: 3", "paper"))
+    bad = CliRunner().invoke(root, ["solve", "server.colour=red"])
+    assert bad.exit_code == 2 and "server.colour" in bad.output
+    bad = CliRunner().invoke(root, ["solve", "--model", "http://127.0.0.1:9/v1"])
+    assert bad.exit_code == 2 and "--question" in bad.output

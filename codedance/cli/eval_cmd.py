@@ -88,10 +88,10 @@ def eval_(
     from codedance.eval.report import markdown
     from codedance.eval.runner import run_eval
     from codedance.grading import JudgeClient, JudgeConfig
-    from codedance.policy import OpenAIChatPolicy, PolicyError, RetrySettings, SamplingParams
+    from codedance.policy import PolicyError
 
     console = make_console()
-    text = lambda v: None if v is None else str(v)  # noqa: E731
+    text = lambda v: None if v is None else str(v)
     cfg = load(EvalConfig, [*config, *(overrides or [])], command="eval", benchmarks=benchmarks, out=text(out),
                server__url=model, server__name=model_name, server__temperature=temperature,
                server__max_tokens=max_tokens, server__request_timeout_s=request_timeout, server__retries=retries,
@@ -107,10 +107,7 @@ def eval_(
     judge_client = None
     try:
         settings = cfg.run_settings()  # validates every setting before the server is contacted
-        sampling = SamplingParams(temperature=server.temperature, max_tokens=server.max_tokens)
-        policy = OpenAIChatPolicy(server.url, server.name or "?", sampling, api_key=api_key,
-                                  timeout_s=server.request_timeout_s, server_extras=not server.plain_openai,
-                                  retry=RetrySettings(max_retries=server.retries))
+        policy = server.policy(api_key)
         if not server.name:
             served = policy.list_models()
             if not served:

@@ -11,25 +11,13 @@ secret is never printed by ``--print-config`` nor saved with the run; ``--api-ke
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from codedance.config import not_resumed
 from codedance.errors import SettingsError
+from codedance.policy.server_config import ServerConfig
 from codedance.rollout import EpisodeSettings
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """The model server: URL, served name ('' = the server's first), sampling, requests."""
-
-    url: str = ""
-    name: str = ""
-    temperature: float = 0.0
-    max_tokens: int = 2048
-    request_timeout_s: float = not_resumed(300.0)
-    retries: int = not_resumed(4)
-    plain_openai: bool = False
 
 
 @dataclass(frozen=True)
@@ -44,8 +32,8 @@ class JudgeSettings:
 class EvalConfig:
     benchmarks: str = "paper"
     out: str = ""
-    server: ServerConfig = ServerConfig()
-    episode: EpisodeSettings = EpisodeSettings(max_turns=10)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    episode: EpisodeSettings = field(default_factory=lambda: EpisodeSettings(max_turns=10))
     profiles: str = ""  # a YAML file of user prompt profiles
     no_tools: bool = False
     limit: int | None = None  # None: every sample
