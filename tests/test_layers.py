@@ -20,7 +20,7 @@ FLOORS = (
     {"config", "parsing", "sandbox", "prompts", "policy", "grading", "records", "assets", "presets"},
     {"rollout", "rewards", "advantages", "world"},
     {"runs", "teacher", "sft_records"},
-    {"demo", "demo_summary", "demo_report", "synth", "eval", "train"},
+    {"demo", "synth", "eval", "train"},
     {"integrations", "data"},
     {"cli", "conftest"},
 )

@@ -12,7 +12,7 @@ import html
 from collections.abc import Sequence
 from pathlib import Path
 
-from codedance.demo_summary import ORDER, DemoRow, Scored
+from codedance.demo.summary import ORDER, DemoRow, Scored
 from codedance.runs.html import STYLE, image_file, trajectory_html
 
 DEMO_STYLE = """td,th{text-align:right}td:first-child,td:nth-child(2){text-align:left}
