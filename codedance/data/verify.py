@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codedance.data import ledger
-from codedance.prompts.profiles import RELEASE_NO_OUTPUT, RELEASE_REMINDER
+from codedance.prompts.profiles import NO_OUTPUT_HINT, RELEASE_REMINDER
 from codedance.records import ImageStore, trajectory_from_json
 from codedance.types import ExecResult, Image, Trajectory
 
@@ -96,7 +96,7 @@ def recorded(feedback: str, images: tuple[Image, ...]) -> Recorded:
         return Recorded(False, stdout.strip(), kind or "Error", images)
     if body.startswith("Code execution timed out"):
         return Recorded(False, "", "TimeoutError", images)
-    if body.startswith(RELEASE_NO_OUTPUT[:40]) or (not body and images):
+    if body.startswith(NO_OUTPUT_HINT[:40]) or (not body and images):
         return Recorded(True, "", None, images)
     for header in _SUCCESS_HEADERS:
         if body.startswith(header):
