@@ -70,7 +70,11 @@ def sft(
     looks_local = model.startswith((".", "/", "~")) or model.count("/") > 1 or local.parent.is_dir() and str(local.parent) != "."
     if looks_local and not local.is_dir():  # a typo in a path is not sent to the hub
         raise SettingsError(f"--model {model}: no such folder (and not a hub id such as Qwen/Qwen2.5-VL-7B-Instruct)")
+    from transformers.utils import logging as hf_logging
+
     from codedance.train.sft import run_sft
+
+    hf_logging.disable_progress_bar()  # per-shard bars bury the result line in a log
 
     net, processor = _load_model(model)
     result = run_sft(net, processor, trajectories, cfg.sft, out, max_length=cfg.rollout.max_length)

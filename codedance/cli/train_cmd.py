@@ -76,8 +76,10 @@ def train(
     cfg = load_cli_config(preset, config, overrides)
     try:
         import torch
+        from transformers.utils import logging as hf_logging
 
         torch.set_num_threads(cfg.threads)
+        hf_logging.disable_progress_bar()  # per-shard bars bury the stage lines in a log
     except ImportError:
         raise SettingsError("training needs the train extra: pip install 'codedance[train]'") from None
     from codedance.train.pipeline import run_ablation, run_pipeline, run_sft_stage

@@ -77,10 +77,12 @@ def sft_arguments(stage: SFTStage, out_dir: str | Path, n_sequences: int) -> Any
     from trl import SFTConfig
 
     per_device = max(1, min(stage.per_device_batch, stage.batch_size))
-    # transformers 5 folds warmup_ratio into warmup_steps (a float below 1 is a ratio)
+    # transformers 5 folds warmup_ratio into warmup_steps (a float below 1 is a ratio) and warns
+    # on every run that uses warmup_ratio; 4.x has only the ratio for a fraction
     params = inspect.signature(SFTConfig).parameters
-    extra = ({"warmup_ratio": stage.warmup_ratio} if "warmup_ratio" in params
-              else {"warmup_steps": float(stage.warmup_ratio)})
+    steps_take_ratio = "float" in str(params["warmup_steps"].annotation) if "warmup_steps" in params else False
+    extra = ({"warmup_steps": float(stage.warmup_ratio)} if steps_take_ratio or "warmup_ratio" not in params
+             else {"warmup_ratio": stage.warmup_ratio})
     # transformers 5 renames gradient_checkpointing (TRL turns it on by default)
     checkpointing = "activation_checkpointing" if "activation_checkpointing" in params else "gradient_checkpointing"
     extra[checkpointing] = stage.gradient_checkpointing
