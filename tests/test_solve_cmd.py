@@ -74,3 +74,29 @@ def test_solve_settings_come_from_files_and_overrides(tmp_path) -> None:  # type
     assert bad.exit_code == 2 and "server.colour" in bad.output
     bad = CliRunner().invoke(root, ["solve", "--model", "http://127.0.0.1:9/v1"])
     assert bad.exit_code == 2 and "--question" in bad.output
+
+
+def test_ctrl_c_keeps_the_finished_turns(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from codedance.policy.openai_chat import OpenAIChatPolicy
+
+    real = OpenAIChatPolicy.complete
+    calls = []
+
+    def complete(self, messages):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 2:  # the user presses Ctrl-C while the second reply is awaited
+            raise KeyboardInterrupt
+        return real(self, messages)
+
+    monkeypatch.setattr(OpenAIChatPolicy, "complete", complete)
+    picture = tmp_path / "in.png"
+    PILImage.new("RGB", (80, 60), "red").save(picture)
+    out = tmp_path / "out"
+    with ReplayServer(SCRIPT, model_names=("m",)) as server:
+        result = CliRunner().invoke(
+            root, ["solve", "--model", server.url, "--image", str(picture), "--question", "q", "--out", str(out)]
+        )
+    assert result.exit_code == 130 and "stop: interrupted" in result.output
+    (_, trajectory), = load_trajectories(out)
+    assert trajectory.stop_reason is StopReason.INTERRUPTED and len(trajectory.tool_calls) == 1
+    assert ("error", "interrupted: KeyboardInterrupt") in trajectory.metadata

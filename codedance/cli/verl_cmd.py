@@ -32,7 +32,6 @@ def prepare_data(
 ) -> None:
     """Write the synthetic world's tasks as verl parquet files with their images."""
     from codedance.integrations.verl.data import prepare_world
-
     from codedance.world import task_cycle
 
     names = [s.strip() for s in skills.split(",") if s.strip()] or None
