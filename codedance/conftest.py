@@ -7,4 +7,4 @@ import importlib.util
 
 collect_ignore_glob = [] if importlib.util.find_spec("verl") else ["integrations/verl/*"]
 collect_ignore_glob += [] if importlib.util.find_spec("trl") else ["train/sft.py"]
-collect_ignore_glob += ["eval/vlmeval_adapter.py"] if not importlib.util.find_spec("vlmeval") else []
+collect_ignore_glob += ["integrations/vlmeval_adapter.py"] if not importlib.util.find_spec("vlmeval") else []

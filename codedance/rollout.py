@@ -4,7 +4,8 @@
 I/O: ``messages`` is what to send the model next; `Episode.on_completion` parses the reply and
 returns the code to run (or None when the episode is over); `Episode.on_result` renders the
 sandbox's result into the next observation. `run_episode` and `arun_episode` drive it with a
-`Policy` and a `CodeRunner` (with an optional ``on_turn`` callback, called as each turn ends);
+`Policy` and a `CodeRunner` (`drive_episode` with an optional ``on_turn`` callback, called as each
+turn ends, for a caller that shows turns live and keeps the `Episode` to save on an interruption);
 verl's agent loop (`codedance.integrations.verl.agent_loop`) and the CPU trainer's lockstep
 sampler drive the same methods with their own token-level models.
 
@@ -23,6 +24,8 @@ Stop reasons (`StopReason`):
   error: a snippet that fails, times out or crashes is an `ExecResult` the model sees).
 - ``image_limit``: the server refused the conversation for holding more images than its
   per-prompt limit (`ImageLimitError`, vLLM's ``--limit-mm-per-prompt``).
+- ``interrupted``: the caller stopped the episode (`Episode.interrupt`: a server error, Ctrl-C) and
+  keeps what was done; a code block not yet run is kept without a result. Drivers never set it.
 The per-conversation image cap (``FeedbackLimits.max_images_per_trajectory``) counts the task's
 own images too, so a server started with that limit never sees more.
 The loop trusts the reply's text, not its token ids (see `codedance.policy.base.Completion`).
@@ -39,6 +42,7 @@ with ``format_error``. Its eval runs the code of the last allowed turn; we do no
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
@@ -106,10 +110,12 @@ class EpisodeSettings:
         if not 0 < self.min_pixels <= self.max_pixels:
             raise SettingsError(f"need 0 < min_pixels <= max_pixels, got {self.min_pixels}, {self.max_pixels}")
 
-    def episode_config(self, metadata: tuple[tuple[str, str], ...] = ()) -> EpisodeConfig:
-        """The `EpisodeConfig` of these settings (an unknown prompt profile raises here)."""
+    def episode_config(self, metadata: tuple[tuple[str, str], ...] = (),
+                       profiles: str | None = None) -> EpisodeConfig:
+        """The `EpisodeConfig` of these settings (an unknown prompt profile raises here);
+        ``profiles`` is a YAML file of user prompt profiles to find ``prompt_profile`` in."""
         vision = VisionLimits(min_pixels=self.min_pixels, max_pixels=self.max_pixels)
-        profile = get_profile(self.prompt_profile)
+        profile = get_profile(self.prompt_profile, profiles)
         return EpisodeConfig(max_turns=self.max_turns, profile=profile, vision=vision,
                              feedback=FeedbackLimits(vision=vision), inject_turn_limit=self.inject_turn_limit,
                              metadata=metadata)
@@ -134,6 +140,11 @@ class Episode:
     @property
     def done(self) -> bool:
         return self.stop_reason is not None
+
+    @property
+    def turns(self) -> tuple[Turn, ...]:
+        """The turns recorded so far (a turn is recorded once its code ran or the episode ended)."""
+        return tuple(self._turns)
 
     @property
     def messages(self) -> tuple[Message, ...]:
@@ -215,6 +226,18 @@ class Episode:
         self._notes.append(("error", f"image limit: {error}"))
         self._stop(StopReason.IMAGE_LIMIT)
 
+    def interrupt(self, error: BaseException) -> None:
+        """Stop with ``interrupted`` (a server error, Ctrl-C), keeping every recorded turn and the
+        pending one (its code not run). No-op on a finished episode."""
+        if self.done:
+            return
+        pending = None
+        if self._pending is not None:
+            _, pending = self._pending
+            self._pending = None
+        self._notes.append(("error", f"interrupted: {type(error).__name__}: {error}".rstrip(": ")))
+        self._stop(StopReason.INTERRUPTED, pending)
+
     def trajectory(self) -> Trajectory:
         if self.stop_reason is None:
             raise RuntimeError("the episode has not ended")
@@ -229,10 +252,13 @@ class Episode:
         )
 
 
-def run_episode(policy: Policy, task: Task, sandbox: CodeRunner, config: EpisodeConfig = EpisodeConfig()) -> Trajectory:
-    """Run one episode to its end with blocking calls. `sandbox` should hold
-    `Episode(task, config).images` (the images as the model sees them)."""
-    episode = Episode(task, config)
+def drive_episode(
+    episode: Episode, policy: Policy, sandbox: CodeRunner, on_turn: Callable[[Turn], None] | None = None
+) -> None:
+    """Drive `episode` to its end with blocking calls, calling ``on_turn`` with each turn as it is
+    recorded. Exceptions other than the stop reasons above propagate with ``episode`` as it stood
+    (call `Episode.interrupt` to keep it)."""
+    seen = 0
     while not episode.done:
         try:
             completion = policy.complete(episode.messages)
@@ -243,14 +269,30 @@ def run_episode(policy: Policy, task: Task, sandbox: CodeRunner, config: Episode
             episode.on_image_limit(exc)
             break
         code = episode.on_completion(completion)
-        if code is None:
-            continue
-        try:
-            result = sandbox.run(code)
-        except Exception as exc:  # the runner's own failure, recorded as a stop reason
-            episode.on_runner_error(exc)
-            continue
-        episode.on_result(result)
+        if code is not None:
+            try:
+                result = sandbox.run(code)
+            except Exception as exc:  # the runner's own failure, recorded as a stop reason
+                episode.on_runner_error(exc)
+            else:
+                episode.on_result(result)
+        seen = _report_turns(episode, seen, on_turn)
+    _report_turns(episode, seen, on_turn)
+
+
+def _report_turns(episode: Episode, seen: int, on_turn: Callable[[Turn], None] | None) -> int:
+    turns = episode.turns
+    if on_turn is not None:
+        for turn in turns[seen:]:
+            on_turn(turn)
+    return len(turns)
+
+
+def run_episode(policy: Policy, task: Task, sandbox: CodeRunner, config: EpisodeConfig = EpisodeConfig()) -> Trajectory:
+    """Run one episode to its end with blocking calls. `sandbox` should hold
+    `Episode(task, config).images` (the images as the model sees them)."""
+    episode = Episode(task, config)
+    drive_episode(episode, policy, sandbox)
     return episode.trajectory()
 
 

@@ -6,7 +6,11 @@
 feedback are never trained) and the images in placeholder order.
 
 On disk (`record_json`) images are PNG files stored once by hash (`codedance.records.ImageStore`)
-and named by absolute path, so a JSONL file of records is usable from any working directory:
+and named by a path relative to the folder of the JSONL file (``images/<sha256>.png``), so the
+folder can be moved to another machine as a whole. ms-swift and TRL (through ``datasets``' `Image`
+feature) open a relative path against the *working directory*: start them from the folder holding
+the JSONL file, or export with ``absolute=True`` (``codedance sft --export-swift F
+--absolute-paths``) to name each image by its absolute path instead:
 
 - canonical / ms-swift: ``{"messages": [{"role", "content", "loss"}], "images": [path, ...]}`` —
   ms-swift's custom-dataset layout (``swift sft --dataset file.jsonl``; its per-message ``loss``
@@ -23,6 +27,7 @@ Not handled: tool roles (feedback is a ``user`` message, as the model saw it), v
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,14 +77,18 @@ def canonical_record(trajectory: Trajectory) -> SFTRecord:
     return SFTRecord(tuple(messages), tuple(images))
 
 
-def image_paths(record: SFTRecord, store: ImageStore) -> list[str]:
-    """Absolute PNG paths of the record's images, written to `store` once by hash."""
-    return [str((store.root / f"{store.put(i)['sha256']}.png").resolve()) for i in record.images]
+def image_paths(record: SFTRecord, store: ImageStore, base: Path | None = None) -> list[str]:
+    """The record's PNG paths, written to `store` once by hash: relative to the folder `base`
+    (the JSONL file's folder), or absolute when `base` is None."""
+    paths = [(store.root / f"{store.put(i)['sha256']}.png").resolve() for i in record.images]
+    if base is None:
+        return [str(p) for p in paths]
+    return [Path(os.path.relpath(p, base.resolve())).as_posix() for p in paths]
 
 
-def record_json(record: SFTRecord, store: ImageStore) -> dict[str, object]:
-    """The canonical (= ms-swift) JSON form; images go to `store`."""
-    return {"messages": record.messages_json(), "images": image_paths(record, store)}
+def record_json(record: SFTRecord, store: ImageStore, base: Path | None = None) -> dict[str, object]:
+    """The canonical (= ms-swift) JSON form; images go to `store`, named relative to `base`."""
+    return {"messages": record.messages_json(), "images": image_paths(record, store, base)}
 
 
 def _blocks(content: str) -> list[dict[str, str]]:
@@ -92,20 +101,21 @@ def _blocks(content: str) -> list[dict[str, str]]:
     return blocks
 
 
-def trl_json(record: SFTRecord, store: ImageStore) -> dict[str, object]:
+def trl_json(record: SFTRecord, store: ImageStore, base: Path | None = None) -> dict[str, object]:
     """TRL's conversational vision form (content blocks; see the module docstring)."""
     return {"messages": [{"role": m.role, "content": _blocks(m.content)} for m in record.messages],
-            "images": image_paths(record, store)}
+            "images": image_paths(record, store, base)}
 
 
-FORMATS: dict[str, Callable[[SFTRecord, ImageStore], dict[str, object]]] = {
+FORMATS: dict[str, Callable[[SFTRecord, ImageStore, Path | None], dict[str, object]]] = {
     "canonical": record_json, "swift": record_json, "trl": trl_json}
 
 
 def write_records(records: Iterable[SFTRecord], path: str | Path, fmt: str = "swift",
-                  images: str | Path | None = None) -> int:
+                  images: str | Path | None = None, absolute: bool = False) -> int:
     """Write `records` as JSONL in format `fmt` (``canonical``, ``swift`` or ``trl``) to `path`,
-    images under `images` (default ``path.parent/images``); return how many."""
+    images under `images` (default ``path.parent/images``), named relative to ``path.parent``
+    (absolute with `absolute`); return how many."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown SFT format {fmt!r}; choose from {', '.join(FORMATS)}")
     out = Path(path)
@@ -114,6 +124,7 @@ def write_records(records: Iterable[SFTRecord], path: str | Path, fmt: str = "sw
     n = 0
     with open(out, "w", encoding="utf-8") as f:
         for record in records:
-            f.write(json.dumps(FORMATS[fmt](record, store), ensure_ascii=False) + "\n")
+            f.write(json.dumps(FORMATS[fmt](record, store, None if absolute else out.parent),
+                               ensure_ascii=False) + "\n")
             n += 1
     return n

@@ -160,6 +160,7 @@ class StopReason(str, Enum):
     FORMAT_ERROR = "format_error"
     SANDBOX_ERROR = "sandbox_error"
     IMAGE_LIMIT = "image_limit"  # the server refused more images per prompt
+    INTERRUPTED = "interrupted"  # the caller stopped it (server error, Ctrl-C); what was done is kept
 
 
 @dataclass(frozen=True)

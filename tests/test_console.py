@@ -24,3 +24,51 @@ def test_a_piped_demo_table_keeps_its_words(tmp_path):
                           "--tasks", "3", "--rollouts", "1", "--skills", "counting"],
                          capture_output=True, text=True, env=env, timeout=300, check=True).stdout
     assert "counting" in out and "medium" in out and "…" not in out
+
+
+def test_bad_input_is_one_line_and_exit_2_in_every_command(tmp_path):
+    """world, grading, sandbox, train and sft through the one handler (`user_errors`)."""
+    from typer.testing import CliRunner
+
+    from codedance.cli import app
+
+    afile = tmp_path / "a.png"
+    afile.write_bytes(b"not an image")
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("sft:\n  lr: 'unclosed\n")
+    (tmp_path / "empty").mkdir()
+    cases = [
+        (["world", "gen", "--out", str(tmp_path / "w"), "--skills", "knitting"], "knitting"),
+        (["world", "gen", "--out", str(afile)], "is a file"),
+        (["world", "accuracy", "--mistake-rate", "2"], "mistake_rate"),
+        (["grading", "check", "4", "4", "--kind", "bogus"], "bogus"),
+        (["grading", "check", "4", "4", "--choice", "A"], "LETTER=TEXT"),
+        (["sandbox", "check", "--require", "bogus"], "unknown isolation layer"),
+        (["sandbox", "run", str(afile), "--image", str(afile)], "--image"),
+        (["train", "--config", str(bad_yaml)], "bad.yaml line"),
+        (["train", "--config", str(tmp_path / "missing.yaml")], "missing.yaml"),
+        (["train", "grpo.steps=abc"], "grpo.steps"),
+        (["train", "--preset", "nope"], "unknown train preset"),
+        (["train", "--stage", "grpo"], "--stage"),
+        (["sft", "--data", str(tmp_path / "empty"), "--export-swift", str(tmp_path / "x.jsonl")], "no trajectories"),
+    ]
+    runner = CliRunner()
+    for args, words in cases:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert words in result.output and "Traceback" not in result.output, (args, result.output)
+        assert result.output.strip().startswith("error:") and len(result.output.strip().splitlines()) <= 3, result.output
+
+
+def test_sft_refuses_a_model_path_that_does_not_exist(tmp_path):
+    from typer.testing import CliRunner
+
+    from codedance.cli import app
+    from codedance.records import ImageStore, append_jsonl, trajectory_json
+    from codedance.types import StopReason, Trajectory, Turn
+
+    data = tmp_path / "data"
+    append_jsonl(data / "trajectories.jsonl", trajectory_json(
+        Trajectory("t", (Turn("<answer>1</answer>", answer="1"),), StopReason.ANSWERED), ImageStore(data / "images"), "t#0"))
+    result = CliRunner().invoke(app, ["sft", "--data", str(data), "--model", str(tmp_path / "runs" / "nope")])
+    assert result.exit_code == 2 and "no such folder" in result.output

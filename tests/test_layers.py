@@ -5,7 +5,8 @@ Every ``import codedance.x`` / ``from codedance.x import`` is read from the sour
 function-level imports included (they are real dependencies, only deferred). The floors: the
 core at the front (types and errors; the leaf rooms; the loop and its math), the wings behind
 (the runs layer, the world wing, eval, train), then the plugins other programs load
-(integrations), the authors'-data importer (which writes verl's parquet), then the command line.
+(integrations) and the importer of the authors' data (data, which writes verl's parquet layout
+through integrations), then the data engine (curate), then the command line.
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ FLOORS = (
     {"config", "parsing", "sandbox", "prompts", "policy", "grading", "records", "assets", "presets"},
     {"rollout", "rewards", "advantages", "world"},
     {"runs", "teacher", "sft_records"},
-    {"demo", "demo_summary", "demo_report", "synth", "eval", "train"},
-    {"integrations"},
-    {"data"},  # the authors' data: writes the verl parquet through integrations.verl's own row format
+    {"demo", "synth", "eval", "train"},
+    {"integrations", "data"},  # data writes the verl parquet through integrations.verl's row format
     {"curate"},  # the data engine: reads tables as the data importer does
     {"cli", "conftest"},
 )

@@ -11,12 +11,19 @@ import asyncio
 import pytest
 from PIL import Image as PILImage
 
-from codedance.policy import OpenAIChatPolicy, RetrySettings, ScriptedPolicy
+from codedance.policy import OpenAIChatPolicy, PolicyError, RetrySettings, ScriptedPolicy
 from codedance.policy.base import Completion
 from codedance.policy.replay_server import ReplayServer, ServerReply
 from codedance.policy.wire import message_json
 from codedance.prompts import PAPER, conversation
-from codedance.rollout import CodeRunner, Episode, EpisodeConfig, arun_episode, run_episode
+from codedance.rollout import (
+    CodeRunner,
+    Episode,
+    EpisodeConfig,
+    arun_episode,
+    drive_episode,
+    run_episode,
+)
 from codedance.sandbox import Sandbox
 from codedance.types import AnswerKind, ExecStatus, Image, StopReason, Task
 
@@ -133,6 +140,37 @@ def test_a_broken_sandbox_stops_with_sandbox_error() -> None:
     trajectory = run_episode(ScriptedPolicy([code("print(1)")]), TASK, sb)
     assert trajectory.stop_reason is StopReason.SANDBOX_ERROR
     assert trajectory.turns[0].result is None and trajectory.tool_calls == ()
+
+
+def test_drive_episode_reports_each_turn_as_it_ends_and_keeps_them_on_a_server_error() -> None:
+    script = [code("print(input_image.size)"), ServerReply(status=400, error="GPU fell over (scripted)")]
+    seen: list[tuple[str | None, int]] = []
+    episode = Episode(TASK)
+    with ReplayServer(script) as server, sandbox_for(TASK) as sb:
+        policy = OpenAIChatPolicy(server.url, "scripted", retry=FAST)
+
+        def on_turn(turn) -> None:  # type: ignore[no-untyped-def]
+            seen.append((turn.code.strip(), len(server.requests)))  # called before the next request
+
+        with pytest.raises(PolicyError, match="GPU fell over"):
+            drive_episode(episode, policy, sb, on_turn=on_turn)
+    assert seen == [("print(input_image.size)", 1)]
+    episode.interrupt(RuntimeError("GPU fell over"))
+    trajectory = episode.trajectory()
+    assert trajectory.stop_reason is StopReason.INTERRUPTED and len(trajectory.tool_calls) == 1
+    assert ("error", "interrupted: RuntimeError: GPU fell over") in trajectory.metadata
+
+
+def test_interrupt_keeps_the_pending_code_without_a_result_and_ignores_a_finished_episode() -> None:
+    episode = Episode(TASK)
+    assert episode.on_completion(Completion(text=code("print(1)"))).strip() == "print(1)"
+    episode.interrupt(KeyboardInterrupt())
+    (turn,) = episode.trajectory().turns
+    assert turn.code.strip() == "print(1)" and turn.result is None and episode.stop_reason is StopReason.INTERRUPTED
+    done = Episode(TASK)
+    done.on_completion(Completion(text=answer("3")))
+    done.interrupt(KeyboardInterrupt())
+    assert done.stop_reason is StopReason.ANSWERED
 
 
 def test_code_and_answer_in_one_turn_answers_without_running() -> None:

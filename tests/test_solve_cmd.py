@@ -6,7 +6,7 @@ from PIL import Image as PILImage
 from typer.testing import CliRunner
 
 from codedance.cli import app as root
-from codedance.policy.replay_server import ReplayServer
+from codedance.policy.replay_server import ReplayServer, ServerReply
 from codedance.records import load_trajectories
 from codedance.types import StopReason
 
@@ -45,3 +45,58 @@ def test_solve_reports_an_unreachable_server_and_a_bad_image(tmp_path) -> None: 
     bad.write_bytes(b"garbage")
     result = runner.invoke(root, ["solve", "--model", "http://127.0.0.1:9", "--image", str(bad), "--question", "q"])
     assert result.exit_code == 2 and "cannot be decoded" in result.output
+
+
+def test_solve_saves_the_turns_done_before_a_server_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    picture = tmp_path / "in.png"
+    PILImage.new("RGB", (80, 60), "red").save(picture)
+    out = tmp_path / "out"
+    script = [SCRIPT[0], ServerReply(status=400, error="GPU fell over (scripted)")]
+    with ReplayServer(script, model_names=("m",)) as server:
+        result = CliRunner().invoke(
+            root, ["solve", "--model", server.url, "--image", str(picture), "--question", "q", "--out", str(out)]
+        )
+    assert result.exit_code == 2 and "GPU fell over" in result.output
+    assert result.output.index("(20, 20)") < result.output.index("stop: interrupted")  # turn 1 shown
+    (_, trajectory), = load_trajectories(out)
+    assert trajectory.stop_reason is StopReason.INTERRUPTED and len(trajectory.tool_calls) == 1
+    assert (out / "turn1_image0.png").exists() and "GPU fell over" in (out / "trajectory.html").read_text()
+
+
+def test_solve_settings_come_from_files_and_overrides(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    mine = tmp_path / "solve.yaml"
+    mine.write_text("server:\n  url: http://m/v1\n  max_tokens: 4096\nepisode:\n  max_turns: 4\n")
+    result = CliRunner().invoke(root, ["solve", "-c", str(mine), "episode.prompt_profile=paper", "--max-turns", "3",
+                                       "--print-config"])
+    assert result.exit_code == 0, result.output
+    assert all(s in result.output for s in ("url: http://m/v1", "max_tokens: 4096", "max_turns: 3", "paper"))
+    bad = CliRunner().invoke(root, ["solve", "server.colour=red"])
+    assert bad.exit_code == 2 and "server.colour" in bad.output
+    bad = CliRunner().invoke(root, ["solve", "--model", "http://127.0.0.1:9/v1"])
+    assert bad.exit_code == 2 and "--question" in bad.output
+
+
+def test_ctrl_c_keeps_the_finished_turns(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from codedance.policy.openai_chat import OpenAIChatPolicy
+
+    real = OpenAIChatPolicy.complete
+    calls = []
+
+    def complete(self, messages):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 2:  # the user presses Ctrl-C while the second reply is awaited
+            raise KeyboardInterrupt
+        return real(self, messages)
+
+    monkeypatch.setattr(OpenAIChatPolicy, "complete", complete)
+    picture = tmp_path / "in.png"
+    PILImage.new("RGB", (80, 60), "red").save(picture)
+    out = tmp_path / "out"
+    with ReplayServer(SCRIPT, model_names=("m",)) as server:
+        result = CliRunner().invoke(
+            root, ["solve", "--model", server.url, "--image", str(picture), "--question", "q", "--out", str(out)]
+        )
+    assert result.exit_code == 130 and "stop: interrupted" in result.output
+    (_, trajectory), = load_trajectories(out)
+    assert trajectory.stop_reason is StopReason.INTERRUPTED and len(trajectory.tool_calls) == 1
+    assert ("error", "interrupted: KeyboardInterrupt") in trajectory.metadata

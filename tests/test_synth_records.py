@@ -37,7 +37,15 @@ def test_swift_and_trl_exports_hold_the_same_conversation(tmp_path) -> None:  # 
         assert joined == [m.content for m in record.messages]
         assert s["images"] == t["images"] and len(s["images"]) == len(record.images)
         for path, image in zip(s["images"], record.images):
-            assert Path(path).read_bytes() == image.png
+            assert path.startswith("images/") and (tmp_path / path).read_bytes() == image.png
+    moved = tmp_path.parent / f"{tmp_path.name}-moved"
+    tmp_path.rename(moved)  # relative paths survive moving the folder to another machine
+    first = json.loads((moved / "swift.jsonl").read_text().splitlines()[0])
+    assert (moved / first["images"][0]).read_bytes() == records[0].images[0].png
+    tmp_path.mkdir()
+    write_records(records[:1], tmp_path / "abs.jsonl", "swift", absolute=True)
+    (path, *_) = json.loads((tmp_path / "abs.jsonl").read_text())["images"]
+    assert Path(path).is_absolute() and Path(path).read_bytes() == records[0].images[0].png
     with pytest.raises(ValueError, match="unknown SFT format"):
         write_records(records, tmp_path / "x.jsonl", "alpaca")
 

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from codedance.cli.synth_cmd import app
 from codedance.errors import SettingsError
 from codedance.records import load_trajectories, read_jsonl
+from codedance.rollout import EpisodeSettings
 from codedance.synth import SynthConfig, SynthError, run_synth
 from codedance.synth.run import check, task_at
 from codedance.world import WorldError, task_set
@@ -25,7 +26,7 @@ def run(tmp_path_factory):  # type: ignore[no-untyped-def]
     # with one turn, medium items (the teacher's first turn is code) stop unanswered; easy ones are
     # answered at a glance
     config = SynthConfig(n=4, max_tasks=5, skills=("counting", "photos"), difficulties=("easy", "medium"), seed=2,
-                         max_turns=1, out=str(tmp_path_factory.mktemp("synth") / "run"))
+                         episode=EpisodeSettings(max_turns=1), out=str(tmp_path_factory.mktemp("synth") / "run"))
     return config, run_synth(config, progress=False)
 
 
@@ -112,6 +113,20 @@ def test_cli_writes_and_prints_counts(tmp_path) -> None:  # type: ignore[no-unty
     assert result.exit_code == 0, result.output
     assert "accepted 2/2 of 2 tasks" in result.output and "rejected: none" in result.output
     assert len(_lines(tmp_path / "c" / "trl.jsonl")) == 2
+
+
+def test_cli_takes_presets_files_and_overrides_and_prints_the_config(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("teacher:\n  temperature: 0.0\nepisode:\n  max_turns: 4\n")
+    result = CliRunner().invoke(app, ["-c", "quick", "-c", str(mine), "teacher.code_style=compact",
+                                      "--max-turns", "5", "--print-config"])
+    assert result.exit_code == 0, result.output
+    assert "n: 12" in result.output and "temperature: 0.0" in result.output
+    assert "code_style: compact" in result.output and "max_turns: 5" in result.output  # the flag wins
+    bad = CliRunner().invoke(app, ["teacher.colour=red", "--out", str(tmp_path / "e")])
+    assert bad.exit_code == 2 and "teacher.colour" in bad.output and not (tmp_path / "e").exists()
+    bad = CliRunner().invoke(app, ["episode.prompt_profile=nope", "--out", str(tmp_path / "f")])
+    assert bad.exit_code == 2 and "nope" in bad.output and not (tmp_path / "f").exists()
 
 
 def test_cli_exits_nonzero_when_short_of_records(tmp_path) -> None:  # type: ignore[no-untyped-def]

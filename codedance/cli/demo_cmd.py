@@ -42,7 +42,7 @@ def demo(
     from codedance.cli.console import make_console
     from codedance.config import dump, load
     from codedance.demo import DemoConfig, run_demo
-    from codedance.demo_summary import render_table
+    from codedance.demo.summary import render_table
 
     console = make_console()
     cfg = load(DemoConfig, [*config, *(overrides or [])], command="demo", tasks=tasks, rollouts=rollouts,

@@ -3,7 +3,12 @@
     codedance eval --model http://localhost:8000/v1 --benchmarks vstar,chartqa,mathvision \\
         --max-turns 10 --concurrency 64 --out runs/NAME [--judge http://judge:8000/v1] \\
         [--limit 50] [--no-tools] [--data mathvision=/path/to/MATH-V] [--lmu-data ~/LMUData]
+    codedance eval -c smoke --model URL --out runs/NAME [key=value ...] [--print-config]
     codedance report runs/A runs/B          # side by side, deltas against the first
+
+Settings are `codedance.eval.options.EvalConfig` through the one loader: presets
+(``codedance presets ls eval``), YAML files and ``key=value`` overrides; the flags below are
+sugar for its keys and win over presets and files.
 
 Scoring: ``--scoring vlmevalkit`` (default; VLMEvalKit's rules per sample) or ``strict``.
 ``--samples k`` runs k samples per item (needs ``--temperature`` above 0) and reports Avg@k with
@@ -22,7 +27,6 @@ settings, unreachable server).
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 import typer
@@ -32,93 +36,93 @@ from codedance.cli.console import make_console, user_errors
 app = typer.Typer(help="Evaluate a served model on the paper's benchmarks.")
 
 
-def _data_paths(values: list[str]) -> tuple[tuple[str, str], ...]:
-    from codedance.errors import SettingsError
-    from codedance.eval.spec import get_spec
-
-    pairs = []
-    for value in values:
-        name, sep, path = value.partition("=")
-        if not sep:
-            raise SettingsError(f"--data expects NAME=PATH, got {value!r}")
-        pairs.append((get_spec(name).name, str(Path(path).expanduser())))
-    return tuple(pairs)
+RUN, SERVER, DATA = "Run", "Model server", "Data"
 
 
 @app.command("eval")
 @user_errors
 def eval_(
-    model: str = typer.Option(..., "--model", help="Model server URL, e.g. http://localhost:8000/v1"),
-    benchmarks: str = typer.Option("paper", help="Comma-separated names, 'paper' (the eleven) or 'all'"),
-    out: Path = typer.Option(..., "--out", help="Run folder (rerun the same command to resume)"),
-    model_name: str = typer.Option("", help="Served model name (default: the server's first)"),
-    max_turns: int = typer.Option(10, help="Model calls per sample at most (paper: 10)"),
-    concurrency: int = typer.Option(64, help="Samples in flight at once"),
-    limit: int | None = typer.Option(None, help="First N samples of each benchmark"),
-    no_tools: bool = typer.Option(False, "--no-tools", help="Answer directly, one turn, no code (baseline)"),
-    judge: str = typer.Option("", help="OpenAI-compatible judge URL for judge-based metrics"),
-    judge_model: str = typer.Option("Qwen/Qwen2.5-72B-Instruct", help="Judge model name"),
-    data: list[str] = typer.Option([], "--data", help="NAME=PATH: a TSV, HF export or MATH-V folder"),
-    lmu_data: Path | None = typer.Option(None, help="VLMEvalKit data folder (default $LMUData or ~/LMUData)"),
-    pixmo_cache: Path | None = typer.Option(None, help="PixmoCount image cache (default <lmu-data>/pixmo_cache)"),
-    fetch_images: bool = typer.Option(False, help="Download PixmoCount images missing from the cache"),
-    profile: str = typer.Option("release", help="Prompt profile"),
-    profiles: Path | None = typer.Option(None, help="YAML file of user prompt profiles"),
-    temperature: float = typer.Option(0.0),
-    max_tokens: int = typer.Option(2048, help="Tokens per model call"),
-    exec_timeout: float = typer.Option(15.0, help="Seconds per code execution"),
-    request_timeout: float = typer.Option(300.0, help="Seconds per model request"),
-    api_key: str = typer.Option("EMPTY", envvar="OPENAI_API_KEY"),
-    plain_openai: bool = typer.Option(False, help="Send no vLLM/SGLang-only request fields"),
-    scoring: str = typer.Option("vlmevalkit", help="vlmevalkit (VLMEvalKit's rules per sample) or strict"),
-    samples: int = typer.Option(1, help="Samples per item (Avg@k, pass@k); needs --temperature > 0"),
-    stop_after: int = typer.Option(10, help="Stop after this many consecutive connection failures"),
-    retries: int = typer.Option(4, help="Retries of a failed model request (connection errors, 429, 5xx)"),
+    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help="Settings, e.g. episode.max_turns=6"),
+    config: list[str] = typer.Option([], "-c", "--config", metavar="SPEC", help="A preset name or YAML file (repeatable)."),
+    model: str = typer.Option(None, "--model", help="Model server URL, e.g. http://localhost:8000/v1",
+                              rich_help_panel=SERVER),
+    out: Path = typer.Option(None, "--out", help="Run folder (rerun the same command to resume)", rich_help_panel=RUN),
+    benchmarks: str = typer.Option(None, help="Comma-separated names, 'paper' (the eleven) or 'all' [paper]",
+                                   rich_help_panel=RUN),
+    model_name: str = typer.Option(None, help="Served model name [the server's first]", rich_help_panel=SERVER),
+    max_turns: int = typer.Option(None, help="Model calls per sample at most (paper: 10) [10]", rich_help_panel=RUN),
+    concurrency: int = typer.Option(None, help="Samples in flight at once [64]", rich_help_panel=RUN),
+    limit: int = typer.Option(None, help="First N samples of each benchmark [all]", rich_help_panel=RUN),
+    no_tools: bool = typer.Option(None, "--no-tools", help="Answer directly, one turn, no code (baseline)",
+                                  rich_help_panel=RUN, show_default=False),
+    judge: str = typer.Option(None, help="OpenAI-compatible judge URL for judge-based metrics", rich_help_panel=RUN),
+    judge_model: str = typer.Option(None, help="Judge model name [Qwen/Qwen2.5-72B-Instruct]", rich_help_panel=RUN),
+    data: list[str] = typer.Option([], "--data", help="NAME=PATH: a TSV, HF export or MATH-V folder",
+                                   rich_help_panel=DATA),
+    lmu_data: Path = typer.Option(None, help="VLMEvalKit data folder [$LMUData or ~/LMUData]", rich_help_panel=DATA),
+    pixmo_cache: Path = typer.Option(None, help="PixmoCount image cache [<lmu-data>/pixmo_cache]", rich_help_panel=DATA),
+    fetch_images: bool = typer.Option(None, "--fetch-images", help="Download PixmoCount images missing from the cache",
+                                      rich_help_panel=DATA, show_default=False),
+    profile: str = typer.Option(None, help="Prompt profile [release]", rich_help_panel=RUN),
+    profiles: Path = typer.Option(None, help="YAML file of user prompt profiles", rich_help_panel=RUN),
+    temperature: float = typer.Option(None, help="[0.0]", rich_help_panel=SERVER),
+    max_tokens: int = typer.Option(None, help="Tokens per model call [2048]", rich_help_panel=SERVER),
+    exec_timeout: float = typer.Option(None, help="Seconds per code execution [15]", rich_help_panel=RUN),
+    request_timeout: float = typer.Option(None, help="Seconds per model request [300]", rich_help_panel=SERVER),
+    api_key: str = typer.Option("EMPTY", envvar="OPENAI_API_KEY", rich_help_panel=SERVER),
+    plain_openai: bool = typer.Option(None, "--plain-openai", help="Send no vLLM/SGLang-only request fields",
+                                      rich_help_panel=SERVER, show_default=False),
+    scoring: str = typer.Option(None, help="vlmevalkit (VLMEvalKit's rules per sample) or strict [vlmevalkit]",
+                                rich_help_panel=RUN),
+    samples: int = typer.Option(None, help="Samples per item (Avg@k, pass@k); needs --temperature > 0 [1]",
+                                rich_help_panel=RUN),
+    stop_after: int = typer.Option(None, help="Stop after this many consecutive connection failures [10]",
+                                   rich_help_panel=SERVER),
+    retries: int = typer.Option(None, help="Retries of a failed model request (connection errors, 429, 5xx) [4]",
+                                rich_help_panel=SERVER),
+    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved settings and exit."),
 ) -> None:
     """Run the benchmarks, score them and write the report into --out."""
-    from codedance.errors import SettingsError
+    from codedance.config import dump, load
+    from codedance.eval.options import EvalConfig
     from codedance.eval.report import markdown
-    from codedance.eval.runner import EvalSettings, run_eval
-    from codedance.eval.spec import parse_benchmarks
+    from codedance.eval.runner import run_eval
     from codedance.grading import JudgeClient, JudgeConfig
-    from codedance.policy import OpenAIChatPolicy, PolicyError, RetrySettings, SamplingParams
-    from codedance.prompts import get_profile
-    from codedance.rollout import EpisodeConfig
+    from codedance.policy import PolicyError
 
     console = make_console()
+    text = lambda v: None if v is None else str(v)
+    cfg = load(EvalConfig, [*config, *(overrides or [])], command="eval", benchmarks=benchmarks, out=text(out),
+               server__url=model, server__name=model_name, server__temperature=temperature,
+               server__max_tokens=max_tokens, server__request_timeout_s=request_timeout, server__retries=retries,
+               server__plain_openai=plain_openai, episode__max_turns=max_turns, episode__prompt_profile=profile,
+               episode__exec_timeout_s=exec_timeout, profiles=text(profiles), no_tools=no_tools,
+               limit=limit, samples=samples, scoring=scoring, judge__url=judge, judge__model=judge_model,
+               data=list(data) or None, lmu_data=text(lmu_data), pixmo_cache=text(pixmo_cache),
+               fetch_images=fetch_images, concurrency=concurrency, stop_after=stop_after)
+    if print_config:
+        console.print(dump(cfg), end="", markup=False, highlight=False)
+        return
+    server, out_dir = cfg.server, Path(cfg.out)
     judge_client = None
     try:
-        selected = parse_benchmarks(benchmarks)  # a typo fails here, before any server is contacted
-        lmu = lmu_data or Path(os.environ.get("LMUData", "~/LMUData"))
-        lmu = lmu.expanduser()
-        if max_tokens < 1 or request_timeout <= 0 or retries < 0:
-            raise SettingsError(f"--max-tokens must be at least 1, --request-timeout above 0 and --retries at least 0 "
-                             f"(got {max_tokens}, {request_timeout}, {retries})")
-        episode = EpisodeConfig(max_turns=max_turns, profile=get_profile(profile, profiles))
-        settings = EvalSettings(  # validates every setting before the server is contacted
-            benchmarks=selected, episode=episode, no_tools=no_tools, limit=limit,
-            concurrency=concurrency, exec_timeout_s=exec_timeout, lmu_dir=str(lmu),
-            data_paths=_data_paths(data), pixmo_cache=str(pixmo_cache or lmu / "pixmo_cache"),
-            fetch_images=fetch_images, scoring=scoring, samples=samples, temperature=temperature,
-            stop_after_connection_failures=stop_after)
-        sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens)
-        policy = OpenAIChatPolicy(model, model_name or "?", sampling, api_key=api_key, timeout_s=request_timeout,
-                                  server_extras=not plain_openai, retry=RetrySettings(max_retries=retries))
-        if not model_name:
+        settings = cfg.run_settings()  # validates every setting before the server is contacted
+        policy = server.policy(api_key)
+        if not server.name:
             served = policy.list_models()
             if not served:
                 raise PolicyError(f"{policy.base_url}/models lists no models")
             policy.model = served[0]
         settings = dataclasses.replace(
-            settings, episode=dataclasses.replace(episode, metadata=(("model", policy.model),)), model=policy.model,
-            sampling=f"temperature={temperature},max_tokens={max_tokens}")
-        if judge:
-            judge_client = JudgeClient(JudgeConfig(base_url=judge, model=judge_model, api_key=api_key))
+            settings, episode=dataclasses.replace(settings.episode, metadata=(("model", policy.model),)),
+            model=policy.model, sampling=f"temperature={server.temperature},max_tokens={server.max_tokens}")
+        if cfg.judge.url:
+            judge_client = JudgeClient(JudgeConfig(base_url=cfg.judge.url, model=cfg.judge.model, api_key=api_key))
         console.print(f"model [bold]{policy.model}[/bold] at {policy.base_url}; "
-                      f"{'no tools' if no_tools else f'max {max_turns} turns'}; scoring {scoring}; "
-                      f"judge: {judge_model + ' at ' + judge if judge else 'none'}"
-                      + (f"; {samples} samples per item" if samples > 1 else ""))
-        report = run_eval(policy, settings, out, judge=judge_client,
+                      f"{'no tools' if cfg.no_tools else f'max {cfg.episode.max_turns} turns'}; scoring {cfg.scoring}; "
+                      f"judge: {cfg.judge.model + ' at ' + cfg.judge.url if cfg.judge.url else 'none'}"
+                      + (f"; {cfg.samples} samples per item" if cfg.samples > 1 else ""))
+        report = run_eval(policy, settings, out_dir, judge=judge_client,
                           on_loaded=lambda spec, n: console.print(f"{spec.title}: {n} samples"))
         policy.close()
     except (OSError, ImportError) as exc:  # a data file that cannot be read, an optional library missing
@@ -128,7 +132,7 @@ def eval_(
         if judge_client is not None:
             judge_client.close()
     console.print(markdown(report))
-    console.print(f"report: {out / 'report.html'}  trajectories: {out / 'view' / 'index.html'}")
+    console.print(f"report: {out_dir / 'report.html'}  trajectories: {out_dir / 'view' / 'index.html'}")
     failed = report.failed
     if report.stopped or failed:
         expected = sum(r.expected * r.samples_per_item for r in report.results)
@@ -137,7 +141,7 @@ def eval_(
         if report.stopped:
             console.print(f"[red]stopped early:[/red] {report.stopped}; finished samples are saved, "
                           f"rerun the same command to resume")
-        console.print(f"[red]{failed}/{expected} samples failed[/red]{reason}; see {out / 'failures.jsonl'}; "
+        console.print(f"[red]{failed}/{expected} samples failed[/red]{reason}; see {out_dir / 'failures.jsonl'}; "
                       f"rerun the same command to retry them")
         raise typer.Exit(code=1)
 

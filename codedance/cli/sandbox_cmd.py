@@ -9,10 +9,14 @@ from pathlib import Path
 
 import typer
 
+from codedance.cli.console import make_console, user_errors
+from codedance.errors import SettingsError
+
 app = typer.Typer(help="The transactional code sandbox.", no_args_is_help=True)
 
 
 @app.command()
+@user_errors
 def check(
     image: Path = typer.Option(None, exists=True, dir_okay=False,
                                help="Image to give the sandboxes (default: the bundled example)."),
@@ -21,18 +25,21 @@ def check(
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON lines."),
 ) -> None:
     """Check every sandbox property on this host and print the isolation level achieved."""
-    from codedance.cli.console import make_console
-    from codedance.sandbox import SandboxService, SandboxUnavailable
+    from codedance.sandbox import SandboxService
     from codedance.sandbox.checks import check_sandbox
+    from codedance.sandbox.isolation import normalize_requirement
 
     console = make_console(stderr=as_json)
+    try:
+        normalize_requirement(require)
+    except ValueError as exc:  # an unknown layer name
+        raise SettingsError(f"--require: {exc}") from None
     service = SandboxService()
     try:
-        service.isolation.require(require)
-    except SandboxUnavailable as exc:
+        service.isolation.require(require)  # SandboxUnavailable: one message, exit 2
+    except BaseException:
         service.close()
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from None
+        raise
     console.print(service.isolation.describe())
 
     def show(result) -> None:
@@ -53,6 +60,7 @@ def check(
 
 
 @app.command()
+@user_errors
 def run(
     snippet: Path = typer.Argument(..., help="Python file to run ('-' for standard input)."),
     image: list[Path] = typer.Option([], "--image", "-i", exists=True, dir_okay=False,
@@ -66,9 +74,12 @@ def run(
     try:
         code = sys.stdin.read() if str(snippet) == "-" else snippet.read_text()
     except (OSError, UnicodeDecodeError) as exc:
-        typer.echo(f"error: cannot read the snippet {snippet}: {exc}", err=True)
-        raise typer.Exit(2) from None
-    with Sandbox(images=image, timeout_s=timeout) as sandbox:
+        raise SettingsError(f"cannot read the snippet {snippet}: {exc}") from None
+    try:
+        sandbox = Sandbox(images=image, timeout_s=timeout)
+    except ValueError as exc:  # an --image that is not an image
+        raise SettingsError(f"--image: {exc}") from None
+    with sandbox:
         result = sandbox.run(code)
     typer.echo(f"status: {result.status.value} ({result.duration_s * 1000:.0f} ms"
                f"{', rolled back' if result.rolled_back else ''})")  # fmt: skip
@@ -92,6 +103,7 @@ def run(
 
 
 @app.command()
+@user_errors
 def gc() -> None:
     """Remove the directories and cgroups left by sandbox services that died without closing
     (a controller killed with SIGKILL). Live services are never touched: each holds a lock."""

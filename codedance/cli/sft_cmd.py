@@ -16,9 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
-from codedance.cli.console import user_errors
+from codedance.cli.console import make_console, user_errors
 from codedance.cli.train_cmd import load_cli_config
 
 app = typer.Typer(help="Supervised fine-tuning on CodeDance trajectories (TRL), or export for ms-swift.")
@@ -44,25 +43,38 @@ def sft(
     preset: str | None = typer.Option(None, help="Preset name in codedance/presets/train"),
     config: Path | None = typer.Option(None, help="A YAML config file"),
     export_swift: Path | None = typer.Option(None, help="Write ms-swift JSONL here instead of training"),
+    absolute_paths: bool = typer.Option(
+        False, help="Export absolute image paths (default: relative to the JSONL file's folder)"),
 ) -> None:
+    from codedance.errors import SettingsError
     from codedance.records import load_trajectories
 
-    console = Console()
-    cfg = load_cli_config(console, preset, config, overrides)
+    console = make_console()
+    cfg = load_cli_config(preset, config, overrides)
     trajectories = [t for _, t in load_trajectories(data)]
     if not trajectories:
-        console.print(f"[red]error:[/red] no trajectories in {data / 'trajectories.jsonl'}")
-        raise typer.Exit(2)
+        raise SettingsError(f"no trajectories in {data / 'trajectories.jsonl'}: give --data a folder that "
+                            "codedance synth, demo or train wrote")
     if export_swift is not None:
         from codedance.sft_records import canonical_record, write_records
 
-        n = write_records((canonical_record(t) for t in trajectories), export_swift, "swift")
-        console.print(f"wrote {n} records to {export_swift} (images under {export_swift.parent / 'images'})")
+        n = write_records((canonical_record(t) for t in trajectories), export_swift, "swift",
+                          absolute=absolute_paths)
+        where = "absolute" if absolute_paths else f"relative to {export_swift.parent}: start ms-swift there"
+        console.print(f"wrote {n} records to {export_swift} (images under {export_swift.parent / 'images'}, "
+                      f"paths {where})")
         return
     if not model:
-        console.print("[red]error:[/red] --model is required to train")
-        raise typer.Exit(2)
+        raise SettingsError("--model is required to train (a model folder or a hub id)")
+    local = Path(model).expanduser()
+    looks_local = model.startswith((".", "/", "~")) or model.count("/") > 1 or local.parent.is_dir() and str(local.parent) != "."
+    if looks_local and not local.is_dir():  # a typo in a path is not sent to the hub
+        raise SettingsError(f"--model {model}: no such folder (and not a hub id such as Qwen/Qwen2.5-VL-7B-Instruct)")
+    from transformers.utils import logging as hf_logging
+
     from codedance.train.sft import run_sft
+
+    hf_logging.disable_progress_bar()  # per-shard bars bury the result line in a log
 
     net, processor = _load_model(model)
     result = run_sft(net, processor, trajectories, cfg.sft, out, max_length=cfg.rollout.max_length)

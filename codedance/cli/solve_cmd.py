@@ -3,87 +3,144 @@
     codedance solve --model http://localhost:8000/v1 --image chart.png \\
         --question "What is the highest bar's value?" [--model-name NAME] [--profile release]
 
-Prints each turn (think, code, output, saved image paths) and writes into ``--out``:
+Prints each turn as it ends (think, code, output, saved image paths) and writes into ``--out``:
 ``trajectory.html`` (the whole conversation, images inline), ``trajectories.jsonl`` +
 ``images/`` (the record, see `codedance.records`) and the images as PNG files. Without
-``--model-name`` the first model the server lists is used. Exit code 2 on an error a person
+``--model-name`` the first model the server lists is used. On a server error or Ctrl-C the turns
+done so far are saved the same way, with stop reason ``interrupted`` and the error noted. Exit code 2 on an error a person
 can act on (unreachable server, unknown model, unreadable image).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import typer
+from rich.console import Console
 
 from codedance.cli.console import make_console, user_errors
-from codedance.cli.solve_view import print_trajectory, render_html, save_images
-from codedance.policy import OpenAIChatPolicy, PolicyError, SamplingParams
-from codedance.prompts import FeedbackLimits, VisionLimits, get_profile, image_from_bytes
+from codedance.cli.solve_view import (
+    print_ending,
+    print_turn,
+    render_html,
+    save_input_images,
+    save_turn_images,
+)
+from codedance.config import dump, load
+from codedance.errors import SettingsError
+from codedance.policy import PolicyError
+from codedance.policy.server_config import ServerConfig
+from codedance.prompts import image_from_bytes
 from codedance.records import ImageStore, append_jsonl, trajectory_json
-from codedance.rollout import Episode, EpisodeConfig, run_episode
-from codedance.types import Task
+from codedance.rollout import Episode, EpisodeSettings, drive_episode
+from codedance.types import Task, Trajectory, Turn
 
 app = typer.Typer(help="Solve one question about one or more images with a served model.")
+SERVER, EPISODE = "Model server", "Episode"
+
+
+@dataclass(frozen=True)
+class SolveConfig:
+    """The settings of ``codedance solve`` for the one loader (`codedance.config`); the image, the
+    question and the output folder are the command's own arguments."""
+
+    server: ServerConfig = field(default_factory=ServerConfig)
+    episode: EpisodeSettings = field(default_factory=lambda: EpisodeSettings(max_turns=10))
+    profiles: str = ""  # a YAML file of user prompt profiles
+    top_p: float = 1.0
+    seed: int | None = None
 
 
 @app.command()
 @user_errors
 def solve(
-    model: str = typer.Option(..., "--model", help="Server URL, e.g. http://localhost:8000/v1"),
-    image: list[Path] = typer.Option(..., "--image", help="Input image (repeat for several)"),
-    question: str = typer.Option(..., "--question", help="The question to answer"),
-    model_name: str = typer.Option("", "--model-name", help="Served model name (default: the server's first)"),
-    profile: str = typer.Option("release", help="Prompt profile: release, release-eval, paper, or one from --profiles"),
-    profiles: Path | None = typer.Option(None, help="YAML file of user prompt profiles"),
-    max_turns: int = typer.Option(10, help="Assistant turns at most (the paper evaluates with 10)"),
-    temperature: float = typer.Option(0.0),
-    top_p: float = typer.Option(1.0),
-    max_tokens: int = typer.Option(2048, help="Tokens per assistant turn"),
-    seed: int | None = typer.Option(None),
-    exec_timeout: float = typer.Option(15.0, help="Seconds per code execution"),
-    request_timeout: float = typer.Option(300.0, help="Seconds per model request"),
-    max_pixels: int = typer.Option(16384 * 28 * 28, help="Largest image area sent to the model"),
-    min_pixels: int = typer.Option(4 * 28 * 28, help="Smallest image area sent to the model"),
-    api_key: str = typer.Option("EMPTY", envvar="OPENAI_API_KEY", help="Bearer token, if the server wants one"),
-    plain_openai: bool = typer.Option(False, help="Send no vLLM/SGLang-only request fields"),
+    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help="Settings, e.g. server.max_tokens=4096"),
+    config: list[str] = typer.Option([], "-c", "--config", metavar="FILE", help="A YAML file of settings (repeatable)."),
+    model: str = typer.Option(None, "--model", help="Server URL, e.g. http://localhost:8000/v1", rich_help_panel=SERVER),
+    image: list[Path] = typer.Option([], "--image", help="Input image (repeat for several)"),
+    question: str = typer.Option("", "--question", help="The question to answer"),
+    model_name: str = typer.Option(None, "--model-name", help="Served model name [the server's first]",
+                                   rich_help_panel=SERVER),
+    profile: str = typer.Option(None, help="Prompt profile: release, release-eval, paper, or one from --profiles "
+                                "[release]", rich_help_panel=EPISODE),
+    profiles: Path = typer.Option(None, help="YAML file of user prompt profiles", rich_help_panel=EPISODE),
+    max_turns: int = typer.Option(None, help="Assistant turns at most (the paper evaluates with 10) [10]",
+                                  rich_help_panel=EPISODE),
+    temperature: float = typer.Option(None, help="[0.0]", rich_help_panel=SERVER),
+    top_p: float = typer.Option(None, help="[1.0]", rich_help_panel=SERVER),
+    max_tokens: int = typer.Option(None, help="Tokens per assistant turn [2048]", rich_help_panel=SERVER),
+    seed: int = typer.Option(None, rich_help_panel=SERVER),
+    exec_timeout: float = typer.Option(None, help="Seconds per code execution [15]", rich_help_panel=EPISODE),
+    request_timeout: float = typer.Option(None, help="Seconds per model request [300]", rich_help_panel=SERVER),
+    max_pixels: int = typer.Option(None, help="Largest image area sent to the model [16384·28·28]",
+                                   rich_help_panel=EPISODE),
+    min_pixels: int = typer.Option(None, help="Smallest image area sent to the model [4·28·28]",
+                                   rich_help_panel=EPISODE),
+    api_key: str = typer.Option("EMPTY", envvar="OPENAI_API_KEY", help="Bearer token, if the server wants one",
+                                rich_help_panel=SERVER),
+    plain_openai: bool = typer.Option(None, "--plain-openai", help="Send no vLLM/SGLang-only request fields",
+                                      rich_help_panel=SERVER, show_default=False),
     out: Path | None = typer.Option(None, help="Output folder (default: ./solve-<time>)"),
+    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved settings and exit."),
 ) -> None:
     """Run one think -> execute -> feedback episode and show it."""
     console = make_console()
+    cfg = load(SolveConfig, [*config, *(overrides or [])], server__url=model, server__name=model_name,
+               server__temperature=temperature, server__max_tokens=max_tokens,
+               server__request_timeout_s=request_timeout, server__plain_openai=plain_openai,
+               episode__prompt_profile=profile, episode__max_turns=max_turns, episode__exec_timeout_s=exec_timeout,
+               episode__max_pixels=max_pixels, episode__min_pixels=min_pixels,
+               profiles=None if profiles is None else str(profiles), top_p=top_p, seed=seed)
+    if print_config:
+        console.print(dump(cfg), end="", markup=False, highlight=False)
+        return
+    if not cfg.server.url or not image or not question:
+        raise SettingsError("give the server, the image(s) and the question: --model URL --image FILE --question TEXT")
     out_dir = out or Path(f"solve-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         images = tuple(image_from_bytes(p.read_bytes(), origin=f"input:{k}") for k, p in enumerate(image))
-        sampling = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
-        policy = OpenAIChatPolicy(
-            model, model_name or "?", sampling, api_key=api_key, timeout_s=request_timeout, server_extras=not plain_openai
-        )
-        if not model_name:
+        episode_config = cfg.episode.episode_config(profiles=cfg.profiles or None)  # a bad profile: before the server
+        policy = cfg.server.policy(api_key, seed=cfg.seed, top_p=cfg.top_p)
+        if not cfg.server.name:
             served = policy.list_models()
             if not served:
                 raise PolicyError(f"{policy.base_url}/models lists no models")
             policy.model = served[0]
-        vision = VisionLimits(min_pixels=min_pixels, max_pixels=max_pixels)
-        config = EpisodeConfig(
-            max_turns=max_turns,
-            profile=get_profile(profile, profiles),
-            vision=vision,
-            feedback=FeedbackLimits(vision=vision),
-            metadata=(("model", policy.model),),
-        )
+        config = replace(episode_config, metadata=(("model", policy.model),))
         task = Task(id="solve", question=question, images=images, answer="")
-        from codedance.sandbox import Sandbox
-
-        console.print(f"model [bold]{policy.model}[/bold] at {policy.base_url}, profile {config.profile.name}")
-        with Sandbox(images=Episode(task, config).images, timeout_s=exec_timeout) as sandbox:
-            trajectory = run_episode(policy, task, sandbox, config)
-        policy.close()
     except (ValueError, OSError) as exc:  # an unreadable --image
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(code=2) from exc
-    paths = save_images(trajectory, out_dir)
-    print_trajectory(trajectory, console, paths)
+    from codedance.sandbox import Sandbox
+
+    console.print(f"model [bold]{policy.model}[/bold] at {policy.base_url}, profile {config.profile.name}")
+    episode = Episode(task, config)
+    paths = save_input_images(episode.prompt, out_dir)
+
+    def show(turn: Turn) -> None:
+        number = len(paths_by_turn) + 1
+        paths_by_turn.append(save_turn_images(turn, number, out_dir))
+        print_turn(turn, number, console, {**paths, **paths_by_turn[-1]})
+
+    paths_by_turn: list[dict[int, Path]] = []
+    try:
+        with Sandbox(images=episode.images, timeout_s=cfg.episode.exec_timeout_s) as sandbox:
+            drive_episode(episode, policy, sandbox, on_turn=show)
+    except BaseException as exc:  # a server error or Ctrl-C: keep what was done, then report it
+        episode.interrupt(exc)
+        for turn in episode.turns[len(paths_by_turn):]:
+            show(turn)
+        raise
+    finally:
+        policy.close()
+        if episode.done:
+            _save(episode.trajectory(), out_dir, question, console)
+
+
+def _save(trajectory: Trajectory, out_dir: Path, question: str, console: Console) -> None:
+    print_ending(trajectory, console)
     (out_dir / "trajectory.html").write_text(render_html(trajectory, title=question), encoding="utf-8")
     append_jsonl(out_dir / "trajectories.jsonl", trajectory_json(trajectory, ImageStore(out_dir / "images"), "solve#0"))
     console.print(f"saved {out_dir / 'trajectory.html'}")

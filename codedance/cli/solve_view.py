@@ -1,7 +1,7 @@
 """Show one trajectory: readable in a terminal (rich), and as a self-contained HTML page.
 
-The terminal view prints each turn's think, code, the sandbox output and where each image was
-saved; the HTML page (the one renderer, `codedance.runs.html`) has every message in order with
+The terminal view prints each turn (as it ends, `print_turn`): think, code, the sandbox output
+and where each image was saved; the HTML page (the one renderer, `codedance.runs.html`) has every message in order with
 the images inline (data URLs), so it opens anywhere without the image files. Both show exactly the trajectory's text (escaped in HTML).
 """
 
@@ -16,48 +16,57 @@ from rich.syntax import Syntax
 
 from codedance.policy.wire import data_url
 from codedance.runs.html import conversation_page
-from codedance.types import Trajectory
+from codedance.types import Message, Trajectory, Turn
 
 
-def save_images(trajectory: Trajectory, out_dir: Path) -> dict[int, Path]:
-    """Write every input and feedback image as a PNG file; returns id(image) -> path."""
+def save_input_images(trajectory_prompt: tuple[Message, ...], out_dir: Path) -> dict[int, Path]:
+    """Write the task's images as ``input_<k>.png``; returns id(image) -> path."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths: dict[int, Path] = {}
-    for message in trajectory.prompt:
-        for k, image in enumerate(message.images):
-            paths[id(image)] = out_dir / f"input_{k}.png"
-    for m, turn in enumerate(trajectory.turns, start=1):
-        for k, image in enumerate(turn.feedback_images):
-            paths[id(image)] = out_dir / f"turn{m}_image{k}.png"
-    images = [i for msg in trajectory.prompt for i in msg.images] + [i for t in trajectory.turns for i in t.feedback_images]
-    for image in images:
-        paths[id(image)].write_bytes(image.png)
-    return paths
+    images = [image for message in trajectory_prompt for image in message.images]
+    return {id(image): _write(image.png, out_dir / f"input_{k}.png") for k, image in enumerate(images)}
 
 
-def print_trajectory(trajectory: Trajectory, console: Console, image_paths: dict[int, Path]) -> None:
-    for m, turn in enumerate(trajectory.turns, start=1):
-        console.rule(f"turn {m}")
-        if turn.think:
-            console.print(Panel(turn.think, title="think", border_style="cyan"))
-        if turn.code:
-            console.print(Panel(Syntax(turn.code, "python", line_numbers=True), title="code", border_style="magenta"))
-        if turn.result is not None:
-            r = turn.result
-            style = "green" if r.ok else "red"
-            body = r.stdout.strip() or "(no output)"
-            if r.error is not None:
-                body += f"\n{r.error.type}: {r.error.message}"
-            console.print(Panel(body, title=f"{r.status.value} in {r.duration_s:.2f}s", border_style=style))
-        for image in turn.feedback_images:
-            console.print(f"  image {image.width}x{image.height} -> {image_paths.get(id(image), '?')}")
-        if turn.feedback_has_turn_limit:
-            console.print("  [yellow](turn limit message sent)[/yellow]")
-        if turn.answer is not None:
-            console.print(Panel(turn.answer, title="answer", border_style="bold green"))
-        if not turn.verdict.ok:
-            console.print(f"  [yellow]format: {', '.join(turn.verdict.reasons)}[/yellow]")
+def save_turn_images(turn: Turn, number: int, out_dir: Path) -> dict[int, Path]:
+    """Write one turn's feedback images as ``turn<m>_image<k>.png``; returns id(image) -> path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return {id(image): _write(image.png, out_dir / f"turn{number}_image{k}.png")
+            for k, image in enumerate(turn.feedback_images)}
+
+
+def _write(data: bytes, path: Path) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def print_turn(turn: Turn, number: int, console: Console, image_paths: dict[int, Path]) -> None:
+    """One turn: think, code, the sandbox's output, where each image was saved, the answer."""
+    console.rule(f"turn {number}")
+    if turn.think:
+        console.print(Panel(turn.think, title="think", border_style="cyan"))
+    if turn.code:
+        console.print(Panel(Syntax(turn.code, "python", line_numbers=True), title="code", border_style="magenta"))
+    if turn.result is not None:
+        r = turn.result
+        style = "green" if r.ok else "red"
+        body = r.stdout.strip() or "(no output)"
+        if r.error is not None:
+            body += f"\n{r.error.type}: {r.error.message}"
+        console.print(Panel(body, title=f"{r.status.value} in {r.duration_s:.2f}s", border_style=style))
+    for image in turn.feedback_images:
+        console.print(f"  image {image.width}x{image.height} -> {image_paths.get(id(image), '?')}")
+    if turn.feedback_has_turn_limit:
+        console.print("  [yellow](turn limit message sent)[/yellow]")
+    if turn.answer is not None:
+        console.print(Panel(turn.answer, title="answer", border_style="bold green"))
+    if not turn.verdict.ok:
+        console.print(f"  [yellow]format: {', '.join(turn.verdict.reasons)}[/yellow]")
+
+
+def print_ending(trajectory: Trajectory, console: Console) -> None:
     console.rule(f"stop: {trajectory.stop_reason.value}")
+    for key, value in trajectory.metadata:
+        if key == "error":
+            console.print(f"  [yellow]{value}[/yellow]", highlight=False)
     console.print(f"answer: {trajectory.answer!r}")
 
 

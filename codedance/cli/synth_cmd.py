@@ -1,8 +1,10 @@
 """``codedance synth``: verified teacher trajectories of the task world as SFT data.
 
-    codedance synth --skills counting,search --n 50 --out runs/synth
+    codedance synth [-c PRESET|FILE.yaml]... [key=value]... [--skills counting,search --n 50 ...]
 
-Writes ``sft.jsonl`` (canonical records), ``swift.jsonl`` and ``trl.jsonl`` (exports),
+Settings are `codedance.synth.SynthConfig` (``codedance presets ls synth``; the flags below are
+sugar for its keys and win over presets and files; ``--print-config`` shows the result). Writes
+``sft.jsonl`` (canonical records), ``swift.jsonl`` and ``trl.jsonl`` (exports),
 ``trajectories.jsonl`` + ``images/`` (for ``codedance sft --data``) and ``summary.json``
 (accepted, rejected by reason); see `codedance.synth.run`. A rerun with the same settings resumes.
 """
@@ -13,46 +15,53 @@ from pathlib import Path
 
 import typer
 
-from codedance.cli.console import user_errors
+from codedance.cli.console import make_console, user_errors
 
+RUN, TEACHER = "Run", "Teacher and episode"
 app = typer.Typer(help="Synthesize verified SFT trajectories from the task world with the expert teacher.")
 
 
 @app.command()
 @user_errors
 def synth(
-    n: int = typer.Option(36, "--n", help="Accepted records wanted."),
-    out: Path = typer.Option(Path("runs/synth"), help="Run directory (resumed if it holds this run)."),
-    skills: str = typer.Option("all", help="Comma list of skills (see `codedance world list`)."),
-    difficulties: str = typer.Option("easy,medium,hard", help="Comma list of difficulties."),
-    seed: int = typer.Option(0, help="Seed of the first task and of the teacher's sampling."),
-    max_tasks: int = typer.Option(0, help="Tasks to try at most (0: 2·n + 10)."),
-    temperature: float = typer.Option(1.0, help="Teacher temperature (0: no first mistakes)."),
-    mistake_rate: float = typer.Option(0.5, help="Chance of a noticed-and-corrected first mistake on hard tasks."),
-    max_turns: int = typer.Option(6, help="Turn budget per episode."),
-    concurrency: int = typer.Option(2, help="Episodes (and sandbox steps) at once."),
+    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help="Settings, e.g. teacher.code_style=compact"),
+    config: list[str] = typer.Option([], "-c", "--config", metavar="SPEC", help="A preset name or YAML file (repeatable)."),
+    n: int = typer.Option(None, "--n", help="Accepted records wanted [36].", rich_help_panel=RUN),
+    out: Path = typer.Option(None, metavar="DIR", help="Run directory, resumed if it holds this run [runs/synth].",
+                             rich_help_panel=RUN),
+    skills: str = typer.Option(None, help="Comma list of skills (see `codedance world list`) [all].", rich_help_panel=RUN),
+    difficulties: str = typer.Option(None, help="Comma list of difficulties [easy,medium,hard].", rich_help_panel=RUN),
+    seed: int = typer.Option(None, help="Seed of the first task and of the teacher's sampling [0].", rich_help_panel=RUN),
+    max_tasks: int = typer.Option(None, help="Tasks to try at most; 0: 2·n + 10 [0].", rich_help_panel=RUN),
+    concurrency: int = typer.Option(None, help="Episodes (and sandbox steps) at once [2].", rich_help_panel=RUN),
+    temperature: float = typer.Option(None, help="Teacher temperature; 0: no first mistakes [1.0].",
+                                      rich_help_panel=TEACHER),
+    mistake_rate: float = typer.Option(None, help="Chance of a noticed-and-corrected first mistake on hard tasks [0.5].",
+                                       rich_help_panel=TEACHER),
+    max_turns: int = typer.Option(None, help="Turn budget per episode [6].", rich_help_panel=TEACHER),
+    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved settings and exit."),
 ) -> None:
     """Run the teacher, re-execute and verify each trajectory, write the accepted ones as SFT data."""
-    from codedance.cli.console import make_console
-    from codedance.synth import SynthConfig, SynthError, run_synth
-    from codedance.world import WorldError, parse_skills
+    from codedance.config import dump, load
+    from codedance.synth import SynthConfig, run_synth
 
     console = make_console()
-    try:
-        names = () if skills == "all" else parse_skills(skills)
-        levels = tuple(d.strip() for d in difficulties.split(",") if d.strip())
-        config = SynthConfig(n=n, out=str(out), skills=names, difficulties=levels, seed=seed,
-                             max_tasks=max_tasks, temperature=temperature, mistake_rate=mistake_rate,
-                             max_turns=max_turns, concurrency=concurrency)
-        result = run_synth(config)
-    except (SynthError, WorldError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+    names = None if skills in (None, "all") else skills  # checked (unknown skills named) before the run
+    cfg = load(SynthConfig, [*config, *(overrides or [])], command="synth", n=n,
+               out=None if out is None else str(out), skills=names, difficulties=difficulties, seed=seed,
+               max_tasks=max_tasks, concurrency=concurrency, teacher__temperature=temperature,
+               teacher__mistake_rate=mistake_rate, episode__max_turns=max_turns)
+    if print_config:
+        console.print(dump(cfg), end="", markup=False, highlight=False)
+        return
+    result = run_synth(cfg)
     rejected = ", ".join(f"{reason} {count}" for reason, count in result.rejected) or "none"
-    console.print(f"accepted {result.accepted}/{n} of {result.tried} tasks tried ({result.ran} this run, "
+    console.print(f"accepted {result.accepted}/{cfg.n} of {result.tried} tasks tried ({result.ran} this run, "
                   f"{result.seconds:.1f} s); rejected: {rejected}; episodes failed: {result.failures}")
-    console.print(f"records: {out / 'sft.jsonl'}, exports: {out / 'swift.jsonl'}, {out / 'trl.jsonl'}")
-    if result.accepted < n:
-        console.print(f"[yellow]only {result.accepted} of {n} records: rerun with a larger --max-tasks "
+    console.print(f"by skill: {result.mix_line()}")
+    where = Path(cfg.out)
+    console.print(f"records: {where / 'sft.jsonl'}, exports: {where / 'swift.jsonl'}, {where / 'trl.jsonl'}")
+    if result.accepted < cfg.n:
+        console.print(f"[yellow]only {result.accepted} of {cfg.n} records: rerun with a larger --max-tasks "
                       "to try more tasks (the run resumes)[/yellow]")
         raise typer.Exit(1)

@@ -18,46 +18,42 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from codedance.cli.console import user_errors
+from codedance.cli.console import make_console, user_errors
 
 if TYPE_CHECKING:
     from codedance.train.config import PipelineConfig
 
-PRESETS = Path(__file__).resolve().parents[1] / "presets" / "train"
 app = typer.Typer(help="Train the policy: SFT then GRPO on the synthetic world, on CPU.")
 
 
 def preset_path(preset: str | None, config: Path | None) -> Path | None:
+    from codedance.config import preset_path as find
+
     if config is not None:
         return config
-    if preset is None:
-        return None
-    path = PRESETS / f"{preset}.yaml"
-    if not path.exists():
-        known = ", ".join(sorted(p.stem for p in PRESETS.glob("*.yaml")))
-        raise typer.BadParameter(f"unknown preset {preset!r}; known: {known}")
-    return path
+    return None if preset is None else find("train", preset)
 
 
-def load_cli_config(console: Console, preset: str | None, config: Path | None,
-                    overrides: list[str] | None) -> PipelineConfig:
-    """The `PipelineConfig` of ``--preset``/``--config`` with the ``key=value`` overrides; a
-    setting error is printed and exits with code 2."""
+def load_cli_config(preset: str | None, config: Path | None, overrides: list[str] | None) -> PipelineConfig:
+    """The `PipelineConfig` of ``--preset``/``--config`` with the ``key=value`` overrides; a bad
+    setting is a `SettingsError` (one line, exit 2, through `user_errors`)."""
+    from codedance.errors import SettingsError
     from codedance.train.config import load_config
 
     try:
         return load_config(preset_path(preset, config), list(overrides or []))
+    except SettingsError:
+        raise
     except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+        raise SettingsError(str(exc)) from None
 
 
 def print_table(console: Console, evals: dict[str, dict[str, float]]) -> None:
     keys = ("accuracy", "accuracy/easy", "accuracy/hard", "calls", "calls/easy", "calls/hard", "exec_success")
-    table = Table(title="held-out tasks")
-    table.add_column("stage")
+    table = Table(title="held-out tasks (in run order)")
+    table.add_column("stage", no_wrap=True)
     for key in keys:
-        table.add_column(key)
+        table.add_column(key, no_wrap=True)
     for name, m in evals.items():
         table.add_row(name, *(f"{m[k]:.3f}" if isinstance(m.get(k), float) and m[k] == m[k] else "–" for k in keys))
     console.print(table)
@@ -72,15 +68,20 @@ def train(
     ablation: bool = typer.Option(False, "--ablation", help="GRPO under each ablation reward profile"),
     stage: str = typer.Option("all", help="all, or sft (stop after SFT)"),
 ) -> None:
-    console = Console()
-    cfg = load_cli_config(console, preset, config, overrides)
+    from codedance.errors import SettingsError
+
+    console = make_console()
+    if stage not in ("all", "sft"):
+        raise SettingsError(f"--stage must be all or sft, got {stage!r}")
+    cfg = load_cli_config(preset, config, overrides)
     try:
         import torch
+        from transformers.utils import logging as hf_logging
 
         torch.set_num_threads(cfg.threads)
-    except ImportError as exc:
-        console.print("[red]error:[/red] training needs the train extra: pip install 'codedance[train]'")
-        raise typer.Exit(2) from exc
+        hf_logging.disable_progress_bar()  # per-shard bars bury the stage lines in a log
+    except ImportError:
+        raise SettingsError("training needs the train extra: pip install 'codedance[train]'") from None
     from codedance.train.pipeline import run_ablation, run_pipeline, run_sft_stage
     from codedance.train.report import write_report
 
@@ -88,10 +89,7 @@ def train(
     if stage == "sft":
         run_sft_stage(cfg, log)
         evals = write_report(cfg.out_dir)
-    elif stage == "all":
-        evals = run_ablation(cfg, log) if ablation else run_pipeline(cfg, log)
     else:
-        console.print(f"[red]error:[/red] --stage must be all or sft, got {stage!r}")
-        raise typer.Exit(2)
+        evals = run_ablation(cfg, log) if ablation else run_pipeline(cfg, log)
     print_table(console, evals)
     console.print(f"report: {Path(cfg.out_dir) / 'report.html'}")

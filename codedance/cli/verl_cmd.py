@@ -9,6 +9,7 @@ GPU runs launch with ``scripts/train_verl.sh`` and a preset from ``codedance/pre
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import typer
@@ -31,10 +32,15 @@ def prepare_data(
 ) -> None:
     """Write the synthetic world's tasks as verl parquet files with their images."""
     from codedance.integrations.verl.data import prepare_world
+    from codedance.world import task_cycle
 
     names = [s.strip() for s in skills.split(",") if s.strip()] or None
     train, val = prepare_world(out, n_train=n_train, n_val=n_val, seed=seed, skills=names)
     typer.echo(f"wrote {train} ({n_train} tasks) and {val} ({n_val} tasks)")
+    cycle = task_cycle(names)
+    for split, n in (("train", n_train), ("val", n_val)):
+        mix = Counter(f"{cycle[i % len(cycle)][0]}/{cycle[i % len(cycle)][1].value}" for i in range(n))
+        typer.echo(f"{split} by skill/difficulty: " + ", ".join(f"{k} {v}" for k, v in sorted(mix.items())))
 
 
 @app.command("train", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -1,4 +1,5 @@
-"""``codedance world``: list skills, generate tasks to files, measure the teacher's accuracy."""
+"""``codedance world``: list skills, generate tasks to files, measure the teacher's accuracy.
+Bad settings (an unknown skill, a file as ``--out``) are one-line errors with exit code 2."""
 
 from __future__ import annotations
 
@@ -7,19 +8,24 @@ from pathlib import Path
 
 import typer
 
+from codedance.cli.console import make_console, user_errors
+
 app = typer.Typer(help="The synthetic task world and its expert teacher.", no_args_is_help=True)
 
 
 @app.command("list")
+@user_errors
 def list_skills() -> None:
     """Print the skills and difficulties."""
     from codedance.world import DIFFICULTIES, skills
 
+    console = make_console()
     for name in skills():
-        print(name, " ".join(d.value for d in DIFFICULTIES))
+        console.print(name, " ".join(d.value for d in DIFFICULTIES), markup=False, highlight=False)
 
 
 @app.command()
+@user_errors
 def gen(
     out: Path = typer.Option(..., help="Directory for tasks.jsonl and the PNG images."),
     n: int = typer.Option(18, help="How many tasks."),
@@ -27,13 +33,12 @@ def gen(
     skills: str = typer.Option("all", help="Comma list of skills."),
 ) -> None:
     """Write n tasks (question, gold answer, kind, labels, image file) to a directory."""
-    from codedance.world import WorldError, task_set
+    from codedance.errors import SettingsError
+    from codedance.world import task_set
 
-    try:
-        tasks = task_set(n, seed, None if skills == "all" else skills.split(","))
-    except WorldError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
+    tasks = task_set(n, seed, None if skills == "all" else skills.split(","))  # WorldError: one line, exit 2
+    if out.exists() and not out.is_dir():
+        raise SettingsError(f"--out {out} is a file; give a folder")
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "tasks.jsonl", "w") as f:
         for t in tasks:
@@ -41,10 +46,11 @@ def gen(
             f.write(json.dumps({"id": t.id, "question": t.question, "answer": t.answer,
                                 "kind": t.kind.value, "choices": [list(c) for c in t.choices],
                                 "image": f"{t.id}.png", "metadata": dict(t.metadata)}) + "\n")
-    typer.echo(f"{len(tasks)} tasks in {out}")
+    make_console().print(f"{len(tasks)} tasks in {out}", markup=False, highlight=False)
 
 
 @app.command()
+@user_errors
 def accuracy(
     n: int = typer.Option(36, help="Tasks per run (cycling over skills × difficulties)."),
     seed: int = typer.Option(1000, help="First seed."),
@@ -54,15 +60,15 @@ def accuracy(
     mistake_rate: float = typer.Option(0.5, help="First-mistake rate on hard tasks."),
 ) -> None:
     """Measure the teacher through the real sandbox; print accuracy per skill and difficulty."""
-    from codedance.cli.console import make_console
+    from codedance.errors import SettingsError
     from codedance.teacher import TeacherConfig
     from codedance.teacher.accuracy import measure
-    from codedance.world import WorldError, parse_skills, task_set
+    from codedance.world import parse_skills, task_set
 
+    tasks = task_set(n, seed, parse_skills(None if skills == "all" else skills))  # WorldError: one line, exit 2
     try:
-        tasks = task_set(n, seed, parse_skills(None if skills == "all" else skills))
-    except WorldError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
-    report = measure(tasks, TeacherConfig(temperature, mistake_rate, seed), rollouts=rollouts)
+        teacher = TeacherConfig(temperature, mistake_rate, seed)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
+    report = measure(tasks, teacher, rollouts=rollouts)
     make_console().print(report.table())

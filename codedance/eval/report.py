@@ -288,26 +288,6 @@ def markdown(report: EvalReport) -> str:
     return "\n".join(lines)
 
 
-def write_report(report: EvalReport, out: str | Path, *, plots: bool = True, viewer: bool = True,
-                 labels: dict[str, tuple[str, str]] | None = None) -> None:
-    """Write every report file; ``labels`` (task id -> subject, level) go to the sample list."""
-    from codedance.eval.html import html_page
-
-    out = Path(out)
-    (out / "report.json").write_text(json.dumps(report_json(report), indent=1), encoding="utf-8")
-    (out / "report.md").write_text(markdown(report), encoding="utf-8")
-    images = {}
-    if plots:
-        from codedance.eval.plots import write_plots
-
-        images = write_plots(report, out / "plots")
-    if viewer:
-        from codedance.eval.viewer import write_viewer
-
-        write_viewer(out, labels)
-    (out / "report.html").write_text(html_page(report, images, viewer=viewer), encoding="utf-8")
-
-
 def load_report(path: str | Path) -> dict:
     """A ``report.json`` (``path`` may be the run folder)."""
     p = Path(path)

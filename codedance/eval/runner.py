@@ -258,7 +258,8 @@ def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
     """Run, score and report; returns the `EvalReport` (see ``codedance.eval.report``).
 
     The data is read before ``run.json`` is written, so a wrong path leaves no run folder."""
-    from codedance.eval.report import build_report, write_report
+    from codedance.eval.report import build_report
+    from codedance.eval.report_files import write_report
 
     out = Path(out_dir)
     paths = dict(settings.data_paths)

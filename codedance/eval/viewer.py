@@ -3,8 +3,8 @@
 ``view/index.html`` lists the samples in benchmark and id order (benchmark, id, subject, level,
 verdict, answer, gold, turns, calls, exec status of the calls, stop reason), filterable by typing
 and by verdict; each sample's page shows its subject and level, the whole conversation the
-model saw (system, question, images, every turn's text, code results and feedback images) and
-how it was scored. Images are linked from ``out/images/`` (not inlined), so pages stay small;
+model saw (system, question, images, every turn's text, code results and feedback images; the
+one renderer, `codedance.runs.html`) and how it was scored. Images are linked from ``out/images/`` (not inlined), so pages stay small;
 open them from the run folder. Built from ``trajectories.jsonl`` and ``scores.jsonl``, plus the
 optional ``labels`` (task id -> subject, level) the runner knows from the data.
 """
@@ -16,36 +16,14 @@ import json
 import re
 from pathlib import Path
 
-from codedance.records import read_jsonl
+from codedance.records import ImageStore, read_jsonl, trajectory_from_json
+from codedance.runs.html import STYLE, image_file, trajectory_html
 
-_STYLE = """body{font-family:system-ui,sans-serif;max-width:64rem;margin:1.5rem auto;padding:0 1rem}
-.msg{border-left:4px solid #999;margin:.8rem 0;padding:.2rem 1rem;background:#fafafa}
-.user{border-color:#2a7ae2}.assistant{border-color:#2ca02c}.system{border-color:#888}.exec{border-color:#9467bd}
-pre{white-space:pre-wrap;word-break:break-word}img{max-width:100%;border:1px solid #ccc}
-table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:.2rem .5rem;font-size:.9rem}
-.ok{color:#2ca02c}.bad{color:#d62728}.na{color:#888}"""
+_STYLE = STYLE
 
 
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
-
-
-def _img(ref: dict) -> str:
-    return f'<img src="../../images/{html.escape(ref["sha256"])}.png" alt="{html.escape(ref["origin"])}"><br>'
-
-
-def _parts(parts: list) -> str:
-    return "".join(f"<pre>{html.escape(p)}</pre>" if isinstance(p, str) else _img(p["image"]) for p in parts)
-
-
-def _feedback(text: str, images: list[dict]) -> str:
-    chunks = text.split("<image>")
-    out = []
-    for k, chunk in enumerate(chunks):
-        out.append(f"<pre>{html.escape(chunk)}</pre>")
-        if k < len(chunks) - 1 and k < len(images):
-            out.append(_img(images[k]))
-    return "".join(out)
 
 
 def _verdict_word(score: dict | None) -> str:
@@ -77,17 +55,11 @@ def _order(key: str) -> tuple:
     return (bench, 0, int(index), index, sample) if index.isdigit() else (bench, 1, 0, index, sample)
 
 
-def page(record: dict, score: dict | None, labels: tuple[str, str] = ("", "")) -> str:
-    """One sample's page."""
-    rows = [f'<div class="msg {m["role"]}"><b>{m["role"]}</b>{_parts(m["parts"])}</div>' for m in record["prompt"]]
-    for k, turn in enumerate(record["turns"], start=1):
-        rows.append(f'<div class="msg assistant"><b>assistant, turn {k}</b><pre>{html.escape(turn["text"])}</pre></div>')
-        if turn["result"] is not None:
-            r = turn["result"]
-            error = f'\n{r["error"]["type"]}: {r["error"]["message"]}' if r["error"] else ""
-            rows.append(f'<div class="msg exec"><b>sandbox: {r["status"]} in {r["duration_s"]:.2f}s</b></div>')
-            rows.append(f'<div class="msg user"><b>feedback</b>{_feedback(turn["feedback_text"], turn["feedback_images"])}'
-                        f'{"<pre>" + html.escape(error) + "</pre>" if error else ""}</div>')
+def page(record: dict, score: dict | None, labels: tuple[str, str], store: ImageStore) -> str:
+    """One sample's page: the conversation through the one renderer (`codedance.runs.html`),
+    images linked from the run's `store` (``<run>/images``, ``../../images/`` from the page)."""
+    trajectory = trajectory_from_json(record, store)
+    conversation = trajectory_html(trajectory, lambda image: image_file(image, "../../images/"))
     extras = dict(score["extras"]) if score else {}
     subject, level = labels
     head = (f"<p>subject <b>{html.escape(subject or '–')}</b>; level <b>{html.escape(level or '–')}</b></p>"
@@ -97,7 +69,7 @@ def page(record: dict, score: dict | None, labels: tuple[str, str] = ("", "")) -
             f"{html.escape(json.dumps(extras))}</p>")
     title = html.escape(record["key"])
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{_STYLE}</style></head>"
-            f"<body><p><a href='../index.html'>all samples</a></p><h1>{title}</h1>{head}{''.join(rows)}</body></html>")
+            f"<body><p><a href='../index.html'>all samples</a></p><h1>{title}</h1>{head}{conversation}</body></html>")
 
 
 def write_viewer(out: str | Path, labels: dict[str, tuple[str, str]] | None = None) -> Path:
@@ -106,6 +78,7 @@ def write_viewer(out: str | Path, labels: dict[str, tuple[str, str]] | None = No
     scores = {r["key"]: r for r in read_jsonl(out / "scores.jsonl")}
     records = {r["key"]: r for r in read_jsonl(out / "trajectories.jsonl")}
     view = out / "view"
+    store = ImageStore(out / "images")
     labels = labels or {}
     lines = []
     for key in sorted(records, key=_order):
@@ -116,7 +89,7 @@ def write_viewer(out: str | Path, labels: dict[str, tuple[str, str]] | None = No
         name = f"{_safe(rest)}.html"
         score = scores.get(key)
         subject, level = labels.get(key.partition("#")[0], ("", ""))
-        (folder / name).write_text(page(record, score, (subject, level)), encoding="utf-8")
+        (folder / name).write_text(page(record, score, (subject, level), store), encoding="utf-8")
         calls = sum(1 for t in record["turns"] if t["result"] is not None)
         gold = dict(score["extras"]).get("gold", "") if score else ""
         lines.append(f"<tr data-verdict='{_verdict_word(score)}'><td>{html.escape(bench)}</td>"

@@ -29,7 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from codedance.errors import SettingsError
-from codedance.records import ImageStore, append_jsonl, load_trajectories, read_jsonl, trajectory_json
+from codedance.records import (
+    ImageStore,
+    append_jsonl,
+    load_trajectories,
+    read_jsonl,
+    trajectory_json,
+)
 from codedance.types import Trajectory
 
 RUN_FILE = "run.json"

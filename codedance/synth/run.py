@@ -4,7 +4,7 @@
     result = run_synth(SynthConfig(n=50, skills=("counting", "search"), out="runs/synth"))
 
 Task ``i`` is ``generate(skill, difficulty, seed + i)`` cycling over skills × difficulties
-(`codedance.world.task_set`'s order). The expert teacher (temperature and first-mistake rate as
+(`codedance.world.task_cycle`: skills round-robin, so a small ``n`` still covers every skill). The expert teacher (temperature and first-mistake rate as
 in the demo, so hard items carry noticed-and-corrected mistakes) solves each task once through
 the real loop and sandbox; `codedance.synth.verify` accepts or rejects it. Tasks are tried in
 order, in windows of as many tasks as records are still missing, until ``n`` are accepted or
@@ -21,8 +21,9 @@ Run directory:
 - ``sft.jsonl``: their canonical SFT records (`codedance.sft_records`, with ``key`` and the task
   id, skill and difficulty under ``meta``), and ``swift.jsonl`` / ``trl.jsonl``: the same records
   in ms-swift's and TRL's formats; all three hold at most ``n`` records in task order, rewritten
-  at the end of every run.
-- ``summary.json``: accepted, tried, rejected counts by reason, failures.
+  at the end of every run, images named relative to the run directory (``images/<sha256>.png``).
+- ``summary.json``: accepted, tried, rejected counts by reason, failures, ``mix`` (skill,
+  difficulty, records).
 
 Not handled: several processes writing one run directory at once.
 """
@@ -34,14 +35,14 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from codedance.config import not_resumed
 from codedance.errors import SettingsError
 from codedance.records import ImageStore, append_jsonl, load_trajectories, read_jsonl
-from codedance.rollout import EpisodeConfig
+from codedance.rollout import EpisodeSettings
 from codedance.runs.batch import BatchProgress, arun_batch
 from codedance.runs.rundir import RunDir, episode_key, run_settings
 from codedance.sft_records import canonical_record, record_json, write_records
@@ -52,9 +53,8 @@ from codedance.world import (
     DIFFICULTIES,
     Difficulty,
     generate,
-    parse_difficulty,
-    parse_skills,
     parse_task_id,
+    task_cycle,
 )
 from codedance.world.base import task_id
 
@@ -76,11 +76,9 @@ class SynthConfig:
     difficulties: tuple[str, ...] = tuple(d.value for d in DIFFICULTIES)
     seed: int = 0
     max_tasks: int = not_resumed(0)  # 0 = 2·n + 10
-    temperature: float = 1.0
-    mistake_rate: float = 0.5
-    max_turns: int = 6
+    teacher: TeacherConfig = TeacherConfig()  # its seed is replaced by ``seed``
+    episode: EpisodeSettings = EpisodeSettings()
     concurrency: int = not_resumed(2)
-    exec_timeout_s: float = not_resumed(15.0)
 
     @property
     def task_limit(self) -> int:
@@ -96,6 +94,15 @@ class SynthResult:
     failures: int
     ran: int  # tasks tried by this call (the rest were resumed)
     seconds: float
+    mix: tuple[tuple[str, str, int], ...] = ()  # (skill, difficulty, records) in task order
+
+    def mix_line(self) -> str:
+        """``charts 2 (easy 1, hard 1), counting 2 (...)``: the records by skill and difficulty."""
+        skills: dict[str, list[tuple[str, int]]] = {}
+        for skill, difficulty, count in self.mix:
+            skills.setdefault(skill, []).append((difficulty, count))
+        return ", ".join(f"{skill} {sum(c for _, c in parts)} ({', '.join(f'{d} {c}' for d, c in parts)})"
+                         for skill, parts in skills.items())
 
 
 def check(config: SynthConfig) -> tuple[tuple[str, str], ...]:
@@ -105,13 +112,12 @@ def check(config: SynthConfig) -> tuple[tuple[str, str], ...]:
     if config.task_limit < config.n:
         raise SynthError(f"--max-tasks {config.task_limit} cannot give {config.n} records "
                          "(each task gives at most one); raise --max-tasks or lower --n")
-    if config.concurrency < 1 or config.max_turns < 1:
-        raise SynthError("--concurrency and --max-turns must be at least 1")
-    names = parse_skills(list(config.skills) or None)
-    diffs = [parse_difficulty(d).value for d in config.difficulties]
-    if not diffs:
+    if config.concurrency < 1:
+        raise SynthError(f"concurrency must be at least 1, got {config.concurrency}")
+    config.episode.episode_config()  # an unknown prompt profile raises before the run folder is written
+    if not config.difficulties:
         raise SynthError("no difficulty selected")
-    return tuple((s, d) for s in names for d in diffs)
+    return tuple((s, d.value) for s, d in task_cycle(list(config.skills) or None, config.difficulties))
 
 
 def task_at(combos: tuple[tuple[str, str], ...], seed: int, i: int) -> Task:
@@ -129,17 +135,18 @@ async def _window(config: SynthConfig, tasks: list[Task], run: RunDir, pool: San
                   advance: Callable[[bool], None]) -> None:
     """Run the teacher on `tasks` (`codedance.runs.batch`); each trajectory is verified by
     re-execution before it is kept (the ``after`` hook), and its verdict logged."""
-    episode_config = EpisodeConfig(max_turns=config.max_turns)
-    teacher = ExpertTeacher(TeacherConfig(config.temperature, config.mistake_rate, config.seed))
+    episode_config = config.episode.episode_config()
+    teacher = ExpertTeacher(replace(config.teacher, seed=config.seed))
+    timeout = config.episode.exec_timeout_s
 
     async def verify(key: str, task: Task, trajectory: Trajectory) -> bool:
-        verdict = await averify(task, trajectory, pool, episode_config, config.exec_timeout_s)
+        verdict = await averify(task, trajectory, pool, episode_config, timeout)
         append_jsonl(run.path / "verdicts.jsonl", {"key": key, **asdict(verdict)})
         advance(verdict.accepted)
         return verdict.accepted
 
     await arun_batch(lambda task, k: teacher.policy(task, k), tasks,
-                     lambda images: pool.sandbox(images=images, timeout_s=config.exec_timeout_s), run,
+                     lambda images: pool.sandbox(images=images, timeout_s=timeout), run,
                      episode_config, concurrency=config.concurrency, progress=False, after=verify,
                      done=set(_verdicts(run.path)))
 
@@ -188,6 +195,13 @@ def run_synth(config: SynthConfig, *, progress: bool = True) -> SynthResult:
     return _finish(config, combos, run.path, ran, time.monotonic() - started)
 
 
+def _combo_rank(combos: tuple[tuple[str, str], ...], combo: tuple[str, str]) -> tuple[int, int]:
+    skills = list(dict.fromkeys(s for s, _ in combos))
+    levels = [d.value for d in DIFFICULTIES]
+    return (skills.index(combo[0]) if combo[0] in skills else len(skills),
+            levels.index(combo[1]) if combo[1] in levels else len(levels))
+
+
 def _finish(config: SynthConfig, combos: tuple[tuple[str, str], ...], out: Path, ran: int,
             seconds: float) -> SynthResult:
     verdicts = _verdicts(out)
@@ -200,16 +214,19 @@ def _finish(config: SynthConfig, combos: tuple[tuple[str, str], ...], out: Path,
     keep = sorted(pairs, key=lambda k: order.get(k, len(order)))[:config.n]
     records = [canonical_record(pairs[k]) for k in keep]
     store = ImageStore(out / "images")
+    mix: Counter[tuple[str, str]] = Counter()
     with open(out / "sft.jsonl", "w", encoding="utf-8") as f:
         for key, record in zip(keep, records):
             tid = pairs[key].task_id
             skill, difficulty, _ = parse_task_id(tid)
+            mix[(skill, difficulty.value)] += 1
             meta = {"task_id": tid, "skill": skill, "difficulty": difficulty.value}
-            f.write(json.dumps({"key": key, "meta": meta, **record_json(record, store)}, ensure_ascii=False) + "\n")
+            f.write(json.dumps({"key": key, "meta": meta, **record_json(record, store, out)}, ensure_ascii=False) + "\n")
     write_records(records, out / "swift.jsonl", "swift")
     write_records(records, out / "trl.jsonl", "trl")
     rejected = Counter(v.reason for v in verdicts.values() if not v.accepted).most_common()
     failed = {str(r["key"]) for r in read_jsonl(out / "failures.jsonl")} - set(verdicts)
-    result = SynthResult(str(out), len(keep), len(verdicts), tuple(rejected), len(failed), ran, seconds)
+    result = SynthResult(str(out), len(keep), len(verdicts), tuple(rejected), len(failed), ran, seconds,
+                         tuple((s, d, n) for (s, d), n in sorted(mix.items(), key=lambda kv: _combo_rank(combos, kv[0]))))
     (out / "summary.json").write_text(json.dumps({**asdict(result), "rejected": dict(rejected)}, indent=1))
     return result

@@ -110,6 +110,28 @@ def _check(feedback: str) -> str | None:
     return None
 
 
+def _cross_check(view: TaskView) -> str:
+    """The hard tasks' last tool step: not the measurement again but a check of what it rests on
+    (the fitted axis against every label read; for a pie, how clearly the name picks its legend
+    entry). It prints ``check:`` lines and no ``RESULT``, so the answer stays the measurement's."""
+    q = view.question
+    if m := PIE.search(q):
+        return ("box, shares = pie_shares(img)\nx, y, w, h = box\n"
+                f"score, tx, ty = find_text(img, {m.group(1)!r}, (x + w, 0, img.shape[1], img.shape[0]))\n"
+                "gaps = sorted(round(abs(r - ty)) for r, _c, _s in shares)\n"
+                "print('check: name matched with score', round(score, 2), '; legend patches', gaps, "
+                "'rows from it')")
+    if LINE.search(q):
+        return ("frame = axes_frame(img)\nxt = x_ticks(img, frame)\n"
+                "pairs = [(x, float(t)) for x, t in xt if t.isdigit()]\nc, d = robust_line(pairs)\n"
+                "on = sum(abs(c * x + d - t) < 0.5 for x, t in pairs)\n"
+                "print('check:', on, 'of', len(pairs), 'year labels lie on the fitted axis')")
+    return ("frame = axes_frame(img)\nticks, (a, b) = y_scale(img, frame)\n"
+            "step = min(abs(v - u) for (_r, v), (_q, u) in zip(ticks, ticks[1:])) if len(ticks) > 1 else 1.0\n"
+            "on = sum(abs(a * r + b - v) < 0.1 * step for r, v in ticks)\n"
+            "print('check:', on, 'of', len(ticks), 'tick labels lie on the fitted scale')")
+
+
 def steps(view: TaskView, hard: bool, mistake: str | None) -> list[Step]:
     good = Step("I find the axes, read the tick labels to fit the scale, locate the named category "
                 "and measure it in pixels.", snippet(_body(view), HELPERS))
@@ -118,8 +140,10 @@ def steps(view: TaskView, hard: bool, mistake: str | None) -> list[Step]:
                     "legend entry.", snippet(_body(view), HELPERS))
     if not hard:
         return [good]
-    verify = Step("Let me rerun the measurement to confirm the reading before answering.",
-                  snippet(_body(view), HELPERS))
+    verify = Step("Before answering, let me check what the reading rests on: "
+                  + ("that the name picks one legend entry clearly." if PIE.search(view.question)
+                     else "that the fitted axis agrees with the labels it was fitted to."),
+                  snippet(_cross_check(view), HELPERS))
     if mistake == "top_tick" and PIE.search(view.question):
         mistake = "loose"
     if mistake in ("top_tick", "loose"):

@@ -90,6 +90,23 @@ def _check(color: str):
     return check
 
 
+def _zoom(color: str) -> str:
+    """The hard tasks' last tool step: not the count again but a look at the counted blobs,
+    cropped from the input and enlarged, so touching objects and shapes can be seen. It prints a
+    ``check:`` line and no ``RESULT``, so the answer stays the count's."""
+    return "\n".join([
+        f"m = (np.abs(img.astype(int) - {PALETTE[color]}).max(2) <= 40).astype(np.uint8)",
+        "st = cv2.connectedComponentsWithStats(m)[2]",
+        "boxes = [(x, y, x + w, y + h) for x, y, w, h, a in st[1:].tolist() if a >= 20]",
+        "H, W = img.shape[:2]",
+        "x0, y0 = max(0, min(b[0] for b in boxes) - 8), max(0, min(b[1] for b in boxes) - 8)",
+        "x1, y1 = min(W, max(b[2] for b in boxes) + 8), min(H, max(b[3] for b in boxes) + 8)",
+        f"print('check: the', len(boxes), '{color} blobs lie in', (x0, y0, x1, y1))",
+        "crop = input_image.crop((x0, y0, x1, y1))",
+        "crop.resize((crop.width * 2, crop.height * 2)).show()",
+    ])
+
+
 def steps(view: TaskView, hard: bool, mistake: str | None, compact_code: bool = False) -> list[Step]:
     color, shape = target(view)
 
@@ -104,8 +121,9 @@ def steps(view: TaskView, hard: bool, mistake: str | None, compact_code: bool = 
                 code(40, hard, show=hard))
     if not hard:
         return [good]
-    verify = Step("Let me double-check the count " + ("once more" if compact_code else "on an annotated copy")
-                  + " before answering.", code(40, True, show=True))
+    verify = Step(f"Before answering, let me look at the {color} blobs enlarged, to see the touching "
+                  "ones and the shapes for myself.",
+                  compact(_zoom(color)) if compact_code else snippet(_zoom(color), HELPERS))
     if mistake == "loose":
         first = Step(f"I'll take everything roughly {color} and count the blobs.",
                      code(110, False, show=True), _check(color), good)

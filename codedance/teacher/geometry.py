@@ -87,6 +87,26 @@ def _check(feedback: str) -> str | None:
     return None
 
 
+def _zoom() -> str:
+    """The hard tasks' last tool step: not the measurement again but a look at what it used, the
+    scale bar and the blue shape, cropped from the input and enlarged. It prints a ``check:`` line
+    and no ``RESULT``, so the answer stays the measurement's."""
+    return "\n".join([
+        "H, W = img.shape[:2]",
+        "st = cv2.connectedComponentsWithStats((img.max(2) <= 60).astype(np.uint8))[2]",
+        "flat = [(w, (x, y, w, h)) for x, y, w, h, a in st[1:].tolist()",
+        "        if a >= 10 and w > 3 * h and x > 0 and y > 0 and x + w < W and y + h < H]",
+        "bar, (bx, by, bw, bh) = max(flat)",
+        f"ys, xs = np.nonzero((np.abs(img.astype(int) - {PALETTE['blue']}).max(2) <= 40))",
+        "shape = (int(xs.min()), int(ys.min()), int(xs.max()), int(ys.max()))",
+        "print('check: scale bar', bar, 'px at', (bx, by), '; blue shape in', shape)",
+        "x0, y0 = max(0, min(bx, int(xs.min())) - 10), max(0, min(by, int(ys.min())) - 10)",
+        "x1, y1 = min(W, max(bx + bw, int(xs.max()) + 1) + 10), min(H, max(by + bh, int(ys.max()) + 1) + 10)",
+        "crop = input_image.crop((x0, y0, x1, y1))",
+        "(crop.resize((crop.width * 2, crop.height * 2)) if max(crop.size) < 400 else crop).show()",
+    ])
+
+
 def steps(view: TaskView, hard: bool, mistake: str | None, compact_code: bool = False) -> list[Step]:
     def code(skip_border: bool) -> str:
         return compact(_compact_body(view, skip_border)) if compact_code else snippet(_body(view, skip_border), HELPERS)
@@ -94,7 +114,9 @@ def steps(view: TaskView, hard: bool, mistake: str | None, compact_code: bool = 
     good = Step("I measure the scale bar in pixels and the blue shape against it.", code(True))
     if not hard:
         return [good]
-    verify = Step("Let me confirm the measurement and the conversion to cm² once more.", code(True))
+    verify = Step("Before answering, let me look at the scale bar and the blue shape I measured, "
+                  "enlarged, to be sure I measured the right things.",
+                  compact(_zoom()) if compact_code else snippet(_zoom(), HELPERS))
     if mistake == "loose":
         first = Step("The scale bar should be the widest black thing; I measure it and the shape.",
                      code(False), _check, good)

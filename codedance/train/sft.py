@@ -10,7 +10,8 @@ adds ``pixel_values`` / ``image_grid_thw`` (so TRL's own text preparation is ski
 
 Defaults (`codedance.train.config.SFTStage`) are the paper's Table 4: effective batch 128 (by
 gradient accumulation), lr 5e-5, warmup ratio 0.05; cosine decay (ms-swift's default; the paper
-does not say). `run_sft` resumes from the newest ``checkpoint-*`` under ``out_dir``.
+does not say). `run_sft` resumes from the newest ``checkpoint-*`` under ``out_dir`` and writes its log lines (loss,
+token accuracy per logged step) to ``out_dir/sft_log.jsonl`` for the report.
 
 Not handled: packing; trajectories longer than ``max_length`` are cut (tail untrained, counted
 in the returned summary); the paper's data pipeline itself (we train on the teacher's
@@ -19,6 +20,7 @@ trajectories of the synthetic world). Export for ms-swift: `codedance.sft_record
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,10 +77,12 @@ def sft_arguments(stage: SFTStage, out_dir: str | Path, n_sequences: int) -> Any
     from trl import SFTConfig
 
     per_device = max(1, min(stage.per_device_batch, stage.batch_size))
-    # transformers 5 folds warmup_ratio into warmup_steps (a float below 1 is a ratio)
+    # transformers 5 folds warmup_ratio into warmup_steps (a float below 1 is a ratio) and warns
+    # on every run that uses warmup_ratio; 4.x has only the ratio for a fraction
     params = inspect.signature(SFTConfig).parameters
-    extra = ({"warmup_ratio": stage.warmup_ratio} if "warmup_ratio" in params
-              else {"warmup_steps": float(stage.warmup_ratio)})
+    steps_take_ratio = "float" in str(params["warmup_steps"].annotation) if "warmup_steps" in params else False
+    extra = ({"warmup_steps": float(stage.warmup_ratio)} if steps_take_ratio or "warmup_ratio" not in params
+             else {"warmup_ratio": stage.warmup_ratio})
     # transformers 5 renames gradient_checkpointing (TRL turns it on by default)
     checkpointing = "activation_checkpointing" if "activation_checkpointing" in params else "gradient_checkpointing"
     extra[checkpointing] = stage.gradient_checkpointing
@@ -93,6 +97,12 @@ def sft_arguments(stage: SFTStage, out_dir: str | Path, n_sequences: int) -> Any
         use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, disable_tqdm=True,
         bf16=torch.cuda.is_available(),
     )
+
+
+def _log_line(entry: dict[str, Any]) -> dict[str, float]:
+    """One TRL log entry as numbers (TRL may log them as strings): step, loss, token accuracy."""
+    keys = ("step", "epoch", "loss", "mean_token_accuracy", "learning_rate", "grad_norm")
+    return {k: float(entry[k]) for k in keys if k in entry}
 
 
 def run_sft(model: Any, processor: Any, trajectories: Sequence[Trajectory], stage: SFTStage,
@@ -115,7 +125,8 @@ def run_sft(model: Any, processor: Any, trajectories: Sequence[Trajectory], stag
     final = Path(out_dir) / "final"
     trainer.save_model(str(final))
     processor.save_pretrained(final)
-    losses = tuple((int(h["step"]), float(h["loss"])) for h in trainer.state.log_history
-                   if "loss" in h and math.isfinite(float(h["loss"])))
+    logged = [_log_line(h) for h in trainer.state.log_history if "loss" in h]
+    Path(out_dir, "sft_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in logged), encoding="utf-8")
+    losses = tuple((int(r["step"]), r["loss"]) for r in logged if math.isfinite(r["loss"]))
     return SFTResult(str(out_dir), int(trainer.state.global_step), len(encoded),
                      sum(e.truncated for e in encoded), losses)

@@ -23,8 +23,10 @@ from codedance.world.base import (
     parse_skills,
     parse_task_id,
     skills,
+    task_cycle,
     task_set,
 )
 
 __all__ = ["DIFFICULTIES", "WORLD_VERSION", "Difficulty", "WorldError", "generate", "label",
-           "parse_difficulty", "parse_skills", "parse_task_id", "skills", "task_set"]
+           "parse_difficulty", "parse_skills", "parse_task_id", "skills", "task_cycle",
+           "task_set"]

@@ -137,19 +137,27 @@ def generate(skill_name: str, difficulty: str | Difficulty, seed: int) -> Task:
                 source=f"world/{skill_name}", metadata=metadata)
 
 
-def task_set(n: int, seed: int = 0, skill_names: Sequence[str] | None = None,
-             difficulties: Sequence[str | Difficulty] = DIFFICULTIES) -> tuple[Task, ...]:
-    """`n` tasks cycling over skills × difficulties (skill-major), seeds ``seed, seed+1, ...``.
-
-    With n ≥ len(skills)·len(difficulties) every combination appears.
-    """
-    if n < 1:
-        raise WorldError(f"the number of tasks must be at least 1, got {n}")
+def task_cycle(skill_names: Sequence[str] | None = None,
+               difficulties: Sequence[str | Difficulty] = DIFFICULTIES) -> tuple[tuple[str, Difficulty], ...]:
+    """Every (skill, difficulty) once, in the order tasks are drawn: the skills round-robin, and
+    each round shifts the difficulties by one, so any ``n`` tasks spread as evenly as they can over
+    the skills (then over the difficulties): the first ``len(skills)`` hold every skill, the first
+    ``len(skills)·len(difficulties)`` every combination."""
     names = parse_skills(skill_names)
     diffs = [parse_difficulty(d) for d in difficulties]
     if not diffs:
         raise WorldError("no difficulty selected")
-    combos = [(s, d) for s in names for d in diffs]
+    count = len(names)
+    return tuple((names[i % count], diffs[(i % count + i // count) % len(diffs)])
+                 for i in range(count * len(diffs)))
+
+
+def task_set(n: int, seed: int = 0, skill_names: Sequence[str] | None = None,
+             difficulties: Sequence[str | Difficulty] = DIFFICULTIES) -> tuple[Task, ...]:
+    """`n` tasks cycling over `task_cycle`, seeds ``seed, seed+1, ...``."""
+    if n < 1:
+        raise WorldError(f"the number of tasks must be at least 1, got {n}")
+    combos = task_cycle(skill_names, difficulties)
     return tuple(generate(*combos[i % len(combos)], seed + i) for i in range(n))
 
 

@@ -53,7 +53,7 @@ def test_ms_swift_loads_and_encodes_the_export(imported: Path, tmp_path: Path) -
     ours = [json.loads(line) for line in export.read_text().splitlines()]
     script = Path(__file__).parent / "swift_check.py"
     run = subprocess.run([python, str(script), str(export), str(tmp_path / "model")], check=False,
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600, cwd=export.parent)  # relative paths
     assert run.returncode == 0, run.stderr[-3000:]
     loaded = json.loads(run.stdout.strip().splitlines()[-1])
     assert len(loaded) == len(ours) == 5

@@ -12,7 +12,7 @@ import pytest
 from codedance.eval.loaders import load_benchmark
 from codedance.eval.sources import DataNotFoundError
 from codedance.eval.spec import get_spec
-from codedance.eval.vlmeval_adapter import CodeDanceModel, vlmeval_model_class
+from codedance.integrations.vlmeval_adapter import CodeDanceModel, vlmeval_model_class
 from codedance.policy import ScriptedPolicy
 
 

@@ -3,7 +3,7 @@
 Each test goes through VLMEvalKit's own code: its dataset class builds the prompt from a custom
 MCQ TSV in ``$LMUData``, its ``infer_data_job`` calls ``generate(message=..., dataset=...)`` from
 its worker threads, its ``evaluate`` scores the prediction file; the last test runs its
-``run.py`` through ``python -m codedance.eval.vlmeval_adapter``. The model is a real
+``run.py`` through ``python -m codedance.integrations.vlmeval_adapter``. The model is a real
 OpenAI-compatible HTTP server with scripted replies (`ReplayServer`) and the code runs in the
 real sandbox. The script answers "A" (right) only when the feedback it got holds ``42``, the
 output of the snippet it asked to run, and "B" otherwise, so a run whose code did not execute
@@ -52,7 +52,7 @@ build_dataset, infer_data_job, load = _import_vlmeval()
 
 from PIL import Image as PILImage
 
-from codedance.eval.vlmeval_adapter import FAIL_MSG, register, vlmeval_model_class
+from codedance.integrations.vlmeval_adapter import FAIL_MSG, register, vlmeval_model_class
 from codedance.policy.replay_server import ReplayServer, ServerReply
 
 CODE = "<think>look</think><code>\n```python\nprint(6 * 7, input_image.size[0] > 0)\n```\n</code>"
@@ -185,7 +185,7 @@ def test_run_py_through_the_launcher(tmp_path, lmudata):
     work = tmp_path / "work"
     with ReplayServer(script) as server:
         proc = subprocess.run(
-            [sys.executable, "-m", "codedance.eval.vlmeval_adapter", "--vlmevalkit", str(checkout),
+            [sys.executable, "-m", "codedance.integrations.vlmeval_adapter", "--vlmevalkit", str(checkout),
              "--model-url", server.url, "--model-name", "scripted", "--max-turns", "4", "--",
              "--data", DATASET, "--model", "codedance", "--work-dir", str(work), "--judge", "exact_matching",
              "--api-nproc", "2"],

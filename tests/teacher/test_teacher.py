@@ -95,3 +95,17 @@ def test_measured_accuracy_per_cell():
     for cell in report.cells:
         assert cell.accuracy >= 0.5, cell
     assert sum(c.correct for c in report.cells) / sum(c.n for c in report.cells) >= 0.9
+
+
+@pytest.mark.parametrize("skill", ["charts", "counting", "geometry"])
+@pytest.mark.parametrize("style", ["full", "compact"])
+def test_hard_check_turn_does_new_work_and_keeps_the_answer(pool, skill, style):
+    """The last tool step of a hard plan checks what the answer rests on (a zoom or a fit check,
+    ``check:`` lines); it never re-runs a snippet already run."""
+    teacher = ExpertTeacher(TeacherConfig(temperature=1.0, mistake_rate=0.5, code_style=style))
+    for seed in range(3):
+        _, trajectory, ok = solve(pool, generate(skill, "hard", 40 + seed), teacher)
+        codes = [t.code for t in trajectory.turns if t.result is not None]
+        assert ok and len(codes) == len(set(codes)) >= 2, (seed, trajectory.answer)
+        last = trajectory.tool_calls[-1]
+        assert last.ok and "check:" in last.stdout and "RESULT" not in last.stdout

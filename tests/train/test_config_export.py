@@ -7,10 +7,12 @@ import json
 
 import pytest
 
-from codedance.cli.train_cmd import PRESETS
+from codedance.config import PRESETS as ALL_PRESETS
 from codedance.sft_records import canonical_record, write_records
 from codedance.train.config import load_config
 from tests.train.helpers import corpus
+
+PRESETS = ALL_PRESETS / "train"
 
 
 def test_every_preset_loads_and_its_header_gives_the_command() -> None:

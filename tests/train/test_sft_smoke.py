@@ -3,6 +3,8 @@ only the model's turns, the saved model reloads with identical logits, and a rer
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -37,6 +39,9 @@ def test_sft_loss_falls_and_the_checkpoint_reloads(tmp_path) -> None:  # type: i
     losses = [loss for _, loss in result.losses]
     assert result.steps == 5 and len(losses) == 5
     assert losses[-1] < 0.85 * losses[0]
+    logged = [json.loads(line) for line in (tmp_path / "sft_log.jsonl").read_text().splitlines()]
+    assert [(int(r["step"]), r["loss"]) for r in logged] == list(result.losses)  # the report's SFT curve
+    assert all(isinstance(v, float) for r in logged for v in r.values())
     loaded, proc2 = load_policy(tmp_path / "final")
     batch = TrajectoryCollator(encode_all(trajectories[:2], proc2, 512), proc2)([{"index": 0}, {"index": 1}])
     inputs = {k: v for k, v in batch.items() if k != "labels"}

@@ -8,11 +8,14 @@ import pytest
 from codedance.types import AnswerKind
 from codedance.world import (
     DIFFICULTIES,
+    Difficulty,
     WorldError,
     generate,
+    label,
     parse_skills,
     parse_task_id,
     skills,
+    task_cycle,
     task_set,
 )
 from codedance.world.draw import PALETTE
@@ -31,6 +34,18 @@ def test_every_skill_and_difficulty_is_deterministic(name, difficulty):
     assert meta["skill"] == name and meta["difficulty"] == difficulty
     if a.kind is AnswerKind.CHOICE:
         assert a.answer in dict(a.choices)
+
+
+def test_a_small_task_set_draws_skills_evenly() -> None:
+    names = skills()
+    first = task_set(len(names), seed=0)
+    assert sorted(label(t, "skill") for t in first) == sorted(names)  # every skill at once
+    assert {label(t, "difficulty") for t in first} == {"easy", "medium", "hard"}
+    cycle = task_cycle()
+    assert len(set(cycle)) == len(cycle) == 3 * len(names)
+    twelve = [s for s, _ in cycle[:12]]
+    assert max(twelve.count(s) for s in names) - min(twelve.count(s) for s in names) <= 1
+    assert task_cycle(["charts"], ["hard"]) == (("charts", Difficulty.HARD),)
 
 
 def test_task_set_covers_the_grid_and_hard_is_harder():

@@ -25,6 +25,7 @@ def test_rlhf_dataset_reads_rows_and_task_round_trips(tmp_path):
 
     result = CliRunner().invoke(app, ["prepare-data", "--out", str(tmp_path), "--n-train", "3", "--n-val", "2"])
     assert result.exit_code == 0, result.output
+    assert "train by skill/difficulty: charts/easy 1, counting/medium 1, geometry/hard 1" in result.output
     tokenizer, processor = tiny_qwen.build()
     config = OmegaConf.create({"prompt_key": "prompt", "image_key": "images", "max_prompt_length": 100000,
                                "filter_overlong_prompts": False, "return_raw_chat": True})

@@ -1,5 +1,6 @@
 """The demo's HTML report: the summary table, turns against difficulty (the paper's Figure 10) and
-a trajectory viewer (each turn's think, code, output and images, with the reward breakdown).
+a trajectory viewer (each trajectory's conversation through the one renderer,
+`codedance.runs.html`, with the reward breakdown and R_turn per turn).
 
 Images are linked from the run's ``images/`` store (written by `codedance.records`), so the page
 works from disk with no server. Not handled: very large runs (every trajectory is on one page).
@@ -11,18 +12,11 @@ import html
 from collections.abc import Sequence
 from pathlib import Path
 
-from codedance.demo_summary import ORDER, DemoRow, Scored
-from codedance.types import Image
+from codedance.demo.summary import ORDER, DemoRow, Scored
+from codedance.runs.html import STYLE, image_file, trajectory_html
 
-STYLE = """body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}
-td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child,td:nth-child(2){text-align:left}
-tr.all{font-weight:bold;background:#f4f4f4}pre{background:#f7f7f7;padding:6px;white-space:pre-wrap;
-max-height:320px;overflow:auto}details{margin:6px 0;border:1px solid #ddd;padding:4px 8px}
-.ok{color:#070}.bad{color:#a00}img.thumb{max-width:360px;border:1px solid #aaa;margin:4px}"""
-
-
-def _img(image: Image) -> str:
-    return f'<img class="thumb" src="images/{image.sha256}.png" alt="{html.escape(image.origin)}">'
+DEMO_STYLE = """td,th{text-align:right}td:first-child,td:nth-child(2){text-align:left}
+tr.all{font-weight:bold;background:#f4f4f4}.msg pre{max-height:320px;overflow:auto}"""
 
 
 def _table(rows: Sequence[DemoRow]) -> str:
@@ -64,27 +58,19 @@ def turns_plot(scored: Sequence[Scored], path: Path) -> None:
 
 
 def _trajectory(s: Scored) -> str:
+    """One collapsible trajectory: the verdict and reward breakdown as its summary, then the
+    conversation through the one renderer (`codedance.runs.html`), R_turn on each turn."""
     r = s.reward
     verdict = '<span class="ok">correct</span>' if s.correct else '<span class="bad">wrong</span>'
-    parts = [(f'<details class="trajectory"><summary>{html.escape(s.key)} · {verdict} · '
-             f"{len(s.trajectory.turns)} turns · reward {r.total:.3f} (acc {r.accuracy:.2f}, "
-             f"format {r.format:.2f}, R_seq {r.sequence_tool:+.3f}) · advantage {s.advantage:+.3f}"
-             "</summary>"), (f"<p><b>Q:</b> {html.escape(s.task.question)} <b>gold:</b> "
-             f"{html.escape(s.task.answer)} <b>answer:</b> {html.escape(str(s.trajectory.answer))}</p>")]
-    for m in s.trajectory.prompt:
-        parts += [_img(i) for i in m.images]
-    for i, t in enumerate(s.trajectory.turns):
-        ret = r.turn_returns[i] if i < len(r.turn_returns) else 0.0
-        parts.append(f"<h4>turn {i + 1} (R_turn {ret:+.2f})</h4><p>{html.escape(t.think or '')}</p>")
-        if t.code:
-            parts.append(f"<pre class='code'>{html.escape(t.code)}</pre>")
-        if t.result is not None:
-            body = t.result.stdout + (f"\n{t.result.error.type}: {t.result.error.message}" if t.result.error else "")
-            parts.append(f"<p>status: {t.result.status.value}</p><pre>{html.escape(body)}</pre>")
-            parts += [_img(im) for im in t.feedback_images]
-        if t.answer is not None:
-            parts.append(f"<p><b>answer:</b> {html.escape(t.answer)}</p>")
-    return "\n".join(parts + ["</details>"])
+    head = (f'<details class="trajectory"><summary>{html.escape(s.key)} · {verdict} · '
+            f"{len(s.trajectory.turns)} turns · reward {r.total:.3f} (acc {r.accuracy:.2f}, "
+            f"format {r.format:.2f}, R_seq {r.sequence_tool:+.3f}) · advantage {s.advantage:+.3f}"
+            "</summary>"
+            f"<p><b>Q:</b> {html.escape(s.task.question)} <b>gold:</b> "
+            f"{html.escape(s.task.answer)} <b>answer:</b> {html.escape(str(s.trajectory.answer))}</p>")
+    notes = [f"R_turn {r.turn_returns[i] if i < len(r.turn_returns) else 0.0:+.2f}"
+             for i in range(len(s.trajectory.turns))]
+    return head + trajectory_html(s.trajectory, image_file, notes) + "</details>"
 
 
 def write_report(out: Path, rows: Sequence[DemoRow], scored: Sequence[Scored]) -> Path:
@@ -97,7 +83,7 @@ def write_report(out: Path, rows: Sequence[DemoRow], scored: Sequence[Scored]) -
             f"<h2>Trajectories ({len(scored)})</h2>"]
     body += [_trajectory(s) for s in scored]
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>codedance demo</title>"
-            f"<style>{STYLE}</style></head><body>{''.join(body)}</body></html>")
+            f"<style>{STYLE}{DEMO_STYLE}</style></head><body>{''.join(body)}</body></html>")
     path = out / "report.html"
     path.write_text(page, encoding="utf-8")
     return path

@@ -7,7 +7,7 @@ R_BAT rewards → GRPO advantages → a run directory and a summary table.
 Run directory (`codedance.runs.RunDir`): ``run.json`` (kind ``demo`` and the settings; a
 different run in the same directory is refused), ``trajectories.jsonl`` + ``images/`` (written as
 each episode ends), ``failures.jsonl`` (episodes that raised), ``metrics.json`` (summary rows and
-per-trajectory grades, reward terms and advantages) and ``report.html`` (`codedance.demo_report`).
+per-trajectory grades, reward terms and advantages) and ``report.html`` (`codedance.demo.report`).
 A rerun with the same settings resumes: finished ``task_id#k`` keys are skipped. Every setting is
 checked (the task set, the reward profile, the prompt profile) before the folder is written.
 
@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 
 from codedance.config import not_resumed
-from codedance.demo_summary import DemoRow, score_run, summary_rows
+from codedance.demo.summary import DemoRow, score_run, summary_rows
 from codedance.errors import SettingsError
 from codedance.rewards import get_profile
 from codedance.rollout import EpisodeSettings
@@ -101,7 +101,7 @@ def run_demo(config: DemoConfig, *, progress: bool = True) -> DemoResult:
     metrics = {"settings": run.settings, "profile": episode.profile.name, "rows": [asdict(r) for r in rows],
                "trajectories": [s.as_json() for s in scored], "failures": list(summary.failures)}
     (run.path / "metrics.json").write_text(json.dumps(metrics, indent=1))
-    from codedance.demo_report import write_report
+    from codedance.demo.report import write_report
 
     write_report(run.path, rows, scored)
     return DemoResult(str(run.path), tuple(rows), summary.finished, summary.skipped, summary.failures,

@@ -29,7 +29,7 @@ trajectory)`` is called, from VLMEvalKit's worker threads, with every finished t
 
 Registering: `register` adds the class to ``vlmeval.config.supported_VLM`` under a name (and to
 ``vlmeval.api`` as ``CodeDance`` for ``run.py --config``); ``python -m
-codedance.eval.vlmeval_adapter --vlmevalkit DIR --model-url URL -- <run.py arguments>`` registers
+codedance.integrations.vlmeval_adapter --vlmevalkit DIR --model-url URL -- <run.py arguments>`` registers
 it and runs VLMEvalKit's own ``run.py``. Importing this module never needs VLMEvalKit.
 
 Not handled: video (VLMEvalKit's own check rejects it: ``allowed_types`` is text and image);
@@ -224,10 +224,10 @@ def register(name: str = "codedance", **kwargs) -> partial:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m codedance.eval.vlmeval_adapter [options] -- <VLMEvalKit run.py arguments>``."""
+    """``python -m codedance.integrations.vlmeval_adapter [options] -- <VLMEvalKit run.py arguments>``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     ours, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    parser = argparse.ArgumentParser(prog="python -m codedance.eval.vlmeval_adapter",
+    parser = argparse.ArgumentParser(prog="python -m codedance.integrations.vlmeval_adapter",
                                      description="Register codedance in VLMEvalKit and run its run.py.")
     parser.add_argument("--vlmevalkit", required=True, type=Path, help="VLMEvalKit checkout (holds run.py)")
     parser.add_argument("--model-url", required=True, help="OpenAI-compatible server, e.g. http://localhost:8000/v1")
