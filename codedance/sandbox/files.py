@@ -208,7 +208,9 @@ def remove(dir_fd: int, name: str, clock: _Clock | None = None) -> None:
 
 def remove_tree(path: str) -> None:
     """Remove ``path`` (a directory the controller created) and everything below it, safely."""
-    parent, name = os.path.split(os.path.abspath(path))
+    if not path or not os.path.isabs(path):
+        raise ValueError(f"remove_tree needs an absolute path, got {path!r}")
+    parent, name = os.path.split(path.rstrip("/"))
     try:
         parent_fd = os.open(parent, _DIR)
     except FileNotFoundError:

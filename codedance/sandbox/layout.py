@@ -60,14 +60,26 @@ class TrajectoryDirs:
         return frozenset(self.images) if self.owner else frozenset()
 
 
-def prepare(root: str, images: list[ImageInput], uid: int | None) -> TrajectoryDirs:
-    """Create ``root`` and its layout, write the input images, set owners and modes."""
+def prepare(root: str, images: list[ImageInput], uid: int | None, inputs_dir: str | None = None) -> TrajectoryDirs:
+    """Create ``root`` and its layout, write the input images, set owners and modes.
+
+    With ``inputs_dir`` (and a uid of its own) the images are written there (a directory the jail
+    sees read-only, on disk) and the working directory holds root-owned symlinks to them, which the
+    trajectory can neither remove nor replace (sticky directory) nor write through (read-only)."""
     owner = (uid, uid) if uid is not None else None
     workdir = os.path.join(root, "work")
     tmp = os.path.join(workdir, ".tmp")
     os.mkdir(root)
     os.mkdir(workdir)
-    names = write_inputs(images, workdir)
+    if owner and inputs_dir:
+        os.mkdir(inputs_dir)
+        names = write_inputs(images, inputs_dir)
+        for name in names:
+            os.symlink(os.path.join(inputs_dir, name), os.path.join(workdir, name))
+        os.chown(inputs_dir, 0, owner[1])
+        os.chmod(inputs_dir, 0o710)
+    else:
+        names = write_inputs(images, workdir)
     os.mkdir(tmp, 0o700)
     if owner:
         os.chown(root, 0, owner[1])

@@ -5,7 +5,7 @@ A service holds an exclusive ``flock`` on ``<tmp>/codedance-<pid>-<hex>.lock`` f
 The lock, not the pid, says whether a service is alive: pids are not unique across PID
 namespaces (tests and CI run controllers in several), a lock is, and the kernel releases it when
 the process dies, even by SIGKILL. A dead service's leftovers are its work and store directories
-(``<name>-work-*``, ``<name>-store-*``) and its cgroups (``<name>`` under each hierarchy).
+(``<name>-work-*``, ``<name>-store-*``, ``<name>-inputs-*``) and its cgroups (``<name>`` under each hierarchy).
 
 Trajectory uids come in blocks of 65,536, one block per live service, each claimed with its own
 lock file, so that two services on one host never hand out the same uid.
@@ -100,7 +100,8 @@ def sweep() -> list[str]:
             continue  # alive
         try:
             pattern = os.path.join(glob.escape(_locks_dir()), glob.escape(name))
-            for path in glob.glob(f"{pattern}-work-*") + glob.glob(f"{pattern}-store-*"):
+            for path in glob.glob(f"{pattern}-work-*") + glob.glob(f"{pattern}-store-*") + \
+                    glob.glob(f"{pattern}-inputs-*"):  # fmt: skip
                 unmount(path)
                 remove_tree(path)
             if os.geteuid() == 0:

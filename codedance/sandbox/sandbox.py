@@ -118,7 +118,9 @@ class Sandbox:
 
     # ----------------------------------------------------------------- setup
     def _setup(self, images: list[ImageInput], start_timeout_s: float) -> None:
-        dirs = layout.prepare(self._dir, images, self.uid)
+        self._inputs_dir = (os.path.join(self.service.inputs_root, os.path.basename(self._dir))
+                            if self.service.inputs_root else None)  # fmt: skip
+        dirs = layout.prepare(self._dir, images, self.uid, self._inputs_dir)
         self.workdir = dirs.workdir
         store = os.path.join(self.service.store_root, os.path.basename(self._dir))
         self._files = files.WorkdirSnapshot(
@@ -495,6 +497,8 @@ class Sandbox:
             self._files.close()
             files.remove_tree(self._files.store)
         files.remove_tree(self._dir)
+        if getattr(self, "_inputs_dir", None):
+            files.remove_tree(self._inputs_dir)
 
     def __enter__(self) -> Self:
         return self

@@ -88,7 +88,7 @@ def _ancestors(path: str) -> list[str]:
     return [a for a in found if a not in ("/usr", "/etc", "/tmp") and not a.startswith(("/usr/", "/etc/"))]
 
 
-def _bwrap_command(work_root: str, control_fd: int, as_root: bool) -> list[str]:
+def _bwrap_command(work_root: str, control_fd: int, as_root: bool, inputs_root: str | None = None) -> list[str]:
     command = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
                "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
                "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]  # fmt: skip
@@ -106,7 +106,7 @@ def _bwrap_command(work_root: str, control_fd: int, as_root: bool) -> list[str]:
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):  # fmt: skip
         command += ["--symlink", target, f"/dev/{name}"]
     command += ["--tmpfs", "/tmp"]
-    bound = _python_paths() + [work_root]
+    bound = _python_paths() + ([inputs_root] if inputs_root else []) + [work_root]
     for ancestor in sorted({a for path in bound for a in _ancestors(path)}):
         command += ["--perms", "0755", "--dir", ancestor]  # bwrap would make them 0700
     for path in bound[:-1]:
@@ -171,6 +171,10 @@ class SandboxService:
         self.work_on_tmpfs = mounts.mount_tmpfs(self.work_root, size_bytes=total, inodes=4 << 20) is None
         self.store_root = tempfile.mkdtemp(prefix=f"{name}-store-")
         os.chmod(self.work_root, 0o711)
+        # input images stay on disk (read-only in the jail): on the tmpfs they would be memory
+        self.inputs_root = tempfile.mkdtemp(prefix=f"{name}-inputs-") if self.work_on_tmpfs else None
+        if self.inputs_root:
+            os.chmod(self.inputs_root, 0o711)
         self._start(start_timeout_s)
         self._idle_freezer: IdleFreezer | None = None
         atexit.register(self.close)
@@ -190,7 +194,7 @@ class SandboxService:
         self._log = open(log_path, "wb")
         fd = theirs.fileno()
         if self.namespaces:
-            command = _bwrap_command(self.work_root, fd, self.as_root)
+            command = _bwrap_command(self.work_root, fd, self.as_root, self.inputs_root)
             env = None
         else:
             command = [sys.executable, "-m", "codedance.sandbox.runtime", "--control-fd", str(fd)]
@@ -271,8 +275,9 @@ class SandboxService:
         if self.cgroup_layout is not None:
             cgroups.remove_parent(self.cgroup_layout)
         mounts.unmount(self.work_root)
-        for path in (self.work_root, self.store_root):
-            remove_tree(path)
+        for path in (self.work_root, self.store_root, self.inputs_root):
+            if path:
+                remove_tree(path)
         leftovers.release_service_name(self.name, self._name_lock)
         if self._uid_lock is not None:
             os.close(self._uid_lock)
