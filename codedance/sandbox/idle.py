@@ -7,8 +7,10 @@ So a service freezes each trajectory's cgroup shortly after each `run` returns, 
 first thing. The short delay (``delay_s``) lets the holder fork its next spare off the critical
 path; a hostile holder gets at most that long per step.
 
-One daemon thread per service keeps a heap of due freezes. It never waits on a sandbox: a
-sandbox whose lock is taken (a step is running) is skipped, and its `run` schedules again.
+One daemon thread per service keeps a heap of due freezes, at most one entry per sandbox: a
+sandbox that ran again before its entry came due is put back with its new due time (so a busy
+trajectory costs the thread one wake-up per delay, not one per step). It never waits on a
+sandbox: one whose lock is taken (a step is running) is put back too.
 Needs the cgroup freezer (v1 or v2); without it nothing is frozen (docs/sandbox.md says so).
 """
 
@@ -31,11 +33,13 @@ class IdleFreezer:
         self._thread = threading.Thread(target=self._loop, name="codedance-idle-freezer", daemon=True)
         self._thread.start()
 
-    def schedule(self, sandbox, generation: int) -> None:
-        """Freeze ``sandbox`` after the delay unless it ran again (its generation changed)."""
+    def schedule(self, sandbox) -> None:
+        """Freeze ``sandbox`` once it has been idle for the delay (one pending entry per sandbox)."""
         with self._wake:
-            heapq.heappush(self._heap, (time.monotonic() + self.delay_s, next(self._order),
-                                        weakref.ref(sandbox), generation))  # fmt: skip
+            if sandbox.freeze_pending:
+                return
+            sandbox.freeze_pending = True
+            heapq.heappush(self._heap, (time.monotonic() + self.delay_s, next(self._order), weakref.ref(sandbox)))
             self._wake.notify()
 
     def stop(self) -> None:
@@ -51,7 +55,13 @@ class IdleFreezer:
                     self._wake.wait(None if not self._heap else max(0.0, self._heap[0][0] - time.monotonic()))
                 if self._stopped:
                     return
-                _, _, ref, generation = heapq.heappop(self._heap)
+                _, _, ref = heapq.heappop(self._heap)
             sandbox = ref()
-            if sandbox is not None:
-                sandbox.freeze_if_idle(generation)
+            if sandbox is None:
+                continue
+            idle_since = sandbox.freeze_if_idle(self.delay_s)
+            with self._wake:
+                if idle_since is None:  # frozen, closed or lost: no entry left
+                    sandbox.freeze_pending = False
+                else:  # it ran again (or is running): look again a delay after its last run
+                    heapq.heappush(self._heap, (idle_since + self.delay_s, next(self._order), ref))

@@ -100,8 +100,9 @@ class Sandbox:
         self._step_pidfd: int | None = None
         self._awaiting_new_process = True  # the holder's "ready" or a step's "started" may come
         self._recovery_deadline = 0.0
-        self._generation = 0  # counts runs; the idle freezer freezes only the generation it was given
+        self._idle_since = 0.0  # when the last run ended (time.monotonic)
         self._idle_frozen = False
+        self.freeze_pending = False  # the service's idle freezer holds an entry for this sandbox
         self._conn: socket.socket | None = None
         self._interrupt: int | None = None  # an eventfd: `close` wakes a step's blocked receive
         self.service.isolation.require(require)  # host-level layers first, before any work
@@ -199,24 +200,29 @@ class Sandbox:
             self._recovery_deadline = started + timeout + self.limits.recovery_s
             result = self._guarded_step(code, started + timeout, timeout)
             result = replace(result, duration_s=time.monotonic() - started, executed_nothing=executes_nothing(code))
-            self._generation += 1
+            self._idle_since = time.monotonic()
             if self._cgroup is not None and self._cgroup.can_freeze and self._lost is None:
-                self.service.idle_freezer.schedule(self, self._generation)
+                self.service.idle_freezer.schedule(self)
             return result
         finally:
             self._lock.release()
 
-    def freeze_if_idle(self, generation: int) -> None:
-        """Freeze every process of the trajectory if no step ran since ``generation`` (called by
-        the service's idle freezer; never waits for a running step)."""
+    def freeze_if_idle(self, delay_s: float) -> float | None:
+        """Freeze every process of the trajectory if it has been idle for ``delay_s`` (called by
+        the service's idle freezer; never waits for a running step). None when done with (frozen,
+        closed, lost); else when it last became idle, to look again a delay after that."""
         if not self._lock.acquire(blocking=False):
-            return
+            return time.monotonic()  # a step is running: its end reschedules
         try:
-            if generation == self._generation and self.alive and not self._idle_frozen:
-                # a process stuck in the kernel (waiting on a lock) freezes when it comes out:
-                # the group stays "freezing" rather than being thawed for good
-                self._cgroup.freeze(time.monotonic() + 0.05)
-                self._idle_frozen = True
+            if not self.alive or self._idle_frozen:
+                return None
+            if time.monotonic() - self._idle_since < delay_s:
+                return self._idle_since
+            # a process stuck in the kernel (waiting on a lock) freezes when it comes out: the
+            # group stays "freezing" rather than being thawed for good
+            self._cgroup.freeze(time.monotonic() + 0.05)
+            self._idle_frozen = True
+            return None
         finally:
             self._lock.release()
 
