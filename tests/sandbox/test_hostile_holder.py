@@ -74,6 +74,18 @@ def _fingerprint(directory) -> list:
                    e.stat(follow_symlinks=False).st_mtime_ns) for e in os.scandir(directory))  # fmt: skip
 
 
+def _wait_until_idle_frozen(sandbox, results=(), timeout_s: float = 10.0) -> None:
+    """Wait for the service's idle freezer to stop the trajectory (a hostile holder runs its code
+    until then); skip the test where there is no freezer."""
+    if sandbox._cgroup is None or not sandbox._cgroup.can_freeze:
+        pytest.skip("no freezer on this host: the holder's race cannot be stopped to look")
+    deadline = time.monotonic() + timeout_s
+    while not sandbox._idle_frozen and sandbox.alive:  # a lost trajectory's processes are all killed
+        assert time.monotonic() < deadline, ("the idle trajectory was not frozen", sandbox.freeze_pending,
+                                             [(r.status, r.notes) for r in results])
+        time.sleep(0.01)
+
+
 def _no_setuid_files(root, *, owned_by_root_only: bool = False) -> None:
     """No setuid/setgid file below ``root`` (with ``owned_by_root_only``: none owned by root; a
     step may mark its own files setuid, harmless on a nosuid mount and under no_new_privs)."""
@@ -94,6 +106,7 @@ def test_symlink_swaps_during_restore_never_reach_the_host(jail, tmp_path):
     action = ("def ACTION():\n    try:\n        os.rename('d', 'd.real'); os.symlink(%r, 'd')\n"
               "        os.unlink('d'); os.rename('d.real', 'd')\n    except OSError: pass\n") % str(host)
     assert sandbox.run(hostile(action)).ok
+    results = []
     for code in ("open('d/x', 'w').write('evil'); raise ValueError('fail')",
                  "import os; os.chmod('d/x', 0o4755); open('d/y', 'w').write('setuid attempt')",
                  "import time; time.sleep(0.05); 1/0",
@@ -101,8 +114,10 @@ def test_symlink_swaps_during_restore_never_reach_the_host(jail, tmp_path):
                  "print(open('d/x').read())"):
         result = sandbox.run(code)
         assert result.status in (OK, ERROR, REFUSED, CRASHED), result
+        results.append(result)
     assert _fingerprint(host) == before
     assert (host / "canary").read_text() == "CANARY-host-secret"
+    _wait_until_idle_frozen(sandbox, results)  # the holder keeps swapping until the idle freezer stops it
     _no_setuid_files(sandbox.workdir, owned_by_root_only=True)
     _no_setuid_files(sandbox._files.store)
     leak = sandbox.run("found = []\nimport os\n"
