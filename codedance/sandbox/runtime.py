@@ -9,9 +9,11 @@ Fork chain (``docs/sandbox.md``):
   switches to the trajectory's own uid, forbids new privileges and loads the seccomp filter
   (``guards``), opens the input images, and says ``ready``. Then it waits for ``run`` messages.
 - Each **step** is a fresh ``fork()`` of the holder. It reports ``started``, runs the snippet,
-  sends its ``result``, and waits for the controller's verdict: ``commit`` makes it the new holder
-  (the controller then kills the old one); anything else ends it, and the untouched old holder
-  reports ``step_done`` and carries on. That rolls back memory exactly, for free.
+  sends its ``result``, and at once acts as the next holder: it forks its own spare step process
+  (off the critical path of the next step, while the controller checks and checkpoints) and waits
+  for it. The controller decides: to commit, it kills the old holder; to roll back, it kills this
+  step (and its spare), and the untouched old holder reports ``step_done`` and carries on. That
+  rolls back memory exactly, for free. No verdict is ever sent into the jail.
 
 The controller alone decides and kills (timeouts included): nothing here is trusted to enforce
 anything, because user code can tamper with this process. Tampering is undone where cheap: the
@@ -193,20 +195,22 @@ def _initial_namespace(image_files: list[str]) -> dict:
 def _serve(conn: socket.socket, namespace: dict, request: dict, pristine_builtins: dict) -> None:
     """The holder forks its next step process *before* the code arrives (the holder does not
     change while idle, so the spare is an exact copy): the fork is off the step's critical path.
-    Only the spare reads the socket; the holder waits for it, reports how it ended, and forks the
-    next spare once the controller says ``resume``: at the start (after it has put the holder in
-    its cgroup, so every step process is inside) and after a failure (so the controller's kill of
-    the failed step's processes never races with a new spare)."""
+    A step that has sent its result forks its own spare straight away, before the controller's
+    verdict (if it rolls back, the controller kills both). Only the spare reads the socket; the
+    holder waits for it, reports how it ended, and forks the next spare once the controller says
+    ``resume``: at the start (after it has put the holder in its cgroup, so every step process is
+    inside) and after a failure (so the controller's kill of the failed step's processes never
+    races with a new spare)."""
     reader = protocol.Reader(conn, max_bytes=64 << 20)
     wait_for_resume = True  # at start (the controller first moves us into our cgroup) and after failures
     while True:
-        if wait_for_resume:
-            _expect(reader, "resume")
+        if wait_for_resume:  # a "run" sent to a spare that died before reading it is stale: dropped
+            _expect(reader, "resume", stale=("run",))
         pid = os.fork()
         if pid == 0:
             run = _expect(reader, "run")
             _step(conn, reader, namespace, run, request, pristine_builtins)
-            wait_for_resume = False  # committed: this process is the holder now
+            wait_for_resume = False  # the holder from now on, unless the controller kills it
             continue
         reader.forget_buffered()  # anything read ahead (the next run) belongs to the spare
         _, status = os.waitpid(pid, 0)
@@ -214,12 +218,16 @@ def _serve(conn: socket.socket, namespace: dict, request: dict, pristine_builtin
         wait_for_resume = True
 
 
-def _expect(reader: protocol.Reader, op: str) -> dict:
-    """The next message, which must be ``op``; anything else (or a closed socket) ends this process."""
-    try:
-        message = reader.receive()
-    except protocol.ProtocolError:
-        os._exit(0)
+def _expect(reader: protocol.Reader, op: str, stale: tuple[str, ...] = ()) -> dict:
+    """The next message, which must be ``op`` (messages in ``stale`` are skipped); anything else
+    (or a closed socket) ends this process."""
+    while True:
+        try:
+            message = reader.receive()
+        except protocol.ProtocolError:
+            os._exit(0)
+        if message.body.get("op") not in stale:
+            break
     if message.body.get("op") != op:
         os._exit(0)
     return message.body
@@ -264,14 +272,32 @@ def _step(conn, reader, namespace, run: dict, request: dict, pristine_builtins: 
                      notes=[f"capturing the step's output failed: {type(exc).__name__}: {exc}"])
         collector.images.clear()
     _release_captured_output(captured)
-    if threading.active_count() > 1 and reply["status"] == "ok":
-        reply["status"] = "refused"
-        reply["notes"].append("the step left threads running; join every thread before the step ends")
+    if reply["status"] == "ok":
+        leftover = _leftover_work()
+        if leftover:
+            reply["status"] = "refused"
+            reply["notes"].append(leftover)
     reply["notes"] = [note[: protocol.NOTE_CHARS] for note in reply["notes"]][: protocol.MAX_NOTES]
     protocol.send(conn, reply, [png for png, _, _, _ in collector.images])
-    _expect(reader, "commit")  # anything else: this step is abandoned and ends here
-    if _resident_pages() - pages_at_start > 256:  # grew by 1 MB+: keep the new holder's idle footprint small
+    while reply["status"] != "ok":  # rolled back: the controller kills this process (exiting
+        signal.pause()              # first would leave its result without a sender to credit)
+    if _resident_pages() - pages_at_start > 256:  # grew by 1 MB+: keep the next holder's idle footprint small
         _release_free_memory()
+
+
+def _leftover_work() -> str | None:
+    """Why this step cannot become the holder (threads or child processes still running), or
+    None. Checked here because the spare this process forks next is a child of its own: the
+    controller then allows exactly one child of the step (it still refuses anything else)."""
+    if threading.active_count() > 1:
+        return "the step left threads running; join every thread before the step ends"
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if pid == 0:
+            return "the step left processes running; wait for every child process before it ends"
 
 
 def _release_captured_output(captured: list[int]) -> None:

@@ -8,9 +8,10 @@ step's fate and enforces it from outside the jail:
   a failure must be over ``Limits.recovery_s`` later. Nothing the jail sends extends either; past
   the second the trajectory is declared lost and all its processes are killed;
 - success: the step's reply must pass the protocol's schema and bounds, the step must be the only
-  process beside the holder, with one thread, and the working directory within its limits; then
-  its files are checkpointed (with every process of the trajectory **frozen** while anything is
-  copied), it is told to become the holder and the old holder is killed;
+  process beside the holder (but for the spare it forks after its reply), with one thread, and the
+  working directory within its limits; then its files are checkpointed (with every process of the
+  trajectory **frozen** while anything is copied), and the old holder is killed: the step, which
+  acts as the holder since its reply, is the holder (nothing is sent to it);
 - failure (error, timeout, crash, OOM, refusal, a malformed reply): the step's processes are
   killed, and the working directory is restored from the last checkpoint (frozen while anything
   is written); the old holder carries on;
@@ -57,6 +58,7 @@ HOLDER_MESSAGE_BYTES = 64 << 10  # a holder only ever says "ready" and "step_don
 NEWCOMER_MESSAGE_BYTES = 512  # a new step's "started" (the holder's "ready" is read with the holder's budget)
 MAX_NEWCOMERS = 32  # unknown senders buffered at once while a step is awaited; more are dropped
 ROLLED_BACK = "state rolled back to before this step"
+DYING_GRACE_S = 1.0  # how long the idle freezer waits for a replaced holder to exit before freezing
 
 
 class _Lost(Exception):
@@ -98,6 +100,7 @@ class Sandbox:
         self._holder_pidfd: int | None = None
         self._step_pid: int | None = None
         self._step_pidfd: int | None = None
+        self._dying: dict[int, int] = {}  # replaced holders, killed, not yet seen gone: pid -> pidfd
         self._awaiting_new_process = True  # the holder's "ready" or a step's "started" may come
         self._recovery_deadline = 0.0
         self._idle_since = 0.0  # when the last run ended (time.monotonic)
@@ -218,6 +221,9 @@ class Sandbox:
                 return None
             if time.monotonic() - self._idle_since < delay_s:
                 return self._idle_since
+            self._reap_dying(0.0)
+            if self._dying and time.monotonic() - self._idle_since < DYING_GRACE_S:
+                return time.monotonic()  # frozen, a replaced holder could not exit (cgroup v1)
             # a process stuck in the kernel (waiting on a lock) freezes when it comes out: the
             # group stays "freezing" rather than being thawed for good
             self._cgroup.freeze(time.monotonic() + 0.05)
@@ -325,7 +331,8 @@ class Sandbox:
         return self._fail(ExecStatus.REFUSED, None, result)
 
     def _commit_problem(self) -> str | None:
-        if self._cgroup is not None and self._cgroup.pids() - {self._holder_pid, self._step_pid}:
+        self._reap_dying(self._recovery_deadline)
+        if self._cgroup is not None and not self._only_a_spare(self._cgroup.pids() - {self._holder_pid, self._step_pid}):
             return "the step left processes running; wait for every child process before it ends"
         if procs.thread_count(self._step_pid) > 1:
             return "the step left threads running; join every thread before the step ends"
@@ -339,21 +346,32 @@ class Sandbox:
             raise _Lost(f"the working directory could not be saved ({exc})") from None
         return None
 
+    def _only_a_spare(self, others: set[int]) -> bool:
+        """Whether the trajectory's processes besides the holder and the step are at most the
+        step's own spare (the honest runtime forks one after its result, having checked that the
+        snippet left no child; any other process refuses the commit)."""
+        return not others or (len(others) == 1 and procs.parent_pid(next(iter(others))) == self._step_pid)
+
     def _commit(self, result: ExecResult) -> ExecResult:
-        try:
-            protocol.send(self._conn, {"op": "commit"}, deadline=self._recovery_deadline)
-        except (OSError, protocol.SendTimeout) as exc:
-            raise _Lost(f"the step's process vanished while committing ({exc})") from None
+        """Make the step the holder: nothing is sent (it acts as the holder since its result);
+        the old holder is killed, and its exit awaited only by the next commit."""
         old_pid, old_pidfd = self._holder_pid, self._holder_pidfd
         self._holder_pid, self._holder_pidfd = self._step_pid, self._step_pidfd
         self._step_pid = self._step_pidfd = None
         procs.set_oom_score_adj(self._holder_pid, 0)
         procs.kill_pidfd(old_pidfd)  # on cgroup v1 it dies once thawed
         self._thaw()
-        protocol.wait_readable(old_pidfd, min(time.monotonic() + 2.0, self._recovery_deadline))  # readable at exit
-        os.close(old_pidfd)
-        self._reader.forget(old_pid)
+        self._reader.forget(old_pid)  # whatever it still sends is dropped unread: it is a stranger now
+        self._dying[old_pid] = old_pidfd  # its exit (freeing its memory) is not waited for here
         return result
+
+    def _reap_dying(self, deadline: float) -> None:
+        """Close the pidfds of replaced holders that have exited; wait for them until ``deadline``
+        (the next commit needs them gone from the cgroup; they were killed a step ago); 0: only
+        look."""
+        for pid, pidfd in list(self._dying.items()):
+            if protocol.wait_readable(pidfd, deadline):  # readable once it has exited
+                os.close(self._dying.pop(pid))
 
     def _fail(self, status: ExecStatus, note: str | None, result: ExecResult | None = None) -> ExecResult:
         """Kill the step, wait for the holder to notice, restore files: the step never happened.
@@ -361,6 +379,7 @@ class Sandbox:
         has reaped it (usually nothing: no freeze); an unknown one through the whole cgroup."""
         known = self._step_pidfd is not None
         if known:
+            procs.kill_group_of(self._step_pidfd)  # its spare too, while the group's leader lives
             procs.kill_pidfd(self._step_pidfd)
         else:
             self._kill_step()
@@ -434,12 +453,11 @@ class Sandbox:
     def _kill_step(self) -> None:
         """SIGKILL every process of the trajectory but the holder (the step and what it started)."""
         if self._step_pidfd is not None:
+            procs.kill_group_of(self._step_pidfd)  # first: the group is found through its leader
             procs.kill_pidfd(self._step_pidfd)
         if self._cgroup is not None:
             self._cgroup.kill_all(except_pid=self._holder_pid,
                                   timeout_s=max(0.5, self._recovery_deadline - time.monotonic()))
-        elif self._step_pidfd is not None:
-            procs.kill_group_of(self._step_pidfd)
 
     def _forget_step(self) -> None:
         if self._step_pidfd is not None:
@@ -489,6 +507,9 @@ class Sandbox:
 
     def _release(self) -> None:
         self._kill_all()
+        for pidfd in self._dying.values():
+            os.close(pidfd)
+        self._dying.clear()
         if self._cgroup is not None:
             self._cgroup.remove()
         if self._holder_pidfd is not None:

@@ -9,6 +9,7 @@ a fresh PID namespace when it can.
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -82,9 +83,13 @@ def assert_state_intact(sandbox, expected: str) -> None:
 
 
 def assert_only_holder_and_spare(sandbox) -> None:
-    """No stray process: the cgroup holds the holder and at most its idle spare (its child)."""
+    """No stray process: the cgroup holds the holder and at most its idle spare (its child), once
+    the holders replaced by the last commits (killed then, reaped lazily) have exited."""
     if sandbox._cgroup is None:
         return
+    with sandbox._lock:  # the idle freezer reaps them too
+        sandbox._reap_dying(time.monotonic() + 5.0)
+    assert not sandbox._dying, "a replaced holder outlived its SIGKILL by 5 s"
     others = sandbox._cgroup.pids() - {sandbox._holder_pid}
     assert len(others) <= 1, others
     for pid in others:

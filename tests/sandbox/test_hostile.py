@@ -61,6 +61,8 @@ CASES = {
     "fork bomb": ("import os\nwhile True:\n    try: os.fork()\n    except OSError: pass", {TIMEOUT}, 6),
     "subprocess": ("import subprocess; subprocess.run(['ls'])", {ERROR}, 2),
     "os.system": ("import os\nif os.system('true') != 0: raise OSError('os.system failed')", {ERROR}, 2),
+    "child left running": ("import os, time\nif os.fork() == 0:\n    time.sleep(1000)", {REFUSED}, 3),
+    "child exited, not waited for": ("import os, time\nif os.fork() == 0:\n    os._exit(0)\ntime.sleep(0.2)", {OK}, 2),
     "daemonized grandchild": ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0: time.sleep(1000)\n    os._exit(0)\ntime.sleep(0.2)", {REFUSED}, 3),
     "thread left running": ("import threading, time\nthreading.Thread(target=time.sleep, args=(100,), daemon=True).start()", {REFUSED}, 2),
     "multiprocessing pool": ("from multiprocessing import Pool\nprint(Pool(2).map(abs, [-1, -2]))", {ERROR, REFUSED, TIMEOUT}, 4),
