@@ -8,7 +8,8 @@ Fork chain (``docs/sandbox.md``):
 - A **holder** is forked per trajectory: it closes everything but its socket, lowers its rlimits,
   switches to the trajectory's own uid, forbids new privileges and loads the seccomp filter
   (``guards``), opens the input images, and says ``ready``. Then it waits for ``run`` messages.
-- Each **step** is a fresh ``fork()`` of the holder. It reports ``started``, runs the snippet,
+- Each **step** is a fresh ``fork()`` of the holder, forked ahead as a *spare* that announces
+  itself (``spare``) at once and then waits for its code; it runs the snippet,
   sends its ``result``, and at once acts as the next holder: it forks its own spare step process
   (off the critical path of the next step, while the controller checks and checkpoints) and waits
   for it. The controller decides: to commit, it kills the old holder; to roll back, it kills this
@@ -208,6 +209,7 @@ def _serve(conn: socket.socket, namespace: dict, request: dict, pristine_builtin
             _expect(reader, "resume", stale=("run",))
         pid = os.fork()
         if pid == 0:
+            protocol.send(conn, {"op": "spare"})  # before the code arrives: off the step's path
             run = _expect(reader, "run")
             _step(conn, reader, namespace, run, request, pristine_builtins)
             wait_for_resume = False  # the holder from now on, unless the controller kills it
@@ -236,8 +238,7 @@ def _expect(reader: protocol.Reader, op: str, stale: tuple[str, ...] = ()) -> di
 def _step(conn, reader, namespace, run: dict, request: dict, pristine_builtins: dict) -> None:
     from codedance.sandbox import capture, execution
 
-    os.setpgid(0, 0)
-    protocol.send(conn, {"op": "started"})
+    os.setpgid(0, 0)  # its own group from now on (an idle spare stays in its parent's group)
     pages_at_start = _resident_pages()
     _restore_builtins(pristine_builtins)
     namespace["__builtins__"] = builtins

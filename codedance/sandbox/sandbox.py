@@ -55,7 +55,7 @@ from codedance.sandbox.service import SandboxService, ServiceError, default_serv
 from codedance.types import ExecResult, ExecStatus
 
 HOLDER_MESSAGE_BYTES = 64 << 10  # a holder only ever says "ready" and "step_done"
-NEWCOMER_MESSAGE_BYTES = 512  # a new step's "started" (the holder's "ready" is read with the holder's budget)
+NEWCOMER_MESSAGE_BYTES = 512  # a spare's announcement (the holder's "ready" is read with the holder's budget)
 MAX_NEWCOMERS = 32  # unknown senders buffered at once while a step is awaited; more are dropped
 ROLLED_BACK = "state rolled back to before this step"
 DYING_GRACE_S = 1.0  # how long the idle freezer waits for a replaced holder to exit before freezing
@@ -101,7 +101,7 @@ class Sandbox:
         self._step_pid: int | None = None
         self._step_pidfd: int | None = None
         self._dying: dict[int, int] = {}  # replaced holders, killed, not yet seen gone: pid -> pidfd
-        self._awaiting_new_process = True  # the holder's "ready" or a step's "started" may come
+        self._awaiting_new_process = True  # the holder's "ready" or a spare's announcement may come
         self._recovery_deadline = 0.0
         self._idle_since = 0.0  # when the last run ended (time.monotonic)
         self._idle_frozen = False
@@ -277,6 +277,18 @@ class Sandbox:
                 raise _Lost(f"the holder process sent an unexpected {str(message.op)[:40]!r} message")
             return message
 
+    def _receive_spare(self, deadline: float) -> protocol.Message:
+        """The holder's spare's announcement (usually read already: a spare announces itself as
+        soon as it is forked), or the holder's word that the spare died. Announcements of anyone
+        else (a killed step's spare, a stranger) are ignored."""
+        while True:
+            message = self._receive(deadline)
+            if message.sender_pid == self._holder_pid:
+                return message
+            if message.op == "spare" and procs.parent_pid(message.sender_pid) == self._holder_pid:
+                return message
+            self._reader.forget(message.sender_pid)
+
     def _step(self, code: str, deadline: float, timeout: float) -> ExecResult:
         try:
             protocol.send(self._conn, {"op": "run", "code": code}, deadline=deadline)
@@ -286,15 +298,13 @@ class Sandbox:
             raise _Lost(f"the sandbox's holder process is gone ({exc})") from None
         self._awaiting_new_process = True
         try:
-            message = self._receive(deadline)
+            message = self._receive_spare(deadline)
         except protocol.ReceiveTimeout:
             return self._fail(ExecStatus.TIMEOUT, f"the step did not start within {timeout:g} s")
         finally:
             self._awaiting_new_process = False
         if message.sender_pid == self._holder_pid:
             return self._after_crash(message)  # the spare died before it started
-        if message.op != "started" or procs.parent_pid(message.sender_pid) != self._holder_pid:
-            return self._fail(ExecStatus.CRASHED, "the step did not start")
         self._step_pid = message.sender_pid
         self._step_pidfd = procs.open_pidfd(self._step_pid)  # None: already dead; the holder says how
         self._reader.forget_others({self._holder_pid, self._step_pid})
