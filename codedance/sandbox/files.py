@@ -10,6 +10,12 @@ checkpoint again. A file counts as changed when its size, mtime, ctime or inode 
 cannot be set by user code).
 
 What makes it safe against a hostile trajectory (one whose processes race the controller):
+- **A restore writes with the trajectory's own rights**: the controller's thread switches its
+  file-system identity (``setfsuid``/``setfsgid``, per thread) to the trajectory's uid while it
+  writes into the working directory, so even a mistake could not touch a file the trajectory
+  could not (the store it reads from is searchable by that identity only through the
+  controller's descriptor; the jail never sees it). Directories whose mode locks their owner out
+  are opened up for the restore and their mode put back after.
 - **The trajectory is frozen whenever the controller writes.** Both operations first look
   (unfrozen: reading cannot be abused) and only when something must be copied or removed call
   ``before_writing`` (the caller freezes every process of the trajectory) and look again.
@@ -33,11 +39,13 @@ Not handled: extended attributes and ACLs (not kept); sparse files are stored de
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import errno
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 MAX_DEPTH = 32  # directory levels a committed working directory may have
@@ -47,6 +55,9 @@ _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK |
 _KEPT_MODE = 0o777  # permission bits kept; setuid, setgid and sticky bits are never restored
 _CHECK_EVERY = 256  # entries between deadline checks
 _MAX_OPEN_LEVELS = 48  # directory descriptors held at once while removing a tree
+_OWNER_RWX = 0o700  # what the owner needs on a directory to list, enter and change it
+_STORE_DIR_MODE, _STORE_FILE_MODE = 0o755, 0o644  # the store's own modes (real ones: the manifest)
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 @dataclass(frozen=True)
@@ -101,6 +112,52 @@ def open_dir(root_fd: int, relative: str) -> int:
             os.close(fd)
         fd = child
     return fd
+
+
+def open_own_dir(parent_fd: int, name: str, opened_up: list[tuple[int, int]] | None = None) -> int:
+    """Open the directory ``name`` of ``parent_fd`` (no symlink followed) with full rights for
+    its owner: a mode that locks the owner out is widened (allowed to the owner, and the thread
+    may be acting as it); with ``opened_up``, ``(descriptor, old mode)`` is appended for the
+    caller to put back (the descriptor is then a duplicate the caller closes)."""
+    try:
+        fd = os.open(name, _DIR, dir_fd=parent_fd)
+    except PermissionError:  # not even readable: change its mode through an O_PATH descriptor
+        handle = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+        try:
+            old_mode = stat.S_IMODE(os.fstat(handle).st_mode)
+            os.chmod(f"/proc/self/fd/{handle}", old_mode | _OWNER_RWX)
+            fd = os.open(name, _DIR, dir_fd=parent_fd)
+        finally:
+            os.close(handle)
+        if opened_up is not None:
+            opened_up.append((os.dup(fd), old_mode))
+        return fd
+    old_mode = stat.S_IMODE(os.fstat(fd).st_mode)
+    if old_mode & _OWNER_RWX != _OWNER_RWX:
+        os.fchmod(fd, old_mode | _OWNER_RWX)
+        if opened_up is not None:
+            opened_up.append((os.dup(fd), old_mode))
+    return fd
+
+
+@contextlib.contextmanager
+def acting_as(owner: tuple[int, int] | None) -> Iterator[None]:
+    """Run the block with this thread's file-system identity set to ``owner`` (uid, gid); a
+    no-op without an owner or when the controller is not root. Per thread: other threads of
+    the controller keep root's rights."""
+    if owner is None or os.geteuid() != 0:
+        yield
+        return
+    uid, gid = owner
+    _LIBC.setfsgid(gid)
+    _LIBC.setfsuid(uid)
+    try:
+        if _LIBC.setfsuid(0xFFFFFFFF) != uid or _LIBC.setfsgid(0xFFFFFFFF) != gid:  # -1: only reads it
+            raise OSError(errno.EPERM, "could not act as the trajectory's user")
+        yield
+    finally:
+        _LIBC.setfsuid(0)
+        _LIBC.setfsgid(0)
 
 
 def _parts(relative: str) -> list[str]:
@@ -177,7 +234,7 @@ def remove(dir_fd: int, name: str, clock: _Clock | None = None) -> None:
     except OSError as exc:
         if exc.errno not in (errno.EISDIR, errno.EPERM):
             raise
-    stack = [(os.open(name, _DIR, dir_fd=dir_fd), name)]  # the directories being emptied
+    stack = [(open_own_dir(dir_fd, name), name)]  # the directories being emptied
     try:
         while stack:
             fd = stack[-1][0]
@@ -200,7 +257,7 @@ def remove(dir_fd: int, name: str, clock: _Clock | None = None) -> None:
                     os.close(level_fd)
                 del stack[1:]
             else:
-                stack.append((os.open(deeper, _DIR, dir_fd=fd), deeper))
+                stack.append((open_own_dir(fd, deeper), deeper))
     finally:
         for level_fd, _ in stack:
             os.close(level_fd)
@@ -279,7 +336,8 @@ class WorkdirSnapshot:
                  max_entries: int, max_bytes: int):
         self.workdir, self.store, self.protected, self.owner = workdir, store, protected, owner
         self.max_entries, self.max_bytes = max_entries, max_bytes
-        os.makedirs(store, mode=0o700, exist_ok=True)
+        os.makedirs(store, mode=_STORE_DIR_MODE, exist_ok=True)
+        os.chmod(store, _STORE_DIR_MODE)  # searchable by the trajectory's identity (see acting_as)
         self._work_fd = os.open(workdir, _DIR)
         self._store_fd = os.open(store, _DIR)
         self.manifest: dict[str, Entry] = {}
@@ -325,9 +383,9 @@ class WorkdirSnapshot:
                 source_dir, target_dir = open_dir(self._work_fd, parent), open_dir(self._store_fd, parent)
                 try:
                     if entry.kind == "dir":
-                        _make_dir(target_dir, name, entry.mode, None)
+                        _make_dir(target_dir, name, _STORE_DIR_MODE, None)
                     else:
-                        _copy_file(source_dir, target_dir, name, entry.inode, entry.mode, None)
+                        _copy_file(source_dir, target_dir, name, entry.inode, _STORE_FILE_MODE, None)
                 finally:
                     os.close(source_dir)
                     os.close(target_dir)
@@ -348,6 +406,18 @@ class WorkdirSnapshot:
         if not self._differs(deadline):
             return
         before_writing()
+        opened_up: list[tuple[int, int]] = []  # directories whose mode locked their owner out
+        try:
+            with acting_as(self.owner):
+                self._restore_as_owner(deadline, opened_up)
+        finally:
+            for fd, mode in opened_up:
+                try:
+                    os.fchmod(fd, mode)
+                finally:
+                    os.close(fd)
+
+    def _restore_as_owner(self, deadline: float | None, opened_up: list[tuple[int, int]]) -> None:
         clock = _Clock(deadline)
         children: dict[str, list[str]] = {}
         for relative in self.manifest:
@@ -356,7 +426,7 @@ class WorkdirSnapshot:
         pending = [""]
         while pending:
             relative_dir = pending.pop()
-            work_dir, store_dir = open_dir(self._work_fd, relative_dir), open_dir(self._store_fd, relative_dir)
+            work_dir, store_dir = self._enter(relative_dir, opened_up), open_dir(self._store_fd, relative_dir)
             try:
                 present: dict[str, Entry] = {}
                 with os.scandir(work_dir) as iterator:
@@ -384,6 +454,18 @@ class WorkdirSnapshot:
                 os.close(work_dir)
                 os.close(store_dir)
         self.manifest = restored
+
+    def _enter(self, relative_dir: str, opened_up: list[tuple[int, int]]) -> int:
+        """A descriptor of the working directory's ``relative_dir``, opened up for its owner
+        (its ancestors were entered before it, so they are open to the owner already)."""
+        if not relative_dir:
+            return os.dup(self._work_fd)
+        parent, name = _split(relative_dir)
+        parent_fd = open_dir(self._work_fd, parent)
+        try:
+            return open_own_dir(parent_fd, name, opened_up)
+        finally:
+            os.close(parent_fd)
 
     def _differs(self, deadline: float | None) -> bool:
         """Whether the directory differs from the manifest (stops at the first difference)."""

@@ -341,7 +341,7 @@ class Sandbox:
         return self._fail(ExecStatus.REFUSED, None, result)
 
     def _commit_problem(self) -> str | None:
-        self._reap_dying(self._recovery_deadline)
+        self._reap_dying(min(time.monotonic() + 2.0, self._recovery_deadline))
         if self._cgroup is not None and not self._only_a_spare(self._cgroup.pids() - {self._holder_pid, self._step_pid}):
             return "the step left processes running; wait for every child process before it ends"
         if procs.thread_count(self._step_pid) > 1:

@@ -30,6 +30,21 @@ def test_rollback_of_imports_chdir_and_rng(make):
     assert after.stdout.splitlines() == [expected.stdout.strip(), "False work"]
 
 
+def test_directories_that_lock_their_owner_out_survive_a_rollback(make):
+    """The restore writes with the trajectory's own rights (no root override), so directories
+    whose mode shuts out their owner are opened up for it and their modes put back."""
+    sb = make()
+    assert sb.run("import os\nos.makedirs('lk/in')\nopen('lk/in/f', 'w').write('1')\n"
+                  "os.chmod('lk/in', 0o500)\nos.chmod('lk', 0)").ok
+    failed = sb.run("os.chmod('lk', 0o700)\nos.chmod('lk/in', 0o700)\nopen('lk/in/f', 'w').write('2')\n"
+                    "open('lk/in/g', 'w').write('3')\nos.chmod('lk', 0)\nos.makedirs('junk/deep')\n"
+                    "os.chmod('junk/deep', 0)\nos.chmod('junk', 0)\nraise KeyError('x')")
+    assert failed.status is ExecStatus.ERROR and failed.rolled_back, failed
+    after = sb.run("print(oct(os.stat('lk').st_mode & 0o777), sorted(os.listdir('.')))\nos.chmod('lk', 0o700)\n"
+                   "print(oct(os.stat('lk/in').st_mode & 0o777), os.listdir('lk/in'), open('lk/in/f').read())")
+    assert after.stdout.splitlines() == ["0o0 ['.tmp', 'lk']", "0o500 ['f'] 1"], after
+
+
 def test_error_report_has_the_users_frames(make):
     sb = make()
     result = sb.run("def f(v):\n    return 1 / v\n\nf(0)")

@@ -356,3 +356,62 @@ def test_a_directory_in_place_of_a_lock_does_not_stop_services(tmp_path, monkeyp
     name, fd = leftovers.claim_service_name()
     os.close(fd)
     assert name.startswith("codedance-")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching the file-system identity needs root")
+def test_acting_as_limits_this_thread_to_the_owners_rights(tmp_path):
+    """A restore writes with the trajectory's rights: a root-only file is out of reach inside
+    `acting_as`, for the calling thread only, and root's rights come back after it."""
+    import threading
+
+    from codedance.sandbox.files import acting_as
+
+    secret = tmp_path / "secret"
+    secret.write_text("root only")
+    secret.chmod(0o600)
+    seen_by_other_thread = []
+    go = threading.Event()
+    other = threading.Thread(target=lambda: go.wait() and seen_by_other_thread.append(secret.read_text()))
+    other.start()  # before the switch: a thread started inside would inherit this one's identity
+    with acting_as((54321, 54321)):
+        with pytest.raises(PermissionError):
+            secret.read_text()
+        go.set()
+        other.join()
+        made = tmp_path / "made"
+        with pytest.raises(PermissionError):  # tmp_path is root's, 0700 or 0755: not writable
+            made.write_text("x")
+    assert seen_by_other_thread == ["root only"]
+    assert secret.read_text() == "root only"
+
+
+def test_directories_that_lock_their_owner_out_are_restored(tmp_path):
+    """A committed directory of mode 000 (and one of 500) comes back with its contents and mode;
+    a failed step's locked directory is removed."""
+    work, store = tmp_path / "work", tmp_path / "store"
+    (work / "locked" / "inner").mkdir(parents=True)
+    (work / "locked" / "inner" / "f.txt").write_text("kept")
+    (work / "readonly").mkdir()
+    (work / "readonly" / "g.txt").write_text("kept too")
+    (work / "readonly").chmod(0o500)
+    (work / "locked").chmod(0o000)
+    snapshot = WorkdirSnapshot(str(work), str(store), protected=frozenset(), owner=None,
+                               max_entries=100, max_bytes=1 << 20)
+    (work / "locked").chmod(0o700)
+    (work / "locked" / "inner" / "f.txt").write_text("changed")
+    (work / "locked").chmod(0o000)
+    (work / "readonly").chmod(0o700)
+    (work / "readonly" / "g.txt").unlink()
+    (work / "readonly").chmod(0o500)
+    (work / "junk" / "deep").mkdir(parents=True)
+    (work / "junk" / "deep" / "x").write_text("x")
+    (work / "junk" / "deep").chmod(0o000)
+    (work / "junk").chmod(0o000)
+    snapshot.restore()
+    assert sorted(os.listdir(work)) == ["locked", "readonly"]
+    assert oct(os.stat(work / "locked").st_mode & 0o777) == oct(0o000)
+    assert oct(os.stat(work / "readonly").st_mode & 0o777) == oct(0o500)
+    (work / "locked").chmod(0o700)
+    (work / "readonly").chmod(0o700)
+    assert (work / "locked" / "inner" / "f.txt").read_text() == "kept"
+    assert (work / "readonly" / "g.txt").read_text() == "kept too"
