@@ -82,6 +82,39 @@ _O_ASYNC = 0o20000
 _SIGNAL_IOCTLS = (0x5452, 0x8901, 0x8902)  # FIOASYNC, FIOSETOWN, SIOCSPGRP
 
 
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT = 2, 4, 8, 32
+_CAP_SYS_ADMIN = 21
+_CAPABILITY_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def hide_other_processes() -> str | None:
+    """In the zygote, once: remount the jail's ``/proc`` with ``hidepid=invisible`` (each process
+    sees only the ``/proc/<pid>`` entries it may trace: its own, since holders and steps are not
+    dumpable), then give up ``CAP_SYS_ADMIN``, which only this needed. None when done, else why
+    not (the jail then works with a shared view of process ids)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    flags = _MS_REMOUNT | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+    failure = None
+    if libc.mount(b"proc", b"/proc", b"proc", flags, b"hidepid=invisible") != 0:
+        failure = f"remounting /proc failed: {os.strerror(ctypes.get_errno())}"
+    header, data = _CapHeader(_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
+    if libc.capget(ctypes.byref(header), data) == 0:
+        for field in ("effective", "permitted", "inheritable"):
+            setattr(data[0], field, getattr(data[0], field) & ~(1 << _CAP_SYS_ADMIN))
+        if libc.capset(ctypes.byref(header), data) != 0:
+            raise OSError(ctypes.get_errno(), "could not drop CAP_SYS_ADMIN")
+    return failure
+
+
 def _prctl(option: int, value: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(option, value, 0, 0, 0) != 0:

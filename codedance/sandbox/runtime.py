@@ -43,14 +43,20 @@ _LIBC = ctypes.CDLL(None)
 _MAX_CONTROL_MESSAGE = 1 << 16
 
 
-def zygote_main(control_fd: int) -> None:
+def zygote_main(control_fd: int, hide_processes: bool = False) -> None:
+    from codedance.sandbox import guards
+
+    hidden: bool | str = False  # True, or why not
+    if hide_processes:  # only ever inside bwrap's own mount namespace
+        failure = guards.hide_other_processes()
+        hidden = True if failure is None else failure
     pristine_builtins = preload()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # holders are reaped by the kernel ...
     _LIBC.prctl(36, 1, 0, 0, 0)  # ... and so are orphaned steps: PR_SET_CHILD_SUBREAPER
     control = socket.socket(fileno=control_fd)
     gc.collect()
     gc.freeze()
-    protocol_send_packet(control, {"op": "zygote_ready", "pid": os.getpid()})
+    protocol_send_packet(control, {"op": "zygote_ready", "pid": os.getpid(), "processes_hidden": hidden})
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(control, _MAX_CONTROL_MESSAGE, 1)
@@ -370,7 +376,10 @@ def _collect(collector, workdir, before, out, err, captured, limits) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description="codedance sandbox zygote (started by the controller)")
     parser.add_argument("--control-fd", type=int, required=True)
-    zygote_main(parser.parse_args().control_fd)
+    parser.add_argument("--hide-processes", action="store_true",
+                        help="remount the jail's /proc so no trajectory sees another's processes")
+    args = parser.parse_args()
+    zygote_main(args.control_fd, args.hide_processes)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ with only null, zero, full, random and urandom (no ``ptmx``: ptys come from a ho
 the service's work root (the trajectories' working directories) read-write. Nothing else of the
 host — no home directories, no ``/work``, no ``/run`` sockets — is visible. bwrap runs as root
 with every capability dropped but ``CAP_SETUID``/``CAP_SETGID`` (which the zygote needs to hand
-each holder its own uid), and ``--die-with-parent``: if the controller dies, the jail goes too.
+each holder its own uid) and ``CAP_SYS_ADMIN``, which the zygote uses once, to remount ``/proc``
+so that no trajectory sees another's processes, and then drops; and ``--die-with-parent``: if the
+controller dies, the jail goes too.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import replace
 import weakref
 
 import codedance
@@ -115,9 +118,10 @@ def _bwrap_command(work_root: str, control_fd: int, as_root: bool, inputs_root: 
     for key, value in {**_ENV, "HOME": "/tmp", "MPLCONFIGDIR": "/tmp/matplotlib"}.items():
         command += ["--setenv", key, value]
     if as_root:
-        command += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        command += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+                    "--cap-add", "CAP_SYS_ADMIN"]  # the zygote's /proc remount only (guards.hide_other_processes)
     command += ["--", sys.executable, "-m", "codedance.sandbox.runtime", "--control-fd", str(control_fd)]
-    return command
+    return command + (["--hide-processes"] if as_root else [])
 
 
 class SandboxService:
@@ -215,6 +219,9 @@ class SandboxService:
             self.close()
             raise ServiceError(f"the sandbox zygote did not start ({reply}); its log:\n{tail}")
         self._control.settimeout(30.0)
+        if reply.get("processes_hidden") is not True:
+            why = reply.get("processes_hidden") or "the jail's /proc is remounted only by a root controller"
+            self.isolation = replace(self.isolation, missing=(*self.isolation.missing, ("private /proc", str(why)[:200])))
 
     def allocate_uid(self) -> int | None:
         """A fresh uid for a new trajectory (None when the controller is not root)."""

@@ -107,6 +107,18 @@ def test_full_isolation_on_this_host(make):
     assert sb.isolation.layers == ("namespaces", "users", "seccomp", "cgroups", "rlimits")
 
 
+def test_a_trajectory_sees_no_other_process(make, service):
+    """The jail's /proc shows each process only itself (hidepid); the host's /proc is untouched."""
+    if dict(service.isolation.missing).get("private /proc"):
+        pytest.skip(dict(service.isolation.missing)["private /proc"])
+    first, second = make(), make()
+    code = "import os\nprint(os.getpid(), [p for p in os.listdir('/proc') if p.isdigit()])"
+    for sb in (first, second):
+        pid, visible = sb.run(code).stdout.split(" ", 1)
+        assert visible.strip() == f"['{pid}']"
+    assert os.path.exists(f"/proc/{first._holder_pid}") and os.path.exists(f"/proc/{second._holder_pid}")
+
+
 async def test_arun_never_blocks_the_event_loop(make):
     sb = make()
     ticks = 0
