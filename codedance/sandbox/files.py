@@ -303,10 +303,7 @@ def _copy_file(source_dir: int, target_dir: int, name: str, expected_inode: int 
         target = os.open(name, _CREATE, 0o600, dir_fd=target_dir)
         try:
             _copy(source, target)
-            if owner is not None:
-                os.fchown(target, *owner)
-            os.fchmod(target, mode & _KEPT_MODE)
-            return os.fstat(target)
+            return _own(target, mode, owner)
         finally:
             os.close(target)
     finally:
@@ -317,12 +314,17 @@ def _make_dir(parent_fd: int, name: str, mode: int, owner: tuple[int, int] | Non
     os.mkdir(name, 0o700, dir_fd=parent_fd)
     fd = os.open(name, _DIR, dir_fd=parent_fd)
     try:
-        if owner is not None:
-            os.fchown(fd, *owner)
-        os.fchmod(fd, mode & _KEPT_MODE)
-        return os.fstat(fd)
+        return _own(fd, mode, owner)
     finally:
         os.close(fd)
+
+
+def _own(fd: int, mode: int, owner: tuple[int, int] | None) -> os.stat_result:
+    """Give the new entry ``fd`` its owner and kept mode bits; its fstat."""
+    if owner is not None:
+        os.fchown(fd, *owner)
+    os.fchmod(fd, mode & _KEPT_MODE)
+    return os.fstat(fd)
 
 
 class WorkdirSnapshot:
