@@ -172,6 +172,8 @@ class SandboxService:
         )  # fmt: skip
         self.work_root = tempfile.mkdtemp(prefix=f"{name}-work-")
         total = memory_total if memory_total is not None else int(0.85 * _host_memory())
+        if self.cgroup_layout is not None:  # trajectories' own writes stop at `total` (memory cgroups):
+            total += total // 4  # the rest is for restores, which are charged to the controller
         self.work_on_tmpfs = mounts.mount_tmpfs(self.work_root, size_bytes=total, inodes=4 << 20) is None
         self.store_root = tempfile.mkdtemp(prefix=f"{name}-store-")
         os.chmod(self.work_root, 0o711)
