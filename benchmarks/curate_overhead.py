@@ -94,7 +94,7 @@ def main() -> None:
         def curate() -> float:
             with tempfile.TemporaryDirectory() as tmp:
                 endpoint = {"url": url, "max_in_flight": args.in_flight}
-                raw = {"out": tmp, "stages": ["filter"], "sources": [source], "filter": {"k": args.k},
+                raw = {"out": tmp, "stages": ["filter"], "sources": [source], "filter": {"k": args.k, "judge": "never"},
                        "endpoints": {"weak": {**endpoint, "model": "weak"}, "strong": {**endpoint, "model": "strong"}}}
                 start = time.perf_counter()
                 result = run_curate(parse_config(raw), stream=None)

@@ -10,7 +10,8 @@
       - {kind: world, skills: [search], difficulties: [medium, hard], n: 20, seed: 0}
       - {kind: benchmark, name: mathvision_mini, path: /data/mathvision-testmini, limit: 50}
       - {kind: table, path: my.parquet, question: question, answer: answer, answer_kind: text}
-    filter: {k: 4, temperature: 1.0, easy_threshold: 0.75, medium_threshold: 0.5, easy_keep: 0.25}
+    filter: {k: 4, temperature: 1.0, easy_threshold: 0.75, medium_threshold: 0.5, easy_keep: 0.25,
+             judge: undecided}
     atomic: {max_turns: 6, min_box_side: 8, max_box_area: 0.9, max_boxes: 3}
     verify: {judge: true, cross_check: false, exec_timeout_s: 15}
     inspect: {image: true, question: true}
@@ -61,13 +62,16 @@ class EndpointConfig:
 class FilterConfig:
     """``easy_threshold``: weak solve rate at or above it is easy; ``medium_threshold``: strong
     solve rate at or above it is medium (below: hard); ``easy_keep``: share of easy items kept as
-    direct-answer examples (chosen by item key, so reruns keep the same ones)."""
+    direct-answer examples (chosen by item key, so reruns keep the same ones); ``judge``: which
+    answers the rules reject go to the judge endpoint (``never``, ``undecided``: text and math
+    answer kinds, ``fallback``: every kind; `codedance.curate.filtering`)."""
 
     k: int = 4
     temperature: float = 1.0
     easy_threshold: float = 0.75
     medium_threshold: float = 0.5
     easy_keep: float = 0.25
+    judge: str = "undecided"
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,8 @@ def _check_ranges(config: CurateConfig) -> None:
     for name in ("easy_threshold", "medium_threshold", "easy_keep"):
         if not 0.0 <= getattr(f, name) <= 1.0:
             raise CurateError(f"filter.{name} must be within [0, 1], got {getattr(f, name)}")
+    if f.judge not in ("never", "undecided", "fallback"):
+        raise CurateError(f"filter.judge must be never, undecided or fallback, got {f.judge!r}")
     if not 0.0 < config.atomic.max_box_area <= 1.0:
         raise CurateError(f"atomic.max_box_area must be within (0, 1], got {config.atomic.max_box_area}")
     for role, e in config.endpoints.items():
@@ -164,6 +170,9 @@ def parse_config(raw: object, base: Path = Path(".")) -> CurateConfig:
     verify = _build(VerifyConfig, raw.get("verify"), "verify")
     if "verify" in stages and (verify.judge or verify.cross_check):
         roles.add("judge")
+    filter_ = _build(FilterConfig, raw.get("filter"), "filter")
+    if "filter" in stages and filter_.judge != "never":
+        roles.add("judge")
     missing = sorted(r for r in roles if r not in endpoints_raw)
     if missing:
         raise CurateError(f"endpoints: the stages {', '.join(stages)} need {', '.join(missing)} "
@@ -178,7 +187,7 @@ def parse_config(raw: object, base: Path = Path(".")) -> CurateConfig:
     prompts = raw.get("prompts")
     config = CurateConfig(
         out=base / str(raw["out"]), endpoints=endpoints, sources=tuple(sources), stages=stages,
-        filter=_build(FilterConfig, raw.get("filter"), "filter"),
+        filter=filter_,
         atomic=_build(AtomicConfig, raw.get("atomic"), "atomic"), verify=verify,
         inspect=_build(InspectConfig, raw.get("inspect"), "inspect"),
         prompts=None if prompts is None else base / str(prompts), sandboxes=int(raw.get("sandboxes", 4)), base=base)

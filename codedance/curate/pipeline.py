@@ -45,7 +45,7 @@ from codedance.curate.atomic import (
 )
 from codedance.curate.config import CurateConfig
 from codedance.curate.endpoints import Counted, Endpoint, EndpointDown, endpoints_from
-from codedance.curate.filtering import classify
+from codedance.curate.filtering import UNDECIDED_KINDS, classify
 from codedance.curate.inspectors import inspect_item
 from codedance.curate.math_recipe import ProgramUnparseable, math_trajectory
 from codedance.curate.report import write_report
@@ -137,9 +137,10 @@ class _Stages:
         return await inspect_item(item, self.endpoints["strong"], self.config.inspect, self.config.prompts)
 
     async def filter(self, item: Item) -> dict[str, Any]:
+        judge = Counted(self.endpoints["judge"]) if self.config.filter.judge != "never" else None
         record = await classify(item, self.endpoints["weak"], self.endpoints["strong"], self.config.filter,
-                                self.config.prompts)
-        record["calls"] = len(record["weak"]) + len(record.get("strong", ()))
+                                self.config.prompts, judge)
+        record["calls"] = len(record["weak"]) + len(record.get("strong", ())) + (judge.calls if judge else 0)
         return record
 
     async def atomic(self, item: Item) -> dict[str, Any]:
@@ -147,7 +148,8 @@ class _Stages:
         record: dict[str, Any] = {"key": item.key, "source": item.source, "difficulty": difficulty,
                                   "reason": "", "calls": 0}
         if difficulty == "easy":
-            reply = next(s["text"] for s in self.filter_records[item.key]["weak"] if s.get("correct"))
+            solved = [s for s in self.filter_records[item.key]["weak"] if s.get("correct")]
+            reply = min(solved, key=lambda s: s.get("graded_by") != "rule")["text"]  # a rule-graded one first
             trajectory = direct_trajectory(item.task, reply, self.episode)
             return {**record, "kind": "direct", "trajectory": trajectory_json(trajectory, self.store, item.key)}
         if item.recipe == "math":
@@ -187,7 +189,7 @@ class _Stages:
         sandbox = await self.pool.asandbox(images=Episode(item.task, self.episode).images,
                                            timeout_s=self.config.verify.exec_timeout_s)
         try:
-            trajectory, cot, program = await math_trajectory(item.task, strong, sandbox, self.episode,
+            trajectory, cot, revision = await math_trajectory(item.task, strong, sandbox, self.episode,
                                                              self.config.prompts)
         except PolicyError as exc:
             return {**record, "reason": "trajectory_error", "detail": f"{type(exc).__name__}: {str(exc)[:200]}",
@@ -196,7 +198,7 @@ class _Stages:
             return {**record, "reason": "program_unparseable", "detail": str(exc), "calls": strong.calls}
         finally:
             await asyncio.to_thread(sandbox.close)
-        return {**record, "cot": cot, "program": program, "calls": strong.calls,
+        return {**record, "cot": cot, "revision": revision, "calls": strong.calls,
                 "trajectory": trajectory_json(trajectory, self.store, item.key)}
 
     async def verify(self, item: Item, atomic: dict[str, Any]) -> dict[str, Any]:
@@ -303,8 +305,12 @@ def plan(config: CurateConfig) -> dict[str, Any]:
     if "filter" in config.stages:
         budget["weak"] += k * len(pending["filter"])
         budget["strong"] += k * len(pending["filter"])
-    if "atomic" in config.stages:  # crop: boxes + the final turn; math: CoT + rewrite + the final turn
-        cost = {"crop": 2, "annotate": 2, "math": 3, "none": 0}
+        judged = [i for i in pending["filter"] if config.filter.judge == "fallback"
+                  or (config.filter.judge == "undecided" and i.task.kind in UNDECIDED_KINDS)]
+        budget["judge"] += 2 * k * len(judged)  # at most one per distinct rejected answer
+    if "atomic" in config.stages:  # crop: boxes + the final turn; math: CoT + revision (+ the turns
+        # the strong model writes once the revision's claims fail: at most max_turns)
+        cost = {"crop": 2, "annotate": 2, "math": 2 + config.atomic.max_turns, "none": 0}
         budget["strong"] += sum(cost[i.recipe] for i in pending["atomic"]
                                 if records["filter"].get(i.key, {}).get("difficulty") != "easy")
     if "verify" in config.stages:  # grading only when the rules reject; the cross-check always

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from codedance.curate.endpoints import Asker
 from codedance.curate.inspectors import parse_word
+from codedance.curate.judging import ask_judge
 from codedance.curate.templates import render
 from codedance.grading import grade_trajectory
-from codedance.grading.judge import JudgeVerdictError, build_prompt, parse_verdict
 from codedance.policy.base import PolicyError
 from codedance.prompts import conversation
 from codedance.rollout import Episode, EpisodeConfig
@@ -84,16 +84,10 @@ async def grade(task: Task, trajectory: Trajectory, judge: Asker | None) -> Verd
         return Verdict(graded_by="rule")
     if judge is None or not trajectory.answer:
         return Verdict("wrong_answer", f"answered {trajectory.answer!r}, gold {task.answer!r}", "rule")
-    prompt = build_prompt(question=task.question, gold=task.answer, prediction=trajectory.answer)
-    try:
-        reply = await judge.ask((Message("user", (prompt,)),), temperature=0.0)
-    except PolicyError as exc:
-        return Verdict("judge_error", f"{type(exc).__name__}: {str(exc)[:200]}", "judge")
-    try:
-        correct = parse_verdict(reply.text)
-    except JudgeVerdictError as exc:
-        return Verdict("judge_unparseable", str(exc), "judge")
-    if not correct:
+    judged = await ask_judge(judge, task, trajectory.answer)
+    if judged.problem:
+        return Verdict(judged.problem, judged.detail, "judge")
+    if not judged.correct:
         return Verdict("wrong_answer", f"judge: {trajectory.answer!r} is not {task.answer!r}", "judge")
     return Verdict(graded_by="judge")
 

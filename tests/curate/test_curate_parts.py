@@ -169,7 +169,8 @@ def test_cli_dry_run_prints_the_plan_and_request_budget(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     planned = json.loads(result.output)
     assert planned["items"] == 5 and planned["stages"] == ["filter", "atomic", "verify"]
-    assert planned["request_budget"] == {"weak": 15, "strong": 15 + 10, "judge": 5}
+    # judge: verification's grading, and the filter's at most 2k distinct text answers per item
+    assert planned["request_budget"] == {"weak": 15, "strong": 15 + 10, "judge": 5 + 2 * 3 * 5}
     assert not (tmp_path / "run").exists()
     bad = CliRunner().invoke(app, ["curate", "run", str(tmp_path / "missing.yaml")])
     assert bad.exit_code == 2 and "no config file" in bad.output
@@ -207,13 +208,3 @@ def test_inspect_stage_drops_by_verdict_and_counts_unparseable_replies(tmp_path:
     records = [json.loads(line) for line in (tmp_path / "run" / "inspect.jsonl").read_text().splitlines()]
     unparseable = next(r for r in records if r["reason"] == "inspector_unparseable")
     assert unparseable["image"] == {"reply": "Probably yes", "verdict": None} and unparseable["calls"] == 1
-
-
-def test_math_rewrite_takes_exactly_the_first_python_block_and_drops_the_cot_answer() -> None:
-    from codedance.curate.math_recipe import ProgramUnparseable, extract_program, steps_of
-
-    assert extract_program("ok\n```python\nx = 2\nprint(x)\n```\nthen ```python\nprint(3)\n```") == "x = 2\nprint(x)"
-    for reply in ("print(2)", "```python\n\n```", "```\nprint(2)\n```"):
-        with pytest.raises(ProgramUnparseable):
-            extract_program(reply)
-    assert steps_of("1. a\n2. b\n<answer>5</answer>") == "1. a\n2. b"
