@@ -7,7 +7,10 @@ model's own correct reply; medium/hard items of a ``crop`` source: boxes, rule f
 trajectory through the loop and sandbox; of a ``math`` source: `codedance.curate.math_recipe`),
 ``verify`` (`codedance.curate.verification`); then the export and the report always run.
 
-Run directory (``out``):
+Run directory (``out``, a `codedance.runs.RunDir` of kind ``curate``): ``run.json`` holds the
+settings that define the run (`codedance.curate.config.run_settings_of`); a rerun with other
+values of those is refused (naming them), so records are never mixed across settings; choose
+another ``out`` to start a new run.
 - ``<stage>.jsonl``: one record per item with ``key``, ``task_id`` and ``reason`` ('' = kept),
   written as each item finishes; a rerun skips keys already there (resume by item key). ``atomic.jsonl`` records
   hold the trajectory (`codedance.records` format; images under ``images/``).
@@ -19,7 +22,8 @@ Run directory (``out``):
 An endpoint whose breaker opens (`EndpointDown`) stops the run after the items in flight: what
 finished is kept, the run returns ``down`` set, and a rerun resumes. Items run concurrently: at
 most ``max_in_flight`` requests per endpoint, at most ``sandboxes`` sandboxes at once.
-Not handled: several processes writing one run directory at once.
+Not handled: several processes writing one run directory at once; run directories written
+before ``run.json`` existed (refused as holding no curate run).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from codedance.curate.atomic import (
     parse_boxes,
     propose_messages,
 )
-from codedance.curate.config import CurateConfig
+from codedance.curate.config import CurateConfig, run_settings_of
 from codedance.curate.endpoints import Counted, Endpoint, EndpointDown, endpoints_from
 from codedance.curate.filtering import UNDECIDED_KINDS, classify
 from codedance.curate.inspectors import inspect_item
@@ -60,6 +64,7 @@ from codedance.records import (
     trajectory_json,
 )
 from codedance.rollout import Episode, EpisodeConfig
+from codedance.runs import RunDir
 from codedance.sft_records import FORMATS, canonical_record
 
 STAGE_ORDER = ("inspect", "filter", "atomic", "verify")
@@ -247,8 +252,8 @@ async def arun_curate(config: CurateConfig, stream: TextIO | None = sys.stderr) 
 
     start = time.perf_counter()
     out = config.out
-    out.mkdir(parents=True, exist_ok=True)
-    items, source_counts = load_items(config.sources, config.base)
+    items, source_counts = load_items(config.sources, config.base)  # a bad source is refused before the claim
+    run_dir(config).claim()
     store = ImageStore(out / "images")
     endpoints = endpoints_from(config.endpoints)
     width = max([e.max_in_flight for e in config.endpoints.values()] + [1])
@@ -287,10 +292,17 @@ def run_curate(config: CurateConfig, stream: TextIO | None = sys.stderr) -> Cura
     return asyncio.run(arun_curate(config, stream))
 
 
+def run_dir(config: CurateConfig) -> RunDir:
+    """The run directory of `config` (kind ``curate``, its defining settings)."""
+    return RunDir(config.out, "curate", run_settings_of(config))
+
+
 def plan(config: CurateConfig) -> dict[str, Any]:
     """What a run would do: items per source, stages, and the request budget per endpoint: an
     upper bound over the items not yet done and not already dropped by an earlier stage (an easy
-    item costs no atomic request; the judge is asked only when the rules reject). Sends nothing."""
+    item costs no atomic request; the judge is asked only when the rules reject). Sends nothing,
+    writes nothing; a run directory holding another run is refused as the run would refuse it."""
+    run_dir(config).check()
     items, source_counts = load_items(config.sources, config.base)
     records = {s: {r["key"]: r for r in read_jsonl(stage_path(config.out, s))} for s in STAGE_ORDER}
     pending: dict[str, list[Item]] = {}

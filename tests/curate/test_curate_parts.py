@@ -46,10 +46,10 @@ def _jpeg(color: tuple[int, int, int]) -> bytes:
 
 
 @pytest.mark.parametrize(("raw", "message"), [
-    ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "filtr": {}}, "unknown top-level key(s) filtr"),
+    ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "filtr": {}}, "unknown setting(s) filtr"),
     ({"out": "o", "endpoints": {"weak": ENDPOINTS["weak"]}, "sources": [{"kind": "world"}]}, "need judge, strong"),
     ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "filter": {"k": 0}}, "filter.k must be"),
-    ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "atomic": {"zoom": 3}}, "atomic: unknown key"),
+    ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "atomic": {"zoom": 3}}, "unknown setting(s) atomic.zoom"),
     ({"out": "o", "endpoints": ENDPOINTS, "sources": [], "stages": ["filter"]}, "sources must be a non-empty list"),
     ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "stages": ["crop"]}, "unknown stage(s) crop"),
 ])
@@ -208,3 +208,15 @@ def test_inspect_stage_drops_by_verdict_and_counts_unparseable_replies(tmp_path:
     records = [json.loads(line) for line in (tmp_path / "run" / "inspect.jsonl").read_text().splitlines()]
     unparseable = next(r for r in records if r["reason"] == "inspector_unparseable")
     assert unparseable["image"] == {"reply": "Probably yes", "verdict": None} and unparseable["calls"] == 1
+
+
+def test_cli_takes_presets_files_and_overrides_through_the_one_loader(tmp_path: Path) -> None:
+    listed = CliRunner().invoke(app, ["presets", "ls", "curate"])
+    assert listed.exit_code == 0 and "local-vllm" in listed.output
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(json.dumps({"out": "run", "sources": [{"kind": "world", "skills": ["search"], "n": 2}]}))
+    shown = CliRunner().invoke(app, ["curate", "run", "local-vllm", str(sources), "filter.k=8", "--print-config"])
+    assert shown.exit_code == 0, shown.output
+    assert "k: 8" in shown.output and "Qwen2.5-VL-72B-Instruct" in shown.output and f"{tmp_path}/run" in shown.output
+    bad = CliRunner().invoke(app, ["curate", "run", "local-vllm", str(sources), "filter.k=many"])
+    assert bad.exit_code == 2 and "filter.k: expected a whole number" in bad.output

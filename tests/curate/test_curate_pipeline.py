@@ -332,3 +332,19 @@ def test_breaker_stops_a_run_at_a_dead_endpoint_and_a_rerun_resumes(servers, tmp
     resumed = run_curate(parse_config(raw), stream=progress)
     assert not resumed.down and resumed.stage_counts["filter"]["done"] == 6
     assert progress.getvalue().splitlines()[-1] == "filter: 6/6"
+
+
+def test_run_directory_holds_its_settings_and_refuses_other_ones(run, servers) -> None:
+    from codedance.errors import SettingsError
+
+    info = json.loads((run["out"] / "run.json").read_text())
+    assert info["kind"] == "curate" and info["settings"]["filter"]["k"] == K
+    assert info["settings"]["endpoints"]["weak"] == {"model": "weak-7b", "max_tokens": 1024, "temperature": 0.0}
+    changed = _config(run["out"], servers, filter={"k": K + 1, "easy_keep": 1.0})
+    before = (run["out"] / "filter.jsonl").read_text()
+    with pytest.raises(SettingsError, match=r"other settings \(filter\.k differ\)"):
+        run_curate(parse_config(changed), stream=None)
+    with pytest.raises(SettingsError, match="filter.k differ"):
+        plan(parse_config(changed))
+    assert (run["out"] / "filter.jsonl").read_text() == before
+    assert json.loads((run["out"] / "run.json").read_text()) == info
