@@ -27,7 +27,7 @@ import asyncio
 from typing import Any
 
 from codedance.curate.config import FilterConfig
-from codedance.curate.endpoints import Asker
+from codedance.curate.endpoints import Asker, error_text
 from codedance.curate.judging import JudgeReply, ask_judge
 from codedance.curate.sources import Item
 from codedance.curate.templates import render
@@ -70,7 +70,7 @@ async def _samples(endpoint: Asker, item: Item, messages: tuple[Message, ...], c
         try:
             completion = await endpoint.ask(messages, temperature=config.temperature)
         except PolicyError as exc:
-            return {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+            return {"error": error_text(exc)}
         grade = grade_response(response=completion.text, task=item.task)
         sample = {"text": completion.text, "answer": grade.answer, "correct": grade.correct, "graded_by": "rule"}
         if grade.correct or not grade.answer or not judged.wanted():

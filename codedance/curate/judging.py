@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from codedance.curate.endpoints import Asker
+from codedance.curate.endpoints import Asker, error_text
 from codedance.grading.judge import JudgeVerdictError, build_prompt, parse_verdict
 from codedance.policy.base import PolicyError
 from codedance.types import Message, Task
@@ -34,7 +34,7 @@ async def ask_judge(judge: Asker, task: Task, prediction: str) -> JudgeReply:
     try:
         reply = (await judge.ask((Message("user", (prompt,)),), temperature=0.0)).text
     except PolicyError as exc:
-        return JudgeReply(None, "", "judge_error", f"{type(exc).__name__}: {str(exc)[:200]}")
+        return JudgeReply(None, "", "judge_error", error_text(exc))
     try:
         return JudgeReply(parse_verdict(reply), reply)
     except JudgeVerdictError as exc:

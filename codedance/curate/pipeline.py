@@ -57,7 +57,7 @@ from codedance.curate.atomic import (
     propose_messages,
 )
 from codedance.curate.config import CurateConfig, run_settings_of
-from codedance.curate.endpoints import Counted, Endpoint, EndpointDown, endpoints_from
+from codedance.curate.endpoints import Counted, Endpoint, EndpointDown, endpoints_from, error_text
 from codedance.curate.filtering import UNDECIDED_KINDS, classify
 from codedance.curate.inspectors import inspect_item
 from codedance.curate.math_recipe import ProgramUnparseable, math_trajectory
@@ -171,7 +171,7 @@ class _Stages:
             reply = (await strong.ask(propose_messages(item.task, images[0], self.config.prompts))).text
             boxes = parse_boxes(reply)
         except PolicyError as exc:
-            return {**record, "reason": "proposal_error", "detail": f"{type(exc).__name__}: {str(exc)[:200]}",
+            return {**record, "reason": "proposal_error", "detail": error_text(exc),
                     "calls": strong.calls}
         except BoxesUnparseable as exc:
             return {**record, "reason": "boxes_unparseable", "detail": str(exc), "calls": strong.calls}
@@ -185,7 +185,7 @@ class _Stages:
             trajectory = await crop_trajectory(item.task, kept, difficulty, strong, sandbox, self.episode,
                                                self.config.atomic, annotate=item.recipe == "annotate")
         except PolicyError as exc:
-            return {**record, "reason": "trajectory_error", "detail": f"{type(exc).__name__}: {str(exc)[:200]}",
+            return {**record, "reason": "trajectory_error", "detail": error_text(exc),
                     "calls": strong.calls}
         finally:
             await asyncio.to_thread(sandbox.close)
@@ -200,7 +200,7 @@ class _Stages:
             trajectory, cot, revision = await math_trajectory(item.task, strong, sandbox, self.episode,
                                                              self.config.prompts)
         except PolicyError as exc:
-            return {**record, "reason": "trajectory_error", "detail": f"{type(exc).__name__}: {str(exc)[:200]}",
+            return {**record, "reason": "trajectory_error", "detail": error_text(exc),
                     "calls": strong.calls}
         except ProgramUnparseable as exc:
             return {**record, "reason": "program_unparseable", "detail": str(exc), "calls": strong.calls}

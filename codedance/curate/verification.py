@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from codedance.curate.endpoints import Asker
+from codedance.curate.endpoints import Asker, error_text
 from codedance.curate.inspectors import parse_word
 from codedance.curate.judging import ask_judge
 from codedance.curate.templates import render
@@ -122,7 +122,7 @@ async def cross_check(trajectory: Trajectory, judge: Asker, prompts: Any = None)
     try:
         reply = (await judge.ask((cross_check_message(trajectory, prompts),), temperature=0.0)).text
     except PolicyError as exc:
-        return Verdict("judge_error", f"cross-check: {type(exc).__name__}: {str(exc)[:200]}", "judge")
+        return Verdict("judge_error", f"cross-check: {error_text(exc)}", "judge")
     word = parse_word(reply, ("CONSISTENT", "INCONSISTENT"))
     if word is None:
         return Verdict("cross_check_unparseable", f"{reply[:120]!r}", "judge")

@@ -154,7 +154,10 @@ def _records(file: Path) -> Iterator[dict]:
             import pyarrow.parquet as pq
         except ImportError as exc:
             raise ImportError(f"reading {file} needs pyarrow: pip install pyarrow") from exc
-        for batch in pq.ParquetFile(file).iter_batches(batch_size=64):  # one batch in memory at a time
+        # a few rows in memory at a time: no pre-buffering of whole row groups (image datasets
+        # write row groups of ~100 rows, tens of MB), reads through a 1 MiB buffer
+        parquet = pq.ParquetFile(file, pre_buffer=False, buffer_size=1 << 20)
+        for batch in parquet.iter_batches(batch_size=16):
             yield from batch.to_pylist()
     elif file.suffix == ".jsonl":
         with open(file, encoding="utf-8") as f:
