@@ -3,8 +3,8 @@
 Stages, in this order for each item: ``inspect`` (`codedance.curate.inspectors`), ``filter``
 (`codedance.curate.filtering`), ``atomic`` (`codedance.curate.atomic`: easy items kept as
 direct-answer examples from the weak model's own correct reply; medium/hard items of a ``crop``
-source: boxes, rule filter, the trajectory through the loop and sandbox; of a ``math`` source:
-`codedance.curate.math_recipe`), ``verify`` (`codedance.curate.verification`); then the export
+source: boxes, rule filter, the trajectory through the loop and sandbox; of a ``draw`` source:
+`codedance.curate.drawing`'s operations; of a ``math`` source: `codedance.curate.math_recipe`), ``verify`` (`codedance.curate.verification`); then the export
 and the report always run. An item dropped by a stage (its record's ``reason``) goes no further.
 
 The sources are streamed (`codedance.curate.sources.iter_items`, read in a worker thread so the
@@ -57,6 +57,8 @@ from codedance.curate.atomic import (
     propose_messages,
 )
 from codedance.curate.config import CurateConfig, run_settings_of
+from codedance.curate.drawing import OpsUnparseable, draw_trajectory, op_problems, parse_ops
+from codedance.curate.drawing import propose_messages as draw_messages
 from codedance.curate.endpoints import Counted, Endpoint, EndpointDown, endpoints_from, error_text
 from codedance.curate.filtering import UNDECIDED_KINDS, classify
 from codedance.curate.inspectors import inspect_item
@@ -162,31 +164,42 @@ class _Stages:
             return {**record, "kind": "direct", "trajectory": trajectory_json(trajectory, self.store, item.key)}
         if item.recipe == "math":
             return await self._math(item, record)
-        if item.recipe not in ("crop", "annotate"):
+        if item.recipe not in ("crop", "annotate", "draw"):
             return {**record, "reason": "no_recipe"}
+        return await self._visual(item, record, difficulty)
+
+    async def _visual(self, item: Item, record: dict[str, Any], difficulty: str) -> dict[str, Any]:
+        """The crop, annotate and draw recipes: a proposal, rule checks, the trajectory."""
         strong = Counted(self.endpoints["strong"])
         record["kind"] = item.recipe
         images = Episode(item.task, self.episode).images  # sized for the model once (costly for big images)
+        size, question, rules = images[0].size, item.task.question, self.config.atomic
+        draws = item.recipe == "draw"
         try:
-            reply = (await strong.ask(propose_messages(item.task, images[0], self.config.prompts))).text
-            boxes = parse_boxes(reply)
+            messages = (draw_messages if draws else propose_messages)(item.task, images[0], self.config.prompts)
+            reply = (await strong.ask(messages)).text
+            proposed: list[Any] = parse_ops(reply) if draws else parse_boxes(reply)
         except PolicyError as exc:
-            return {**record, "reason": "proposal_error", "detail": error_text(exc),
+            return {**record, "reason": "proposal_error", "detail": error_text(exc), "calls": strong.calls}
+        except (BoxesUnparseable, OpsUnparseable) as exc:
+            return {**record, "reason": "ops_unparseable" if draws else "boxes_unparseable", "detail": str(exc),
                     "calls": strong.calls}
-        except BoxesUnparseable as exc:
-            return {**record, "reason": "boxes_unparseable", "detail": str(exc), "calls": strong.calls}
-        judged = [(b, box_problem(b, images[0].size, item.task.question, self.config.atomic)) for b in boxes]
-        record["boxes"] = [{**b.as_dict(), "problem": p or ""} for b, p in judged]
-        kept = [b for b, p in judged if p is None]
+        problems = (op_problems(proposed, size, question, rules) if draws
+                    else [box_problem(b, size, question, rules) for b in proposed])
+        record["ops" if draws else "boxes"] = [{**p.as_dict(), "problem": why or ""}
+                                               for p, why in zip(proposed, problems, strict=True)]
+        kept = [p for p, why in zip(proposed, problems, strict=True) if why is None]
         if not kept:
-            return {**record, "reason": "no_plausible_box", "calls": strong.calls}
+            return {**record, "reason": "no_plausible_op" if draws else "no_plausible_box", "calls": strong.calls}
         sandbox = await self.pool.asandbox(images=images, timeout_s=self.config.verify.exec_timeout_s)
         try:
-            trajectory = await crop_trajectory(item.task, kept, difficulty, strong, sandbox, self.episode,
-                                               self.config.atomic, annotate=item.recipe == "annotate")
+            if draws:
+                trajectory = await draw_trajectory(item.task, kept, difficulty, strong, sandbox, self.episode, rules)
+            else:
+                trajectory = await crop_trajectory(item.task, kept, difficulty, strong, sandbox, self.episode,
+                                                   rules, annotate=item.recipe == "annotate")
         except PolicyError as exc:
-            return {**record, "reason": "trajectory_error", "detail": error_text(exc),
-                    "calls": strong.calls}
+            return {**record, "reason": "trajectory_error", "detail": error_text(exc), "calls": strong.calls}
         finally:
             await asyncio.to_thread(sandbox.close)
         return {**record, "calls": strong.calls, "trajectory": trajectory_json(trajectory, self.store, item.key)}
@@ -383,7 +396,7 @@ def plan(config: CurateConfig) -> dict[str, Any]:
                for s in STAGE_ORDER}  # (dropped, difficulty) by key: no replies or trajectories
     pending = dict.fromkeys(STAGE_ORDER, 0)
     judged = atomic_requests = items = 0
-    cost = {"crop": 2, "annotate": 2, "math": 2 + config.atomic.max_turns, "none": 0}
+    cost = {"crop": 2, "annotate": 2, "draw": 2, "math": 2 + config.atomic.max_turns, "none": 0}
     source_counts: dict[str, int] = {}
     for item in iter_items(config.sources, config.base, source_counts):  # streamed: only counts kept
         items += 1

@@ -2,7 +2,8 @@
 
 Kinds (one mapping per source in the YAML's ``sources`` list; ``name`` labels it in the report,
 ``recipe`` picks the atomic recipe: ``crop`` (default), ``annotate`` (a drawing turn, then
-crops), ``math`` or ``none``):
+crops), ``draw`` (points, lines, boxes, masks, zooms: `codedance.curate.drawing`), ``math`` or
+``none``):
 
 - ``world``: the synthetic task world (``skills``, ``difficulties``, ``n``, ``seed``).
 - ``benchmark``: a benchmark the eval harness knows (``name`` as in ``codedance eval list``,
@@ -99,7 +100,7 @@ def _table(spec: dict[str, Any], base: Path) -> Iterator[Task]:
 
 
 SOURCES: dict[str, SourceFn] = {"world": _world, "benchmark": _benchmark, "table": _table}
-RECIPES = ("crop", "annotate", "math", "none")
+RECIPES = ("crop", "annotate", "draw", "math", "none")
 
 
 def register_source(kind: str, fn: SourceFn) -> None:
