@@ -179,6 +179,8 @@ def parse_config(raw: object, base: Path = Path(".")) -> CurateConfig:
     if extra:
         raise CurateError(f"endpoints: unknown role(s) {', '.join(extra)}; roles are {', '.join(ROLES)}")
     stages = raw.get("stages") or list(DEFAULT_STAGES)
+    if isinstance(stages, str):  # stages=filter,atomic on the command line
+        stages = [s.strip() for s in stages.split(",") if s.strip()]
     bad = [s for s in stages if s not in STAGES] if isinstance(stages, list) else [stages]
     if bad:
         raise CurateError(f"unknown stage(s) {', '.join(map(str, bad))}; choose from {', '.join(STAGES)}")
