@@ -17,9 +17,10 @@
    ``recipe: annotate`` adds an open-ended drawing turn first: every kept box outlined and
    labelled on a copy of the whole image, shown to the model.
 
-The math recipe (Tables 8-9) is `codedance.curate.math_recipe`. Not handled: other open-ended
-operations (free drawing the model chooses, auxiliary lines for geometry); a source with
-``recipe: none`` reaches verification only through its easy direct-answer examples.
+The math recipe (Tables 8-9) is `codedance.curate.math_recipe`; the open-ended operations
+(points, lines, masks, zooms) are `codedance.curate.drawing`, which shares `json_list`,
+`numbers`, `label_mismatch` and `AtomicPolicy` from here. A source with ``recipe: none`` reaches
+verification only through its easy direct-answer examples.
 """
 
 from __future__ import annotations
@@ -58,26 +59,45 @@ class Box:
 _JSON_BLOCK = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 
 
-def parse_boxes(reply: str) -> list[Box]:
-    """The boxes of a Table 6 reply (a fenced ```json block or a bare JSON list)."""
+def json_list(reply: str, error: type[ValueError]) -> list[Any]:
+    """The non-empty JSON list of a proposal reply (a fenced ```json block or bare JSON; a lone
+    object counts as a list of one); `error` with the reason otherwise."""
     match = _JSON_BLOCK.search(reply)
     text = (match.group(1) if match else reply).strip()
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise BoxesUnparseable(f"not JSON ({exc.msg}): {reply[:120]!r}") from None
+        raise error(f"not JSON ({exc.msg}): {reply[:120]!r}") from None
     if isinstance(data, dict):
         data = [data]
     if not isinstance(data, list) or not data:
-        raise BoxesUnparseable(f"expected a non-empty JSON list: {reply[:120]!r}")
+        raise error(f"expected a non-empty JSON list: {reply[:120]!r}")
+    return data
+
+
+def numbers(entry: object, key: str, count: int) -> tuple[int, ...] | None:
+    """``entry[key]`` as `count` rounded numbers, or None when it is not that."""
+    value = entry.get(key) if isinstance(entry, dict) else None
+    if (not isinstance(value, list) or len(value) != count
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
+        return None
+    return tuple(round(v) for v in value)
+
+
+def parse_boxes(reply: str) -> list[Box]:
+    """The boxes of a Table 6 reply (a fenced ```json block or a bare JSON list)."""
     boxes = []
-    for entry in data:
-        bbox = entry.get("bbox_2d") if isinstance(entry, dict) else None
-        if (not isinstance(bbox, list) or len(bbox) != 4
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in bbox)):
+    for entry in json_list(reply, BoxesUnparseable):
+        bbox = numbers(entry, "bbox_2d", 4)
+        if bbox is None:
             raise BoxesUnparseable(f"an entry has no bbox_2d of four numbers: {str(entry)[:120]!r}")
-        boxes.append(Box(str(entry.get("label", "")), *(round(v) for v in bbox)))
+        boxes.append(Box(str(entry.get("label", "")), *bbox))
     return boxes
+
+
+def label_mismatch(label: str, question: str) -> bool:
+    """No word of three or more letters of `label` occurs in `question`."""
+    return not _words(label) & _words(question)
 
 
 def _words(text: str) -> set[str]:
@@ -93,7 +113,7 @@ def box_problem(box: Box, size: tuple[int, int], question: str, config: AtomicCo
         return "degenerate"
     if (box.x2 - box.x1) * (box.y2 - box.y1) > config.max_box_area * width * height:
         return "whole_image"
-    if not _words(box.label) & _words(question):
+    if label_mismatch(box.label, question):
         return "label_mismatch"
     return None
 

@@ -1,4 +1,12 @@
-"""The curate run's settings, read from one YAML file (`load_config`).
+"""The curate run's settings: presets, YAML files and ``key=value`` overrides (`load_config`).
+
+    config = load_config(["curate.yaml", "filter.k=8"])     # or load_config("curate.yaml")
+
+The specs are merged by the one config loader (`codedance.config.merged`: a preset name from
+``codedance/presets/curate/``, a YAML path, a dotted override), then checked here (`parse_config`)
+with the loader's `codedance.config.build` for each section, so unknown keys and wrong types get
+its one-line messages. Relative paths resolve from the folder of the last YAML file given (the
+working directory when none is). A mapping:
 
     out: runs/curate                 # run directory (resumed when rerun)
     stages: [inspect, filter, atomic, verify]   # any subset, in this order; export always runs
@@ -10,7 +18,8 @@
       - {kind: world, skills: [search], difficulties: [medium, hard], n: 20, seed: 0}
       - {kind: benchmark, name: mathvision_mini, path: /data/mathvision-testmini, limit: 50}
       - {kind: table, path: my.parquet, question: question, answer: answer, answer_kind: text}
-    filter: {k: 4, temperature: 1.0, easy_threshold: 0.75, medium_threshold: 0.5, easy_keep: 0.25}
+    filter: {k: 4, temperature: 1.0, easy_threshold: 0.75, medium_threshold: 0.5, easy_keep: 0.25,
+             judge: undecided}
     atomic: {max_turns: 6, min_box_side: 8, max_box_area: 0.9, max_boxes: 3}
     verify: {judge: true, cross_check: false, exec_timeout_s: 15}
     inspect: {image: true, question: true}
@@ -23,51 +32,63 @@ Endpoint keys: ``url``, ``model``, ``api_key`` (default ``EMPTY``), ``max_in_fli
 consecutive failed requests open the circuit breaker), ``vllm_extras`` (true: send vLLM's extra
 request fields; false for servers that reject unknown fields). Unknown keys are refused, so a typo
 fails loudly. Sources are read by `codedance.curate.sources`.
+
+`run_settings_of` is what defines a run (saved in ``run.json`` by `codedance.runs.RunDir`; a rerun
+with other values is refused): sources, filter, atomic, verify and inspect settings, the prompts
+folder, each endpoint's model, temperature and max_tokens. Not defining (free to change between
+attempts): ``out``, ``stages``, ``sandboxes``, the endpoints' URLs, keys, timeouts, retries and
+bounds. Not handled: edits inside a prompts folder or a source file (the names are compared).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from codedance.config import build, merged, not_resumed
+from codedance.errors import SettingsError
+from codedance.runs.rundir import run_settings
 
 STAGES = ("inspect", "filter", "atomic", "verify")
 DEFAULT_STAGES = ("filter", "atomic", "verify")
 ROLES = ("weak", "strong", "judge")
+JUDGE_MODES = ("never", "undecided", "fallback")
 
 
-class CurateError(ValueError):
+class CurateError(SettingsError):
     """A bad configuration or an unusable input; the message says what to change."""
 
 
 @dataclass(frozen=True)
 class EndpointConfig:
-    url: str
-    model: str
-    api_key: str = "EMPTY"
-    max_in_flight: int = 16
+    url: str = not_resumed("")
+    model: str = ""
+    api_key: str = not_resumed("EMPTY")
+    max_in_flight: int = not_resumed(16)
     max_tokens: int = 1024
     temperature: float = 0.0
-    timeout_s: float = 120.0
-    max_retries: int = 3
-    backoff_s: float = 0.5
-    breaker_failures: int = 5
-    vllm_extras: bool = True
+    timeout_s: float = not_resumed(120.0)
+    max_retries: int = not_resumed(3)
+    backoff_s: float = not_resumed(0.5)
+    breaker_failures: int = not_resumed(5)
+    vllm_extras: bool = not_resumed(True)
 
 
 @dataclass(frozen=True)
 class FilterConfig:
     """``easy_threshold``: weak solve rate at or above it is easy; ``medium_threshold``: strong
     solve rate at or above it is medium (below: hard); ``easy_keep``: share of easy items kept as
-    direct-answer examples (chosen by item key, so reruns keep the same ones)."""
+    direct-answer examples (chosen by item key, so reruns keep the same ones); ``judge``: which
+    answers the rules reject go to the judge endpoint (``never``, ``undecided``: text and math
+    answer kinds, ``fallback``: every kind; `codedance.curate.filtering`)."""
 
     k: int = 4
     temperature: float = 1.0
     easy_threshold: float = 0.75
     medium_threshold: float = 0.5
     easy_keep: float = 0.25
+    judge: str = "undecided"
 
 
 @dataclass(frozen=True)
@@ -100,99 +121,110 @@ class InspectConfig:
 
 @dataclass(frozen=True)
 class CurateConfig:
-    out: Path
-    endpoints: dict[str, EndpointConfig]
-    sources: tuple[dict[str, Any], ...]
-    stages: tuple[str, ...] = DEFAULT_STAGES
+    out: Path = field(default=Path("runs/curate"), metadata={"resume": False})  # not_resumed, for a Path
+    endpoints: dict[str, EndpointConfig] = field(default_factory=dict)
+    sources: tuple[dict[str, Any], ...] = ()
+    stages: tuple[str, ...] = not_resumed(DEFAULT_STAGES)
     filter: FilterConfig = FilterConfig()
     atomic: AtomicConfig = AtomicConfig()
     verify: VerifyConfig = VerifyConfig()
     inspect: InspectConfig = InspectConfig()
     prompts: Path | None = None
-    sandboxes: int = 4
-    base: Path = field(default=Path("."))  # the YAML's folder: relative paths are resolved from it
+    sandboxes: int = not_resumed(4)
+    base: Path = field(default=Path("."), metadata={"resume": False})  # the YAML's folder: relative paths
 
 
-def _build(cls: type, raw: object, where: str) -> Any:
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise CurateError(f"{where}: expected a mapping, got {type(raw).__name__}")
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise CurateError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    try:
-        return cls(**raw)
-    except TypeError as exc:
-        raise CurateError(f"{where}: {exc}") from None
-
-
-def _check_ranges(config: CurateConfig) -> None:
+def _check(config: CurateConfig) -> None:
+    """The ranges and choices the types cannot say."""
     f = config.filter
     if f.k < 1:
         raise CurateError(f"filter.k must be at least 1, got {f.k}")
     for name in ("easy_threshold", "medium_threshold", "easy_keep"):
         if not 0.0 <= getattr(f, name) <= 1.0:
             raise CurateError(f"filter.{name} must be within [0, 1], got {getattr(f, name)}")
+    if f.judge not in JUDGE_MODES:
+        raise CurateError(f"filter.judge must be one of {', '.join(JUDGE_MODES)}, got {f.judge!r}")
     if not 0.0 < config.atomic.max_box_area <= 1.0:
         raise CurateError(f"atomic.max_box_area must be within (0, 1], got {config.atomic.max_box_area}")
+    if config.sandboxes < 1:
+        raise CurateError(f"sandboxes must be at least 1, got {config.sandboxes}")
     for role, e in config.endpoints.items():
+        if not e.url or not e.model:
+            raise CurateError(f"endpoints.{role} needs url and model ({{url: http://HOST:PORT/v1, model: NAME}})")
         if e.max_in_flight < 1 or e.breaker_failures < 1:
             raise CurateError(f"endpoints.{role}: max_in_flight and breaker_failures must be at least 1")
+
+
+def _roles_needed(config: CurateConfig) -> set[str]:
+    needed = {"filter": ("weak", "strong"), "atomic": ("strong",), "inspect": ("strong",)}
+    roles = {r for s in config.stages for r in needed.get(s, ())}
+    if "verify" in config.stages and (config.verify.judge or config.verify.cross_check):
+        roles.add("judge")
+    if "filter" in config.stages and config.filter.judge != "never":
+        roles.add("judge")
+    return roles
 
 
 def parse_config(raw: object, base: Path = Path(".")) -> CurateConfig:
     """The `CurateConfig` of a decoded YAML mapping; relative paths resolve against `base`."""
     if not isinstance(raw, dict):
         raise CurateError("the curate config must be a YAML mapping (see docs/curate.md)")
-    top = {"out", "stages", "endpoints", "sources", "filter", "atomic", "verify", "inspect", "prompts", "sandboxes"}
-    unknown = sorted(set(raw) - top)
-    if unknown:
-        raise CurateError(f"unknown top-level key(s) {', '.join(unknown)}; known: {', '.join(sorted(top))}")
     for key in ("out", "endpoints", "sources"):
         if key not in raw:
             raise CurateError(f"the config needs '{key}' (see docs/curate.md for an example)")
-    stages = tuple(raw.get("stages") or DEFAULT_STAGES)
-    bad = [s for s in stages if s not in STAGES]
-    if bad:
-        raise CurateError(f"unknown stage(s) {', '.join(map(str, bad))}; choose from {', '.join(STAGES)}")
-    stages = tuple(s for s in STAGES if s in stages)
     endpoints_raw = raw["endpoints"] or {}
-    needed = {"filter": ("weak", "strong"), "atomic": ("strong",), "inspect": ("strong",)}
-    roles = {r for s in stages for r in needed.get(s, ())}
-    verify = _build(VerifyConfig, raw.get("verify"), "verify")
-    if "verify" in stages and (verify.judge or verify.cross_check):
-        roles.add("judge")
-    missing = sorted(r for r in roles if r not in endpoints_raw)
-    if missing:
-        raise CurateError(f"endpoints: the stages {', '.join(stages)} need {', '.join(missing)} "
-                          f"(each as {{url: ..., model: ...}})")
+    if not isinstance(endpoints_raw, dict):
+        raise CurateError("endpoints must map roles (weak, strong, judge) to {url: ..., model: ...}")
     extra = sorted(set(endpoints_raw) - set(ROLES))
     if extra:
         raise CurateError(f"endpoints: unknown role(s) {', '.join(extra)}; roles are {', '.join(ROLES)}")
-    endpoints = {r: _build(EndpointConfig, endpoints_raw[r], f"endpoints.{r}") for r in ROLES if r in endpoints_raw}
+    stages = raw.get("stages") or list(DEFAULT_STAGES)
+    if isinstance(stages, str):  # stages=filter,atomic on the command line
+        stages = [s.strip() for s in stages.split(",") if s.strip()]
+    bad = [s for s in stages if s not in STAGES] if isinstance(stages, list) else [stages]
+    if bad:
+        raise CurateError(f"unknown stage(s) {', '.join(map(str, bad))}; choose from {', '.join(STAGES)}")
     sources = raw["sources"]
     if not isinstance(sources, list) or not sources or not all(isinstance(s, dict) for s in sources):
         raise CurateError("sources must be a non-empty list of mappings, each with a 'kind'")
+    plain = {k: v for k, v in raw.items() if k not in ("endpoints", "sources", "stages", "out", "prompts")}
+    if "base" in plain:
+        raise CurateError("unknown setting base: relative paths resolve from the YAML file's folder")
+    try:
+        config = build(CurateConfig(), plain)
+        endpoints = {r: build(EndpointConfig(), endpoints_raw[r], f"endpoints.{r}.") for r in ROLES if r in endpoints_raw}
+    except SettingsError as exc:
+        raise CurateError(str(exc)) from None
     prompts = raw.get("prompts")
     config = CurateConfig(
-        out=base / str(raw["out"]), endpoints=endpoints, sources=tuple(sources), stages=stages,
-        filter=_build(FilterConfig, raw.get("filter"), "filter"),
-        atomic=_build(AtomicConfig, raw.get("atomic"), "atomic"), verify=verify,
-        inspect=_build(InspectConfig, raw.get("inspect"), "inspect"),
-        prompts=None if prompts is None else base / str(prompts), sandboxes=int(raw.get("sandboxes", 4)), base=base)
-    _check_ranges(config)
+        out=base / str(raw["out"]), endpoints=endpoints, sources=tuple(sources),
+        stages=tuple(s for s in STAGES if s in stages), filter=config.filter, atomic=config.atomic,
+        verify=config.verify, inspect=config.inspect, prompts=None if prompts is None else base / str(prompts),
+        sandboxes=config.sandboxes, base=base)
+    missing = sorted(_roles_needed(config) - set(endpoints))
+    if missing:
+        raise CurateError(f"endpoints: the stages {', '.join(config.stages)} need {', '.join(missing)} "
+                          f"(each as {{url: ..., model: ...}})")
+    _check(config)
     return config
 
 
-def load_config(path: str | Path) -> CurateConfig:
-    """Read and check the YAML at `path` (`CurateError` with a one-line reason when it is bad)."""
-    p = Path(path)
-    if not p.is_file():
-        raise CurateError(f"no config file at {p}; write one (docs/curate.md has an example)")
-    try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise CurateError(f"{p} is not valid YAML: {str(exc).splitlines()[0]}") from None
-    return parse_config(raw, p.parent)
+def load_config(specs: str | Path | list[str] | tuple[str, ...]) -> CurateConfig:
+    """The config of `specs` (one YAML path, or presets / YAML paths / ``key=value`` overrides in
+    order; see the module docstring); `CurateError` or `SettingsError` with a one-line reason."""
+    specs = [str(specs)] if isinstance(specs, (str, Path)) else [str(s) for s in specs]
+    files = [Path(s) for s in specs if "=" not in s and (s.endswith((".yaml", ".yml")) or "/" in s)]
+    for path in files:
+        if not path.is_file():
+            raise CurateError(f"no config file at {path}; write one (docs/curate.md has an example)")
+    return parse_config(merged(specs, command="curate"), files[-1].parent if files else Path("."))
+
+
+def run_settings_of(config: CurateConfig) -> dict[str, Any]:
+    """The settings that define a curate run (see the module docstring), as JSON values."""
+    settings = run_settings(config)
+    settings.pop("endpoints")
+    settings["sources"] = [dict(s) for s in config.sources]
+    settings["endpoints"] = {role: run_settings(e) for role, e in sorted(config.endpoints.items())}
+    settings["prompts"] = None if config.prompts is None else str(config.prompts)
+    return settings

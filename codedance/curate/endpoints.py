@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from codedance.curate.config import EndpointConfig
 from codedance.policy.base import Completion, PolicyConnectionError, PolicyHTTPError, SamplingParams
 from codedance.policy.openai_chat import OpenAIChatPolicy, RetrySettings
+from codedance.prompts import bound_text
 from codedance.types import Message
 
 
@@ -118,6 +119,12 @@ class Counted:
 
 
 Asker = Endpoint | Counted  # what a stage asks: the endpoint itself or its per-item counter
+
+
+def error_text(exc: BaseException, limit: int = 200) -> str:
+    """``Type: message`` of a failed request for a record, the message bounded to `limit`
+    characters (`codedance.prompts.bound_text`: head and tail kept, the cut marked)."""
+    return f"{type(exc).__name__}: {bound_text(str(exc), limit)}"
 
 
 def endpoints_from(configs: dict[str, EndpointConfig]) -> dict[str, Endpoint]:

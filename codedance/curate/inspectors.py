@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from codedance.curate.config import InspectConfig
-from codedance.curate.endpoints import Endpoint
+from codedance.curate.endpoints import Endpoint, error_text
 from codedance.curate.sources import Item
 from codedance.curate.templates import render
 from codedance.policy.base import PolicyError
@@ -60,7 +60,7 @@ async def inspect_item(item: Item, vlm: Endpoint, config: InspectConfig, prompts
         try:
             reply = await _ask(vlm, item, template, prompts, **values)
         except PolicyError as exc:
-            return {**record, "reason": "inspector_error", "detail": f"{name}: {type(exc).__name__}"}
+            return {**record, "reason": "inspector_error", "detail": f"{name}: {error_text(exc)}"}
         verdict = parse_word(reply, allowed)
         record[name] = {"reply": reply[:300], "verdict": verdict}
         if verdict is None:

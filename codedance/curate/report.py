@@ -37,6 +37,7 @@ def _stage_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _samples(config: CurateConfig, items: list[Item], records: dict[str, dict[str, dict[str, Any]]],
              store: ImageStore) -> list[dict[str, Any]]:
+    """The rows of the sample `items` (a few accepted and rejected ones the run kept aside)."""
     accepted, rejected = [], []
     for item in items:
         verdict = next((records[s][item.key] for s in reversed(STAGE_NAMES) if item.key in records[s]), None)
@@ -56,8 +57,10 @@ def _samples(config: CurateConfig, items: list[Item], records: dict[str, dict[st
     return accepted + rejected
 
 
-def build_report(config: CurateConfig, items: list[Item], source_counts: dict[str, int],
+def build_report(config: CurateConfig, items: int, samples: list[Item], source_counts: dict[str, int],
                  endpoints: dict[str, Endpoint], seconds: float, store: ImageStore) -> dict[str, Any]:
+    """The report of the run in ``config.out`` (its stage records are read whole: text, no images);
+    `items`: the number of items after dedup; `samples`: the items to show."""
     out = config.out
     raw = {s: read_jsonl(out / f"{s}.jsonl") for s in STAGE_NAMES}
     records = {s: {r["key"]: r for r in rs} for s, rs in raw.items()}
@@ -73,11 +76,11 @@ def build_report(config: CurateConfig, items: list[Item], source_counts: dict[st
     sft = out / "sft.jsonl"
     accepted = len(sft.read_text(encoding="utf-8").splitlines()) if sft.exists() else 0
     return {
-        "sources": source_counts, "items": len(items), "stages": {s: _stage_summary(raw[s]) for s in STAGE_NAMES},
+        "sources": source_counts, "items": items, "stages": {s: _stage_summary(raw[s]) for s in STAGE_NAMES},
         "difficulty": {s: dict(sorted(c.items())) for s, c in difficulty.items()},
         "calls_per_difficulty": calls,
         "endpoints": {role: {"model": e.config.model, **e.stats.as_dict()} for role, e in endpoints.items()},
-        "accepted": accepted, "wall_s": round(seconds, 3), "samples": _samples(config, items, records, store),
+        "accepted": accepted, "wall_s": round(seconds, 3), "samples": _samples(config, samples, records, store),
     }
 
 
@@ -114,9 +117,9 @@ def render_html(report: dict[str, Any]) -> str:
             f"<h2>Requests per difficulty</h2>{calls}<h2>Endpoints (this run)</h2>{ends}<h2>Samples</h2>{samples}")
 
 
-def write_report(config: CurateConfig, items: list[Item], source_counts: dict[str, int],
+def write_report(config: CurateConfig, items: int, samples: list[Item], source_counts: dict[str, int],
                  endpoints: dict[str, Endpoint], seconds: float, store: ImageStore) -> dict[str, Any]:
-    report = build_report(config, items, source_counts, endpoints, seconds, store)
+    report = build_report(config, items, samples, source_counts, endpoints, seconds, store)
     (config.out / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     (config.out / "report.html").write_text(render_html(report), encoding="utf-8")
     return report

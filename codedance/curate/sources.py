@@ -2,7 +2,8 @@
 
 Kinds (one mapping per source in the YAML's ``sources`` list; ``name`` labels it in the report,
 ``recipe`` picks the atomic recipe: ``crop`` (default), ``annotate`` (a drawing turn, then
-crops), ``math`` or ``none``):
+crops), ``draw`` (points, lines, boxes, masks, zooms: `codedance.curate.drawing`), ``math`` or
+``none``):
 
 - ``world``: the synthetic task world (``skills``, ``difficulties``, ``n``, ``seed``).
 - ``benchmark``: a benchmark the eval harness knows (``name`` as in ``codedance eval list``,
@@ -17,15 +18,17 @@ crops), ``math`` or ``none``):
 More kinds: `register_source(kind, fn)` with ``fn(spec, base) -> Iterable[Task]`` (``base`` is the
 YAML's folder for relative paths).
 
-`dedupe` keeps the first task per (image hashes, normalised question); the item key is a short
-hash of that pair, so it is stable across runs and resumes by key. Not handled: near-duplicate
+`iter_items` streams every source (table files by parquet record batches or JSONL / TSV lines, the
+world and benchmarks task by task) and keeps the first task per (image hashes, normalised
+question); the item key is a short hash of that pair, so it is stable across runs and resumes by
+key. A ``.json`` table (one document) and the benchmark loaders read their file whole. Not handled: near-duplicate
 images (perceptual hashing), videos.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -64,9 +67,9 @@ def _benchmark(spec: dict[str, Any], base: Path) -> Iterable[Task]:
                           limit=None if limit is None else int(limit))
 
 
-def _table(spec: dict[str, Any], base: Path) -> Iterable[Task]:
+def _table(spec: dict[str, Any], base: Path) -> Iterator[Task]:
     from codedance.data.formats import Unmappable, to_image
-    from codedance.eval.sources import DataNotFoundError, read_export, read_tsv
+    from codedance.eval.sources import DataNotFoundError, iter_export, iter_tsv
 
     if "path" not in spec:
         raise CurateError("a table source needs 'path' (a JSONL, JSON, parquet or TSV file or folder)")
@@ -79,25 +82,25 @@ def _table(spec: dict[str, Any], base: Path) -> Iterable[Task]:
         kind = AnswerKind(spec.get("answer_kind", "text"))
     except ValueError:
         raise CurateError(f"answer_kind must be one of {', '.join(k.value for k in AnswerKind)}") from None
+    rows = iter_tsv(path) if path.suffix == ".tsv" else iter_export(path, (image_key,))
+    name = spec.get("name", path.stem)
     try:
-        items = read_tsv(path) if path.suffix == ".tsv" else read_export(path, (image_key,))
+        for n, item in enumerate(rows):
+            question, answer = item.fields.get(q_key), item.fields.get(a_key)
+            if not question or answer is None or not item.images:
+                raise CurateError(f"{path} row {n}: needs '{q_key}', '{a_key}' and an image in '{image_key}'")
+            try:
+                images = tuple(to_image(b, f"input:{i}") for i, b in enumerate(item.images))
+            except Unmappable as exc:
+                raise CurateError(f"{path} row {n}: {exc}") from None
+            yield Task(id=str(item.fields.get(id_key, n)), question=question, images=images, answer=answer,
+                       kind=kind, source=str(name))
     except DataNotFoundError as exc:
         raise CurateError(f"table source {path}: {exc}") from None
-    name = spec.get("name", path.stem)
-    for n, item in enumerate(items):
-        question, answer = item.fields.get(q_key), item.fields.get(a_key)
-        if not question or answer is None or not item.images:
-            raise CurateError(f"{path} row {n}: needs '{q_key}', '{a_key}' and an image in '{image_key}'")
-        try:
-            images = tuple(to_image(b, f"input:{i}") for i, b in enumerate(item.images))
-        except Unmappable as exc:
-            raise CurateError(f"{path} row {n}: {exc}") from None
-        yield Task(id=str(item.fields.get(id_key, n)), question=question, images=images, answer=answer,
-                   kind=kind, source=str(name))
 
 
 SOURCES: dict[str, SourceFn] = {"world": _world, "benchmark": _benchmark, "table": _table}
-RECIPES = ("crop", "annotate", "math", "none")
+RECIPES = ("crop", "annotate", "draw", "math", "none")
 
 
 def register_source(kind: str, fn: SourceFn) -> None:
@@ -112,18 +115,15 @@ def item_key(task: Task) -> str:
     return digest.hexdigest()[:16]
 
 
-def load_items(specs: Iterable[dict[str, Any]], base: Path) -> tuple[list[Item], dict[str, int]]:
-    """All sources' items, deduplicated, and per-source counts (``read``, ``duplicates``)."""
-    items: list[Item] = []
+def iter_items(specs: Iterable[dict[str, Any]], base: Path, counts: dict[str, int]) -> Iterator[Item]:
+    """All sources' items, one at a time, deduplicated; per-source counts (``read``,
+    ``duplicates``) go into `counts` as they are read. What is kept across the stream is the set
+    of item keys (16 hex digits each), so memory stays flat in the number of items."""
+    specs = list(specs)
+    check_sources(specs)
     seen: set[str] = set()
-    counts: dict[str, int] = {}
-    for i, spec in enumerate(specs):
-        kind = spec.get("kind")
-        if kind not in SOURCES:
-            raise CurateError(f"sources[{i}]: unknown kind {kind!r}; known: {', '.join(SOURCES)}")
-        recipe = spec.get("recipe", "crop")
-        if recipe not in RECIPES:
-            raise CurateError(f"sources[{i}]: unknown recipe {recipe!r}; choose from {', '.join(RECIPES)}")
+    for spec in specs:
+        kind, recipe = spec["kind"], spec.get("recipe", "crop")
         name = str(spec.get("name") or kind)
         for task in SOURCES[kind](spec, base):
             counts[f"{name}.read"] = counts.get(f"{name}.read", 0) + 1
@@ -132,5 +132,20 @@ def load_items(specs: Iterable[dict[str, Any]], base: Path) -> tuple[list[Item],
                 counts[f"{name}.duplicates"] = counts.get(f"{name}.duplicates", 0) + 1
                 continue
             seen.add(key)
-            items.append(Item(key, replace(task, source=task.source or name), name, recipe))
-    return items, counts
+            yield Item(key, replace(task, source=task.source or name), name, recipe)
+
+
+def check_sources(specs: Iterable[dict[str, Any]]) -> None:
+    """The kind and recipe of every source, before anything is read."""
+    for i, spec in enumerate(specs):
+        if spec.get("kind") not in SOURCES:
+            raise CurateError(f"sources[{i}]: unknown kind {spec.get('kind')!r}; known: {', '.join(SOURCES)}")
+        if spec.get("recipe", "crop") not in RECIPES:
+            raise CurateError(f"sources[{i}]: unknown recipe {spec.get('recipe')!r}; "
+                              f"choose from {', '.join(RECIPES)}")
+
+
+def load_items(specs: Iterable[dict[str, Any]], base: Path) -> tuple[list[Item], dict[str, int]]:
+    """`iter_items` as a list (every task with its images in memory: for small sources and tests)."""
+    counts: dict[str, int] = {}
+    return list(iter_items(specs, base, counts)), counts

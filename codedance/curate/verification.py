@@ -26,11 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from codedance.curate.endpoints import Asker
+from codedance.curate.endpoints import Asker, error_text
 from codedance.curate.inspectors import parse_word
+from codedance.curate.judging import ask_judge
 from codedance.curate.templates import render
 from codedance.grading import grade_trajectory
-from codedance.grading.judge import JudgeVerdictError, build_prompt, parse_verdict
 from codedance.policy.base import PolicyError
 from codedance.prompts import conversation
 from codedance.rollout import Episode, EpisodeConfig
@@ -84,16 +84,10 @@ async def grade(task: Task, trajectory: Trajectory, judge: Asker | None) -> Verd
         return Verdict(graded_by="rule")
     if judge is None or not trajectory.answer:
         return Verdict("wrong_answer", f"answered {trajectory.answer!r}, gold {task.answer!r}", "rule")
-    prompt = build_prompt(question=task.question, gold=task.answer, prediction=trajectory.answer)
-    try:
-        reply = await judge.ask((Message("user", (prompt,)),), temperature=0.0)
-    except PolicyError as exc:
-        return Verdict("judge_error", f"{type(exc).__name__}: {str(exc)[:200]}", "judge")
-    try:
-        correct = parse_verdict(reply.text)
-    except JudgeVerdictError as exc:
-        return Verdict("judge_unparseable", str(exc), "judge")
-    if not correct:
+    judged = await ask_judge(judge, task, trajectory.answer)
+    if judged.problem:
+        return Verdict(judged.problem, judged.detail, "judge")
+    if not judged.correct:
         return Verdict("wrong_answer", f"judge: {trajectory.answer!r} is not {task.answer!r}", "judge")
     return Verdict(graded_by="judge")
 
@@ -128,7 +122,7 @@ async def cross_check(trajectory: Trajectory, judge: Asker, prompts: Any = None)
     try:
         reply = (await judge.ask((cross_check_message(trajectory, prompts),), temperature=0.0)).text
     except PolicyError as exc:
-        return Verdict("judge_error", f"cross-check: {type(exc).__name__}: {str(exc)[:200]}", "judge")
+        return Verdict("judge_error", f"cross-check: {error_text(exc)}", "judge")
     word = parse_word(reply, ("CONSISTENT", "INCONSISTENT"))
     if word is None:
         return Verdict("cross_check_unparseable", f"{reply[:120]!r}", "judge")

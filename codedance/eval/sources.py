@@ -16,6 +16,8 @@ Formats handled:
 Nothing is downloaded here. A missing file raises `DataNotFoundError` naming what was expected
 and where to get it. Not handled: parquet without pyarrow (the error says to install it), TSV
 files written with another quoting convention, image URLs (see ``codedance.eval.pixmo``).
+`iter_tsv` / `iter_export` stream (parquet record batches, JSONL and TSV lines); `read_tsv` /
+`read_export` are their lists.
 """
 
 from __future__ import annotations
@@ -70,18 +72,25 @@ def _text(value: object) -> str | None:
 
 def read_tsv(path: str | Path) -> list[RawItem]:
     """All rows of a VLMEvalKit TSV file (see the module docstring for the image column)."""
+    return list(iter_tsv(path))
+
+
+def _tsv_rows(path: Path) -> Iterator[dict[str, str]]:
+    with open(path, encoding="utf-8", newline="") as f:
+        yield from csv.DictReader(f, delimiter="\t")
+
+
+def iter_tsv(path: str | Path) -> Iterator[RawItem]:
+    """`read_tsv`, one row at a time (the file is read line by line). A VLMEvalKit image
+    reference to another row costs one more pass, holding only the referenced rows' images."""
     path = Path(path)
     if not path.is_file():
         raise DataNotFoundError(f"expected the VLMEvalKit TSV file {path}")
     csv.field_size_limit(sys.maxsize)
-    with open(path, encoding="utf-8", newline="") as f:
-        rows = [dict(r) for r in csv.DictReader(f, delimiter="\t")]
-    if rows and "index" in rows[0]:
-        by_index = {r["index"]: r.get("image", "") for r in rows}
-    else:
-        by_index = {}
-    items = []
-    for number, row in enumerate(rows, start=2):
+    refs = {r["image"].strip() for r in _tsv_rows(path)
+            if "index" in r and 0 < len((r.get("image") or "").strip()) <= 64}
+    by_index = {r["index"]: r.get("image", "") for r in _tsv_rows(path) if refs and r.get("index") in refs}
+    for number, row in enumerate(_tsv_rows(path), start=2):
         images: tuple[bytes, ...] = ()
         raw = (row.get("image") or "").strip()
         try:
@@ -96,8 +105,7 @@ def read_tsv(path: str | Path) -> list[RawItem]:
         except (ValueError, SyntaxError, OSError) as exc:
             raise DataError(f"{path}, line {number}: cannot read the image ({exc})") from exc
         fields = {k: v for k, v in row.items() if k not in ("image",) and v not in ("", None)}
-        items.append(RawItem(fields, images))
-    return items
+        yield RawItem(fields, images)
 
 
 def _listish(text: str) -> list[str]:
@@ -146,11 +154,16 @@ def _records(file: Path) -> Iterator[dict]:
             import pyarrow.parquet as pq
         except ImportError as exc:
             raise ImportError(f"reading {file} needs pyarrow: pip install pyarrow") from exc
-        yield from pq.read_table(file).to_pylist()
+        # a few rows in memory at a time: no pre-buffering of whole row groups (image datasets
+        # write row groups of ~100 rows, tens of MB), reads through a 1 MiB buffer
+        parquet = pq.ParquetFile(file, pre_buffer=False, buffer_size=1 << 20)
+        for batch in parquet.iter_batches(batch_size=16):
+            yield from batch.to_pylist()
     elif file.suffix == ".jsonl":
-        for line in file.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                yield json.loads(line)
+        with open(file, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    yield json.loads(line)
     else:
         data = json.loads(file.read_text(encoding="utf-8"))
         yield from (data if isinstance(data, list) else data.get("data", []))
@@ -158,15 +171,18 @@ def _records(file: Path) -> Iterator[dict]:
 
 def read_export(path: str | Path, image_keys: tuple[str, ...] = ("image", "images")) -> list[RawItem]:
     """All records of a Hugging Face export (file or folder); images resolved as described above."""
-    path = Path(path)
-    items = []
-    for file in _export_files(path):
+    return list(iter_export(path, image_keys))
+
+
+def iter_export(path: str | Path, image_keys: tuple[str, ...] = ("image", "images")) -> Iterator[RawItem]:
+    """`read_export`, one record at a time: parquet by record batches, JSONL by lines (a ``.json``
+    file is one document, read whole)."""
+    for file in _export_files(Path(path)):
         base = file.parent
         for record in _records(file):
             images = [b for k in image_keys if k in record for b in _image_bytes(record[k], base)]
             fields = {k: t for k, v in record.items() if k not in image_keys and (t := _text(v)) is not None}
-            items.append(RawItem(fields, tuple(images)))
-    return items
+            yield RawItem(fields, tuple(images))
 
 
 def read_mathv(root: str | Path, split: str) -> list[RawItem]:

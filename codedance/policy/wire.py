@@ -2,8 +2,9 @@
 
 Only the HTTP backend uses this. Encoding is cached per message object (a conversation resends
 every earlier message each turn, so each image is base64-encoded once, not once per turn); the
-cache holds the last 4096 messages and checks identity, so a new message is never confused
-with an old one that had the same ``id``.
+cache holds the last 4096 messages, and at most 64 MiB of their image data URLs (a long run of
+large images would otherwise keep gigabytes), and checks identity, so a new message is never
+confused with an old one that had the same ``id``.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from collections import OrderedDict
 
 from codedance.types import Image, Message
 
-_CACHE: OrderedDict[int, tuple[Message, dict[str, object]]] = OrderedDict()
+_CACHE: OrderedDict[int, tuple[Message, dict[str, object], int]] = OrderedDict()
 _CACHE_SIZE = 4096
+_CACHE_BYTES = 64 << 20
+_cached_bytes = 0
 
 
 def data_url(image: Image) -> str:
@@ -40,13 +43,18 @@ def _encode(message: Message) -> dict[str, object]:
 
 def message_json(message: Message) -> dict[str, object]:
     """The wire dict for one message (shared between calls; do not mutate it)."""
+    global _cached_bytes
     key = id(message)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is message:
         _CACHE.move_to_end(key)
         return hit[1]
     encoded = _encode(message)
-    _CACHE[key] = (message, encoded)
-    if len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
+    size = sum(len(p["image_url"]["url"]) for p in encoded["content"] if isinstance(p, dict) and "image_url" in p) \
+        if isinstance(encoded["content"], list) else 0
+    old = _CACHE.pop(key, None)
+    _cached_bytes += size - (old[2] if old else 0)
+    _CACHE[key] = (message, encoded, size)
+    while len(_CACHE) > _CACHE_SIZE or (_cached_bytes > _CACHE_BYTES and len(_CACHE) > 1):
+        _cached_bytes -= _CACHE.popitem(last=False)[1][2]
     return encoded

@@ -100,6 +100,14 @@ class RunDir:
     def claim(self, **extra: Any) -> None:
         """Take the folder for this run, or check that it holds this very run; ``extra`` fields
         are written to ``run.json`` beside ``kind`` and ``settings``. Raises `SettingsError`."""
+        have = self.check()
+        self.path.mkdir(parents=True, exist_ok=True)
+        kept = {k: v for k, v in have.items() if k not in ("kind", "settings")} if have.get("kind") == self.kind else {}
+        body = {**kept, "kind": self.kind, "settings": self.settings, **extra}
+        self.run_file.write_text(json.dumps(body, indent=1, ensure_ascii=False), encoding="utf-8")
+
+    def check(self) -> dict[str, Any]:
+        """`claim`'s refusals without writing anything (a dry run); returns ``run.json``'s content."""
         if self.path.exists() and not self.path.is_dir():
             raise SettingsError(f"{self.path} is a file; the output must be a folder (choose another)")
         have = self.info()
@@ -114,10 +122,7 @@ class RunDir:
                                     "or repeat the first run's settings to resume it")
         elif not have and self.has_results():
             raise SettingsError(f"{self.path} is not empty and holds no {self.kind} run; choose another output folder")
-        self.path.mkdir(parents=True, exist_ok=True)
-        kept = {k: v for k, v in have.items() if k not in ("kind", "settings")} if have.get("kind") == self.kind else {}
-        body = {**kept, "kind": self.kind, "settings": self.settings, **extra}
-        self.run_file.write_text(json.dumps(body, indent=1, ensure_ascii=False), encoding="utf-8")
+        return have
 
     @property
     def store(self) -> ImageStore:

@@ -46,10 +46,10 @@ def _jpeg(color: tuple[int, int, int]) -> bytes:
 
 
 @pytest.mark.parametrize(("raw", "message"), [
-    ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "filtr": {}}, "unknown top-level key(s) filtr"),
+    ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "filtr": {}}, "unknown setting(s) filtr"),
     ({"out": "o", "endpoints": {"weak": ENDPOINTS["weak"]}, "sources": [{"kind": "world"}]}, "need judge, strong"),
     ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "filter": {"k": 0}}, "filter.k must be"),
-    ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "atomic": {"zoom": 3}}, "atomic: unknown key"),
+    ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "atomic": {"zoom": 3}}, "unknown setting(s) atomic.zoom"),
     ({"out": "o", "endpoints": ENDPOINTS, "sources": [], "stages": ["filter"]}, "sources must be a non-empty list"),
     ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "stages": ["crop"]}, "unknown stage(s) crop"),
 ])
@@ -169,7 +169,8 @@ def test_cli_dry_run_prints_the_plan_and_request_budget(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     planned = json.loads(result.output)
     assert planned["items"] == 5 and planned["stages"] == ["filter", "atomic", "verify"]
-    assert planned["request_budget"] == {"weak": 15, "strong": 15 + 10, "judge": 5}
+    # judge: verification's grading, and the filter's at most 2k distinct text answers per item
+    assert planned["request_budget"] == {"weak": 15, "strong": 15 + 10, "judge": 5 + 2 * 3 * 5}
     assert not (tmp_path / "run").exists()
     bad = CliRunner().invoke(app, ["curate", "run", str(tmp_path / "missing.yaml")])
     assert bad.exit_code == 2 and "no config file" in bad.output
@@ -209,11 +210,13 @@ def test_inspect_stage_drops_by_verdict_and_counts_unparseable_replies(tmp_path:
     assert unparseable["image"] == {"reply": "Probably yes", "verdict": None} and unparseable["calls"] == 1
 
 
-def test_math_rewrite_takes_exactly_the_first_python_block_and_drops_the_cot_answer() -> None:
-    from codedance.curate.math_recipe import ProgramUnparseable, extract_program, steps_of
-
-    assert extract_program("ok\n```python\nx = 2\nprint(x)\n```\nthen ```python\nprint(3)\n```") == "x = 2\nprint(x)"
-    for reply in ("print(2)", "```python\n\n```", "```\nprint(2)\n```"):
-        with pytest.raises(ProgramUnparseable):
-            extract_program(reply)
-    assert steps_of("1. a\n2. b\n<answer>5</answer>") == "1. a\n2. b"
+def test_cli_takes_presets_files_and_overrides_through_the_one_loader(tmp_path: Path) -> None:
+    listed = CliRunner().invoke(app, ["presets", "ls", "curate"])
+    assert listed.exit_code == 0 and "local-vllm" in listed.output
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(json.dumps({"out": "run", "sources": [{"kind": "world", "skills": ["search"], "n": 2}]}))
+    shown = CliRunner().invoke(app, ["curate", "run", "local-vllm", str(sources), "filter.k=8", "--print-config"])
+    assert shown.exit_code == 0, shown.output
+    assert "k: 8" in shown.output and "Qwen2.5-VL-72B-Instruct" in shown.output and f"{tmp_path}/run" in shown.output
+    bad = CliRunner().invoke(app, ["curate", "run", "local-vllm", str(sources), "filter.k=many"])
+    assert bad.exit_code == 2 and "filter.k: expected a whole number" in bad.output

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from codedance.curate import parse_config, plan, run_curate
+from codedance.curate.filtering import UNDECIDED_KINDS
 from codedance.policy.replay_server import ReplayServer, ServerReply
 from codedance.policy.wire import data_url
 from codedance.rollout import Episode, EpisodeConfig
@@ -75,16 +76,16 @@ class Models:
         self.counts[(role, tid)] += 1
         if p.get(f"{role}_malformed"):
             return ServerReply(raw=b"<html>bad gateway page</html>")
-        good = n < p[role]
-        return f"<think>look</think>\n<answer>{p['answer'] if good else 'nothing'}</answer>"
+        said = p["answer"] if n < p[role] else p["paraphrase"] if n < p[role] + p.get(f"{role}_paraphrase", 0) else "nothing"
+        return f"<think>look</think>\n<answer>{said}</answer>"
 
     def weak(self, body: dict) -> ServerReply | str:
         return self._direct("weak", body)
 
     def strong(self, body: dict) -> ServerReply | str:
         text = _question(body)
-        if "Rewrite the step-by-step solution" in text:  # text only: find the item by its question
-            return next(p["program"] for p in self.plans.values() if "program" in p and p["question"] in text)
+        if "Revise your solution" in text:  # text only: find the item by its question
+            return next(p["revision"] for p in self.plans.values() if "revision" in p and p["question"] in text)
         if "Solve the problem in the image step by step" in text:
             return self._plan(body)[1]["cot"]
         if "Locate every region" in text:
@@ -98,7 +99,11 @@ class Models:
         if "CONSISTENT or INCONSISTENT" in _question(body):  # the cross-check sees the task's image
             return self._plan(body)[1].get("cross", "CONSISTENT.")
         item = _question(body).rsplit("[Question]:", 1)[1]
+        if item.rstrip().endswith("[Model answer]: nothing\nJudgement:"):  # the filter's wrong answers
+            return "Judgement: 0"
         for p in self.plans.values():
+            if "paraphrase" in p and p["question"] in item and f"[Model answer]: {p['paraphrase']}" in item:
+                return "Judgement: 1"
             if p["question"] in item and "final" in p and f"[Model answer]: {p['final']}" in item:
                 return p["judge"]
         raise AssertionError(f"judge asked about an unplanned item: {item[:200]!r}")
@@ -114,8 +119,9 @@ def _plans() -> dict[str, dict]:
     width, height = Episode(w[0], EpisodeConfig()).images[0].size
     good = [100, 100, 300, 260]
     plans = {
-        # easy: the weak model solves 4/4 -> a direct-answer example, accepted by the rules
-        w[0].id: {"weak": 4},
+        # easy: the weak model solves 2/4 by the rules and 2/4 in words the rules reject and the judge
+        # accepts (one judge request for the two) -> a direct-answer example, accepted by the rules
+        w[0].id: {"weak": 2, "weak_paraphrase": 2, "paraphrase": f"the purple-framed tag reads {w[0].answer}"},
         # medium: weak 1/4, strong 3/4; one plausible box -> one code turn -> correct
         w[1].id: {"weak": 1, "strong": 3, "final": w[1].answer,
                   "boxes": _boxes(("green tag", good))},
@@ -132,12 +138,17 @@ def _plans() -> dict[str, dict]:
         # hard: wrong answer and the judge's reply is no verdict -> judge_unparseable
         w[5].id: {"weak": 0, "strong": 0, "final": "no idea", "judge": "It might be right.",
                   "boxes": _boxes(("blue tag", good))},
-        # MathVision (recipe math): easy, but the cross-check finds its reasoning inconsistent; medium: the CoT rewritten as a program that
-        # the sandbox runs, then the answer; weak replies malformed
+        # MathVision (recipe math): easy, but the cross-check finds its reasoning inconsistent; medium: the CoT
+        # revised into two code steps the sandbox runs one turn each; both real outputs agree with the
+        # revision's claims, so its closing text is the answer turn; weak replies malformed
         m[0].id: {"weak": 4, "cross": "**INCONSISTENT**"},
         m[1].id: {"weak": 0, "strong": 3, "final": m[1].answer,
                   "cot": f"1. Each daisy adds 13.\n2. 48 + 13 = 61.\n<answer>{m[1].answer}</answer>",
-                  "program": "Here it is:\n```python\nlast = 48 + 13\nprint('48 + 13 =', last)\n```"},
+                  "revision": ("1. Each daisy adds 13.\n<code>\n```python\nstep = 61 - 48\nprint('step:', step)\n```\n"
+                               "</code>\n<interpreter>step: 13</interpreter>\n2. The last daisy is 48 plus one step.\n"
+                               "<code>\n```python\nlast = 48 + 13\nprint('48 + 13 =', last)\n```\n</code>\n"
+                               "<interpreter>\n48 + 13 = 61\n</interpreter>\nSo the last daisy holds 61.\n"
+                               f"<answer>\\boxed{{{m[1].answer}}}</answer>")},
         m[2].id: {"weak_malformed": True},
     }
     tasks = {t.id: t for t in (*w, *m)}
@@ -202,7 +213,13 @@ def test_sources_are_deduplicated_and_filter_records_every_answer(run) -> None:
     assert report["sources"] == {"world.read": 6, "mathvision_mini.read": 3, "again.read": 1, "again.duplicates": 1}
     w, m = _world(), _mathv()
     f = _by_task(run["out"], "filter")
-    assert [s["correct"] for s in f[w[0].id]["weak"]].count(True) == 4 and f[w[0].id]["difficulty"] == "easy"
+    easy = f[w[0].id]["weak"]
+    assert [s["correct"] for s in easy] == [True] * 4 and f[w[0].id]["difficulty"] == "easy"
+    assert [s["graded_by"] for s in easy].count("judge") == 2
+    assert all(s["judge"] == {"verdict": True, "reply": "Judgement: 1"} for s in easy if s["graded_by"] == "judge")
+    assert f[w[0].id]["calls"] == K + 1  # the judge asked once for the two identical answers
+    hard = f[w[3].id]["strong"]  # text answers the rules reject: the judge decides (and says no)
+    assert all(s["graded_by"] == "judge" and s["judge"]["verdict"] is False for s in hard)
     assert "strong" not in f[w[0].id]  # easy items never reach the strong model
     assert f[w[1].id]["weak_rate"] == 0.25 and f[w[1].id]["strong_rate"] == 0.75
     assert f[w[1].id]["difficulty"] == "medium" and f[w[4].id]["difficulty"] == "medium"
@@ -231,10 +248,15 @@ def test_atomic_stage_filters_boxes_and_runs_real_trajectories(run) -> None:
     assert a[w[3].id]["reason"] == "no_plausible_box" and a[w[3].id]["boxes"][0]["problem"] == "outside"
     assert a[w[4].id]["reason"] == "boxes_unparseable"
     math = a[m[1].id]
-    assert math["kind"] == "math" and math["program"] == "last = 48 + 13\nprint('48 + 13 =', last)"
+    assert math["kind"] == "math" and [s["claimed"].strip() for s in math["revision"]["steps"]] == [
+        "step: 13", "48 + 13 = 61"]
+    assert math["revision"]["agreed"] == [True, True] and math["revision"]["diverged_at"] is None
     math_turns = math["trajectory"]["turns"]
-    assert "<answer>" not in math_turns[0]["text"] and "2. 48 + 13 = 61." in math_turns[0]["text"]
-    assert math_turns[0]["result"]["stdout"] == "48 + 13 = 61\n" and math["calls"] == 3
+    assert len(math_turns) == 3  # one executed turn per calculating step, then the revision's answer
+    assert "1. Each daisy adds 13." in math_turns[0]["text"] and "<interpreter>" not in math_turns[0]["text"]
+    assert math_turns[0]["result"]["stdout"] == "step: 13\n"  # the sandbox's real outputs
+    assert math_turns[1]["result"]["stdout"] == "48 + 13 = 61\n" and "2. The last daisy" in math_turns[1]["text"]
+    assert "So the last daisy holds 61." in math_turns[2]["text"] and math["calls"] == 2  # CoT + revision
     assert m[2].id not in a
 
 
@@ -245,9 +267,12 @@ def test_verification_grades_by_rules_then_judge_and_replays(run) -> None:
         w[0].id: "", w[1].id: "", w[2].id: "", w[5].id: "judge_unparseable", m[0].id: "inconsistent_reasoning",
         m[1].id: ""}
     assert v[w[1].id]["graded_by"] == "rule" and v[w[2].id]["graded_by"] == "judge"
-    # grading: only the two answers the rules rejected; cross-check: the five that replayed
+    # grading: only the two answers the rules rejected; cross-check: the five that replayed; the
+    # filter: one request per item and distinct answer the rules rejected (text and math kinds)
     assert v[w[2].id]["calls"] == 2 and v[w[1].id]["calls"] == 1 and v[w[5].id]["calls"] == 1
-    assert run["sent"]["judge"] == 2 + 5
+    f = _by_task(run["out"], "filter").values()
+    asked = {(r["key"], s["answer"]) for r in f for s in [*r["weak"], *r.get("strong", ())] if s.get("graded_by") == "judge"}
+    assert len(asked) >= 6 and run["sent"]["judge"] == len(asked) + 2 + 5
     cross = [b for b in run["bodies"]["judge"] if "CONSISTENT or INCONSISTENT" in _question(b)]
     hard = next(b for b in cross if "Next region" in _question(b) or "contrast" in _question(b))
     parts = hard["messages"][0]["content"]
@@ -272,10 +297,13 @@ def test_exports_hold_relative_image_paths_and_report_counts(run) -> None:
     assert report["stages"]["atomic"]["dropped"] == {"boxes_unparseable": 1, "no_plausible_box": 1}
     assert report["difficulty"]["world"] == {"easy": 1, "hard": 3, "medium": 2}
     calls = report["calls_per_difficulty"]
-    assert calls["easy"] == {"items": 2, "requests": 2 * K + 2}  # weak samples + one cross-check each
+    # weak samples + one cross-check each + the judge on the world item's paraphrase
+    assert calls["easy"] == {"items": 2, "requests": 2 * K + 2 + 1}
     # medium: crop (2K filter + boxes + final + cross-check), bad boxes (2K + boxes),
-    # math (2K + CoT + rewrite + final + cross-check)
-    assert calls["medium"] == {"items": 3, "requests": (2 * K + 3) + (2 * K + 1) + (2 * K + 4)}
+    # math (2K + CoT + revision + cross-check: the revision's own closing answers); each item's
+    # filter also asked the judge once about its wrong answer "nothing" (MathVision: if not a choice)
+    math_judged = int(_mathv()[1].kind in UNDECIDED_KINDS)
+    assert calls["medium"] == {"items": 3, "requests": (2 * K + 3 + 1) + (2 * K + 1 + 1) + (2 * K + 3 + math_judged)}
     for role in ("weak", "strong", "judge"):
         assert report["endpoints"][role]["requests"] == run["sent"][role]
     assert report["accepted"] == 4 and any(not s["accepted"] for s in report["samples"])
@@ -304,3 +332,19 @@ def test_breaker_stops_a_run_at_a_dead_endpoint_and_a_rerun_resumes(servers, tmp
     resumed = run_curate(parse_config(raw), stream=progress)
     assert not resumed.down and resumed.stage_counts["filter"]["done"] == 6
     assert progress.getvalue().splitlines()[-1] == "filter: 6/6"
+
+
+def test_run_directory_holds_its_settings_and_refuses_other_ones(run, servers) -> None:
+    from codedance.errors import SettingsError
+
+    info = json.loads((run["out"] / "run.json").read_text())
+    assert info["kind"] == "curate" and info["settings"]["filter"]["k"] == K
+    assert info["settings"]["endpoints"]["weak"] == {"model": "weak-7b", "max_tokens": 1024, "temperature": 0.0}
+    changed = _config(run["out"], servers, filter={"k": K + 1, "easy_keep": 1.0})
+    before = (run["out"] / "filter.jsonl").read_text()
+    with pytest.raises(SettingsError, match=r"other settings \(filter\.k differ\)"):
+        run_curate(parse_config(changed), stream=None)
+    with pytest.raises(SettingsError, match="filter.k differ"):
+        plan(parse_config(changed))
+    assert (run["out"] / "filter.jsonl").read_text() == before
+    assert json.loads((run["out"] / "run.json").read_text()) == info
