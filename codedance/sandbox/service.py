@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import queue
 import resource
 import signal
 import socket
@@ -206,9 +207,9 @@ class SandboxService:
             command = [sys.executable, "-m", "codedance.sandbox.runtime", "--control-fd", str(fd)]
             env = {**_ENV, "HOME": self.work_root, "MPLCONFIGDIR": os.path.join(self.store_root, "mpl"),
                    "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        self._process = subprocess.Popen(command, pass_fds=(fd,), stdin=subprocess.DEVNULL,
-                                         stdout=self._log, stderr=self._log, env=env,
-                                         start_new_session=True)  # fmt: skip
+        self._process = self._start_in_keeper_thread(
+            command, pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
+            env=env, start_new_session=True)  # fmt: skip
         theirs.close()
         self._control.settimeout(timeout_s)
         try:
@@ -224,6 +225,28 @@ class SandboxService:
         if reply.get("processes_hidden") is not True:
             why = reply.get("processes_hidden") or "the jail's /proc is remounted only by a root controller"
             self.isolation = replace(self.isolation, missing=(*self.isolation.missing, ("private /proc", str(why)[:200])))
+
+    def _start_in_keeper_thread(self, command: list[str], **options) -> subprocess.Popen:
+        """Start the zygote from a thread that lives as long as the service: bwrap's
+        ``--die-with-parent`` (``PR_SET_PDEATHSIG``) fires when the *thread* that started it
+        ends, so a service first used from a worker thread (an executor's) would lose its jail
+        when that thread finished."""
+        started: queue.Queue = queue.Queue()
+
+        def keep() -> None:
+            try:
+                started.put(subprocess.Popen(command, **options))
+            except BaseException as exc:  # noqa: BLE001 - handed to the starting thread
+                started.put(exc)
+                return
+            self._keeper_stop.wait()
+
+        self._keeper_stop = threading.Event()
+        threading.Thread(target=keep, name=f"{self.name}-keeper", daemon=True).start()
+        process = started.get()
+        if isinstance(process, BaseException):
+            raise process
+        return process
 
     def allocate_uid(self) -> int | None:
         """A fresh uid for a new trajectory (None when the controller is not root)."""
@@ -280,6 +303,7 @@ class SandboxService:
             self._process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        self._keeper_stop.set()
         self._log.close()
         if self.cgroup_layout is not None:
             cgroups.remove_parent(self.cgroup_layout)

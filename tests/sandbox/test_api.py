@@ -107,6 +107,23 @@ def test_full_isolation_on_this_host(make):
     assert sb.isolation.layers == ("namespaces", "users", "seccomp", "cgroups", "rlimits")
 
 
+def test_a_service_started_by_a_thread_outlives_that_thread():
+    """bwrap dies with the *thread* that started it (PR_SET_PDEATHSIG): a service first used from
+    an executor's worker thread must keep its jail after that thread ends."""
+    box = {}
+    starter = threading.Thread(target=lambda: box.setdefault("service", SandboxService()))
+    starter.start()
+    starter.join()
+    service = box["service"]
+    try:
+        time.sleep(0.3)  # the death signal, if any, has landed by now
+        assert service.alive
+        with Sandbox(service=service) as sb:
+            assert sb.run("print(6 * 7)").stdout == "42\n"
+    finally:
+        service.close()
+
+
 def test_a_trajectory_sees_no_other_process(make, service):
     """The jail's /proc shows each process only itself (hidepid); the host's /proc is untouched."""
     if dict(service.isolation.missing).get("private /proc"):
