@@ -8,7 +8,8 @@ Settings are `codedance.train.config.PipelineConfig` through the one loader (pre
 ``codedance/presets/train/``, default ``tiny-cpu``; ``--preset NAME`` is ``-c NAME``).
 ``--tasks PATH`` (a Task JSONL or the folder ``codedance data import codedance-rl`` wrote) is
 sugar for ``grpo.tasks.file=PATH grpo.tasks.split=train eval.tasks.file=PATH
-eval.tasks.split=val`` plus ``profiles=PATH/profiles.yaml`` when the folder has one. ``--ablation``
+eval.tasks.split=val`` plus ``profiles=PATH/profiles.yaml`` when the folder has one (``key=value``
+overrides refine them). ``--ablation``
 runs the GRPO stage under each ablation reward profile from one SFT checkpoint; ``--stage sft``
 stops after SFT. Prints the held-out table and writes ``<out_dir>/report.html``. Exit code 2 on a
 setting error. Needs the ``train`` extra.
@@ -33,14 +34,14 @@ app = typer.Typer(help="Train the policy: SFT then GRPO on the synthetic world, 
 
 def load_cli_config(preset: str | None, config: Path | list[str] | None, overrides: list[str] | None,
                     tasks: Path | None = None) -> PipelineConfig:
-    """The `PipelineConfig` of ``--preset`` then ``--config`` (files or preset names), the
-    ``key=value`` overrides, then ``--tasks``; a bad setting is a `SettingsError` (one line, exit
+    """The `PipelineConfig` of ``--preset`` then ``--config`` (files or preset names), then what
+    ``--tasks`` sets, then the ``key=value`` overrides; a bad setting is a `SettingsError` (one line, exit
     2, through `user_errors`)."""
     from codedance.errors import SettingsError
     from codedance.train.config import load_config
 
     specs = ([preset] if preset else []) + ([str(config)] if isinstance(config, Path) else list(config or []))
-    given = list(overrides or [])
+    given = []
     if tasks is not None:
         given += [f"grpo.tasks.file={tasks}", "grpo.tasks.split=train", f"eval.tasks.file={tasks}",
                   "eval.tasks.split=val"]
@@ -48,7 +49,7 @@ def load_cli_config(preset: str | None, config: Path | list[str] | None, overrid
         if profiles.is_file():
             given.append(f"profiles={profiles}")
     try:
-        return load_config(specs, given)
+        return load_config(specs, given + list(overrides or []))  # key=value refines what --tasks set
     except SettingsError:
         raise
     except ValueError as exc:

@@ -207,7 +207,7 @@ def run_sft_stage(config: PipelineConfig, log: Log = print) -> tuple[Any, Any]:
     evaluate(model, processor, config, held, "before-sft", log)
     if not (final / "config.json").exists():
         result = run_sft(model, processor, trajectories, config.sft, Path(config.out_dir) / "sft",
-                         max_length=config.rollout.max_length)
+                         max_length=config.rollout.max_length, log=log)
         log(f"sft: {result.steps} steps on {result.sequences} sequences; loss {result.losses[0][1]:.3f} → "
             f"{result.losses[-1][1]:.3f}")
     model, processor = load_policy(final)
