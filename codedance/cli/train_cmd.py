@@ -8,11 +8,10 @@ Settings are `codedance.train.config.PipelineConfig` through the one loader (pre
 ``codedance/presets/train/``, default ``tiny-cpu``; ``--preset NAME`` is ``-c NAME``).
 ``--tasks PATH`` (a Task JSONL or the folder ``codedance data import codedance-rl`` wrote) is
 sugar for ``grpo.tasks.file=PATH grpo.tasks.split=train eval.tasks.file=PATH
-eval.tasks.split=val`` plus ``profiles=PATH/profiles.yaml`` when the folder has one (``key=value``
-overrides refine them). ``--ablation``
-runs the GRPO stage under each ablation reward profile from one SFT checkpoint; ``--stage sft``
-stops after SFT. Prints the held-out table and writes ``<out_dir>/report.html``. Exit code 2 on a
-setting error. Needs the ``train`` extra.
+eval.tasks.split=val`` plus ``profiles=PATH/profiles.yaml`` when the folder has one
+(``key=value`` overrides refine them). ``--ablation`` runs the GRPO stage under each ablation
+reward profile from one SFT checkpoint; ``--stage sft`` stops after SFT. Prints the held-out table
+and writes ``<out_dir>/report.html``. Exit code 2 on a setting error. Needs the ``train`` extra.
 """
 
 from __future__ import annotations
@@ -35,8 +34,8 @@ app = typer.Typer(help="Train the policy: SFT then GRPO on the synthetic world, 
 def load_cli_config(preset: str | None, config: Path | list[str] | None, overrides: list[str] | None,
                     tasks: Path | None = None) -> PipelineConfig:
     """The `PipelineConfig` of ``--preset`` then ``--config`` (files or preset names), then what
-    ``--tasks`` sets, then the ``key=value`` overrides; a bad setting is a `SettingsError` (one line, exit
-    2, through `user_errors`)."""
+    ``--tasks`` sets, then the ``key=value`` overrides; a bad setting is a `SettingsError` (one
+    line, exit 2, through `user_errors`)."""
     from codedance.errors import SettingsError
     from codedance.train.config import load_config
 

@@ -4,8 +4,9 @@
 The episode knobs are the shared `codedance.rollout.EpisodeSettings` (with the paper's eval turn
 budget, 10). ``tasks`` adds a Task JSONL (``codedance data import codedance-rl``, ``codedance world
 gen``; ``tasks_split``: one split of it) as the benchmark ``tasks``; ``benchmarks`` left empty is
-the paper's eleven without ``tasks`` and none besides it with ``tasks``. `EvalConfig.run_settings` turns the tree into the runner's `EvalSettings`, which
-checks every value before a server is contacted or a folder written. Not here: the API key (a
+the paper's eleven without ``tasks`` and none besides it with ``tasks``.
+`EvalConfig.run_settings` turns the tree into the runner's `EvalSettings`, which checks every
+value before a server is contacted or a folder written. Not here: the API key (a
 secret is never printed by ``--print-config`` nor saved with the run; ``--api-key`` /
 ``$OPENAI_API_KEY``).
 """

@@ -104,7 +104,8 @@ class CodeDanceAgentLoop(AgentLoopBase):
     def __init__(self, *args, max_turns: int = 6, prompt_profile: str = "release",
                  prompt_profiles: str | None = None, exec_timeout_s: float = 15.0,
                  turn_max_tokens: int | None = None, max_running: int | None = None,
-                 inject_turn_limit: bool = True, max_pixels: int | None = None, min_pixels: int | None = None, **kwargs) -> None:
+                 inject_turn_limit: bool = True, max_pixels: int | None = None,
+                 min_pixels: int | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         vision = VisionLimits()
         vision = VisionLimits(min_pixels=min_pixels or vision.min_pixels,
