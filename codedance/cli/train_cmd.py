@@ -71,7 +71,7 @@ def print_table(console: Console, evals: dict[str, dict[str, float]]) -> None:
 def train(
     overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help="Settings, e.g. grpo.steps=4"),
     config: list[str] = typer.Option([], "-c", "--config", metavar="SPEC",
-                                     help="A preset name or YAML file (repeatable) [tiny-cpu]."),
+                                     help="A preset name or YAML file (repeatable); default: the tiny-cpu preset."),
     preset: str = typer.Option(None, help="A preset name in codedance/presets/train (the same as -c NAME)."),
     tasks: Path = typer.Option(None, metavar="PATH", help="A Task JSONL or import folder: GRPO on its train "
                                "split, held-out eval on its val split (the SFT teacher stays on the world)."),
