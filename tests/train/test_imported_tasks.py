@@ -1,6 +1,6 @@
 """``codedance train --tasks DIR`` on a CodeDance-RL import (fixture parquet in the card's schema):
-GRPO steps of a tiny model on the import's train split, held-out eval on its val split, each task
-under its domain; the shared settings (episode, teacher) and the one loader; bad sources refused
+GRPO steps of a tiny model on one split of the import, held-out eval on the other, each task under
+its domain; the shared settings (episode, teacher) and the one loader; bad sources refused
 in one line before the run folder is written."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from tests.data.fixtures import RL_SCHEMA, rl_rows, write
 TINY = ["sft.tasks.n=3", "sft.epochs=1", "sft.max_steps=1", "sft.batch_size=3", "sft.per_device_batch=3",
         "sft.logging_steps=1", "model.vocab_size=1024", "model.hidden=32", "model.layers=1", "model.heads=2",
         "model.kv_heads=1", "model.intermediate=64", "rollout.max_tokens=12", "rollout.max_length=2048",
-        "episode.max_turns=2", "grpo.steps=2", "grpo.prompts_per_step=2", "grpo.group_size=2",
-        "grpo.micro_batch=4", "grpo.save_every=0", "grpo.tasks.n=4", "eval.tasks.n=2", "threads=1"]
+        "episode.max_turns=2", "grpo.steps=2", "grpo.prompts_per_step=4", "grpo.group_size=2",
+        "grpo.micro_batch=8", "grpo.save_every=0", "grpo.tasks.n=4", "eval.tasks.n=2", "threads=1"]
 
 
 @pytest.fixture
@@ -47,23 +47,32 @@ def test_grpo_and_eval_on_the_import(imported: Path, tmp_path: Path, monkeypatch
 
     monkeypatch.setattr(grpo, "compute_batch_rewards", spy)  # observe the domains the rewards get
     out = tmp_path / "run"
-    result = CliRunner().invoke(app, ["train", "--tasks", str(imported), f"out_dir={out}", *TINY])
+    # the fixture's val split (val_fraction 0.5) holds its math row: GRPO there (key=value refines
+    # what --tasks sets), held-out eval on the train split
+    result = CliRunner().invoke(app, ["train", "--tasks", str(imported), f"out_dir={out}", *TINY,
+                                      "grpo.tasks.split=val", "eval.tasks.split=train"])
     assert result.exit_code == 0, result.output
     config = load_config(out / "config.yaml")
-    assert (config.grpo.tasks.file, config.grpo.tasks.split) == (str(imported), "train")
-    assert (config.eval.tasks.file, config.eval.tasks.split) == (str(imported), "val")
+    assert (config.grpo.tasks.file, config.grpo.tasks.split) == (str(imported), "val")
+    assert (config.eval.tasks.file, config.eval.tasks.split) == (str(imported), "train")
     assert config.profiles == str(imported / "profiles.yaml")
-    domains = {t.id: d for t, d, _ in load_tasks(imported)}
-    val = [t.id for t, _, s in load_tasks(imported) if s == "val"][:2]
+    tasks = load_tasks(imported)
+    domains = {t.id: d for t, d, _ in tasks}
+    grpo_ids = [t.id for t, _, s in tasks if s == "val"]
+    assert len(grpo_ids) == 4 and "math" in {domains[i] for i in grpo_ids}
     held = [json.loads(line)["task_id"] for line in (out / "eval" / "after-sft.jsonl").read_text().splitlines()]
-    assert held == val  # the held-out eval ran on the val split, in file order
-    rollouts = [json.loads(line) for line in (out / "grpo-paper" / "rollouts" / "step-1.jsonl").read_text().splitlines()]
-    train_ids = {t.id for t, _, s in load_tasks(imported) if s == "train"}
-    assert rollouts and {r["task_id"] for r in rollouts} <= train_ids
+    assert held == [t.id for t, _, s in tasks if s == "train"][:2]  # the held-out eval, in file order
+    for step in (1, 2):
+        rollouts = [json.loads(line) for line in
+                    (out / "grpo-paper" / "rollouts" / f"step-{step}.jsonl").read_text().splitlines()]
+        assert sorted(r["task_id"] for r in rollouts) == sorted(grpo_ids * 2)  # 4 prompts x 2 rollouts
+        # the rewards got each task's own domain (math for the math row), in rollout order
+        assert seen[step - 1] == [domains[r["task_id"]] for r in rollouts]
     metrics = [json.loads(line) for line in (out / "grpo-paper" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
-    assert seen and seen[0] == [domains[r["task_id"]] for r in rollouts]  # each task under its own domain
-    assert "after-grpo-paper" in result.output and (out / "report.html").exists()
+    assert "after-grpo-paper" in result.output and "sft step 1/1: loss" in result.output
+    assert "{'loss'" not in result.output  # transformers' PrinterCallback dicts are gone
+    assert (out / "report.html").exists()
 
 
 def test_shared_settings_and_moved_keys() -> None:
