@@ -52,6 +52,7 @@ def world_tasks(spec: TaskSpec) -> tuple[Task, ...]:
 
 @functools.lru_cache(maxsize=4)
 def _file_tasks(path: str, split: str, n: int) -> tuple[tuple[Task, str], ...]:
+    """(task, domain) of a Task JSONL slice, read once per process (every stage asks again)."""
     from codedance.task_records import load_tasks
 
     return tuple((t, domain) for t, domain, _ in load_tasks(path, split or None, limit=n))
