@@ -196,10 +196,16 @@ def imported(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
     return dataclasses.replace(task, id=f"{spec.name}/{index}", images=images, metadata=metadata)
 
 
-def read_tasks(path: str | Path, split: str = "") -> list[RawItem]:
-    """The rows of a Task JSONL file (or import folder), one split when given (`imported`)."""
-    items = [RawItem({"record": json.dumps(task_fields(task, domain, task_split))}, tuple(im.png for im in task.images))
-             for task, domain, task_split in iter_tasks(path) if not split or task_split == split]
+def read_tasks(path: str | Path, split: str = "", limit: int | None = None) -> list[RawItem]:
+    """The rows of a Task JSONL file (or import folder), one split when given, the first `limit`
+    (the rest of the file is not read; `imported`)."""
+    items = []
+    for task, domain, task_split in iter_tasks(path):
+        if not split or task_split == split:
+            items.append(RawItem({"record": json.dumps(task_fields(task, domain, task_split))},
+                                 tuple(im.png for im in task.images)))
+            if limit is not None and len(items) >= limit:
+                break
     if not items:
         raise DataNotFoundError(f"no tasks{f' in split {split!r}' if split else ''} in {path}")
     return items
@@ -213,13 +219,13 @@ CONVERTERS: dict[str, Callable[[BenchmarkSpec, RawItem, int], Task]] = {
 
 
 def read_items(spec: BenchmarkSpec, *, lmu_dir: str | Path | None, path: str | Path | None = None,
-               split: str = "") -> list[RawItem]:
+               split: str = "", limit: int | None = None) -> list[RawItem]:
     """The benchmark's raw rows from ``path`` (TSV, HF export, MATH-V folder, or for ``tasks`` a
-    Task JSONL, of ``split`` when given) or ``lmu_dir``."""
+    Task JSONL: the first ``limit`` of ``split`` when given, read no further) or ``lmu_dir``."""
     if spec.scorer == "tasks":
         if path is None:
             raise DataNotFoundError(f"{spec.title}: give the file: --tasks PATH ({spec.source})")
-        return read_tasks(path, split)
+        return read_tasks(path, split, limit)
     if path is not None:
         p = Path(path)
         if p.suffix == ".tsv":
@@ -243,7 +249,7 @@ def prepare_items(spec: BenchmarkSpec, *, lmu_dir: str | Path | None = None, pat
                   limit: int | None = None, pixmo_cache: str | Path | None = None,
                   fetch_images: bool = False, split: str = "") -> list[RawItem]:
     """The first ``limit`` raw rows, with PixmoCount's images brought from the cache (see pixmo)."""
-    items = read_items(spec, lmu_dir=lmu_dir, path=path, split=split)
+    items = read_items(spec, lmu_dir=lmu_dir, path=path, split=split, limit=limit)
     if limit is not None:
         items = items[:limit]
     if spec.scorer == "pixmocount" and items and not items[0].images:

@@ -104,8 +104,17 @@ def test_eval_on_the_imported_tasks(imported: Path, tmp_path: Path) -> None:
     assert count["turns"][0]["result"]["status"] == "ok" and count["turns"][0]["result"]["stdout"] == "(56, 56)\n"
 
 
-def test_eval_tasks_split_and_bad_paths(imported: Path, tmp_path: Path) -> None:
+def test_eval_tasks_split_limit_and_bad_paths(imported: Path, tmp_path: Path) -> None:
+    from codedance.eval.loaders import read_tasks
+
     n_val = sum(1 for *_, s in load_tasks(imported) if s == "val")
+    lines = (imported / "tasks.jsonl").read_text().splitlines()
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "cut" / "images").symlink_to(imported / "images")
+    (tmp_path / "cut" / "tasks.jsonl").write_text("\n".join([*lines[:2], '{"id": "broken"}']) + "\n")
+    assert len(read_tasks(tmp_path / "cut", limit=2)) == 2  # the broken third line is never read
+    with pytest.raises(DataError, match="line 3: not a task record"):
+        read_tasks(tmp_path / "cut")
     with ReplayServer(_script) as server:
         ok = CliRunner().invoke(app, ["eval", "--tasks", str(imported / "tasks.jsonl"), "tasks_split=val",
                                       "--model", server.url, "--out", str(tmp_path / "val")])
