@@ -17,7 +17,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "codedance"
 FLOORS = (
     {"types", "errors"},
-    {"config", "parsing", "sandbox", "prompts", "policy", "grading", "records", "assets", "presets"},
+    {"config", "parsing", "sandbox", "prompts", "policy", "grading", "records", "task_records",
+     "assets", "presets"},
     {"rollout", "rewards", "advantages", "world"},
     {"runs", "teacher", "sft_records"},
     {"demo", "synth", "eval", "train"},

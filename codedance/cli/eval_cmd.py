@@ -4,6 +4,7 @@
         --max-turns 10 --concurrency 64 --out runs/NAME [--judge http://judge:8000/v1] \\
         [--limit 50] [--no-tools] [--data mathvision=/path/to/MATH-V] [--lmu-data ~/LMUData]
     codedance eval -c smoke --model URL --out runs/NAME [key=value ...] [--print-config]
+    codedance eval --model URL --out runs/NAME --tasks data/codedance-rl tasks_split=val
     codedance report runs/A runs/B          # side by side, deltas against the first
 
 Settings are `codedance.eval.options.EvalConfig` through the one loader: presets
@@ -17,7 +18,9 @@ before any server is contacted or any folder is written.
 
 Data: ``$LMUData`` (default ``~/LMUData``) holds VLMEvalKit's TSV files; ``--data NAME=PATH``
 points one benchmark at a TSV file, a Hugging Face export (parquet / JSONL) or the MATH-V
-repository folder. ``--benchmarks paper`` runs the paper's eleven. Rerunning the same command
+repository folder. ``--benchmarks paper`` runs the paper's eleven (the default). ``--tasks PATH``
+evaluates a Task JSONL (``codedance data import codedance-rl`` or ``codedance world gen``; only it
+unless ``--benchmarks`` names others), scored by the rule of each task's kind. Rerunning the same command
 resumes. Exit codes: 0 when every sample ran; 1 when samples failed (the most common reason and
 the failures file are printed; rerunning retries them) or the run stopped after consecutive
 connection failures; 2 on an error a person can act on before the run (missing data, bad
@@ -49,6 +52,8 @@ def eval_(
     out: Path = typer.Option(None, "--out", help="Run folder (rerun the same command to resume)", rich_help_panel=RUN),
     benchmarks: str = typer.Option(None, help="Comma-separated names, 'paper' (the eleven) or 'all' [paper]",
                                    rich_help_panel=RUN),
+    tasks: Path = typer.Option(None, metavar="PATH", help="A Task JSONL or import folder to evaluate (tasks_split=val: "
+                               "one split)", rich_help_panel=DATA),
     model_name: str = typer.Option(None, help="Served model name [the server's first]", rich_help_panel=SERVER),
     max_turns: int = typer.Option(None, help="Model calls per sample at most (paper: 10) [10]", rich_help_panel=RUN),
     concurrency: int = typer.Option(None, help="Samples in flight at once [64]", rich_help_panel=RUN),
@@ -93,6 +98,7 @@ def eval_(
     console = make_console()
     text = lambda v: None if v is None else str(v)
     cfg = load(EvalConfig, [*config, *(overrides or [])], command="eval", benchmarks=benchmarks, out=text(out),
+               tasks=text(tasks),
                server__url=model, server__name=model_name, server__temperature=temperature,
                server__max_tokens=max_tokens, server__request_timeout_s=request_timeout, server__retries=retries,
                server__plain_openai=plain_openai, episode__max_turns=max_turns, episode__prompt_profile=profile,

@@ -77,7 +77,8 @@ def sft(
     hf_logging.disable_progress_bar()  # per-shard bars bury the result line in a log
 
     net, processor = _load_model(model)
-    result = run_sft(net, processor, trajectories, cfg.sft, out, max_length=cfg.rollout.max_length)
+    result = run_sft(net, processor, trajectories, cfg.sft, out, max_length=cfg.rollout.max_length,
+                     log=console.print)
     first, last = result.losses[0][1], result.losses[-1][1]
     console.print(f"sft: {result.steps} steps on {result.sequences} sequences ({result.truncated} cut); "
                   f"loss {first:.4f} → {last:.4f}; model in {out / 'final'}")

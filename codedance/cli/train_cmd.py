@@ -1,12 +1,17 @@
 """``codedance train``: the CPU-scale pipeline (SFT on teacher trajectories, then GRPO).
 
-    codedance train --preset tiny-cpu [--ablation] [key=value ...]
-    codedance train --config my.yaml grpo.steps=4 out_dir=runs/quick
+    codedance train [-c PRESET|FILE.yaml]... [key=value ...] [--ablation] [--print-config]
+    codedance train -c my.yaml grpo.steps=4 out_dir=runs/quick
+    codedance train --tasks data/codedance-rl grpo.steps=2     # GRPO and held-out eval on an import
 
-Presets live in ``codedance/presets/train/`` (each header gives its command). ``--ablation``
-runs the GRPO stage under the paper, outcome-only, deepeyes and paper-δ=0 reward profiles from
-one SFT checkpoint; ``--stage sft`` stops after SFT. Prints the held-out table and writes
-``<out_dir>/report.html``. Exit code 2 on a setting error. Needs the ``train`` extra.
+Settings are `codedance.train.config.PipelineConfig` through the one loader (presets in
+``codedance/presets/train/``, default ``tiny-cpu``; ``--preset NAME`` is ``-c NAME``).
+``--tasks PATH`` (a Task JSONL or the folder ``codedance data import codedance-rl`` wrote) is
+sugar for ``grpo.tasks.file=PATH grpo.tasks.split=train eval.tasks.file=PATH
+eval.tasks.split=val`` plus ``profiles=PATH/profiles.yaml`` when the folder has one
+(``key=value`` overrides refine them). ``--ablation`` runs the GRPO stage under each ablation
+reward profile from one SFT checkpoint; ``--stage sft`` stops after SFT. Prints the held-out table
+and writes ``<out_dir>/report.html``. Exit code 2 on a setting error. Needs the ``train`` extra.
 """
 
 from __future__ import annotations
@@ -26,22 +31,24 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Train the policy: SFT then GRPO on the synthetic world, on CPU.")
 
 
-def preset_path(preset: str | None, config: Path | None) -> Path | None:
-    from codedance.config import preset_path as find
-
-    if config is not None:
-        return config
-    return None if preset is None else find("train", preset)
-
-
-def load_cli_config(preset: str | None, config: Path | None, overrides: list[str] | None) -> PipelineConfig:
-    """The `PipelineConfig` of ``--preset``/``--config`` with the ``key=value`` overrides; a bad
-    setting is a `SettingsError` (one line, exit 2, through `user_errors`)."""
+def load_cli_config(preset: str | None, config: Path | list[str] | None, overrides: list[str] | None,
+                    tasks: Path | None = None) -> PipelineConfig:
+    """The `PipelineConfig` of ``--preset`` then ``--config`` (files or preset names), then what
+    ``--tasks`` sets, then the ``key=value`` overrides; a bad setting is a `SettingsError` (one
+    line, exit 2, through `user_errors`)."""
     from codedance.errors import SettingsError
     from codedance.train.config import load_config
 
+    specs = ([preset] if preset else []) + ([str(config)] if isinstance(config, Path) else list(config or []))
+    given = []
+    if tasks is not None:
+        given += [f"grpo.tasks.file={tasks}", "grpo.tasks.split=train", f"eval.tasks.file={tasks}",
+                  "eval.tasks.split=val"]
+        profiles = (tasks if tasks.is_dir() else tasks.parent) / "profiles.yaml"
+        if profiles.is_file():
+            given.append(f"profiles={profiles}")
     try:
-        return load_config(preset_path(preset, config), list(overrides or []))
+        return load_config(specs, given + list(overrides or []))  # key=value refines what --tasks set
     except SettingsError:
         raise
     except ValueError as exc:
@@ -62,24 +69,33 @@ def print_table(console: Console, evals: dict[str, dict[str, float]]) -> None:
 @app.command()
 @user_errors
 def train(
-    overrides: list[str] = typer.Argument(None, help="key=value settings, e.g. grpo.steps=4"),
-    preset: str = typer.Option("tiny-cpu", help="Preset name in codedance/presets/train"),
-    config: Path | None = typer.Option(None, help="A YAML config file instead of a preset"),
+    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help="Settings, e.g. grpo.steps=4"),
+    config: list[str] = typer.Option([], "-c", "--config", metavar="SPEC",
+                                     help="A preset name or YAML file (repeatable); default: the tiny-cpu preset."),
+    preset: str = typer.Option(None, help="A preset name in codedance/presets/train (the same as -c NAME)."),
+    tasks: Path = typer.Option(None, metavar="PATH", help="A Task JSONL or import folder: GRPO on its train "
+                               "split, held-out eval on its val split (the SFT teacher stays on the world)."),
     ablation: bool = typer.Option(False, "--ablation", help="GRPO under each ablation reward profile"),
     stage: str = typer.Option("all", help="all, or sft (stop after SFT)"),
+    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved settings and exit."),
 ) -> None:
+    from codedance.config import dump
     from codedance.errors import SettingsError
 
     console = make_console()
     if stage not in ("all", "sft"):
         raise SettingsError(f"--stage must be all or sft, got {stage!r}")
-    cfg = load_cli_config(preset, config, overrides)
+    cfg = load_cli_config(preset if preset or config else "tiny-cpu", config, overrides, tasks)
+    if print_config:
+        console.print(dump(cfg), end="", markup=False, highlight=False)
+        return
     try:
         import torch
-        from transformers.utils import logging as hf_logging
+
+        from codedance.train.sft import quiet_libraries
 
         torch.set_num_threads(cfg.threads)
-        hf_logging.disable_progress_bar()  # per-shard bars bury the stage lines in a log
+        quiet_libraries()
     except ImportError:
         raise SettingsError("training needs the train extra: pip install 'codedance[train]'") from None
     from codedance.train.pipeline import run_ablation, run_pipeline, run_sft_stage

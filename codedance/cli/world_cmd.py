@@ -52,23 +52,25 @@ def gen(
 @app.command()
 @user_errors
 def accuracy(
-    n: int = typer.Option(36, help="Tasks per run (cycling over skills × difficulties)."),
-    seed: int = typer.Option(1000, help="First seed."),
-    rollouts: int = typer.Option(2, help="Rollouts per task."),
-    skills: str = typer.Option("all", help="Comma list of skills."),
-    temperature: float = typer.Option(1.0, help="Teacher temperature."),
-    mistake_rate: float = typer.Option(0.5, help="First-mistake rate on hard tasks."),
+    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help="Settings, e.g. episode.max_turns=4"),
+    config: list[str] = typer.Option([], "-c", "--config", metavar="SPEC", help="A YAML file (repeatable)."),
+    n: int = typer.Option(None, help="Tasks per run (cycling over skills × difficulties) [36]."),
+    seed: int = typer.Option(None, help="First seed [1000]."),
+    rollouts: int = typer.Option(None, help="Rollouts per task [2]."),
+    skills: str = typer.Option(None, help="Comma list of skills [all]."),
+    temperature: float = typer.Option(None, help="Teacher temperature [1.0]."),
+    mistake_rate: float = typer.Option(None, help="First-mistake rate on hard tasks [0.5]."),
+    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved settings and exit."),
 ) -> None:
-    """Measure the teacher through the real sandbox; print accuracy per skill and difficulty."""
-    from codedance.errors import SettingsError
-    from codedance.teacher import TeacherConfig
-    from codedance.teacher.accuracy import measure
-    from codedance.world import parse_skills, task_set
+    """Measure the teacher through the real sandbox; print accuracy per skill and difficulty.
+    Settings are `codedance.teacher.accuracy.AccuracyConfig` (the flags are sugar for its keys)."""
+    from codedance.config import dump, load
+    from codedance.teacher.accuracy import AccuracyConfig, measure_config
 
-    tasks = task_set(n, seed, parse_skills(None if skills == "all" else skills))  # WorldError: one line, exit 2
-    try:
-        teacher = TeacherConfig(temperature, mistake_rate, seed)
-    except ValueError as exc:
-        raise SettingsError(str(exc)) from None
-    report = measure(tasks, teacher, rollouts=rollouts)
-    make_console().print(report.table())
+    cfg = load(AccuracyConfig, [*config, *(overrides or [])], command="world-accuracy", n=n, seed=seed,
+               rollouts=rollouts, skills=None if skills in (None, "all") else skills,
+               teacher__temperature=temperature, teacher__mistake_rate=mistake_rate)
+    if print_config:
+        make_console().print(dump(cfg), end="", markup=False, highlight=False)
+        return
+    make_console().print(measure_config(cfg).table())  # an unknown skill: WorldError, one line, exit 2

@@ -2,8 +2,8 @@
 
 - `sft_import`: ``Peterwatwec/CodeDance-SFT`` parquet → trajectory records (`codedance.records`,
   what ``codedance sft --data`` trains on and its ms-swift/TRL exports read).
-- `rl_import`: ``Peterwatwec/CodeDance-RL`` parquet → `Task` JSONL (`tasks_jsonl`) and the verl
-  parquet ``codedance verl prepare-data`` writes (``train.parquet`` / ``val.parquet``).
+- `rl_import`: ``Peterwatwec/CodeDance-RL`` parquet → `Task` JSONL (`codedance.task_records`)
+  and the verl parquet ``codedance verl prepare-data`` writes (``train.parquet`` / ``val.parquet``).
 - `verify`: re-executes imported trajectories turn by turn in the real sandbox and compares with
   what they recorded.
 - `stats`: tables and histograms of an imported folder.

@@ -9,7 +9,8 @@ One `Task` per row (id = the row key ``<file>#<row>``):
 - question: ``extra_info.question``; when empty, the last user message with its ``<image>``
   tags removed and a trailing release/paper instruction cut (counted as "question from the
   messages");
-- gold answer: ``reward_model.ground_truth`` (else ``extra_info.answer``); none → skipped;
+- gold answer: ``reward_model.ground_truth`` (else ``extra_info.answer``); none → skipped; an
+  option letter written ``(B)`` or ``B.`` is kept as the letter (what the grader compares);
 - images: the ``images`` column; when empty, ``extra_info.tools_kwargs.execute_python_code.
   create_kwargs.image`` (bytes, or a path that exists relative to the parquet file); none →
   skipped. Placeholders in the user message that disagree with the image count → skipped;
@@ -21,9 +22,13 @@ One `Task` per row (id = the row key ``<file>#<row>``):
   (``count`` or ``pixmo`` in data_source/ability) → ``count``; a number on a chart source →
   ``relaxed``; any other number → ``number``; else ``text`` (the release judges all general
   data with an LLM: pass ``judge_policy`` to the reward to do the same);
-- metadata: data_source, ability, index, split, reward style of the row.
+- metadata: data_source, ability, index, split, reward style of the row, and the row's
+  ``extra_info.detected_objects`` when it names a label or points (`detected_objects`): the
+  card's schema is one ``label`` and ``point`` lists ``x``, ``y``; kept as
+  ``detected_label`` and ``detected_points`` (JSON ``[[x, y], ...]``, in the numbers the row
+  gives: the card does not say whether they are pixels or fractions of the image).
 
-Output folder: ``tasks.jsonl`` + ``images/`` (`codedance.data.tasks_jsonl`), ``rows.jsonl``,
+Output folder: ``tasks.jsonl`` + ``images/`` (`codedance.task_records`), ``rows.jsonl``,
 ``summary.json`` (with ``verl_rows``: rows per split); then ``train.parquet`` and ``val.parquet`` (a deterministic ``val_fraction``
 of the rows by a hash of their key), rewritten from ``tasks.jsonl`` at the end of every run
 with `codedance.integrations.verl.data.task_row`, in bounded memory; ``prompts.json`` (every
@@ -31,7 +36,7 @@ distinct system prompt and user template around the question, with counts) and
 ``profiles.yaml`` holding the most common one as prompt profile ``codedance-rl`` (feedback
 worded as the release's tool: base ``release``), for ``--profiles``.
 
-Not handled: ``detected_objects`` (kept out of the task), videos, rows without images.
+Not handled: videos, rows without images.
 """
 
 from __future__ import annotations
@@ -47,15 +52,14 @@ from codedance.data.formats import IMAGE, Unmappable, image_bytes, to_image
 from codedance.data.importing import ImportResult, Progress, claim, run_import
 from codedance.data.ledger import iter_jsonl, summarize
 from codedance.data.stream import check_columns, parquet_files
-from codedance.data.tasks_jsonl import task_from_json, task_json
 from codedance.grading.numbers import parse_number
 from codedance.prompts.profiles import PAPER_INSTRUCTION, RELEASE_INSTRUCTION
 from codedance.records import ImageStore
+from codedance.task_records import RECORDS, task_from_json, task_json
 from codedance.types import AnswerKind, Image, Task
 
 KIND = "codedance-rl"
 COLUMNS = ("data_source", "messages", "images", "ability", "reward_model", "extra_info")
-RECORDS = "tasks.jsonl"
 MATH_SOURCES = frozenset({"thinklite_eureka", "xince"})
 PROFILE = "codedance-rl"
 _LETTER = re.compile(r"^\(?([A-Z])\)?\.?$")
@@ -169,6 +173,25 @@ def _template(messages: list[tuple[str, str]], question: str) -> Template | None
     return Template(system, prefix, suffix)
 
 
+def detected_objects(extra: dict, seen: set[str]) -> tuple[tuple[str, str], ...]:
+    """Metadata pairs of ``extra_info.detected_objects`` (module docstring); () when empty.
+    Points whose x and y lists differ in length are dropped (noted in `seen`).
+
+    >>> detected_objects({"detected_objects": {"label": "cat", "point": {"x": [1.5, 3.0], "y": [2.0, 4.0]}}}, set())
+    (('detected_label', 'cat'), ('detected_points', '[[1.5, 2.0], [3.0, 4.0]]'))
+    """
+    objects = extra.get("detected_objects") or {}
+    label = str(objects.get("label") or "")
+    point = objects.get("point") or {}
+    xs, ys = list(point.get("x") or []), list(point.get("y") or [])
+    pairs = (("detected_label", label),) if label else ()
+    if len(xs) != len(ys):
+        seen.add("detected points dropped: x and y differ in length")
+    elif xs:
+        pairs += (("detected_points", json.dumps([[float(x), float(y)] for x, y in zip(xs, ys, strict=True)])),)
+    return pairs
+
+
 def row_task(key: str, file: Path, row: dict) -> tuple[Task, str, tuple[str, ...], Template | None]:
     """(task, domain, conventions, prompt template) of one row; raises `Unmappable`."""
     seen: set[str] = set()
@@ -183,13 +206,15 @@ def row_task(key: str, file: Path, row: dict) -> tuple[Task, str, tuple[str, ...
     source, ability = str(row.get("data_source") or ""), str(row.get("ability") or "")
     domain = infer_domain(source, ability)
     kind, choices = infer_kind(source, ability, domain, gold, question)
+    if kind is AnswerKind.CHOICE:
+        gold = _LETTER.match(gold).group(1)  # type: ignore[union-attr]  # "(B)" → "B": graded as a letter
     seen.add(f"{source or '(no source)'} → {domain}/{kind.value}")
     template = _template(messages, question)
     if template is not None:
         seen.add(f"prompt template {template.name}")
     metadata = (("data_source", source), ("ability", ability), ("index", str(extra.get("index", ""))),
                 ("split", str(extra.get("split") or "")),
-                ("reward_style", str((row.get("reward_model") or {}).get("style") or "")))
+                ("reward_style", str((row.get("reward_model") or {}).get("style") or ""))) + detected_objects(extra, seen)
     task = Task(id=key, question=question, images=images, answer=gold, kind=kind, choices=choices,
                 source=source or KIND, metadata=metadata)
     return task, domain, tuple(sorted(seen)), template

@@ -15,11 +15,16 @@ VStarBench.tsv answer distribution could not be checked here); HR-Bench keeps it
 as separate rows. A list cell that is no Python list literal (ChartQA's ``[Cable TV]``) is text.
 Difficulty (for turns by difficulty): MathVision ``level``, WeMath step count, HR-Bench
 single/cross; ``all`` elsewhere.
+
+``tasks`` is no benchmark of the paper: a Task JSONL (``codedance data import codedance-rl``,
+``codedance world gen``; `codedance.task_records`) read with its questions, golds, kinds and
+choices as they are (one ``split`` when given), task ids ``tasks/<id>`` (``#`` written ``:``).
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import string
 from collections.abc import Callable
@@ -30,6 +35,7 @@ from codedance.eval.sources import DataNotFoundError, RawItem, read_export, read
 from codedance.eval.spec import BenchmarkSpec
 from codedance.grading.vlmeval_rules import literal_list
 from codedance.prompts import image_from_bytes
+from codedance.task_records import iter_tasks, task_fields, task_from_fields
 from codedance.types import AnswerKind, Task
 
 _NO_IMAGES = "__codedance_no_images__"
@@ -177,15 +183,49 @@ def wemath(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
                  concept=item.get("knowledge concept"), difficulty=_wemath_difficulty(key))
 
 
+def imported(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
+    """A Task JSONL line (`read_tasks`) as it was written; its metadata kept, with its domain."""
+    task, domain, _ = task_from_fields(json.loads(item.get("record")), ())
+    if not item.images and item.get(_NO_IMAGES) != "1":
+        raise DataError(f"{spec.title} item {task.id} has no image")
+    index = task.id.replace("#", ":")
+    kept = tuple((k, v) for k, v in task.metadata if k not in ("benchmark", "index", "difficulty"))
+    metadata = (("benchmark", spec.name), ("index", index), ("difficulty", dict(task.metadata).get("difficulty", "all")),
+                ("domain", domain), ("task_id", task.id), *kept)
+    images = tuple(image_from_bytes(b, origin=f"input:{k}") for k, b in enumerate(item.images))
+    return dataclasses.replace(task, id=f"{spec.name}/{index}", images=images, metadata=metadata)
+
+
+def read_tasks(path: str | Path, split: str = "", limit: int | None = None) -> list[RawItem]:
+    """The rows of a Task JSONL file (or import folder), one split when given, the first `limit`
+    (the rest of the file is not read; `imported`)."""
+    items = []
+    for task, domain, task_split in iter_tasks(path):
+        if not split or task_split == split:
+            items.append(RawItem({"record": json.dumps(task_fields(task, domain, task_split))},
+                                 tuple(im.png for im in task.images)))
+            if limit is not None and len(items) >= limit:
+                break
+    if not items:
+        raise DataNotFoundError(f"no tasks{f' in split {split!r}' if split else ''} in {path}")
+    return items
+
+
 CONVERTERS: dict[str, Callable[[BenchmarkSpec, RawItem, int], Task]] = {
     "countbench": countbench, "pixmocount": pixmocount, "mcq": vstar, "hrbench": hrbench,
     "chartqa": chartqa, "charxiv": charxiv, "mathvista": mathvista, "mathvision": mathvision,
-    "mathverse": mathverse, "wemath": wemath,
+    "mathverse": mathverse, "wemath": wemath, "tasks": imported,
 }
 
 
-def read_items(spec: BenchmarkSpec, *, lmu_dir: str | Path | None, path: str | Path | None = None) -> list[RawItem]:
-    """The benchmark's raw rows from ``path`` (TSV, HF export, or MATH-V folder) or ``lmu_dir``."""
+def read_items(spec: BenchmarkSpec, *, lmu_dir: str | Path | None, path: str | Path | None = None,
+               split: str = "", limit: int | None = None) -> list[RawItem]:
+    """The benchmark's raw rows from ``path`` (TSV, HF export, MATH-V folder, or for ``tasks`` a
+    Task JSONL: the first ``limit`` of ``split`` when given, read no further) or ``lmu_dir``."""
+    if spec.scorer == "tasks":
+        if path is None:
+            raise DataNotFoundError(f"{spec.title}: give the file: --tasks PATH ({spec.source})")
+        return read_tasks(path, split, limit)
     if path is not None:
         p = Path(path)
         if p.suffix == ".tsv":
@@ -207,9 +247,9 @@ def read_items(spec: BenchmarkSpec, *, lmu_dir: str | Path | None, path: str | P
 
 def prepare_items(spec: BenchmarkSpec, *, lmu_dir: str | Path | None = None, path: str | Path | None = None,
                   limit: int | None = None, pixmo_cache: str | Path | None = None,
-                  fetch_images: bool = False) -> list[RawItem]:
+                  fetch_images: bool = False, split: str = "") -> list[RawItem]:
     """The first ``limit`` raw rows, with PixmoCount's images brought from the cache (see pixmo)."""
-    items = read_items(spec, lmu_dir=lmu_dir, path=path)
+    items = read_items(spec, lmu_dir=lmu_dir, path=path, split=split, limit=limit)
     if limit is not None:
         items = items[:limit]
     if spec.scorer == "pixmocount" and items and not items[0].images:

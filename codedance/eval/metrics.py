@@ -111,6 +111,7 @@ BREAKDOWNS = {
     "chartqa": (("split", False),), "mathvista": (("task", False), ("skills", True)),
     "mathvision": (("category", False), ("level", False)), "mcq": (("category", False),),
     "mathverse": (("problem_version", False), ("subject", False)), "charxiv": (("category", False),),
+    "tasks": (("data_source", False),),
 }
 
 

@@ -2,8 +2,11 @@
 (`codedance.config`: presets in ``codedance/presets/eval/``, YAML files, ``key=value``).
 
 The episode knobs are the shared `codedance.rollout.EpisodeSettings` (with the paper's eval turn
-budget, 10); `EvalConfig.run_settings` turns the tree into the runner's `EvalSettings`, which
-checks every value before a server is contacted or a folder written. Not here: the API key (a
+budget, 10). ``tasks`` adds a Task JSONL (``codedance data import codedance-rl``, ``codedance world
+gen``; ``tasks_split``: one split of it) as the benchmark ``tasks``; ``benchmarks`` left empty is
+the paper's eleven without ``tasks`` and none besides it with ``tasks``.
+`EvalConfig.run_settings` turns the tree into the runner's `EvalSettings`, which checks every
+value before a server is contacted or a folder written. Not here: the API key (a
 secret is never printed by ``--print-config`` nor saved with the run; ``--api-key`` /
 ``$OPENAI_API_KEY``).
 """
@@ -30,7 +33,9 @@ class JudgeSettings:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    benchmarks: str = "paper"
+    benchmarks: str = ""  # '' = paper (no --tasks) or only the tasks (--tasks)
+    tasks: str = ""  # a Task JSONL or import folder
+    tasks_split: str = ""  # '' = every row
     out: str = ""
     server: ServerConfig = field(default_factory=ServerConfig)
     episode: EpisodeSettings = field(default_factory=lambda: EpisodeSettings(max_turns=10))
@@ -64,15 +69,19 @@ class EvalConfig:
                                 f"least 0 (got {s.max_tokens}, {s.request_timeout_s}, {s.retries})")
         if self.limit is not None and (not isinstance(self.limit, int) or isinstance(self.limit, bool)):
             raise SettingsError(f"limit: expected a whole number, got {self.limit!r}")
-        pairs = []
+        pairs = [("tasks", str(Path(self.tasks).expanduser()))] if self.tasks else []
         for value in self.data:
             name, sep, path = value.partition("=")
             if not sep:
                 raise SettingsError(f"--data expects NAME=PATH, got {value!r}")
             pairs.append((get_spec(name).name, str(Path(path).expanduser())))
         lmu = self.lmu_dir()
+        names = self.benchmarks or ("" if self.tasks else "paper")
+        specs = parse_benchmarks(names) if names else ()
+        if self.tasks and get_spec("tasks") not in specs:
+            specs += (get_spec("tasks"),)
         return EvalSettings(
-            benchmarks=parse_benchmarks(self.benchmarks),
+            benchmarks=specs, tasks_split=self.tasks_split,
             episode=self.episode.episode_config(profiles=self.profiles or None),
             no_tools=self.no_tools, limit=self.limit, concurrency=self.concurrency,
             exec_timeout_s=self.episode.exec_timeout_s, lmu_dir=str(lmu), data_paths=tuple(pairs),

@@ -96,6 +96,7 @@ class EvalSettings:
     samples: int = 1
     temperature: float = 0.0
     stop_after_connection_failures: int = 10
+    tasks_split: str = ""  # the ``tasks`` source's split ('' = every row)
 
     def __post_init__(self) -> None:
         check_settings(self)
@@ -266,7 +267,8 @@ def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
     loaded = []
     for spec in settings.benchmarks:
         items = prepare_items(spec, lmu_dir=settings.lmu_dir, path=paths.get(spec.name), limit=settings.limit,
-                              pixmo_cache=settings.pixmo_cache, fetch_images=settings.fetch_images)
+                              pixmo_cache=settings.pixmo_cache, fetch_images=settings.fetch_images,
+                              split=settings.tasks_split)
         loaded.append((spec, items))
     run = claim_run(out, settings)
     done = run.keys()

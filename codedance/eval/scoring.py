@@ -19,6 +19,7 @@ Both modes grade the *extracted* final answer (the trajectory's ``<answer>``, el
 | mathvision | option inference, else equal as strings, numbers (1e-6) or symbolically (math-verify); final without a judge |
 | mathverse | judge extraction (MathVista-style prompt), then exact match or a "Judgement: 0/1" verdict |
 | wemath | the text after the last "Answer", ``><:.`` removed, first character if in A–H |
+| tasks | a Task JSONL's tasks: the training rule of the task's kind (`codedance.grading.check_answer`); with ``--judge``, the judge decides what the rule calls wrong; the same in both modes |
 
 ``correct=None`` with ``pending`` saying which judge step is missing is how a number that cannot
 be produced without a judge is recorded; ``rule_correct`` always holds the rule-only verdict.
@@ -146,6 +147,8 @@ def score_sample(key: str, task: Task, trajectory: Trajectory, judge: JudgeClien
     if answer is None:
         return result(False, False, "none")
     try:
+        if scorer == "tasks":
+            return _kind_rule(task, answer, judge, result)
         if mode == "vlmevalkit" and scorer != "pixmocount":
             correct, rule, how, pending, extras, failure = vlmevalkit_verdict(scorer, task, answer, judge)
             return result(correct, rule, how, pending, failure, **extras)
@@ -154,6 +157,13 @@ def score_sample(key: str, task: Task, trajectory: Trajectory, judge: JudgeClien
         return result(None, False, "none", pending=f"judge unreachable ({str(exc)[:120]})")
     except JudgeError as exc:  # an HTTP error or an unparseable reply: 0 for this sample, counted
         return result(False, False, "judge", failure=f"{type(exc).__name__}: {str(exc)[:200]}")
+
+
+def _kind_rule(task: Task, answer: str, judge: JudgeClient | None, result) -> SampleScore:
+    rule = check_answer(answer, task.answer, task.kind, dict(task.choices) or None)
+    if rule or judge is None:
+        return result(rule, rule, f"rule:{task.kind.value}")
+    return result(judge.judge(question=task.question, gold=task.answer, prediction=answer), False, "judge")
 
 
 def _strict(task: Task, answer: str, judge: JudgeClient | None, scorer: str, result) -> SampleScore:

@@ -24,7 +24,8 @@ JUDGE_ONLY = "only"  # the official metric is a judge verdict
 class BenchmarkSpec:
     """One benchmark (or one variant of it) and how it is scored.
 
-    ``table`` is the paper table it belongs to (1: perception and counting, 2: charts and math).
+    ``table`` is the paper table it belongs to (1: perception and counting, 2: charts and math;
+    0: none, the ``tasks`` source: a Task JSONL given with ``--tasks``).
     ``headline`` names the metric shown in the tables (``accuracy`` unless the benchmark's
     official number is another one, e.g. WeMath's strict four-dimensional score).
     """
@@ -79,6 +80,8 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
                       source=f"MathVerse_MINI.tsv from {_LMU}"),
         BenchmarkSpec("wemath", "WeMath", "WeMath", 1740, "wemath", table=2, headline="score_strict",
                       split="testmini", source=f"WeMath.tsv from {_LMU}; GitHub We-Math/We-Math"),
+        BenchmarkSpec("tasks", "Task JSONL", "", 0, "tasks", table=0, split="as given",
+                      source="a tasks.jsonl from `codedance data import codedance-rl` or `codedance world gen`"),
     )
 }
 
@@ -102,7 +105,7 @@ def parse_benchmarks(text: str) -> tuple[BenchmarkSpec, ...]:
     """
     names = [n for n in (p.strip() for p in text.split(",")) if n]
     if names == ["paper"] or names == ["all"]:
-        names = list(PAPER_SET) if names == ["paper"] else list(BENCHMARKS)
+        names = list(PAPER_SET) if names == ["paper"] else [n for n, s in BENCHMARKS.items() if s.table]
     if not names:
         raise SettingsError("no benchmarks given")
     return tuple(get_spec(n) for n in dict.fromkeys(names))

@@ -3,6 +3,7 @@ per (skill, difficulty): accuracy, mean turns, mistakes made and episodes recove
 
     report = measure(task_set(36, seed=1000), TeacherConfig(), rollouts=2)
     print(report.cells)
+    report = measure_config(AccuracyConfig(n=36, rollouts=2))   # ``codedance world accuracy``
 
 Nothing here is assumed: every number comes from graded trajectories.
 """
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from codedance.grading import grade_trajectory
-from codedance.rollout import Episode, EpisodeConfig, run_episode
+from codedance.rollout import Episode, EpisodeSettings, run_episode
 from codedance.teacher.policy import ExpertTeacher, TeacherConfig
 from codedance.types import Task
 
@@ -49,18 +50,49 @@ class AccuracyReport:
         return table
 
 
+@dataclass(frozen=True)
+class AccuracyConfig:
+    """The settings of ``codedance world accuracy`` (the one loader: YAML files, ``key=value``):
+    ``n`` tasks from ``seed`` cycling over ``skills`` (() = all) × difficulties, ``rollouts`` per
+    task; the teacher's seed is replaced by ``seed``."""
+
+    n: int = 36
+    seed: int = 1000
+    rollouts: int = 2
+    skills: tuple[str, ...] = ()
+    teacher: TeacherConfig = TeacherConfig()
+    episode: EpisodeSettings = EpisodeSettings()
+
+    def __post_init__(self) -> None:
+        from codedance.errors import SettingsError
+
+        if self.n < 1 or self.rollouts < 1:
+            raise SettingsError(f"n and rollouts must be at least 1, got {self.n} and {self.rollouts}")
+
+
 DEFAULT = TeacherConfig()
 
 
+def measure_config(config: AccuracyConfig) -> AccuracyReport:
+    """`measure` on the tasks and teacher of `config` (an unknown skill is a `WorldError`)."""
+    from dataclasses import replace
+
+    from codedance.world import parse_skills, task_set
+
+    tasks = task_set(config.n, config.seed, parse_skills(config.skills or None))
+    return measure(tasks, replace(config.teacher, seed=config.seed), rollouts=config.rollouts,
+                   episode=config.episode)
+
+
 def measure(tasks: Sequence[Task], config: TeacherConfig = DEFAULT, *, rollouts: int = 1,
-            max_turns: int = 6, max_running: int = 2) -> AccuracyReport:
+            episode: EpisodeSettings = EpisodeSettings(), max_running: int = 2) -> AccuracyReport:
     """Run ``rollouts`` episodes per task sequentially on one sandbox pool and count per cell."""
     from codedance.sandbox.pool import SandboxPool
 
     teacher = ExpertTeacher(config)
-    episode_config = EpisodeConfig(max_turns=max_turns)
+    episode_config = episode.episode_config()
     acc: dict[tuple[str, str], list[tuple[bool, int, bool]]] = {}
-    with SandboxPool(max_running=max_running) as pool:
+    with SandboxPool(max_running=max_running, timeout_s=episode.exec_timeout_s) as pool:
         for task in tasks:
             for k in range(rollouts):
                 policy = teacher.policy(task, k)

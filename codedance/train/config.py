@@ -1,41 +1,59 @@
 """Typed settings of the training stages, read from YAML presets with ``key=value`` overrides.
 
 `TaskSpec` names a slice of the synthetic world (``codedance.world.task_set(n, seed, skills,
-difficulties)``); train and held-out slices use disjoint seed ranges. `SFTStage`, `GRPOStage` and
-`EvalStage` are the stages; `PipelineConfig` (the ``tiny-cpu`` preset) chains them.
-`load_config(path, overrides)` builds a `PipelineConfig` from a preset file: nested keys with
-dots (``grpo.steps=4``, ``sft.lr=1e-4``); an unknown key is an error naming it (the loader is
-`codedance.config`'s, shared by every command). The reward profiles named are checked when the
-config is made, before anything runs.
+difficulties)``; train and held-out slices use disjoint seed ranges) or, with ``file``, the first
+``n`` tasks of one split of a Task JSONL (``codedance data import codedance-rl``; GRPO and eval
+only: the SFT teacher solves world tasks). `SFTStage`, `GRPOStage` and `EvalStage` are the
+stages; `PipelineConfig` (the ``tiny-cpu`` preset) chains them. The knobs shared with the other
+commands are declared once elsewhere: ``episode`` is `codedance.rollout.EpisodeSettings` (turn
+budget, seconds per execution, prompt profile, the images the episode and sandbox get) and
+``sft.teacher`` is `codedance.teacher.TeacherConfig`; ``rollout`` holds what only this trainer
+has (tokens per turn and per trajectory, the pixels its processor gives the model).
+`load_config(specs)` builds a `PipelineConfig` from presets, YAML files and ``key=value``
+overrides (`codedance.config`, the loader every command shares); an unknown key is an error naming
+it, and a key moved by the shared declarations (``rollout.max_turns``, ``sft.teacher_*``) says
+where it went. The reward and prompt profiles named are checked when the config is made, before
+anything runs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from codedance.config import load, not_resumed
+from codedance.config import load, merged, not_resumed
 from codedance.errors import SettingsError
 from codedance.rewards.profiles import ABLATIONS, get_profile
+from codedance.rollout import EpisodeSettings
+from codedance.teacher import TeacherConfig
 
 
 @dataclass(frozen=True)
 class TaskSpec:
+    """World tasks (n from seed, skills, difficulties) or, with ``file`` (a Task JSONL or the
+    folder holding its ``tasks.jsonl``), its first ``n`` tasks of ``split`` ('' = every split)."""
+
     n: int = 90
     seed: int = 0
     skills: tuple[str, ...] = ()  # empty: every skill the teacher can solve
     difficulties: tuple[str, ...] = ("easy", "medium", "hard")
+    file: str = ""
+    split: str = ""
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise SettingsError(f"tasks.n must be at least 1, got {self.n}")
 
 
 @dataclass(frozen=True)
 class RolloutSettings:
-    max_turns: int = 6  # paper: 6 in training
+    """The trainer's own sampling limits (the episode's are `EpisodeSettings`)."""
+
     max_tokens: int = 256  # per assistant turn
     max_length: int = 3072  # whole trajectory, tokens (longer ones are cut, tail not trained)
-    exec_timeout_s: float = 15.0
-    prompt_profile: str = "release"
-    min_pixels: int = 28 * 28
-    max_pixels: int = 112 * 112  # what the model sees; the sandbox keeps the episode's images
+    min_pixels: int = 28 * 28  # the image the model's processor makes; the episode and sandbox
+    max_pixels: int = 112 * 112  # keep the task's images (`episode.min_pixels` / `max_pixels`)
 
 
 @dataclass(frozen=True)
@@ -44,9 +62,7 @@ class SFTStage:
 
     tasks: TaskSpec = TaskSpec(n=270, seed=10_000)
     rollouts_per_task: int = 1
-    teacher_temperature: float = 1.0
-    teacher_mistake_rate: float = 0.5
-    teacher_code_style: str = "full"  # or "compact" (`codedance.teacher.TeacherConfig.code_style`)
+    teacher: TeacherConfig = TeacherConfig()  # temperature, mistake_rate, seed, code_style
     epochs: float = 3.0
     batch_size: int = 128  # effective: per_device × accumulation
     per_device_batch: int = 8
@@ -114,6 +130,8 @@ class PipelineConfig:
     out_dir: str = not_resumed("runs/tiny-cpu")
     init: str = "tiny"  # a builder in `pipeline.MODEL_BUILDERS` ("tiny", "smollm2") or a checkpoint folder
     model: TinyModel = TinyModel()
+    episode: EpisodeSettings = EpisodeSettings()  # paper: 6 turns in training
+    profiles: str = ""  # a YAML file of user prompt profiles (e.g. an import's profiles.yaml)
     rollout: RolloutSettings = RolloutSettings()
     sft: SFTStage = SFTStage()
     grpo: GRPOStage = GRPOStage()
@@ -127,12 +145,32 @@ class PipelineConfig:
                 get_profile(name, **dict(self.grpo.profile_overrides) if name == self.grpo.profile else {})
             except (ValueError, TypeError) as exc:
                 raise SettingsError(f"grpo.profile / ablation_profiles: {exc}") from None
+        self.episode.episode_config(profiles=self.profiles or None)  # an unknown prompt profile raises
+        if self.sft.tasks.file:
+            raise SettingsError("sft.tasks.file: the SFT teacher solves world tasks only; train on imported "
+                                "SFT data with `codedance sft --data DIR` and start from it with init=DIR")
 
 
-def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> PipelineConfig:
-    """A `PipelineConfig` from a YAML preset or file (None: the defaults) and ``key=value``
-    overrides (`codedance.config.load`); a bad file, key or value is a `SettingsError`."""
+# keys the shared declarations moved: old dotted key -> new one
+MOVED = {**{f"rollout.{k}": f"episode.{k}" for k in ("max_turns", "exec_timeout_s", "prompt_profile")},
+         **{f"sft.teacher_{k}": f"sft.teacher.{k}" for k in ("temperature", "mistake_rate", "code_style")}}
+
+
+def _check_moved(data: dict[str, Any]) -> None:
+    for old, new in MOVED.items():
+        section, key = old.split(".")
+        if key in (data.get(section) or {}):
+            raise SettingsError(f"{old} is now {new} (the setting every command shares); rename it")
+
+
+def load_config(specs: str | Path | list[str] | tuple[str, ...] | None,
+                overrides: list[str] | tuple[str, ...] = ()) -> PipelineConfig:
+    """A `PipelineConfig` from preset names, YAML files (one path, or a list; None: the
+    defaults) and ``key=value`` overrides (`codedance.config.load`); a bad file, key or value is
+    a `SettingsError`."""
     for item in overrides:
         if "=" not in item:
             raise SettingsError(f"override {item!r} is not key=value")
-    return load(PipelineConfig, ([str(path)] if path else []) + list(overrides))
+    given = [str(specs)] if isinstance(specs, (str, Path)) else list(specs or [])
+    _check_moved(merged(given + list(overrides), "train"))
+    return load(PipelineConfig, given + list(overrides), command="train")

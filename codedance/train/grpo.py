@@ -3,7 +3,8 @@
 One step: pick ``prompts_per_step`` training tasks, sample ``group_size`` rollouts of each with
 our loop (`run_lockstep`: `codedance.rollout.Episode` decisions, the real sandbox, the model's
 sampled token ids kept), grade them (`codedance.grading.grade_trajectory`, rules only), compute
-rewards (`codedance.rewards.compute_batch_rewards` under the profile) and per-token advantages
+rewards (`codedance.rewards.compute_batch_rewards` under the profile, each task under its domain:
+``domains`` maps task ids to ``math``, others are ``general``) and per-token advantages
 (`codedance.advantages.batch_token_advantages`: A_seq + A_turn) — the very functions the verl
 plugin uses — then ``mini_batches`` optimizer steps of the clipped surrogate (`loss`), each over
 micro-batches with gradient accumulation. Old log-probs are recomputed on the training sequence
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,10 +35,9 @@ import numpy as np
 from codedance.advantages import batch_token_advantages
 from codedance.grading import grade_trajectory
 from codedance.policy.base import SamplingParams
-from codedance.prompts import get_profile as get_prompt_profile
 from codedance.records import ImageStore, append_jsonl, read_jsonl, trajectory_json
 from codedance.rewards import BatchRewards, compute_batch_rewards, get_profile
-from codedance.rollout import EpisodeConfig
+from codedance.rollout import EpisodeSettings
 from codedance.train.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
 from codedance.train.config import GRPOStage, RolloutSettings
 from codedance.train.encode import EncodedTrajectory, encode_trajectory
@@ -64,10 +64,6 @@ def make_sampler(model: Any, processor: Any, rollout: RolloutSettings, temperatu
                           max_prompt_tokens=rollout.max_length - rollout.max_tokens)
 
 
-def episode_config(rollout: RolloutSettings) -> EpisodeConfig:
-    return EpisodeConfig(max_turns=rollout.max_turns, profile=get_prompt_profile(rollout.prompt_profile))
-
-
 @dataclass
 class Rollouts:
     trajectories: list[Trajectory]
@@ -86,16 +82,20 @@ class GRPOTrainer:
     """See the module docstring. `model`/`processor`: a Qwen2.5-VL and an `ImageTextProcessor`."""
 
     def __init__(self, model: Any, processor: Any, stage: GRPOStage, rollout: RolloutSettings,
-                 train_tasks: Sequence[Task], out_dir: str | Path, *, ref_model: Any | None = None,
-                 make_runner: Callable[[tuple], Any] | None = None, threads: int = 2) -> None:
+                 episode: EpisodeSettings, train_tasks: Sequence[Task], out_dir: str | Path, *,
+                 profiles: str | None = None, domains: Mapping[str, str] | None = None,
+                 ref_model: Any | None = None, make_runner: Callable[[tuple], Any] | None = None,
+                 threads: int = 2) -> None:
         import torch
 
         self.model, self.processor, self.stage, self.rollout = model, processor, stage, rollout
+        self.episode = episode.episode_config(profiles=profiles)
         self.tasks = list(train_tasks)
+        self.domains = dict(domains or {})
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.ref_model = ref_model
-        self.make_runner = make_runner or sandbox_factory(rollout.exec_timeout_s)
+        self.make_runner = make_runner or sandbox_factory(episode.exec_timeout_s)
         self.threads = threads
         self.profile = reward_profile(stage)
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=stage.lr, weight_decay=stage.weight_decay)
@@ -127,10 +127,11 @@ class GRPOTrainer:
         sampler = make_sampler(self.model, self.processor, self.rollout, self.stage.temperature, self.stage.top_p)
         torch.manual_seed(self.stage.seed * 1_000_003 + step)
         self.model.eval()
-        trajectories = run_lockstep(sampler, tasks, self.make_runner, episode_config(self.rollout), threads=self.threads)
+        trajectories = run_lockstep(sampler, tasks, self.make_runner, self.episode, threads=self.threads)
         correct = [grade_trajectory(trajectory=tr, task=t).correct for tr, t in zip(trajectories, tasks, strict=True)]
-        rewards = compute_batch_rewards(trajectories=trajectories, correct=correct,
-                                        group_ids=[t.id for t in tasks], profile=self.profile)
+        rewards = compute_batch_rewards(trajectories=trajectories, correct=correct, group_ids=[t.id for t in tasks],
+                                        domains=[self.domains.get(t.id, "general") for t in tasks],
+                                        profile=self.profile)
         tok = self.processor.tokenizer
         encoded = [encode_trajectory(tr, tok, template=self.processor, image_tokens=self.processor.image_tokens,
                                      max_length=self.rollout.max_length) for tr in trajectories]

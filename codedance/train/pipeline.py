@@ -14,10 +14,17 @@ Ablation profiles: the named profiles of `codedance.rewards.ABLATIONS` (``paper`
 ``outcome-only``, ``deepeyes``, ``paper-no-turn`` (w/o R_turn), ``paper-delta0``,
 ``paper-gamma5``). Held-out tasks come from a seed range disjoint from
 the SFT and GRPO ones (checked).
+
+Task sources (`stage_tasks`): the synthetic world, or for GRPO and the held-out eval a Task
+JSONL (``grpo.tasks.file`` / ``eval.tasks.file``, ``codedance train --tasks DIR``: an imported
+CodeDance-RL folder's train and val splits); its tasks keep their domain (math or general) for
+the rewards and are graded by rules (`codedance.grading`; the release's LLM judge is not used).
+The sources are read, and the held-out/training overlap checked, before ``out_dir`` is claimed.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import replace
@@ -25,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from codedance.config import dump
-from codedance.errors import CodeDanceError
+from codedance.errors import CodeDanceError, SettingsError
 from codedance.records import ImageStore, append_jsonl, trajectory_json
 from codedance.runs.batch import run_batch
 from codedance.runs.rundir import RunDir, episode_key, run_settings
@@ -43,10 +50,39 @@ def world_tasks(spec: TaskSpec) -> tuple[Task, ...]:
     return task_set(spec.n, spec.seed, names, spec.difficulties)
 
 
+@functools.lru_cache(maxsize=4)
+def _file_tasks(path: str, split: str, n: int) -> tuple[tuple[Task, str], ...]:
+    """(task, domain) of a Task JSONL slice, read once per process (every stage asks again)."""
+    from codedance.task_records import load_tasks
+
+    return tuple((t, domain) for t, domain, _ in load_tasks(path, split or None, limit=n))
+
+
+def stage_tasks(spec: TaskSpec) -> tuple[Task, ...]:
+    """The tasks of `spec`: its Task JSONL's (``file``) or the world's."""
+    return tuple(t for t, _ in _file_tasks(spec.file, spec.split, spec.n)) if spec.file else world_tasks(spec)
+
+
+def stage_domains(spec: TaskSpec) -> dict[str, str]:
+    """Task id -> reward domain of `spec`'s tasks (world tasks: none listed, all ``general``)."""
+    return {t.id: domain for t, domain in _file_tasks(spec.file, spec.split, spec.n)} if spec.file else {}
+
+
+def check_tasks(config: PipelineConfig) -> None:
+    """Read every task source (a bad file is a one-line `DataError`) and refuse held-out tasks
+    that are also training tasks."""
+    held = {t.id for t in stage_tasks(config.eval.tasks)}
+    train_ids = {t.id for t in stage_tasks(config.sft.tasks)} | {t.id for t in stage_tasks(config.grpo.tasks)}
+    if held & train_ids:
+        raise SettingsError(f"held-out tasks overlap the training tasks: {sorted(held & train_ids)[:3]}; "
+                            "give eval.tasks another seed range, file or split")
+
+
 def claim_run(config: PipelineConfig) -> RunDir:
     """Claim ``out_dir`` for this config (``run.json``; ``config.yaml`` holds the resolved
-    config): a folder holding a run with other settings is refused, naming them, so no stage is
-    ever reused from a run with other settings."""
+    config) once its task sources check out: a folder holding a run with other settings is
+    refused, naming them, so no stage is ever reused from a run with other settings."""
+    check_tasks(config)
     run = RunDir(config.out_dir, "train", run_settings(config))
     run.claim()
     (run.path / "config.yaml").write_text(dump(config), encoding="utf-8")
@@ -57,16 +93,14 @@ def teacher_trajectories(config: PipelineConfig, tasks: tuple[Task, ...], log: L
     """The teacher's rollouts of `tasks` in ``out_dir/teacher`` (`codedance.runs.batch`,
     resumable by key), in task order; an episode that failed stops the pipeline (rerun to retry)."""
     from codedance.sandbox import Sandbox
-    from codedance.teacher import ExpertTeacher, TeacherConfig
-    from codedance.train.grpo import episode_config
+    from codedance.teacher import ExpertTeacher
 
     run = RunDir(Path(config.out_dir) / "teacher")
     sft = config.sft
-    teacher = ExpertTeacher(TeacherConfig(sft.teacher_temperature, sft.teacher_mistake_rate, sft.seed,
-                                          code_style=sft.teacher_code_style))
-    timeout = config.rollout.exec_timeout_s
+    teacher = ExpertTeacher(sft.teacher)
+    timeout = config.episode.exec_timeout_s
     summary = run_batch(teacher.policy, tasks, lambda images: Sandbox(images=images, timeout_s=timeout), run,
-                        episode_config(config.rollout), rollouts=sft.rollouts_per_task,
+                        episode_config(config), rollouts=sft.rollouts_per_task,
                         concurrency=config.threads, progress=False)
     if summary.failures:
         key, error = summary.failures[0]
@@ -79,11 +113,16 @@ def teacher_trajectories(config: PipelineConfig, tasks: tuple[Task, ...], log: L
     return [t for _, t in have]
 
 
+def episode_config(config: PipelineConfig) -> Any:
+    """The `EpisodeConfig` of ``config.episode`` (prompt profiles from ``config.profiles``)."""
+    return config.episode.episode_config(profiles=config.profiles or None)
+
+
 def evaluate(model: Any, processor: Any, config: PipelineConfig, tasks: tuple[Task, ...], name: str,
              log: Log = print) -> dict[str, float]:
     """Held-out metrics (greedy unless ``eval.temperature`` > 0), cached in ``eval/<name>.json``."""
     from codedance.grading import grade_trajectory
-    from codedance.train.grpo import episode_config, make_sampler, sandbox_factory
+    from codedance.train.grpo import make_sampler, sandbox_factory
     from codedance.train.metrics import rollout_metrics
     from codedance.train.sampler import run_lockstep
 
@@ -92,8 +131,8 @@ def evaluate(model: Any, processor: Any, config: PipelineConfig, tasks: tuple[Ta
         return json.loads(path.read_text())
     model.eval()
     sampler = make_sampler(model, processor, config.rollout, config.eval.temperature)
-    trajectories = run_lockstep(sampler, tasks, sandbox_factory(config.rollout.exec_timeout_s),
-                                episode_config(config.rollout), threads=config.threads)
+    trajectories = run_lockstep(sampler, tasks, sandbox_factory(config.episode.exec_timeout_s),
+                                episode_config(config), threads=config.threads)
     correct = [grade_trajectory(trajectory=t, task=task).correct for t, task in zip(trajectories, tasks, strict=True)]
     metrics = rollout_metrics(trajectories, tasks, correct)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -142,10 +181,6 @@ def prepare(config: PipelineConfig, log: Log = print) -> tuple[Any, Any, list[Tr
     from codedance.train.processor import ImageTextProcessor
     from codedance.train.tiny import load_policy, parameter_count, save_policy
 
-    held = {t.id for t in world_tasks(config.eval.tasks)}
-    train_ids = {t.id for t in world_tasks(config.sft.tasks)} | {t.id for t in world_tasks(config.grpo.tasks)}
-    if held & train_ids:
-        raise ValueError(f"held-out tasks overlap the training tasks: {sorted(held & train_ids)[:3]}")
     trajectories = teacher_trajectories(config, world_tasks(config.sft.tasks), log)
     init = Path(config.out_dir) / "init"
     if config.init not in MODEL_BUILDERS:
@@ -169,11 +204,11 @@ def run_sft_stage(config: PipelineConfig, log: Log = print) -> tuple[Any, Any]:
     claim_run(config)
     final = Path(config.out_dir) / "sft" / "final"
     model, processor, trajectories = prepare(config, log)
-    held = world_tasks(config.eval.tasks)
+    held = stage_tasks(config.eval.tasks)
     evaluate(model, processor, config, held, "before-sft", log)
     if not (final / "config.json").exists():
         result = run_sft(model, processor, trajectories, config.sft, Path(config.out_dir) / "sft",
-                         max_length=config.rollout.max_length)
+                         max_length=config.rollout.max_length, log=log)
         log(f"sft: {result.steps} steps on {result.sequences} sequences; loss {result.losses[0][1]:.3f} → "
             f"{result.losses[-1][1]:.3f}")
     model, processor = load_policy(final)
@@ -187,14 +222,15 @@ def run_grpo_stage(config: PipelineConfig, name: str, stage: GRPOStage, log: Log
     from codedance.train.tiny import load_policy
 
     model, processor = load_policy(Path(config.out_dir) / "sft" / "final")
-    trainer = GRPOTrainer(trainable(model, config), processor, stage, config.rollout, world_tasks(stage.tasks),
-                          Path(config.out_dir) / f"grpo-{name}", threads=config.threads)
+    trainer = GRPOTrainer(trainable(model, config), processor, stage, config.rollout, config.episode,
+                          stage_tasks(stage.tasks), Path(config.out_dir) / f"grpo-{name}",
+                          profiles=config.profiles or None, domains=stage_domains(stage.tasks), threads=config.threads)
     if trainer.resume():
         log(f"grpo-{name}: resumed at step {trainer.step}")
     trainer.train(on_step=lambda r: log(
         f"grpo-{name} step {int(r['step'])}: acc {r['accuracy']:.3f} calls {r['calls']:.2f} "
         f"reward {r['reward/total']:.3f} loss {r['loss']:.4f} ({r['rollout_s'] + r['update_s']:.0f}s)"))
-    return evaluate(trainer.model, processor, config, world_tasks(config.eval.tasks), f"after-grpo-{name}", log)
+    return evaluate(trainer.model, processor, config, stage_tasks(config.eval.tasks), f"after-grpo-{name}", log)
 
 
 def run_pipeline(config: PipelineConfig, log: Log = print) -> dict[str, dict[str, float]]:

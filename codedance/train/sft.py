@@ -11,7 +11,9 @@ adds ``pixel_values`` / ``image_grid_thw`` (so TRL's own text preparation is ski
 Defaults (`codedance.train.config.SFTStage`) are the paper's Table 4: effective batch 128 (by
 gradient accumulation), lr 5e-5, warmup ratio 0.05; cosine decay (ms-swift's default; the paper
 does not say). `run_sft` resumes from the newest ``checkpoint-*`` under ``out_dir`` and writes its log lines (loss,
-token accuracy per logged step) to ``out_dir/sft_log.jsonl`` for the report.
+token accuracy per logged step) to ``out_dir/sft_log.jsonl`` for the report. On the console,
+transformers' ``PrinterCallback`` (a raw dict per logged step) is removed through the Trainer's
+own ``remove_callback``; with ``log`` given, one short line per logged step takes its place.
 
 Not handled: packing; trajectories longer than ``max_length`` are cut (tail untrained, counted
 in the returned summary); the paper's data pipeline itself (we train on the teacher's
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,19 @@ from typing import Any
 from codedance.train.config import SFTStage
 from codedance.train.encode import EncodedTrajectory, encode_trajectory
 from codedance.types import Trajectory
+
+
+def quiet_libraries() -> None:
+    """Warnings and errors only from transformers and datasets (TRL logs through transformers'
+    logger tree), and no progress bars: their own verbosity settings, so a training log holds the
+    stage lines in run order."""
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_warning()
+    hf_logging.disable_progress_bar()
+    datasets.utils.logging.set_verbosity_warning()
+    datasets.disable_progress_bars()
 
 
 def encode_all(trajectories: Sequence[Trajectory], processor: Any, max_length: int) -> list[EncodedTrajectory]:
@@ -105,11 +120,27 @@ def _log_line(entry: dict[str, Any]) -> dict[str, float]:
     return {k: float(entry[k]) for k in keys if k in entry}
 
 
+def step_lines(log: Callable[[str], None]) -> Any:
+    """A TrainerCallback that logs ``sft step N/M: loss L, token accuracy A`` per logged step."""
+    from transformers import TrainerCallback
+
+    class StepLines(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+            line = _log_line(logs or {})
+            if "loss" in line:
+                accuracy = f", token accuracy {line['mean_token_accuracy']:.3f}" if "mean_token_accuracy" in line else ""
+                log(f"sft step {state.global_step}/{state.max_steps}: loss {line['loss']:.4f}{accuracy}")
+
+    return StepLines()
+
+
 def run_sft(model: Any, processor: Any, trajectories: Sequence[Trajectory], stage: SFTStage,
-            out_dir: str | Path, *, max_length: int = 4096, callbacks: Sequence[Any] = ()) -> SFTResult:
+            out_dir: str | Path, *, max_length: int = 4096, callbacks: Sequence[Any] = (),
+            log: Callable[[str], None] | None = None) -> SFTResult:
     """Train `model` in place on `trajectories`; save the final model and processor to
     ``out_dir/final``. See the module docstring."""
     from datasets import Dataset
+    from transformers import PrinterCallback
     from trl import SFTTrainer
 
     encoded = [e for e in encode_all(trajectories, processor, max_length) if sum(e.loss_mask) > 0]
@@ -119,7 +150,9 @@ def run_sft(model: Any, processor: Any, trajectories: Sequence[Trajectory], stag
     args = sft_arguments(stage, out_dir, len(encoded))
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset,
                          data_collator=TrajectoryCollator(encoded, processor),
-                         processing_class=getattr(processor, "tokenizer", processor), callbacks=list(callbacks))
+                         processing_class=getattr(processor, "tokenizer", processor),
+                         callbacks=[*callbacks, *([step_lines(log)] if log else [])])
+    trainer.remove_callback(PrinterCallback)  # its raw dicts; ``log`` gives the readable line
     checkpoints = sorted(Path(out_dir).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
     trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)
     final = Path(out_dir) / "final"

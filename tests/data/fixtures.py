@@ -135,8 +135,12 @@ def write(rows: list[dict], schema: pa.Schema, path, row_group_size: int = 4):  
 RL_SYSTEM = "You are a helpful assistant. Use the `execute_python_code` tool when it helps."
 
 
+CAT = {"label": "cat", "point": {"x": [1.0], "y": [2.0]}}
+
+
 def rl_row(source: str, ability: str, question: str, gold: str, *, images: list[bytes] | None = None,
-           tool_image: dict | None = None, extra_question: str | None = None, index: int = 0) -> dict:
+           tool_image: dict | None = None, extra_question: str | None = None, index: int = 0,
+           objects: dict | None = CAT) -> dict:
     return {
         "data_source": source,
         "messages": [{"content": RL_SYSTEM, "role": "system"},
@@ -145,7 +149,7 @@ def rl_row(source: str, ability: str, question: str, gold: str, *, images: list[
         "images": images or [],
         "ability": ability,
         "reward_model": {"ground_truth": gold, "style": "rule"},
-        "extra_info": {"answer": gold, "detected_objects": {"label": "cat", "point": {"x": [1.0], "y": [2.0]}},
+        "extra_info": {"answer": gold, "detected_objects": objects,
                        "index": index, "need_tools_kwargs": True,
                        "question": question if extra_question is None else extra_question, "split": "train",
                        "tools_kwargs": {"execute_python_code": {"create_kwargs": {"image": tool_image}}}},
@@ -160,8 +164,9 @@ def rl_rows() -> tuple[list[dict], dict]:
         rl_row("pixmo", "counting", "How many shapes are there?", "2", images=[],
                tool_image={"bytes": picture(seed=5), "path": "img/5.jpg"}, index=1),
         rl_row("vstar", "vqa", "What colour is the circle?\n(A) red\n(B) blue", "(B)", images=[png], index=2),
-        rl_row("chart", "chart", "What is the value of the bar?", "23.5", images=[png], index=3),
-        rl_row("vl_agent", "vqa", "What is in the picture?", "a red square", images=[png], index=4),
+        rl_row("chart", "chart", "What is the value of the bar?", "23.5", images=[png], index=3,
+               objects={"label": "bar", "point": {"x": [10.5, 20.0], "y": [5.0, 6.0]}}),
+        rl_row("vl_agent", "vqa", "What is in the picture?", "a red square", images=[png], index=4, objects=None),
         rl_row("vl_agent", "vqa", "No picture here?", "yes", images=[], tool_image=None, index=5),
         rl_row("vl_agent", "vqa", "What is it?", "", images=[png], index=6),
         rl_row("vl_agent", "vqa", "Where is it?", "left", images=[],
@@ -173,5 +178,7 @@ def rl_rows() -> tuple[list[dict], dict]:
                   3: ("relaxed", "general"), 4: ("text", "general"), 8: ("text", "general")},
         "skipped": {5: "no image", 6: "no ground truth", 7: "image only by a path missing here"},
         "question_8": "Which shape is red?",
+        "objects": {0: (("detected_label", "cat"), ("detected_points", "[[1.0, 2.0]]")),
+                    3: (("detected_label", "bar"), ("detected_points", "[[10.5, 5.0], [20.0, 6.0]]")), 4: ()},
     }
     return rows, expect

@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 from codedance.cli import app
 from codedance.data.ledger import iter_jsonl
 from codedance.data.rl_import import import_rl, in_val
-from codedance.data.tasks_jsonl import load_tasks
 from codedance.prompts import load_profiles, prompt_messages
 from codedance.prompts.profiles import RELEASE_INSTRUCTION
+from codedance.task_records import load_tasks
 from tests.data.fixtures import RL_SCHEMA, RL_SYSTEM, picture, rl_rows, write
 
 FILE = "rl-00000.parquet"
@@ -43,11 +43,13 @@ def test_tasks_kinds_images_and_skips(rl_out: Path) -> None:
     assert {i: r["reason"] for i, r in ledger.items() if r["status"] == "skipped"} == expect["skipped"]
     tasks = {_index(t.id): (t, domain, split) for t, domain, split in load_tasks(rl_out)}
     assert {i: (t.kind.value, d) for i, (t, d, _) in tasks.items()} == expect["kinds"]
-    assert tasks[2][0].choices == (("A", "red"), ("B", "blue"))
+    assert tasks[2][0].choices == (("A", "red"), ("B", "blue")) and tasks[2][0].answer == "B"  # gold "(B)"
     assert tasks[8][0].question == expect["question_8"]  # from the user message, instruction cut
     assert tasks[1][0].images[0].png == picture(seed=5)  # only in tools_kwargs
     assert "image from tools_kwargs" in ledger[1]["conventions"]
     assert dict(tasks[0][0].metadata)["data_source"] == "thinklite_eureka" and tasks[0][0].answer == "\\frac{1}{2}"
+    for i, pairs in expect["objects"].items():  # extra_info.detected_objects, as the row gives it
+        assert tuple(m for m in tasks[i][0].metadata if m[0].startswith("detected_")) == pairs
     assert {i: s for i, (_, _, s) in tasks.items()} == {
         i: "val" if in_val(f"{FILE}#{i}", 0.5) else "train" for i in tasks}
 

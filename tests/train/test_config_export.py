@@ -24,10 +24,10 @@ def test_every_preset_loads_and_its_header_gives_the_command() -> None:
     tiny = load_config(PRESETS / "tiny-cpu.yaml", ["grpo.steps=3", "grpo.profile_overrides=[[delta, 0.0]]"])
     assert tiny.grpo.steps == 3 and tiny.grpo.profile_overrides == (("delta", 0.0),)
     assert tiny.grpo.clip == 0.2 and tiny.grpo.kl_coef == 0.0 and tiny.sft.warmup_ratio == 0.05
-    assert tiny.sft.teacher_code_style == "compact"
+    assert tiny.sft.teacher.code_style == "compact"
     paper = load_config(PRESETS / "sft-qwen2.5-vl-7b.yaml")
     assert (paper.sft.batch_size, paper.sft.lr) == (128, 5e-5)
-    assert paper.sft.teacher_code_style == "full"
+    assert paper.sft.teacher.code_style == "full"
 
 
 @pytest.mark.parametrize("style", ["full", "compact"])
@@ -35,7 +35,7 @@ def test_the_pipeline_teacher_writes_the_configured_code_style(tmp_path, style) 
     from codedance.train.pipeline import teacher_trajectories, world_tasks
 
     cfg = load_config(PRESETS / "tiny-cpu.yaml", [f"out_dir={tmp_path}", "sft.tasks.n=6",
-                                                   f"sft.teacher_code_style={style}"])
+                                                   f"sft.teacher.code_style={style}"])
     codes = [t.code for tr in teacher_trajectories(cfg, world_tasks(cfg.sft.tasks), log=lambda _m: None)
              for t in tr.turns if t.code]
     assert codes and all(c.rstrip().endswith("print('DONE')") for c in codes)

@@ -10,12 +10,14 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from codedance.rollout import EpisodeSettings
 from codedance.train.config import GRPOStage, RolloutSettings
 from codedance.train.grpo import GRPOTrainer, Rollouts
 from codedance.train.loss import collate, token_logprobs
 from tests.train.helpers import FakeRunner, corpus, task, tiny
 
-ROLL = RolloutSettings(max_turns=3, max_tokens=24, max_length=512, prompt_profile="paper", max_pixels=56 * 56)
+ROLL = RolloutSettings(max_tokens=24, max_length=512, max_pixels=56 * 56)
+EPISODE = EpisodeSettings(max_turns=3, prompt_profile="paper")
 
 
 def trainer(tmp_path, **kw):  # type: ignore[no-untyped-def]
@@ -23,7 +25,7 @@ def trainer(tmp_path, **kw):  # type: ignore[no-untyped-def]
     model, processor = tiny(corpus())
     stage = GRPOStage(steps=2, prompts_per_step=2, group_size=2, lr=1e-3, micro_batch=2, save_every=1,
                       save_rollouts=False, **kw)
-    return GRPOTrainer(model, processor, stage, ROLL, [task(i) for i in range(4)], tmp_path,
+    return GRPOTrainer(model, processor, stage, ROLL, EPISODE, [task(i) for i in range(4)], tmp_path,
                        make_runner=lambda images: FakeRunner(images), threads=1)
 
 

@@ -9,7 +9,6 @@ import importlib.util
 
 import pytest
 
-from codedance.cli.train_cmd import preset_path
 from codedance.train.config import load_config
 from codedance.train.pipeline import MODEL_BUILDERS, world_tasks
 
@@ -18,7 +17,7 @@ needs_smol = pytest.mark.skipif(not HAVE, reason="needs torch, transformers, ggu
 
 
 def test_preset_composes_into_disjoint_stages() -> None:
-    cfg = load_config(preset_path("smol-cpu", None), ["out_dir=/tmp/x"])
+    cfg = load_config("smol-cpu", ["out_dir=/tmp/x"])
     assert cfg.init == "smollm2" and "smollm2" in MODEL_BUILDERS
     assert cfg.model.train_layers == 8 and cfg.out_dir == "/tmp/x"
     assert cfg.rollout.max_tokens < cfg.rollout.max_length

@@ -94,19 +94,24 @@ def verl_message(message: Message) -> dict[str, Any]:
 @register("codedance")
 class CodeDanceAgentLoop(AgentLoopBase):
     """One CodeDance episode per sample (see the module docstring). Keyword settings:
-    ``max_turns`` (6, paper §4), ``prompt_profile`` (``release``), ``exec_timeout_s`` (15),
+    ``max_turns`` (6, paper §4), ``prompt_profile`` (``release``; a built-in name or one in
+    ``prompt_profiles``), ``prompt_profiles`` (None, or a YAML file of user profiles such as the
+    ``profiles.yaml`` of ``codedance data import codedance-rl``, whose ``codedance-rl`` profile is
+    the release's RL prompt), ``exec_timeout_s`` (15),
     ``turn_max_tokens`` (None: the remaining response budget), ``max_running`` (None: CPUs),
     ``inject_turn_limit`` (True), ``max_pixels`` / ``min_pixels`` (qwen-vl-utils' defaults)."""
 
     def __init__(self, *args, max_turns: int = 6, prompt_profile: str = "release",
-                 exec_timeout_s: float = 15.0, turn_max_tokens: int | None = None,
-                 max_running: int | None = None, inject_turn_limit: bool = True,
-                 max_pixels: int | None = None, min_pixels: int | None = None, **kwargs) -> None:
+                 prompt_profiles: str | None = None, exec_timeout_s: float = 15.0,
+                 turn_max_tokens: int | None = None, max_running: int | None = None,
+                 inject_turn_limit: bool = True, max_pixels: int | None = None,
+                 min_pixels: int | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         vision = VisionLimits()
         vision = VisionLimits(min_pixels=min_pixels or vision.min_pixels,
                               max_pixels=max_pixels or vision.max_pixels)
-        self.episode_config = EpisodeConfig(max_turns=int(max_turns), profile=get_profile(prompt_profile),
+        profile = get_profile(prompt_profile, prompt_profiles or None)
+        self.episode_config = EpisodeConfig(max_turns=int(max_turns), profile=profile,
                                             vision=vision, inject_turn_limit=bool(inject_turn_limit))
         self.exec_timeout_s = float(exec_timeout_s)
         self.turn_max_tokens = int(turn_max_tokens) if turn_max_tokens else None

@@ -15,7 +15,9 @@ Presets that run here (`LOCAL_PRESETS`): ``cpu-smoke`` (``codedance/presets/verl
    server's weight loads to ``weight_sync.jsonl``, and verl's console output to ``train.log``.
 
 Extra ``key=value`` arguments are Hydra overrides of the preset (``steps=N`` and ``out_dir=``
-are ours). A run starts afresh (verl's file logger truncates ``metrics.jsonl``); data and model
+are ours). ``CODEDANCE_PROMPT_PROFILE`` / ``CODEDANCE_PROFILES`` in the environment choose the
+agent loop's prompt profile (e.g. ``codedance-rl`` from an import's ``profiles.yaml``) in every
+process. A run starts afresh (verl's file logger truncates ``metrics.jsonl``); data and model
 already in ``out_dir`` are reused. Not handled: the GPU presets (they need a cluster, data and a
 checkpoint of your own: ``scripts/train_verl.sh``, docs/verl.md).
 """
@@ -32,6 +34,7 @@ from pathlib import Path
 
 PRESETS = Path(__file__).resolve().parents[2] / "presets" / "verl"
 PLUGIN = "codedance.integrations.verl"
+PROFILE_ENV = ("CODEDANCE_PROMPT_PROFILE", "CODEDANCE_PROFILES")
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,10 @@ def command(preset: LocalPreset, run: RunArgs, data: Path, model: Path) -> tuple
                 "TOKENIZERS_PARALLELISM": "false"}
     if preset.platform:
         env_vars["VERL_PLATFORM"] = preset.platform
+    for name in PROFILE_ENV:  # the agent loop YAML reads them (an imported prompt profile)
+        if os.environ.get(name):
+            value = os.environ[name]
+            env_vars[name] = str(Path(value).resolve()) if name == "CODEDANCE_PROFILES" else value
     cmd = [sys.executable, "-m", "verl.trainer.main_ppo", "--config-path", str(PRESETS),
            "--config-name", preset.config_name,
            f"data.train_files={data.resolve() / 'train.parquet'}",

@@ -225,3 +225,59 @@ def test_newest_weights_version_of_a_trajectory_is_kept():
     al.merge_server_fields(fields, {"global_steps": 3, "min_global_steps": 3, "max_global_steps": 3, "n": 1})
     al.merge_server_fields(fields, {"global_steps": 4, "min_global_steps": 4, "max_global_steps": 4, "n": 2})
     assert fields == {"global_steps": 3, "min_global_steps": 3, "max_global_steps": 4, "n": 1}
+
+
+@pytest.mark.parametrize("env", [True, False])
+def test_an_imported_profile_through_verls_agent_loop_registry(tok_proc, pool, tmp_path, monkeypatch, env):
+    """The release's RL prompt, imported from a CodeDance-RL fixture (the card's schema) as profile
+    ``codedance-rl``, chosen in the agent loop YAML that ships (through the environment, as
+    ``scripts/train_verl.sh`` passes it) or in a YAML of one's own, then loaded and instantiated as
+    verl's ``AgentLoopWorker`` does (``OmegaConf.load``, its registry, ``hydra.utils.instantiate``)."""
+    import hydra
+    from verl.experimental.agent_loop.agent_loop import ToolListWrap, _agent_loop_registry
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "data"))
+    from fixtures import RL_SCHEMA, RL_SYSTEM, rl_rows, write
+
+    from codedance.data.rl_import import import_rl
+
+    rows, _ = rl_rows()
+    import_rl([write(rows, RL_SCHEMA, tmp_path / "rl.parquet")], tmp_path / "rl")
+    profiles = tmp_path / "rl" / "profiles.yaml"
+    if env:
+        monkeypatch.setenv("CODEDANCE_PROMPT_PROFILE", "codedance-rl")
+        monkeypatch.setenv("CODEDANCE_PROFILES", str(profiles))
+        loop_yaml = Path(al.__file__).parents[2] / "presets" / "verl" / "agent_loop.yaml"
+    else:
+        loop_yaml = tmp_path / "agent_loop.yaml"
+        loop_yaml.write_text(f"- name: codedance\n  _target_: {al.__name__}.CodeDanceAgentLoop\n"
+                             f"  prompt_profile: codedance-rl\n  prompt_profiles: {profiles}\n")
+    saved = dict(_agent_loop_registry)
+    tokenizer, processor = tok_proc
+    server = ScriptedServer(tokenizer, [ANSWER])
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 4096, "response_length": 4096}},
+                               "data": {}})
+
+    async def go():
+        for entry in OmegaConf.load(loop_yaml):  # AgentLoopWorker.__init__
+            _agent_loop_registry[entry.name] = entry
+        loop = hydra.utils.instantiate(  # AgentLoopWorker._run_agent_loop
+            config=_agent_loop_registry["codedance"], trainer_config=DictConfigWrap(config=config),
+            server_manager=VerlClient(server), tokenizer=tokenizer, processor=processor,
+            hf_model_type="qwen2_5_vl", dataset_cls=None, data_config=DictConfigWrap(config.data),
+            tools=ToolListWrap([]))
+        return loop, await loop.run({"temperature": 1.0, "logprobs": True}, **row())
+
+    try:
+        loop, out = asyncio.run(go())
+    finally:
+        _agent_loop_registry.clear()
+        _agent_loop_registry.update(saved)
+    assert loop.episode_config.profile.name == "codedance-rl"
+    prompt = tokenizer.decode(out.prompt_ids)
+    assert RL_SYSTEM in prompt and "How many dots?" in prompt
+    assert record_from_extra(out.extra_fields).stop_reason == "answered"
+    for name in ("CODEDANCE_PROMPT_PROFILE", "CODEDANCE_PROFILES"):  # unset: the shipped YAML's defaults
+        monkeypatch.delenv(name, raising=False)
+    shipped = OmegaConf.load(Path(al.__file__).parents[2] / "presets" / "verl" / "agent_loop.yaml")[0]
+    assert (shipped.prompt_profile, shipped.prompt_profiles) == ("release", None)

@@ -37,6 +37,18 @@ def test_command_passes_the_plugin_and_outputs(tmp_path):
     assert env["VERL_FILE_LOGGER_PATH"] == str(tmp_path.resolve() / "metrics.jsonl")
     for key in ("VERL_PLATFORM", "VERL_USE_EXTERNAL_MODULES", "VERL_FILE_LOGGER_PATH", "CODEDANCE_AGENT_LOOP_YAML"):
         assert any(c.startswith(f"+ray_kwargs.ray_init.runtime_env.env_vars.{key}=") for c in cmd), key
+    assert not any("CODEDANCE_PROFILES" in c for c in cmd)
+
+
+def test_an_imported_prompt_profile_reaches_every_process(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CODEDANCE_PROMPT_PROFILE", "codedance-rl")
+    monkeypatch.setenv("CODEDANCE_PROFILES", "rl/profiles.yaml")  # relative: made absolute for the workers
+    run = launch.parse_args([f"out_dir={tmp_path}"])
+    cmd, _ = launch.command(launch.LOCAL_PRESETS["cpu-smoke"], run, tmp_path / "data", tmp_path / "model")
+    prefix = "+ray_kwargs.ray_init.runtime_env.env_vars."
+    assert f"{prefix}CODEDANCE_PROMPT_PROFILE='codedance-rl'" in cmd
+    assert f"{prefix}CODEDANCE_PROFILES='{tmp_path.resolve() / 'rl' / 'profiles.yaml'}'" in cmd
 
 
 def test_step_summary_reads_verls_console_line():
