@@ -43,7 +43,7 @@ app.command("synth", rich_help_panel=RUN, help="Synthesize verified SFT trajecto
 app.command("eval", rich_help_panel=RUN, help="Evaluate a served model on the paper's benchmarks.")(eval_cmd.eval_)
 app.command("report", rich_help_panel=RUN, help="Compare evaluation runs side by side.")(eval_cmd.report)
 app.add_typer(grading_cmd.app, name="grading", rich_help_panel=TOOLS)
-app.command("train", rich_help_panel=RUN, help="Train on CPU: SFT then GRPO on the synthetic world.")(train_cmd.train)
+app.command("train", rich_help_panel=RUN, help="Train on CPU: SFT then GRPO on the synthetic world or imported tasks (--tasks).")(train_cmd.train)
 app.command("sft", rich_help_panel=RUN, help="Supervised fine-tuning on trajectories (TRL), or export for ms-swift.")(sft_cmd.sft)
 app.add_typer(verl_cmd.app, name="verl", rich_help_panel=TOOLS)
 app.add_typer(presets_cmd.app, name="presets", rich_help_panel=TOOLS)
