@@ -272,7 +272,7 @@ def drive_episode(
         if code is not None:
             try:
                 result = sandbox.run(code)
-            except Exception as exc:  # the runner's own failure, recorded as a stop reason
+            except Exception as exc:  # noqa: BLE001 - the runner's own failure, recorded as a stop reason
                 episode.on_runner_error(exc)
             else:
                 episode.on_result(result)
@@ -315,7 +315,7 @@ async def arun_episode(
             continue
         try:
             result = await sandbox.arun(code)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - as in drive_episode
             episode.on_runner_error(exc)
             continue
         episode.on_result(result)
