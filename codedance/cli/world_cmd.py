@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from codedance.cli import options as opt
 from codedance.cli.console import make_console, user_errors
 
 app = typer.Typer(help="The synthetic task world and its expert teacher.", no_args_is_help=True)
@@ -52,23 +53,20 @@ def gen(
 @app.command()
 @user_errors
 def accuracy(
-    n: int = typer.Option(36, help="Tasks per run (cycling over skills × difficulties)."),
-    seed: int = typer.Option(1000, help="First seed."),
-    rollouts: int = typer.Option(2, help="Rollouts per task."),
-    skills: str = typer.Option("all", help="Comma list of skills."),
-    temperature: float = typer.Option(1.0, help="Teacher temperature."),
-    mistake_rate: float = typer.Option(0.5, help="First-mistake rate on hard tasks."),
+    n: int = typer.Option(36, help="Tasks per run (cycling over skills × difficulties).", rich_help_panel=opt.RUN),
+    seed: int = typer.Option(1000, help="First seed.", rich_help_panel=opt.RUN),
+    rollouts: int = typer.Option(2, help="Rollouts per task.", rich_help_panel=opt.RUN),
+    skills: opt.Skills = None,
+    temperature: opt.TeacherTemperature = None,
+    mistake_rate: opt.MistakeRate = None,
 ) -> None:
     """Measure the teacher through the real sandbox; print accuracy per skill and difficulty."""
-    from codedance.errors import SettingsError
+    from codedance.config import load
     from codedance.teacher import TeacherConfig
     from codedance.teacher.accuracy import measure
     from codedance.world import parse_skills, task_set
 
-    tasks = task_set(n, seed, parse_skills(None if skills == "all" else skills))  # WorldError: one line, exit 2
-    try:
-        teacher = TeacherConfig(temperature, mistake_rate, seed)
-    except ValueError as exc:
-        raise SettingsError(str(exc)) from None
+    teacher = load(TeacherConfig, seed=seed, temperature=temperature, mistake_rate=mistake_rate)  # SettingsError
+    tasks = task_set(n, seed, parse_skills(None if skills in (None, "all") else skills))  # WorldError: one line
     report = measure(tasks, teacher, rollouts=rollouts)
     make_console().print(report.table())
