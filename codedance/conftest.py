@@ -68,3 +68,8 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if collection_path.suffix == ".py" and not may_select(config, (doctest_tier(collection_path),)):
         return True
     return None
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Mark each doctest with its tier (here, so that ``pytest codedance/x.py`` selects it too)."""
+    item.add_marker(getattr(pytest.mark, doctest_tier(item.path)))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from codedance.conftest import doctest_tier, may_select
+from codedance.conftest import may_select
 
 ROOT = Path(__file__).resolve().parent
 TIERS: dict[str, tuple[str, ...]] = {
@@ -54,10 +54,7 @@ def node_tiers(rel: str) -> dict[str, str]:
 
 
 def tier_of(item: pytest.Item) -> str:
-    path = Path(str(item.fspath)).resolve()
-    if ROOT not in path.parents:
-        return doctest_tier(path)
-    rel = path.relative_to(ROOT).as_posix()
+    rel = item.path.resolve().relative_to(ROOT).as_posix()
     return node_tiers(rel).get(item.name.split("[")[0], file_tier(rel))
 
 
@@ -68,9 +65,9 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None if may_select(config, {file_tier(rel), *node_tiers(rel).values()}) else True
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        item.add_marker(getattr(pytest.mark, tier_of(item)))
-        rel = Path(str(item.fspath)).resolve()
-        if ROOT in rel.parents and rel.relative_to(ROOT).as_posix() in SLOW:
-            item.add_marker(pytest.mark.slow)
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Mark each test below tests/ with its tier, and ``slow`` (the package's doctests are marked
+    by `codedance.conftest`)."""
+    item.add_marker(getattr(pytest.mark, tier_of(item)))
+    if item.path.resolve().relative_to(ROOT).as_posix() in SLOW:
+        item.add_marker(pytest.mark.slow)

@@ -3,7 +3,8 @@
 
 - the one config shape (`codedance.config`): ``-c/--config`` presets or YAML files, ``key=value``
   overrides, ``--print-config``;
-- the teacher and episode knobs of the commands that run the expert teacher (demo, synth);
+- the teacher and episode knobs of the commands that run the expert teacher (demo, synth,
+  world accuracy);
 - the model-server and episode knobs of the commands that talk to an OpenAI-compatible server
   (solve, eval).
 
