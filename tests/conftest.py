@@ -59,8 +59,10 @@ def tier_of(item: pytest.Item) -> str:
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Skip a test module, or a helper module (``--doctest-modules`` imports those too), when
+    ``-m`` can select none of its tests."""
     if collection_path.suffix != ".py" or collection_path.name == "conftest.py":
-        return None  # a helper module too: --doctest-modules imports it
+        return None
     rel = collection_path.resolve().relative_to(ROOT).as_posix()
     return None if may_select(config, {file_tier(rel), *node_tiers(rel).values()}) else True
 
