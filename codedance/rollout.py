@@ -63,6 +63,8 @@ from codedance.prompts import (
 )
 from codedance.types import ExecResult, Message, StopReason, Task, Trajectory, Turn
 
+MODEL_LIMITS = (ContextOverflowError, ImageLimitError)  # the server's refusals that end an episode
+
 
 @runtime_checkable
 class CodeRunner(Protocol):
@@ -226,6 +228,13 @@ class Episode:
         self._notes.append(("error", f"image limit: {error}"))
         self._stop(StopReason.IMAGE_LIMIT)
 
+    def on_model_limit(self, error: ContextOverflowError | ImageLimitError) -> None:
+        """The server refused the conversation (`MODEL_LIMITS`): stop as that limit says."""
+        if isinstance(error, ImageLimitError):
+            self.on_image_limit(error)
+        else:
+            self.on_context_overflow(error)
+
     def interrupt(self, error: BaseException) -> None:
         """Stop with ``interrupted`` (a server error, Ctrl-C), keeping every recorded turn and the
         pending one (its code not run). No-op on a finished episode."""
@@ -262,17 +271,14 @@ def drive_episode(
     while not episode.done:
         try:
             completion = policy.complete(episode.messages)
-        except ContextOverflowError as exc:
-            episode.on_context_overflow(exc)
-            break
-        except ImageLimitError as exc:
-            episode.on_image_limit(exc)
+        except MODEL_LIMITS as exc:
+            episode.on_model_limit(exc)
             break
         code = episode.on_completion(completion)
         if code is not None:
             try:
                 result = sandbox.run(code)
-            except Exception as exc:  # the runner's own failure, recorded as a stop reason
+            except Exception as exc:  # noqa: BLE001 - the runner's own failure, recorded as a stop reason
                 episode.on_runner_error(exc)
             else:
                 episode.on_result(result)
@@ -304,18 +310,15 @@ async def arun_episode(
     while not episode.done:
         try:
             completion = await policy.acomplete(episode.messages)
-        except ContextOverflowError as exc:
-            episode.on_context_overflow(exc)
-            break
-        except ImageLimitError as exc:
-            episode.on_image_limit(exc)
+        except MODEL_LIMITS as exc:
+            episode.on_model_limit(exc)
             break
         code = episode.on_completion(completion)
         if code is None:
             continue
         try:
             result = await sandbox.arun(code)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - as in drive_episode
             episode.on_runner_error(exc)
             continue
         episode.on_result(result)

@@ -12,6 +12,7 @@ through integrations), then the data engine (curate), then the command line.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "codedance"
@@ -33,7 +34,8 @@ def room_of(module: str) -> str:
     return module.split(".")[1]
 
 
-def edges() -> set[tuple[str, str, str]]:
+@functools.cache  # read once for the tests below
+def edges() -> frozenset[tuple[str, str, str]]:
     """(importing room, imported room, file) for every import of another room."""
     found = set()
     for path in PACKAGE.rglob("*.py"):
@@ -48,7 +50,7 @@ def edges() -> set[tuple[str, str, str]]:
             for name in names:
                 if name.startswith("codedance.") and room_of(name) != here:
                     found.add((here, room_of(name), str(rel)))
-    return found
+    return frozenset(found)
 
 
 def test_every_room_has_a_floor() -> None:

@@ -34,61 +34,57 @@ from pathlib import Path
 
 import typer
 
+from codedance.cli import options as opt
 from codedance.cli.console import make_console, user_errors
 
 app = typer.Typer(help="Evaluate a served model on the paper's benchmarks.")
-
-
-RUN, SERVER, DATA = "Run", "Model server", "Data"
+DATA = "Data"
 
 
 @app.command("eval")
 @user_errors
 def eval_(
-    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help="Settings, e.g. episode.max_turns=6"),
-    config: list[str] = typer.Option([], "-c", "--config", metavar="SPEC", help="A preset name or YAML file (repeatable)."),
-    model: str = typer.Option(None, "--model", help="Model server URL, e.g. http://localhost:8000/v1",
-                              rich_help_panel=SERVER),
-    out: Path = typer.Option(None, "--out", help="Run folder (rerun the same command to resume)", rich_help_panel=RUN),
-    benchmarks: str = typer.Option(None, help="Comma-separated names, 'paper' (the eleven) or 'all' [paper]",
-                                   rich_help_panel=RUN),
+    overrides: opt.Overrides = None,
+    config: opt.Presets = None,
+    model: opt.Model = None,
+    out: Path = typer.Option(None, "--out", help="Run folder (rerun the same command to resume)", rich_help_panel=opt.RUN),
+    benchmarks: str = typer.Option(None, help="Comma-separated names, 'paper' (the eleven) or 'all' \\[paper]",
+                                   rich_help_panel=opt.RUN),
     tasks: Path = typer.Option(None, metavar="PATH", help="A Task JSONL or import folder to evaluate (tasks_split=val: "
                                "one split)", rich_help_panel=DATA),
-    model_name: str = typer.Option(None, help="Served model name [the server's first]", rich_help_panel=SERVER),
-    max_turns: int = typer.Option(None, help="Model calls per sample at most (paper: 10) [10]", rich_help_panel=RUN),
-    concurrency: int = typer.Option(None, help="Samples in flight at once [64]", rich_help_panel=RUN),
-    limit: int = typer.Option(None, help="First N samples of each benchmark [all]", rich_help_panel=RUN),
+    model_name: opt.ModelName = None,
+    max_turns: opt.MaxTurns = None,
+    concurrency: int = typer.Option(None, help="Samples in flight at once [64]", rich_help_panel=opt.RUN),
+    limit: int = typer.Option(None, help="First N samples of each benchmark \\[all]", rich_help_panel=opt.RUN),
     no_tools: bool = typer.Option(None, "--no-tools", help="Answer directly, one turn, no code (baseline)",
-                                  rich_help_panel=RUN, show_default=False),
-    judge: str = typer.Option(None, help="OpenAI-compatible judge URL for judge-based metrics", rich_help_panel=RUN),
-    judge_model: str = typer.Option(None, help="Judge model name [Qwen/Qwen2.5-72B-Instruct]", rich_help_panel=RUN),
+                                  rich_help_panel=opt.RUN, show_default=False),
+    judge: str = typer.Option(None, help="OpenAI-compatible judge URL for judge-based metrics", rich_help_panel=opt.RUN),
+    judge_model: str = typer.Option(None, help="Judge model name \\[Qwen/Qwen2.5-72B-Instruct]", rich_help_panel=opt.RUN),
     data: list[str] = typer.Option([], "--data", help="NAME=PATH: a TSV, HF export or MATH-V folder",
                                    rich_help_panel=DATA),
-    lmu_data: Path = typer.Option(None, help="VLMEvalKit data folder [$LMUData or ~/LMUData]", rich_help_panel=DATA),
-    pixmo_cache: Path = typer.Option(None, help="PixmoCount image cache [<lmu-data>/pixmo_cache]", rich_help_panel=DATA),
+    lmu_data: Path = typer.Option(None, help="VLMEvalKit data folder \\[$LMUData or ~/LMUData]", rich_help_panel=DATA),
+    pixmo_cache: Path = typer.Option(None, help="PixmoCount image cache \\[<lmu-data>/pixmo_cache]", rich_help_panel=DATA),
     fetch_images: bool = typer.Option(None, "--fetch-images", help="Download PixmoCount images missing from the cache",
                                       rich_help_panel=DATA, show_default=False),
-    profile: str = typer.Option(None, help="Prompt profile [release]", rich_help_panel=RUN),
-    profiles: Path = typer.Option(None, help="YAML file of user prompt profiles", rich_help_panel=RUN),
-    temperature: float = typer.Option(None, help="[0.0]", rich_help_panel=SERVER),
-    max_tokens: int = typer.Option(None, help="Tokens per model call [2048]", rich_help_panel=SERVER),
-    exec_timeout: float = typer.Option(None, help="Seconds per code execution [15]", rich_help_panel=RUN),
-    request_timeout: float = typer.Option(None, help="Seconds per model request [300]", rich_help_panel=SERVER),
-    api_key: str = typer.Option("EMPTY", envvar="OPENAI_API_KEY", rich_help_panel=SERVER),
-    plain_openai: bool = typer.Option(None, "--plain-openai", help="Send no vLLM/SGLang-only request fields",
-                                      rich_help_panel=SERVER, show_default=False),
-    scoring: str = typer.Option(None, help="vlmevalkit (VLMEvalKit's rules per sample) or strict [vlmevalkit]",
-                                rich_help_panel=RUN),
+    profile: opt.Profile = None,
+    profiles: opt.Profiles = None,
+    temperature: opt.Temperature = None,
+    max_tokens: opt.MaxTokens = None,
+    exec_timeout: opt.ExecTimeout = None,
+    request_timeout: opt.RequestTimeout = None,
+    api_key: opt.ApiKey = "EMPTY",
+    plain_openai: opt.PlainOpenai = None,
+    scoring: str = typer.Option(None, help="vlmevalkit (VLMEvalKit's rules per sample) or strict \\[vlmevalkit]",
+                                rich_help_panel=opt.RUN),
     samples: int = typer.Option(None, help="Samples per item (Avg@k, pass@k); needs --temperature > 0 [1]",
-                                rich_help_panel=RUN),
+                                rich_help_panel=opt.RUN),
     stop_after: int = typer.Option(None, help="Stop after this many consecutive connection failures [10]",
-                                   rich_help_panel=SERVER),
+                                   rich_help_panel=opt.SERVER),
     retries: int = typer.Option(None, help="Retries of a failed model request (connection errors, 429, 5xx) [4]",
-                                rich_help_panel=SERVER),
-    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved settings and exit."),
+                                rich_help_panel=opt.SERVER),
+    print_config: opt.PrintConfig = False,
 ) -> None:
     """Run the benchmarks, score them and write the report into --out."""
-    from codedance.config import dump, load
     from codedance.eval.options import EvalConfig
     from codedance.eval.report import markdown
     from codedance.eval.runner import run_eval
@@ -97,18 +93,15 @@ def eval_(
 
     console = make_console()
     text = lambda v: None if v is None else str(v)
-    cfg = load(EvalConfig, [*config, *(overrides or [])], command="eval", benchmarks=benchmarks, out=text(out),
-               tasks=text(tasks),
-               server__url=model, server__name=model_name, server__temperature=temperature,
-               server__max_tokens=max_tokens, server__request_timeout_s=request_timeout, server__retries=retries,
-               server__plain_openai=plain_openai, episode__max_turns=max_turns, episode__prompt_profile=profile,
-               episode__exec_timeout_s=exec_timeout, profiles=text(profiles), no_tools=no_tools,
-               limit=limit, samples=samples, scoring=scoring, judge__url=judge, judge__model=judge_model,
-               data=list(data) or None, lmu_data=text(lmu_data), pixmo_cache=text(pixmo_cache),
-               fetch_images=fetch_images, concurrency=concurrency, stop_after=stop_after)
-    if print_config:
-        console.print(dump(cfg), end="", markup=False, highlight=False)
-        return
+    cfg = opt.resolve(EvalConfig, config, overrides, print_config=print_config, console=console, command="eval",
+                      benchmarks=benchmarks, out=text(out), tasks=text(tasks), server__url=model, server__name=model_name,
+                      server__temperature=temperature, server__max_tokens=max_tokens,
+                      server__request_timeout_s=request_timeout, server__retries=retries,
+                      server__plain_openai=plain_openai, episode__max_turns=max_turns, episode__prompt_profile=profile,
+                      episode__exec_timeout_s=exec_timeout, profiles=text(profiles), no_tools=no_tools,
+                      limit=limit, samples=samples, scoring=scoring, judge__url=judge, judge__model=judge_model,
+                      data=list(data) or None, lmu_data=text(lmu_data), pixmo_cache=text(pixmo_cache),
+                      fetch_images=fetch_images, concurrency=concurrency, stop_after=stop_after)
     server, out_dir = cfg.server, Path(cfg.out)
     judge_client = None
     try:

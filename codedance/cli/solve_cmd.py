@@ -20,6 +20,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from codedance.cli import options as opt
 from codedance.cli.console import make_console, user_errors
 from codedance.cli.solve_view import (
     print_ending,
@@ -28,7 +29,6 @@ from codedance.cli.solve_view import (
     save_input_images,
     save_turn_images,
 )
-from codedance.config import dump, load
 from codedance.errors import SettingsError
 from codedance.policy import PolicyError
 from codedance.policy.server_config import ServerConfig
@@ -38,7 +38,6 @@ from codedance.rollout import Episode, EpisodeSettings, drive_episode
 from codedance.types import Task, Trajectory, Turn
 
 app = typer.Typer(help="Solve one question about one or more images with a served model.")
-SERVER, EPISODE = "Model server", "Episode"
 
 
 @dataclass(frozen=True)
@@ -56,46 +55,39 @@ class SolveConfig:
 @app.command()
 @user_errors
 def solve(
-    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help="Settings, e.g. server.max_tokens=4096"),
+    overrides: opt.Overrides = None,
     config: list[str] = typer.Option([], "-c", "--config", metavar="FILE", help="A YAML file of settings (repeatable)."),
-    model: str = typer.Option(None, "--model", help="Server URL, e.g. http://localhost:8000/v1", rich_help_panel=SERVER),
+    model: opt.Model = None,
     image: list[Path] = typer.Option([], "--image", help="Input image (repeat for several)"),
     question: str = typer.Option("", "--question", help="The question to answer"),
-    model_name: str = typer.Option(None, "--model-name", help="Served model name [the server's first]",
-                                   rich_help_panel=SERVER),
-    profile: str = typer.Option(None, help="Prompt profile: release, release-eval, paper, or one from --profiles "
-                                "[release]", rich_help_panel=EPISODE),
-    profiles: Path = typer.Option(None, help="YAML file of user prompt profiles", rich_help_panel=EPISODE),
-    max_turns: int = typer.Option(None, help="Assistant turns at most (the paper evaluates with 10) [10]",
-                                  rich_help_panel=EPISODE),
-    temperature: float = typer.Option(None, help="[0.0]", rich_help_panel=SERVER),
-    top_p: float = typer.Option(None, help="[1.0]", rich_help_panel=SERVER),
-    max_tokens: int = typer.Option(None, help="Tokens per assistant turn [2048]", rich_help_panel=SERVER),
-    seed: int = typer.Option(None, rich_help_panel=SERVER),
-    exec_timeout: float = typer.Option(None, help="Seconds per code execution [15]", rich_help_panel=EPISODE),
-    request_timeout: float = typer.Option(None, help="Seconds per model request [300]", rich_help_panel=SERVER),
+    model_name: opt.ModelName = None,
+    profile: opt.Profile = None,
+    profiles: opt.Profiles = None,
+    max_turns: opt.MaxTurns = None,
+    temperature: opt.Temperature = None,
+    top_p: float = typer.Option(None, help="Nucleus sampling [1.0]", rich_help_panel=opt.SERVER),
+    max_tokens: opt.MaxTokens = None,
+    seed: int = typer.Option(None, help="Sampling seed \\[none]", rich_help_panel=opt.SERVER),
+    exec_timeout: opt.ExecTimeout = None,
+    request_timeout: opt.RequestTimeout = None,
     max_pixels: int = typer.Option(None, help="Largest image area sent to the model [16384·28·28]",
-                                   rich_help_panel=EPISODE),
+                                   rich_help_panel=opt.EPISODE),
     min_pixels: int = typer.Option(None, help="Smallest image area sent to the model [4·28·28]",
-                                   rich_help_panel=EPISODE),
-    api_key: str = typer.Option("EMPTY", envvar="OPENAI_API_KEY", help="Bearer token, if the server wants one",
-                                rich_help_panel=SERVER),
-    plain_openai: bool = typer.Option(None, "--plain-openai", help="Send no vLLM/SGLang-only request fields",
-                                      rich_help_panel=SERVER, show_default=False),
+                                   rich_help_panel=opt.EPISODE),
+    api_key: opt.ApiKey = "EMPTY",
+    plain_openai: opt.PlainOpenai = None,
     out: Path | None = typer.Option(None, help="Output folder (default: ./solve-<time>)"),
-    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved settings and exit."),
+    print_config: opt.PrintConfig = False,
 ) -> None:
     """Run one think -> execute -> feedback episode and show it."""
     console = make_console()
-    cfg = load(SolveConfig, [*config, *(overrides or [])], server__url=model, server__name=model_name,
-               server__temperature=temperature, server__max_tokens=max_tokens,
-               server__request_timeout_s=request_timeout, server__plain_openai=plain_openai,
-               episode__prompt_profile=profile, episode__max_turns=max_turns, episode__exec_timeout_s=exec_timeout,
-               episode__max_pixels=max_pixels, episode__min_pixels=min_pixels,
-               profiles=None if profiles is None else str(profiles), top_p=top_p, seed=seed)
-    if print_config:
-        console.print(dump(cfg), end="", markup=False, highlight=False)
-        return
+    cfg = opt.resolve(SolveConfig, config, overrides, print_config=print_config, console=console,
+                      server__url=model, server__name=model_name, server__temperature=temperature,
+                      server__max_tokens=max_tokens, server__request_timeout_s=request_timeout,
+                      server__plain_openai=plain_openai, episode__prompt_profile=profile, episode__max_turns=max_turns,
+                      episode__exec_timeout_s=exec_timeout, episode__max_pixels=max_pixels,
+                      episode__min_pixels=min_pixels, profiles=None if profiles is None else str(profiles),
+                      top_p=top_p, seed=seed)
     if not cfg.server.url or not image or not question:
         raise SettingsError("give the server, the image(s) and the question: --model URL --image FILE --question TEXT")
     out_dir = out or Path(f"solve-{time.strftime('%Y%m%d-%H%M%S')}")

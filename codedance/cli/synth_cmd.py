@@ -15,45 +15,39 @@ from pathlib import Path
 
 import typer
 
+from codedance.cli import options as opt
 from codedance.cli.console import make_console, user_errors
 
-RUN, TEACHER = "Run", "Teacher and episode"
 app = typer.Typer(help="Synthesize verified SFT trajectories from the task world with the expert teacher.")
 
 
 @app.command()
 @user_errors
 def synth(
-    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help="Settings, e.g. teacher.code_style=compact"),
-    config: list[str] = typer.Option([], "-c", "--config", metavar="SPEC", help="A preset name or YAML file (repeatable)."),
-    n: int = typer.Option(None, "--n", help="Accepted records wanted [36].", rich_help_panel=RUN),
-    out: Path = typer.Option(None, metavar="DIR", help="Run directory, resumed if it holds this run [runs/synth].",
-                             rich_help_panel=RUN),
-    skills: str = typer.Option(None, help="Comma list of skills (see `codedance world list`) [all].", rich_help_panel=RUN),
-    difficulties: str = typer.Option(None, help="Comma list of difficulties [easy,medium,hard].", rich_help_panel=RUN),
-    seed: int = typer.Option(None, help="Seed of the first task and of the teacher's sampling [0].", rich_help_panel=RUN),
-    max_tasks: int = typer.Option(None, help="Tasks to try at most; 0: 2·n + 10 [0].", rich_help_panel=RUN),
-    concurrency: int = typer.Option(None, help="Episodes (and sandbox steps) at once [2].", rich_help_panel=RUN),
-    temperature: float = typer.Option(None, help="Teacher temperature; 0: no first mistakes [1.0].",
-                                      rich_help_panel=TEACHER),
-    mistake_rate: float = typer.Option(None, help="Chance of a noticed-and-corrected first mistake on hard tasks [0.5].",
-                                       rich_help_panel=TEACHER),
-    max_turns: int = typer.Option(None, help="Turn budget per episode [6].", rich_help_panel=TEACHER),
-    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved settings and exit."),
+    overrides: opt.Overrides = None,
+    config: opt.Presets = None,
+    n: int = typer.Option(None, "--n", help="Accepted records wanted [36].", rich_help_panel=opt.RUN),
+    out: Path = typer.Option(None, metavar="DIR", help="Run directory, resumed if it holds this run \\[runs/synth].",
+                             rich_help_panel=opt.RUN),
+    skills: opt.Skills = None,
+    difficulties: str = typer.Option(None, help="Comma list of difficulties \\[easy,medium,hard].", rich_help_panel=opt.RUN),
+    seed: opt.TeacherSeed = None,
+    max_tasks: int = typer.Option(None, help="Tasks to try at most; 0: 2·n + 10 [0].", rich_help_panel=opt.RUN),
+    concurrency: opt.Episodes = None,
+    temperature: opt.TeacherTemperature = None,
+    mistake_rate: opt.MistakeRate = None,
+    max_turns: opt.TurnBudget = None,
+    print_config: opt.PrintConfig = False,
 ) -> None:
     """Run the teacher, re-execute and verify each trajectory, write the accepted ones as SFT data."""
-    from codedance.config import dump, load
     from codedance.synth import SynthConfig, run_synth
 
     console = make_console()
     names = None if skills in (None, "all") else skills  # checked (unknown skills named) before the run
-    cfg = load(SynthConfig, [*config, *(overrides or [])], command="synth", n=n,
-               out=None if out is None else str(out), skills=names, difficulties=difficulties, seed=seed,
-               max_tasks=max_tasks, concurrency=concurrency, teacher__temperature=temperature,
-               teacher__mistake_rate=mistake_rate, episode__max_turns=max_turns)
-    if print_config:
-        console.print(dump(cfg), end="", markup=False, highlight=False)
-        return
+    cfg = opt.resolve(SynthConfig, config, overrides, print_config=print_config, console=console, command="synth",
+                      n=n, out=None if out is None else str(out), skills=names, difficulties=difficulties, seed=seed,
+                      max_tasks=max_tasks, concurrency=concurrency, teacher__temperature=temperature,
+                      teacher__mistake_rate=mistake_rate, episode__max_turns=max_turns)
     result = run_synth(cfg)
     rejected = ", ".join(f"{reason} {count}" for reason, count in result.rejected) or "none"
     console.print(f"accepted {result.accepted}/{cfg.n} of {result.tried} tasks tried ({result.ran} this run, "

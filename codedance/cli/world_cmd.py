@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from codedance.cli import options as opt
 from codedance.cli.console import make_console, user_errors
 
 app = typer.Typer(help="The synthetic task world and its expert teacher.", no_args_is_help=True)
@@ -52,25 +53,23 @@ def gen(
 @app.command()
 @user_errors
 def accuracy(
-    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help="Settings, e.g. episode.max_turns=4"),
-    config: list[str] = typer.Option([], "-c", "--config", metavar="SPEC", help="A YAML file (repeatable)."),
-    n: int = typer.Option(None, help="Tasks per run (cycling over skills × difficulties) [36]."),
-    seed: int = typer.Option(None, help="First seed [1000]."),
-    rollouts: int = typer.Option(None, help="Rollouts per task [2]."),
-    skills: str = typer.Option(None, help="Comma list of skills [all]."),
-    temperature: float = typer.Option(None, help="Teacher temperature [1.0]."),
-    mistake_rate: float = typer.Option(None, help="First-mistake rate on hard tasks [0.5]."),
-    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved settings and exit."),
+    overrides: opt.Overrides = None,
+    config: opt.Presets = None,
+    n: int = typer.Option(None, help="Tasks per run (cycling over skills × difficulties) \\[36].", rich_help_panel=opt.RUN),
+    seed: int = typer.Option(None, help="First seed \\[1000].", rich_help_panel=opt.RUN),
+    rollouts: int = typer.Option(None, help="Rollouts per task \\[2].", rich_help_panel=opt.RUN),
+    skills: opt.Skills = None,
+    temperature: opt.TeacherTemperature = None,
+    mistake_rate: opt.MistakeRate = None,
+    print_config: opt.PrintConfig = False,
 ) -> None:
     """Measure the teacher through the real sandbox; print accuracy per skill and difficulty.
     Settings are `codedance.teacher.accuracy.AccuracyConfig` (the flags are sugar for its keys)."""
-    from codedance.config import dump, load
     from codedance.teacher.accuracy import AccuracyConfig, measure_config
 
-    cfg = load(AccuracyConfig, [*config, *(overrides or [])], command="world-accuracy", n=n, seed=seed,
-               rollouts=rollouts, skills=None if skills in (None, "all") else skills,
-               teacher__temperature=temperature, teacher__mistake_rate=mistake_rate)
-    if print_config:
-        make_console().print(dump(cfg), end="", markup=False, highlight=False)
-        return
-    make_console().print(measure_config(cfg).table())  # an unknown skill: WorldError, one line, exit 2
+    console = make_console()
+    cfg = opt.resolve(AccuracyConfig, config, overrides, print_config=print_config, console=console,
+                      command="world-accuracy", n=n, seed=seed, rollouts=rollouts,
+                      skills=None if skills in (None, "all") else skills,
+                      teacher__temperature=temperature, teacher__mistake_rate=mistake_rate)
+    console.print(measure_config(cfg).table())  # an unknown skill: WorldError, one line, exit 2

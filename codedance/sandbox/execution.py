@@ -53,7 +53,7 @@ def run_snippet(code: str, namespace: dict) -> object:
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         last = ast.Expression(body=tree.body.pop().value)
-    exec(compile(tree, SNIPPET_FILENAME, "exec"), namespace)
+    exec(compile(tree, SNIPPET_FILENAME, "exec"), namespace)  # noqa: S102 - running snippets is the job
     if last is None:
         return None
     return eval(compile(last, SNIPPET_FILENAME, "eval"), namespace)

@@ -96,7 +96,7 @@ def bubblewrap_problem() -> str | None:
     probe = [path, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--ro-bind", "/", "/",
              "--proc", "/proc", "--dev", "/dev", "--", "true"]  # fmt: skip
     try:
-        done = subprocess.run(probe, capture_output=True, timeout=20, text=True)
+        done = subprocess.run(probe, capture_output=True, timeout=20, text=True, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap could not run: {exc}"
     if done.returncode != 0:

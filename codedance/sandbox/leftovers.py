@@ -17,8 +17,8 @@ import fcntl
 import glob
 import os
 import re
-import stat
 import secrets
+import stat
 import tempfile
 
 from codedance.sandbox import cgroups

@@ -136,7 +136,7 @@ def decode_header(raw: bytes) -> tuple[dict, list[int]]:
     except Exception as exc:  # noqa: BLE001 - RecursionError, OverflowError, UnicodeError, ...
         raise ValueError(f"malformed header: {type(exc).__name__}: {str(exc)[:200]}") from None
     if not isinstance(header, dict):
-        raise ValueError("the header is not a JSON object")
+        raise ValueError("the header is not a JSON object")  # noqa: TRY004 - malformed wire data
     sizes = header.pop("_blobs", None)
     if not isinstance(sizes, list) or len(sizes) > MAX_BLOBS:
         raise ValueError("the header's blob list is missing or too long")
@@ -292,7 +292,7 @@ MAX_FRAMES = 10
 
 def _text(value: object, what: str, limit: int) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"{what} is not a string")
+        raise ValueError(f"{what} is not a string")  # noqa: TRY004 - malformed wire data
     if len(value) > limit:
         raise ValueError(f"{what} has {len(value)} characters, over its bound of {limit}")
     try:
@@ -334,7 +334,7 @@ def _parse_result(message: Message, limits) -> ExecResult:
     images = []
     for blob, item in zip(message.blobs, meta):
         if not isinstance(item, dict):
-            raise ValueError("an image's description is not an object")
+            raise ValueError("an image's description is not an object")  # noqa: TRY004 - malformed wire data
         check_png_structure(blob)
         width, height = png_size(blob)
         if not (0 < width and 0 < height and width * height <= limits.max_pixels):
@@ -373,7 +373,7 @@ def _parse_error(error: object, error_chars: int) -> ExecError | None:
     if error is None:
         return None
     if not isinstance(error, dict):
-        raise ValueError("error is not an object")
+        raise ValueError("error is not an object")  # noqa: TRY004 - malformed wire data
     frames = error.get("frames", [])
     if not isinstance(frames, list) or len(frames) > MAX_FRAMES:
         raise ValueError("the error's frames are not a short list")

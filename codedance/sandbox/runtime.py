@@ -117,10 +117,10 @@ def _holder_main(fd: int, request: dict, pristine_builtins: dict) -> None:
             try:
                 guards.install_seccomp()
                 layers["seccomp"] = "in force"
-            except Exception as exc:  # reported to the controller, which decides
+            except Exception as exc:  # noqa: BLE001 - reported to the controller, which decides
                 layers["seccomp_error"] = f"{type(exc).__name__}: {exc}"
         namespace = _initial_namespace(request["images"])
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a failed start is reported to the controller
         protocol.send(conn, {"op": "ready", "ok": False, "error": f"{type(exc).__name__}: {exc}"})
         return
     protocol.send(conn, {"op": "ready", "ok": True, "layers": layers})

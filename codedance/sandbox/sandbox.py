@@ -444,9 +444,9 @@ class Sandbox:
         """Stop every process of the trajectory before its files are touched (where a freezer exists)."""
         if self._closed:
             raise _Closing()
-        if self._cgroup is not None and self._cgroup.can_freeze:
-            if not self._cgroup.freeze(self._recovery_deadline):
-                raise _Lost("the trajectory's processes could not be frozen in time")
+        if (self._cgroup is not None and self._cgroup.can_freeze
+                and not self._cgroup.freeze(self._recovery_deadline)):
+            raise _Lost("the trajectory's processes could not be frozen in time")
 
     def _thaw(self) -> None:
         if self._cgroup is not None:
@@ -552,5 +552,5 @@ class Sandbox:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
+        except Exception:  # noqa: BLE001, S110 - interpreter shutdown
             pass

@@ -31,8 +31,8 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import replace
 import weakref
+from dataclasses import replace
 
 import codedance
 from codedance.sandbox import cgroups, leftovers, mounts
@@ -198,7 +198,7 @@ class SandboxService:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._control = ours
         log_path = os.path.join(self.store_root, "zygote.log")
-        self._log = open(log_path, "wb")
+        self._log = open(log_path, "wb")  # noqa: SIM115 - the zygote's log while it lives; closed in close()
         fd = theirs.fileno()
         if self.namespaces:
             command = _bwrap_command(self.work_root, fd, self.as_root, self.inputs_root)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -53,7 +54,7 @@ def jail(make):
         if not (sandbox.isolation.namespaces and sandbox.isolation.seccomp):
             pytest.skip(f"hostile tests need the jail's PID namespace and seccomp: {sandbox.isolation.describe()}")
         assert in_fresh_pid_namespace(sandbox._holder_pid), "the holder is in the host's PID namespace"
-        assert "Seccomp:\t2" in open(f"/proc/{sandbox._holder_pid}/status").read()
+        assert "Seccomp:\t2" in Path(f"/proc/{sandbox._holder_pid}/status").read_text()
         return sandbox
 
     return factory

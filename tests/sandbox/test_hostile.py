@@ -51,10 +51,10 @@ CASES = {
     "bytearray(10**11)": ("b = bytearray(10**11)", {OOM}, 2),
     "growth loop": ("chunks = []\nwhile True: chunks.append(bytearray(50 << 20))", {OOM}, 5),
     "decompression bomb": (
-        "import struct, zlib\nfrom PIL import Image\n"
+        ("import struct, zlib\nfrom PIL import Image\n"
         "def chunk(t, d): return struct.pack('>I', len(d)) + t + d + struct.pack('>I', zlib.crc32(t + d))\n"
         "png = b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 100000, 100000, 8, 2, 0, 0, 0))\n"
-        "open('bomb.png', 'wb').write(png + chunk(b'IEND', b''))\nImage.open('bomb.png').load()",
+        "open('bomb.png', 'wb').write(png + chunk(b'IEND', b''))\nImage.open('bomb.png').load()"),
         {ERROR}, 3),
     "Image.new 60000x60000": ("from PIL import Image; im = Image.new('RGB', (60000, 60000))", {OOM, ERROR}, 3),
     # processes

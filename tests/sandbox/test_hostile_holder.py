@@ -18,6 +18,7 @@ import os
 import platform
 import stat
 import time
+from pathlib import Path
 
 import pytest
 
@@ -103,8 +104,8 @@ def test_symlink_swaps_during_restore_never_reach_the_host(jail, tmp_path):
     host, before = _host_dir(tmp_path)
     sandbox = jail(timeout_s=5.0)
     assert sandbox.run("import os\nos.makedirs('d', exist_ok=True)\nopen('d/x', 'w').write('mine')").ok
-    action = ("def ACTION():\n    try:\n        os.rename('d', 'd.real'); os.symlink(%r, 'd')\n"
-              "        os.unlink('d'); os.rename('d.real', 'd')\n    except OSError: pass\n") % str(host)
+    action = (f"def ACTION():\n    try:\n        os.rename('d', 'd.real'); os.symlink({str(host)!r}, 'd')\n"
+              "        os.unlink('d'); os.rename('d.real', 'd')\n    except OSError: pass\n")
     assert sandbox.run(hostile(action)).ok
     results = []
     for code in ("open('d/x', 'w').write('evil'); raise ValueError('fail')",
@@ -460,7 +461,7 @@ def test_an_idle_trajectory_runs_nothing(jail):
 
 
 def _cpu_ticks(pid: int) -> int:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])
 
 
@@ -481,12 +482,12 @@ def test_each_trajectory_has_a_cpu_quota(jail):
     sandbox = jail(limits=Limits(cpus=1.5))
     if sandbox._cgroup is None or sandbox._cgroup.cpu_dir is None:
         pytest.skip("no CPU bandwidth control here")
-    directory = sandbox._cgroup.cpu_dir
+    directory = Path(sandbox._cgroup.cpu_dir)
     if sandbox._cgroup.layout.version == 2:
-        assert open(os.path.join(directory, "cpu.max")).read().split() == ["150000", "100000"]
+        assert (directory / "cpu.max").read_text().split() == ["150000", "100000"]
     else:
-        assert int(open(os.path.join(directory, "cpu.cfs_quota_us")).read()) == 150_000
-        assert int(open(os.path.join(directory, "cpu.cfs_period_us")).read()) == 100_000
+        assert int((directory / "cpu.cfs_quota_us").read_text()) == 150_000
+        assert int((directory / "cpu.cfs_period_us").read_text()) == 100_000
     assert sandbox._holder_pid in sandbox._cgroup.pids()
 
 
