@@ -51,6 +51,7 @@ def test_bad_input_is_one_line_and_exit_2_in_every_command(tmp_path):
         (["train", "--preset", "nope"], "unknown train preset"),
         (["train", "--stage", "grpo"], "--stage"),
         (["sft", "--data", str(tmp_path / "empty"), "--export-swift", str(tmp_path / "x.jsonl")], "no trajectories"),
+        (["sft", "--data", str(tmp_path), "-c", "nope", "--print-config"], "unknown train preset"),
     ]
     runner = CliRunner()
     for args, words in cases:
@@ -72,3 +73,17 @@ def test_sft_refuses_a_model_path_that_does_not_exist(tmp_path):
         Trajectory("t", (Turn("<answer>1</answer>", answer="1"),), StopReason.ANSWERED), ImageStore(data / "images"), "t#0"))
     result = CliRunner().invoke(app, ["sft", "--data", str(data), "--model", str(tmp_path / "runs" / "nope")])
     assert result.exit_code == 2 and "no such folder" in result.output
+
+
+def test_sft_takes_presets_files_and_overrides_like_train(tmp_path):
+    """`codedance sft` has train's option shape: -c (repeatable), key=value, --print-config."""
+    from typer.testing import CliRunner
+
+    from codedance.cli import app
+
+    spec = tmp_path / "mine.yaml"
+    spec.write_text("sft:\n  lr: 0.003\n")
+    result = CliRunner().invoke(app, ["sft", "--data", str(tmp_path), "-c", "tiny-cpu", "-c", str(spec),
+                                      "sft.epochs=7", "--print-config"])
+    assert result.exit_code == 0, result.output
+    assert "lr: 0.003" in result.output and "epochs: 7" in result.output

@@ -40,8 +40,10 @@ def sft(
     data: Path = typer.Option(..., help="Folder with trajectories.jsonl and images/"),
     model: str = typer.Option("", help="Model folder or hub name (not needed with --export-swift)"),
     out: Path = typer.Option(Path("runs/sft"), help="Output folder (resumes from its checkpoints)"),
-    preset: str | None = typer.Option(None, help="Preset name in codedance/presets/train"),
-    config: Path | None = typer.Option(None, help="A YAML config file"),
+    config: list[str] = typer.Option([], "-c", "--config", metavar="SPEC",
+                                     help="A preset name or YAML file (repeatable)."),
+    preset: str | None = typer.Option(None, help="A preset name in codedance/presets/train (the same as -c NAME)."),
+    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved settings and exit."),
     export_swift: Path | None = typer.Option(None, help="Write ms-swift JSONL here instead of training"),
     absolute_paths: bool = typer.Option(
         False, help="Export absolute image paths (default: relative to the JSONL file's folder)"),
@@ -51,6 +53,11 @@ def sft(
 
     console = make_console()
     cfg = load_cli_config(preset, config, overrides)
+    if print_config:
+        from codedance.config import dump
+
+        console.print(dump(cfg), end="", markup=False, highlight=False)
+        return
     trajectories = [t for _, t in load_trajectories(data)]
     if not trajectories:
         raise SettingsError(f"no trajectories in {data / 'trajectories.jsonl'}: give --data a folder that "
