@@ -133,9 +133,22 @@ def _image_bytes(value: object, base: Path) -> list[bytes]:
     candidate = base / text
     if len(text) < 1024 and candidate.is_file():
         return [candidate.read_bytes()]
-    if len(text) < 1024:
+    if len(text) < 1024 and _tiny_encoded_image(text) is None:
         raise DataNotFoundError(f"image file {candidate} (named in the export) is missing")
     return [_b64(text)]
+
+
+_IMAGE_SIGNATURES = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF8", b"RIFF", b"BM")
+
+
+def _tiny_encoded_image(text: str) -> bytes | None:
+    """The bytes of a short field that is base64 of an image (a few-pixel PNG is under 1,024
+    characters), or None: then it is a file name."""
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return data if data.startswith(_IMAGE_SIGNATURES) else None
 
 
 def _export_files(path: Path) -> list[Path]:
@@ -200,7 +213,7 @@ def read_mathv(root: str | Path, split: str) -> list[RawItem]:
         except (OSError, DataNotFoundError) as exc:
             raise DataNotFoundError(f"{file}: item {record.get('id')}: {exc}") from exc
         fields = {k: t for k, v in record.items() if k != "image" and (t := _text(v)) is not None}
-        if isinstance(image, str) and len(image) < 1024:
+        if isinstance(image, str) and len(image) < 1024 and _tiny_encoded_image(image) is None:
             fields["image_file"] = image  # named when the image cannot be decoded
         items.append(RawItem(fields, images))
     return items

@@ -115,6 +115,22 @@ def test_missing_image_file_in_export_is_named(tmp_path, fx):
         load_benchmark(get_spec("countbench"), path=tmp_path / "test.jsonl")
 
 
+def test_a_tiny_base64_image_is_not_taken_for_a_file_name(tmp_path, fx):
+    """A few-pixel PNG in base64 is shorter than a long path: it is decoded, not looked up."""
+    import base64
+    import io
+
+    from PIL import Image as PILImage
+
+    buffer = io.BytesIO()
+    PILImage.new("RGB", (2, 2), "red").save(buffer, format="PNG")
+    tiny = base64.b64encode(buffer.getvalue()).decode()
+    assert len(tiny) < 1024
+    fx.jsonl(tmp_path / "test.jsonl", [{"index": 1, "image": tiny, "question": "q", "answer": "1"}])
+    (task,) = load_benchmark(get_spec("countbench"), path=tmp_path / "test.jsonl")
+    assert (task.images[0].width, task.images[0].height) == (2, 2)
+
+
 def test_parse_benchmarks_paper_set_and_unknown():
     assert len(parse_benchmarks("paper")) == 11
     with pytest.raises(ValueError, match="known"):
