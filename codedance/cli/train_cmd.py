@@ -1,11 +1,14 @@
 """``codedance train``: the CPU-scale pipeline (SFT on teacher trajectories, then GRPO).
 
     codedance train --preset tiny-cpu [--ablation] [key=value ...]
+    codedance train --preset testbed --ablation --seeds 3        (every profile × 3 seeds, resumable)
     codedance train --config my.yaml grpo.steps=4 out_dir=runs/quick
 
 Presets live in ``codedance/presets/train/`` (each header gives its command). ``--ablation``
 runs the GRPO stage under the paper, outcome-only, deepeyes and paper-δ=0 reward profiles from
-one SFT checkpoint; ``--stage sft`` stops after SFT. Prints the held-out table and writes
+one SFT checkpoint; ``--seeds N`` with it repeats that for N seeds (``out_dir/seed-k``, SFT
+included) and writes ``ablation.md`` / ``curves.png`` with 95 % intervals over the seeds
+(`codedance.train.seeds`); ``--stage sft`` stops after SFT. Prints the held-out table and writes
 ``<out_dir>/report.html``. Exit code 2 on a setting error. Needs the ``train`` extra.
 """
 
@@ -67,12 +70,16 @@ def train(
     config: Path | None = typer.Option(None, help="A YAML config file instead of a preset"),
     ablation: bool = typer.Option(False, "--ablation", help="GRPO under each ablation reward profile"),
     stage: str = typer.Option("all", help="all, or sft (stop after SFT)"),
+    seeds: int = typer.Option(0, help="with --ablation: run it for seeds 0..N-1 (out_dir/seed-k) "
+                                      "and write ablation.md with 95 % intervals over them"),
 ) -> None:
     from codedance.errors import SettingsError
 
     console = make_console()
     if stage not in ("all", "sft"):
         raise SettingsError(f"--stage must be all or sft, got {stage!r}")
+    if seeds and (not ablation or stage != "all" or seeds < 0):
+        raise SettingsError("--seeds N needs --ablation (and no --stage), with N ≥ 1")
     cfg = load_cli_config(preset, config, overrides)
     try:
         import torch
@@ -86,6 +93,13 @@ def train(
     from codedance.train.report import write_report
 
     log = console.print
+    if seeds:
+        from codedance.train.seeds import run_seeds
+
+        run_seeds(cfg, seeds, log)
+        console.print((Path(cfg.out_dir) / "ablation.md").read_text(encoding="utf-8"), markup=False)
+        console.print(f"summary: {Path(cfg.out_dir) / 'ablation.md'}, curves: {Path(cfg.out_dir) / 'curves.png'}")
+        return
     if stage == "sft":
         run_sft_stage(cfg, log)
         evals = write_report(cfg.out_dir)

@@ -47,6 +47,7 @@ class SFTStage:
     teacher_temperature: float = 1.0
     teacher_mistake_rate: float = 0.5
     teacher_code_style: str = "full"  # or "compact" (`codedance.teacher.TeacherConfig.code_style`)
+    teacher_call_rate: float = -1.0  # < 0: the adaptive teacher; p: tool on every difficulty with probability p
     epochs: float = 3.0
     batch_size: int = 128  # effective: per_device × accumulation
     per_device_batch: int = 8

@@ -63,7 +63,7 @@ def teacher_trajectories(config: PipelineConfig, tasks: tuple[Task, ...], log: L
     run = RunDir(Path(config.out_dir) / "teacher")
     sft = config.sft
     teacher = ExpertTeacher(TeacherConfig(sft.teacher_temperature, sft.teacher_mistake_rate, sft.seed,
-                                          code_style=sft.teacher_code_style))
+                                          code_style=sft.teacher_code_style, call_rate=sft.teacher_call_rate))
     timeout = config.rollout.exec_timeout_s
     summary = run_batch(teacher.policy, tasks, lambda images: Sandbox(images=images, timeout_s=timeout), run,
                         episode_config(config.rollout), rollouts=sft.rollouts_per_task,
@@ -81,7 +81,10 @@ def teacher_trajectories(config: PipelineConfig, tasks: tuple[Task, ...], log: L
 
 def evaluate(model: Any, processor: Any, config: PipelineConfig, tasks: tuple[Task, ...], name: str,
              log: Log = print) -> dict[str, float]:
-    """Held-out metrics (greedy unless ``eval.temperature`` > 0), cached in ``eval/<name>.json``."""
+    """Held-out metrics (greedy unless ``eval.temperature`` > 0, then sampled with torch seeded by
+    the held-out tasks' seed, so a rerun samples the same), cached in ``eval/<name>.json``."""
+    import torch
+
     from codedance.grading import grade_trajectory
     from codedance.train.grpo import episode_config, make_sampler, sandbox_factory
     from codedance.train.metrics import rollout_metrics
@@ -91,6 +94,7 @@ def evaluate(model: Any, processor: Any, config: PipelineConfig, tasks: tuple[Ta
     if path.exists():
         return json.loads(path.read_text())
     model.eval()
+    torch.manual_seed(config.eval.tasks.seed)
     sampler = make_sampler(model, processor, config.rollout, config.eval.temperature)
     trajectories = run_lockstep(sampler, tasks, sandbox_factory(config.rollout.exec_timeout_s),
                                 episode_config(config.rollout), threads=config.threads)
