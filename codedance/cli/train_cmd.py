@@ -6,8 +6,8 @@
 
 Presets live in ``codedance/presets/train/`` (each header gives its command). ``--ablation``
 runs the GRPO stage under the paper, outcome-only, deepeyes and paper-δ=0 reward profiles from
-one SFT checkpoint; ``--seeds N`` with it repeats that for N seeds (``out_dir/seed-k``, SFT
-included) and writes ``ablation.md`` / ``curves.png`` with 95 % intervals over the seeds
+one SFT checkpoint; ``--seeds N`` with it runs each profile's GRPO for seeds 0..N-1 from that
+checkpoint (``grpo-<profile>-s<k>``) and writes ``ablation.md`` / ``curves.png`` with 95 % intervals over the seeds
 (`codedance.train.seeds`); ``--stage sft`` stops after SFT. Prints the held-out table and writes
 ``<out_dir>/report.html``. Exit code 2 on a setting error. Needs the ``train`` extra.
 """
@@ -70,8 +70,8 @@ def train(
     config: Path | None = typer.Option(None, help="A YAML config file instead of a preset"),
     ablation: bool = typer.Option(False, "--ablation", help="GRPO under each ablation reward profile"),
     stage: str = typer.Option("all", help="all, or sft (stop after SFT)"),
-    seeds: int = typer.Option(0, help="with --ablation: run it for seeds 0..N-1 (out_dir/seed-k) "
-                                      "and write ablation.md with 95 % intervals over them"),
+    seeds: int = typer.Option(0, help="with --ablation: each profile's GRPO for seeds 0..N-1 "
+                                      "and ablation.md with 95 % intervals over them"),
 ) -> None:
     from codedance.errors import SettingsError
 

@@ -1,20 +1,22 @@
 """The ablation over seeds (``codedance train --ablation --seeds N``) and its summary.
 
-`run_seeds(config, seeds, log)`: seed k runs in ``<out_dir>/seed-k`` with ``sft.seed`` and
-``grpo.seed`` set to k (the teacher's draws, the model's initialisation, the SFT order, the GRPO
-task order and sampling; the task sets themselves stay the same): SFT once, then GRPO under each
-profile of ``ablation_profiles`` from that SFT (`pipeline.run_sft_stage`, `pipeline.run_grpo_stage`).
-Every stage is skipped when its output is on disk, so rerunning the command resumes where it
-stopped; the wall time of each stage that ran is appended to ``<out_dir>/timings.jsonl``.
+`run_seeds(config, seeds, log)`: SFT once (`pipeline.run_sft_stage`), then GRPO from it under each
+profile of ``ablation_profiles`` for seeds 0..N-1 (``grpo.seed``: the task order and the
+sampling), into ``grpo-<profile>-s<k>/`` with held-out metrics in
+``eval/after-grpo-<profile>-s<k>.json`` (`pipeline.run_grpo_stage`). Seed-major: every profile's
+seed 0, then every profile's seed 1, ..., so a stopped run has the most profiles with several
+seeds. Every stage is skipped when its output is on disk, so rerunning the command resumes; the
+wall time of each stage that ran is appended to ``timings.jsonl``. The intervals therefore cover
+RL's randomness from one SFT checkpoint, not the SFT's (the CPU budget of one SFT per seed).
 
-`write_summary(out_dir)` reads every ``seed-*/eval/*.json`` and ``seed-*/grpo-*/metrics.jsonl``
-and writes ``ablation.json`` (per stage and metric: the seeds' values, mean and 95 % Student-t
-interval), ``ablation.md`` (the held-out table, the claims of the paper it tests with a verdict
-each, wall times) and ``curves.png`` (the Figure 4 / 9 quantities over GRPO steps, mean over
-seeds per profile). The claims (`claims`) compare per-seed differences, so a claim holds only
-when its 95 % interval over seeds is on the claimed side. Seeds that have not finished a stage
-are left out of that stage's row (the row says how many seeds it holds).
-Not handled: running seeds in parallel (one process, one stage after the other).
+`write_summary(out_dir)` reads ``eval/*.json`` and ``grpo-*-s*/metrics.jsonl`` and writes
+``ablation.json`` (per stage and metric: the seeds' values, mean and 95 % Student-t interval),
+``ablation.md`` (the held-out table, the paper's claims this testbed tests with a verdict each,
+wall times) and ``curves.png`` (the Figure 4 / 9 quantities over GRPO steps, mean over seeds per
+profile). A claim (`claims`) is decided on per-seed values: it holds only when its 95 % interval
+over seeds is on the claimed side (so never with one seed). Profiles with fewer seeds done
+have fewer values (the table says how many).
+Not handled: running seeds in parallel (one process, one stage after the other); SFT seeds.
 """
 
 from __future__ import annotations
@@ -38,34 +40,34 @@ METRICS = ("accuracy", "accuracy/easy", "accuracy/hard", "calls", "calls/easy", 
 CURVES = ("calls/easy", "calls/hard", "accuracy/easy", "accuracy/hard", "exec_success", "reward/total")
 
 
-def seed_config(config: PipelineConfig, seed: int) -> PipelineConfig:
-    """The config of seed `seed`: its own folder, SFT and GRPO seeded with it."""
-    return replace(config, out_dir=str(Path(config.out_dir) / f"seed-{seed}"),
-                   sft=replace(config.sft, seed=seed), grpo=replace(config.grpo, seed=seed))
+def grpo_name(profile: str, seed: int) -> str:
+    return f"{profile}-s{seed}"
 
 
 def run_seeds(config: PipelineConfig, seeds: int, log: Log = print) -> dict[str, Any]:
-    """Every seed's SFT and ablation (see the module docstring); returns `write_summary`'s data."""
+    """SFT, then every (seed, profile) GRPO run (see the module docstring); returns `write_summary`'s data."""
     from codedance.train.pipeline import run_grpo_stage, run_sft_stage
 
     if seeds < 1:
         raise ValueError(f"--seeds must be at least 1, got {seeds}")
-    timings = Path(config.out_dir) / "timings.jsonl"
+    out = Path(config.out_dir)
+    timings = out / "timings.jsonl"
+    stages: list[tuple[int, str, Path, Callable[[], Any]]] = [
+        (0, "sft", out / "eval" / "after-sft.json", lambda: run_sft_stage(config, log))]
     for seed in range(seeds):
-        cfg = seed_config(config, seed)
-        stages = [("sft", Path(cfg.out_dir) / "eval" / "after-sft.json", lambda c=cfg: run_sft_stage(c, log))]
-        for name in cfg.ablation_profiles:
-            stage = replace(cfg.grpo, profile=name, profile_overrides=())
-            stages.append((name, Path(cfg.out_dir) / "eval" / f"after-grpo-{name}.json",
-                           lambda c=cfg, n=name, s=stage: run_grpo_stage(c, n, s, log)))
-        for name, done, run in stages:
-            if done.exists():
-                continue
-            started = time.monotonic()
-            run()
-            append_jsonl(timings, {"seed": seed, "stage": name, "seconds": round(time.monotonic() - started, 1)})
-            write_summary(config.out_dir)
-    return write_summary(config.out_dir)
+        for profile in config.ablation_profiles:
+            name = grpo_name(profile, seed)
+            stage = replace(config.grpo, profile=profile, profile_overrides=(), seed=seed)
+            stages.append((seed, name, out / "eval" / f"after-grpo-{name}.json",
+                           lambda n=name, s=stage: run_grpo_stage(config, n, s, log)))
+    for seed, name, done, run in stages:
+        if done.exists():
+            continue
+        started = time.monotonic()
+        run()
+        append_jsonl(timings, {"seed": seed, "stage": name, "seconds": round(time.monotonic() - started, 1)})
+        write_summary(out)
+    return write_summary(out)
 
 
 def interval(values: list[float]) -> tuple[float, float, float]:
@@ -83,11 +85,14 @@ def interval(values: list[float]) -> tuple[float, float, float]:
 
 
 def _evals(out: Path) -> dict[str, dict[int, dict[str, float]]]:
-    """stage -> seed -> held-out metrics."""
+    """stage -> seed -> held-out metrics; ``after-grpo-<profile>-s<k>`` is stage
+    ``after-grpo-<profile>`` seed k; the SFT stages count as seed 0 (one checkpoint)."""
     table: dict[str, dict[int, dict[str, float]]] = {}
-    for path in sorted(out.glob("seed-*/eval/*.json")):
-        seed = int(path.parent.parent.name.removeprefix("seed-"))
-        table.setdefault(path.stem, {})[seed] = json.loads(path.read_text())
+    for path in sorted(out.glob("eval/*.json")):
+        stage, _, seed = path.stem.rpartition("-s")
+        if not (stage.startswith("after-grpo-") and seed.isdigit()):
+            stage, seed = path.stem, "0"
+        table.setdefault(stage, {})[int(seed)] = json.loads(path.read_text())
     return table
 
 
@@ -99,7 +104,10 @@ def claims(evals: dict[str, dict[int, dict[str, float]]]) -> list[dict[str, Any]
     """The paper's claims this testbed can test, each on per-seed differences of held-out
     metrics: (claim, paper's words, difference measured, its mean and 95 % interval, verdict)."""
     def diff(stage_a: str, key_a: str, stage_b: str, key_b: str) -> list[float]:
+        """Per seed: a − b; a stage with one value (the SFT) is compared with every seed."""
         a, b = evals.get(stage_a, {}), evals.get(stage_b, {})
+        if len(b) == 1 and stage_b in ("after-sft", "before-sft"):
+            b = {s: next(iter(b.values())) for s in a}
         vals = [_num(a[s].get(key_a)) - _num(b[s].get(key_b)) for s in sorted(set(a) & set(b))]
         return [v for v in vals if not math.isnan(v)]
 
@@ -190,8 +198,8 @@ def write_summary(out_dir: str | Path) -> dict[str, Any]:
 def _curves(out: Path) -> None:
     """``curves.png``: each CURVES quantity over GRPO steps, the mean over seeds per profile."""
     runs: dict[str, list[list[dict]]] = {}
-    for path in sorted(out.glob("seed-*/grpo-*/metrics.jsonl")):
-        runs.setdefault(path.parent.name.removeprefix("grpo-"), []).append(read_jsonl(path))
+    for path in sorted(out.glob("grpo-*-s*/metrics.jsonl")):
+        runs.setdefault(path.parent.name.removeprefix("grpo-").rpartition("-s")[0], []).append(read_jsonl(path))
     if not runs:
         return
     import matplotlib
