@@ -47,6 +47,7 @@ SOLVERS = {"counting": counting, "spatial": spatial, "geometry": geometry, "sear
            "charts": charts, "photos": photos, "dots": dots}
 CODE_STYLES = ("full", "compact")
 BUG = "channels = input_image.size[2]  # number of colour channels\n"
+DIRECT_THINK = "The picture is simple enough to read directly."  # the opening of every direct answer
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ class TeacherPolicy:
         feedbacks = [m.text for m in users[1:]]
         if self.direct:
             value = self.solver.glance(self.view, _pixels(users[0].images[0]))
-            return Completion(turn("The picture is simple enough to read directly.", answer=value))
+            return Completion(turn(DIRECT_THINK, answer=value))
         queue, note, best, retried = self._plan(), "", None, False
         read = None  # the RESULT value the best answer was read from
         for feedback in feedbacks:

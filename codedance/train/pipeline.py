@@ -82,7 +82,9 @@ def teacher_trajectories(config: PipelineConfig, tasks: tuple[Task, ...], log: L
 def evaluate(model: Any, processor: Any, config: PipelineConfig, tasks: tuple[Task, ...], name: str,
              log: Log = print) -> dict[str, float]:
     """Held-out metrics (greedy unless ``eval.temperature`` > 0, then sampled with torch seeded by
-    the held-out tasks' seed, so a rerun samples the same), cached in ``eval/<name>.json``."""
+    the held-out tasks' seed, so a rerun samples the same), cached in ``eval/<name>.json``. With
+    the non-adaptive teacher (``sft.teacher_call_rate`` ≥ 0) also ``p_direct`` and ``p_bug``
+    (`codedance.train.branch`: the first-turn decisions' probabilities, exact)."""
     import torch
 
     from codedance.grading import grade_trajectory
@@ -100,6 +102,12 @@ def evaluate(model: Any, processor: Any, config: PipelineConfig, tasks: tuple[Ta
                                 episode_config(config.rollout), threads=config.threads)
     correct = [grade_trajectory(trajectory=t, task=task).correct for t, task in zip(trajectories, tasks, strict=True)]
     metrics = rollout_metrics(trajectories, tasks, correct)
+    if config.sft.teacher_call_rate >= 0:  # the non-adaptive teacher's two decisions, exactly (`branch`)
+        from codedance.train.branch import bug_probability, direct_probability
+
+        cfg = episode_config(config.rollout)
+        metrics.update(direct_probability(model, processor, tasks, cfg))
+        metrics.update(bug_probability(model, processor, tasks, cfg, config.sft.teacher_code_style))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(metrics, indent=1))
     store = ImageStore(path.parent / "images")
