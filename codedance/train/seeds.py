@@ -36,7 +36,7 @@ Log = Callable[[str], None]
 # two-sided 95 % Student-t quantiles by degrees of freedom (scipy is not a dependency)
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 METRICS = ("accuracy", "accuracy/easy", "accuracy/hard", "calls", "calls/easy", "calls/hard",
-           "exec_success", "turns")
+           "exec_success", "p_direct/easy", "p_direct/hard", "p_bug")
 CURVES = ("calls/easy", "calls/hard", "accuracy/easy", "accuracy/hard", "exec_success", "reward/total")
 
 
@@ -125,36 +125,40 @@ def claims(evals: dict[str, dict[int, dict[str, float]]]) -> list[dict[str, Any]
     p, o, sft = "after-grpo-paper", "after-grpo-outcome-only", "after-sft"
     claim("R_BAT: calls on easy items fall well below calls on hard items",
           "R_BAT penalizes redundant calls and rewards selective, high-impact ones (§4.4, Table 4)",
-          "calls/hard − calls/easy after GRPO paper (≥ 0.3, interval above 0)",
-          diff(p, "calls/hard", p, "calls/easy"), lambda m, lo, hi: m >= 0.3 and lo > 0)
+          "p_direct/easy − p_direct/hard after GRPO paper (≥ 0.1, interval above 0)",
+          diff(p, "p_direct/easy", p, "p_direct/hard"), lambda m, lo, hi: m >= 0.1 and lo > 0)
     claim("R_BAT: calls on easy items fall from the SFT policy's",
           "suppresses unnecessary calls when the group already performs well (§3.1)",
-          "calls/easy after GRPO paper − after SFT (interval below 0)",
-          diff(p, "calls/easy", sft, "calls/easy"), lambda m, lo, hi: hi < 0)
+          "p_direct/easy after GRPO paper − after SFT (interval above 0)",
+          diff(p, "p_direct/easy", sft, "p_direct/easy"), lambda m, lo, hi: lo > 0)
     claim("R_BAT: hard accuracy holds",
           "keeps accuracy high while restraining unnecessary tool usage (Fig. 9)",
-          "accuracy/hard after GRPO paper − after SFT (≥ −0.05)",
+          "accuracy/hard after GRPO paper − after SFT (mean ≥ −0.05)",
           diff(p, "accuracy/hard", sft, "accuracy/hard"), lambda m, lo, hi: m >= -0.05)
     claim("outcome-only: calls on easy items stay near the SFT policy's",
           "the issue's expectation; the paper: outcome-only GRPO under-utilizes tools (§4.4)",
-          "calls/easy after GRPO outcome-only − after SFT (|mean| ≤ 0.15)",
-          diff(o, "calls/easy", sft, "calls/easy"), lambda m, lo, hi: abs(m) <= 0.15)
+          "p_direct/easy after GRPO outcome-only − after SFT (|mean| ≤ 0.05)",
+          diff(o, "p_direct/easy", sft, "p_direct/easy"), lambda m, lo, hi: abs(m) <= 0.05)
     claim("outcome-only leaves more calls on easy items than R_BAT",
-          "R_BAT avoids unnecessary tool use, outcome-only does not target it (§4.4)",
-          "calls/easy outcome-only − paper (interval above 0)",
-          diff(o, "calls/easy", p, "calls/easy"), lambda m, lo, hi: lo > 0)
+          "R_BAT avoids unnecessary tool use; outcome-only has no term for it (§4.4)",
+          "p_direct/easy paper − outcome-only (interval above 0)",
+          diff(p, "p_direct/easy", o, "p_direct/easy"), lambda m, lo, hi: lo > 0)
     claim("w/o R_turn: execution success is lower",
           "removing the turn-level reward severely degrades the execution success rate (§4.4)",
-          "exec_success after GRPO paper − paper-no-turn (interval above 0)",
+          "exec_success (sampled) paper − paper-no-turn (interval above 0)",
           diff(p, "exec_success", "after-grpo-paper-no-turn", "exec_success"), lambda m, lo, hi: lo > 0)
+    claim("w/o R_turn: the failing program stays likelier",
+          "(the mechanism behind the line above: R_turn penalizes the failing turn)",
+          "p_bug paper-no-turn − paper (interval above 0)",
+          diff("after-grpo-paper-no-turn", "p_bug", p, "p_bug"), lambda m, lo, hi: lo > 0)
     claim("δ = 0: more tool calls than δ = 0.2",
           "δ = 0 removes suppression ... substantially more tool calls with similar accuracy (Fig. 9)",
-          "calls after GRPO paper-delta0 − paper (interval above 0)",
-          diff("after-grpo-paper-delta0", "calls", p, "calls"), lambda m, lo, hi: lo > 0)
+          "p_direct paper − paper-delta0 (interval above 0)",
+          diff(p, "p_direct", "after-grpo-paper-delta0", "p_direct"), lambda m, lo, hi: lo > 0)
     claim("deepeyes: more calls on easy items than R_BAT",
           "tool overuse on trivial problems, more turns without accuracy gains (§4.4)",
-          "calls/easy after GRPO deepeyes − paper (interval above 0)",
-          diff("after-grpo-deepeyes", "calls/easy", p, "calls/easy"), lambda m, lo, hi: lo > 0)
+          "p_direct/easy paper − deepeyes (interval above 0)",
+          diff(p, "p_direct/easy", "after-grpo-deepeyes", "p_direct/easy"), lambda m, lo, hi: lo > 0)
     return rows
 
 

@@ -17,17 +17,17 @@ def _eval(out, name, **metrics):  # type: ignore[no-untyped-def]
 
 def test_interval_is_the_student_t_one():
     mean, low, high = interval([1.0, 2.0, 3.0])
+    assert math.isclose(mean - low, high - mean)
     assert mean == 2.0 and math.isclose(high - mean, 4.303 * 1.0 / math.sqrt(3), rel_tol=1e-9)
     assert math.isnan(interval([0.5])[1])
 
 
 def test_summary_reads_seeded_stages_and_decides_claims(tmp_path):
-    _eval(tmp_path, "after-sft", **{"calls/easy": 0.5, "calls/hard": 0.5, "accuracy/hard": 0.4, "exec_success": 0.8})
-    for seed, (easy, hard) in enumerate([(0.1, 0.9), (0.2, 0.8), (0.15, 0.95)]):
-        _eval(tmp_path, f"after-grpo-paper-s{seed}", **{"calls/easy": easy, "calls/hard": hard,
+    _eval(tmp_path, "after-sft", **{"p_direct/easy": 0.5, "p_direct/hard": 0.5, "accuracy/hard": 0.4})
+    for seed, (easy, hard) in enumerate([(0.9, 0.1), (0.8, 0.2), (0.85, 0.05)]):
+        _eval(tmp_path, f"after-grpo-paper-s{seed}", **{"p_direct/easy": easy, "p_direct/hard": hard,
                                                         "accuracy/hard": 0.5, "exec_success": 0.9})
-        _eval(tmp_path, f"after-grpo-outcome-only-s{seed}", **{"calls/easy": 0.5 + 0.01 * seed, "calls/hard": 0.7,
-                                                               "exec_success": 0.9})
+        _eval(tmp_path, f"after-grpo-outcome-only-s{seed}", **{"p_direct/easy": 0.5 + 0.01 * seed})
         (tmp_path / f"grpo-paper-s{seed}").mkdir()
         append_jsonl(tmp_path / f"grpo-paper-s{seed}" / "metrics.jsonl", {"step": 1, "calls/easy": easy})
     append_jsonl(tmp_path / "timings.jsonl", {"seed": 0, "stage": "paper-s0", "seconds": 61.0})
@@ -46,8 +46,8 @@ def test_summary_reads_seeded_stages_and_decides_claims(tmp_path):
 
 
 def test_one_seed_never_makes_a_claim_hold():
-    evals = {"after-sft": {0: {"calls/easy": 0.5}},
-             "after-grpo-paper": {0: {"calls/easy": 0.0, "calls/hard": 1.0}}}
+    evals = {"after-sft": {0: {"p_direct/easy": 0.5}},
+             "after-grpo-paper": {0: {"p_direct/easy": 1.0, "p_direct/hard": 0.0}}}
     rows = {c["claim"]: c for c in claims(evals)}
     assert rows["R_BAT: calls on easy items fall well below calls on hard items"]["verdict"] == "does not hold"
     assert rows["R_BAT: calls on easy items fall well below calls on hard items"]["n"] == 1
