@@ -1,17 +1,21 @@
 """``codedance train``: the CPU-scale pipeline (SFT on teacher trajectories, then GRPO).
 
-    codedance train [-c PRESET|FILE.yaml]... [key=value ...] [--ablation] [--print-config]
+    codedance train [-c PRESET|FILE.yaml]... [key=value ...] [--ablation [--seeds N]] [--print-config]
     codedance train -c my.yaml grpo.steps=4 out_dir=runs/quick
     codedance train --tasks data/codedance-rl grpo.steps=2     # GRPO and held-out eval on an import
+    codedance train --preset testbed --ablation --seeds 3      # every profile × 3 seeds, resumable
 
 Settings are `codedance.train.config.PipelineConfig` through the one loader (presets in
-``codedance/presets/train/``, default ``tiny-cpu``; ``--preset NAME`` is ``-c NAME``).
-``--tasks PATH`` (a Task JSONL or the folder ``codedance data import codedance-rl`` wrote) is
-sugar for ``grpo.tasks.file=PATH grpo.tasks.split=train eval.tasks.file=PATH
-eval.tasks.split=val`` plus ``profiles=PATH/profiles.yaml`` when the folder has one
-(``key=value`` overrides refine them). ``--ablation`` runs the GRPO stage under each ablation
-reward profile from one SFT checkpoint; ``--stage sft`` stops after SFT. Prints the held-out table
-and writes ``<out_dir>/report.html``. Exit code 2 on a setting error. Needs the ``train`` extra.
+``codedance/presets/train/``, default ``tiny-cpu``; ``--preset NAME`` is ``-c NAME``; each preset's
+header gives its command). ``--tasks PATH`` (a Task JSONL or the folder ``codedance data import
+codedance-rl`` wrote) is sugar for ``grpo.tasks.file=PATH grpo.tasks.split=train
+eval.tasks.file=PATH eval.tasks.split=val`` plus ``profiles=PATH/profiles.yaml`` when the folder
+has one (``key=value`` overrides refine them). ``--ablation`` runs the GRPO stage under each
+ablation reward profile from one SFT checkpoint; ``--seeds N`` with it runs each profile's GRPO for
+seeds 0..N-1 from that checkpoint (``grpo-<profile>-s<k>``) and writes ``ablation.md`` /
+``curves.png`` with 95 % intervals over the seeds (`codedance.train.seeds`); ``--stage sft`` stops
+after SFT. Prints the held-out table and writes ``<out_dir>/report.html``. Exit code 2 on a setting
+error. Needs the ``train`` extra.
 """
 
 from __future__ import annotations
@@ -78,6 +82,8 @@ def train(
     ablation: bool = typer.Option(False, "--ablation", help="GRPO under each ablation reward profile"),
     stage: str = typer.Option("all", help="all, or sft (stop after SFT)"),
     print_config: bool = typer.Option(False, "--print-config", help="Print the resolved settings and exit."),
+    seeds: int = typer.Option(0, help="with --ablation: each profile's GRPO for seeds 0..N-1 "
+                                      "and ablation.md with 95 % intervals over them"),
 ) -> None:
     from codedance.config import dump
     from codedance.errors import SettingsError
@@ -85,6 +91,8 @@ def train(
     console = make_console()
     if stage not in ("all", "sft"):
         raise SettingsError(f"--stage must be all or sft, got {stage!r}")
+    if seeds and (not ablation or stage != "all" or seeds < 0):
+        raise SettingsError("--seeds N needs --ablation (and no --stage), with N ≥ 1")
     cfg = load_cli_config(preset if preset or config else "tiny-cpu", config, overrides, tasks)
     if print_config:
         console.print(dump(cfg), end="", markup=False, highlight=False)
@@ -102,6 +110,13 @@ def train(
     from codedance.train.report import write_report
 
     log = console.print
+    if seeds:
+        from codedance.train.seeds import run_seeds
+
+        run_seeds(cfg, seeds, log)
+        console.print((Path(cfg.out_dir) / "ablation.md").read_text(encoding="utf-8"), markup=False)
+        console.print(f"summary: {Path(cfg.out_dir) / 'ablation.md'}, curves: {Path(cfg.out_dir) / 'curves.png'}")
+        return
     if stage == "sft":
         run_sft_stage(cfg, log)
         evals = write_report(cfg.out_dir)

@@ -14,6 +14,12 @@ geometry), and its last turn quotes the output line it answers from (``RESULT: 1
 its own, as the feedback shows it); the others keep the full style. Same decisions, checks and
 answers either way.
 
+``call_rate`` p ≥ 0 makes the teacher *not adaptive* (the CPU testbed's SFT data, docs/train.md):
+on every difficulty it calls the tool with probability p (one seeded draw per episode) and
+otherwise answers directly from its glance, with the same words whatever the difficulty; the
+generic bug can then hit the first program on any difficulty (the solver's own mistakes stay on
+hard tasks). The default, −1, is the adaptive teacher above.
+
 Every decision is a function of the conversation so far (replayed on each call) and a random
 stream seeded by (seed, task id, rollout): the same inputs give the same trajectory. The teacher
 knows a task only through `TaskView` (question, options, skill and difficulty labels), never its
@@ -32,15 +38,16 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from codedance.policy.base import Completion
-from codedance.teacher import charts, counting, geometry, photos, search, spatial
+from codedance.teacher import charts, counting, dots, geometry, photos, search, spatial
 from codedance.teacher.program import LOAD, Step, finished, results
 from codedance.teacher.view import TaskView
 from codedance.types import Image, Message, Task
 
 SOLVERS = {"counting": counting, "spatial": spatial, "geometry": geometry, "search": search,
-           "charts": charts, "photos": photos}
+           "charts": charts, "photos": photos, "dots": dots}
 CODE_STYLES = ("full", "compact")
 BUG = "channels = input_image.size[2]  # number of colour channels\n"
+DIRECT_THINK = "The picture is simple enough to read directly."  # the opening of every direct answer
 
 
 @dataclass(frozen=True)
@@ -53,10 +60,13 @@ class TeacherConfig:
     mistake_rate: float = 0.5
     seed: int = 0
     code_style: str = "full"
+    call_rate: float = -1.0  # < 0: adaptive; p in [0, 1]: calls on every difficulty with probability p
 
     def __post_init__(self) -> None:
         if self.temperature < 0 or not 0 <= self.mistake_rate <= 1:
             raise ValueError("temperature must be ≥ 0 and mistake_rate within [0, 1]")
+        if self.call_rate > 1:
+            raise ValueError(f"call_rate must be at most 1 (negative: adaptive), got {self.call_rate}")
         if self.code_style not in CODE_STYLES:
             raise ValueError(f"code_style must be one of {CODE_STYLES}, got {self.code_style!r}")
 
@@ -109,6 +119,9 @@ class TeacherPolicy:
         kinds = (*getattr(self.solver, "MISTAKES", ()), "bug")
         self.mistake = rng.choice(kinds) if rng.random() < p else None
         self.compact = config.code_style == "compact" and getattr(self.solver, "COMPACT", False)
+        self.fixed_rate = config.call_rate >= 0
+        # drawn only in that mode, so the adaptive teacher's random stream is unchanged
+        self.direct = rng.random() >= config.call_rate if self.fixed_rate else view.difficulty == "easy"
 
     def _plan(self) -> list[Step]:
         hard = self.view.difficulty == "hard"
@@ -117,7 +130,7 @@ class TeacherPolicy:
             plan = self.solver.steps(self.view, hard, mistake, compact_code=True)
         else:
             plan = self.solver.steps(self.view, hard, mistake)
-        if hard and self.mistake == "bug":
+        if (hard or self.fixed_rate) and self.mistake == "bug":
             first = plan[0]
             buggy = Step(first.think, first.code.replace(LOAD, LOAD + BUG, 1), fix=replace(
                 first, think="input_image is a PIL image: .size is (width, height), it has no "
@@ -130,9 +143,9 @@ class TeacherPolicy:
         if not users or not users[0].images:
             raise ValueError("the teacher needs the task's image in the first user message")
         feedbacks = [m.text for m in users[1:]]
-        if self.view.difficulty == "easy":
+        if self.direct:
             value = self.solver.glance(self.view, _pixels(users[0].images[0]))
-            return Completion(turn("The picture is simple enough to read directly.", answer=value))
+            return Completion(turn(DIRECT_THINK, answer=value))
         queue, note, best, retried = self._plan(), "", None, False
         read = None  # the RESULT value the best answer was read from
         for feedback in feedbacks:

@@ -106,10 +106,10 @@ class GRPOTrainer:
         path = latest_checkpoint(self.out)
         if path is None:
             return 0
-        from safetensors.torch import load_file
-
-        state = load_file(str(path / "model.safetensors"))
-        self.model.load_state_dict(state, strict=False)
+        # through from_pretrained: the saved file's key names are the checkpoint format's, not the
+        # module's (transformers renames them on save), so a raw load_state_dict would match none
+        saved = type(self.model).from_pretrained(str(path))
+        self.model.load_state_dict(saved.state_dict())
         self.step = load_training_state(path, self.optimizer)
         rows = [r for r in read_jsonl(self.out / "metrics.jsonl") if r.get("step", 0) <= self.step]
         (self.out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -120,7 +120,12 @@ def episode_config(config: PipelineConfig) -> Any:
 
 def evaluate(model: Any, processor: Any, config: PipelineConfig, tasks: tuple[Task, ...], name: str,
              log: Log = print) -> dict[str, float]:
-    """Held-out metrics (greedy unless ``eval.temperature`` > 0), cached in ``eval/<name>.json``."""
+    """Held-out metrics (greedy unless ``eval.temperature`` > 0, then sampled with torch seeded by
+    the held-out tasks' seed, so a rerun samples the same), cached in ``eval/<name>.json``. With
+    the non-adaptive teacher (``sft.teacher.call_rate`` ≥ 0) also ``p_direct`` and ``p_bug``
+    (`codedance.train.branch`: the first-turn decisions' probabilities, exact)."""
+    import torch
+
     from codedance.grading import grade_trajectory
     from codedance.train.grpo import make_sampler, sandbox_factory
     from codedance.train.metrics import rollout_metrics
@@ -130,11 +135,18 @@ def evaluate(model: Any, processor: Any, config: PipelineConfig, tasks: tuple[Ta
     if path.exists():
         return json.loads(path.read_text())
     model.eval()
+    torch.manual_seed(config.eval.tasks.seed)
     sampler = make_sampler(model, processor, config.rollout, config.eval.temperature)
     trajectories = run_lockstep(sampler, tasks, sandbox_factory(config.episode.exec_timeout_s),
                                 episode_config(config), threads=config.threads)
     correct = [grade_trajectory(trajectory=t, task=task).correct for t, task in zip(trajectories, tasks, strict=True)]
     metrics = rollout_metrics(trajectories, tasks, correct)
+    if config.sft.teacher.call_rate >= 0:  # the non-adaptive teacher's two decisions, exactly (`branch`)
+        from codedance.train.branch import bug_probability, direct_probability
+
+        cfg = episode_config(config)
+        metrics.update(direct_probability(model, processor, tasks, cfg))
+        metrics.update(bug_probability(model, processor, tasks, cfg, config.sft.teacher.code_style))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(metrics, indent=1))
     store = ImageStore(path.parent / "images")

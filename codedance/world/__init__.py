@@ -7,11 +7,15 @@
 Skills (one module each): ``counting``, ``search`` (a small code on a tag in a 4K-class canvas),
 ``charts`` (matplotlib bar, line and pie charts from vega_datasets tables), ``geometry``
 (measurement against a drawn scale), ``spatial``, ``photos`` (scikit-image's ``coins`` photo,
-hand-checked counts). ``charts`` needs vega_datasets, ``photos`` scikit-image.
+hand-checked counts), ``dots`` (a background colour or a count of tiny dots: the CPU
+testbed's skill, docs/train.md). ``charts`` needs vega_datasets, ``photos`` scikit-image.
 See docs/world.md.
 """
 
 from codedance.world import charts, counting, geometry, photos, search, spatial  # noqa: F401  (register skills)
+
+# isort: split
+from codedance.world import dots  # noqa: F401  (registered last: the other skills' task cycles stay as they were)
 from codedance.world.base import (
     DIFFICULTIES,
     WORLD_VERSION,

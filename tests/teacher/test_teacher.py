@@ -90,7 +90,7 @@ def test_temperature_zero_makes_no_mistakes():
 
 
 def test_measured_accuracy_per_cell():
-    report = measure(task_set(18, seed=500), TeacherConfig(temperature=1.0, mistake_rate=0.5))
+    report = measure(task_set(3 * len(skills()), seed=500), TeacherConfig(temperature=1.0, mistake_rate=0.5))
     assert len(report.cells) == 3 * len(skills())
     for cell in report.cells:
         assert cell.accuracy >= 0.5, cell

@@ -65,3 +65,33 @@ def test_an_update_raises_the_logprob_of_positive_advantage_tokens(tmp_path, agg
     before = objective()
     t.update(ro)
     assert objective() > before
+
+
+def test_resume_restores_a_model_that_was_loaded_from_disk(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The pipeline's GRPO starts from a loaded ``sft/final``; its checkpoints' tensor names are
+    the saved format's, so resume must load them as a checkpoint, not by raw state-dict keys."""
+    from codedance.train.tiny import load_policy, save_policy
+
+    torch.manual_seed(0)
+    model, processor = tiny(corpus())
+    save_policy(tmp_path / "init", model, processor)
+
+    def loaded_trainer():  # type: ignore[no-untyped-def]
+        m, p = load_policy(tmp_path / "init")
+        stage = GRPOStage(steps=1, prompts_per_step=2, group_size=2, lr=1e-2, micro_batch=2, save_every=1,
+                          save_rollouts=False)
+        return GRPOTrainer(m, p, stage, ROLL, [task(i) for i in range(4)], tmp_path / "grpo",
+                           make_runner=lambda images: FakeRunner(images), threads=1)
+
+    from codedance.train.checkpoint import save_checkpoint
+
+    t = loaded_trainer()
+    with torch.no_grad():  # a trained model's weights, whatever the step's advantages were
+        for param in t.model.parameters():
+            param.add_(0.01)
+    save_checkpoint(t.out, 1, t.model, t.processor, t.optimizer, 2)
+    trained = {k: v.clone() for k, v in t.model.state_dict().items()}
+    again = loaded_trainer()
+    assert again.resume() == 1
+    for k, v in again.model.state_dict().items():
+        assert torch.equal(v, trained[k]), k

@@ -1,0 +1,53 @@
+"""The ablation summary over seeds: stage names parsed into (stage, seed), Student-t intervals,
+claims decided on per-seed values (never on one seed), the markdown table and curves written."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from codedance.records import append_jsonl
+from codedance.train.seeds import claims, interval, write_summary
+
+
+def _eval(out, name, **metrics):  # type: ignore[no-untyped-def]
+    (out / "eval").mkdir(parents=True, exist_ok=True)
+    (out / "eval" / f"{name}.json").write_text(json.dumps(metrics))
+
+
+def test_interval_is_the_student_t_one():
+    mean, low, high = interval([1.0, 2.0, 3.0])
+    assert math.isclose(mean - low, high - mean)
+    assert mean == 2.0 and math.isclose(high - mean, 4.303 * 1.0 / math.sqrt(3), rel_tol=1e-9)
+    assert math.isnan(interval([0.5])[1])
+
+
+def test_summary_reads_seeded_stages_and_decides_claims(tmp_path):
+    _eval(tmp_path, "after-sft", **{"p_direct/easy": 0.5, "p_direct/hard": 0.5, "accuracy/hard": 0.4})
+    for seed, (easy, hard) in enumerate([(0.9, 0.1), (0.8, 0.2), (0.85, 0.05)]):
+        _eval(tmp_path, f"after-grpo-paper-s{seed}", **{"p_direct/easy": easy, "p_direct/hard": hard,
+                                                        "accuracy/hard": 0.5, "exec_success": 0.9})
+        _eval(tmp_path, f"after-grpo-outcome-only-s{seed}", **{"p_direct/easy": 0.5 + 0.01 * seed})
+        (tmp_path / f"grpo-paper-s{seed}").mkdir()
+        append_jsonl(tmp_path / f"grpo-paper-s{seed}" / "metrics.jsonl", {"step": 1, "calls/easy": easy})
+    append_jsonl(tmp_path / "timings.jsonl", {"seed": 0, "stage": "paper-s0", "seconds": 61.0})
+    data = write_summary(tmp_path)
+    assert data["stages"]["after-grpo-paper"]["seeds"] == [0, 1, 2]
+    assert data["stages"]["after-sft"]["seeds"] == [0]
+    verdicts = {c["claim"]: c["verdict"] for c in data["claims"]}
+    assert verdicts["R_BAT: calls on easy items fall well below calls on hard items"] == "holds"
+    assert verdicts["R_BAT: calls on easy items fall from the SFT policy's"] == "holds"
+    assert verdicts["outcome-only: calls on easy items stay near the SFT policy's"] == "holds"
+    assert verdicts["outcome-only leaves more calls on easy items than R_BAT"] == "holds"
+    assert verdicts["w/o R_turn: execution success is lower"] == "not run"
+    text = (tmp_path / "ablation.md").read_text()
+    assert "| after-grpo-paper | 3 | " in text and "| 0 | paper-s0 | 61 |" in text
+    assert (tmp_path / "curves.png").exists()
+
+
+def test_one_seed_never_makes_a_claim_hold():
+    evals = {"after-sft": {0: {"p_direct/easy": 0.5}},
+             "after-grpo-paper": {0: {"p_direct/easy": 1.0, "p_direct/hard": 0.0}}}
+    rows = {c["claim"]: c for c in claims(evals)}
+    assert rows["R_BAT: calls on easy items fall well below calls on hard items"]["verdict"] == "does not hold"
+    assert rows["R_BAT: calls on easy items fall well below calls on hard items"]["n"] == 1
