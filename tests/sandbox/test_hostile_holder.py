@@ -42,15 +42,21 @@ def _socket_fd():
         except OSError:
             pass
 """
-# The holder runs ACTION() again and again while each later step runs.
+# The holder runs ACTION() again and again while each later step runs. A step acts as the holder
+# from its result on (it waits for its own spare), but ACTION starts only once it has committed,
+# seen as its parent (the old holder, killed at the commit) changing: the patching step's own
+# commit is never raced.
 HOSTILE_HOLDER = """
 _real_waitpid = os.waitpid
+_first_parent = {}
 def _hostile_waitpid(pid, options, _real=_real_waitpid):
+    parent = _first_parent.setdefault(os.getpid(), os.getppid())
     while True:
         done = _real(pid, os.WNOHANG)
         if done != (0, 0):
             return done
-        ACTION()
+        if os.getppid() != parent:
+            ACTION()
 os.waitpid = _hostile_waitpid
 """
 

@@ -80,7 +80,7 @@ def test_resume_restores_a_model_that_was_loaded_from_disk(tmp_path) -> None:  #
         m, p = load_policy(tmp_path / "init")
         stage = GRPOStage(steps=1, prompts_per_step=2, group_size=2, lr=1e-2, micro_batch=2, save_every=1,
                           save_rollouts=False)
-        return GRPOTrainer(m, p, stage, ROLL, [task(i) for i in range(4)], tmp_path / "grpo",
+        return GRPOTrainer(m, p, stage, ROLL, EPISODE, [task(i) for i in range(4)], tmp_path / "grpo",
                            make_runner=lambda images: FakeRunner(images), threads=1)
 
     from codedance.train.checkpoint import save_checkpoint
