@@ -10,11 +10,15 @@ Baselines (implemented here):
   with no isolation at all (the authors' release, Thyme);
 - ``jupyter``: an IPython kernel driven through jupyter_client (e2b, CodeAct, OpenHands).
 
-Figures: per-step latency p50/p99 for a trivial snippet and for crop + draw + save on a 1024²
-image; a failed step (with rollback where the design has one); instance creation time; idle
-memory per live trajectory (PSS and USS from /proc/<pid>/smaps_rollup); CPU time per image step
-(all processes, from a cpuacct cgroup); throughput at 1, 2, 8 and 64 concurrent trajectories;
-and 2048 live trajectories held at once (memory, and none lost). Ratios are printed against the
+Figures: per-step latency p50/p99 for a trivial snippet, both *paced* (25 ms idle before each
+step, as a model's turn leaves between tool calls in a rollout: codedance's next step process is
+then forked and prepared before the code arrives) and *back to back* (no pause: that fork, ~2 ms
+for the ~50 MB of anonymous memory the preloaded imaging libraries leave, is on the path), and
+for crop + draw + save on a 1024² image; a failed step (with rollback where the design has one);
+instance creation time; idle memory per live trajectory (PSS and USS from
+/proc/<pid>/smaps_rollup); CPU time per image step (all processes, from a cpuacct cgroup);
+throughput at 1, 2, 8 and 64 concurrent trajectories; and 2048 live trajectories held at once
+(memory, and none lost). Ratios are printed against the
 baselines. Run as root for full isolation (and the CPU figure, which needs cgroup v1 cpuacct).
 """
 
@@ -44,6 +48,7 @@ IMAGE_STEP = textwrap.dedent("""\
     crop.save('crop.png')
 """)
 FAILING = "y = [0] * 1000\nraise ValueError('boom')"
+MODEL_TURN_S = 0.025  # idle time before each "paced" step: a (very fast) model writing its next turn
 PRELUDE = ("import numpy, cv2, matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot\n"
            "from PIL import Image\ninput_image = Image.open('input_image.jpg')\n")  # fmt: skip
 
@@ -167,7 +172,7 @@ class FreshProcess:
         self.workdir = workdir
 
     def run(self, code: str) -> bool:
-        done = subprocess.run([sys.executable, "-c", PRELUDE + code], cwd=self.workdir, capture_output=True)
+        done = subprocess.run([sys.executable, "-c", PRELUDE + code], cwd=self.workdir, check=False, capture_output=True)
         return done.returncode == 0
 
     def close(self) -> None:
@@ -195,9 +200,12 @@ class JupyterKernel:
 
 
 # ------------------------------------------------------------------ measurements
-def latencies(run, code: str, n: int) -> list[float]:
+def latencies(run, code: str, n: int, pause_s: float = 0.0) -> list[float]:
+    """Per-call latency of ``n`` calls; ``pause_s`` idles before each (a model's turn)."""
     times = []
     for _ in range(n):
+        if pause_s:
+            time.sleep(pause_s)
         started = time.perf_counter()
         run(code)
         times.append((time.perf_counter() - started) * 1000)
@@ -216,6 +224,7 @@ def measure_latency(name, make, n_trivial, n_image, image, results, cpu_meter=No
     results[name]["create_ms"] = (time.perf_counter() - started) * 1000
     instance.run(TRIVIAL)
     trivial = latencies(instance.run, TRIVIAL, n_trivial)
+    paced = latencies(instance.run, TRIVIAL, n_trivial, pause_s=MODEL_TURN_S)
     cpu_before = (cpu_meter.seconds() if cpu_meter else None, time.process_time())
     image_times = latencies(instance.run, IMAGE_STEP, n_image)
     if cpu_meter and cpu_before[0] is not None:
@@ -224,6 +233,7 @@ def measure_latency(name, make, n_trivial, n_image, image, results, cpu_meter=No
     failed = latencies(instance.run, FAILING, max(5, n_image // 2))
     results[name].update(
         trivial_p50=p(trivial, 0.5), trivial_p99=p(trivial, 0.99),
+        paced_p50=p(paced, 0.5), paced_p99=p(paced, 0.99),
         image_p50=p(image_times, 0.5), image_p99=p(image_times, 0.99),
         failed_p50=p(failed, 0.5),
     )  # fmt: skip
@@ -381,7 +391,9 @@ def main() -> None:
 
 
 def report(results: dict) -> None:
-    rows = [("trivial step p50 (ms)", "trivial_p50"), ("trivial step p99 (ms)", "trivial_p99"),
+    rows = [("trivial step p50, paced (ms)", "paced_p50"), ("trivial step p99, paced (ms)", "paced_p99"),
+            ("trivial step p50, back to back (ms)", "trivial_p50"),
+            ("trivial step p99, back to back (ms)", "trivial_p99"),
             ("image step p50 (ms)", "image_p50"), ("image step p99 (ms)", "image_p99"),
             ("failed step p50 (ms)", "failed_p50"), ("create instance (ms)", "create_ms"),
             ("freeze + thaw per commit or restore (ms)", "freeze_ms"),
@@ -406,17 +418,24 @@ def report(results: dict) -> None:
               f"{hold['system_mb_used'] / 1024:.2f} GiB of system memory, {hold['mean_holder_pss_mb']:.1f} MB PSS "
               f"per trajectory, {hold['lost']} lost")  # fmt: skip
     c = results["codedance"]
-    print("\nGoals: trivial p50 <= 5 ms and below Jupyter's; failed step p50 <= 10 ms; CPU per image step <= 1.5x "
-          "exec's; idle PSS <= 15 MB (after a trivial step; an image step adds the pixels it keeps); "
-          "2048 live within 24 GiB, none lost")
-    checks = [c["trivial_p50"] <= 5 and c["trivial_p50"] < results["jupyter"]["trivial_p50"],
-              c["failed_p50"] <= 10,
-              c.get("cpu_ms_per_image_step") is None
-              or c["cpu_ms_per_image_step"] <= 1.5 * results["exec"]["cpu_ms_per_image_step"],
-              c["idle_pss_mb_trivial"] <= 15]  # fmt: skip
+    jupyter = results["jupyter"]
+    checks = {
+        "trivial step p50, paced, <= 5 ms and below Jupyter's":
+            c["paced_p50"] <= 5 and c["paced_p50"] < jupyter["paced_p50"],
+        "trivial step p50, back to back, <= 5 ms and below Jupyter's":
+            c["trivial_p50"] <= 5 and c["trivial_p50"] < jupyter["trivial_p50"],
+        "failed step p50 <= 10 ms": c["failed_p50"] <= 10,
+        "CPU per image step <= 1.5x exec's": c.get("cpu_ms_per_image_step") is None
+            or c["cpu_ms_per_image_step"] <= 1.5 * results["exec"]["cpu_ms_per_image_step"],
+        "idle PSS after a trivial step <= 15 MB (an image step adds the pixels it keeps)":
+            c["idle_pss_mb_trivial"] <= 15,
+    }  # fmt: skip
     if hold:
-        checks.append(hold["n"] >= 2048 and hold["system_mb_used"] < 24 * 1024 and hold["lost"] == 0)
-    print("met" if all(checks) else f"NOT met: {checks}")
+        checks["2048 live within 24 GiB, none lost"] = (
+            hold["n"] >= 2048 and hold["system_mb_used"] < 24 * 1024 and hold["lost"] == 0)
+    print(f"\nGoals (paced: {MODEL_TURN_S * 1000:.0f} ms idle before each step, as a model's turn leaves):")
+    for goal, met in checks.items():
+        print(f"- {goal}: {'met' if met else 'NOT met'}")
 
 
 if __name__ == "__main__":

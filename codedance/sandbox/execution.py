@@ -79,19 +79,21 @@ def _describe(exc: BaseException, code: str, max_frames: int, max_chars: int) ->
     lines = code.splitlines()
     frames: list[tuple[int, str]] = []
     shown: list[str] = []
-    summary = traceback.extract_tb(exc.__traceback__)
-    for index, frame in enumerate(summary):
-        is_user = frame.filename == SNIPPET_FILENAME
+    # frames are walked directly, not through traceback.extract_tb: no library source is read
+    summary = [(frame.f_code, lineno) for frame, lineno in traceback.walk_tb(exc.__traceback__)]
+    for index, (code_object, lineno) in enumerate(summary):
+        is_user = code_object.co_filename == SNIPPET_FILENAME
         is_last = index == len(summary) - 1
         if not (is_user or is_last):
             continue
+        name = code_object.co_name
         if is_user:
-            number = frame.lineno or 0
+            number = lineno or 0
             source = lines[number - 1].strip() if 0 < number <= len(lines) else ""
             frames.append((number, source))
-            shown.append(f'  File "{SNIPPET_FILENAME}", line {number}, in {frame.name}\n    {source}')
+            shown.append(f'  File "{SNIPPET_FILENAME}", line {number}, in {name}\n    {source}')
         else:
-            shown.append(f'  File "{frame.filename}", line {frame.lineno}, in {frame.name}')
+            shown.append(f'  File "{code_object.co_filename}", line {lineno}, in {name}')
     frames, shown = frames[-max_frames:], shown[-max_frames:]
     if isinstance(exc, SyntaxError) and exc.filename == SNIPPET_FILENAME:
         number = exc.lineno or 0

@@ -7,17 +7,34 @@ from __future__ import annotations
 import builtins
 import io
 import os
+from typing import ClassVar
 
 
 class Hooks:
-    """Image capture points patched into the imaging libraries, re-installed before each step."""
+    """Image capture points patched into the imaging libraries, re-installed before each step.
+
+    The patched functions are built once; `install` only puts back what a snippet replaced (a
+    step that changes nothing touches nothing: each write would cost the forked step a
+    copy-on-write page fault)."""
 
     collector = None  # the current step's ImageCollector
+    _targets: ClassVar[list[tuple[object, str, object]]] = []  # (owner, attribute, hook), built once
 
     @classmethod
     def install(cls) -> None:
-        import cv2
         import matplotlib
+
+        if not cls._targets:
+            cls._targets = cls._build()
+        if matplotlib.get_backend().lower() != "agg":
+            matplotlib.use("Agg", force=True)
+        for owner, name, hook in cls._targets:
+            if getattr(owner, name, None) is not hook:
+                setattr(owner, name, hook)
+
+    @classmethod
+    def _build(cls) -> list[tuple[object, str, object]]:
+        import cv2
         import matplotlib.figure
         import matplotlib.pyplot as plt
         from PIL import Image
@@ -48,14 +65,10 @@ class Hooks:
         def no_input(*_args, **_kwargs):
             raise RuntimeError("input() is not available in the sandbox: there is no user to ask")
 
-        matplotlib.use("Agg", force=True)
-        plt.show = show
-        matplotlib.figure.Figure.show = figure_show
-        Image.Image.show = pil_show
-        cv2.imshow = cv2_imshow
-        for name in ("waitKey", "destroyAllWindows", "destroyWindow", "namedWindow", "pollKey"):
-            setattr(cv2, name, no_window)
-        builtins.input = no_input
+        windows = ("waitKey", "destroyAllWindows", "destroyWindow", "namedWindow", "pollKey")
+        return [(plt, "show", show), (matplotlib.figure.Figure, "show", figure_show),
+                (Image.Image, "show", pil_show), (cv2, "imshow", cv2_imshow),
+                *((cv2, name, no_window) for name in windows), (builtins, "input", no_input)]
 
 
 def preload() -> dict:

@@ -201,23 +201,27 @@ def _initial_namespace(image_files: list[str]) -> dict:
 
 def _serve(conn: socket.socket, namespace: dict, request: dict, pristine_builtins: dict) -> None:
     """The holder forks its next step process *before* the code arrives (the holder does not
-    change while idle, so the spare is an exact copy): the fork is off the step's critical path.
-    A step that has sent its result forks its own spare straight away, before the controller's
-    verdict (if it rolls back, the controller kills both). Only the spare reads the socket; the
-    holder waits for it, reports how it ended, and forks the next spare once the controller says
-    ``resume``: at the start (after it has put the holder in its cgroup, so every step process is
-    inside) and after a failure (so the controller's kill of the failed step's processes never
-    races with a new spare)."""
+    change while idle, so the spare is an exact copy): the fork is off the step's critical path,
+    and so is the spare's preparation (builtins, hooks, output capture), done before it reads
+    the code. A step that has sent its result forks its own spare straight away, before the
+    controller's verdict (if it rolls back, the controller kills both). Only the spare reads the
+    socket; the holder waits for it, reports how it ended, and forks the next spare once the
+    controller says ``resume``: at the start (after it has put the holder in its cgroup, so every
+    step process is inside) and after a failure (so the controller's kill of the failed step's
+    processes never races with a new spare)."""
     reader = protocol.Reader(conn, max_bytes=64 << 20)
     wait_for_resume = True  # at start (the controller first moves us into our cgroup) and after failures
+    pages = _resident_pages()  # the holder's size, which its spare starts from
     while True:
         if wait_for_resume:  # a "run" sent to a spare that died before reading it is stale: dropped
             _expect(reader, "resume", stale=("run",))
         pid = os.fork()
         if pid == 0:
             protocol.send(conn, {"op": "spare"})  # before the code arrives: off the step's path
+            step = _PreparedStep(namespace, request["limits"], request["workdir"], pristine_builtins)
             run = _expect(reader, "run")
-            _step(conn, reader, namespace, run, request, pristine_builtins)
+            step.run(conn, run["code"])
+            pages = step.finish(pages)
             wait_for_resume = False  # the holder from now on, unless the controller kills it
             continue
         reader.forget_buffered()  # anything read ahead (the next run) belongs to the spare
@@ -241,55 +245,103 @@ def _expect(reader: protocol.Reader, op: str, stale: tuple[str, ...] = ()) -> di
     return message.body
 
 
-def _step(conn, reader, namespace, run: dict, request: dict, pristine_builtins: dict) -> None:
-    from codedance.sandbox import capture, execution
+class _PreparedStep:
+    """A spare step process, made ready before its code arrives: the builtins and capture hooks
+    put back, descriptors 1 and 2 pointed at memfds of its own, the image files listed. All of
+    this is undone or replaced by the next spare, so doing it early changes nothing observable."""
 
-    os.setpgid(0, 0)  # its own group from now on (an idle spare stays in its parent's group)
-    pages_at_start = _resident_pages()
-    _restore_builtins(pristine_builtins)
-    namespace["__builtins__"] = builtins
-    Hooks.install()
-    limits = request["limits"]
-    workdir = request["workdir"]
-    collector = capture.ImageCollector(limits["max_images"], limits["max_pixels"], limits["max_image_bytes"])
-    Hooks.collector = collector
-    out = capture.BoundedText(limits["output_head"], limits["output_tail"])
-    err = capture.BoundedText(limits["output_head"], limits["output_tail"])
-    captured = [os.memfd_create(f"fd{n}", os.MFD_CLOEXEC) for n in (1, 2)]  # this process's alone
-    for target, handle in zip((1, 2), captured):
-        os.dup2(handle, target)
-    sys.stdout, sys.stderr = out, err
-    before = capture.list_image_files(workdir)
-    reply: dict = {"op": "result", "status": "ok"}
-    try:
-        value = execution.run_snippet(run["code"], namespace)
-        capture.show_value(value, collector, out)
-    except BaseException as exc:  # noqa: BLE001 - every failure is reported, none escapes
-        failure = execution.describe_failure(exc, run["code"], max_chars=limits["error_chars"])
-        reply["status"] = "oom" if isinstance(exc, MemoryError) else "error"
-        reply["error"] = vars(failure)
-    sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
-    _restore_builtins(pristine_builtins)  # this process may become the holder: keep it working
-    _stop_timers()  # an alarm left by the snippet would otherwise kill it once it is the holder
-    try:
-        reply.update(_collect(collector, workdir, before, out, err, captured, limits))
-    except BaseException as exc:  # noqa: BLE001 - e.g. MemoryError while encoding an image
-        reply.update(status="oom" if isinstance(exc, MemoryError) else "error",
-                     stdout=out.value(), stderr=err.value(), images=[],
-                     notes=[f"capturing the step's output failed: {type(exc).__name__}: {exc}"])
-        collector.images.clear()
-    _release_captured_output(captured)
-    if reply["status"] == "ok":
-        leftover = _leftover_work()
-        if leftover:
-            reply["status"] = "refused"
-            reply["notes"].append(leftover)
-    reply["notes"] = [note[: protocol.NOTE_CHARS] for note in reply["notes"]][: protocol.MAX_NOTES]
-    protocol.send(conn, reply, [png for png, _, _, _ in collector.images])
-    while reply["status"] != "ok":  # rolled back: the controller kills this process (exiting
-        signal.pause()              # first would leave its result without a sender to credit)
-    if _resident_pages() - pages_at_start > 256:  # grew by 1 MB+: keep the next holder's idle footprint small
-        _release_free_memory()
+    def __init__(self, namespace: dict, limits: dict, workdir: str, pristine_builtins: dict):
+        from codedance.sandbox import capture
+
+        self.namespace, self.limits, self.workdir = namespace, limits, workdir
+        self.pristine_builtins = pristine_builtins
+        _restore_builtins(pristine_builtins)
+        namespace["__builtins__"] = builtins
+        Hooks.install()
+        self.collector = capture.ImageCollector(limits["max_images"], limits["max_pixels"],
+                                                limits["max_image_bytes"])
+        self.out = capture.BoundedText(limits["output_head"], limits["output_tail"])
+        self.err = capture.BoundedText(limits["output_head"], limits["output_tail"])
+        self.captured = [os.memfd_create(f"fd{n}", os.MFD_CLOEXEC) for n in (1, 2)]  # this process's alone
+        for target, handle in zip((1, 2), self.captured):
+            os.dup2(handle, target)
+        self.images_before = capture.list_image_files(workdir)
+
+    def run(self, conn: socket.socket, code: str) -> None:
+        """Run the snippet and send its result; returns only if it succeeded (a failed step
+        waits to be killed)."""
+        from codedance.sandbox import capture, execution
+
+        os.setpgid(0, 0)  # its own group from now on (an idle spare stays in its parent's group)
+        Hooks.collector = self.collector
+        sys.stdout, sys.stderr = self.out, self.err
+        reply: dict = {"op": "result", "status": "ok"}
+        try:
+            value = execution.run_snippet(code, self.namespace)
+            capture.show_value(value, self.collector, self.out)
+        except BaseException as exc:  # noqa: BLE001 - every failure is reported, none escapes
+            failure = execution.describe_failure(exc, code, max_chars=self.limits["error_chars"])
+            reply["status"] = "oom" if isinstance(exc, MemoryError) else "error"
+            reply["error"] = vars(failure)
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+        _restore_builtins(self.pristine_builtins)  # this process may become the holder: keep it working
+        _stop_timers()  # an alarm left by the snippet would otherwise kill it once it is the holder
+        try:
+            reply.update(self._collect())
+        except BaseException as exc:  # noqa: BLE001 - e.g. MemoryError while encoding an image
+            reply.update(status="oom" if isinstance(exc, MemoryError) else "error",
+                         stdout=self.out.value(), stderr=self.err.value(), images=[],
+                         notes=[f"capturing the step's output failed: {type(exc).__name__}: {exc}"])
+            self.collector.images.clear()
+        _release_captured_output(self.captured)
+        if reply["status"] == "ok":
+            leftover = _leftover_work()
+            if leftover:
+                reply["status"] = "refused"
+                reply["notes"].append(leftover)
+        reply["notes"] = [note[: protocol.NOTE_CHARS] for note in reply["notes"]][: protocol.MAX_NOTES]
+        protocol.send(conn, reply, [png for png, _, _, _ in self.collector.images])
+        while reply["status"] != "ok":  # rolled back: the controller kills this process (exiting
+            signal.pause()              # first would leave its result without a sender to credit)
+
+    def finish(self, pages_at_start: int) -> int:
+        """Once it has succeeded (it is the holder now): give back what the step grew by 1 MB+,
+        to keep the next holder's idle footprint small; returns the resident pages now."""
+        self.collector = self.out = self.err = None
+        pages = _resident_pages()
+        if pages - pages_at_start > 256:
+            _release_free_memory()
+            pages = _resident_pages()
+        return pages
+
+    def _collect(self) -> dict:
+        import matplotlib.pyplot as plt
+
+        from codedance.sandbox import capture
+
+        _LIBC.fflush(None)
+        for stream, handle in zip((self.out, self.err), self.captured):
+            text, size = capture.read_head(handle, self.limits["output_head"])
+            if text:
+                cut = f"\n[... {size - len(text.encode())} bytes cut ...]" if size > len(text.encode()) else ""
+                stream.write(text + cut)
+        collector = self.collector
+        figures = plt.get_fignums()
+        for number in figures:
+            collector.add_figure(plt.figure(number), "open figure")
+        if figures:
+            plt.close("all")
+        after = capture.list_image_files(self.workdir)
+        for path, stamp in sorted(after.items()):
+            if self.images_before.get(path) != stamp:
+                try:
+                    collector.add_file(os.path.join(self.workdir, path), f"file {path}")
+                except Exception as exc:  # noqa: BLE001 - a broken file is reported, not fatal
+                    collector.notes.append(f"could not read saved image {path}: {exc}")
+        Hooks.collector = None
+        sources = [{"width": w, "height": h, "source": s} for _, w, h, s in collector.images]
+        return {"stdout": self.out.value(), "stderr": self.err.value(), "images": sources,
+                "notes": collector.finish_notes()}
 
 
 def _leftover_work() -> str | None:
@@ -343,34 +395,6 @@ def _stop_timers() -> None:
     signal.alarm(0)
     for timer in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
         signal.setitimer(timer, 0)
-
-
-def _collect(collector, workdir, before, out, err, captured, limits) -> dict:
-    import matplotlib.pyplot as plt
-
-    from codedance.sandbox import capture
-
-    _LIBC.fflush(None)
-    streams = [out, err]
-    for stream, handle in zip(streams, captured):
-        text, size = capture.read_head(handle, limits["output_head"])
-        if text:
-            cut = f"\n[... {size - len(text.encode())} bytes cut ...]" if size > len(text.encode()) else ""
-            stream.write(text + cut)
-    for number in plt.get_fignums():
-        collector.add_figure(plt.figure(number), "open figure")
-    plt.close("all")
-    after = capture.list_image_files(workdir)
-    for path, stamp in sorted(after.items()):
-        if before.get(path) != stamp:
-            try:
-                collector.add_file(os.path.join(workdir, path), f"file {path}")
-            except Exception as exc:  # noqa: BLE001 - a broken file is reported, not fatal
-                collector.notes.append(f"could not read saved image {path}: {exc}")
-    Hooks.collector = None
-    sources = [{"width": w, "height": h, "source": s} for _, w, h, s in collector.images]
-    return {"stdout": out.value(), "stderr": err.value(), "images": sources,
-            "notes": collector.finish_notes()}
 
 
 def main() -> None:
