@@ -56,21 +56,22 @@ def _body(color: str, shape: str, tol: int, split: bool, show: bool) -> str:
 
 
 def _compact_body(color: str, shape: str, tol: int, split: bool, show: bool) -> str:
-    """`_body` inline: the mask, components (area, box fill, label), the table when `show`,
-    the count (split as `pixels.count_shapes` does)."""
+    """`_body` inline: the mask, components (area, box fill, box aspect, label), the table when
+    `show`, the count (split as `pixels.count_shapes` does)."""
     cond = FILL[shape]
     lines = [f"m = (np.abs(img.astype(int) - {PALETTE[color]}).max(2) <= {tol}).astype(np.uint8)",
              "n, lab, st, _ = cv2.connectedComponentsWithStats(m)",
-             "b = [(a, a / (w * h), i) for i, (x, y, w, h, a) in enumerate(st.tolist()) if i and a >= 20]"]
+             "b = [(a, a / (w * h), w / h, i) for i, (x, y, w, h, a) in enumerate(st.tolist()) if i and a >= 20]"]
     if show:
-        lines += ["for a, f, i in b:",
+        lines += ["for a, f, r, i in b:",
                   "    print('blob', a, round(f, 2), img[lab == i].mean(0).astype(int).tolist())"]
     if split:
-        lines += [f"k = [a for a, f, i in b if {cond}]",
+        lines += [f"k = [a for a, f, r, i in b if {cond}]",
+                  f"k = [a for a, f, r, i in b if {cond} and 0.8 <= r <= 1.25] or k",
                   "med = float(np.median(k)) if k else 1e9",
-                  f"print('RESULT:', sum(round(a / med) if a >= 1.6 * med else 1 for a, f, i in b if a >= 1.6 * med or {cond}))"]
+                  f"print('RESULT:', sum(round(a / med) if a >= 1.6 * med else 1 for a, f, r, i in b if a >= 1.6 * med or {cond}))"]
     else:
-        lines += [f"print('RESULT:', sum({cond} for a, f, i in b))"]
+        lines += [f"print('RESULT:', sum({cond} for a, f, r, i in b))"]
     return "\n".join(lines)
 
 

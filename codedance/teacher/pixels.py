@@ -40,15 +40,18 @@ def shape_of(blob):
 
 
 def count_shapes(found, shape, split=True):
-    """How many `shape`s the blobs hold; with `split`, a blob at least 1.6 times the median
-    area of the `shape` blobs counts as round(area / median) touching objects."""
-    areas = [b["area"] for b in found if shape_of(b) == shape]
-    if not areas:
+    """How many `shape`s the blobs hold; with `split`, a blob at least 1.6 times the area of one
+    `shape` counts as round(area / that) touching objects. One `shape`'s area is the median of
+    the `shape` blobs with a square box (a touching pair's box is long, or half empty when the
+    pair is diagonal, which can make it look like another shape), else of all `shape` blobs."""
+    matching = [b for b in found if shape_of(b) == shape]
+    if not matching:
         return 0
-    median = float(np.median(areas))
+    square = [b for b in matching if 0.8 <= b["box"][2] / b["box"][3] <= 1.25] or matching
+    unit = float(np.median([b["area"] for b in square]))
     total = 0
     for b in found:
-        k = round(b["area"] / median) if split and b["area"] >= 1.6 * median else 1
+        k = round(b["area"] / unit) if split and b["area"] >= 1.6 * unit else 1
         if k > 1 or shape_of(b) == shape:
             total += k
     return total

@@ -109,3 +109,29 @@ def test_hard_check_turn_does_new_work_and_keeps_the_answer(pool, skill, style):
         assert ok and len(codes) == len(set(codes)) >= 2, (seed, trajectory.answer)
         last = trajectory.tool_calls[-1]
         assert last.ok and "check:" in last.stdout and "RESULT" not in last.stdout
+
+
+def test_touching_pairs_are_counted_whatever_their_angle():
+    """The teacher's count on hard counting tasks, both code styles, run in-process on the
+    world's pixels: touching pairs at any angle are split (a diagonal pair's box is half empty,
+    so its fill looks like a triangle's; seed 8 was miscounted that way)."""
+    import contextlib
+    import io
+
+    import cv2
+    import numpy as np
+
+    from codedance.teacher import counting, pixels
+    from codedance.world.draw import PALETTE
+
+    for seed in range(60):
+        task = generate("counting", "hard", seed)
+        img = np.asarray(task.images[0].to_pil().convert("RGB"))
+        color, shape = counting.target(task)
+        found = pixels.blobs(pixels.color_mask(img, PALETTE[color], 40), img)
+        assert str(pixels.count_shapes(found, shape, split=True)) == task.answer, seed
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(counting._compact_body(color, shape, 40, split=True, show=False),  # noqa: S102
+                 {"np": np, "cv2": cv2, "img": img})
+        assert printed.getvalue().strip() == f"RESULT: {task.answer}", seed
