@@ -15,6 +15,7 @@ Without a per-trajectory uid (an unprivileged host) everything is the caller's, 
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -43,8 +44,28 @@ class Limits:
     recovery_s: float = 10.0  # after the timeout, the most time a failed step's clean-up may take
 
     def __post_init__(self):
+        for name in ("memory", "processes", "file_size", "open_files", "workdir_bytes", "workdir_files",
+                     "max_pixels", "max_image_bytes", "max_message"):
+            _check_count(name, getattr(self, name), minimum=1)
+        for name in ("max_images", "output_head", "output_tail", "error_chars"):
+            _check_count(name, getattr(self, name), minimum=0)
+        for name in ("cpus", "recovery_s"):
+            positive_finite(f"Limits.{name}", getattr(self, name))
         if self.max_message < self.max_image_bytes + (1 << 20):
             raise ValueError("max_message must leave room for max_image_bytes plus 1 MiB of text")
+
+
+def _check_count(name: str, value, minimum: int) -> None:
+    if type(value) is not int or value < minimum:
+        raise ValueError(f"Limits.{name} must be an int >= {minimum}, got {value!r}")
+
+
+def positive_finite(name: str, value) -> float:
+    """``value`` as a float if it is a finite number above 0 (NaN and infinity are refused:
+    deadlines and quotas are computed from it), else ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number above 0, got {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from codedance.sandbox.cgroups import TrajectoryCgroup
 from codedance.sandbox.execution import executes_nothing
 from codedance.sandbox.inputs import ImageInput
 from codedance.sandbox.isolation import Isolation
-from codedance.sandbox.layout import Limits
+from codedance.sandbox.layout import Limits, positive_finite
 from codedance.sandbox.service import SandboxService, ServiceError, default_service
 from codedance.types import ExecResult, ExecStatus
 
@@ -85,9 +85,8 @@ class Sandbox:
                  limits: Limits | None = None, require: str | tuple[str, ...] | None = None,
                  service: SandboxService | None = None, executor: Executor | None = None,
                  start_timeout_s: float = 30.0):
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
-        self.timeout_s = timeout_s
+        self.timeout_s = positive_finite("timeout_s", timeout_s)
+        positive_finite("start_timeout_s", start_timeout_s)
         self.limits = limits or Limits()
         self.service = service or default_service()
         self._executor = executor
@@ -187,9 +186,7 @@ class Sandbox:
         Returns within ``timeout_s + limits.recovery_s`` whatever the snippet does."""
         if not isinstance(code, str):
             raise TypeError(f"code must be a str, got {type(code).__name__}")
-        timeout = self.timeout_s if timeout_s is None else timeout_s
-        if timeout <= 0:
-            raise ValueError(f"timeout_s must be positive, got {timeout}")
+        timeout = self.timeout_s if timeout_s is None else positive_finite("timeout_s", timeout_s)
         while not self._lock.acquire(timeout=0.05):
             if self._closed:
                 raise SandboxClosed("this sandbox is closed; create a new Sandbox to run more code")

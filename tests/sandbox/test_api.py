@@ -12,7 +12,7 @@ import time
 import pytest
 from PIL import Image as PILImage
 
-from codedance.sandbox import Sandbox, SandboxClosed, SandboxService, SandboxUnavailable
+from codedance.sandbox import Limits, Sandbox, SandboxClosed, SandboxService, SandboxUnavailable
 from codedance.sandbox.pool import SandboxPool
 from codedance.types import ExecStatus, Image
 
@@ -69,10 +69,24 @@ def test_bad_code_gets_a_clear_error_or_status(make):
     assert nul.status is ExecStatus.ERROR and "null" in nul.error.message
     weird = sb.run("import os, sys\nos.write(1, b'\\xff\\xfe ok\\n')\nprint('\\udcff')")
     assert weird.ok and "ok" in weird.stdout and "\ufffd" in weird.stdout
-    with pytest.raises(ValueError):
-        sb.run("pass", timeout_s=0)
+    assert sb.run("kept = 7").ok
+    for bad in (0, -1, float("nan"), float("inf"), "5", True):
+        with pytest.raises(ValueError, match="timeout_s must be a finite number above 0"):
+            sb.run("pass", timeout_s=bad)
+    assert sb.run("print(kept)").stdout == "7\n"  # a refused timeout costs the trajectory nothing
     assert sb.run("# only a comment\npass").executed_nothing
     assert not sb.run("y = 1").executed_nothing
+
+
+@pytest.mark.parametrize("bad", [
+    {"timeout_s": float("nan")}, {"start_timeout_s": float("inf")},
+    {"limits": {"recovery_s": float("nan")}}, {"limits": {"cpus": 0}}, {"limits": {"memory": 1.5e9}},
+    {"limits": {"max_images": -1}},
+])  # fmt: skip
+def test_bad_settings_are_refused_before_anything_starts(service, bad):
+    with pytest.raises(ValueError, match="must be"):
+        settings = {key: Limits(**value) if key == "limits" else value for key, value in bad.items()}
+        Sandbox(service=service, **settings)
 
 
 def test_closed_sandbox_raises(make):
