@@ -279,17 +279,47 @@ def remove_tree(path: str) -> None:
 
 
 def _copy(source_fd: int, target_fd: int) -> None:
-    while True:
+    """Copy a regular file's data; holes stay holes (a sparse file costs the copy only its data,
+    where the file system can say where the data is)."""
+    size = os.fstat(source_fd).st_size
+    offset = 0
+    while offset < size:
         try:
-            copied = os.copy_file_range(source_fd, target_fd, 1 << 30)
+            start = os.lseek(source_fd, offset, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # only a hole is left
+                break
+            if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            start = offset  # no SEEK_DATA here: copy densely
+            end = size
+        else:
+            end = min(size, os.lseek(source_fd, start, os.SEEK_HOLE))
+        _copy_range(source_fd, target_fd, start, end - start)
+        offset = end
+    os.ftruncate(target_fd, size)
+
+
+def _copy_range(source_fd: int, target_fd: int, offset: int, count: int) -> None:
+    """Copy ``count`` bytes at ``offset`` to the same offset (in the kernel: copy_file_range, or
+    sendfile across file systems)."""
+    end = offset + count
+    while offset < end:
+        try:
+            copied = os.copy_file_range(source_fd, target_fd, min(end - offset, 1 << 30), offset, offset)
         except OSError as exc:
             if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
                 raise
-            while os.sendfile(target_fd, source_fd, None, 1 << 24) > 0:
-                pass
+            os.lseek(target_fd, offset, os.SEEK_SET)
+            while offset < end:
+                sent = os.sendfile(target_fd, source_fd, offset, min(end - offset, 1 << 24))
+                if sent == 0:
+                    return  # the file shrank: what is left is a hole (the size is set after)
+                offset += sent
             return
         if copied == 0:
             return
+        offset += copied
 
 
 def _copy_file(source_dir: int, target_dir: int, name: str, expected_inode: int | None,

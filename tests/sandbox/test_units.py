@@ -155,6 +155,28 @@ def test_workdir_restore_undoes_every_kind_of_change(tmp_path):
     assert (work / "keep.txt").read_text() == "three"
 
 
+def test_sparse_files_are_kept_sparse(tmp_path):
+    """A sparse file costs the store (on the host's disk) only its data, and comes back sparse."""
+    work, store = tmp_path / "work", tmp_path / "store"
+    work.mkdir()
+    with open(work / "sparse.bin", "wb") as handle:
+        handle.write(b"head")
+        handle.seek(8 << 20)
+        handle.write(b"middle")
+        handle.truncate(16 << 20)
+    expected = (work / "sparse.bin").read_bytes()
+    if os.stat(work / "sparse.bin").st_blocks * 512 > 1 << 20:
+        pytest.skip("this file system does not keep holes")
+    snapshot = WorkdirSnapshot(str(work), str(store), protected=frozenset(), owner=None,
+                               max_entries=100, max_bytes=64 << 20)  # fmt: skip
+    kept = [os.path.join(d, f) for d, _, names in os.walk(store) for f in names if f == "sparse.bin"]
+    assert kept and all(os.stat(path).st_blocks * 512 < 1 << 20 for path in kept)
+    (work / "sparse.bin").write_bytes(b"overwritten")
+    snapshot.restore()
+    assert (work / "sparse.bin").read_bytes() == expected
+    assert os.stat(work / "sparse.bin").st_blocks * 512 < 1 << 20
+
+
 @pytest.mark.parametrize("make_it,match", [
     (lambda w: os.symlink("/etc", w / "link"), "symlink"),
     (lambda w: os.mkfifo(w / "fifo"), "FIFO"),
