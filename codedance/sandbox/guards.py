@@ -27,6 +27,12 @@ The seccomp filter (libseccomp through PyPI ``pyseccomp``) returns ``EPERM`` for
 - other processes: ``prlimit64`` on any pid but 0 (itself; compared on all 64 bits, so no high
   bits can smuggle another pid), ``process_madvise``, ``migrate_pages``, ``move_pages``;
 - host-wide write-back: ``sync``, ``syncfs`` (``fsync`` of one's own files stays);
+- writable shared mappings of files (``mmap`` with ``PROT_WRITE`` and ``MAP_SHARED`` or
+  ``MAP_SHARED_VALIDATE``, not ``MAP_ANONYMOUS``; e.g. ``np.memmap(mode="r+")``): on a tmpfs
+  their writes change no modification time, so the rollback could not see them. Anonymous
+  shared memory and private or read-only mappings stay. Not closed: ``mprotect`` adding
+  ``PROT_WRITE`` to a read-only shared mapping of a file opened for writing (deliberate, and it
+  only harms the step's own trajectory; docs/sandbox.md);
 - kernel surfaces nobody needs here: ``bpf``, ``perf_event_open``, ``userfaultfd``, ``keyctl``,
   ``add_key``, ``request_key``, module loading, ``kexec_*``, ``reboot``, ``swapon``/``swapoff``,
   ``open_by_handle_at``, ``iopl``/``ioperm``, ``personality``.
@@ -78,6 +84,8 @@ DENIED_SYSCALLS = (
     "personality", "acct", "quotactl", "uselib", "sync", "syncfs",
 )  # fmt: skip
 _F_SETFL, _F_SETOWN, _F_SETSIG, _F_SETOWN_EX = 4, 8, 10, 15
+_PROT_WRITE = 0x2
+_MAP_SHARED, _MAP_SHARED_VALIDATE, _MAP_TYPE, _MAP_ANONYMOUS = 0x01, 0x03, 0x03, 0x20
 _O_ASYNC = 0o20000
 _SIGNAL_IOCTLS = (0x5452, 0x8901, 0x8902)  # FIOASYNC, FIOSETOWN, SIOCSPGRP
 
@@ -171,6 +179,9 @@ def install_seccomp() -> None:
                    seccomp.Arg(2, seccomp.MASKED_EQ, _O_ASYNC, _O_ASYNC))
     for request in _SIGNAL_IOCTLS:
         rules.add_rule(deny, "ioctl", seccomp.Arg(1, seccomp.MASKED_EQ, low32, request))
+    for sharing in (_MAP_SHARED, _MAP_SHARED_VALIDATE):
+        rules.add_rule(deny, "mmap", seccomp.Arg(2, seccomp.MASKED_EQ, _PROT_WRITE, _PROT_WRITE),
+                       seccomp.Arg(3, seccomp.MASKED_EQ, _MAP_TYPE | _MAP_ANONYMOUS, sharing))
     for flag in _bits(_CLONE_NAMESPACE_FLAGS):
         rules.add_rule(deny, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
     for family in range(_AF_MAX):

@@ -56,12 +56,16 @@ def parent_pid(pid: int | None) -> int | None:
         return None
 
 
-def set_oom_score_adj(pid: int | None, value: int) -> None:
-    """Tell the kernel's OOM killer how to rank ``pid`` (-1000: never; needs root to lower)."""
+def set_oom_score_adj(pid: int | None, value: int) -> bool:
+    """Tell the kernel's OOM killer how to rank ``pid`` (-1000: never; going below 0 needs
+    CAP_SYS_RESOURCE, which a root inside a container may lack); whether it took."""
     if pid is None:
-        return
+        return False
     try:
         with open(f"/proc/{pid}/oom_score_adj", "w") as handle:
             handle.write(str(value))
     except OSError:
-        pass
+        return False
+    return True
+
+

@@ -20,9 +20,14 @@ step's fate and enforces it from outside the jail:
   loses its trajectory, a step that does fails its step;
 - processes are killed through the trajectory's cgroup or pidfds, never by a pid that may have
   been reused;
-- the running step is the OOM killer's first choice (``oom_score_adj`` 1000, back to 0 when it
-  commits): a step's files on the tmpfs work root are charged to the trajectory but are in no
-  process's RSS, so without it the kernel could kill the holder, which is the state.
+- the running step is the OOM killer's first choice (``oom_score_adj`` 1000, set before its code
+  is sent, so whatever it forks inherits it), and while memory cgroups bound the trajectories the
+  holder is never chosen (-1000, also when a step commits): a trajectory's files on the tmpfs work
+  root are charged to it but are in no process's RSS, so otherwise the kernel, short of memory,
+  could kill an idle neighbour's holder (the state) for another trajectory's files. Its writes
+  then fail instead (``ENOSPC``/``ENOMEM``). Without memory cgroups the holder stays at 0 (a
+  never-killed process with unbounded memory would endanger the host), and so it does where the
+  controller lacks CAP_SYS_RESOURCE (root in many containers), which lowering needs.
 
 Not handled: a holder killed from outside (for example by the host's OOM killer when no memory
 cgroup is in force) loses the trajectory's state; later steps then return ``crashed`` with a note
@@ -57,6 +62,8 @@ from codedance.types import ExecResult, ExecStatus
 HOLDER_MESSAGE_BYTES = 64 << 10  # a holder only ever says "ready" and "step_done"
 NEWCOMER_MESSAGE_BYTES = 512  # a spare's announcement (the holder's "ready" is read with the holder's budget)
 MAX_NEWCOMERS = 32  # unknown senders buffered at once while a step is awaited; more are dropped
+STEP_OOM_SCORE_ADJ = 1000  # the OOM killer's first choice
+HOLDER_OOM_SCORE_ADJ = -1000  # never chosen (only while a memory cgroup bounds it)
 ROLLED_BACK = "state rolled back to before this step"
 DYING_GRACE_S = 1.0  # how long the idle freezer waits for a replaced holder to exit before freezing
 
@@ -102,6 +109,7 @@ class Sandbox:
         self._dying: dict[int, int] = {}  # replaced holders, killed, not yet seen gone: pid -> pidfd
         self._awaiting_new_process = True  # the holder's "ready" or a spare's announcement may come
         self._recovery_deadline = 0.0
+        self._holder_oom_score_adj = 0  # HOLDER_OOM_SCORE_ADJ where allowed and a memory cgroup bounds it
         self._idle_since = 0.0  # when the last run ended (time.monotonic)
         self._idle_frozen = False
         self.freeze_pending = False  # the service's idle freezer holds an entry for this sandbox
@@ -157,6 +165,10 @@ class Sandbox:
         self._awaiting_new_process = False
         if self._cgroup is not None:
             self._cgroup.add(self._holder_pid)
+            # never the OOM victim where it is allowed (root with CAP_SYS_RESOURCE) and safe (its
+            # memory is bounded by memory_total)
+            if procs.set_oom_score_adj(self._holder_pid, HOLDER_OOM_SCORE_ADJ):
+                self._holder_oom_score_adj = HOLDER_OOM_SCORE_ADJ
         if not self._resume(time.monotonic() + start_timeout_s):  # the holder forks its first spare only now
             raise ServiceError("the sandbox's holder exited right after starting")
         layers = ready.body.get("layers", {})
@@ -287,12 +299,6 @@ class Sandbox:
             self._reader.forget(message.sender_pid)
 
     def _step(self, code: str, deadline: float, timeout: float) -> ExecResult:
-        try:
-            protocol.send(self._conn, {"op": "run", "code": code}, deadline=deadline)
-        except protocol.SendTimeout:
-            raise _Lost("the holder process stopped reading its socket") from None
-        except OSError as exc:
-            raise _Lost(f"the sandbox's holder process is gone ({exc})") from None
         self._awaiting_new_process = True
         try:
             message = self._receive_spare(deadline)
@@ -305,7 +311,15 @@ class Sandbox:
         self._step_pid = message.sender_pid
         self._step_pidfd = procs.open_pidfd(self._step_pid)  # None: already dead; the holder says how
         self._reader.forget_others({self._holder_pid, self._step_pid})
-        procs.set_oom_score_adj(self._step_pid, 1000)  # the OOM killer's first choice: see below
+        # the OOM killer's first choice (see the module docstring) before its code arrives, so
+        # that whatever the code forks inherits it
+        procs.set_oom_score_adj(self._step_pid, STEP_OOM_SCORE_ADJ)
+        try:
+            protocol.send(self._conn, {"op": "run", "code": code}, deadline=deadline)
+        except protocol.SendTimeout:
+            raise _Lost("the holder process stopped reading its socket") from None
+        except OSError as exc:
+            raise _Lost(f"the sandbox's holder process is gone ({exc})") from None
         try:
             message = self._receive(deadline)
         except protocol.ReceiveTimeout:
@@ -365,7 +379,7 @@ class Sandbox:
         old_pid, old_pidfd = self._holder_pid, self._holder_pidfd
         self._holder_pid, self._holder_pidfd = self._step_pid, self._step_pidfd
         self._step_pid = self._step_pidfd = None
-        procs.set_oom_score_adj(self._holder_pid, 0)
+        procs.set_oom_score_adj(self._holder_pid, self._holder_oom_score_adj)
         procs.kill_pidfd(old_pidfd)  # on cgroup v1 it dies once thawed
         self._thaw()
         self._reader.forget(old_pid)  # whatever it still sends is dropped unread: it is a stranger now
