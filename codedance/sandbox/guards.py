@@ -28,8 +28,9 @@ The seccomp filter (libseccomp through PyPI ``pyseccomp``) returns ``EPERM`` for
   bits can smuggle another pid), ``process_madvise``, ``migrate_pages``, ``move_pages``;
 - host-wide write-back: ``sync``, ``syncfs`` (``fsync`` of one's own files stays);
 - writable shared mappings of files (``mmap`` with ``PROT_WRITE`` and ``MAP_SHARED`` or
-  ``MAP_SHARED_VALIDATE``, not ``MAP_ANONYMOUS``; e.g. ``np.memmap(mode="r+")``): on a tmpfs
-  their writes change no modification time, so the rollback could not see them. Anonymous
+  ``MAP_SHARED_VALIDATE``, not ``MAP_ANONYMOUS``; e.g. ``np.memmap(mode="r+")``): one kept by
+  a committed step lives on in later steps, whose writes through it the rollback cannot see
+  (on a tmpfs a page already written takes later writes with no new modification time). Anonymous
   shared memory and private or read-only mappings stay. Not closed: ``mprotect`` adding
   ``PROT_WRITE`` to a read-only shared mapping of a file opened for writing (deliberate, and it
   only harms the step's own trajectory; docs/sandbox.md);
