@@ -51,6 +51,7 @@ from dataclasses import dataclass
 MAX_DEPTH = 32  # directory levels a committed working directory may have
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_REWRITE = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _KEPT_MODE = 0o777  # permission bits kept; setuid, setgid and sticky bits are never restored
 _CHECK_EVERY = 256  # entries between deadline checks
@@ -340,6 +341,30 @@ def _copy_file(source_dir: int, target_dir: int, name: str, expected_inode: int 
         os.close(source)
 
 
+def _rewrite_file(source_dir: int, target_dir: int, name: str, expected_inode: int, mode: int,
+                  owner: tuple[int, int] | None) -> os.stat_result | None:
+    """Put the stored ``name`` back into the existing file of that name, in place, so descriptors
+    the holder keeps open on it stay attached to the working directory's file; its fstat. None
+    (nothing written) unless it is still the regular file ``expected_inode`` with no other link."""
+    try:
+        target = os.open(name, _REWRITE, dir_fd=target_dir)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(target)
+        if not stat.S_ISREG(info.st_mode) or info.st_ino != expected_inode or info.st_nlink != 1:
+            return None
+        source = os.open(name, _READ, dir_fd=source_dir)
+        try:
+            os.ftruncate(target, 0)
+            _copy(source, target)
+        finally:
+            os.close(source)
+        return _own(target, mode, owner)
+    finally:
+        os.close(target)
+
+
 def _make_dir(parent_fd: int, name: str, mode: int, owner: tuple[int, int] | None) -> os.stat_result:
     os.mkdir(name, 0o700, dir_fd=parent_fd)
     fd = os.open(name, _DIR, dir_fd=parent_fd)
@@ -468,10 +493,16 @@ class WorkdirSnapshot:
                             present[item.name] = Entry.of(item.stat(follow_symlinks=False))
                 for name, entry in present.items():
                     relative = f"{relative_dir}/{name}" if relative_dir else name
-                    if _same(self.manifest.get(relative), entry):
-                        restored[relative] = self.manifest[relative]
-                    else:
-                        remove(work_dir, name, clock)
+                    kept = self.manifest.get(relative)
+                    if _same(kept, entry):
+                        restored[relative] = kept
+                        continue
+                    if kept is not None and kept.kind == entry.kind == "file" and kept.inode == entry.inode:
+                        made = _rewrite_file(store_dir, work_dir, name, entry.inode, kept.mode, self.owner)
+                        if made is not None:  # changed in place: open descriptors stay attached
+                            restored[relative] = Entry.of(made)
+                            continue
+                    remove(work_dir, name, clock)
                 for relative in children.get(relative_dir, ()):
                     entry = self.manifest[relative]
                     clock.tick()

@@ -45,6 +45,17 @@ def test_directories_that_lock_their_owner_out_survive_a_rollback(make):
     assert after.stdout.splitlines() == ["0o0 ['.tmp', 'lk']", "0o500 ['f'] 1"], after
 
 
+def test_a_file_kept_open_across_steps_survives_a_rollback(make):
+    """A rollback restores a changed file in place, so a descriptor the holder keeps open on it
+    still writes to the working directory's file (red team, stop 20: it used to be detached)."""
+    sb = make()
+    assert sb.run("log = open('log.txt', 'a')\nlog.write('one\\n'); log.flush()").ok
+    failed = sb.run("log.write('bad\\n'); log.flush()\nraise ValueError('oops')")
+    assert failed.rolled_back
+    assert sb.run("log.write('three\\n'); log.flush()").ok
+    assert sb.run("print(repr(open('log.txt').read()))").stdout == "'one\\nthree\\n'\n"
+
+
 def test_error_report_has_the_users_frames(make):
     sb = make()
     result = sb.run("def f(v):\n    return 1 / v\n\nf(0)")

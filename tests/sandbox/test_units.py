@@ -155,6 +155,27 @@ def test_workdir_restore_undoes_every_kind_of_change(tmp_path):
     assert (work / "keep.txt").read_text() == "three"
 
 
+def test_a_changed_file_is_restored_in_place_unless_it_has_other_links(tmp_path):
+    work, store = tmp_path / "work", tmp_path / "store"
+    work.mkdir()
+    (work / "kept.txt").write_text("one")
+    (work / "linked.txt").write_text("two")
+    snapshot = WorkdirSnapshot(str(work), str(store), protected=frozenset(), owner=None,
+                               max_entries=100, max_bytes=1 << 20)  # fmt: skip
+    inode = os.stat(work / "kept.txt").st_ino
+    with open(work / "kept.txt", "a") as kept_open:
+        kept_open.write(" and more")
+        kept_open.flush()
+        (work / "linked.txt").write_text("changed")
+        os.link(work / "linked.txt", tmp_path / "outside.txt")  # a second link: not rewritten
+        snapshot.restore()
+        assert (work / "kept.txt").read_text() == "one" and os.stat(work / "kept.txt").st_ino == inode
+        kept_open.write(", then this")
+    assert (work / "kept.txt").read_text() == "one, then this"
+    assert (work / "linked.txt").read_text() == "two"
+    assert (tmp_path / "outside.txt").read_text() == "changed"
+
+
 def test_sparse_files_are_kept_sparse(tmp_path):
     """A sparse file costs the store (on the host's disk) only its data, and comes back sparse."""
     work, store = tmp_path / "work", tmp_path / "store"
