@@ -175,7 +175,10 @@ class SandboxService:
         total = memory_total if memory_total is not None else int(0.85 * _host_memory())
         if self.cgroup_layout is not None:  # trajectories' own writes stop at `total` (memory cgroups):
             total += total // 4  # the rest is for restores, which are charged to the controller
-        self.work_on_tmpfs = mounts.mount_tmpfs(self.work_root, size_bytes=total, inodes=4 << 20) is None
+        # an inode costs about 1 KiB of the trajectory's own (memory-cgroup charged) kernel memory:
+        # with one inode per KiB, no trajectory can use up the pool's inodes before its memory
+        inodes = max(4 << 20, total // 1024)
+        self.work_on_tmpfs = mounts.mount_tmpfs(self.work_root, size_bytes=total, inodes=inodes) is None
         self.store_root = tempfile.mkdtemp(prefix=f"{name}-store-")
         os.chmod(self.work_root, 0o711)
         # input images stay on disk (read-only in the jail): on the tmpfs they would be memory
