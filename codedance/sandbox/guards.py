@@ -27,6 +27,9 @@ The seccomp filter (libseccomp through PyPI ``pyseccomp``) returns ``EPERM`` for
 - other processes: ``prlimit64`` on any pid but 0 (itself; compared on all 64 bits, so no high
   bits can smuggle another pid), ``process_madvise``, ``migrate_pages``, ``move_pages``;
 - host-wide write-back: ``sync``, ``syncfs`` (``fsync`` of one's own files stays);
+- out-of-band data (``MSG_OOB``) on ``sendto``/``sendmsg``/``sendmmsg`` and their ``recv*``
+  counterparts: nothing here needs it, and on unix sockets it has been a kernel attack surface
+  (CVE-2025-38236; Chrome's sandbox denies it too);
 - writable shared mappings of files (``mmap`` with ``PROT_WRITE`` and ``MAP_SHARED`` or
   ``MAP_SHARED_VALIDATE``, not ``MAP_ANONYMOUS``; e.g. ``np.memmap(mode="r+")``): one kept by
   a committed step lives on in later steps, whose writes through it the rollback cannot see
@@ -86,6 +89,7 @@ DENIED_SYSCALLS = (
 )  # fmt: skip
 _F_SETFL, _F_SETOWN, _F_SETSIG, _F_SETOWN_EX = 4, 8, 10, 15
 _PROT_WRITE = 0x2
+_MSG_OOB = 0x1
 _MAP_SHARED, _MAP_SHARED_VALIDATE, _MAP_TYPE, _MAP_ANONYMOUS = 0x01, 0x03, 0x03, 0x20
 _O_ASYNC = 0o20000
 _SIGNAL_IOCTLS = (0x5452, 0x8901, 0x8902)  # FIOASYNC, FIOSETOWN, SIOCSPGRP
@@ -180,6 +184,9 @@ def install_seccomp() -> None:
                    seccomp.Arg(2, seccomp.MASKED_EQ, _O_ASYNC, _O_ASYNC))
     for request in _SIGNAL_IOCTLS:
         rules.add_rule(deny, "ioctl", seccomp.Arg(1, seccomp.MASKED_EQ, low32, request))
+    for call, flags_arg in (("sendto", 3), ("sendmsg", 2), ("sendmmsg", 3),
+                            ("recvfrom", 3), ("recvmsg", 2), ("recvmmsg", 3)):
+        rules.add_rule(deny, call, seccomp.Arg(flags_arg, seccomp.MASKED_EQ, _MSG_OOB, _MSG_OOB))
     for sharing in (_MAP_SHARED, _MAP_SHARED_VALIDATE):
         rules.add_rule(deny, "mmap", seccomp.Arg(2, seccomp.MASKED_EQ, _PROT_WRITE, _PROT_WRITE),
                        seccomp.Arg(3, seccomp.MASKED_EQ, _MAP_TYPE | _MAP_ANONYMOUS, sharing))

@@ -74,18 +74,19 @@ CASES = {
     "overwrite the input image": ("open('input_image.jpg', 'wb').write(b'x')", {ERROR}, 2),
     "delete the input image": ("import os; os.remove('input_image.jpg')", {ERROR}, 2),
     "one huge file": ("open('huge.bin', 'wb').write(b'0' * (400 << 20))", {ERROR, OOM}, 4),  # files are memory on the tmpfs
-    "writable shared mapping of a file": ("import mmap\nf = open('m.bin', 'w+b'); f.write(b'A' * 4096); f.flush()\n"
-                                          "mmap.mmap(f.fileno(), 4096)[:4] = b'EVIL'", {ERROR}, 2),
+    "writable shared mapping of a file": (("import mmap\nf = open('m.bin', 'w+b'); f.write(b'A' * 4096); f.flush()\n"
+                                           "mmap.mmap(f.fileno(), 4096)[:4] = b'EVIL'"), {ERROR}, 2),
     "numpy memmap r+": ("import numpy as np\nnp.memmap('m.dat', np.uint8, 'w+', shape=(4096,))[:] = 7", {ERROR}, 2),
-    "anonymous and read-only mappings": ("import mmap\nm = mmap.mmap(-1, 4096); m[:1] = b'x'\n"
-                                         "open('r.bin', 'wb').write(b'r' * 4096)\n"
-                                         "r = open('r.bin', 'rb'); print(mmap.mmap(r.fileno(), 0, access=mmap.ACCESS_READ)[:1])",
+    "anonymous and read-only mappings": (("import mmap\nm = mmap.mmap(-1, 4096); m[:1] = b'x'\n"
+                                          "open('r.bin', 'wb').write(b'r' * 4096)\n"
+                                          "r = open('r.bin', 'rb'); print(mmap.mmap(r.fileno(), 0, access=mmap.ACCESS_READ)[:1])"),
                                          {OK}, 2),
     "a million small files": ("for i in range(10**6): open(f'f{i}', 'w').close()", {TIMEOUT, REFUSED}, 12),
     # network
     "outbound TCP": ("import socket; socket.create_connection(('1.1.1.1', 80), timeout=1)", {ERROR}, 3),
     "DNS": ("import socket; socket.getaddrinfo('example.com', 80)", {ERROR}, 3),
     "unix socket to a host daemon": ("import socket; s = socket.socket(socket.AF_UNIX); s.connect('/run/dbus/system_bus_socket')", {ERROR}, 2),
+    "out-of-band data on a unix socket": ("import socket\na, b = socket.socketpair()\na.send(b'x', socket.MSG_OOB)", {ERROR}, 2),
     "netlink socket": ("import socket; socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)", {ERROR}, 2),
     # namespaces
     "new user namespace": ("import ctypes\nif ctypes.CDLL(None).unshare(0x10000000) != 0: raise OSError('denied')", {ERROR}, 2),
