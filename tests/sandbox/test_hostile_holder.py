@@ -484,6 +484,21 @@ def test_files_written_during_a_step_are_memory_not_host_disk(jail):
     assert_state_intact(sandbox, expected)
 
 
+def test_the_step_is_the_oom_victim_from_its_first_statement(jail):
+    """The step's oom_score_adj is 1000 before its code runs, so a child forked by its first
+    statement inherits it (red team, stop 20: it was set after the code was sent, and such a
+    child could escape and get a neighbour killed); the holder is never above 0."""
+    sandbox = jail()
+    code = ("import os\nr, w = os.pipe()\nif os.fork() == 0:\n"
+            "    os.write(w, open('/proc/self/oom_score_adj', 'rb').read()); os._exit(0)\n"
+            "os.wait(); print(open('/proc/self/oom_score_adj').read().strip(), os.read(r, 16).decode().strip())")
+    for _ in range(5):
+        result = sandbox.run(code)
+        assert result.ok and result.stdout == "1000 1000\n", result
+        holder = int(Path(f"/proc/{sandbox._holder_pid}/oom_score_adj").read_text())
+        assert holder in (0, -1000), holder  # -1000 where the controller has CAP_SYS_RESOURCE
+
+
 def test_each_trajectory_has_a_cpu_quota(jail):
     sandbox = jail(limits=Limits(cpus=1.5))
     if sandbox._cgroup is None or sandbox._cgroup.cpu_dir is None:
