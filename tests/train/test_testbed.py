@@ -18,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
-# one SFT (350 steps) and three GRPO runs: minutes on an idle 2-core machine, far more when shared
+# one SFT (750 steps) and three GRPO runs: minutes on an idle 2-core machine, far more when shared
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 from codedance.rewards import group, terms
