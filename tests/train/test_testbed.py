@@ -28,9 +28,10 @@ from codedance.train.pipeline import run_grpo_stage, run_sft_stage
 
 def check(after_sft: dict, after_grpo: dict) -> list[str]:
     """What the run must show, on the exact first-turn probabilities (`codedance.train.branch`,
-    no sampling noise); an empty list when it does. Measured (docs/log/train-runs.md): paper
-    raised p_direct/easy by 0.18 and cut p_bug from 0.23 to 0.08; the flipped R_seq raised
-    p_direct/easy by 0.01."""
+    no sampling noise); an empty list when it does. Measured on the copying preset
+    (docs/log/train-runs.md): paper seeds 0/1 raised p_direct/easy by 0.18/0.14 and cut p_bug by
+    0.16/0.13; the flipped R_seq moved p_direct/easy by −0.01; the flipped turn returns raised
+    p_bug by 0.15."""
     problems = []
     easy = after_grpo["p_direct/easy"] - after_sft["p_direct/easy"]
     if easy < 0.08:
