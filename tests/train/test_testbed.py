@@ -61,6 +61,9 @@ def grpo(config, name):  # type: ignore[no-untyped-def]
 def test_paper_reward_makes_tool_use_adaptive(sft) -> None:  # type: ignore[no-untyped-def]
     config, after_sft = sft
     assert 0.2 <= after_sft["p_direct/easy"] <= 0.8 and 0.2 <= after_sft["p_direct/hard"] <= 0.8  # both branches
+    # the answer copies the printed count, in part (measured 0.41 here, 0.21 with 1 thread or
+    # another model seed; 0.015, a guess, on the preset before the copy was learned)
+    assert after_sft["p_copy/hard"] >= 0.1
     assert check(after_sft, grpo(config, "paper")) == []
 
 
