@@ -1,5 +1,6 @@
-"""Two decisions of the policy measured exactly, without sampling, by teacher forcing on each
-task's first prompt: whether to answer directly, and whether to write the teacher's bug.
+"""Three choices of the policy measured exactly, without sampling, by teacher forcing: on each
+task's first prompt, whether to answer directly and whether to write the teacher's bug; after
+the teacher's program and its output, whether the answer copies the printed value.
 
 `direct_probability(model, processor, tasks)` returns ``p_direct`` (mean over tasks) and
 ``p_direct/<difficulty>``: the probability that the first turn opens the way the teacher's
