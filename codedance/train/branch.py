@@ -18,8 +18,8 @@ the teacher's solvers are exact), the probability of the teacher's whole answer 
 quotes the printed value in its think and in its answer: whether the policy can read its tool's
 output (a policy that copies has p_copy near 1; one that guesses a count of 2–9, about 1/64).
 Not handled: policies whose direct answers or programs open otherwise (their probabilities are
-near 0 and say nothing); p_copy's program output is written, not run (the sandbox would print the
-same: `tests/train/test_branch.py` checks the rendering against a real episode).
+near 0 and say nothing); p_copy's program output is written, not run (the sandbox prints the
+same: `tests/teacher/test_teacher_fixed_rate.py` checks the conversation against a real episode).
 """
 
 from __future__ import annotations
