@@ -65,6 +65,9 @@ def test_statistics_agree(trajectory: Trajectory) -> None:
     assert (ev.calls, ev.exec_success_per_call, ev.exec_success_per_sample) == (2, 0.5, 0.5)
     train = rollout_metrics([trajectory], [Task("t", "q", (), "1")], [True])
     assert (train["calls"], train["exec_success"]) == (2.0, 0.5)
+    direct = Trajectory("d", (Turn("x"),), StopReason.ANSWERED)
+    mixed = rollout_metrics([trajectory, direct], [Task("t", "q", (), "1")] * 2, [False, True])
+    assert (mixed["accuracy"], mixed["accuracy_with_tool"]) == (0.5, 0.0)  # only the calling one
     assert AgentStats.of([Trajectory("u", (Turn("x"),), StopReason.ANSWERED)]).exec_success is None
 
 

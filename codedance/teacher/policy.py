@@ -108,6 +108,11 @@ def turn(think: str, code: str | None = None, answer: str | None = None) -> str:
     return text + f"<answer>{answer}</answer>"
 
 
+def quoting_answer(read: str, value: str) -> str:
+    """The compact teacher's last turn: the output line it answers from, quoted token for token."""
+    return turn(f"The output reads\nRESULT: {read}\nwhich answers the question.", answer=value)
+
+
 class TeacherPolicy:
     """The teacher on one episode; see the module docstring."""
 
@@ -173,7 +178,7 @@ class TeacherPolicy:
             return Completion(turn(note + step.think, code=step.code))
         value = best if best is not None else "unknown"
         if self.compact and read is not None:  # quote the output line itself: a copy, token for token
-            return Completion(turn(f"The output reads\nRESULT: {read}\nwhich answers the question.", answer=value))
+            return Completion(quoting_answer(read, value))
         return Completion(turn(f"The output gives {value}, which answers the question.", answer=value))
 
     async def acomplete(self, messages: tuple[Message, ...]) -> Completion:

@@ -1,5 +1,6 @@
-"""Two decisions of the policy measured exactly, without sampling, by teacher forcing on each
-task's first prompt: whether to answer directly, and whether to write the teacher's bug.
+"""Three choices of the policy measured exactly, without sampling, by teacher forcing: on each
+task's first prompt, whether to answer directly and whether to write the teacher's bug; after
+the teacher's program and its output, whether the answer copies the printed value.
 
 `direct_probability(model, processor, tasks)` returns ``p_direct`` (mean over tasks) and
 ``p_direct/<difficulty>``: the probability that the first turn opens the way the teacher's
@@ -11,8 +12,14 @@ which is what makes a threshold on it stable enough for CI (`tests/train/test_te
 given the teacher's first program for the task up to its image-loading line (the think line, the
 fence, the imports, ``img = ...``), the probability that the next line is the teacher's bug
 (`BUG`, a failing call that R_turn penalizes).
+`copy_probability(model, processor, tasks)` returns ``p_copy`` and ``p_copy/<difficulty>``: after
+the teacher's program and its output (``RESULT: <the task's answer>``, what the program prints:
+the teacher's solvers are exact), the probability of the teacher's whole answer turn, which
+quotes the printed value in its think and in its answer: whether the policy can read its tool's
+output (a policy that copies has p_copy near 1; one that guesses a count of 2–9, about 1/64).
 Not handled: policies whose direct answers or programs open otherwise (their probabilities are
-near 0 and say nothing).
+near 0 and say nothing); p_copy's program output is written, not run (the sandbox prints the
+same: `tests/teacher/test_teacher_fixed_rate.py` checks the conversation against a real episode).
 """
 
 from __future__ import annotations
@@ -21,21 +28,24 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from codedance.policy.base import Completion
 from codedance.rollout import Episode, EpisodeConfig
-from codedance.teacher.policy import BUG, DIRECT_THINK, SOLVERS, turn
+from codedance.teacher.policy import BUG, DIRECT_THINK, SOLVERS, quoting_answer, turn
 from codedance.teacher.program import LOAD
 from codedance.teacher.view import TaskView
 from codedance.train.sampler import BatchedSampler
-from codedance.types import Task
+from codedance.types import ExecResult, ExecStatus, Task
 
 
 def _continuation_probability(model: Any, processor: Any, task: Task, config: EpisodeConfig,
-                              prefix: str, target: str) -> float:
-    """p(`target` | the task's first prompt, then `prefix` in the assistant turn)."""
+                              prefix: str, target: str, episode: Episode | None = None) -> float:
+    """p(`target` | the task's first prompt (or `episode`'s conversation so far), then `prefix`
+    in the assistant turn)."""
     import torch
 
     tok = processor.tokenizer
-    ids, images = BatchedSampler(model, processor).encode_prompt(Episode(task, config).messages)
+    messages = (episode or Episode(task, config)).messages
+    ids, images = BatchedSampler(model, processor).encode_prompt(messages)
     before = tok(prefix, add_special_tokens=False)["input_ids"] if prefix else []
     want = tok(prefix + target, add_special_tokens=False)["input_ids"][len(before):]
     inputs: dict[str, Any] = {"input_ids": torch.tensor([ids + before + want])}
@@ -77,3 +87,23 @@ def bug_probability(model: Any, processor: Any, tasks: Sequence[Task], config: E
         prefix = text[:text.index(LOAD) + len(LOAD)]
         values.append(_continuation_probability(model, processor, task, config, prefix, BUG))
     return _means("p_bug", tasks, values)
+
+
+def after_program(task: Task, config: EpisodeConfig = EpisodeConfig(), code_style: str = "compact") -> Episode:
+    """`task`'s episode after the teacher's first program and its output, ``RESULT: <answer>``."""
+    view = TaskView.from_task(task)
+    step = SOLVERS[view.skill].steps(view, False, None, compact_code=code_style == "compact")[0]
+    episode = Episode(task, config)
+    if episode.on_completion(Completion(turn(step.think, code=step.code))) is None:
+        raise ValueError(f"the teacher's program for {task.id} did not parse as a call")
+    episode.on_result(ExecResult(ExecStatus.OK, stdout=f"RESULT: {task.answer}\nDONE\n"))
+    return episode
+
+
+def copy_probability(model: Any, processor: Any, tasks: Sequence[Task], config: EpisodeConfig = EpisodeConfig(),
+                     code_style: str = "compact") -> dict[str, float]:
+    """See the module docstring."""
+    model.eval()
+    return _means("p_copy", tasks, [
+        _continuation_probability(model, processor, t, config, "", quoting_answer(t.answer, t.answer),
+                                  after_program(t, config, code_style)) for t in tasks])

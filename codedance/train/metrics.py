@@ -4,9 +4,10 @@
 ``{name: float | None}``: ``accuracy``, ``calls`` (tool calls per trajectory), ``turns``,
 ``exec_success`` (successful calls / calls, None without calls), ``answered`` (share that
 stopped with an answer), ``used_tool``, all from `codedance.runs.stats.AgentStats` (the one
-definition of a call and its success), and the first four per difficulty label
-(``accuracy/easy``, ``calls/hard``, ...; from the task's ``difficulty`` metadata, skipped when
-absent). With reward breakdowns also ``reward/total``, ``reward/accuracy``, ``reward/format``,
+definition of a call and its success), ``accuracy_with_tool`` (accuracy of the trajectories that
+called the tool; None without any: whether the tool helps), and all but ``turns`` and
+``answered`` per difficulty label (``accuracy/easy``, ``calls/hard``, ...; from the task's
+``difficulty`` metadata, skipped when absent). With reward breakdowns also ``reward/total``, ``reward/accuracy``, ``reward/format``,
 ``reward/tool``, ``d`` and ``mu`` (means over trajectories; d and μ are per group).
 """
 
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 from codedance.runs.stats import AgentStats, accuracy_of
 from codedance.types import RewardBreakdown, Task, Trajectory
 
-PER_LEVEL = ("accuracy", "calls", "exec_success", "used_tool")
+PER_LEVEL = ("accuracy", "calls", "exec_success", "used_tool", "accuracy_with_tool")
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -27,8 +28,10 @@ def _mean(values: Sequence[float]) -> float:
 
 def _summary(trajectories: Sequence[Trajectory], correct: Sequence[bool]) -> dict[str, float | None]:
     stats = AgentStats.of(trajectories)
+    with_tool = [ok for t, ok in zip(trajectories, correct, strict=True) if t.n_calls]
     return {"accuracy": accuracy_of(correct), "calls": stats.calls_per_sample, "turns": stats.avg_turns,
-            "exec_success": stats.exec_success, "answered": stats.answered, "used_tool": stats.tool_share}
+            "exec_success": stats.exec_success, "answered": stats.answered, "used_tool": stats.tool_share,
+            "accuracy_with_tool": accuracy_of(with_tool)}
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory], tasks: Sequence[Task], correct: Sequence[bool],

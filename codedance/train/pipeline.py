@@ -123,7 +123,8 @@ def evaluate(model: Any, processor: Any, config: PipelineConfig, tasks: tuple[Ta
     """Held-out metrics (greedy unless ``eval.temperature`` > 0, then sampled with torch seeded by
     the held-out tasks' seed, so a rerun samples the same), cached in ``eval/<name>.json``. With
     the non-adaptive teacher (``sft.teacher.call_rate`` ≥ 0) also ``p_direct`` and ``p_bug``
-    (`codedance.train.branch`: the first-turn decisions' probabilities, exact)."""
+    (`codedance.train.branch`: the first-turn decisions' probabilities, exact) and ``p_copy``
+    (the probability of answering with the tool's printed value, exact)."""
     import torch
 
     from codedance.grading import grade_trajectory
@@ -142,11 +143,12 @@ def evaluate(model: Any, processor: Any, config: PipelineConfig, tasks: tuple[Ta
     correct = [grade_trajectory(trajectory=t, task=task).correct for t, task in zip(trajectories, tasks, strict=True)]
     metrics = rollout_metrics(trajectories, tasks, correct)
     if config.sft.teacher.call_rate >= 0:  # the non-adaptive teacher's two decisions, exactly (`branch`)
-        from codedance.train.branch import bug_probability, direct_probability
+        from codedance.train.branch import bug_probability, copy_probability, direct_probability
 
-        cfg = episode_config(config)
+        cfg, style = episode_config(config), config.sft.teacher.code_style
         metrics.update(direct_probability(model, processor, tasks, cfg))
-        metrics.update(bug_probability(model, processor, tasks, cfg, config.sft.teacher.code_style))
+        metrics.update(bug_probability(model, processor, tasks, cfg, style))
+        metrics.update(copy_probability(model, processor, tasks, cfg, style))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(metrics, indent=1))
     store = ImageStore(path.parent / "images")

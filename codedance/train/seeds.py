@@ -35,8 +35,8 @@ from codedance.train.config import PipelineConfig
 Log = Callable[[str], None]
 # two-sided 95 % Student-t quantiles by degrees of freedom (scipy is not a dependency)
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-METRICS = ("accuracy", "accuracy/easy", "accuracy/hard", "calls", "calls/easy", "calls/hard",
-           "exec_success", "p_direct/easy", "p_direct/hard", "p_bug")
+METRICS = ("accuracy", "accuracy/easy", "accuracy/hard", "accuracy_with_tool/hard", "calls", "calls/easy",
+           "calls/hard", "exec_success", "p_direct/easy", "p_direct/hard", "p_bug", "p_copy/hard")
 CURVES = ("calls/easy", "calls/hard", "accuracy/easy", "accuracy/hard", "exec_success", "reward/total")
 
 

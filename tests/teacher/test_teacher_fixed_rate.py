@@ -9,7 +9,7 @@ import pytest
 from codedance.teacher import ExpertTeacher, TeacherConfig
 from codedance.types import ExecStatus
 from codedance.world import generate
-from tests.teacher.helpers import solve
+from tests.teacher.helpers import CONFIG, solve
 
 
 def test_calls_at_a_fixed_rate_on_every_difficulty(pool):
@@ -38,3 +38,21 @@ def test_the_default_teacher_stays_adaptive_and_a_bad_rate_is_refused(pool):
     assert not any(teacher.policy(generate("dots", "hard", s)).direct for s in range(6))
     with pytest.raises(ValueError, match="call_rate"):
         TeacherConfig(call_rate=1.5)
+
+
+def test_the_copy_probe_replays_the_teachers_own_tool_episode(pool):
+    """`branch.copy_probability` scores the teacher's answer turn after a written program output;
+    that conversation and that answer turn must be the ones the real sandbox episode gives."""
+    from codedance.prompts import conversation
+    from codedance.teacher.policy import quoting_answer
+    from codedance.train.branch import after_program
+
+    teacher = ExpertTeacher(TeacherConfig(temperature=1.0, mistake_rate=0.0, call_rate=1.0, code_style="compact"))
+    for difficulty in ("easy", "hard"):
+        task = generate("dots", difficulty, 5)
+        _, trajectory, ok = solve(pool, task, teacher)
+        assert ok and len(trajectory.turns) == 2
+        real = [(m.role, m.text) for m in conversation(trajectory)]
+        written = [(m.role, m.text) for m in after_program(task, CONFIG).messages]
+        assert written == real[:-1]
+        assert real[-1] == ("assistant", quoting_answer(task.answer, task.answer))
