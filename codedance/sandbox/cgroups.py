@@ -16,6 +16,12 @@ SIGKILL sent to a frozen process takes effect only once it is thawed; ``kill_all
 forked between the list and the kill is caught by the next round, and ``pids.max`` bounds how
 many can appear. Not handled: hosts where the controller may not write cgroups (the sandbox then
 runs without this layer and says so).
+
+``arbitrate_oom`` (cgroup v1 only) switches the kernel's OOM killer off at the service's parent
+group and returns the descriptors the service's OOM arbiter (``arbiter``) waits on; each
+trajectory's own group keeps the kernel's killer (a child group would inherit the switch), so a
+trajectory over its own limit still loses only its step. ``unreclaimable_bytes`` is what the
+arbiter compares: the group's charge less its file cache (which the kernel can reclaim).
 """
 
 from __future__ import annotations
@@ -106,6 +112,42 @@ def _write(path: str, value: str) -> None:
         handle.write(value)
 
 
+def _read_bytes(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def arbitrate_oom(layout: CgroupLayout) -> tuple[int, int] | None:
+    """Switch the kernel's OOM killer off for the service's parent memory group (cgroup v1) and
+    return (an eventfd the kernel signals when the group runs out of memory, the group's
+    ``memory.oom_control`` opened for reading, see `under_oom`); None where this is not possible
+    (cgroup v2 has no such switch; or the files are not writable)."""
+    if layout.version != 1:
+        return None
+    control_path = os.path.join(layout.memory_parent, "memory.oom_control")
+    event = control = None
+    try:
+        event = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        control = os.open(control_path, os.O_RDONLY | os.O_CLOEXEC)
+        _write(os.path.join(layout.memory_parent, "cgroup.event_control"), f"{event} {control}")
+        _write(control_path, "1")
+    except OSError:
+        for fd in (event, control):
+            if fd is not None:
+                os.close(fd)
+        return None
+    return event, control
+
+
+def under_oom(control_fd: int) -> bool:
+    """Whether processes of the group wait for memory now (read from ``memory.oom_control``)."""
+    for line in os.pread(control_fd, 4096, 0).splitlines():
+        name, _, value = line.partition(b" ")
+        if name == b"under_oom":
+            return value.strip() != b"0"
+    return False
+
+
 class TrajectoryCgroup:
     """The cgroup(s) of one trajectory: create, add a process, list, kill, detect OOM, remove."""
 
@@ -118,6 +160,7 @@ class TrajectoryCgroup:
         self.cpu_dir = os.path.join(layout.cpu_parent, name) if layout.cpu_parent else None
         self._frozen = False
         self._freezer: tuple[int, int, bytes, bytes, bytes] | None = None
+        self._memory_files: tuple[int, int] | None = None
         for directory in self.directories():
             os.mkdir(directory)
         if layout.version == 2:
@@ -132,6 +175,8 @@ class TrajectoryCgroup:
             swap = os.path.join(self.memory_dir, "memory.memsw.limit_in_bytes")
             if os.path.exists(swap):
                 _write(swap, str(memory_bytes))
+            # inherited from the parent, where the arbiter may have switched it off
+            _write(os.path.join(self.memory_dir, "memory.oom_control"), "0")
         if self.cpu_dir is not None and cpus > 0:
             period = 100_000
             if layout.version == 2:
@@ -243,6 +288,31 @@ class TrajectoryCgroup:
             pass
         return 0
 
+    def unreclaimable_bytes(self, *, kept_open: bool = True) -> int | None:
+        """The group's memory charge less its file cache (anonymous memory, tmpfs files, kernel
+        memory: what the kernel cannot reclaim without swap); None once removed. ``kept_open``:
+        through descriptors kept for the thread that runs steps (two preads, ~6 µs); other
+        threads read by path."""
+        names = (("memory.current", "memory.stat") if self.layout.version == 2
+                 else ("memory.usage_in_bytes", "memory.stat"))
+        try:
+            if kept_open:
+                if self._memory_files is None:
+                    self._memory_files = tuple(
+                        os.open(os.path.join(self.memory_dir, name), os.O_RDONLY | os.O_CLOEXEC) for name in names)
+                usage_text, stat_text = (os.pread(fd, 8192, 0) for fd in self._memory_files)
+            else:
+                usage_text, stat_text = (_read_bytes(os.path.join(self.memory_dir, name)) for name in names)
+            usage = int(usage_text)
+        except (OSError, ValueError):
+            return None
+        cache = 0
+        for line in stat_text.splitlines():
+            name, _, value = line.partition(b" ")
+            if name in (b"active_file", b"inactive_file"):
+                cache += int(value)
+        return usage - cache
+
     def new_oom_kill(self) -> bool:
         """True if the OOM killer struck since the last call (or since creation)."""
         seen, self._oom_seen = self._oom_seen, self.oom_kills()
@@ -254,6 +324,10 @@ class TrajectoryCgroup:
             for fd in set(self._freezer[:2]):
                 os.close(fd)
             self._freezer = None
+        if self._memory_files is not None:
+            for fd in self._memory_files:
+                os.close(fd)
+            self._memory_files = None
         for directory in self.directories():
             _rmdir_when_empty(directory)
 

@@ -27,7 +27,11 @@ step's fate and enforces it from outside the jail:
   could kill an idle neighbour's holder (the state) for another trajectory's files. Its writes
   then fail instead (``ENOSPC``/``ENOMEM``). Without memory cgroups the holder stays at 0 (a
   never-killed process with unbounded memory would endanger the host), and so it does where the
-  controller lacks CAP_SYS_RESOURCE (root in many containers), which lowering needs.
+  controller lacks CAP_SYS_RESOURCE (root in many containers), which lowering needs;
+- when all trajectories together run out of memory, the service's OOM arbiter (``arbiter``, cgroup
+  v1) picks the trajectory that grew most: `yield_memory` kills its step (``oom``, rolled back) or,
+  if its holder grew, the whole trajectory. The arbiter touches only the step's pidfd, under
+  ``_step_lock``, and never once the step has answered.
 
 Not handled: a holder killed from outside (for example by the host's OOM killer when no memory
 cgroup is in force) loses the trajectory's state; later steps then return ``crashed`` with a note
@@ -65,6 +69,9 @@ MAX_NEWCOMERS = 32  # unknown senders buffered at once while a step is awaited; 
 STEP_OOM_SCORE_ADJ = 1000  # the OOM killer's first choice
 HOLDER_OOM_SCORE_ADJ = -1000  # never chosen (only while a memory cgroup bounds it)
 ROLLED_BACK = "state rolled back to before this step"
+MEMORY_VICTIM = ("the service's memory (memory_total) ran out while this step ran, and this trajectory's "
+                 "memory had grown the most since its last commit: the step was stopped")
+YIELD_SLACK_BYTES = 32 << 20  # what a rollback may leave (a fresh spare's pages, kernel caches)
 DYING_GRACE_S = 1.0  # how long the idle freezer waits for a replaced holder to exit before freezing
 
 
@@ -106,6 +113,15 @@ class Sandbox:
         self._holder_pidfd: int | None = None
         self._step_pid: int | None = None
         self._step_pidfd: int | None = None
+        # the step's identity as the OOM arbiter sees it (another thread): set, cleared and used
+        # to kill only under this lock, and never once the step has answered
+        self._step_lock = threading.Lock()
+        self._step_answered = False
+        # unreclaimable bytes at the last commit: growth since counts, idle growth included (a
+        # patched holder growing between steps must not get its growth taken as the baseline)
+        self._memory_mark: int | None = None
+        self._memory_victim = False  # the arbiter stopped this run's step
+        self._memory_escalated = False  # ... and then killed its holder too
         self._dying: dict[int, int] = {}  # replaced holders, killed, not yet seen gone: pid -> pidfd
         self._awaiting_new_process = True  # the holder's "ready" or a spare's announcement may come
         self._recovery_deadline = 0.0
@@ -171,6 +187,7 @@ class Sandbox:
                 self._holder_oom_score_adj = HOLDER_OOM_SCORE_ADJ
         if not self._resume(time.monotonic() + start_timeout_s):  # the holder forks its first spare only now
             raise ServiceError("the sandbox's holder exited right after starting")
+        self._mark_memory()
         layers = ready.body.get("layers", {})
         base = self.service.isolation
         missing = dict(base.missing)
@@ -209,8 +226,11 @@ class Sandbox:
                 return ExecResult(status=ExecStatus.CRASHED, notes=(self._lost,), rolled_back=False)
             started = time.monotonic()
             self._wake_from_idle()
+            self._memory_victim = self._memory_escalated = False
             self._recovery_deadline = started + timeout + self.limits.recovery_s
             result = self._guarded_step(code, started + timeout, timeout)
+            if self._memory_victim:
+                result = self._after_yielding_memory(result)
             result = replace(result, duration_s=time.monotonic() - started, executed_nothing=executes_nothing(code))
             self._idle_since = time.monotonic()
             if self._cgroup is not None and self._cgroup.can_freeze and self._lost is None:
@@ -240,6 +260,70 @@ class Sandbox:
             return None
         finally:
             self._lock.release()
+
+    # ----------------------------------------------------------------- memory (see ``arbiter``)
+    @property
+    def running(self) -> bool:
+        """Whether a `run` is in progress (its step may be growing)."""
+        return self._lock.locked()
+
+    def _mark_memory(self) -> None:
+        if self._cgroup is not None:
+            self._memory_mark = self._cgroup.unreclaimable_bytes()
+
+    def memory_growth(self) -> int | None:
+        """Unreclaimable memory (anonymous, tmpfs files, kernel) gained since the last commit
+        (what the running step and anything between steps added); None without a memory cgroup
+        or once over."""
+        mark, cgroup = self._memory_mark, self._cgroup
+        if cgroup is None or mark is None or not self.alive:
+            return None
+        now = cgroup.unreclaimable_bytes(kept_open=False)
+        return None if now is None else now - mark
+
+    def yield_memory(self, *, whole_trajectory: bool = False) -> bool:
+        """Give memory back to the service (called by its OOM arbiter, from another thread): a
+        running step is killed (its `run` returns ``oom``, rolled back), or with
+        ``whole_trajectory`` its holder too (the trajectory is lost); an idle trajectory that grew,
+        which only a patched holder does, is lost. False if there was nothing to stop."""
+        if self._lock.acquire(blocking=False):
+            try:
+                growth = self.memory_growth()
+                if growth is None or growth <= YIELD_SLACK_BYTES:
+                    return False
+                self._lose(f"its memory grew by {growth >> 20} MiB outside any step while the service's "
+                           "memory (memory_total) ran out (only a holder patched by a committed step does that)")
+                return True
+            finally:
+                self._lock.release()
+        with self._step_lock:
+            if whole_trajectory and self._memory_victim and self._holder_pidfd is not None:
+                self._memory_escalated = True
+                procs.kill_group_of(self._holder_pidfd)
+                procs.kill_pidfd(self._holder_pidfd)
+                return True
+            if self._step_pidfd is None or self._step_answered:
+                return False
+            self._memory_victim = True
+            procs.kill_group_of(self._step_pidfd)
+            procs.kill_pidfd(self._step_pidfd)
+            return True
+
+    def _after_yielding_memory(self, result: ExecResult) -> ExecResult:
+        """The arbiter stopped this run's step: say so; lose the trajectory if the rollback did
+        not give the growth back (its holder grew)."""
+        if self._memory_escalated:
+            return self._lose("the trajectory went on holding memory after its step was stopped for the "
+                              "service's memory (a committed step patched its holder)")
+        if self._lost is not None or not result.rolled_back:
+            return result
+        growth = self.memory_growth()
+        if growth is not None and growth > YIELD_SLACK_BYTES:
+            return self._lose(f"after its step was stopped for the service's memory and rolled back, the "
+                              f"trajectory still held {growth >> 20} MiB more than after its last commit "
+                              "(a committed step patched its holder)")
+        notes = tuple(note for note in result.notes if not note.startswith("the step's process died of"))
+        return replace(result, status=ExecStatus.OOM, notes=(MEMORY_VICTIM, *notes))
 
     def _wake_from_idle(self) -> None:
         if self._idle_frozen:
@@ -308,8 +392,9 @@ class Sandbox:
             self._awaiting_new_process = False
         if message.sender_pid == self._holder_pid:
             return self._after_crash(message)  # the spare died before it started
-        self._step_pid = message.sender_pid
-        self._step_pidfd = procs.open_pidfd(self._step_pid)  # None: already dead; the holder says how
+        with self._step_lock:
+            self._step_pid = message.sender_pid
+            self._step_pidfd = procs.open_pidfd(self._step_pid)  # None: already dead; the holder says how
         self._reader.forget_others({self._holder_pid, self._step_pid})
         # the OOM killer's first choice (see the module docstring) before its code arrives, so
         # that whatever the code forks inherits it
@@ -328,6 +413,8 @@ class Sandbox:
             return self._fail(ExecStatus.CRASHED, f"the step's reply was malformed and refused: {exc}")
         if message.sender_pid == self._holder_pid:
             return self._after_crash(message)
+        if not self._answered():
+            return self._fail(ExecStatus.OOM, None)  # the arbiter stopped it as it answered
         if message.op != "result":
             return self._fail(ExecStatus.CRASHED, "the step sent an unexpected message")
         try:
@@ -339,6 +426,12 @@ class Sandbox:
         if result.status is not ExecStatus.OK:
             return self._fail(result.status, None, result)
         return self._try_commit(result)
+
+    def _answered(self) -> bool:
+        """From now on the OOM arbiter leaves the step alone; False if it has stopped it already."""
+        with self._step_lock:
+            self._step_answered = not self._memory_victim
+            return self._step_answered
 
     def _try_commit(self, result: ExecResult) -> ExecResult:
         """Check the step, checkpoint its files (frozen while anything is copied), make it the holder."""
@@ -377,13 +470,16 @@ class Sandbox:
         """Make the step the holder: nothing is sent (it acts as the holder since its result);
         the old holder is killed, and its exit awaited only by the next commit."""
         old_pid, old_pidfd = self._holder_pid, self._holder_pidfd
-        self._holder_pid, self._holder_pidfd = self._step_pid, self._step_pidfd
-        self._step_pid = self._step_pidfd = None
+        with self._step_lock:
+            self._holder_pid, self._holder_pidfd = self._step_pid, self._step_pidfd
+            self._step_pid = self._step_pidfd = None
+            self._step_answered = False
         procs.set_oom_score_adj(self._holder_pid, self._holder_oom_score_adj)
         procs.kill_pidfd(old_pidfd)  # on cgroup v1 it dies once thawed
         self._thaw()
         self._reader.forget(old_pid)  # whatever it still sends is dropped unread: it is a stranger now
         self._dying[old_pid] = old_pidfd  # its exit (freeing its memory) is not waited for here
+        self._mark_memory()  # what the step added is committed state now
         return result
 
     def _reap_dying(self, deadline: float) -> None:
@@ -481,11 +577,13 @@ class Sandbox:
                                   timeout_s=max(0.5, self._recovery_deadline - time.monotonic()))
 
     def _forget_step(self) -> None:
-        if self._step_pidfd is not None:
-            os.close(self._step_pidfd)
-        if self._step_pid is not None:
-            self._reader.forget(self._step_pid)
-        self._step_pid = self._step_pidfd = None
+        with self._step_lock:
+            if self._step_pidfd is not None:
+                os.close(self._step_pidfd)
+            if self._step_pid is not None:
+                self._reader.forget(self._step_pid)
+            self._step_pid = self._step_pidfd = None
+            self._step_answered = False
 
     def _lose(self, why: str) -> ExecResult:
         """Give the trajectory up: kill all its processes; later steps return crashed."""
@@ -533,9 +631,10 @@ class Sandbox:
         self._dying.clear()
         if self._cgroup is not None:
             self._cgroup.remove()
-        if self._holder_pidfd is not None:
-            os.close(self._holder_pidfd)
-            self._holder_pidfd = None
+        with self._step_lock:  # the OOM arbiter may be signalling it
+            if self._holder_pidfd is not None:
+                os.close(self._holder_pidfd)
+                self._holder_pidfd = None
         if self._conn is not None:
             self._conn.close()
         if self._interrupt is not None:

@@ -36,6 +36,7 @@ from dataclasses import replace
 
 import codedance
 from codedance.sandbox import cgroups, leftovers, mounts
+from codedance.sandbox.arbiter import OomArbiter
 from codedance.sandbox.files import remove_tree
 from codedance.sandbox.idle import IdleFreezer
 from codedance.sandbox.isolation import Isolation, bubblewrap_problem, seccomp_problem
@@ -187,7 +188,22 @@ class SandboxService:
             os.chmod(self.inputs_root, 0o711)
         self._start(start_timeout_s)
         self._idle_freezer: IdleFreezer | None = None
+        self.oom_arbiter = self._start_oom_arbiter()
         atexit.register(self.close)
+
+    def _start_oom_arbiter(self) -> OomArbiter | None:
+        """The thread that decides who gives memory back when all trajectories together reach
+        ``memory_total`` (cgroup v1; see ``arbiter``); None where the kernel decides."""
+        if self.cgroup_layout is None:
+            return None
+        descriptors = cgroups.arbitrate_oom(self.cgroup_layout)
+        if descriptors is None:
+            return None
+        return OomArbiter(*descriptors, sandboxes=self._live_sandboxes)
+
+    def _live_sandboxes(self) -> list:
+        with self._lock:
+            return [sandbox for sandbox in self._sandboxes if sandbox.alive]
 
     @property
     def idle_freezer(self) -> IdleFreezer:
@@ -293,6 +309,8 @@ class SandboxService:
             sandbox.close()
         if self._idle_freezer is not None:
             self._idle_freezer.stop()
+        if self.oom_arbiter is not None:
+            self.oom_arbiter.stop()
         try:
             self._control.close()
         except OSError:
