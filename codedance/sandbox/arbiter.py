@@ -66,6 +66,7 @@ class OomArbiter:
         self._sandboxes = sandboxes
         self._stop = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         self.victims = 0  # how many times a trajectory was made to give memory back
+        self.last_error: str | None = None  # the last failure while settling (kept for inspection)
         self._thread = threading.Thread(target=self._loop, name="codedance-oom-arbiter", daemon=True)
         self._thread.start()
 
@@ -86,8 +87,8 @@ class OomArbiter:
                 continue
             try:
                 self._settle()
-            except Exception:  # noqa: BLE001 - a trajectory closed under it: look again at the next event
-                continue
+            except Exception as exc:  # noqa: BLE001 - e.g. a trajectory closed under it: act at the next event
+                self.last_error = f"{type(exc).__name__}: {exc}"
 
     def _stopping(self) -> bool:
         return bool(select.select([self._stop], [], [], 0)[0])
