@@ -186,8 +186,9 @@ class SandboxService:
         self.inputs_root = tempfile.mkdtemp(prefix=f"{name}-inputs-") if self.work_on_tmpfs else None
         if self.inputs_root:
             os.chmod(self.inputs_root, 0o711)
-        self._start(start_timeout_s)
         self._idle_freezer: IdleFreezer | None = None
+        self.oom_arbiter: OomArbiter | None = None
+        self._start(start_timeout_s)  # closes the service if the zygote does not start
         self.oom_arbiter = self._start_oom_arbiter()
         atexit.register(self.close)
 
