@@ -41,16 +41,18 @@ from collections.abc import Callable, Iterable
 from codedance.sandbox.cgroups import under_oom
 
 SETTLE_S = 0.005  # between two looks at the group while a victim gives its memory back
+IDLE_LOOK_S = 0.05  # between two looks while no trajectory qualifies (the waiters' deadlines will free memory)
+SLACK_BYTES = 32 << 20  # growth that is no one's fault: a fresh spare's pages, kernel caches
 ESCALATE_S = 2.0  # a victim still the largest grower this long after its step was stopped loses its holder
 
 
 def choose_victim(growths: Iterable[tuple[object, int, bool]]) -> object | None:
     """The trajectory to give memory back: the largest growth, whether its step runs or not
-    (``(sandbox, growth in bytes, running)``); a trajectory that is neither running nor grown
-    holds only committed state and is never chosen. None when no trajectory qualifies."""
+    (``(sandbox, growth in bytes, running)``); an idle trajectory grown by no more than
+    ``SLACK_BYTES`` holds only committed state and is never chosen. None when none qualifies."""
     best, best_growth = None, None
     for sandbox, growth, running in growths:
-        if not running and growth <= 0:
+        if not running and growth <= SLACK_BYTES:
             continue
         if best_growth is None or growth > best_growth:
             best, best_growth = sandbox, growth
@@ -104,7 +106,7 @@ class OomArbiter:
                     growths.append((sandbox, growth, sandbox.running))
             victim = choose_victim(growths)
             if victim is None:
-                pass
+                time.sleep(IDLE_LOOK_S)
             elif victim is not waiting_for:
                 if victim.yield_memory():
                     self.victims += 1

@@ -55,6 +55,7 @@ from dataclasses import replace
 from typing import Self
 
 from codedance.sandbox import files, layout, procs, protocol
+from codedance.sandbox.arbiter import SLACK_BYTES
 from codedance.sandbox.cgroups import TrajectoryCgroup
 from codedance.sandbox.execution import executes_nothing
 from codedance.sandbox.inputs import ImageInput
@@ -71,7 +72,6 @@ HOLDER_OOM_SCORE_ADJ = -1000  # never chosen (only while a memory cgroup bounds 
 ROLLED_BACK = "state rolled back to before this step"
 MEMORY_VICTIM = ("the service's memory (memory_total) ran out while this step ran, and this trajectory's "
                  "memory had grown the most since its last commit: the step was stopped")
-YIELD_SLACK_BYTES = 32 << 20  # what a rollback may leave (a fresh spare's pages, kernel caches)
 DYING_GRACE_S = 1.0  # how long the idle freezer waits for a replaced holder to exit before freezing
 
 
@@ -289,7 +289,7 @@ class Sandbox:
         if self._lock.acquire(blocking=False):
             try:
                 growth = self.memory_growth()
-                if growth is None or growth <= YIELD_SLACK_BYTES:
+                if growth is None or growth <= SLACK_BYTES:
                     return False
                 self._lose(f"its memory grew by {growth >> 20} MiB outside any step while the service's "
                            "memory (memory_total) ran out (only a holder patched by a committed step does that)")
@@ -318,7 +318,7 @@ class Sandbox:
         if self._lost is not None or not result.rolled_back:
             return result
         growth = self.memory_growth()
-        if growth is not None and growth > YIELD_SLACK_BYTES:
+        if growth is not None and growth > SLACK_BYTES:
             return self._lose(f"after its step was stopped for the service's memory and rolled back, the "
                               f"trajectory still held {growth >> 20} MiB more than after its last commit "
                               "(a committed step patched its holder)")

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from codedance.sandbox import Limits, SandboxService
-from codedance.sandbox.arbiter import choose_victim
+from codedance.sandbox.arbiter import SLACK_BYTES, choose_victim
 from codedance.sandbox.sandbox import MEMORY_VICTIM
 from codedance.types import ExecStatus
 from tests.sandbox.conftest import assert_only_holder_and_spare
@@ -42,10 +42,11 @@ def service():
 
 
 def test_the_largest_grower_is_chosen_and_idle_trajectories_only_if_they_grew():
-    assert choose_victim([("a", 10, True), ("b", 300, True), ("c", 20, False)]) == "b"
-    assert choose_victim([("a", 10, True), ("idle", 500, False)]) == "idle"
-    assert choose_victim([("a", -5, True), ("idle", 0, False)]) == "a"  # a running step, even shrinking
-    assert choose_victim([("idle", 0, False), ("idle2", -3, False)]) is None
+    mib = 1 << 20
+    assert choose_victim([("a", 10 * mib, True), ("b", 300 * mib, True), ("c", 200 * mib, False)]) == "b"
+    assert choose_victim([("a", 10 * mib, True), ("idle", 500 * mib, False)]) == "idle"
+    assert choose_victim([("a", -5, True), ("idle", 20 * mib, False)]) == "a"  # within the slack: committed
+    assert choose_victim([("idle", SLACK_BYTES, False), ("idle2", -3, False)]) is None
     assert choose_victim([]) is None
 
 
