@@ -14,7 +14,11 @@ SIGKILL sent to a frozen process takes effect only once it is thawed; ``kill_all
 
 ``kill_all(except_pid)`` repeats "list, SIGKILL" until only ``except_pid`` is left: a process
 forked between the list and the kill is caught by the next round, and ``pids.max`` bounds how
-many can appear. Not handled: hosts where the controller may not write cgroups (the sandbox then
+many can appear. Each listed pid is signalled through a pidfd opened *after* the listing and
+only once ``/proc/<pid>/cgroup`` shows it still in this group, so a pid reused meanwhile (by
+another trajectory's process, or the host's) is never signalled. No freezing is needed for
+that: a process sleeping in the kernel's OOM wait never freezes, but dies of SIGKILL
+(``kill_members`` is one such round, safe from another thread). Not handled: hosts where the controller may not write cgroups (the sandbox then
 runs without this layer and says so).
 
 ``arbitrate_oom`` (cgroup v1 only) switches the kernel's OOM killer off at the service's parent
@@ -161,6 +165,8 @@ class TrajectoryCgroup:
         self._frozen = False
         self._freezer: tuple[int, int, bytes, bytes, bytes] | None = None
         self._memory_files: tuple[int, int] | None = None
+        pids_root = _ROOT if layout.version == 2 else os.path.join(_ROOT, "pids")
+        self._pids_path = ("/" + os.path.relpath(self.pids_dir, pids_root)).encode()  # as /proc/<pid>/cgroup says
         for directory in self.directories():
             os.mkdir(directory)
         if layout.version == 2:
@@ -248,29 +254,45 @@ class TrajectoryCgroup:
 
     def kill_all(self, except_pid: int | None = None, timeout_s: float = 5.0) -> bool:
         """SIGKILL every process but ``except_pid`` until none is left; False if time ran out.
-
-        With a freezer, each round lists and signals the processes while they are frozen: a frozen
-        process cannot exit, so no pid read from ``cgroup.procs`` can be reused before it is
-        signalled (on v1 the signal lands at the thaw that ends the round)."""
+        Thaws the group first (on v1 a frozen process dies only once thawed)."""
         deadline = time.monotonic() + timeout_s
-        while True:
-            if not self.pids() - {except_pid}:
-                self.thaw()
-                return True
-            if self.can_freeze:
-                self.freeze(deadline)
-            others = self.pids() - {except_pid}
-            for pid in others:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            self.thaw()
-            if not others:
-                return True
+        self.thaw()
+        while self.kill_members(except_pid):
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.0005)
+        return True
+
+    def kill_members(self, except_pid: int | None = None) -> int:
+        """One round: SIGKILL every process listed in the group but ``except_pid``, each through
+        a pidfd and only if it is still a member; how many were listed."""
+        others = self.pids() - {except_pid}
+        for pid in others:
+            try:
+                pidfd = os.pidfd_open(pid)
+            except OSError:  # gone already
+                continue
+            try:
+                if self._is_member(pid):
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            finally:
+                os.close(pidfd)
+        return len(others)
+
+    def _is_member(self, pid: int) -> bool:
+        """Whether ``pid`` (pinned by an open pidfd) is in this group's pids hierarchy."""
+        try:
+            with open(f"/proc/{pid}/cgroup", "rb") as handle:
+                lines = handle.read().splitlines()
+        except OSError:
+            return False
+        for line in lines:
+            _, controllers, path = line.split(b":", 2)
+            if (self.layout.version == 2 and controllers == b"") or b"pids" in controllers.split(b","):
+                return path == self._pids_path
+        return False
 
     def oom_kills(self) -> int:
         """How many processes the kernel's OOM killer has killed in this group so far."""

@@ -296,17 +296,15 @@ class Sandbox:
                 return True
             finally:
                 self._lock.release()
-        with self._step_lock:
-            if whole_trajectory and self._memory_victim and self._holder_pidfd is not None:
+        with self._step_lock:  # every process but the holder (a step's children in any process group)
+            if whole_trajectory and self._memory_victim:
                 self._memory_escalated = True
-                procs.kill_group_of(self._holder_pidfd)
-                procs.kill_pidfd(self._holder_pidfd)
+                self._cgroup.kill_members()
                 return True
             if self._step_pidfd is None or self._step_answered:
                 return False
             self._memory_victim = True
-            procs.kill_group_of(self._step_pidfd)
-            procs.kill_pidfd(self._step_pidfd)
+            self._cgroup.kill_members(except_pid=self._holder_pid)
             return True
 
     def _after_yielding_memory(self, result: ExecResult) -> ExecResult:

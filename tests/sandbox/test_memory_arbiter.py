@@ -125,3 +125,19 @@ def test_a_holder_that_keeps_memory_after_its_step_is_stopped_loses_its_trajecto
     assert result.duration_s < 30, result  # not the step's 60 s + recovery
     state = b.run("print(int(x[0]), x.size)")
     assert state.ok and state.stdout == "1 262144000\n", state
+
+
+def test_a_step_child_in_its_own_process_group_is_stopped_with_the_step(jail):
+    """A's step forks a child that leaves the step's process group and allocates more than the
+    service has: the arbiter stops every process of A's step, not only its group (red team, stop
+    21: the child kept the memory, waiting in the kernel's OOM wait where no freezer reaches it,
+    and every trajectory stalled until A's recovery deadline); B's state survives."""
+    a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
+    assert b.run(NEIGHBOUR_STATE).stdout == "262144000\n"
+    result = a.run("import os, numpy as np\npid = os.fork()\nif pid == 0:\n    os.setpgid(0, 0)\n"
+                   "    hoard = np.ones(560 << 20, np.uint8)\n    os._exit(0)\nos.waitpid(pid, 0)")
+    assert result.status is ExecStatus.OOM and result.rolled_back, result
+    assert result.duration_s < 30, result  # not the step's 60 s + recovery
+    assert_only_holder_and_spare(a)
+    state = b.run("print(int(x[0]), x.size)")
+    assert state.ok and state.stdout == "1 262144000\n", state
