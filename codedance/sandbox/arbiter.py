@@ -18,11 +18,16 @@ never taken) and makes it give memory back (`Sandbox.yield_memory`):
   the trajectory is lost;
 - no step running: its memory grew outside any step, which only a patched holder does: the
   trajectory is lost.
+- a step that has answered: left alone (what it answered with becomes committed state), unless
+  it grew by more than ``SLACK_BYTES`` *after* answering (only a runtime the step patched does
+  that): the trajectory is lost.
 While the victim is being rolled back (its files are freed only by the restore) the arbiter
 waits for it rather than choosing someone else; if it is still the largest grower
-``ESCALATE_S`` after its step was stopped (its holder keeps the memory, or stopped answering),
-its holder is killed too and the trajectory is lost. It acts for as long as the group stays out
-of memory.
+``ESCALATE_S`` after its step was stopped and still holds more than ``SLACK_BYTES`` of growth
+(its holder keeps the memory, or stopped answering), its holder is killed too and the
+trajectory is lost. A victim chosen again in a later `run` is stopped again (when the service
+is full of committed state, every growing step ends as ``oom``). It acts for as long as the
+group stays out of memory.
 
 Not handled: cgroup v2, which has no switch for one group's OOM killer (there the kernel still
 chooses at ``memory.max``; docs/sandbox.md says how to rule the case out), and hosts where the
@@ -97,20 +102,21 @@ class OomArbiter:
 
     def _settle(self) -> None:
         """Act until the group is no longer out of memory (or the service stops)."""
-        waiting_for, since, escalated = None, 0.0, False
+        waiting_for, since, escalated = None, 0.0, False  # waiting_for: (victim, its run number)
         while under_oom(self._control) and not self._stopping():
-            growths = []
+            growths = {}
             for sandbox in self._sandboxes():
                 growth = sandbox.memory_growth()
                 if growth is not None:
-                    growths.append((sandbox, growth, sandbox.running))
-            victim = choose_victim(growths)
+                    growths[sandbox] = (growth, sandbox.running)
+            victim = choose_victim((sandbox, *value) for sandbox, value in growths.items())
             if victim is None:
                 time.sleep(IDLE_LOOK_S)
-            elif victim is not waiting_for:
+            elif waiting_for != (victim, victim.runs):  # a new victim, or a new run of the last one
                 if victim.yield_memory():
                     self.victims += 1
-                    waiting_for, since, escalated = victim, time.monotonic(), False
-            elif not escalated and time.monotonic() - since > ESCALATE_S:
+                    waiting_for, since, escalated = (victim, victim.runs), time.monotonic(), False
+            elif (not escalated and time.monotonic() - since > ESCALATE_S
+                  and growths[victim][0] > SLACK_BYTES):  # it did not give its growth back
                 escalated = victim.yield_memory(whole_trajectory=True)
             time.sleep(SETTLE_S)

@@ -113,13 +113,15 @@ class Sandbox:
         self._holder_pidfd: int | None = None
         self._step_pid: int | None = None
         self._step_pidfd: int | None = None
-        # the step's identity as the OOM arbiter sees it (another thread): set, cleared and used
-        # to kill only under this lock, and never once the step has answered
+        # the step as the OOM arbiter sees it (another thread): its phase and the holder's pid are
+        # set, and the trajectory's processes killed by the arbiter, only under this lock
         self._step_lock = threading.Lock()
-        self._step_answered = False
-        # unreclaimable bytes at the last commit: growth since counts, idle growth included (a
-        # patched holder growing between steps must not get its growth taken as the baseline)
+        self._step_phase = "idle"  # "started" (a step's processes may be stopped), "answered"
+        self.runs = 0  # how many `run` calls have started (the arbiter acts once per run)
+        # unreclaimable bytes when the last committed step answered: growth since counts, idle
+        # growth and growth after answering included (only a patched runtime does either)
         self._memory_mark: int | None = None
+        self._mark_before_answer: int | None = None  # put back if the answered step is not committed
         self._memory_victim = False  # the arbiter stopped this run's step
         self._memory_escalated = False  # ... and then killed its holder too
         self._dying: dict[int, int] = {}  # replaced holders, killed, not yet seen gone: pid -> pidfd
@@ -227,6 +229,7 @@ class Sandbox:
             started = time.monotonic()
             self._wake_from_idle()
             self._memory_victim = self._memory_escalated = False
+            self.runs += 1
             self._recovery_deadline = started + timeout + self.limits.recovery_s
             result = self._guarded_step(code, started + timeout, timeout)
             if self._memory_victim:
@@ -297,11 +300,16 @@ class Sandbox:
             finally:
                 self._lock.release()
         with self._step_lock:  # every process but the holder (a step's children in any process group)
+            if self._step_phase == "answered":
+                growth = self.memory_growth()
+                if growth is None or growth <= SLACK_BYTES:
+                    return False  # its growth is what it answered with: committed state
+                whole_trajectory = self._memory_victim = True  # grew after answering: a patched runtime
             if whole_trajectory and self._memory_victim:
                 self._memory_escalated = True
                 self._cgroup.kill_members()
                 return True
-            if self._step_pidfd is None or self._step_answered:
+            if self._step_phase != "started":
                 return False
             self._memory_victim = True
             self._cgroup.kill_members(except_pid=self._holder_pid)
@@ -381,6 +389,8 @@ class Sandbox:
             self._reader.forget(message.sender_pid)
 
     def _step(self, code: str, deadline: float, timeout: float) -> ExecResult:
+        with self._step_lock:
+            self._step_phase = "started"
         self._awaiting_new_process = True
         try:
             message = self._receive_spare(deadline)
@@ -426,10 +436,15 @@ class Sandbox:
         return self._try_commit(result)
 
     def _answered(self) -> bool:
-        """From now on the OOM arbiter leaves the step alone; False if it has stopped it already."""
+        """From now on the OOM arbiter leaves the step alone but for what it grows after this
+        (the mark moves here); False if the arbiter has stopped it already."""
         with self._step_lock:
-            self._step_answered = not self._memory_victim
-            return self._step_answered
+            if self._memory_victim:
+                return False
+            self._step_phase = "answered"
+            self._mark_before_answer = self._memory_mark
+            self._mark_memory()
+            return True
 
     def _try_commit(self, result: ExecResult) -> ExecResult:
         """Check the step, checkpoint its files (frozen while anything is copied), make it the holder."""
@@ -471,13 +486,12 @@ class Sandbox:
         with self._step_lock:
             self._holder_pid, self._holder_pidfd = self._step_pid, self._step_pidfd
             self._step_pid = self._step_pidfd = None
-            self._step_answered = False
+            self._step_phase, self._mark_before_answer = "idle", None
         procs.set_oom_score_adj(self._holder_pid, self._holder_oom_score_adj)
         procs.kill_pidfd(old_pidfd)  # on cgroup v1 it dies once thawed
         self._thaw()
         self._reader.forget(old_pid)  # whatever it still sends is dropped unread: it is a stranger now
         self._dying[old_pid] = old_pidfd  # its exit (freeing its memory) is not waited for here
-        self._mark_memory()  # what the step added is committed state now
         return result
 
     def _reap_dying(self, deadline: float) -> None:
@@ -581,7 +595,9 @@ class Sandbox:
             if self._step_pid is not None:
                 self._reader.forget(self._step_pid)
             self._step_pid = self._step_pidfd = None
-            self._step_answered = False
+            self._step_phase = "idle"
+            if self._mark_before_answer is not None:  # answered, then failed (refused): not committed
+                self._memory_mark, self._mark_before_answer = self._mark_before_answer, None
 
     def _lose(self, why: str) -> ExecResult:
         """Give the trajectory up: kill all its processes; later steps return crashed."""

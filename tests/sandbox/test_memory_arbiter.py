@@ -141,3 +141,37 @@ def test_a_step_child_in_its_own_process_group_is_stopped_with_the_step(jail):
     assert_only_holder_and_spare(a)
     state = b.run("print(int(x[0]), x.size)")
     assert state.ok and state.stdout == "1 262144000\n", state
+
+
+GROW_AFTER_ANSWERING = r"""
+import sys, numpy as np
+runtime = sys.modules["__main__"]
+_finish = runtime._PreparedStep.finish
+def finish(self, pages):  # runs right after this step's "ok" was sent
+    global hoard
+    hoard = np.ones(520 << 20, np.uint8)
+    return _finish(self, pages)
+runtime._PreparedStep.finish = finish
+"""
+
+
+def test_growth_after_answering_is_charged_to_the_trajectory_that_grew(jail):
+    """A step patches its runtime to allocate right after its answer (while the controller
+    commits it): that growth is not committed state, so when the service runs out A pays (its
+    trajectory is lost), not B's honest running step (red team, stop 21: the commit's mark
+    laundered it, and B's step was killed)."""
+    a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
+    results = {}
+    neighbour = threading.Thread(target=lambda: results.setdefault("B", b.run(
+        "import numpy as np, time\nx = np.ones(150 << 20, np.uint8)\nopen('ready', 'w').close()\n"
+        "time.sleep(6)\nprint('B done', int(x[-1]))")))
+    neighbour.start()
+    try:
+        _wait_for_file(os.path.join(b.workdir, "ready"))
+        results["A"] = a.run(GROW_AFTER_ANSWERING)
+    finally:
+        neighbour.join(timeout=120)
+    assert results["B"].status is ExecStatus.OK and results["B"].stdout == "B done 1\n", results["B"]
+    after = a.run("print(hoard.nbytes)") if a.alive else results["A"]
+    assert after.status is ExecStatus.CRASHED and "patched" in after.notes[0], (results["A"], after)
+    assert not a.alive
