@@ -215,7 +215,12 @@ def _serve(conn: socket.socket, namespace: dict, request: dict, pristine_builtin
     while True:
         if wait_for_resume:  # a "run" sent to a spare that died before reading it is stale: dropped
             _expect(reader, "resume", stale=("run",))
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as exc:  # no memory (the service is full) or pids left: a step that could not start
+            protocol.send(conn, {"op": "step_done", "wait_status": 0, "fork_errno": exc.errno or 0})
+            wait_for_resume = True
+            continue
         if pid == 0:
             protocol.send(conn, {"op": "spare"})  # before the code arrives: off the step's path
             step = _PreparedStep(namespace, request["limits"], request["workdir"], pristine_builtins)

@@ -43,6 +43,7 @@ time per sandbox; concurrent calls wait their turn.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import secrets
 import signal
@@ -532,13 +533,18 @@ class Sandbox:
 
     def _after_crash(self, step_done: protocol.Message) -> ExecResult:
         wait_status = step_done.body.get("wait_status")
-        if type(wait_status) is not int or not 0 <= wait_status < 1 << 16:
+        fork_errno = step_done.body.get("fork_errno", 0)
+        if (type(wait_status) is not int or not 0 <= wait_status < 1 << 16
+                or type(fork_errno) is not int or not 0 <= fork_errno < 4096):
             raise _Lost("the holder process sent a malformed exit status")
         self._kill_step()
         self._forget_step()
         oom = self._cgroup is not None and self._cgroup.new_oom_kill()
         self._restore_and_resume()
-        if oom:
+        if fork_errno:
+            status = ExecStatus.OOM if fork_errno == errno.ENOMEM else ExecStatus.CRASHED
+            note = f"the step could not start: its process could not be forked ({os.strerror(fork_errno)})"
+        elif oom:
             status, note = ExecStatus.OOM, "the step ran out of memory and was killed"
         elif os.WIFSIGNALED(wait_status):
             number = os.WTERMSIG(wait_status)

@@ -572,3 +572,21 @@ def test_a_holder_with_threads_cannot_commit(jail):
         if result.status is not OK:
             break
     assert result.status is REFUSED and "holder process runs threads" in " ".join(result.notes), result
+
+
+def test_a_holder_that_cannot_fork_reports_a_step_that_could_not_start(jail):
+    """When the service is full, the holder's fork of its next step process fails (ENOMEM: the
+    kernel memory a new process needs is charged, and the service's parent group does not OOM-kill):
+    the step ends as oom, rolled back, and the trajectory goes on (it used to lose the holder).
+    Simulated by a committed step whose runtime's fork fails once."""
+    sandbox = jail()
+    expected = prepare_state(sandbox)
+    patch = ("import errno, os\n_real_fork = os.fork\n"
+             "def _fork_failing_once():\n    os.fork = _real_fork\n"
+             "    raise OSError(errno.ENOMEM, 'Cannot allocate memory')\n"
+             "os.fork = _fork_failing_once")
+    assert sandbox.run(patch).ok
+    result = sandbox.run("print('never runs')")
+    assert result.status is ExecStatus.OOM and result.rolled_back, result
+    assert "could not be forked" in result.notes[0], result
+    assert_state_intact(sandbox, expected)
