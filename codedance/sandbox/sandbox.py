@@ -30,8 +30,9 @@ step's fate and enforces it from outside the jail:
   controller lacks CAP_SYS_RESOURCE (root in many containers), which lowering needs;
 - when all trajectories together run out of memory, the service's OOM arbiter (``arbiter``, cgroup
   v1) picks the trajectory that grew most: `yield_memory` kills its step (``oom``, rolled back) or,
-  if its holder grew, the whole trajectory. The arbiter touches only the step's pidfd, under
-  ``_step_lock``, and never once the step has answered.
+  if its holder grew, the whole trajectory. The arbiter kills through the trajectory's cgroup
+  (each process by a pidfd checked for membership) under ``_step_lock``, and a step that has
+  answered only if it grew after answering.
 
 Not handled: a holder killed from outside (for example by the host's OOM killer when no memory
 cgroup is in force) loses the trajectory's state; later steps then return ``crashed`` with a note
@@ -72,7 +73,7 @@ STEP_OOM_SCORE_ADJ = 1000  # the OOM killer's first choice
 HOLDER_OOM_SCORE_ADJ = -1000  # never chosen (only while a memory cgroup bounds it)
 ROLLED_BACK = "state rolled back to before this step"
 MEMORY_VICTIM = ("the service's memory (memory_total) ran out while this step ran, and this trajectory's "
-                 "memory had grown the most since its last commit: the step was stopped")
+                 "memory had grown the most since its last committed step: the step was stopped")
 DYING_GRACE_S = 1.0  # how long the idle freezer waits for a replaced holder to exit before freezing
 
 
@@ -276,9 +277,9 @@ class Sandbox:
             self._memory_mark = self._cgroup.unreclaimable_bytes()
 
     def memory_growth(self) -> int | None:
-        """Unreclaimable memory (anonymous, tmpfs files, kernel) gained since the last commit
-        (what the running step and anything between steps added); None without a memory cgroup
-        or once over."""
+        """Unreclaimable memory (anonymous, tmpfs files, kernel) gained since the last committed
+        step answered (what the running step added, and anything after that answer or between
+        steps); None without a memory cgroup or once over."""
         mark, cgroup = self._memory_mark, self._cgroup
         if cgroup is None or mark is None or not self.alive:
             return None
@@ -651,10 +652,9 @@ class Sandbox:
         self._dying.clear()
         if self._cgroup is not None:
             self._cgroup.remove()
-        with self._step_lock:  # the OOM arbiter may be signalling it
-            if self._holder_pidfd is not None:
-                os.close(self._holder_pidfd)
-                self._holder_pidfd = None
+        if self._holder_pidfd is not None:
+            os.close(self._holder_pidfd)
+            self._holder_pidfd = None
         if self._conn is not None:
             self._conn.close()
         if self._interrupt is not None:
