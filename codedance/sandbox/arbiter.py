@@ -9,25 +9,28 @@ its parent group (`cgroups.arbitrate_oom`; each trajectory's own group keeps it,
 over its *own* limit still loses only its step) and this thread decides instead.
 
 While the parent group is out of memory, processes that allocate wait (a page fault sleeps; a
-write to a file may fail with ENOMEM). The kernel signals an eventfd; the arbiter then picks the
-live trajectory whose unreclaimable memory grew most since its last commit (its running step's
-growth, and anything its holder added between steps: `Sandbox.memory_growth`; committed state is
-never taken) and makes it give memory back (`Sandbox.yield_memory`):
-- a step running: the step is killed; its `run` returns ``oom`` with the state rolled back, and
-  if the rollback does not give the growth back (its holder grew: a committed step patched it),
-  the trajectory is lost;
-- no step running: its memory grew outside any step, which only a patched holder does: the
-  trajectory is lost.
+write to a file fails with ENOMEM, and wakes no one). The kernel signals an eventfd when a process
+starts waiting, and when the group's charge crosses ``memory_total`` less a margin (3 %, at least
+16 MiB). The arbiter then picks the live trajectory whose unreclaimable memory grew most since
+its last committed step answered (`Sandbox.memory_growth`: what its running step added, and
+anything after that answer or between steps; committed state is never taken) — any trajectory
+while the group is *out of memory*, only one grown past ``SLACK_BYTES`` while it is merely
+*nearly full* (what it holds less its file cache within the margin) — and makes it give memory
+back (`Sandbox.yield_memory`):
+- a step running: every process of the step is killed; its `run` returns ``oom`` with the state
+  rolled back, and if the rollback does not give the growth back (its holder, or a process the
+  step left, kept it), the trajectory is lost;
 - a step that has answered: left alone (what it answered with becomes committed state), unless
   it grew by more than ``SLACK_BYTES`` *after* answering (only a runtime the step patched does
-  that): the trajectory is lost.
-While the victim is being rolled back (its files are freed only by the restore) the arbiter
-waits for it rather than choosing someone else; if it is still the largest grower
-``ESCALATE_S`` after its step was stopped and still holds more than ``SLACK_BYTES`` of growth
-(its holder keeps the memory, or stopped answering), its holder is killed too and the
-trajectory is lost. A victim chosen again in a later `run` is stopped again (when the service
-is full of committed state, every growing step ends as ``oom``). It acts for as long as the
-group stays out of memory.
+  that): the trajectory is lost;
+- no step running, grown past ``SLACK_BYTES`` (only a patched holder runs between steps): the
+  trajectory is lost.
+While the victim is rolled back (its files are freed only by the restore) the arbiter waits for
+it rather than choosing someone else; if it is still the largest grower ``ESCALATE_S`` after its
+step was stopped and still holds more than ``SLACK_BYTES`` of growth, its holder is killed too
+and the trajectory is lost. A victim chosen again in a later `run` is stopped again (when the
+service is full of committed state, every growing step ends as ``oom``). While pressure remains
+with no one to choose, it looks again every ``LOOK_AGAIN_S`` rather than spinning.
 
 Not handled: cgroup v2, which has no switch for one group's OOM killer (there the kernel still
 chooses at ``memory.max``; docs/sandbox.md says how to rule the case out), and hosts where the
@@ -43,10 +46,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from codedance.sandbox.cgroups import under_oom
+from codedance.sandbox.cgroups import ServiceMemory
 
 SETTLE_S = 0.005  # between two looks at the group while a victim gives its memory back
-IDLE_LOOK_S = 0.05  # between two looks while no trajectory qualifies (the waiters' deadlines will free memory)
+LOOK_AGAIN_S = 0.5  # between two looks while the group stays under pressure with no one to choose
 SLACK_BYTES = 32 << 20  # growth that is no one's fault: a fresh spare's pages, kernel caches
 ESCALATE_S = 2.0  # a victim still the largest grower this long after its step was stopped loses its holder
 
@@ -65,11 +68,11 @@ def choose_victim(growths: Iterable[tuple[object, int, bool]]) -> object | None:
 
 
 class OomArbiter:
-    """A daemon thread that waits on the kernel's "out of memory" eventfd for the service's
-    parent group and makes the trajectory that grew most give memory back."""
+    """A daemon thread that waits on the kernel's word about the service's parent group (out of
+    memory, or nearly full) and makes the trajectory that grew most give memory back."""
 
-    def __init__(self, event_fd: int, control_fd: int, sandboxes: Callable[[], list]):
-        self._event, self._control = event_fd, control_fd
+    def __init__(self, memory: ServiceMemory, sandboxes: Callable[[], list]):
+        self._memory = memory
         self._sandboxes = sandboxes
         self._stop = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         self.victims = 0  # how many times a trajectory was made to give memory back
@@ -80,39 +83,47 @@ class OomArbiter:
     def stop(self) -> None:
         os.eventfd_write(self._stop, 1)
         self._thread.join(timeout=5)
-        for fd in (self._event, self._control, self._stop):
-            os.close(fd)
+        self._memory.close()
+        os.close(self._stop)
 
     def _loop(self) -> None:
+        pressure = False
         while True:
-            readable, _, _ = select.select([self._event, self._stop], [], [])
+            # while under pressure, look again now and then even without a new word from the kernel
+            # (it says "out of memory" once per episode, and "nearly full" only when crossing)
+            readable, _, _ = select.select([self._memory.event, self._stop], [], [], LOOK_AGAIN_S if pressure else None)
             if self._stop in readable:
                 return
+            if readable:
+                try:
+                    os.eventfd_read(self._memory.event)
+                except BlockingIOError:
+                    pass
             try:
-                os.eventfd_read(self._event)
-            except BlockingIOError:
-                continue
-            try:
-                self._settle()
-            except Exception as exc:  # noqa: BLE001 - e.g. a trajectory closed under it: act at the next event
-                self.last_error = f"{type(exc).__name__}: {exc}"
+                pressure = self._settle()
+            except Exception as exc:  # noqa: BLE001 - e.g. a trajectory closed under it: look again soon
+                self.last_error, pressure = f"{type(exc).__name__}: {exc}", True
 
     def _stopping(self) -> bool:
         return bool(select.select([self._stop], [], [], 0)[0])
 
-    def _settle(self) -> None:
-        """Act until the group is no longer out of memory (or the service stops)."""
+    def _settle(self) -> bool:
+        """Act while the group is out of memory (any victim) or nearly full (only a victim grown
+        past the slack); True if pressure remains with no one left to choose."""
         waiting_for, since, escalated = None, 0.0, False  # waiting_for: (victim, its run number)
-        while under_oom(self._control) and not self._stopping():
+        while not self._stopping():
+            out_of_memory = self._memory.under_oom()
+            if not out_of_memory and not self._memory.nearly_full():
+                return False
             growths = {}
             for sandbox in self._sandboxes():
                 growth = sandbox.memory_growth()
-                if growth is not None:
+                if growth is not None and (out_of_memory or growth > SLACK_BYTES):
                     growths[sandbox] = (growth, sandbox.running)
             victim = choose_victim((sandbox, *value) for sandbox, value in growths.items())
             if victim is None:
-                time.sleep(IDLE_LOOK_S)
-            elif waiting_for != (victim, victim.runs):  # a new victim, or a new run of the last one
+                return True
+            if waiting_for != (victim, victim.runs):  # a new victim, or a new run of the last one
                 if victim.yield_memory():
                     self.victims += 1
                     waiting_for, since, escalated = (victim, victim.runs), time.monotonic(), False
@@ -120,3 +131,4 @@ class OomArbiter:
                   and growths[victim][0] > SLACK_BYTES):  # it did not give its growth back
                 escalated = victim.yield_memory(whole_trajectory=True)
             time.sleep(SETTLE_S)
+        return False

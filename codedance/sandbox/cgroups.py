@@ -59,6 +59,32 @@ def _own_path(controller: str) -> str | None:
     return None
 
 
+def own_memory_limit() -> int | None:
+    """The smallest memory limit of this process's memory cgroup and every group above it (as
+    far as this cgroup namespace shows them); None where none is set or readable."""
+    v2 = os.path.exists(os.path.join(_ROOT, "cgroup.controllers"))
+    own = _own_path("" if v2 else "memory")
+    if own is None:
+        return None
+    base = _ROOT if v2 else os.path.join(_ROOT, "memory")
+    name = "memory.max" if v2 else "memory.limit_in_bytes"
+    limits = []
+    path = own.strip("/")
+    while True:
+        try:
+            with open(os.path.join(base, path, name)) as handle:
+                text = handle.read().strip()
+            if text.isdigit():
+                limits.append(int(text))
+        except OSError:
+            pass
+        if not path:
+            break
+        path = os.path.dirname(path)
+    finite = [limit for limit in limits if limit < 1 << 62]  # v1 "unlimited" is ~2**63
+    return min(finite) if finite else None
+
+
 def service_parents() -> list[str]:
     """The directories under which services create their groups (one per hierarchy we use)."""
     if os.path.exists(os.path.join(_ROOT, "cgroup.controllers")):
@@ -121,35 +147,69 @@ def _read_bytes(path: str) -> bytes:
         return handle.read()
 
 
-def arbitrate_oom(layout: CgroupLayout) -> tuple[int, int] | None:
-    """Switch the kernel's OOM killer off for the service's parent memory group (cgroup v1) and
-    return (an eventfd the kernel signals when the group runs out of memory, the group's
-    ``memory.oom_control`` opened for reading, see `under_oom`); None where this is not possible
-    (cgroup v2 has no such switch; or the files are not writable)."""
+class ServiceMemory:
+    """The service's parent memory group as the OOM arbiter watches it (cgroup v1): the kernel's
+    OOM killer switched off there, and one eventfd the kernel signals when the group runs out of
+    memory or its charge crosses ``limit - margin``. Descriptors are kept open; `close` them."""
+
+    def __init__(self, layout: CgroupLayout, limit: int):
+        self.limit = limit
+        self.margin = max(16 << 20, limit // 32)
+        directory = layout.memory_parent
+        self.event = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        self._fds = [self.event]
+        try:
+            self._oom = self._open(os.path.join(directory, "memory.oom_control"))
+            self._usage = self._open(os.path.join(directory, "memory.usage_in_bytes"))
+            self._stat = self._open(os.path.join(directory, "memory.stat"))
+            control = os.path.join(directory, "cgroup.event_control")
+            _write(control, f"{self.event} {self._oom}")
+            _write(control, f"{self.event} {self._usage} {limit - self.margin}")
+            _write(os.path.join(directory, "memory.oom_control"), "1")
+        except OSError:
+            self.close()
+            raise
+
+    def _open(self, path: str) -> int:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self._fds.append(fd)
+        return fd
+
+    def under_oom(self) -> bool:
+        """Whether processes of the group wait for memory now."""
+        for line in os.pread(self._oom, 4096, 0).splitlines():
+            name, _, value = line.partition(b" ")
+            if name == b"under_oom":
+                return value.strip() != b"0"
+        return False
+
+    def nearly_full(self) -> bool:
+        """Whether what the group holds, less its file cache, is within ``margin`` of the limit
+        (writes to files may then fail with ENOMEM without anyone waiting)."""
+        usage = int(os.pread(self._usage, 64, 0))
+        cache = 0
+        for line in os.pread(self._stat, 8192, 0).splitlines():
+            name, _, value = line.partition(b" ")
+            if name in (b"total_active_file", b"total_inactive_file"):
+                cache += int(value)
+        return usage - cache >= self.limit - self.margin
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+
+
+def arbitrate_oom(layout: CgroupLayout, limit: int) -> ServiceMemory | None:
+    """Switch the kernel's OOM killer off for the service's parent memory group and watch it
+    (`ServiceMemory`); None where this is not possible (cgroup v2 has no such switch; or the
+    files are not writable)."""
     if layout.version != 1:
         return None
-    control_path = os.path.join(layout.memory_parent, "memory.oom_control")
-    event = control = None
     try:
-        event = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
-        control = os.open(control_path, os.O_RDONLY | os.O_CLOEXEC)
-        _write(os.path.join(layout.memory_parent, "cgroup.event_control"), f"{event} {control}")
-        _write(control_path, "1")
+        return ServiceMemory(layout, limit)
     except OSError:
-        for fd in (event, control):
-            if fd is not None:
-                os.close(fd)
         return None
-    return event, control
-
-
-def under_oom(control_fd: int) -> bool:
-    """Whether processes of the group wait for memory now (read from ``memory.oom_control``)."""
-    for line in os.pread(control_fd, 4096, 0).splitlines():
-        name, _, value = line.partition(b" ")
-        if name == b"under_oom":
-            return value.strip() != b"0"
-    return False
 
 
 class TrajectoryCgroup:

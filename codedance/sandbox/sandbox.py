@@ -72,8 +72,9 @@ MAX_NEWCOMERS = 32  # unknown senders buffered at once while a step is awaited; 
 STEP_OOM_SCORE_ADJ = 1000  # the OOM killer's first choice
 HOLDER_OOM_SCORE_ADJ = -1000  # never chosen (only while a memory cgroup bounds it)
 ROLLED_BACK = "state rolled back to before this step"
-MEMORY_VICTIM = ("the service's memory (memory_total) ran out while this step ran, and this trajectory's "
-                 "memory had grown the most since its last committed step: the step was stopped")
+MEMORY_VICTIM = ("the service's memory (memory_total) ran out while this step ran, and the arbiter chose "
+                 "this trajectory (the largest growth since its last committed step, or the only step "
+                 "that could give memory back): the step was stopped")
 DYING_GRACE_S = 1.0  # how long the idle freezer waits for a replaced holder to exit before freezing
 
 
@@ -236,6 +237,7 @@ class Sandbox:
             result = self._guarded_step(code, started + timeout, timeout)
             if self._memory_victim:
                 result = self._after_yielding_memory(result)
+            self._lower_mark()
             result = replace(result, duration_s=time.monotonic() - started, executed_nothing=executes_nothing(code))
             self._idle_since = time.monotonic()
             if self._cgroup is not None and self._cgroup.can_freeze and self._lost is None:
@@ -275,6 +277,15 @@ class Sandbox:
     def _mark_memory(self) -> None:
         if self._cgroup is not None:
             self._memory_mark = self._cgroup.unreclaimable_bytes()
+
+    def _lower_mark(self) -> None:
+        """After each run the mark is at most what the trajectory holds: memory it gave up (a
+        rollback rewrites deleted files from the controller, which is charged for them) is no
+        credit to grow by later (red team, stop 21)."""
+        if self._cgroup is not None and self._memory_mark is not None and self._lost is None:
+            now = self._cgroup.unreclaimable_bytes()
+            if now is not None and now < self._memory_mark:
+                self._memory_mark = now
 
     def memory_growth(self) -> int | None:
         """Unreclaimable memory (anonymous, tmpfs files, kernel) gained since the last committed
@@ -322,14 +333,14 @@ class Sandbox:
         not give the growth back (its holder grew)."""
         if self._memory_escalated:
             return self._lose("the trajectory went on holding memory after its step was stopped for the "
-                              "service's memory (a committed step patched its holder)")
+                              "service's memory (its holder, or a process its step left, kept it)")
         if self._lost is not None or not result.rolled_back:
             return result
         growth = self.memory_growth()
         if growth is not None and growth > SLACK_BYTES:
             return self._lose(f"after its step was stopped for the service's memory and rolled back, the "
                               f"trajectory still held {growth >> 20} MiB more than after its last commit "
-                              "(a committed step patched its holder)")
+                              "(its holder, or a process its step left, kept it)")
         notes = tuple(note for note in result.notes if not note.startswith("the step's process died of"))
         return replace(result, status=ExecStatus.OOM, notes=(MEMORY_VICTIM, *notes))
 
@@ -609,17 +620,17 @@ class Sandbox:
     def _lose(self, why: str) -> ExecResult:
         """Give the trajectory up: kill all its processes; later steps return crashed."""
         self._lost = f"{why}; the trajectory's state is lost: start a new sandbox"
-        self._kill_all()
+        self._kill_all(timeout_s=min(5.0, max(0.5, self._recovery_deadline - time.monotonic())))  # run's bound
         return ExecResult(status=ExecStatus.CRASHED, notes=(self._lost,))
 
-    def _kill_all(self) -> None:
+    def _kill_all(self, timeout_s: float = 5.0) -> None:
         if self._holder_pidfd is not None:
             procs.kill_group_of(self._holder_pidfd)
             procs.kill_pidfd(self._holder_pidfd)
         if self._step_pidfd is not None:
             procs.kill_pidfd(self._step_pidfd)
         if self._cgroup is not None:
-            self._cgroup.kill_all()
+            self._cgroup.kill_all(timeout_s=timeout_s)
 
     # ----------------------------------------------------------------- lifecycle
     @property

@@ -131,7 +131,8 @@ class SandboxService:
 
     ``use_namespaces``/``use_cgroups``/``use_seccomp``: None means "when the host allows it".
     ``memory_total``: the memory limit of all its trajectories together (cgroups only; default
-    85 % of the host's memory, so no set of trajectories can exhaust the host), and the size of
+    85 % of the host's memory or of the controller's own cgroup limit, whichever is smaller, so no
+    set of trajectories can exhaust the host or container: `default_memory_total`), and the size of
     the tmpfs their working directories live on (as root; see ``mounts``).
     Starting a service first sweeps what dead services left behind (`leftovers.sweep`).
     """
@@ -161,9 +162,9 @@ class SandboxService:
         if not self.as_root:
             missing.append(("users", "the controller is not root"))
         self.cgroup_layout = None
+        self.memory_total = memory_total if memory_total is not None else default_memory_total()
         if use_cgroups is not False:
-            total = memory_total if memory_total is not None else int(0.85 * _host_memory())
-            self.cgroup_layout, cgroup_why = cgroups.detect_layout(name, total)
+            self.cgroup_layout, cgroup_why = cgroups.detect_layout(name, self.memory_total)
         else:
             cgroup_why = "disabled by the caller"
         if self.cgroup_layout is None:
@@ -173,7 +174,7 @@ class SandboxService:
             cgroups=self.cgroup_layout is not None, rlimits=True, missing=tuple(missing),
         )  # fmt: skip
         self.work_root = tempfile.mkdtemp(prefix=f"{name}-work-")
-        total = memory_total if memory_total is not None else int(0.85 * _host_memory())
+        total = self.memory_total
         if self.cgroup_layout is not None:  # trajectories' own writes stop at `total` (memory cgroups):
             total += total // 4  # the rest is for restores, which are charged to the controller
         # an inode costs about 1 KiB of the trajectory's own (memory-cgroup charged) kernel memory:
@@ -197,10 +198,8 @@ class SandboxService:
         ``memory_total`` (cgroup v1; see ``arbiter``); None where the kernel decides."""
         if self.cgroup_layout is None:
             return None
-        descriptors = cgroups.arbitrate_oom(self.cgroup_layout)
-        if descriptors is None:
-            return None
-        return OomArbiter(*descriptors, sandboxes=self._live_sandboxes)
+        memory = cgroups.arbitrate_oom(self.cgroup_layout, self.memory_total)
+        return None if memory is None else OomArbiter(memory, sandboxes=self._live_sandboxes)
 
     def _live_sandboxes(self) -> list:
         with self._lock:
@@ -348,8 +347,14 @@ def _raise_descriptor_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def _host_memory() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+def default_memory_total() -> int:
+    """85 % of what this controller may use: the host's memory, or less where the controller's
+    own memory cgroup (or one above it: a container's) is limited. Past an outer limit the
+    kernel's OOM killer would choose among the container's processes before the service's
+    arbiter could (red team, stop 21)."""
+    available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    outer = cgroups.own_memory_limit()
+    return int(0.85 * min(available, outer if outer is not None else available))
 
 
 _default: SandboxService | None = None
