@@ -202,3 +202,49 @@ def test_the_default_memory_total_respects_the_controllers_own_cgroup_limit():
         assert int(child.stdout) == int(0.85 * (700 << 20)), child
     finally:
         cgroups._rmdir_when_empty(outer)
+
+
+def test_a_restore_is_no_credit_to_grow_by(jail):
+    """A commits 450 MiB of files, then a step deletes them and fails: the rollback writes them
+    back from the controller (charged to it, not to A). A's next growth must still count in
+    full, so A, not B's honest running step, pays when the service runs out (red team, stop 21:
+    A's mark kept the 450 MiB, and B was chosen)."""
+    a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
+    assert a.run("chunk = b'x' * (1 << 20)\nfor i in range(3):\n    with open(f'f{i}', 'wb') as f:\n"
+                 "        for _ in range(150): f.write(chunk)").ok
+    failed = a.run("import os\nfor i in range(3): os.remove(f'f{i}')\nraise RuntimeError('on purpose')")
+    assert failed.status is ExecStatus.ERROR and failed.rolled_back, failed
+    results = {}
+    neighbour = threading.Thread(target=lambda: results.setdefault("B", b.run(
+        "import numpy as np, time\nx = np.ones(100 << 20, np.uint8)\nopen('ready', 'w').close()\n"
+        "time.sleep(6)\nprint('B done', int(x[-1]))")))
+    neighbour.start()
+    try:
+        _wait_for_file(os.path.join(b.workdir, "ready"))
+        results["A"] = a.run("import numpy as np\nhoard = np.ones(560 << 20, np.uint8)")
+    finally:
+        neighbour.join(timeout=120)
+    assert results["B"].status is ExecStatus.OK and results["B"].stdout == "B done 1\n", results["B"]
+    assert results["A"].status is ExecStatus.OOM and results["A"].rolled_back, results["A"]
+
+
+def test_a_step_holding_the_service_through_writes_alone_is_stopped(jail):
+    """A's running step holds most of the service in files written with ``write()`` alone (no
+    page fault, so no process waits and the kernel reports no OOM); B's honest step then writes a
+    64 MiB file: it must not fail with ENOMEM: crossing the "nearly full" threshold wakes the
+    arbiter, which stops A (red team, stop 21)."""
+    a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
+    results = {}
+    holder = threading.Thread(target=lambda: results.setdefault("A", a.run(
+        "import os, time\nchunk = b'x' * (1 << 20)\nfor i in range(560):\n"
+        "    with open(f'f{i}', 'wb') as f: f.write(chunk)\nopen('ready', 'w').close()\ntime.sleep(30)")))
+    holder.start()
+    try:
+        _wait_for_file(os.path.join(a.workdir, "ready"))
+        results["B"] = b.run("import time\nchunk = b'r' * (1 << 20)\nwith open('result.bin', 'wb') as f:\n"
+                             "    for _ in range(64):\n        f.write(chunk); f.flush(); time.sleep(0.005)\n"
+                             "print('B wrote it')")
+    finally:
+        holder.join(timeout=120)
+    assert results["B"].status is ExecStatus.OK and results["B"].stdout == "B wrote it\n", results["B"]
+    assert results["A"].status is ExecStatus.OOM and results["A"].rolled_back, results["A"]
