@@ -50,31 +50,40 @@ def test_the_largest_grower_is_chosen_and_idle_trajectories_only_if_they_grew():
     assert choose_victim([]) is None
 
 
-def _wait_for_file(path: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not os.path.exists(path):
-        assert time.monotonic() < deadline, f"{path} did not appear"
-        time.sleep(0.01)
+def _while_running(background, code: str, action):
+    """Run ``code`` in ``background`` (a sandbox) on a thread; once it has created the file
+    ``ready`` in its working directory, call ``action()``; returns (background's result, action's)."""
+    results = {}
+    thread = threading.Thread(target=lambda: results.setdefault("background", background.run(code)))
+    thread.start()
+    try:
+        ready, deadline = os.path.join(background.workdir, "ready"), time.monotonic() + 60
+        while not os.path.exists(ready):
+            assert thread.is_alive() and time.monotonic() < deadline, f"no 'ready' file: {results}"
+            time.sleep(0.01)
+        results["action"] = action()
+    finally:
+        thread.join(timeout=120)
+    return results["background"], results["action"]
+
+
+def _neighbour_holding(mib: int) -> str:
+    """An honest step that holds ``mib`` MiB, says it is ready, and finishes a few seconds later."""
+    return (f"import numpy as np, time\nx = np.ones({mib} << 20, np.uint8)\nopen('ready', 'w').close()\n"
+            "time.sleep(6)\nprint('B done', int(x[-1]))")
 
 
 def test_a_trajectory_filling_memory_with_files_is_stopped_not_its_running_neighbour(jail):
     """A writes files until the service's memory is full while B's honest step holds 250 MiB:
     A's step ends as oom (rolled back, its trajectory kept), B's step finishes."""
     a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
-    results = {}
-    neighbour = threading.Thread(target=lambda: results.setdefault("B", b.run(
-        "import numpy as np, os, time\nx = np.ones(250 << 20, np.uint8)\nopen('ready', 'w').close()\n"
-        "time.sleep(10)\nprint('B done', int(x[-1]))")))
-    neighbour.start()
-    try:
-        _wait_for_file(os.path.join(b.workdir, "ready"))
-        results["A"] = a.run("buf = b'x' * (1 << 20)\nfor i in range(900):\n"
-                             "    with open(f'f{i}', 'wb') as f: f.write(buf)\nprint('A wrote it all')")
-    finally:
-        neighbour.join(timeout=120)
-    assert results["B"].status is ExecStatus.OK and results["B"].stdout == "B done 1\n", results["B"]
-    assert results["A"].status is ExecStatus.OOM and results["A"].rolled_back, results["A"]
-    assert results["A"].notes[0] == MEMORY_VICTIM
+    result_b, result_a = _while_running(
+        b, _neighbour_holding(250),
+        lambda: a.run("buf = b'x' * (1 << 20)\nfor i in range(900):\n"
+                      "    with open(f'f{i}', 'wb') as f: f.write(buf)\nprint('A wrote it all')"))
+    assert result_b.status is ExecStatus.OK and result_b.stdout == "B done 1\n", result_b
+    assert result_a.status is ExecStatus.OOM and result_a.rolled_back, result_a
+    assert result_a.notes[0] == MEMORY_VICTIM
     after = a.run("import os\nprint([n for n in os.listdir('.') if n.startswith('f')])")
     assert after.ok and after.stdout == "[]\n", after  # rolled back, and the trajectory goes on
     assert_only_holder_and_spare(a)
@@ -161,19 +170,10 @@ def test_growth_after_answering_is_charged_to_the_trajectory_that_grew(jail):
     trajectory is lost), not B's honest running step (red team, stop 21: the commit's mark
     laundered it, and B's step was killed)."""
     a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
-    results = {}
-    neighbour = threading.Thread(target=lambda: results.setdefault("B", b.run(
-        "import numpy as np, time\nx = np.ones(150 << 20, np.uint8)\nopen('ready', 'w').close()\n"
-        "time.sleep(6)\nprint('B done', int(x[-1]))")))
-    neighbour.start()
-    try:
-        _wait_for_file(os.path.join(b.workdir, "ready"))
-        results["A"] = a.run(GROW_AFTER_ANSWERING)
-    finally:
-        neighbour.join(timeout=120)
-    assert results["B"].status is ExecStatus.OK and results["B"].stdout == "B done 1\n", results["B"]
-    after = a.run("print(hoard.nbytes)") if a.alive else results["A"]
-    assert after.status is ExecStatus.CRASHED and "kept it" in after.notes[0], (results["A"], after)
+    result_b, result_a = _while_running(b, _neighbour_holding(150), lambda: a.run(GROW_AFTER_ANSWERING))
+    assert result_b.status is ExecStatus.OK and result_b.stdout == "B done 1\n", result_b
+    after = a.run("print(hoard.nbytes)") if a.alive else result_a
+    assert after.status is ExecStatus.CRASHED and "kept it" in after.notes[0], (result_a, after)
     assert not a.alive
 
 
@@ -214,18 +214,10 @@ def test_a_restore_is_no_credit_to_grow_by(jail):
                  "        for _ in range(150): f.write(chunk)").ok
     failed = a.run("import os\nfor i in range(3): os.remove(f'f{i}')\nraise RuntimeError('on purpose')")
     assert failed.status is ExecStatus.ERROR and failed.rolled_back, failed
-    results = {}
-    neighbour = threading.Thread(target=lambda: results.setdefault("B", b.run(
-        "import numpy as np, time\nx = np.ones(100 << 20, np.uint8)\nopen('ready', 'w').close()\n"
-        "time.sleep(6)\nprint('B done', int(x[-1]))")))
-    neighbour.start()
-    try:
-        _wait_for_file(os.path.join(b.workdir, "ready"))
-        results["A"] = a.run("import numpy as np\nhoard = np.ones(560 << 20, np.uint8)")
-    finally:
-        neighbour.join(timeout=120)
-    assert results["B"].status is ExecStatus.OK and results["B"].stdout == "B done 1\n", results["B"]
-    assert results["A"].status is ExecStatus.OOM and results["A"].rolled_back, results["A"]
+    result_b, result_a = _while_running(
+        b, _neighbour_holding(100), lambda: a.run("import numpy as np\nhoard = np.ones(560 << 20, np.uint8)"))
+    assert result_b.status is ExecStatus.OK and result_b.stdout == "B done 1\n", result_b
+    assert result_a.status is ExecStatus.OOM and result_a.rolled_back, result_a
 
 
 def test_a_step_holding_the_service_through_writes_alone_is_stopped(jail):
@@ -234,17 +226,11 @@ def test_a_step_holding_the_service_through_writes_alone_is_stopped(jail):
     64 MiB file: it must not fail with ENOMEM: crossing the "nearly full" threshold wakes the
     arbiter, which stops A (red team, stop 21)."""
     a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
-    results = {}
-    holder = threading.Thread(target=lambda: results.setdefault("A", a.run(
-        "import os, time\nchunk = b'x' * (1 << 20)\nfor i in range(560):\n"
-        "    with open(f'f{i}', 'wb') as f: f.write(chunk)\nopen('ready', 'w').close()\ntime.sleep(30)")))
-    holder.start()
-    try:
-        _wait_for_file(os.path.join(a.workdir, "ready"))
-        results["B"] = b.run("import time\nchunk = b'r' * (1 << 20)\nwith open('result.bin', 'wb') as f:\n"
-                             "    for _ in range(64):\n        f.write(chunk); f.flush(); time.sleep(0.005)\n"
-                             "print('B wrote it')")
-    finally:
-        holder.join(timeout=120)
-    assert results["B"].status is ExecStatus.OK and results["B"].stdout == "B wrote it\n", results["B"]
-    assert results["A"].status is ExecStatus.OOM and results["A"].rolled_back, results["A"]
+    result_a, result_b = _while_running(
+        a, "chunk = b'x' * (1 << 20)\nfor i in range(560):\n    with open(f'f{i}', 'wb') as f: f.write(chunk)\n"
+           "open('ready', 'w').close()\nimport time\ntime.sleep(30)",
+        lambda: b.run("import time\nchunk = b'r' * (1 << 20)\nwith open('result.bin', 'wb') as f:\n"
+                      "    for _ in range(64):\n        f.write(chunk); f.flush(); time.sleep(0.005)\n"
+                      "print('B wrote it')"))
+    assert result_b.status is ExecStatus.OK and result_b.stdout == "B wrote it\n", result_b
+    assert result_a.status is ExecStatus.OOM and result_a.rolled_back, result_a
