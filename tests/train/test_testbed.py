@@ -28,10 +28,10 @@ from codedance.train.pipeline import run_grpo_stage, run_sft_stage
 
 def check(after_sft: dict, after_grpo: dict) -> list[str]:
     """What the run must show, on the exact first-turn probabilities (`codedance.train.branch`,
-    no sampling noise); an empty list when it does. Measured on the copying preset
-    (docs/log/train-runs.md): paper seeds 0/1 raised p_direct/easy by 0.18/0.14 and cut p_bug by
-    0.16/0.13; the flipped R_seq moved p_direct/easy by −0.01; the flipped turn returns raised
-    p_bug by 0.15."""
+    no sampling noise); an empty list when it does. Measured on the preset from its own SFT at 2
+    threads (docs/log/train-runs.md): paper seeds 0/1/2 raised p_direct/easy by 0.135/0.111/0.118
+    and cut p_bug by 0.105/0.089/0.088; the flipped R_seq moved p_direct/easy by −0.060; the
+    flipped turn returns raised p_bug by 0.152."""
     problems = []
     easy = after_grpo["p_direct/easy"] - after_sft["p_direct/easy"]
     if easy < 0.08:
