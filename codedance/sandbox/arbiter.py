@@ -20,17 +20,17 @@ back (`Sandbox.yield_memory`):
 - a step running: every process of the step is killed; its `run` returns ``oom`` with the state
   rolled back, and if the rollback does not give the growth back (its holder, or a process the
   step left, kept it), the trajectory is lost;
-- a step that has answered: left alone (what it answered with becomes committed state), unless
-  it grew by more than ``SLACK_BYTES`` *after* answering (only a runtime the step patched does
-  that): the trajectory is lost;
 - no step running, grown past ``SLACK_BYTES`` (only a patched holder runs between steps): the
   trajectory is lost.
 While the victim is rolled back (its files are freed only by the restore) the arbiter waits for
-it rather than choosing someone else; if it is still the largest grower ``ESCALATE_S`` after its
-step was stopped and still holds more than ``SLACK_BYTES`` of growth, its holder is killed too
-and the trajectory is lost. A victim chosen again in a later `run` is stopped again (when the
+it rather than choosing someone else (a run between those moments, "wait", too); if it is still
+the largest grower ``ESCALATE_S`` after that, with more than ``SLACK_BYTES`` of growth and at
+least 90 % of what it had (it gave nothing back: its holder, or a process stuck in the kernel,
+keeps it), every process of it is killed and the trajectory is lost. An answered step may be
+stopped until its files are being saved (the trajectory then frozen); its commit fails as
+``oom`` and nothing of it is kept. A victim chosen again in a later `run` is stopped again (when the
 service is full of committed state, every growing step ends as ``oom``). While pressure remains
-with no one to choose, it looks again every ``LOOK_AGAIN_S`` rather than spinning.
+with no one to choose, it looks again every ``NO_ONE_LOOK_S`` rather than spinning.
 
 Not handled: cgroup v2, which has no switch for one group's OOM killer (there the kernel still
 chooses at ``memory.max``; docs/sandbox.md says how to rule the case out), and hosts where the
@@ -49,22 +49,19 @@ from collections.abc import Callable, Iterable
 from codedance.sandbox.cgroups import ServiceMemory
 
 SETTLE_S = 0.005  # between two looks at the group while a victim gives its memory back
-LOOK_AGAIN_S = 0.5  # between two looks while the group stays under pressure with no one to choose
+NO_ONE_LOOK_S = 0.5  # between two looks while the group stays under pressure with no one to choose
+WATCH_S = 0.02  # between two looks while charged past the threshold but not nearly full (3 reads each)
 SLACK_BYTES = 32 << 20  # growth that is no one's fault: a fresh spare's pages, kernel caches
-ESCALATE_S = 2.0  # a victim still the largest grower this long after its step was stopped loses its holder
+ESCALATE_S = 5.0  # a victim that gave nothing back this long after its step was stopped loses its holder
 
 
-def choose_victim(growths: Iterable[tuple[object, int, bool]]) -> object | None:
-    """The trajectory to give memory back: the largest growth, whether its step runs or not
-    (``(sandbox, growth in bytes, running)``); an idle trajectory grown by no more than
-    ``SLACK_BYTES`` holds only committed state and is never chosen. None when none qualifies."""
-    best, best_growth = None, None
-    for sandbox, growth, running in growths:
-        if not running and growth <= SLACK_BYTES:
-            continue
-        if best_growth is None or growth > best_growth:
-            best, best_growth = sandbox, growth
-    return best
+def rank_victims(growths: Iterable[tuple[object, int, bool]]) -> list:
+    """The trajectories that may give memory back, largest growth first (``(sandbox, growth in
+    bytes, running)``): any running one; an idle one only if grown past ``SLACK_BYTES`` (else it
+    holds only committed state)."""
+    eligible = [(growth, n, sandbox) for n, (sandbox, growth, running) in enumerate(growths)
+                if running or growth > SLACK_BYTES]
+    return [sandbox for _, _, sandbox in sorted(eligible, key=lambda item: (-item[0], item[1]))]
 
 
 class OomArbiter:
@@ -87,11 +84,11 @@ class OomArbiter:
         os.close(self._stop)
 
     def _loop(self) -> None:
-        pressure = False
+        look_again = None
         while True:
-            # while under pressure, look again now and then even without a new word from the kernel
-            # (it says "out of memory" once per episode, and "nearly full" only when crossing)
-            readable, _, _ = select.select([self._memory.event, self._stop], [], [], LOOK_AGAIN_S if pressure else None)
+            # the kernel says "out of memory" once per episode and "charged past the threshold"
+            # only when crossing it: while either holds, look again now and then
+            readable, _, _ = select.select([self._memory.event, self._stop], [], [], look_again)
             if self._stop in readable:
                 return
             if readable:
@@ -100,35 +97,44 @@ class OomArbiter:
                 except BlockingIOError:
                     pass
             try:
-                pressure = self._settle()
+                look_again = self._settle()
             except Exception as exc:  # noqa: BLE001 - e.g. a trajectory closed under it: look again soon
-                self.last_error, pressure = f"{type(exc).__name__}: {exc}", True
+                self.last_error, look_again = f"{type(exc).__name__}: {exc}", NO_ONE_LOOK_S
 
     def _stopping(self) -> bool:
         return bool(select.select([self._stop], [], [], 0)[0])
 
-    def _settle(self) -> bool:
+    def _settle(self) -> float | None:
         """Act while the group is out of memory (any victim) or nearly full (only a victim grown
-        past the slack); True if pressure remains with no one left to choose."""
+        past the slack); returns when to look again (None: at the kernel's next word)."""
         waiting_for, since, escalated = None, 0.0, False  # waiting_for: (victim, its run number)
+        growth_then = 0
         while not self._stopping():
             out_of_memory = self._memory.under_oom()
-            if not out_of_memory and not self._memory.nearly_full():
-                return False
+            charged_past, nearly_full = self._memory.fullness()
+            if not out_of_memory and not nearly_full:
+                return WATCH_S if charged_past else None  # cache or kernel memory: may be reclaimed
             growths = {}
             for sandbox in self._sandboxes():
                 growth = sandbox.memory_growth()
                 if growth is not None and (out_of_memory or growth > SLACK_BYTES):
                     growths[sandbox] = (growth, sandbox.running)
-            victim = choose_victim((sandbox, *value) for sandbox, value in growths.items())
+            victim = None
+            for candidate in rank_victims((sandbox, *value) for sandbox, value in growths.items()):
+                if waiting_for == (candidate, candidate.runs):  # stopped or busy already: wait for it
+                    victim = candidate
+                    break
+                answer = candidate.yield_memory()
+                if answer != "no":  # stopped, or a moment away from being stoppable: wait for it
+                    self.victims += answer == "stopped"
+                    victim, waiting_for, since, escalated = candidate, (candidate, candidate.runs), time.monotonic(), False
+                    growth_then = growths[candidate][0]
+                    break
             if victim is None:
-                return True
-            if waiting_for != (victim, victim.runs):  # a new victim, or a new run of the last one
-                if victim.yield_memory():
-                    self.victims += 1
-                    waiting_for, since, escalated = (victim, victim.runs), time.monotonic(), False
-            elif (not escalated and time.monotonic() - since > ESCALATE_S
-                  and growths[victim][0] > SLACK_BYTES):  # it did not give its growth back
-                escalated = victim.yield_memory(whole_trajectory=True)
+                return NO_ONE_LOOK_S
+            growth = growths[victim][0]
+            if (not escalated and time.monotonic() - since > ESCALATE_S and growth > SLACK_BYTES
+                    and growth > growth_then * 0.9):  # it kept its growth (or never got to give any back)
+                escalated = victim.yield_memory(whole_trajectory=True) == "stopped"
             time.sleep(SETTLE_S)
-        return False
+        return None

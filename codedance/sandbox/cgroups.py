@@ -142,6 +142,24 @@ def _write(path: str, value: str) -> None:
         handle.write(value)
 
 
+# what `unreclaimable` reads: usage, stat and (v1) the kernel memory counter
+_UNRECLAIMABLE_FILES = {1: ("memory.usage_in_bytes", "memory.stat", "memory.kmem.usage_in_bytes"),
+                        2: ("memory.current", "memory.stat")}
+
+
+def unreclaimable(version: int, usage: bytes, stat: bytes, kmem: bytes = b"0", prefix: bytes = b"") -> int:
+    """A memory group's charge less its file cache and its kernel memory (v1: the kmem counter;
+    v2: reclaimable slab only), from the texts of its files; ``prefix`` b"total_" for v1's
+    hierarchical figures."""
+    left_out = int(kmem) if version == 1 else 0
+    names = {prefix + b"active_file", prefix + b"inactive_file"} | ({b"slab_reclaimable"} if version == 2 else set())
+    for line in stat.splitlines():
+        name, _, value = line.partition(b" ")
+        if name in names:
+            left_out += int(value)
+    return int(usage) - left_out
+
+
 def _read_bytes(path: str) -> bytes:
     with open(path, "rb") as handle:
         return handle.read()
@@ -162,6 +180,7 @@ class ServiceMemory:
             self._oom = self._open(os.path.join(directory, "memory.oom_control"))
             self._usage = self._open(os.path.join(directory, "memory.usage_in_bytes"))
             self._stat = self._open(os.path.join(directory, "memory.stat"))
+            self._kmem = self._open(os.path.join(directory, "memory.kmem.usage_in_bytes"))
             control = os.path.join(directory, "cgroup.event_control")
             _write(control, f"{self.event} {self._oom}")
             _write(control, f"{self.event} {self._usage} {limit - self.margin}")
@@ -183,16 +202,13 @@ class ServiceMemory:
                 return value.strip() != b"0"
         return False
 
-    def nearly_full(self) -> bool:
-        """Whether what the group holds, less its file cache, is within ``margin`` of the limit
-        (writes to files may then fail with ENOMEM without anyone waiting)."""
-        usage = int(os.pread(self._usage, 64, 0))
-        cache = 0
-        for line in os.pread(self._stat, 8192, 0).splitlines():
-            name, _, value = line.partition(b" ")
-            if name in (b"total_active_file", b"total_inactive_file"):
-                cache += int(value)
-        return usage - cache >= self.limit - self.margin
+    def fullness(self) -> tuple[bool, bool]:
+        """(charged within ``margin`` of the limit, what the group holds less its file cache and
+        kernel memory (see `TrajectoryCgroup.unreclaimable_bytes`) within it: nearly full, writes
+        to files may soon fail with ENOMEM without anyone waiting)."""
+        usage = os.pread(self._usage, 64, 0)
+        held = unreclaimable(1, usage, os.pread(self._stat, 8192, 0), os.pread(self._kmem, 64, 0), prefix=b"total_")
+        return int(usage) >= self.limit - self.margin, held >= self.limit - self.margin
 
     def close(self) -> None:
         for fd in self._fds:
@@ -371,29 +387,27 @@ class TrajectoryCgroup:
         return 0
 
     def unreclaimable_bytes(self, *, kept_open: bool = True) -> int | None:
-        """The group's memory charge less its file cache (anonymous memory, tmpfs files, kernel
-        memory: what the kernel cannot reclaim without swap); None once removed. ``kept_open``:
-        through descriptors kept for the thread that runs steps (two preads, ~6 µs); other
-        threads read by path."""
-        names = (("memory.current", "memory.stat") if self.layout.version == 2
-                 else ("memory.usage_in_bytes", "memory.stat"))
+        """The group's memory charge less its file cache and kernel memory: its anonymous memory
+        and tmpfs files, which the kernel cannot reclaim without swap; None once removed.
+        On v1 all kernel memory is left out, because most of it is reclaimable cache (a step's
+        negative dentries alone can reach hundreds of MiB, and outlive it) that v1 does not tell
+        apart; what is left out and not reclaimable (pipe and socket buffers, page tables) is
+        bounded by the trajectory's open files and the per-uid pipe limit. v2 leaves out only
+        reclaimable slab.
+        ``kept_open``: through descriptors kept for the thread that runs steps (a few preads,
+        ~8 µs); other threads read by path."""
+        names = _UNRECLAIMABLE_FILES[self.layout.version]
         try:
             if kept_open:
                 if self._memory_files is None:
                     self._memory_files = tuple(
                         os.open(os.path.join(self.memory_dir, name), os.O_RDONLY | os.O_CLOEXEC) for name in names)
-                usage_text, stat_text = (os.pread(fd, 8192, 0) for fd in self._memory_files)
+                texts = [os.pread(fd, 8192, 0) for fd in self._memory_files]
             else:
-                usage_text, stat_text = (_read_bytes(os.path.join(self.memory_dir, name)) for name in names)
-            usage = int(usage_text)
+                texts = [_read_bytes(os.path.join(self.memory_dir, name)) for name in names]
+            return unreclaimable(self.layout.version, *texts)
         except (OSError, ValueError):
             return None
-        cache = 0
-        for line in stat_text.splitlines():
-            name, _, value = line.partition(b" ")
-            if name in (b"active_file", b"inactive_file"):
-                cache += int(value)
-        return usage - cache
 
     def new_oom_kill(self) -> bool:
         """True if the OOM killer struck since the last call (or since creation)."""

@@ -86,6 +86,10 @@ class _Closing(Exception):
     """`close` was called from another thread while this step ran."""
 
 
+class _StoppedForMemory(Exception):
+    """The OOM arbiter stopped an answered step before any of its files were saved."""
+
+
 class SandboxClosed(RuntimeError):
     """The sandbox was closed; create a new one to run more code."""
 
@@ -297,36 +301,33 @@ class Sandbox:
         now = cgroup.unreclaimable_bytes(kept_open=False)
         return None if now is None else now - mark
 
-    def yield_memory(self, *, whole_trajectory: bool = False) -> bool:
-        """Give memory back to the service (called by its OOM arbiter, from another thread): a
-        running step is killed (its `run` returns ``oom``, rolled back), or with
-        ``whole_trajectory`` its holder too (the trajectory is lost); an idle trajectory that grew,
-        which only a patched holder does, is lost. False if there was nothing to stop."""
+    def yield_memory(self, *, whole_trajectory: bool = False) -> str:
+        """Give memory back to the service (called by its OOM arbiter, from another thread):
+        ``"stopped"``: a running step (until its files are being saved) is killed with everything
+        but the holder (its `run` returns ``oom``, rolled back), or with ``whole_trajectory`` the
+        holder too (the trajectory is lost); an idle trajectory grown past the slack, which only a
+        patched holder does, is lost. ``"wait"``: a run is between those moments (ask again soon).
+        ``"no"``: nothing to stop here."""
         if self._lock.acquire(blocking=False):
             try:
                 growth = self.memory_growth()
                 if growth is None or growth <= SLACK_BYTES:
-                    return False
+                    return "no"
                 self._lose(f"its memory grew by {growth >> 20} MiB outside any step while the service's "
                            "memory (memory_total) ran out (only a holder patched by a committed step does that)")
-                return True
+                return "stopped"
             finally:
                 self._lock.release()
         with self._step_lock:  # every process but the holder (a step's children in any process group)
-            if self._step_phase == "answered":
-                growth = self.memory_growth()
-                if growth is None or growth <= SLACK_BYTES:
-                    return False  # its growth is what it answered with: committed state
-                whole_trajectory = self._memory_victim = True  # grew after answering: a patched runtime
-            if whole_trajectory and self._memory_victim:
-                self._memory_escalated = True
+            if whole_trajectory:
+                self._memory_victim = self._memory_escalated = True
                 self._cgroup.kill_members()
-                return True
-            if self._step_phase != "started":
-                return False
+                return "stopped"
+            if self._step_phase not in ("started", "answered"):
+                return "wait"  # being committed (frozen: it cannot grow), or a run's first or last moments
             self._memory_victim = True
             self._cgroup.kill_members(except_pid=self._holder_pid)
-            return True
+            return "stopped"
 
     def _after_yielding_memory(self, result: ExecResult) -> ExecResult:
         """The arbiter stopped this run's step: say so; lose the trajectory if the rollback did
@@ -449,8 +450,9 @@ class Sandbox:
         return self._try_commit(result)
 
     def _answered(self) -> bool:
-        """From now on the OOM arbiter leaves the step alone but for what it grows after this
-        (the mark moves here); False if the arbiter has stopped it already."""
+        """The step answered: its growth so far is what it answered with (the mark moves here);
+        the arbiter may still stop it until its files are being saved (`_claim_commit`). False if
+        the arbiter has stopped it already."""
         with self._step_lock:
             if self._memory_victim:
                 return False
@@ -460,15 +462,36 @@ class Sandbox:
             return True
 
     def _try_commit(self, result: ExecResult) -> ExecResult:
-        """Check the step, checkpoint its files (frozen while anything is copied), make it the holder."""
+        """Check the step, checkpoint its files (frozen while anything is copied), make it the
+        holder. A step the OOM arbiter stopped before anything of it was saved fails as oom."""
         try:
             problem = self._commit_problem()
-            if problem is None:
+            if problem is None and self._claim_commit():
                 return self._commit(result)
+        except _StoppedForMemory:
+            problem = None
         finally:
             self._thaw()
+        if problem is None:
+            return self._fail(ExecStatus.OOM, None)
         result = replace(result, status=ExecStatus.REFUSED, notes=result.notes + (problem,))
         return self._fail(ExecStatus.REFUSED, None, result)
+
+    def _claim_commit(self) -> bool:
+        """From now on the OOM arbiter leaves the step alone (its files are being saved, the
+        trajectory frozen); False if it has stopped it already."""
+        with self._step_lock:
+            if self._memory_victim:
+                return False
+            self._step_phase = "committing"
+            return True
+
+    def _freeze_to_save(self) -> None:
+        """Freeze before the checkpoint writes (a process waiting in the kernel's OOM wait delays
+        this until memory is freed: the arbiter may stop the step meanwhile), then claim it."""
+        self._freeze()
+        if not self._claim_commit():
+            raise _StoppedForMemory()
 
     def _commit_problem(self) -> str | None:
         self._reap_dying(min(time.monotonic() + 2.0, self._recovery_deadline))
@@ -479,7 +502,7 @@ class Sandbox:
         if procs.thread_count(self._holder_pid) > 1:
             return "the holder process runs threads (a committed step patched it); start a new sandbox"
         try:
-            self._files.checkpoint(self._recovery_deadline, before_writing=self._freeze)
+            self._files.checkpoint(self._recovery_deadline, before_writing=self._freeze_to_save)
         except files.LimitExceeded as exc:
             return f"the working directory cannot be kept: {exc}"
         except (files.SnapshotBroken, files.DeadlinePassed, OSError) as exc:
