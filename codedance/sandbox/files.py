@@ -15,7 +15,9 @@ What makes it safe against a hostile trajectory (one whose processes race the co
   writes into the working directory, so even a mistake could not touch a file the trajectory
   could not (the store it reads from is searchable by that identity only through the
   controller's descriptor; the jail never sees it). Directories whose mode locks their owner out
-  are opened up for the restore and their mode put back after.
+  are opened up for the restore and their mode put back after. The data itself is written by the
+  ``copy`` the caller passes (`charged_copy`: a helper process in the trajectory's memory cgroup,
+  so the trajectory, not the controller, is charged for its restored files).
 - **The trajectory is frozen whenever the controller writes.** Both operations first look
   (unfrozen: reading cannot be abused) and only when something must be copied or removed call
   ``before_writing`` (the caller freezes every process of the trajectory) and look again.
@@ -48,6 +50,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from codedance.sandbox.charged_copy import copy_data
+
 MAX_DEPTH = 32  # directory levels a committed working directory may have
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -59,6 +63,7 @@ _MAX_OPEN_LEVELS = 48  # directory descriptors held at once while removing a tre
 _OWNER_RWX = 0o700  # what the owner needs on a directory to list, enter and change it
 _STORE_DIR_MODE, _STORE_FILE_MODE = 0o755, 0o644  # the store's own modes (real ones: the manifest)
 _LIBC = ctypes.CDLL(None, use_errno=True)
+Copier = Callable[[int, int], None]  # copies a file's data from the first descriptor to the second
 
 
 @dataclass(frozen=True)
@@ -279,52 +284,8 @@ def remove_tree(path: str) -> None:
         os.close(parent_fd)
 
 
-def _copy(source_fd: int, target_fd: int) -> None:
-    """Copy a regular file's data; holes stay holes (a sparse file costs the copy only its data,
-    where the file system can say where the data is)."""
-    size = os.fstat(source_fd).st_size
-    offset = 0
-    while offset < size:
-        try:
-            start = os.lseek(source_fd, offset, os.SEEK_DATA)
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:  # only a hole is left
-                break
-            if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
-                raise
-            start = offset  # no SEEK_DATA here: copy densely
-            end = size
-        else:
-            end = min(size, os.lseek(source_fd, start, os.SEEK_HOLE))
-        _copy_range(source_fd, target_fd, start, end - start)
-        offset = end
-    os.ftruncate(target_fd, size)
-
-
-def _copy_range(source_fd: int, target_fd: int, offset: int, count: int) -> None:
-    """Copy ``count`` bytes at ``offset`` to the same offset (in the kernel: copy_file_range, or
-    sendfile across file systems)."""
-    end = offset + count
-    while offset < end:
-        try:
-            copied = os.copy_file_range(source_fd, target_fd, min(end - offset, 1 << 30), offset, offset)
-        except OSError as exc:
-            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
-                raise
-            os.lseek(target_fd, offset, os.SEEK_SET)
-            while offset < end:
-                sent = os.sendfile(target_fd, source_fd, offset, min(end - offset, 1 << 24))
-                if sent == 0:
-                    return  # the file shrank: what is left is a hole (the size is set after)
-                offset += sent
-            return
-        if copied == 0:
-            return
-        offset += copied
-
-
 def _copy_file(source_dir: int, target_dir: int, name: str, expected_inode: int | None,
-               mode: int, owner: tuple[int, int] | None) -> os.stat_result:
+               mode: int, owner: tuple[int, int] | None, copy: Copier = copy_data) -> os.stat_result:
     """Copy the regular file ``name`` into a new file of the same name; the new file's fstat."""
     source = os.open(name, _READ, dir_fd=source_dir)
     try:
@@ -333,7 +294,7 @@ def _copy_file(source_dir: int, target_dir: int, name: str, expected_inode: int 
             raise Unkeepable(f"{name!r} changed while it was being saved")
         target = os.open(name, _CREATE, 0o600, dir_fd=target_dir)
         try:
-            _copy(source, target)
+            copy(source, target)
             return _own(target, mode, owner)
         finally:
             os.close(target)
@@ -342,7 +303,7 @@ def _copy_file(source_dir: int, target_dir: int, name: str, expected_inode: int 
 
 
 def _rewrite_file(source_dir: int, target_dir: int, name: str, expected_inode: int, mode: int,
-                  owner: tuple[int, int] | None) -> os.stat_result | None:
+                  owner: tuple[int, int] | None, copy: Copier) -> os.stat_result | None:
     """Put the stored ``name`` back into the existing file of that name, in place, so descriptors
     the holder keeps open on it stay attached to the working directory's file; its fstat. None
     (nothing written) unless it is still the regular file ``expected_inode`` with no other link."""
@@ -357,7 +318,7 @@ def _rewrite_file(source_dir: int, target_dir: int, name: str, expected_inode: i
         source = os.open(name, _READ, dir_fd=source_dir)
         try:
             os.ftruncate(target, 0)
-            _copy(source, target)
+            copy(source, target)
         finally:
             os.close(source)
         return _own(target, mode, owner)
@@ -451,9 +412,11 @@ class WorkdirSnapshot:
             raise SnapshotBroken(f"saving the working directory failed halfway: {exc}") from exc
         self.manifest = current
 
-    def restore(self, deadline: float | None = None, before_writing: Callable[[], None] = lambda: None) -> None:
+    def restore(self, deadline: float | None = None, before_writing: Callable[[], None] = lambda: None,
+                copy: Copier = copy_data) -> None:
         """Put the directory back exactly as it was at the last checkpoint (`DeadlinePassed` if
-        that takes past ``deadline``; the directory is then in no defined state).
+        that takes past ``deadline``; the directory is then in no defined state). ``copy`` writes
+        each file's data (`charged_copy`: so that the trajectory is charged for it).
 
         ``before_writing`` runs only when the directory differs from the checkpoint (found by a
         walk that stops at the first difference): a failed step that touched no file costs no
@@ -466,7 +429,7 @@ class WorkdirSnapshot:
         opened_up: list[tuple[int, int]] = []  # directories whose mode locked their owner out
         try:
             with acting_as(self.owner):
-                self._restore_as_owner(deadline, opened_up)
+                self._restore_as_owner(deadline, opened_up, copy)
         finally:
             for fd, mode in opened_up:
                 try:
@@ -474,7 +437,7 @@ class WorkdirSnapshot:
                 finally:
                     os.close(fd)
 
-    def _restore_as_owner(self, deadline: float | None, opened_up: list[tuple[int, int]]) -> None:
+    def _restore_as_owner(self, deadline: float | None, opened_up: list[tuple[int, int]], copy: Copier) -> None:
         clock = _Clock(deadline)
         children: dict[str, list[str]] = {}
         for relative in self.manifest:
@@ -498,7 +461,7 @@ class WorkdirSnapshot:
                         restored[relative] = kept
                         continue
                     if kept is not None and kept.kind == entry.kind == "file" and kept.inode == entry.inode:
-                        made = _rewrite_file(store_dir, work_dir, name, entry.inode, kept.mode, self.owner)
+                        made = _rewrite_file(store_dir, work_dir, name, entry.inode, kept.mode, self.owner, copy)
                         if made is not None:  # changed in place: open descriptors stay attached
                             restored[relative] = Entry.of(made)
                             continue
@@ -509,7 +472,7 @@ class WorkdirSnapshot:
                     name = _split(relative)[1]
                     if relative not in restored:
                         made = (_make_dir(work_dir, name, entry.mode, self.owner) if entry.kind == "dir"
-                                else _copy_file(store_dir, work_dir, name, None, entry.mode, self.owner))
+                                else _copy_file(store_dir, work_dir, name, None, entry.mode, self.owner, copy))
                         restored[relative] = Entry.of(made)
                     if entry.kind == "dir":
                         pending.append(relative)

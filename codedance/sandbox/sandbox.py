@@ -591,8 +591,10 @@ class Sandbox:
         return ExecResult(status=status, rolled_back=True, notes=(note, ROLLED_BACK))
 
     def _restore_and_resume(self) -> None:
+        memory_dir = self._cgroup.memory_dir if self._cgroup is not None else None
         try:
-            self._files.restore(self._recovery_deadline, before_writing=self._freeze)
+            with self.service.restore_copier(memory_dir, self._recovery_deadline) as copy:
+                self._files.restore(self._recovery_deadline, before_writing=self._freeze, copy=copy)
         except (files.DeadlinePassed, files.SnapshotBroken, OSError) as exc:
             raise _Lost(f"the working directory could not be restored ({exc})") from None
         finally:

@@ -20,6 +20,7 @@ controller dies, the jail goes too.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import queue
@@ -37,6 +38,7 @@ from dataclasses import replace
 import codedance
 from codedance.sandbox import cgroups, leftovers, mounts
 from codedance.sandbox.arbiter import OomArbiter
+from codedance.sandbox.charged_copy import ChargedCopies, copy_data
 from codedance.sandbox.files import remove_tree
 from codedance.sandbox.idle import IdleFreezer
 from codedance.sandbox.isolation import Isolation, bubblewrap_problem, seccomp_problem
@@ -175,8 +177,8 @@ class SandboxService:
         )  # fmt: skip
         self.work_root = tempfile.mkdtemp(prefix=f"{name}-work-")
         total = self.memory_total
-        if self.cgroup_layout is not None:  # trajectories' own writes stop at `total` (memory cgroups):
-            total += total // 4  # the rest is for restores, which are charged to the controller
+        if self.cgroup_layout is not None:  # every page on the pool is charged to a trajectory, so the
+            total += total // 4  # memory cgroups stop writes first and the arbiter decides (v2: restores)
         # an inode costs about 1 KiB of the trajectory's own (memory-cgroup charged) kernel memory:
         # with one inode per KiB, no trajectory can use up the pool's inodes before its memory
         inodes = max(4 << 20, total // 1024)
@@ -189,6 +191,8 @@ class SandboxService:
             os.chmod(self.inputs_root, 0o711)
         self._idle_freezer: IdleFreezer | None = None
         self.oom_arbiter: OomArbiter | None = None
+        self._charged_copies = (ChargedCopies(os.path.dirname(self.cgroup_layout.memory_parent))
+                                if self.cgroup_layout is not None and self.cgroup_layout.version == 1 else None)
         self._start(start_timeout_s)  # closes the service if the zygote does not start
         self.oom_arbiter = self._start_oom_arbiter()
         atexit.register(self.close)
@@ -204,6 +208,14 @@ class SandboxService:
     def _live_sandboxes(self) -> list:
         with self._lock:
             return [sandbox for sandbox in self._sandboxes if sandbox.alive]
+
+    def restore_copier(self, memory_dir: str | None, deadline: float) -> contextlib.AbstractContextManager:
+        """The copy function for one restore of the trajectory whose memory group is
+        ``memory_dir``: charged to that group where the host allows (`charged_copy`), else the
+        controller's own copy."""
+        if self._charged_copies is None or memory_dir is None:
+            return contextlib.nullcontext(copy_data)
+        return self._charged_copies.charged_to(memory_dir, deadline)
 
     @property
     def idle_freezer(self) -> IdleFreezer:
@@ -311,6 +323,8 @@ class SandboxService:
             self._idle_freezer.stop()
         if self.oom_arbiter is not None:
             self.oom_arbiter.stop()
+        if self._charged_copies is not None:
+            self._charged_copies.close()
         try:
             self._control.close()
         except OSError:

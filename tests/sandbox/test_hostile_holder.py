@@ -14,6 +14,7 @@ forgery one-shot across rolled-back steps.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import stat
@@ -22,8 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from codedance.sandbox import Limits
-from codedance.sandbox import files as files_module
+from codedance.sandbox import Limits, SandboxService
 from codedance.types import ExecStatus
 from tests.sandbox.conftest import assert_only_holder_and_spare, assert_state_intact, prepare_state
 
@@ -408,18 +408,19 @@ def test_the_holder_is_frozen_while_the_controller_restores(jail):
             return open(os.path.join(sandbox._cgroup.freezer_dir, "freezer.state")).read().strip()
         return open(os.path.join(sandbox._cgroup.freezer_dir, "cgroup.events")).read()
 
-    real_copy, seen = files_module._copy, []  # every copy of data, in place or into a new file
+    service, seen = sandbox.service, []  # the state at every copy of data, in place or into a new file
 
-    def watched_copy(*args, **kwargs):
-        seen.append(state())
-        return real_copy(*args, **kwargs)
+    @contextlib.contextmanager
+    def watched_copier(*args):
+        with SandboxService.restore_copier(service, *args) as copy:
+            yield lambda source, target: (seen.append(state()), copy(source, target))
 
     assert sandbox.run("open('f', 'w').write('kept')").ok
-    files_module._copy = watched_copy
+    service.restore_copier = watched_copier
     try:
         assert sandbox.run("open('f', 'w').write('changed'); 1/0").status is ERROR
     finally:
-        files_module._copy = real_copy
+        del service.restore_copier
     assert seen and all("FROZEN" in s or "frozen 1" in s for s in seen), seen
     assert sandbox.run("print(open('f').read())").stdout == "kept\n"
 

@@ -212,13 +212,13 @@ def test_the_default_memory_total_respects_the_controllers_own_cgroup_limit():
 
 
 def test_a_restore_is_no_credit_to_grow_by(jail):
-    """A commits 450 MiB of files, then a step deletes them and fails: the rollback writes them
-    back from the controller (charged to it, not to A). A's next growth must still count in
-    full, so A, not B's honest running step, pays when the service runs out (red team, stop 21:
-    A's mark kept the 450 MiB, and B was chosen)."""
+    """A commits 300 MiB of files, then a step deletes them and fails, and the rollback writes
+    them back. A's next growth must still count in full, so A, not B's honest running step, pays
+    when the service runs out (red team, stop 21: restores were charged to the controller, A's
+    mark kept the deleted files, and B was chosen; restores are now charged to A)."""
     a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
     assert a.run("chunk = b'x' * (1 << 20)\nfor i in range(3):\n    with open(f'f{i}', 'wb') as f:\n"
-                 "        for _ in range(150): f.write(chunk)").ok
+                 "        for _ in range(100): f.write(chunk)").ok
     failed = a.run("import os\nfor i in range(3): os.remove(f'f{i}')\nraise RuntimeError('on purpose')")
     assert failed.status is ExecStatus.ERROR and failed.rolled_back, failed
     result_b, result_a = _while_running(

@@ -1,0 +1,261 @@
+"""Copy a restore's file data so that the memory is charged to the trajectory it restores.
+
+Why: a page written to a file on the tmpfs work root is charged to the memory cgroup of the
+*process* that writes it, and cgroup v1 charges whole processes (a controller thread moved into a
+trajectory's group is still charged to the controller: measured). A restore written by the
+controller was therefore charged to the controller, outside ``memory_total`` and unseen by the OOM
+arbiter: a hostile trajectory could commit files, fail steps that delete them, and so move its
+committed files out of its own charge, then fill the tmpfs pool until an honest neighbour's
+restore failed with ENOSPC and that neighbour was lost (red team, stop 21).
+
+So a restore's data is copied by a helper process: the controller opens both files (the store's,
+read-only; the working directory's, as the trajectory's user) and hands the helper the two
+descriptors; the helper has joined the trajectory's memory cgroup for the restore (writing its own
+pid to the group's ``cgroup.procs``, about 0.1 ms) and goes back to the controller's group after.
+Pages it wrote stay charged to the trajectory (v1 moves no charge with a process). The helper is
+ours (root, outside the jail, started with ``python -I -S`` on this file, which imports only the
+standard library); it opens no path, follows no name and is sent descriptors only by the
+controller. Every reply is awaited until the restore's deadline: a helper that has not answered
+by then (asleep in the kernel's OOM wait, say) is killed and the restore fails (`TimeoutError`).
+Idle helpers are kept for the next restore (up to ``KEEP_IDLE``); one that failed is never reused.
+
+Where it applies: cgroup v1 (separate memory and freezer hierarchies). On cgroup v2 a process that
+joins a trajectory's group joins its freezer too, and would freeze with the trajectory it
+restores; there, and without cgroups, the controller copies in its own thread (`copy_data`), and
+restores stay charged to the controller (docs/sandbox.md, What is not handled). Written by hand
+because no library copies between descriptors on behalf of a cgroup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+KEEP_IDLE = 4  # helpers kept between restores (each about 10 MB; restores run one per helper)
+FULL_RETRY_S = 0.01  # between two tries of a copy the full service refused (the arbiter looks every 20 ms)
+_JOIN, _LEAVE, _COPY = b"J", b"L", b"C"
+_STARTED = b"R"
+
+
+def copy_data(source_fd: int, target_fd: int) -> None:
+    """Copy a regular file's data; holes stay holes (a sparse file costs the copy only its data,
+    where the file system can say where the data is)."""
+    size = os.fstat(source_fd).st_size
+    offset = 0
+    while offset < size:
+        try:
+            start = os.lseek(source_fd, offset, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # only a hole is left
+                break
+            if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            start = offset  # no SEEK_DATA here: copy densely
+            end = size
+        else:
+            end = min(size, os.lseek(source_fd, start, os.SEEK_HOLE))
+        _copy_range(source_fd, target_fd, start, end - start)
+        offset = end
+    os.ftruncate(target_fd, size)
+
+
+def _copy_range(source_fd: int, target_fd: int, offset: int, count: int) -> None:
+    """Copy ``count`` bytes at ``offset`` to the same offset (in the kernel: copy_file_range, or
+    sendfile across file systems)."""
+    end = offset + count
+    while offset < end:
+        try:
+            copied = os.copy_file_range(source_fd, target_fd, min(end - offset, 1 << 30), offset, offset)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            os.lseek(target_fd, offset, os.SEEK_SET)
+            while offset < end:
+                sent = os.sendfile(target_fd, source_fd, offset, min(end - offset, 1 << 24))
+                if sent == 0:
+                    return  # the file shrank: what is left is a hole (the size is set after)
+                offset += sent
+            return
+        if copied == 0:
+            return
+        offset += copied
+
+
+def serve(channel_fd: int, home_fd: int) -> None:
+    """The helper's loop: join a group, copy, leave, each answered with ``0`` or an errno; ends
+    when the controller closes its end (or dies). Leaving is writing to ``home_fd``, the
+    ``cgroup.procs`` of the group it was started in. A copy that fails (ENOMEM in a full group)
+    leaves the group *before* it answers, since in a full group even the answer may not fit
+    (ENOBUFS): so ``0`` means "copied, still in the group" and an errno "back home"."""
+    channel = socket.socket(fileno=channel_fd)
+    me = str(os.getpid()).encode()
+    channel.send(_STARTED)
+    while True:
+        message, fds, _, _ = socket.recv_fds(channel, 16, 2)
+        if not message:
+            return
+        try:
+            if message == _JOIN and len(fds) == 1:
+                os.write(fds[0], me)
+            elif message == _LEAVE and not fds:
+                os.write(home_fd, me)
+            elif message == _COPY and len(fds) == 2:
+                copy_data(fds[0], fds[1])
+            else:
+                raise OSError(errno.EPROTO, "unexpected request")
+            channel.send(b"0")
+        except OSError as exc:
+            os.write(home_fd, me)  # if even this fails, the helper ends and the controller sees it
+            channel.send(str(exc.errno or errno.EIO).encode())
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+class _Helper:
+    """One helper process and the controller's end of its channel."""
+
+    def __init__(self, home_procs_fd: int, deadline: float):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-I", "-S", __file__, str(theirs.fileno()), str(home_procs_fd)],
+                pass_fds=(theirs.fileno(), home_procs_fd), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                user=0, group=0)  # root's file-system identity: the calling thread may be acting as a trajectory
+        finally:
+            theirs.close()
+        self.channel = ours
+        try:
+            if self._reply(deadline) != _STARTED:
+                raise OSError(errno.EPROTO, "the copying helper did not start")
+        except BaseException:
+            self.kill()
+            raise
+
+    def ask(self, request: bytes, fds: list[int], deadline: float) -> None:
+        """Send one request and wait for its answer until ``deadline``; raises OSError (or its
+        `TimeoutError`) if the helper failed, is gone or is late."""
+        socket.send_fds(self.channel, [request], fds)
+        reply = self._reply(deadline)
+        if reply != b"0":
+            code = int(reply) if reply.isdigit() else errno.EPROTO
+            raise OSError(code, f"the copying helper failed: {os.strerror(code)}")
+
+    def _reply(self, deadline: float) -> bytes:
+        if not select.select([self.channel], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            raise TimeoutError(errno.ETIMEDOUT, "the copying helper did not answer in time")
+        reply = self.channel.recv(16)
+        if not reply:
+            raise OSError(errno.EPIPE, "the copying helper is gone")
+        return reply
+
+    def kill(self) -> None:
+        self.channel.close()
+        self.process.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):  # SIGKILL ends even the OOM wait
+            self.process.wait(timeout=5)
+
+
+class ChargedCopies:
+    """The controller's helpers (v1 only): ``charged_to(memory_dir, deadline)`` gives the copy
+    function for one restore. ``home_memory_dir``: the memory group helpers start in and return
+    to (the controller's own)."""
+
+    def __init__(self, home_memory_dir: str):
+        self._home_procs = _open_procs(home_memory_dir)
+        self._idle: list[_Helper] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @contextlib.contextmanager
+    def charged_to(self, memory_dir: str, deadline: float) -> Iterator[Callable[[int, int], None]]:
+        """A copy function whose pages are charged to the memory group ``memory_dir``; the helper
+        is taken (and joins the group) at the first copy, so a restore that copies nothing costs
+        nothing. Raises OSError (`TimeoutError` past ``deadline``) from a copy or on leaving."""
+        taken: list[_Helper] = []
+        joined = False
+        join = _open_procs(memory_dir)  # now: the restore then runs with the trajectory's rights
+
+        def copy(source_fd: int, target_fd: int) -> None:
+            nonlocal joined
+            if not taken:
+                taken.append(self._take(deadline))
+            while True:
+                try:
+                    if not joined:
+                        taken[0].ask(_JOIN, [join], deadline)
+                        joined = True
+                    taken[0].ask(_COPY, [source_fd, target_fd], deadline)
+                    return
+                except OSError as exc:
+                    joined = False  # a helper that answers with an error has gone home
+                    if exc.errno not in (errno.ENOMEM, errno.ENOBUFS):
+                        raise
+                    if time.monotonic() + FULL_RETRY_S > deadline:
+                        raise TimeoutError(errno.ETIMEDOUT, "no memory for the restore before its deadline") from exc
+                    time.sleep(FULL_RETRY_S)  # the service is full: the arbiter frees memory
+
+        try:
+            yield copy
+        except BaseException:
+            for helper in taken:
+                helper.kill()
+            raise
+        finally:
+            os.close(join)
+        for helper in taken:
+            try:
+                if joined:
+                    helper.ask(_LEAVE, [], deadline)
+            except BaseException:
+                helper.kill()
+                raise
+            self._give_back(helper)
+
+    def _take(self, deadline: float) -> _Helper:
+        with self._lock:
+            if self._closed:
+                raise OSError(errno.ESHUTDOWN, "the sandbox service is closed")
+            while self._idle:
+                helper = self._idle.pop()
+                if helper.process.poll() is None:
+                    return helper
+                helper.kill()  # ended while idle (killed from outside): reap it, start another
+        return _Helper(self._home_procs, deadline)
+
+    def _give_back(self, helper: _Helper) -> None:
+        with self._lock:
+            if not self._closed and len(self._idle) < KEEP_IDLE:
+                self._idle.append(helper)
+                return
+        helper.kill()
+
+    @property
+    def helper_pids(self) -> list[int]:
+        """The idle helpers' process ids (for tests and diagnostics)."""
+        with self._lock:
+            return [helper.process.pid for helper in self._idle]
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for helper in idle:
+            helper.kill()
+        os.close(self._home_procs)
+
+
+def _open_procs(memory_dir: str) -> int:
+    return os.open(os.path.join(memory_dir, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]), int(sys.argv[2]))
