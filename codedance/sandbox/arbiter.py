@@ -22,6 +22,10 @@ back (`Sandbox.yield_memory`):
   step left, kept it), the trajectory is lost;
 - no step running, grown past ``SLACK_BYTES`` (only a patched holder runs between steps): the
   trajectory is lost.
+A restore whose copy the full group refuses (ENOMEM: a write, which wakes no one) holds
+`restore_waiting` while it tries again: meanwhile the group counts as out of memory, so any
+running step may be chosen, not only one grown past the slack (the restoring step's own failure
+freed the pages the restore needs, and a neighbour's step may have taken them).
 While the victim is rolled back (its files are freed only by the restore) the arbiter waits for
 it rather than choosing someone else (a run between those moments, "wait", too); if it is still
 the largest grower ``ESCALATE_S`` after that, with more than ``SLACK_BYTES`` of growth and at
@@ -40,11 +44,12 @@ and earlyoom act on whole services or the host, not on one trajectory's rollback
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from codedance.sandbox.cgroups import ServiceMemory
 
@@ -73,9 +78,25 @@ class OomArbiter:
         self._sandboxes = sandboxes
         self._stop = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         self.victims = 0  # how many times a trajectory was made to give memory back
+        self._restores_waiting = 0  # restores whose copy the full group refused (see `restore_waiting`)
+        self._waiting_lock = threading.Lock()
         self.last_error: str | None = None  # the last failure while settling (kept for inspection)
         self._thread = threading.Thread(target=self._loop, name="codedance-oom-arbiter", daemon=True)
         self._thread.start()
+
+    @contextlib.contextmanager
+    def restore_waiting(self) -> Iterator[None]:
+        """Held by a restore while the full group refuses its copy (ENOMEM, which wakes no one):
+        meanwhile the group counts as out of memory, so the largest grower gives memory back even
+        within the slack (its growth may be the very pages the restoring step freed)."""
+        with self._waiting_lock:
+            self._restores_waiting += 1
+        os.eventfd_write(self._memory.event, 1)  # look now
+        try:
+            yield
+        finally:
+            with self._waiting_lock:
+                self._restores_waiting -= 1
 
     def stop(self) -> None:
         os.eventfd_write(self._stop, 1)
@@ -110,7 +131,7 @@ class OomArbiter:
         waiting_for, since, escalated = None, 0.0, False  # waiting_for: (victim, its run number)
         growth_then = 0
         while not self._stopping():
-            out_of_memory = self._memory.under_oom()
+            out_of_memory = self._memory.under_oom() or self._restores_waiting > 0
             charged_past, nearly_full = self._memory.fullness()
             if not out_of_memory and not nearly_full:
                 return WATCH_S if charged_past else None  # cache or kernel memory: may be reclaimed

@@ -169,8 +169,10 @@ class ChargedCopies:
     function for one restore. ``home_memory_dir``: the memory group helpers start in and return
     to (the controller's own)."""
 
-    def __init__(self, home_memory_dir: str):
+    def __init__(self, home_memory_dir: str,
+                 waiting_for_memory: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext):
         self._home_procs = _open_procs(home_memory_dir)
+        self._waiting_for_memory = waiting_for_memory
         self._idle: list[_Helper] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -181,11 +183,12 @@ class ChargedCopies:
         is taken (and joins the group) at the first copy, so a restore that copies nothing costs
         nothing. Raises OSError (`TimeoutError` past ``deadline``) from a copy or on leaving."""
         taken: list[_Helper] = []
-        joined = False
+        joined = waited = False
         join = _open_procs(memory_dir)  # now: the restore then runs with the trajectory's rights
+        waiting = contextlib.ExitStack()
 
         def copy(source_fd: int, target_fd: int) -> None:
-            nonlocal joined
+            nonlocal joined, waited
             if not taken:
                 taken.append(self._take(deadline))
             while True:
@@ -201,7 +204,10 @@ class ChargedCopies:
                         raise
                     if time.monotonic() + FULL_RETRY_S > deadline:
                         raise TimeoutError(errno.ETIMEDOUT, "no memory for the restore before its deadline") from exc
-                    time.sleep(FULL_RETRY_S)  # the service is full: the arbiter frees memory
+                    if not waited:  # the service is full: its OOM arbiter frees memory
+                        waiting.enter_context(self._waiting_for_memory())
+                        waited = True
+                    time.sleep(FULL_RETRY_S)
 
         try:
             yield copy
@@ -211,6 +217,7 @@ class ChargedCopies:
             raise
         finally:
             os.close(join)
+            waiting.close()
         for helper in taken:
             try:
                 if joined:

@@ -191,8 +191,9 @@ class SandboxService:
             os.chmod(self.inputs_root, 0o711)
         self._idle_freezer: IdleFreezer | None = None
         self.oom_arbiter: OomArbiter | None = None
-        self._charged_copies = (ChargedCopies(os.path.dirname(self.cgroup_layout.memory_parent))
-                                if self.cgroup_layout is not None and self.cgroup_layout.version == 1 else None)
+        self._charged_copies = (
+            ChargedCopies(os.path.dirname(self.cgroup_layout.memory_parent), self._restore_waiting)
+            if self.cgroup_layout is not None and self.cgroup_layout.version == 1 else None)
         self._start(start_timeout_s)  # closes the service if the zygote does not start
         self.oom_arbiter = self._start_oom_arbiter()
         atexit.register(self.close)
@@ -208,6 +209,11 @@ class SandboxService:
     def _live_sandboxes(self) -> list:
         with self._lock:
             return [sandbox for sandbox in self._sandboxes if sandbox.alive]
+
+    def _restore_waiting(self) -> contextlib.AbstractContextManager:
+        """Held while a restore's copy waits for the full service (the arbiter then acts)."""
+        arbiter = self.oom_arbiter
+        return arbiter.restore_waiting() if arbiter is not None else contextlib.nullcontext()
 
     def restore_copier(self, memory_dir: str | None, deadline: float) -> contextlib.AbstractContextManager:
         """The copy function for one restore of the trajectory whose memory group is

@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from codedance.sandbox import Limits, SandboxService
+from codedance.sandbox import Limits, SandboxService, cgroups
 from codedance.sandbox.charged_copy import ChargedCopies
 from codedance.types import ExecStatus
 
@@ -147,3 +147,71 @@ def test_a_copy_the_full_group_refuses_is_tried_again_until_memory_is_freed(grou
     finally:
         freed.join()
         os.close(target)
+
+
+def _held(service) -> int:
+    """What the service's trajectories hold as the arbiter measures it (unreclaimable memory)."""
+    texts = []
+    for name in ("memory.usage_in_bytes", "memory.stat", "memory.kmem.usage_in_bytes"):
+        with open(os.path.join(service.cgroup_layout.memory_parent, name), "rb") as handle:
+            texts.append(handle.read())
+    return cgroups.unreclaimable(1, *texts, prefix=b"total_")
+
+
+def _commit_files_up_to(sandbox, service, target: int) -> None:
+    """Commit files in ``sandbox`` until the service holds about ``target`` bytes, in steps
+    that each grow by less than the arbiter's slack (none of them is stopped)."""
+    for n in range(64):
+        missing = (target - _held(service)) >> 20
+        if missing <= 1:
+            return
+        result = sandbox.run(f"with open('fill{n}', 'wb') as f:\n    for _ in range({min(missing, 24)}): f.write(b'x' * (1 << 20))")
+        assert result.ok, result
+    raise AssertionError("the service did not fill")
+
+
+def test_a_restore_the_full_service_refuses_makes_the_largest_grower_pay(jail, service):
+    """B's failing step deletes its 20 MiB file; A's running step takes that memory (24 MiB,
+    within the arbiter's slack, so "nearly full" alone stops no one) and the service is full.
+    B's restore is refused (ENOMEM): while it waits, the arbiter treats the service as out of
+    memory and stops A's step, B's restore completes and B keeps its file. (Without that, B's
+    restore waited until its deadline and B was lost.)"""
+    limit = service.memory_total
+    a, b = jail(timeout_s=60, limits=Limits(memory=1 << 30)), jail(timeout_s=10)
+    assert b.run("open('f', 'wb').write(b'B' * (20 << 20))").ok
+    _commit_files_up_to(a, service, limit - (16 << 20))
+    results = {}
+    deleting = threading.Thread(target=lambda: results.setdefault("b", b.run(
+        "import os, time\nos.remove('f')\nopen('deleted', 'w').close()\n"
+        "while not os.path.exists('go'): time.sleep(0.01)\nraise RuntimeError('undo the removal')")))
+    deleting.start()
+    _wait_for(os.path.join(b.workdir, "deleted"), deleting)
+    grabbing = threading.Thread(target=lambda: results.setdefault("a", a.run(
+        "import time\nwith open('grab', 'wb') as f:\n    for _ in range(24): f.write(b'x' * (1 << 20))\n"
+        "open('ready', 'w').close()\ntime.sleep(30)")))
+    grabbing.start()
+    _wait_for(os.path.join(a.workdir, "ready"), grabbing)
+    assert _held(service) + (20 << 20) > limit, "the service is not full enough to refuse B's restore"
+    _give(b, "go")
+    deleting.join(timeout=60)
+    grabbing.join(timeout=60)
+    assert results["b"].status is ExecStatus.ERROR and results["b"].rolled_back, results["b"]
+    assert results["a"].status is ExecStatus.OOM and results["a"].rolled_back, results["a"]
+    kept = b.run("f = open('f', 'rb')\nprint(sum(c.count(b'B') for c in iter(lambda: f.read(1 << 16), b'')))")
+    assert kept.stdout.strip() == str(20 << 20), kept
+
+
+def _give(sandbox, name: str) -> None:
+    """Put an empty file of the trajectory's own into its working directory (one it may remove)."""
+    staged = os.path.join(sandbox.workdir, f".{name}-staged")
+    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    os.fchown(fd, sandbox.uid, sandbox.uid)
+    os.close(fd)
+    os.rename(staged, os.path.join(sandbox.workdir, name))
+
+
+def _wait_for(path: str, thread: threading.Thread) -> None:
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path):
+        assert thread.is_alive() and time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.01)
