@@ -143,7 +143,8 @@ class SandboxService:
                  use_seccomp: bool | None = None, start_timeout_s: float = 120.0,
                  memory_total: int | None = None):
         self.as_root = os.geteuid() == 0
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the sandboxes, the uids, closing
+        self._spawn_lock = threading.Lock()  # one spawn request on the control socket at a time
         self._closed = False
         self._next_slot = 0
         self._sandboxes: weakref.WeakSet = weakref.WeakSet()
@@ -301,7 +302,9 @@ class SandboxService:
     def spawn(self, request: dict, holder_socket: socket.socket) -> None:
         """Ask the zygote to fork a holder that serves ``holder_socket``."""
         request = {**request, "op": "spawn", "seccomp": self.seccomp}
-        with self._lock:
+        # its own lock, not the service's: the zygote's fork may wait for memory, and the OOM
+        # arbiter, which frees it, lists the sandboxes under the service's lock
+        with self._spawn_lock:
             if self._closed:
                 raise ServiceError("the sandbox service is closed")
             try:
