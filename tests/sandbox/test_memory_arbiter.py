@@ -197,7 +197,7 @@ HOLD_WHILE_IDLE = """
 _kept = []
 def ACTION():  # once, right after its commit: kept between steps, in no step
     if not _kept:
-        _kept.append(b'x' * (26 << 20))
+        _kept.append(b'x' * (27 << 20))
         open('held', 'w').close()
 """
 # waits for the holder's allocation (thawing it if the idle freezer stopped it mid-way), then
@@ -217,9 +217,9 @@ def _headroom(service) -> int:
 
 def test_idle_trajectories_each_keeping_under_the_slack_pay_before_a_smaller_running_step(jail):
     """Three patched holders each keep ~27 MiB between steps (under the 32 MiB slack, past the
-    8 MiB floor); a neighbour's committed state brings the service within ~8 MiB of full; an
-    honest step then allocates 18 MiB: an idle grower pays (lost), the honest step finishes and
-    the neighbour's state survives (red team, stop 21b, idle_slack_sum.py: the honest step was
+    8 MiB floor); a neighbour's committed state brings the service within ~10 MiB of full (its
+    next spare's fork needs some); an honest step then allocates 20 MiB: an idle grower pays
+    (lost), the honest step finishes and the neighbour's state survives (red team, stop 21b, idle_slack_sum.py: the honest step was
     stopped, as idle growth within the slack was never charged)."""
     attackers = [jail(timeout_s=60, limits=LIMITS) for _ in range(3)]
     honest, filler = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
@@ -228,18 +228,16 @@ def test_idle_trajectories_each_keeping_under_the_slack_pay_before_a_smaller_run
         failed = attacker.run(AFTER_THE_HOLDER_HELD)
         assert failed.status is ExecStatus.ERROR and failed.rolled_back, failed
     grown = [attacker.memory_growth() for attacker in attackers]
-    assert all(24 << 20 < growth < SLACK_BYTES for growth in grown), grown
+    assert all(24 << 20 < growth < SLACK_BYTES for growth in grown), grown  # the honest step: ~21
     # committed state in two steps: the second, nearly full, grows less than the slack
-    arbiter = filler.service.oom_arbiter
-    victims = arbiter.victims
     assert filler.run(f"import numpy as np\nbig = np.ones({(_headroom(filler.service) >> 20) - 30} << 20, np.uint8)").ok
-    assert filler.run(f"small = np.ones({(_headroom(filler.service) >> 20) - 8} << 20, np.uint8)").ok
-    assert arbiter.victims == victims and all(attacker.alive for attacker in attackers)  # none taken yet
-    result = honest.run("buf = b'h' * (18 << 20)\nprint(len(buf) >> 20)")
-    assert result.status is ExecStatus.OK and result.stdout == "18\n", result
-    lost = [attacker for attacker in attackers if not attacker.alive]
-    assert lost and arbiter.victims > victims, [attacker.memory_growth() for attacker in attackers]
-    after = lost[0].run("print('still here')")
+    assert filler.run(f"small = np.ones({(_headroom(filler.service) >> 20) - 10} << 20, np.uint8)").ok
+    assert all(attacker.alive for attacker in attackers)  # none taken yet
+    result = honest.run("buf = b'h' * (20 << 20)\nprint(len(buf) >> 20)")
+    assert result.status is ExecStatus.OK and result.stdout == "20\n", result
+    lost = [attacker for attacker in attackers if not attacker.alive]  # (the arbiter counts it a moment later)
+    assert lost, [attacker.memory_growth() for attacker in attackers]
+    after = lost[0].run("print('still here')")  # the arbiter's note: lost for growth outside any step
     assert after.status is ExecStatus.CRASHED and "outside any step" in after.notes[0], after
     state = filler.run("print(int(big[0]), int(small[-1]))")
     assert state.ok and state.stdout == "1 1\n", state
