@@ -36,12 +36,12 @@ stopped until its files are being saved (the trajectory then frozen); its commit
 service is full of committed state, every growing step ends as ``oom``). While pressure remains
 with no one to choose, it looks again every ``NO_ONE_LOOK_S`` rather than spinning.
 
-Bounds left: k hostile idle trajectories can each keep up to ``IDLE_FLOOR_BYTES`` uncommitted,
-and then a neighbour's step that grew less than that pays for their k x 8 MiB. While the group is
-only nearly full they can keep up to k x 32 MiB, and a neighbour's writes then fail with ENOMEM
-(that step fails and is rolled back; nothing is stopped) until an allocation waits and the group
-is out of memory: nearly full can last (committed state alone can fill the group), so a floor set
-too low for some host's noise would there lose idle trajectories one after another.
+Bounds left: k hostile idle trajectories can each keep up to ``IDLE_FLOOR_BYTES`` uncommitted, and
+then a neighbour's step that grew less than that pays for their k x 8 MiB. While the group is only
+nearly full they can keep up to k x 32 MiB, and a neighbour's writes and forks then fail with
+ENOMEM (that step fails and is rolled back; nothing is stopped) until an allocation waits and the
+group is out of memory: nearly full can last (committed state alone can fill the group), so a
+floor set too low for some host's noise would there lose idle trajectories one after another.
 Not handled: cgroup v2, which has no switch for one group's OOM killer (there the kernel still
 chooses at ``memory.max``; docs/sandbox.md says how to rule the case out), and hosts where the
 parent group's files cannot be written. Written by hand because no tool does this: systemd-oomd
