@@ -13,19 +13,23 @@ write to a file fails with ENOMEM, and wakes no one). The kernel signals an even
 starts waiting, and when the group's charge crosses ``memory_total`` less a margin (3 %, at least
 16 MiB). The arbiter then picks the live trajectory whose unreclaimable memory grew most since
 its last committed step answered (`Sandbox.memory_growth`: what its running step added, and
-anything after that answer or between steps; committed state is never taken) — any trajectory
-while the group is *out of memory*, only one grown past ``SLACK_BYTES`` while it is merely
-*nearly full* (what it holds less its file cache within the margin) — and makes it give memory
-back (`Sandbox.yield_memory`):
+anything after that answer or between steps; committed state is never taken) and makes it give
+memory back (`Sandbox.yield_memory`). Who may be picked (`rank_victims`):
+- while the group is *out of memory*: any running step, and any idle trajectory grown past
+  ``IDLE_FLOOR_BYTES`` (8 MiB; an honest idle trajectory shows at most 2.6 MiB, its fresh spare's
+  pages), ranked together by growth: several idle trajectories each keeping growth under 32 MiB
+  no longer make a neighbour's smaller step pay (red team, stop 21b);
+- while it is merely *nearly full* (what it holds less its file cache within the margin; nothing
+  waits yet, a write may fail with ENOMEM): only a trajectory grown past ``SLACK_BYTES`` (32 MiB).
+What the victim gives:
 - a step running: every process of the step is killed; its `run` returns ``oom`` with the state
-  rolled back, and if the rollback does not give the growth back (its holder, or a process the
-  step left, kept it), the trajectory is lost;
-- no step running, grown past ``SLACK_BYTES`` (only a patched holder runs between steps): the
-  trajectory is lost.
+  rolled back, and if the rollback does not give the growth back (more than ``SLACK_BYTES`` left:
+  its holder, or a process the step left, kept it), the trajectory is lost;
+- no step running (only a patched holder grows between steps): the trajectory is lost.
 A restore whose copy the full group refuses (ENOMEM: a write, which wakes no one) holds
-`restore_waiting` while it tries again: meanwhile the group counts as out of memory, so any
-running step may be chosen, not only one grown past the slack (the restoring step's own failure
-freed the pages the restore needs, and a neighbour's step may have taken them).
+`restore_waiting` while it tries again: meanwhile the group counts as out of memory, so the out
+of memory ranking applies (the restoring step's own failure freed the pages the restore needs,
+and a neighbour's step may have taken them).
 While the victim is rolled back (its files are freed only by the restore) the arbiter waits for
 it rather than choosing someone else (a run between those moments, "wait", too); if it is still
 the largest grower ``ESCALATE_S`` after that, with more than ``SLACK_BYTES`` of growth and at
@@ -36,6 +40,12 @@ stopped until its files are being saved (the trajectory then frozen); its commit
 service is full of committed state, every growing step ends as ``oom``). While pressure remains
 with no one to choose, it looks again every ``NO_ONE_LOOK_S`` rather than spinning.
 
+Bounds left: k hostile idle trajectories can each keep up to ``IDLE_FLOOR_BYTES`` uncommitted, and
+then a neighbour's step that grew less than that pays for their k x 8 MiB. While the group is only
+nearly full they can keep up to k x 32 MiB, and a neighbour's writes and forks then fail with
+ENOMEM (that step fails and is rolled back; nothing is stopped) until an allocation waits and the
+group is out of memory: nearly full can last (committed state alone can fill the group), so a
+floor set too low for some host's noise would there lose idle trajectories one after another.
 Not handled: cgroup v2, which has no switch for one group's OOM killer (there the kernel still
 chooses at ``memory.max``; docs/sandbox.md says how to rule the case out), and hosts where the
 parent group's files cannot be written. Written by hand because no tool does this: systemd-oomd
@@ -56,16 +66,30 @@ from codedance.sandbox.cgroups import ServiceMemory
 SETTLE_S = 0.005  # between two looks at the group while a victim gives its memory back
 NO_ONE_LOOK_S = 0.5  # between two looks while the group stays under pressure with no one to choose
 WATCH_S = 0.02  # between two looks while charged past the threshold but not nearly full (3 reads each)
-SLACK_BYTES = 32 << 20  # growth that is no one's fault: a fresh spare's pages, kernel caches
+# growth acted on while the group is only nearly full (nothing waits yet), and what a stopped
+# step's rollback may leave behind without its trajectory being lost
+SLACK_BYTES = 32 << 20
+# growth an idle trajectory may show while the group is out of memory without being lost: an
+# honest one shows a fresh spare's pages, at most 2.6 MiB measured across numpy, PIL, matplotlib,
+# failing, timed-out, over-limit, 100 MiB-state and million-object steps
+# (benchmarks/sandbox_idle_growth.py, cgroup v1, stop 22); three times that, so noise is never
+# taken for growth, and k hostile idle trajectories keep at most k x 8 MiB past a smaller step
+IDLE_FLOOR_BYTES = 8 << 20
 ESCALATE_S = 5.0  # a victim that gave nothing back this long after its step was stopped loses its holder
 
 
-def rank_victims(growths: Iterable[tuple[object, int, bool]]) -> list:
+def idle_floor(out_of_memory: bool) -> int:
+    """How much an idle trajectory must have grown to be made to give memory back (its loss)."""
+    return IDLE_FLOOR_BYTES if out_of_memory else SLACK_BYTES
+
+
+def rank_victims(growths: Iterable[tuple[object, int, bool]], *, out_of_memory: bool) -> list:
     """The trajectories that may give memory back, largest growth first (``(sandbox, growth in
-    bytes, running)``): any running one; an idle one only if grown past ``SLACK_BYTES`` (else it
-    holds only committed state)."""
+    bytes, running)``). Out of memory: any running one, and an idle one grown past
+    ``IDLE_FLOOR_BYTES`` (else it holds committed state and noise), ranked together; only nearly
+    full: any grown past ``SLACK_BYTES``."""
     eligible = [(growth, n, sandbox) for n, (sandbox, growth, running) in enumerate(growths)
-                if running or growth > SLACK_BYTES]
+                if growth > SLACK_BYTES or (out_of_memory and (running or growth > IDLE_FLOOR_BYTES))]
     return [sandbox for _, _, sandbox in sorted(eligible, key=lambda item: (-item[0], item[1]))]
 
 
@@ -87,8 +111,8 @@ class OomArbiter:
     @contextlib.contextmanager
     def restore_waiting(self) -> Iterator[None]:
         """Held by a restore while the full group refuses its copy (ENOMEM, which wakes no one):
-        meanwhile the group counts as out of memory, so the largest grower gives memory back even
-        within the slack (its growth may be the very pages the restoring step freed)."""
+        meanwhile the group counts as out of memory, so the out-of-memory ranking applies (the
+        largest grower may hold the very pages the restoring step freed)."""
         with self._waiting_lock:
             self._restores_waiting += 1
         os.eventfd_write(self._memory.event, 1)  # look now
@@ -126,8 +150,8 @@ class OomArbiter:
         return bool(select.select([self._stop], [], [], 0)[0])
 
     def _settle(self) -> float | None:
-        """Act while the group is out of memory (any victim) or nearly full (only a victim grown
-        past the slack); returns when to look again (None: at the kernel's next word)."""
+        """Act while the group is out of memory or nearly full (`rank_victims` says on whom);
+        returns when to look again (None: at the kernel's next word)."""
         waiting_for, since, escalated = None, 0.0, False  # waiting_for: (victim, its run number)
         growth_then = 0
         while not self._stopping():
@@ -138,14 +162,16 @@ class OomArbiter:
             growths = {}
             for sandbox in self._sandboxes():
                 growth = sandbox.memory_growth()
-                if growth is not None and (out_of_memory or growth > SLACK_BYTES):
+                if growth is not None:
                     growths[sandbox] = (growth, sandbox.running)
-            victim = None
-            for candidate in rank_victims((sandbox, *value) for sandbox, value in growths.items()):
+            idle_past, victim = idle_floor(out_of_memory), None
+            ranked = rank_victims([(sandbox, *value) for sandbox, value in growths.items()],
+                                  out_of_memory=out_of_memory)
+            for candidate in ranked:
                 if waiting_for == (candidate, candidate.runs):  # stopped or busy already: wait for it
                     victim = candidate
                     break
-                answer = candidate.yield_memory()
+                answer = candidate.yield_memory(idle_past)
                 if answer != "no":  # stopped, or a moment away from being stoppable: wait for it
                     self.victims += answer == "stopped"
                     victim, waiting_for, since, escalated = candidate, (candidate, candidate.runs), time.monotonic(), False
@@ -156,6 +182,6 @@ class OomArbiter:
             growth = growths[victim][0]
             if (not escalated and time.monotonic() - since > ESCALATE_S and growth > SLACK_BYTES
                     and growth > growth_then * 0.9):  # it kept its growth (or never got to give any back)
-                escalated = victim.yield_memory(whole_trajectory=True) == "stopped"
+                escalated = victim.yield_memory(idle_past, whole_trajectory=True) == "stopped"
             time.sleep(SETTLE_S)
         return None

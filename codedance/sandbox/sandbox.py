@@ -301,17 +301,18 @@ class Sandbox:
         now = cgroup.unreclaimable_bytes(kept_open=False)
         return None if now is None else now - mark
 
-    def yield_memory(self, *, whole_trajectory: bool = False) -> str:
+    def yield_memory(self, idle_past: int, *, whole_trajectory: bool = False) -> str:
         """Give memory back to the service (called by its OOM arbiter, from another thread):
         ``"stopped"``: a running step (until its files are being saved) is killed with everything
         but the holder (its `run` returns ``oom``, rolled back), or with ``whole_trajectory`` the
-        holder too (the trajectory is lost); an idle trajectory grown past the slack, which only a
-        patched holder does, is lost. ``"wait"``: a run is between those moments (ask again soon).
-        ``"no"``: nothing to stop here."""
+        holder too (the trajectory is lost); an idle trajectory grown by more than ``idle_past``
+        bytes (`arbiter.idle_floor`: far above what an honest one shows; only a patched holder
+        grows between steps) is lost. ``"wait"``: a run is between those moments (ask again
+        soon). ``"no"``: nothing to stop here (idle, and grown by ``idle_past`` at most)."""
         if self._lock.acquire(blocking=False):
             try:
                 growth = self.memory_growth()
-                if growth is None or growth <= SLACK_BYTES:
+                if growth is None or growth <= idle_past:
                     return "no"
                 self._lose(f"its memory grew by {growth >> 20} MiB outside any step while the service's "
                            "memory (memory_total) ran out (only a holder patched by a committed step does that)")

@@ -14,11 +14,12 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from codedance.sandbox import Limits, SandboxService
-from codedance.sandbox.arbiter import SLACK_BYTES, rank_victims
+from codedance.sandbox.arbiter import IDLE_FLOOR_BYTES, SLACK_BYTES, idle_floor, rank_victims
 from codedance.sandbox.sandbox import MEMORY_VICTIM
 from codedance.types import ExecStatus
 from tests.sandbox.conftest import assert_only_holder_and_spare
@@ -41,12 +42,20 @@ def service():
     svc.close()
 
 
-def test_the_largest_growers_come_first_and_idle_ones_only_past_the_slack():
+def test_the_largest_growers_come_first_idle_ones_past_a_floor_and_only_past_the_slack_when_nearly_full():
     mib = 1 << 20
-    assert rank_victims([("a", 10 * mib, True), ("b", 300 * mib, True), ("c", 200 * mib, False)]) == ["b", "c", "a"]
-    assert rank_victims([("a", -5, True), ("idle", 20 * mib, False)]) == ["a"]  # within the slack: committed
-    assert rank_victims([("idle", SLACK_BYTES, False), ("idle2", -3, False)]) == []
-    assert rank_victims([]) == []
+    growths = [("a", 10 * mib, True), ("b", 300 * mib, True), ("c", 200 * mib, False)]
+    assert rank_victims(growths, out_of_memory=True) == ["b", "c", "a"]
+    assert rank_victims(growths, out_of_memory=False) == ["b", "c"]  # nearly full: past the slack only
+    # out of memory, idle growth past the floor ranks with running steps (red team, stop 21b)
+    assert rank_victims([("a", -5, True), ("idle", 20 * mib, False)], out_of_memory=True) == ["idle", "a"]
+    assert rank_victims([("a", 22 * mib, True), ("idle", 20 * mib, False)], out_of_memory=True) == ["a", "idle"]
+    assert rank_victims([("a", -5, True), ("idle", 20 * mib, False)], out_of_memory=False) == []
+    # within the floor an idle trajectory holds committed state and noise (a fresh spare's pages)
+    assert rank_victims([("idle", IDLE_FLOOR_BYTES, False), ("idle2", -3, False)], out_of_memory=True) == []
+    assert rank_victims([("idle", SLACK_BYTES, False), ("a", SLACK_BYTES + 1, True)], out_of_memory=False) == ["a"]
+    assert rank_victims([], out_of_memory=True) == []
+    assert idle_floor(True) == IDLE_FLOOR_BYTES < SLACK_BYTES == idle_floor(False)
 
 
 def _while_running(background, code: str, action):
@@ -182,6 +191,56 @@ def test_growth_after_answering_is_charged_to_the_trajectory_that_grew(jail):
         assert result_a.status is ExecStatus.OOM and after.ok and after.stdout == "False\n", (result_a, after)
     else:  # committed first, its holder then holding the growth: lost
         assert after.status is ExecStatus.CRASHED and "state is lost" in after.notes[0], (result_a, after)
+
+
+HOLD_WHILE_IDLE = """
+_kept = []
+def ACTION():  # once, right after its commit: kept between steps, in no step
+    if not _kept:
+        _kept.append(b'x' * (27 << 20))
+        open('held', 'w').close()
+"""
+# waits for the holder's allocation (thawing it if the idle freezer stopped it mid-way), then
+# fails: the rollback leaves the holder's memory, and the mark stays at the last commit
+AFTER_THE_HOLDER_HELD = "import os, time\nwhile not os.path.exists('held'): time.sleep(0.01)\nraise RuntimeError('on purpose')"
+
+
+def _headroom(service) -> int:
+    """``memory_total`` less what the service's group holds but its file cache (kernel memory
+    counted: at most what allocations can still get without the arbiter)."""
+    from codedance.sandbox.cgroups import unreclaimable
+
+    usage, stat = (Path(service.cgroup_layout.memory_parent, name).read_bytes()
+                   for name in ("memory.usage_in_bytes", "memory.stat"))
+    return service.memory_total - unreclaimable(1, usage, stat, prefix=b"total_")
+
+
+def test_idle_trajectories_each_keeping_under_the_slack_pay_before_a_smaller_running_step(jail):
+    """Three patched holders each keep ~27 MiB between steps (under the 32 MiB slack, past the
+    8 MiB floor); a neighbour's committed state brings the service within ~10 MiB of full (its
+    next spare's fork needs some); an honest step then allocates 20 MiB: an idle grower pays
+    (lost), the honest step finishes and the neighbour's state survives (red team, stop 21b, idle_slack_sum.py: the honest step was
+    stopped, as idle growth within the slack was never charged)."""
+    attackers = [jail(timeout_s=60, limits=LIMITS) for _ in range(3)]
+    honest, filler = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
+    for attacker in attackers:
+        assert attacker.run(hostile(HOLD_WHILE_IDLE)).ok
+        failed = attacker.run(AFTER_THE_HOLDER_HELD)
+        assert failed.status is ExecStatus.ERROR and failed.rolled_back, failed
+    grown = [attacker.memory_growth() for attacker in attackers]
+    assert all(24 << 20 < growth < SLACK_BYTES for growth in grown), grown  # the honest step: ~21
+    # committed state in two steps: the second, nearly full, grows less than the slack
+    assert filler.run(f"import numpy as np\nbig = np.ones({(_headroom(filler.service) >> 20) - 30} << 20, np.uint8)").ok
+    assert filler.run(f"small = np.ones({(_headroom(filler.service) >> 20) - 10} << 20, np.uint8)").ok
+    assert all(attacker.alive for attacker in attackers)  # none taken yet
+    result = honest.run("buf = b'h' * (20 << 20)\nprint(len(buf) >> 20)")
+    assert result.status is ExecStatus.OK and result.stdout == "20\n", result
+    lost = [attacker for attacker in attackers if not attacker.alive]  # (the arbiter counts it a moment later)
+    assert lost, [attacker.memory_growth() for attacker in attackers]
+    after = lost[0].run("print('still here')")  # the arbiter's note: lost for growth outside any step
+    assert after.status is ExecStatus.CRASHED and "outside any step" in after.notes[0], after
+    state = filler.run("print(int(big[0]), int(small[-1]))")
+    assert state.ok and state.stdout == "1 1\n", state
 
 
 def test_the_default_memory_total_respects_the_controllers_own_cgroup_limit():
