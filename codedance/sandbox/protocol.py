@@ -81,6 +81,12 @@ class Message:
         return self.body.get("op")
 
 
+def code_bytes(code: str) -> int:
+    """How many bytes of a message's header ``code`` takes, as `encode` writes it (a step's code
+    must leave its request within ``MAX_HEADER_BYTES``, or the jail's side refuses the stream)."""
+    return len(json.dumps(code, ensure_ascii=False).encode("utf-8", "replace"))
+
+
 def encode(body: dict, blobs: tuple[bytes, ...] | list[bytes] = ()) -> bytes:
     header = dict(body)
     header["_blobs"] = [len(blob) for blob in blobs]

@@ -68,6 +68,7 @@ from codedance.types import ExecResult, ExecStatus
 
 HOLDER_MESSAGE_BYTES = 64 << 10  # a holder only ever says "ready" and "step_done"
 NEWCOMER_MESSAGE_BYTES = 512  # a spare's announcement (the holder's "ready" is read with the holder's budget)
+MAX_CODE_BYTES = protocol.MAX_HEADER_BYTES - 256  # a step's code, JSON-encoded, within its request
 MAX_NEWCOMERS = 32  # unknown senders buffered at once while a step is awaited; more are dropped
 STEP_OOM_SCORE_ADJ = 1000  # the OOM killer's first choice
 HOLDER_OOM_SCORE_ADJ = -1000  # never chosen (only while a memory cgroup bounds it)
@@ -233,6 +234,11 @@ class Sandbox:
                 raise SandboxClosed("this sandbox is closed; create a new Sandbox to run more code")
             if self._lost is not None:
                 return ExecResult(status=ExecStatus.CRASHED, notes=(self._lost,), rolled_back=False)
+            size = protocol.code_bytes(code)
+            if size > MAX_CODE_BYTES:  # model output is the input here: a result, not an exception
+                note = (f"the code was not run: it is {size:,} bytes as UTF-8 and a step takes at most "
+                        f"{MAX_CODE_BYTES:,}; split it into smaller steps")
+                return ExecResult(status=ExecStatus.REFUSED, notes=(note,), rolled_back=True)
             started = time.monotonic()
             self._wake_from_idle()
             self._memory_victim = self._memory_escalated = False

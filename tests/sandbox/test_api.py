@@ -78,6 +78,19 @@ def test_bad_code_gets_a_clear_error_or_status(make):
     assert not sb.run("y = 1").executed_nothing
 
 
+def test_code_too_long_for_a_request_is_refused_and_the_trajectory_kept(make):
+    """Model output is the input: a snippet over 1 MiB as UTF-8 (red team, stop 22: it lost the
+    trajectory, the jail's side refusing the stream) is refused unrun, with what to do."""
+    sb = make()
+    assert sb.run("kept = 7").ok
+    for long in ("x = 1\n# " + "\u5b57" * 360_000, "x = 1\n# " + "a" * (1 << 20)):
+        refused = sb.run(long)
+        assert refused.status is ExecStatus.REFUSED and refused.rolled_back, refused
+        assert "split it into smaller steps" in refused.notes[0]
+    fits = sb.run("print(kept)\n# " + "a" * 1_000_000)
+    assert fits.ok and fits.stdout == "7\n"
+
+
 @pytest.mark.parametrize("bad", [
     {"timeout_s": float("nan")}, {"start_timeout_s": float("inf")},
     {"limits": {"recovery_s": float("nan")}}, {"limits": {"cpus": 0}}, {"limits": {"memory": 1.5e9}},
