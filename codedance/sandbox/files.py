@@ -439,6 +439,7 @@ class WorkdirSnapshot:
 
     def _restore_as_owner(self, deadline: float | None, opened_up: list[tuple[int, int]], copy: Copier) -> None:
         clock = _Clock(deadline)
+        self._remove_strays(clock, opened_up)
         children: dict[str, list[str]] = {}
         for relative in self.manifest:
             children.setdefault(_split(relative)[0], []).append(relative)
@@ -480,6 +481,31 @@ class WorkdirSnapshot:
                 os.close(work_dir)
                 os.close(store_dir)
         self.manifest = restored
+
+    def _remove_strays(self, clock: _Clock, opened_up: list[tuple[int, int]]) -> None:
+        """First pass of a restore, over the whole tree: remove what the checkpoint does not have
+        (new entries, replaced files, other kinds), so that the copies of the second pass never
+        need more memory than the checkpoint holds (red team, stop 22: a step that deleted
+        top-level files and wrote into a subdirectory peaked at both while it was restored).
+        Files changed in place and directories whose mode changed are left to the second pass."""
+        pending = [""]
+        while pending:
+            relative_dir = pending.pop()
+            work_dir = self._enter(relative_dir, opened_up)
+            try:
+                with os.scandir(work_dir) as iterator:
+                    present = [(item.name, Entry.of(item.stat(follow_symlinks=False))) for item in iterator
+                               if relative_dir or item.name not in self.protected]
+                for name, entry in present:
+                    clock.tick()
+                    relative = f"{relative_dir}/{name}" if relative_dir else name
+                    kept = self.manifest.get(relative)
+                    if kept is not None and kept.kind == entry.kind == "dir":
+                        pending.append(relative)
+                    elif kept is None or kept.kind != entry.kind or (kept.kind == "file" and kept.inode != entry.inode):
+                        remove(work_dir, name, clock)
+            finally:
+                os.close(work_dir)
 
     def _enter(self, relative_dir: str, opened_up: list[tuple[int, int]]) -> int:
         """A descriptor of the working directory's ``relative_dir``, opened up for its owner

@@ -215,3 +215,20 @@ def _wait_for(path: str, thread: threading.Thread) -> None:
     while not os.path.exists(path):
         assert thread.is_alive() and time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.01)
+
+
+def test_a_restore_removes_the_steps_files_before_it_copies_any_back(make):
+    """An honest step deletes two committed 100 MiB files, writes 200 MiB into a subdirectory
+    and fails. Copying the deleted files back before removing the new ones needed 400 MiB over
+    the holder, past the trajectory's own 360 MiB: the kernel killed the copying helper and the
+    trajectory was lost (red team, stop 22). Removing first, the restore never needs more than
+    the checkpoint holds."""
+    sandbox = make(timeout_s=60, limits=Limits(memory=360 << 20))
+    write = ("def write(name):\n    with open(name, 'wb') as f:\n"
+             "        for _ in range(100): f.write(b'x' * (1 << 20))\n")
+    assert sandbox.run(write + "import os\nos.mkdir('out')\nwrite('a0')\nwrite('a1')").ok
+    failed = sandbox.run(write + "import os\nfor i in range(2):\n    os.remove(f'a{i}')\n    write(f'out/b{i}')\n"
+                         "raise ValueError('bad result')")
+    assert failed.status is ExecStatus.ERROR and failed.rolled_back, failed
+    after = sandbox.run("import os\nprint(os.path.getsize('a0') + os.path.getsize('a1'), os.listdir('out'))")
+    assert after.stdout == f"{200 * MIB} []\n", after
