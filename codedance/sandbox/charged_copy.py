@@ -140,17 +140,19 @@ class _Helper:
             self.kill()
             raise
 
-    def ask(self, request: bytes, fds: list[int], deadline: float) -> None:
+    def ask(self, request: bytes, fds: list[int], deadline: float, interrupt_fd: int | None = None) -> None:
         """Send one request and wait for its answer until ``deadline``; raises OSError (or its
-        `TimeoutError`) if the helper failed, is gone or is late."""
+        `TimeoutError`) if the helper failed, is gone or is late, `InterruptedError` once
+        ``interrupt_fd`` is readable (the sandbox is being closed)."""
         socket.send_fds(self.channel, [request], fds)
-        reply = self._reply(deadline)
+        reply = self._reply(deadline, interrupt_fd)
         if reply != b"0":
             code = int(reply) if reply.isdigit() else errno.EPROTO
             raise OSError(code, f"the copying helper failed: {os.strerror(code)}")
 
-    def _reply(self, deadline: float) -> bytes:
-        if not select.select([self.channel], [], [], max(0.0, deadline - time.monotonic()))[0]:
+    def _reply(self, deadline: float, interrupt_fd: int | None = None) -> bytes:
+        ready = _wait([self.channel.fileno()], deadline - time.monotonic(), interrupt_fd)
+        if not ready:
             raise TimeoutError(errno.ETIMEDOUT, "the copying helper did not answer in time")
         reply = self.channel.recv(16)
         if not reply:
@@ -178,10 +180,12 @@ class ChargedCopies:
         self._closed = False
 
     @contextlib.contextmanager
-    def charged_to(self, memory_dir: str, deadline: float) -> Iterator[Callable[[int, int], None]]:
+    def charged_to(self, memory_dir: str, deadline: float,
+                   interrupt_fd: int | None = None) -> Iterator[Callable[[int, int], None]]:
         """A copy function whose pages are charged to the memory group ``memory_dir``; the helper
         is taken (and joins the group) at the first copy, so a restore that copies nothing costs
-        nothing. Raises OSError (`TimeoutError` past ``deadline``) from a copy or on leaving."""
+        nothing. Raises OSError (`TimeoutError` past ``deadline``; `InterruptedError` once
+        ``interrupt_fd`` is readable) from a copy or on leaving."""
         taken: list[_Helper] = []
         joined = waited = False
         join = _open_procs(memory_dir)  # now: the restore then runs with the trajectory's rights
@@ -194,9 +198,9 @@ class ChargedCopies:
             while True:
                 try:
                     if not joined:
-                        taken[0].ask(_JOIN, [join], deadline)
+                        taken[0].ask(_JOIN, [join], deadline, interrupt_fd)
                         joined = True
-                    taken[0].ask(_COPY, [source_fd, target_fd], deadline)
+                    taken[0].ask(_COPY, [source_fd, target_fd], deadline, interrupt_fd)
                     return
                 except OSError as exc:
                     joined = False  # a helper that answers with an error has gone home
@@ -207,7 +211,7 @@ class ChargedCopies:
                     if not waited:  # the service is full: its OOM arbiter frees memory
                         waiting.enter_context(self._waiting_for_memory())
                         waited = True
-                    time.sleep(FULL_RETRY_S)
+                    _wait([], FULL_RETRY_S, interrupt_fd)
 
         try:
             yield copy
@@ -258,6 +262,16 @@ class ChargedCopies:
         for helper in idle:
             helper.kill()
         os.close(self._home_procs)
+
+
+def _wait(fds: list[int], timeout_s: float, interrupt_fd: int | None) -> list[int]:
+    """The descriptors among ``fds`` readable within ``timeout_s``; `InterruptedError` as soon as
+    ``interrupt_fd`` is readable."""
+    watched = fds if interrupt_fd is None else [*fds, interrupt_fd]
+    ready = select.select(watched, [], [], max(0.0, timeout_s))[0]
+    if interrupt_fd is not None and interrupt_fd in ready:
+        raise InterruptedError(errno.EINTR, "the restore was interrupted: the sandbox is closing")
+    return ready
 
 
 def _open_procs(memory_dir: str) -> int:

@@ -113,7 +113,9 @@ class Sandbox:
         self.service = service or default_service()
         self._executor = executor
         self._lock = threading.Lock()
-        self._closed = False
+        self._closed = False  # no new runs (set first by `begin_closing`)
+        self._released = False  # processes killed, descriptors and files released
+        self._release_lock = threading.Lock()
         self._lost: str | None = None
         self._cgroup: TrajectoryCgroup | None = None
         self._files: files.WorkdirSnapshot | None = None
@@ -600,8 +602,10 @@ class Sandbox:
     def _restore_and_resume(self) -> None:
         memory_dir = self._cgroup.memory_dir if self._cgroup is not None else None
         try:
-            with self.service.restore_copier(memory_dir, self._recovery_deadline) as copy:
+            with self.service.restore_copier(memory_dir, self._recovery_deadline, self._interrupt) as copy:
                 self._files.restore(self._recovery_deadline, before_writing=self._freeze, copy=copy)
+        except InterruptedError:
+            raise _Closing() from None
         except (files.DeadlinePassed, files.SnapshotBroken, OSError) as exc:
             raise _Lost(f"the working directory could not be restored ({exc})") from None
         finally:
@@ -676,19 +680,29 @@ class Sandbox:
         returns ``crashed`` ("closed while this step ran"); only then (or after ``wait_s``) are
         the holder killed and the socket and files released.
         """
+        if self._released:
+            return
+        self.begin_closing()
+        step_finished = self._lock.acquire(timeout=wait_s)
+        try:
+            with self._release_lock:  # two threads closing at once release once
+                if not self._released:
+                    self._release()
+        finally:
+            if step_finished:
+                self._lock.release()
+
+    def begin_closing(self) -> None:
+        """Refuse new runs and wake the one in flight (it returns ``crashed``, "closed while
+        this step ran"); `close` then waits for it and releases everything."""
         if self._closed:
             return
         self._closed = True
         if self._interrupt is not None:
             os.eventfd_write(self._interrupt, 1)
-        step_finished = self._lock.acquire(timeout=wait_s)
-        try:
-            self._release()
-        finally:
-            if step_finished:
-                self._lock.release()
 
     def _release(self) -> None:
+        self._released = True
         self._kill_all()
         for pidfd in self._dying.values():
             os.close(pidfd)

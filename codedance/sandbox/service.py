@@ -216,13 +216,14 @@ class SandboxService:
         arbiter = self.oom_arbiter
         return arbiter.restore_waiting() if arbiter is not None else contextlib.nullcontext()
 
-    def restore_copier(self, memory_dir: str | None, deadline: float) -> contextlib.AbstractContextManager:
+    def restore_copier(self, memory_dir: str | None, deadline: float,
+                       interrupt_fd: int | None = None) -> contextlib.AbstractContextManager:
         """The copy function for one restore of the trajectory whose memory group is
-        ``memory_dir``: charged to that group where the host allows (`charged_copy`), else the
-        controller's own copy."""
+        ``memory_dir``: charged to that group where the host allows (`charged_copy`; it stops
+        with `InterruptedError` once ``interrupt_fd`` is readable), else the controller's own copy."""
         if self._charged_copies is None or memory_dir is None:
             return contextlib.nullcontext(copy_data)
-        return self._charged_copies.charged_to(memory_dir, deadline)
+        return self._charged_copies.charged_to(memory_dir, deadline, interrupt_fd)
 
     @property
     def idle_freezer(self) -> IdleFreezer:
@@ -326,6 +327,8 @@ class SandboxService:
                 return
             self._closed = True
             sandboxes = list(self._sandboxes)
+        for sandbox in sandboxes:  # every run in flight is woken first, so closing waits for none twice
+            sandbox.begin_closing()
         for sandbox in sandboxes:
             sandbox.close()
         if self._idle_freezer is not None:

@@ -232,3 +232,26 @@ def test_a_restore_removes_the_steps_files_before_it_copies_any_back(make):
     assert failed.status is ExecStatus.ERROR and failed.rolled_back, failed
     after = sandbox.run("import os\nprint(os.path.getsize('a0') + os.path.getsize('a1'), os.listdir('out'))")
     assert after.stdout == f"{200 * MIB} []\n", after
+
+
+def test_closing_the_sandbox_interrupts_a_copy_waiting_for_memory(group, tmp_path):
+    """A restore waiting for a full service ends as soon as the sandbox is closed (its interrupt
+    eventfd), not at its deadline (red team, stop 22: close() waited 15 s per sandbox)."""
+    path, copies = group
+    _set(path, "memory.limit_in_bytes", 16 * MIB)
+    _set(path, "memory.oom_control", 1)
+    source = tmp_path / "source"
+    source.write_bytes(b"y" * (64 * MIB))
+    target, interrupt = os.memfd_create("target"), os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+    closing = threading.Timer(0.5, os.eventfd_write, (interrupt, 1))
+    try:
+        with open(source, "rb") as reader:
+            started = time.monotonic()
+            closing.start()
+            with pytest.raises(InterruptedError), copies.charged_to(path, started + 60, interrupt) as copy:
+                copy(reader.fileno(), target)
+        assert time.monotonic() - started < 30
+    finally:
+        closing.join()
+        os.close(target)
+        os.close(interrupt)
