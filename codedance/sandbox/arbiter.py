@@ -122,6 +122,18 @@ class OomArbiter:
             with self._waiting_lock:
                 self._restores_waiting -= 1
 
+    def commit_takes_what_is_owed(self, committing, grown: int, running: Iterable) -> bool:
+        """Whether committing the step of ``committing`` (which grew by ``grown``) would take memory that
+        another running step freed from its own committed state (it deleted committed files) and
+        needs back if it is rolled back: the service would then hold more than ``memory_total``
+        once those rollbacks are done. Memory a step frees counts as committed until that step
+        commits (red team, stop 22: a neighbour committed what an honest failing step had freed,
+        whose restore then found no memory and lost the trajectory)."""
+        if grown <= 0:
+            return False
+        owed = sum(max(0, -(other.memory_growth() or 0)) for other in running if other is not committing)
+        return owed > 0 and self._memory.held() + owed > self._memory.limit
+
     def stop(self) -> None:
         os.eventfd_write(self._stop, 1)
         self._thread.join(timeout=5)

@@ -210,6 +210,11 @@ class ServiceMemory:
         held = unreclaimable(1, usage, os.pread(self._stat, 8192, 0), os.pread(self._kmem, 64, 0), prefix=b"total_")
         return int(usage) >= self.limit - self.margin, held >= self.limit - self.margin
 
+    def held(self) -> int:
+        """What the group holds less its file cache and kernel memory (as `fullness` measures)."""
+        return unreclaimable(1, os.pread(self._usage, 64, 0), os.pread(self._stat, 8192, 0),
+                             os.pread(self._kmem, 64, 0), prefix=b"total_")
+
     def close(self) -> None:
         for fd in self._fds:
             os.close(fd)

@@ -73,6 +73,8 @@ MAX_NEWCOMERS = 32  # unknown senders buffered at once while a step is awaited; 
 STEP_OOM_SCORE_ADJ = 1000  # the OOM killer's first choice
 HOLDER_OOM_SCORE_ADJ = -1000  # never chosen (only while a memory cgroup bounds it)
 ROLLED_BACK = "state rolled back to before this step"
+OWED_TO_ROLLBACK = ("the service's memory (memory_total) is owed to a neighbour's step that freed its own committed "
+                    "files and may need them back: what this step grew could not be committed now")
 MEMORY_VICTIM = ("the service's memory (memory_total) ran out while this step ran, and the arbiter chose "
                  "this trajectory (the largest growth since its last committed step, or the only step "
                  "that could give memory back): the step was stopped")
@@ -246,7 +248,11 @@ class Sandbox:
             self._memory_victim = self._memory_escalated = False
             self.runs += 1
             self._recovery_deadline = started + timeout + self.limits.recovery_s
-            result = self._guarded_step(code, started + timeout, timeout)
+            self.service.running_changed(self, True)
+            try:
+                result = self._guarded_step(code, started + timeout, timeout)
+            finally:
+                self.service.running_changed(self, False)
             if self._memory_victim:
                 result = self._after_yielding_memory(result)
             self._lower_mark()
@@ -475,6 +481,8 @@ class Sandbox:
         holder. A step the OOM arbiter stopped before anything of it was saved fails as oom."""
         try:
             problem = self._commit_problem()
+            if problem is None and self.service.commit_takes_what_is_owed(self, self._step_growth()):
+                return self._fail(ExecStatus.OOM, OWED_TO_ROLLBACK)
             if problem is None and self._claim_commit():
                 return self._commit(result)
         except _StoppedForMemory:
@@ -485,6 +493,12 @@ class Sandbox:
             return self._fail(ExecStatus.OOM, None)
         result = replace(result, status=ExecStatus.REFUSED, notes=result.notes + (problem,))
         return self._fail(ExecStatus.REFUSED, None, result)
+
+    def _step_growth(self) -> int:
+        """What the answered step grew (its mark at the answer less the one before)."""
+        if self._memory_mark is None or self._mark_before_answer is None:
+            return 0
+        return self._memory_mark - self._mark_before_answer
 
     def _claim_commit(self) -> bool:
         """From now on the OOM arbiter leaves the step alone (its files are being saved, the

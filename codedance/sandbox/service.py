@@ -148,6 +148,7 @@ class SandboxService:
         self._closed = False
         self._next_slot = 0
         self._sandboxes: weakref.WeakSet = weakref.WeakSet()
+        self._running: set = set()  # sandboxes with a run in progress (`running_changed`)
         _raise_descriptor_limit()
         leftovers.sweep()
         name, self._name_lock = leftovers.claim_service_name()
@@ -294,6 +295,22 @@ class SandboxService:
             if self._next_slot >= leftovers.UID_BLOCK:
                 raise ServiceError("this service has handed out all its uids; start a new SandboxService")
             return self._uid_block + self._next_slot if self.as_root else None
+
+    def running_changed(self, sandbox, running: bool) -> None:
+        """A sandbox's run starts (True) or ends (False)."""
+        with self._lock:
+            (self._running.add if running else self._running.discard)(sandbox)
+
+    def commit_takes_what_is_owed(self, sandbox, grown: int) -> bool:
+        """Whether ``sandbox``'s step, about to commit what it grew, would take memory a running
+        neighbour's rollback needs (see `OomArbiter.commit_takes_what_is_owed`); False without an
+        arbiter."""
+        arbiter = self.oom_arbiter
+        with self._lock:
+            running = list(self._running)
+        if arbiter is None or len(running) < 2:
+            return False
+        return arbiter.commit_takes_what_is_owed(sandbox, grown, running)
 
     def register(self, sandbox) -> None:
         """Remember a sandbox so that closing the service closes it too."""

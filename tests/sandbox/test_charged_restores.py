@@ -255,3 +255,29 @@ def test_closing_the_sandbox_interrupts_a_copy_waiting_for_memory(group, tmp_pat
         closing.join()
         os.close(target)
         os.close(interrupt)
+
+
+def test_a_neighbour_cannot_commit_what_a_failing_step_freed(jail, service):
+    """B's step deletes its committed 200 MiB file and has not ended; A's step takes the freed
+    memory and answers. Committing A would leave B's rollback no room (red team, stop 22: B was
+    lost), so A's step ends as oom, rolled back, and B's rollback keeps its file."""
+    a, b = jail(timeout_s=60, limits=Limits(memory=1 << 30)), jail(timeout_s=60, limits=Limits(memory=1 << 30))
+    assert b.run("with open('big', 'wb') as f:\n    for _ in range(200): f.write(b'B' * (1 << 20))").ok
+    results = {}
+    deleting = threading.Thread(target=lambda: results.setdefault("b", b.run(
+        "import os, time\nos.remove('big')\nopen('deleted', 'w').close()\n"
+        "while not os.path.exists('go'): time.sleep(0.01)\nraise RuntimeError('undo the removal')")))
+    deleting.start()
+    try:
+        _wait_for(os.path.join(b.workdir, "deleted"), deleting)
+        take = (service.memory_total - _held(service)) // MIB - 48  # below "nearly full": no one is stopped
+        grabbed = a.run(f"import numpy as np\nkeep = np.ones({take} << 20, np.uint8)")
+        assert grabbed.status is ExecStatus.OOM and grabbed.rolled_back, grabbed
+        assert "owed to a neighbour's step" in grabbed.notes[0]
+    finally:
+        _give(b, "go")
+        deleting.join(timeout=60)
+    assert results["b"].status is ExecStatus.ERROR and results["b"].rolled_back, results["b"]
+    kept = b.run("import os\nprint(os.path.getsize('big'))")
+    assert kept.stdout.strip() == str(200 * MIB), kept
+    assert a.run("import numpy as np\nkeep = np.ones(64 << 20, np.uint8)").ok  # nothing owed now
