@@ -16,7 +16,7 @@ The seccomp filter (libseccomp through PyPI ``pyseccomp``) returns ``EPERM`` for
 - namespaces and mounts: ``unshare``, ``setns``, ``mount``, ``umount2``, ``pivot_root``,
   ``chroot``, ``clone`` with any ``CLONE_NEW*`` flag (masked to the low 32 bits), and ``clone3``
   (``ENOSYS``, so libc falls back to ``clone``, whose flags can be inspected);
-- networking: ``socket`` and ``socketpair`` for every address family except ``AF_UNIX``, ``connect``, ``bind``,
+- networking: ``socket`` and ``socketpair`` for every address family except ``AF_UNIX`` (a unix socket then reaches nothing), ``connect``, ``bind``,
   ``listen``, ``accept``/``accept4`` (the holder's own socket is an inherited socketpair);
   ``io_uring_*`` (its operations, sockets and connects included, bypass the syscall filter);
   ``shutdown`` and ``setsockopt`` (a step shares the holder's socket: either would break it for
