@@ -83,12 +83,15 @@ def idle_floor(out_of_memory: bool) -> int:
     return IDLE_FLOOR_BYTES if out_of_memory else SLACK_BYTES
 
 
-def rank_victims(growths: Iterable[tuple[object, int, bool]], *, out_of_memory: bool) -> list:
+def rank_victims(growths: Iterable[tuple[object, int, int, bool]], *, out_of_memory: bool) -> list:
     """The trajectories that may give memory back, largest growth first (``(sandbox, growth in
-    bytes, running)``). Out of memory: any running one, and an idle one grown past
-    ``IDLE_FLOOR_BYTES`` (else it holds committed state and noise), ranked together; only nearly
-    full: any grown past ``SLACK_BYTES``."""
-    eligible = [(growth, n, sandbox) for n, (sandbox, growth, running) in enumerate(growths)
+    bytes, growth with the kernel memory gained, running)``). Out of memory: any running one,
+    ranked by its growth with kernel memory (the kernel has reclaimed what cache it could), and
+    an idle one grown past ``IDLE_FLOOR_BYTES`` (else it holds committed state and noise; kernel
+    memory left out), ranked together; only nearly full: any grown past ``SLACK_BYTES``, kernel
+    memory left out (nothing has been reclaimed yet)."""
+    eligible = [(with_kernel if out_of_memory and running else growth, n, sandbox)
+                for n, (sandbox, growth, with_kernel, running) in enumerate(growths)
                 if growth > SLACK_BYTES or (out_of_memory and (running or growth > IDLE_FLOOR_BYTES))]
     return [sandbox for _, _, sandbox in sorted(eligible, key=lambda item: (-item[0], item[1]))]
 
@@ -159,11 +162,14 @@ class OomArbiter:
             charged_past, nearly_full = self._memory.fullness()
             if not out_of_memory and not nearly_full:
                 return WATCH_S if charged_past else None  # cache or kernel memory: may be reclaimed
-            growths = {}
+            growths = {}  # sandbox -> (growth, growth with kernel memory, running)
             for sandbox in self._sandboxes():
-                growth = sandbox.memory_growth()
-                if growth is not None:
-                    growths[sandbox] = (growth, sandbox.running)
+                running = sandbox.running
+                if not running:
+                    sandbox.settle_idle_mark()  # a replaced holder's exit is no credit
+                measured = sandbox.memory_growths()
+                if measured is not None:
+                    growths[sandbox] = (*measured, running)
             idle_past, victim = idle_floor(out_of_memory), None
             ranked = rank_victims([(sandbox, *value) for sandbox, value in growths.items()],
                                   out_of_memory=out_of_memory)
@@ -181,7 +187,7 @@ class OomArbiter:
                 return NO_ONE_LOOK_S
             growth = growths[victim][0]
             if (not escalated and time.monotonic() - since > ESCALATE_S and growth > SLACK_BYTES
-                    and growth > growth_then * 0.9):  # it kept its growth (or never got to give any back)
+                    and growth > growth_then * 0.9):  # it kept its growth (kernel memory left out)
                 escalated = victim.yield_memory(idle_past, whole_trajectory=True) == "stopped"
             time.sleep(SETTLE_S)
         return None
