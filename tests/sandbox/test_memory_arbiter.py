@@ -326,13 +326,13 @@ def test_kernel_cache_a_stopped_step_leaves_does_not_lose_the_trajectory(jail):
     assert after.ok and after.stdout == "kept\n", after
 
 
-def _beside_faulting_neighbour(neighbour, mib: int, action):
-    """Run in ``neighbour`` an honest step that holds ``mib`` MiB and then keeps faulting fresh
+def _beside_faulting_neighbour(neighbour, mib: int, action, before: str = ""):
+    """Run in ``neighbour`` an honest step that runs ``before``, holds ``mib`` MiB and then keeps faulting fresh
     pages in (so a full service is *out of memory*: someone waits, the kernel has reclaimed what
     it could) until this side creates ``stop`` in its inputs directory (outside what a rollback
     restores); meanwhile call ``action()``. Returns (neighbour's result, action's)."""
     stop = os.path.join(neighbour._inputs_dir, "stop")
-    code = (f"import mmap, os, time, numpy as np\nx = np.ones({mib} << 20, np.uint8)\nopen('ready', 'w').close()\n"
+    code = (f"import mmap, os, time, numpy as np\n{before}\nx = np.ones({mib} << 20, np.uint8)\nopen('ready', 'w').close()\n"
             f"while not os.path.exists({stop!r}):\n    m = mmap.mmap(-1, 1 << 20)\n"
             "    for i in range(0, 1 << 20, 4096): m[i] = 1\n    m.close(); time.sleep(0.002)\n"
             "os.remove('ready')\nprint('B done', int(x[-1]))")
@@ -389,6 +389,25 @@ def test_a_replaced_holders_memory_is_no_credit_to_grow_by(jail):
     assert result_b.status is ExecStatus.OK and result_b.stdout == "B done 1\n", result_b
     assert result_a.status is ExecStatus.OOM and result_a.rolled_back, result_a
     assert result_a.notes[0] == MEMORY_VICTIM
+
+
+MISSING_PATHS = ("import uuid\ntag = uuid.uuid4().hex + 'q' * 168\nfor i in range(150000):\n"
+                 "    try: os.stat(f'/usr/{tag}{i}')\n    except OSError: pass")
+
+
+def test_an_honest_steps_kernel_cache_does_not_make_it_pay(jail):
+    """B's honest step looks up 150,000 missing paths (~70 MiB of negative dentries: kernel
+    cache; a running step's kernel growth is ranked while the service is out of memory) and keeps
+    running; A's step then grows past what the service has left: A's step pays, B's finishes (the
+    kernel reclaims B's cache as the service fills: ~1 MiB of it was left when the arbiter chose,
+    in the runs measured)."""
+    a, b, filler = (jail(timeout_s=60, limits=LIMITS) for _ in range(3))
+    assert filler.run(f"import numpy as np\nbig = np.ones({(_headroom(filler.service) >> 20) - 130} << 20, np.uint8)").ok
+    result_b, result_a = _beside_faulting_neighbour(
+        b, 1, lambda: a.run("import numpy as np\nchunks = []\nfor _ in range(50): chunks.append(np.ones(4 << 20, np.uint8))"),
+        before=MISSING_PATHS)
+    assert result_b.status is ExecStatus.OK and result_b.stdout == "B done 1\n", result_b
+    assert result_a.status is ExecStatus.OOM and result_a.rolled_back, result_a
 
 
 def test_unreclaimable_leaves_out_file_cache_and_kernel_memory():
