@@ -125,9 +125,10 @@ class Sandbox:
         self._step_lock = threading.Lock()
         self._step_phase = "idle"  # "started" (a step's processes may be stopped), "answered"
         self.runs = 0  # how many `run` calls have started (the arbiter acts once per run)
-        # (unreclaimable bytes, kernel bytes) when the last committed step answered, lowered once
-        # the holder it replaced has exited: growth since counts, idle growth and growth after
-        # answering included (only a patched runtime does either)
+        # (unreclaimable bytes, kernel bytes) when the last committed step answered, lowered to
+        # what it holds after each run and while idle (a replaced holder exits after the mark):
+        # growth since counts, idle growth and growth after answering included (only a patched
+        # runtime does either)
         self._memory_mark: tuple[int, int] | None = None
         self._mark_before_answer: tuple[int, int] | None = None  # put back if the answered step is not committed
         self._memory_victim = False  # the arbiter stopped this run's step
@@ -285,8 +286,8 @@ class Sandbox:
             self._memory_mark = self._cgroup.memory_measure()
 
     def _lower_mark(self) -> None:
-        """After each run, and whenever the trajectory is idle with no replaced holder left, the
-        mark is at most what the trajectory holds: memory it gave up (a rollback rewrites deleted
+        """After each run, and whenever the trajectory is idle (`_settle_mark`), the mark is at
+        most what the trajectory holds: memory it gave up (a rollback rewrites deleted
         files from the controller, which is charged for them; red team, stop 21) or that a
         replaced holder held until it exited (red team, stop 22) is no credit to grow by later.
         Lowering never forgives growth: what is counted afterwards is at least what was before."""
