@@ -14,13 +14,26 @@ starts waiting, and when the group's charge crosses ``memory_total`` less a marg
 16 MiB). The arbiter then picks the live trajectory whose unreclaimable memory grew most since
 its last committed step answered (`Sandbox.memory_growth`: what its running step added, and
 anything after that answer or between steps; committed state is never taken) and makes it give
-memory back (`Sandbox.yield_memory`). Who may be picked (`rank_victims`):
-- while the group is *out of memory*: any running step, and any idle trajectory grown past
-  ``IDLE_FLOOR_BYTES`` (8 MiB; an honest idle trajectory shows at most 2.6 MiB, its fresh spare's
-  pages), ranked together by growth: several idle trajectories each keeping growth under 32 MiB
-  no longer make a neighbour's smaller step pay (red team, stop 21b);
-- while it is merely *nearly full* (what it holds less its file cache within the margin; nothing
-  waits yet, a write may fail with ENOMEM): only a trajectory grown past ``SLACK_BYTES`` (32 MiB).
+memory back (`Sandbox.yield_memory`). The mark is lowered to what the trajectory holds after
+each run, and whenever it is idle (a run's start, the idle freezer's look, the arbiter's): a
+holder replaced by a commit frees its memory only when it exits, after the mark was taken, and
+that is no credit to grow by (red team, stop 22). The measure leaves out kernel memory
+(`TrajectoryCgroup.memory_measure`: cgroup v1 does not tell its reclaimable cache, such as
+negative dentries, from what is not, such as the inodes of files that exist); a running step's
+kernel memory gained (when positive) is added only for ranking while the group is out of memory,
+when the kernel has already reclaimed what cache it could (red team, stop 22: a step filling
+the service with empty files, ~1 KiB of inode and dentry each, read as growing 3 MiB).
+Who may be picked (`rank_victims`):
+- while the group is *out of memory*: any running step (ranked by its growth with kernel
+  memory), and any idle trajectory grown past ``IDLE_FLOOR_BYTES`` (8 MiB, kernel memory left
+  out; an honest idle trajectory shows at most 2.6 MiB, its fresh spare's pages), ranked together
+  by growth: several idle trajectories each keeping growth under 32 MiB no longer make a
+  neighbour's smaller step pay (red team, stop 21b);
+- while it is merely *nearly full* (what it holds less its file cache and kernel memory within
+  the margin; nothing waits yet, nothing has been reclaimed, a write may fail with ENOMEM): only
+  a trajectory grown past ``SLACK_BYTES`` (32 MiB), kernel memory left out.
+No decision that loses a trajectory counts kernel memory (what a rollback must give back, the
+escalation below, an idle trajectory's growth): some of it is cache that outlives a step.
 What the victim gives:
 - a step running: every process of the step is killed; its `run` returns ``oom`` with the state
   rolled back, and if the rollback does not give the growth back (more than ``SLACK_BYTES`` left:
@@ -40,7 +53,14 @@ stopped until its files are being saved (the trajectory then frozen); its commit
 service is full of committed state, every growing step ends as ``oom``). While pressure remains
 with no one to choose, it looks again every ``NO_ONE_LOOK_S`` rather than spinning.
 
-Bounds left: k hostile idle trajectories can each keep up to ``IDLE_FLOOR_BYTES`` uncommitted, and
+Bounds left: a `run` that starts before the holder replaced by the previous commit has exited
+(a few milliseconds: back-to-back calls with no model turn between) still has what that holder
+frees as credit during its own step. Kernel cache a trajectory held at its mark and the kernel
+reclaims during a step offsets that step's kernel memory gained (never its other growth). A
+step filling the group with kernel memory alone while nobody faults (nothing waits; the group is
+not *nearly full* by the measure) makes neighbours' writes and forks fail with ENOMEM (their
+steps fail, rolled back) until an allocation waits or a restore is refused.
+k hostile idle trajectories can each keep up to ``IDLE_FLOOR_BYTES`` uncommitted, and
 then a neighbour's step that grew less than that pays for their k x 8 MiB. While the group is only
 nearly full they can keep up to k x 32 MiB, and a neighbour's writes and forks then fail with
 ENOMEM (that step fails and is rolled back; nothing is stopped) until an allocation waits and the
@@ -83,12 +103,15 @@ def idle_floor(out_of_memory: bool) -> int:
     return IDLE_FLOOR_BYTES if out_of_memory else SLACK_BYTES
 
 
-def rank_victims(growths: Iterable[tuple[object, int, bool]], *, out_of_memory: bool) -> list:
+def rank_victims(growths: Iterable[tuple[object, int, int, bool]], *, out_of_memory: bool) -> list:
     """The trajectories that may give memory back, largest growth first (``(sandbox, growth in
-    bytes, running)``). Out of memory: any running one, and an idle one grown past
-    ``IDLE_FLOOR_BYTES`` (else it holds committed state and noise), ranked together; only nearly
-    full: any grown past ``SLACK_BYTES``."""
-    eligible = [(growth, n, sandbox) for n, (sandbox, growth, running) in enumerate(growths)
+    bytes, growth with the kernel memory gained, running)``). Out of memory: any running one,
+    ranked by its growth with kernel memory (the kernel has reclaimed what cache it could), and
+    an idle one grown past ``IDLE_FLOOR_BYTES`` (else it holds committed state and noise; kernel
+    memory left out), ranked together; only nearly full: any grown past ``SLACK_BYTES``, kernel
+    memory left out (nothing has been reclaimed yet)."""
+    eligible = [(with_kernel if out_of_memory and running else growth, n, sandbox)
+                for n, (sandbox, growth, with_kernel, running) in enumerate(growths)
                 if growth > SLACK_BYTES or (out_of_memory and (running or growth > IDLE_FLOOR_BYTES))]
     return [sandbox for _, _, sandbox in sorted(eligible, key=lambda item: (-item[0], item[1]))]
 
@@ -171,11 +194,14 @@ class OomArbiter:
             charged_past, nearly_full = self._memory.fullness()
             if not out_of_memory and not nearly_full:
                 return WATCH_S if charged_past else None  # cache or kernel memory: may be reclaimed
-            growths = {}
+            growths = {}  # sandbox -> (growth, growth with kernel memory, running)
             for sandbox in self._sandboxes():
-                growth = sandbox.memory_growth()
-                if growth is not None:
-                    growths[sandbox] = (growth, sandbox.running)
+                running = sandbox.running
+                if not running:
+                    sandbox.settle_idle_mark()  # a replaced holder's exit is no credit
+                measured = sandbox.memory_growths()
+                if measured is not None:
+                    growths[sandbox] = (*measured, running)
             idle_past, victim = idle_floor(out_of_memory), None
             ranked = rank_victims([(sandbox, *value) for sandbox, value in growths.items()],
                                   out_of_memory=out_of_memory)
@@ -193,7 +219,7 @@ class OomArbiter:
                 return NO_ONE_LOOK_S
             growth = growths[victim][0]
             if (not escalated and time.monotonic() - since > ESCALATE_S and growth > SLACK_BYTES
-                    and growth > growth_then * 0.9):  # it kept its growth (or never got to give any back)
+                    and growth > growth_then * 0.9):  # it kept its growth (kernel memory left out)
                 escalated = victim.yield_memory(idle_past, whole_trajectory=True) == "stopped"
             time.sleep(SETTLE_S)
         return None

@@ -24,8 +24,9 @@ runs without this layer and says so).
 ``arbitrate_oom`` (cgroup v1 only) switches the kernel's OOM killer off at the service's parent
 group and returns the descriptors the service's OOM arbiter (``arbiter``) waits on; each
 trajectory's own group keeps the kernel's killer (a child group would inherit the switch), so a
-trajectory over its own limit still loses only its step. ``unreclaimable_bytes`` is what the
-arbiter compares: the group's charge less its file cache (which the kernel can reclaim).
+trajectory over its own limit still loses only its step. ``memory_measure`` is what the
+arbiter compares: the group's charge less its file cache (which the kernel can reclaim) and less
+kernel memory, and that kernel memory apart.
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ class ServiceMemory:
 
     def fullness(self) -> tuple[bool, bool]:
         """(charged within ``margin`` of the limit, what the group holds less its file cache and
-        kernel memory (see `TrajectoryCgroup.unreclaimable_bytes`) within it: nearly full, writes
+        kernel memory (see `TrajectoryCgroup.memory_measure`) within it: nearly full, writes
         to files may soon fail with ENOMEM without anyone waiting)."""
         usage = os.pread(self._usage, 64, 0)
         held = unreclaimable(1, usage, os.pread(self._stat, 8192, 0), os.pread(self._kmem, 64, 0), prefix=b"total_")
@@ -393,12 +394,19 @@ class TrajectoryCgroup:
 
     def unreclaimable_bytes(self, *, kept_open: bool = True) -> int | None:
         """The group's memory charge less its file cache and kernel memory: its anonymous memory
-        and tmpfs files, which the kernel cannot reclaim without swap; None once removed.
-        On v1 all kernel memory is left out, because most of it is reclaimable cache (a step's
-        negative dentries alone can reach hundreds of MiB, and outlive it) that v1 does not tell
-        apart; what is left out and not reclaimable (pipe and socket buffers, page tables) is
-        bounded by the trajectory's open files and the per-uid pipe limit. v2 leaves out only
-        reclaimable slab.
+        and tmpfs files, which the kernel cannot reclaim without swap; None once removed (see
+        `memory_measure`)."""
+        measure = self.memory_measure(kept_open=kept_open)
+        return None if measure is None else measure[0]
+
+    def memory_measure(self, *, kept_open: bool = True) -> tuple[int, int] | None:
+        """(`unreclaimable_bytes`, kernel memory left out of it); None once removed.
+        On v1 all kernel memory is left out of the first figure, because much of it is
+        reclaimable cache (a step's negative dentries alone can reach hundreds of MiB, and
+        outlive it) that v1 does not tell apart from what is not (inodes of files that exist,
+        pipe and socket buffers, page tables): the second figure is v1's kmem counter, which the
+        arbiter adds only where the kernel has already reclaimed what it could (out of memory).
+        v2 leaves out only reclaimable slab (second figure 0).
         ``kept_open``: through descriptors kept for the thread that runs steps (a few preads,
         ~8 µs); other threads read by path."""
         names = _UNRECLAIMABLE_FILES[self.layout.version]
@@ -410,7 +418,7 @@ class TrajectoryCgroup:
                 texts = [os.pread(fd, 8192, 0) for fd in self._memory_files]
             else:
                 texts = [_read_bytes(os.path.join(self.memory_dir, name)) for name in names]
-            return unreclaimable(self.layout.version, *texts)
+            return unreclaimable(self.layout.version, *texts), int(texts[2]) if self.layout.version == 1 else 0
         except (OSError, ValueError):
             return None
 

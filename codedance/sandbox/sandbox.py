@@ -130,10 +130,12 @@ class Sandbox:
         self._step_lock = threading.Lock()
         self._step_phase = "idle"  # "started" (a step's processes may be stopped), "answered"
         self.runs = 0  # how many `run` calls have started (the arbiter acts once per run)
-        # unreclaimable bytes when the last committed step answered: growth since counts, idle
-        # growth and growth after answering included (only a patched runtime does either)
-        self._memory_mark: int | None = None
-        self._mark_before_answer: int | None = None  # put back if the answered step is not committed
+        # (unreclaimable bytes, kernel bytes) when the last committed step answered, lowered to
+        # what it holds after each run and while idle (a replaced holder exits after the mark):
+        # growth since counts, idle growth and growth after answering included (only a patched
+        # runtime does either)
+        self._memory_mark: tuple[int, int] | None = None
+        self._mark_before_answer: tuple[int, int] | None = None  # put back if the answered step is not committed
         self._memory_victim = False  # the arbiter stopped this run's step
         self._memory_escalated = False  # ... and then killed its holder too
         self._dying: dict[int, int] = {}  # replaced holders, killed, not yet seen gone: pid -> pidfd
@@ -245,6 +247,7 @@ class Sandbox:
                 return ExecResult(status=ExecStatus.REFUSED, notes=(note,), rolled_back=True)
             started = time.monotonic()
             self._wake_from_idle()
+            self._settle_mark()  # before any code runs: a replaced holder's exit is no credit to it
             self._memory_victim = self._memory_escalated = False
             self.runs += 1
             self._recovery_deadline = started + timeout + self.limits.recovery_s
@@ -275,7 +278,7 @@ class Sandbox:
                 return None
             if time.monotonic() - self._idle_since < delay_s:
                 return self._idle_since
-            self._reap_dying(0.0)
+            self._settle_mark()
             if self._dying and time.monotonic() - self._idle_since < DYING_GRACE_S:
                 return time.monotonic()  # frozen, a replaced holder could not exit (cgroup v1)
             # a process stuck in the kernel (waiting on a lock) freezes when it comes out: the
@@ -294,26 +297,55 @@ class Sandbox:
 
     def _mark_memory(self) -> None:
         if self._cgroup is not None:
-            self._memory_mark = self._cgroup.unreclaimable_bytes()
+            self._memory_mark = self._cgroup.memory_measure()
 
     def _lower_mark(self) -> None:
-        """After each run the mark is at most what the trajectory holds: memory it gave up (a
-        rollback rewrites deleted files from the controller, which is charged for them) is no
-        credit to grow by later (red team, stop 21)."""
+        """After each run, and whenever the trajectory is idle (`_settle_mark`), the mark is at
+        most what the trajectory holds: memory it gave up (a rollback rewrites deleted
+        files from the controller, which is charged for them; red team, stop 21) or that a
+        replaced holder held until it exited (red team, stop 22) is no credit to grow by later.
+        Lowering never forgives growth: what is counted afterwards is at least what was before."""
         if self._cgroup is not None and self._memory_mark is not None and self._lost is None:
-            now = self._cgroup.unreclaimable_bytes()
-            if now is not None and now < self._memory_mark:
-                self._memory_mark = now
+            now = self._cgroup.memory_measure()
+            if now is not None:
+                self._memory_mark = (min(self._memory_mark[0], now[0]), min(self._memory_mark[1], now[1]))
+
+    def _settle_mark(self) -> None:
+        """(No step running: `_lock` held.) Forget replaced holders that have exited and lower
+        the mark (`_lower_mark`). Never waits: a replaced holder still exiting keeps its memory
+        in the mark until one of these looks (a run's start, the idle freezer's, the arbiter's)
+        comes after its exit."""
+        self._reap_dying(0.0)
+        self._lower_mark()
+
+    def settle_idle_mark(self) -> None:
+        """The arbiter's look at an idle trajectory (`_settle_mark`); nothing while a run is in
+        progress (its step's growth is never forgiven)."""
+        if self._lock.acquire(blocking=False):
+            try:
+                if self.alive:
+                    self._settle_mark()
+            finally:
+                self._lock.release()
 
     def memory_growth(self) -> int | None:
-        """Unreclaimable memory (anonymous, tmpfs files, kernel) gained since the last committed
-        step answered (what the running step added, and anything after that answer or between
-        steps); None without a memory cgroup or once over."""
+        """Unreclaimable memory (anonymous and tmpfs files; kernel memory left out) gained since
+        the last committed step answered (what the running step added, and anything after that
+        answer or between steps); None without a memory cgroup or once over."""
+        growths = self.memory_growths()
+        return None if growths is None else growths[0]
+
+    def memory_growths(self) -> tuple[int, int] | None:
+        """(`memory_growth`, the same plus the kernel memory gained, when positive: inodes and
+        dentries, page tables, buffers, some of it cache the kernel can reclaim); None as there."""
         mark, cgroup = self._memory_mark, self._cgroup
         if cgroup is None or mark is None or not self.alive:
             return None
-        now = cgroup.unreclaimable_bytes(kept_open=False)
-        return None if now is None else now - mark
+        now = cgroup.memory_measure(kept_open=False)
+        if now is None:
+            return None
+        growth = now[0] - mark[0]
+        return growth, growth + max(0, now[1] - mark[1])
 
     def yield_memory(self, idle_past: int, *, whole_trajectory: bool = False) -> str:
         """Give memory back to the service (called by its OOM arbiter, from another thread):

@@ -44,18 +44,27 @@ def service():
 
 def test_the_largest_growers_come_first_idle_ones_past_a_floor_and_only_past_the_slack_when_nearly_full():
     mib = 1 << 20
-    growths = [("a", 10 * mib, True), ("b", 300 * mib, True), ("c", 200 * mib, False)]
+    growths = [("a", 10 * mib, 10 * mib, True), ("b", 300 * mib, 300 * mib, True), ("c", 200 * mib, 200 * mib, False)]
     assert rank_victims(growths, out_of_memory=True) == ["b", "c", "a"]
     assert rank_victims(growths, out_of_memory=False) == ["b", "c"]  # nearly full: past the slack only
     # out of memory, idle growth past the floor ranks with running steps (red team, stop 21b)
-    assert rank_victims([("a", -5, True), ("idle", 20 * mib, False)], out_of_memory=True) == ["idle", "a"]
-    assert rank_victims([("a", 22 * mib, True), ("idle", 20 * mib, False)], out_of_memory=True) == ["a", "idle"]
-    assert rank_victims([("a", -5, True), ("idle", 20 * mib, False)], out_of_memory=False) == []
+    assert rank_victims([("a", -5, 0, True), ("idle", 20 * mib, 20 * mib, False)], out_of_memory=True) == ["idle", "a"]
+    assert rank_victims([("a", 22 * mib, 22 * mib, True), ("idle", 20 * mib, 20 * mib, False)],
+                        out_of_memory=True) == ["a", "idle"]
+    assert rank_victims([("a", -5, 0, True), ("idle", 20 * mib, 20 * mib, False)], out_of_memory=False) == []
     # within the floor an idle trajectory holds committed state and noise (a fresh spare's pages)
-    assert rank_victims([("idle", IDLE_FLOOR_BYTES, False), ("idle2", -3, False)], out_of_memory=True) == []
-    assert rank_victims([("idle", SLACK_BYTES, False), ("a", SLACK_BYTES + 1, True)], out_of_memory=False) == ["a"]
+    assert rank_victims([("idle", IDLE_FLOOR_BYTES, IDLE_FLOOR_BYTES, False), ("idle2", -3, 0, False)],
+                        out_of_memory=True) == []
+    assert rank_victims([("idle", SLACK_BYTES, SLACK_BYTES, False), ("a", SLACK_BYTES + 1, SLACK_BYTES + 1, True)],
+                        out_of_memory=False) == ["a"]
     assert rank_victims([], out_of_memory=True) == []
     assert idle_floor(True) == IDLE_FLOOR_BYTES < SLACK_BYTES == idle_floor(False)
+    # kernel memory (inodes of empty files: red team, stop 22) ranks a running step only while
+    # out of memory (the kernel has reclaimed its cache); never an idle one, nor while nearly full
+    kernel = [("files", 3 * mib, 400 * mib, True), ("honest", 40 * mib, 41 * mib, True)]
+    assert rank_victims(kernel, out_of_memory=True) == ["files", "honest"]
+    assert rank_victims(kernel + [("idle", 3 * mib, 400 * mib, False)], out_of_memory=True) == ["files", "honest"]
+    assert rank_victims([("files", 3 * mib, 400 * mib, True)], out_of_memory=False) == []
 
 
 def _while_running(background, code: str, action):
@@ -315,6 +324,90 @@ def test_kernel_cache_a_stopped_step_leaves_does_not_lose_the_trajectory(jail):
     assert result.status is ExecStatus.OOM and result.rolled_back, result
     after = a.run("print(state)")
     assert after.ok and after.stdout == "kept\n", after
+
+
+def _beside_faulting_neighbour(neighbour, mib: int, action, before: str = ""):
+    """Run in ``neighbour`` an honest step that runs ``before``, holds ``mib`` MiB and then keeps faulting fresh
+    pages in (so a full service is *out of memory*: someone waits, the kernel has reclaimed what
+    it could) until this side creates ``stop`` in its inputs directory (outside what a rollback
+    restores); meanwhile call ``action()``. Returns (neighbour's result, action's)."""
+    stop = os.path.join(neighbour._inputs_dir, "stop")
+    code = (f"import mmap, os, time, numpy as np\n{before}\nx = np.ones({mib} << 20, np.uint8)\nopen('ready', 'w').close()\n"
+            f"while not os.path.exists({stop!r}):\n    m = mmap.mmap(-1, 1 << 20)\n"
+            "    for i in range(0, 1 << 20, 4096): m[i] = 1\n    m.close(); time.sleep(0.002)\n"
+            "os.remove('ready')\nprint('B done', int(x[-1]))")
+
+    def then_stop():
+        try:
+            return action()
+        finally:
+            Path(stop).touch()
+
+    return _while_running(neighbour, code, then_stop)
+
+
+EMPTY_FILES = """
+import os, time
+os.mkdir('d')
+name, n, end = 'x' * 200, 0, time.monotonic() + 30
+while time.monotonic() < end:  # until stopped: each empty file is ~1 KiB of kernel memory
+    try:
+        os.close(os.open(f'd/{name}{n}', os.O_CREAT | os.O_WRONLY, 0o600))
+        n += 1
+    except OSError:  # ENOMEM: the service is full
+        time.sleep(0.01)
+print(n, 'files')
+"""
+
+
+def test_a_step_filling_memory_with_empty_files_is_stopped_not_its_running_neighbour(jail):
+    """A's step creates empty files (inodes and dentries: kernel memory, none of it reclaimable
+    while the files exist) until the service is full, while B's honest step holds 40 MiB: A's
+    step ends as oom and B's finishes (red team, stop 22, kmem_files_bypass_arbiter.py: kernel
+    memory was left out of the measure, A's growth read 3 MiB and B paid)."""
+    a, b, filler = (jail(timeout_s=60, limits=LIMITS) for _ in range(3))
+    # committed state leaves ~200 MiB: fewer files fill it
+    assert filler.run(f"import numpy as np\nbig = np.ones({(_headroom(filler.service) >> 20) - 200} << 20, np.uint8)").ok
+    result_b, result_a = _beside_faulting_neighbour(b, 40, lambda: a.run(EMPTY_FILES))
+    assert result_b.status is ExecStatus.OK and result_b.stdout == "B done 1\n", result_b
+    assert result_a.status is ExecStatus.OOM and result_a.rolled_back, result_a
+    assert result_a.notes[0] == MEMORY_VICTIM
+    after = a.run("import os\nprint(os.path.exists('d'))")
+    assert after.ok and after.stdout == "False\n", after  # rolled back, and the trajectory goes on
+
+
+def test_a_replaced_holders_memory_is_no_credit_to_grow_by(jail):
+    """A commits 300 MiB, then commits ``del big``: the holder that step replaced frees the
+    300 MiB only once it has exited, after A's mark was taken. A's next step grows ~350 MiB while
+    B's honest step holds 200 MiB: A's step pays, not B's (red team, stop 22,
+    growth_credit_via_commit.py: A's growth read -300 MiB until its next run ended, and B paid)."""
+    a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
+    assert a.run("import numpy as np\nbig = np.ones(300 << 20, np.uint8)").ok
+    assert a.run("del big").ok
+    result_b, result_a = _beside_faulting_neighbour(
+        b, 200, lambda: a.run("chunks = []\nfor _ in range(50): chunks.append(np.ones(10 << 20, np.uint8))"))
+    assert result_b.status is ExecStatus.OK and result_b.stdout == "B done 1\n", result_b
+    assert result_a.status is ExecStatus.OOM and result_a.rolled_back, result_a
+    assert result_a.notes[0] == MEMORY_VICTIM
+
+
+MISSING_PATHS = ("import uuid\ntag = uuid.uuid4().hex + 'q' * 168\nfor i in range(150000):\n"
+                 "    try: os.stat(f'/usr/{tag}{i}')\n    except OSError: pass")
+
+
+def test_an_honest_steps_kernel_cache_does_not_make_it_pay(jail):
+    """B's honest step looks up 150,000 missing paths (~70 MiB of negative dentries: kernel
+    cache; a running step's kernel growth is ranked while the service is out of memory) and keeps
+    running; A's step then grows past what the service has left: A's step pays, B's finishes (the
+    kernel reclaims B's cache as the service fills: ~1 MiB of it was left when the arbiter chose,
+    in the runs measured)."""
+    a, b, filler = (jail(timeout_s=60, limits=LIMITS) for _ in range(3))
+    assert filler.run(f"import numpy as np\nbig = np.ones({(_headroom(filler.service) >> 20) - 130} << 20, np.uint8)").ok
+    result_b, result_a = _beside_faulting_neighbour(
+        b, 1, lambda: a.run("import numpy as np\nchunks = []\nfor _ in range(50): chunks.append(np.ones(4 << 20, np.uint8))"),
+        before=MISSING_PATHS)
+    assert result_b.status is ExecStatus.OK and result_b.stdout == "B done 1\n", result_b
+    assert result_a.status is ExecStatus.OOM and result_a.rolled_back, result_a
 
 
 def test_unreclaimable_leaves_out_file_cache_and_kernel_memory():
