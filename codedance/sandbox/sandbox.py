@@ -301,9 +301,9 @@ class Sandbox:
 
     def _lower_mark(self) -> None:
         """After each run, and whenever the trajectory is idle (`_settle_mark`), the mark is at
-        most what the trajectory holds: memory it gave up (a rollback rewrites deleted
-        files from the controller, which is charged for them; red team, stop 21) or that a
-        replaced holder held until it exited (red team, stop 22) is no credit to grow by later.
+        most what the trajectory holds: memory it gave up (red team, stop 21, when restores
+        were charged to the controller) or that a replaced holder held until it exited (red team,
+        stop 22) is no credit to grow by later.
         Lowering never forgives growth: what is counted afterwards is at least what was before."""
         if self._cgroup is not None and self._memory_mark is not None and self._lost is None:
             now = self._cgroup.memory_measure()
@@ -530,7 +530,7 @@ class Sandbox:
         """What the answered step grew (its mark at the answer less the one before)."""
         if self._memory_mark is None or self._mark_before_answer is None:
             return 0
-        return self._memory_mark - self._mark_before_answer
+        return self._memory_mark[0] - self._mark_before_answer[0]
 
     def _claim_commit(self) -> bool:
         """From now on the OOM arbiter leaves the step alone (its files are being saved, the
