@@ -53,9 +53,10 @@ stopped until its files are being saved (the trajectory then frozen); its commit
 service is full of committed state, every growing step ends as ``oom``). While pressure remains
 with no one to choose, it looks again every ``NO_ONE_LOOK_S`` rather than spinning.
 
-Bounds left: a `run` that starts before the holder replaced by the previous commit has exited
-(a few milliseconds: back-to-back calls with no model turn between) still has what that holder
-frees as credit during its own step. Kernel cache a trajectory held at its mark and the kernel
+Bounds left: a step waits (up to 1 s, before its code is sent, overlapping its spare's fork)
+for the holder the previous commit replaced to exit, and the mark is lowered then; a replaced
+holder that takes longer than that to exit still gives what it frees as credit during that step.
+Kernel cache a trajectory held at its mark and the kernel
 reclaims during a step offsets that step's kernel memory gained (never its other growth). A
 step filling the group with kernel memory alone while nobody faults (nothing waits; the group is
 not *nearly full* by the measure) makes neighbours' writes and forks fail with ENOMEM (their

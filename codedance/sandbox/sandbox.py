@@ -78,6 +78,7 @@ OWED_TO_ROLLBACK = ("the service's memory (memory_total) is owed to a neighbour'
 MEMORY_VICTIM = ("the service's memory (memory_total) ran out while this step ran, and the arbiter chose "
                  "this trajectory (the largest growth since its last committed step, or the only step "
                  "that could give memory back): the step was stopped")
+REPLACED_EXIT_WAIT_S = 1.0  # how long a step waits, before its code is sent, for the holder it replaces to exit
 DYING_GRACE_S = 1.0  # how long the idle freezer waits for a replaced holder to exit before freezing
 
 
@@ -314,7 +315,7 @@ class Sandbox:
         """(No step running: `_lock` held.) Forget replaced holders that have exited and lower
         the mark (`_lower_mark`). Never waits: a replaced holder still exiting keeps its memory
         in the mark until one of these looks (a run's start, the idle freezer's, the arbiter's)
-        comes after its exit."""
+        comes after its exit, or the next step waits for it (`_step`, before its code is sent)."""
         self._reap_dying(0.0)
         self._lower_mark()
 
@@ -464,6 +465,10 @@ class Sandbox:
         with self._step_lock:
             self._step_pid = message.sender_pid
             self._step_pidfd = procs.open_pidfd(self._step_pid)  # None: already dead; the holder says how
+        if self._dying:  # a holder replaced by the last commit still exiting (its exit overlaps the
+            # spare's fork, so this rarely waits): what it frees must not become credit for this step
+            self._reap_dying(min(deadline, time.monotonic() + REPLACED_EXIT_WAIT_S))
+            self._lower_mark()
         self._reader.forget_others({self._holder_pid, self._step_pid})
         # the OOM killer's first choice (see the module docstring) before its code arrives, so
         # that whatever the code forks inherits it
