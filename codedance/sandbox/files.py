@@ -307,14 +307,10 @@ def _rewrite_file(source_dir: int, target_dir: int, name: str, expected_inode: i
     """Put the stored ``name`` back into the existing file of that name, in place, so descriptors
     the holder keeps open on it stay attached to the working directory's file; its fstat. None
     (nothing written) unless it is still the regular file ``expected_inode`` with no other link."""
-    try:
-        target = os.open(name, _REWRITE, dir_fd=target_dir)
-    except OSError:
+    target = _open_in_place(target_dir, name, expected_inode)
+    if target is None:
         return None
     try:
-        info = os.fstat(target)
-        if not stat.S_ISREG(info.st_mode) or info.st_ino != expected_inode or info.st_nlink != 1:
-            return None
         source = os.open(name, _READ, dir_fd=source_dir)
         try:
             os.ftruncate(target, 0)
@@ -324,6 +320,20 @@ def _rewrite_file(source_dir: int, target_dir: int, name: str, expected_inode: i
         return _own(target, mode, owner)
     finally:
         os.close(target)
+
+
+def _open_in_place(dir_fd: int, name: str, expected_inode: int) -> int | None:
+    """``name`` opened for writing if it is still the regular file ``expected_inode`` with no
+    other link (else None: it is then removed and copied afresh)."""
+    try:
+        fd = os.open(name, _REWRITE, dir_fd=dir_fd)
+    except OSError:
+        return None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_ino != expected_inode or info.st_nlink != 1:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _make_dir(parent_fd: int, name: str, mode: int, owner: tuple[int, int] | None) -> os.stat_result:
@@ -484,10 +494,11 @@ class WorkdirSnapshot:
 
     def _remove_strays(self, clock: _Clock, opened_up: list[tuple[int, int]]) -> None:
         """First pass of a restore, over the whole tree: remove what the checkpoint does not have
-        (new entries, replaced files, other kinds), so that the copies of the second pass never
-        need more memory than the checkpoint holds (red team, stop 22: a step that deleted
-        top-level files and wrote into a subdirectory peaked at both while it was restored).
-        Files changed in place and directories whose mode changed are left to the second pass."""
+        (new entries, replaced files, other kinds) and empty the files changed in place, so that
+        the copies of the second pass never need more memory than the checkpoint holds (red team,
+        stop 22: a step that deleted top-level files and wrote into a subdirectory, or emptied
+        one committed file and filled another, peaked at both while it was restored). Directories
+        whose mode changed are left to the second pass."""
         pending = [""]
         while pending:
             relative_dir = pending.pop()
@@ -504,6 +515,11 @@ class WorkdirSnapshot:
                         pending.append(relative)
                     elif kept is None or kept.kind != entry.kind or (kept.kind == "file" and kept.inode != entry.inode):
                         remove(work_dir, name, clock)
+                    elif not _same(kept, entry):  # changed in place: emptied now, rewritten by the second pass
+                        fd = _open_in_place(work_dir, name, entry.inode)
+                        if fd is not None:
+                            os.ftruncate(fd, 0)
+                            os.close(fd)
             finally:
                 os.close(work_dir)
 

@@ -281,3 +281,17 @@ def test_a_neighbour_cannot_commit_what_a_failing_step_freed(jail, service):
     kept = b.run("import os\nprint(os.path.getsize('big'))")
     assert kept.stdout.strip() == str(200 * MIB), kept
     assert a.run("import numpy as np\nkeep = np.ones(64 << 20, np.uint8)").ok  # nothing owed now
+
+
+def test_a_restore_empties_files_changed_in_place_before_it_copies_any_back(make):
+    """An honest step empties committed 250 MiB ``a`` in place and writes 250 MiB into committed,
+    empty ``b``, then fails. Rewriting ``a`` before emptying ``b`` held both, past the
+    trajectory's 480 MiB: the copying helper was killed and the trajectory lost (red team, stop
+    22, second pass). Files changed in place are emptied before anything is copied back."""
+    sandbox = make(timeout_s=60, limits=Limits(memory=480 << 20))
+    fill = "def fill(name):\n    with open(name, 'wb') as f:\n        for _ in range(250): f.write(b'x' * (1 << 20))\n"
+    assert sandbox.run(fill + "open('b', 'wb').close()\nfill('a')").ok
+    failed = sandbox.run(fill + "open('a', 'wb').close()\nfill('b')\nraise ValueError('bad result')")
+    assert failed.status is ExecStatus.ERROR and failed.rolled_back, failed
+    after = sandbox.run("import os\nprint(os.path.getsize('a'), os.path.getsize('b'))")
+    assert after.stdout == f"{250 * MIB} 0\n", after
