@@ -120,15 +120,16 @@ def ACTION():
 
 def test_a_patched_holder_writing_files_costs_its_own_step_not_a_neighbours_state(jail):
     """A's patched holder writes files while A's next step runs (charged to A, in no process's
-    RSS): A pays — its step is stopped and rolled back, or, when the holder itself is caught
-    waiting for memory and gives nothing back within 5 s (about 1 run in 10 here), its whole
-    trajectory is lost; B's idle holder and its 250 MiB state survive either way."""
+    RSS): A pays — its step is stopped and rolled back, or its whole trajectory is lost (its
+    holder caught waiting for memory and giving nothing back within 5 s, about 1 run in 10, or,
+    seen once in CI, the holder gone during the rollback: a patched holder's end is its own);
+    B's idle holder and its 250 MiB state survive either way."""
     a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
     assert b.run(NEIGHBOUR_STATE).stdout == "262144000\n"
     assert a.run(hostile(WRITE_FILES)).ok
     result = a.run("import time; time.sleep(50)")
     stopped = result.status is ExecStatus.OOM and result.rolled_back
-    lost = result.status is ExecStatus.CRASHED and "kept it" in result.notes[0] and not a.alive
+    lost = result.status is ExecStatus.CRASHED and "state is lost" in result.notes[0] and not a.alive
     assert stopped or lost, result
     assert result.duration_s < 30, result  # not the step's 50 s
     state = b.run("print(int(x[0]), x.size)")
