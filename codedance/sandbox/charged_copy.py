@@ -267,8 +267,10 @@ class ChargedCopies:
 def _wait(fds: list[int], timeout_s: float, interrupt_fd: int | None) -> list[int]:
     """The descriptors among ``fds`` readable within ``timeout_s``; `InterruptedError` as soon as
     ``interrupt_fd`` is readable."""
-    watched = fds if interrupt_fd is None else [*fds, interrupt_fd]
-    ready = select.select(watched, [], [], max(0.0, timeout_s))[0]
+    poller = select.poll()  # not select(): a controller with thousands of sandboxes has fds above 1024
+    for fd in fds if interrupt_fd is None else [*fds, interrupt_fd]:
+        poller.register(fd, select.POLLIN)
+    ready = [fd for fd, _ in poller.poll(max(0, int(timeout_s * 1000) + 1))]
     if interrupt_fd is not None and interrupt_fd in ready:
         raise InterruptedError(errno.EINTR, "the restore was interrupted: the sandbox is closing")
     return ready
