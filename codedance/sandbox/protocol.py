@@ -81,12 +81,6 @@ class Message:
         return self.body.get("op")
 
 
-def code_bytes(code: str) -> int:
-    """How many bytes of a message's header ``code`` takes, as `encode` writes it (a step's code
-    must leave its request within ``MAX_HEADER_BYTES``, or the jail's side refuses the stream)."""
-    return len(json.dumps(code, ensure_ascii=False).encode("utf-8", "replace"))
-
-
 def encode(body: dict, blobs: tuple[bytes, ...] | list[bytes] = ()) -> bytes:
     header = dict(body)
     header["_blobs"] = [len(blob) for blob in blobs]
@@ -98,10 +92,21 @@ class SendTimeout(ProtocolError):
     """The peer did not take the message before the deadline (it stopped reading)."""
 
 
+def header_bytes(message: bytes) -> int:
+    """How many bytes of ``message`` (from `encode`) its header takes: over ``MAX_HEADER_BYTES``,
+    the receiving side refuses the stream."""
+    return _HEADER.unpack_from(message)[0]
+
+
 def send(sock: socket.socket, body: dict, blobs: tuple[bytes, ...] | list[bytes] = (),
          deadline: float | None = None) -> None:
     """Send one message whole, by ``deadline`` (`SendTimeout`), on a blocking or non-blocking socket."""
-    data = memoryview(encode(body, blobs))
+    send_encoded(sock, encode(body, blobs), deadline)
+
+
+def send_encoded(sock: socket.socket, message: bytes, deadline: float | None = None) -> None:
+    """`send` for a message already encoded (`encode`)."""
+    data = memoryview(message)
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLOUT)
     while data:

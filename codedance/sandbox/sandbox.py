@@ -68,7 +68,6 @@ from codedance.types import ExecResult, ExecStatus
 
 HOLDER_MESSAGE_BYTES = 64 << 10  # a holder only ever says "ready" and "step_done"
 NEWCOMER_MESSAGE_BYTES = 512  # a spare's announcement (the holder's "ready" is read with the holder's budget)
-MAX_CODE_BYTES = protocol.MAX_HEADER_BYTES - 256  # a step's code, JSON-encoded, within its request
 MAX_NEWCOMERS = 32  # unknown senders buffered at once while a step is awaited; more are dropped
 STEP_OOM_SCORE_ADJ = 1000  # the OOM killer's first choice
 HOLDER_OOM_SCORE_ADJ = -1000  # never chosen (only while a memory cgroup bounds it)
@@ -241,10 +240,12 @@ class Sandbox:
                 raise SandboxClosed("this sandbox is closed; create a new Sandbox to run more code")
             if self._lost is not None:
                 return ExecResult(status=ExecStatus.CRASHED, notes=(self._lost,), rolled_back=False)
-            size = protocol.code_bytes(code)
-            if size > MAX_CODE_BYTES:  # model output is the input here: a result, not an exception
-                note = (f"the code was not run: it is {size:,} bytes as UTF-8 and a step takes at most "
-                        f"{MAX_CODE_BYTES:,}; split it into smaller steps")
+            request = protocol.encode({"op": "run", "code": code})
+            if protocol.header_bytes(request) > protocol.MAX_HEADER_BYTES:  # model output is the
+                # input here: a result, not an exception
+                size = len(code.encode("utf-8", "replace"))
+                note = (f"the code was not run: it is {size:,} bytes as UTF-8 and a step's request (the code "
+                        f"JSON-escaped) takes at most {protocol.MAX_HEADER_BYTES:,}; split it into smaller steps")
                 return ExecResult(status=ExecStatus.REFUSED, notes=(note,), rolled_back=True)
             started = time.monotonic()
             self._wake_from_idle()
@@ -254,7 +255,7 @@ class Sandbox:
             self._recovery_deadline = started + timeout + self.limits.recovery_s
             self.service.running_changed(self, True)
             try:
-                result = self._guarded_step(code, started + timeout, timeout)
+                result = self._guarded_step(request, started + timeout, timeout)
             finally:
                 self.service.running_changed(self, False)
             if self._memory_victim:
@@ -403,9 +404,9 @@ class Sandbox:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self.run, code, timeout_s)
 
-    def _guarded_step(self, code: str, deadline: float, timeout: float) -> ExecResult:
+    def _guarded_step(self, request: bytes, deadline: float, timeout: float) -> ExecResult:
         try:
-            return self._step(code, deadline, timeout)
+            return self._step(request, deadline, timeout)
         except _Closing:
             self._kill_step()
             return ExecResult(status=ExecStatus.CRASHED, notes=("the sandbox was closed while this step ran",))
@@ -450,7 +451,8 @@ class Sandbox:
                 return message
             self._reader.forget(message.sender_pid)
 
-    def _step(self, code: str, deadline: float, timeout: float) -> ExecResult:
+    def _step(self, request: bytes, deadline: float, timeout: float) -> ExecResult:
+        """Run one encoded ``run`` request in the spare, then commit it or roll it back."""
         with self._step_lock:
             self._step_phase = "started"
         self._awaiting_new_process = True
@@ -474,7 +476,7 @@ class Sandbox:
         # that whatever the code forks inherits it
         procs.set_oom_score_adj(self._step_pid, STEP_OOM_SCORE_ADJ)
         try:
-            protocol.send(self._conn, {"op": "run", "code": code}, deadline=deadline)
+            protocol.send_encoded(self._conn, request, deadline=deadline)
         except protocol.SendTimeout:
             raise _Lost("the holder process stopped reading its socket") from None
         except OSError as exc:
