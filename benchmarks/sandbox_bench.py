@@ -307,6 +307,46 @@ def freeze_cost_ms(service, image, n: int) -> float | None:
         return statistics.median(times)
 
 
+FORK_FLOOR = textwrap.dedent("""\
+    import gc, json, os, select, time
+    from codedance.sandbox.hooks import preload
+    preload()
+    gc.collect(); gc.freeze()
+    forks, exits = [], []
+    for _ in range(N):
+        read, write = os.pipe()
+        started = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            os.write(write, b"r")
+            time.sleep(60)
+            os._exit(0)
+        os.read(read, 1)
+        forks.append(time.perf_counter() - started)
+        os.close(read); os.close(write)
+        time.sleep(0.005)
+        pidfd = os.pidfd_open(pid)
+        started = time.perf_counter()
+        os.kill(pid, 9)
+        select.select([pidfd], [], [])
+        exits.append(time.perf_counter() - started)
+        os.waitpid(pid, 0); os.close(pidfd)
+    median = lambda xs: sorted(xs)[len(xs) // 2] * 1000
+    print(json.dumps({"fork_ms": median(forks), "exit_ms": median(exits)}))
+""")
+
+
+def fork_floor_ms(n: int) -> dict:
+    """The two costs a fork chain adds to every committed step, in a process holding what the
+    zygote preloads (numpy, OpenCV, PIL, matplotlib): a ``fork()`` until the child runs Python,
+    and the exit of a killed copy (the replaced holder) until its parent could reap it. Back to
+    back both fall inside the next step's latency on two cores; paced, the idle time hides them."""
+    code = f"N = {n}\n" + FORK_FLOOR
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            cwd=os.path.join(os.path.dirname(__file__), "..")).stdout
+    return json.loads(output)
+
+
 def hold_many(service, image, n) -> dict:
     def available_mb() -> float:
         with open("/proc/meminfo") as handle:
@@ -374,6 +414,7 @@ def main() -> None:
     measure_latency("fresh", FreshProcess, 5, 5, image, results).close()
     results["codedance"].update(idle_memory_codedance(service, image, 16 if args.quick else 64))
     results["codedance"]["freeze_ms"] = freeze_cost_ms(service, image, 50 if args.quick else 300)
+    results["codedance"].update(fork_floor_ms(20 if args.quick else 100))
 
     for concurrency in (1, 2, 8, 64):
         steps = max(concurrency, 40 if args.quick else 160)
@@ -397,6 +438,8 @@ def report(results: dict) -> None:
             ("image step p50 (ms)", "image_p50"), ("image step p99 (ms)", "image_p99"),
             ("failed step p50 (ms)", "failed_p50"), ("create instance (ms)", "create_ms"),
             ("freeze + thaw per commit or restore (ms)", "freeze_ms"),
+            ("fork of a preloaded process, until the child runs (ms)", "fork_ms"),
+            ("exit of a killed preloaded process (ms)", "exit_ms"),
             ("CPU per image step (ms)", "cpu_ms_per_image_step"),
             ("idle PSS after a trivial step (MB)", "idle_pss_mb_trivial"),
             ("idle USS after a trivial step (MB)", "idle_uss_mb_trivial"),
