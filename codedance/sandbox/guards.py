@@ -27,6 +27,11 @@ The seccomp filter (libseccomp through PyPI ``pyseccomp``) returns ``EPERM`` for
 - other processes: ``prlimit64`` on any pid but 0 (itself; compared on all 64 bits, so no high
   bits can smuggle another pid), ``process_madvise``, ``migrate_pages``, ``move_pages``;
 - host-wide write-back: ``sync``, ``syncfs`` (``fsync`` of one's own files stays);
+- moving file pages into pipes: ``splice``, ``tee``, ``vmsplice``, ``sendfile`` (a pipe filled
+  from a file holds references to its page-cache pages, which the kernel then cannot reclaim yet
+  which the OOM arbiter counts as reclaimable cache: kept by a committed holder, 64 MiB per
+  trajectory went uncounted, red team, stop 23; ``shutil.copyfile`` falls back to read/write
+  when its first ``sendfile`` fails; ``copy_file_range`` stays);
 - out-of-band data (``MSG_OOB``) on ``sendto``/``sendmsg``/``sendmmsg`` and their ``recv*``
   counterparts: nothing here needs it, and on unix sockets it has been a kernel attack surface
   (CVE-2025-38236; Chrome's sandbox denies it too);
@@ -86,6 +91,7 @@ DENIED_SYSCALLS = (
     "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
     "reboot", "swapon", "swapoff", "open_by_handle_at", "name_to_handle_at", "iopl", "ioperm",
     "personality", "acct", "quotactl", "uselib", "sync", "syncfs",
+    "splice", "tee", "vmsplice", "sendfile",
 )  # fmt: skip
 _F_SETFL, _F_SETOWN, _F_SETSIG, _F_SETOWN_EX = 4, 8, 10, 15
 _PROT_WRITE = 0x2

@@ -182,6 +182,8 @@ def test_a_holder_sending_junk_messages_loses_only_its_own_trajectory(jail):
     ("shmget", 29, (0, 4096, 0o1000 | 0o600)), ("semget", 64, (0, 1, 0o1000 | 0o600)),
     ("msgget", 68, (0, 0o1000 | 0o600)), ("mq_open", 240, (0, 0o100, 0o600, 0)),
     ("shutdown", 48, (3, 2)), ("setsockopt", 54, (3, 1, 7, 0, 0)),
+    ("splice", 275, (0, 0, 0, 0, 0, 0)), ("tee", 276, (0, 0, 0, 0)), ("vmsplice", 278, (0, 0, 0, 0)),
+    ("sendfile", 40, (0, 0, 0, 0)),
 ])  # fmt: skip
 def test_denied_kernel_surfaces(jail, name, number, args):
     """Classes 4, 7 and 9: io_uring (which would bypass the socket rules), SysV and POSIX IPC
@@ -193,6 +195,21 @@ def test_denied_kernel_surfaces(jail, name, number, args):
     result = sandbox.run(code)
     assert result.ok and result.stdout == "-1 1\n", (name, result)  # EPERM
     assert sandbox.run("print('alive')").stdout == "alive\n"
+
+
+def test_file_pages_cannot_be_pinned_in_a_pipe_and_copies_still_work(jail):
+    """Red team, stop 23: a pipe filled from a file (splice, sendfile) holds page-cache pages that
+    the OOM arbiter counts as reclaimable; both are refused, and shutil's copy falls back to
+    read/write."""
+    sandbox = jail()
+    code = ("import os, shutil\nopen('a.bin', 'wb').write(b'x' * 10000)\nr, w = os.pipe()\n"
+            "fd = os.open('a.bin', os.O_RDONLY)\nerrors = []\n"
+            "for call in (lambda: os.splice(fd, w, 4096), lambda: os.sendfile(w, fd, 0, 4096)):\n"
+            "    try:\n        call()\n        errors.append('allowed')\n"
+            "    except OSError as exc:\n        errors.append(exc.errno)\n"
+            "shutil.copyfile('a.bin', 'b.bin')\nprint(errors, open('b.bin', 'rb').read() == b'x' * 10000)")
+    result = sandbox.run(code)
+    assert result.ok and result.stdout == "[1, 1] True\n", result
 
 
 def test_io_uring_cannot_open_a_network_socket(jail):
