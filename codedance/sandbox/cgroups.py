@@ -35,6 +35,7 @@ import os
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 _ROOT = "/sys/fs/cgroup"
@@ -299,8 +300,9 @@ class TrajectoryCgroup:
                 self._freezer = (control, control, b"FROZEN", b"THAWED", b"FROZEN\n")
         return self._freezer
 
-    def freeze(self, deadline: float) -> bool:
-        """Stop every process of the group; True once all are frozen, False at ``deadline``."""
+    def freeze(self, deadline: float, give_up: Callable[[], bool] | None = None) -> bool:
+        """Stop every process of the group; True once all are frozen, False at ``deadline`` (or
+        as soon as ``give_up()`` is true)."""
         if self.freezer_dir is None:
             return False
         control, state, command, _, frozen = self._freezer_files()
@@ -311,7 +313,7 @@ class TrajectoryCgroup:
             text = os.pread(state, 256, 0)
             if (frozen in text.splitlines()) if self.layout.version == 2 else text == frozen:
                 return True
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or (give_up is not None and give_up()):
                 return False
             spins += 1
             if spins < 50:

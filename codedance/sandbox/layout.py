@@ -49,8 +49,8 @@ class Limits:
             _check_count(name, getattr(self, name), minimum=1)
         for name in ("max_images", "output_head", "output_tail", "error_chars"):
             _check_count(name, getattr(self, name), minimum=0)
-        for name in ("cpus", "recovery_s"):
-            positive_finite(f"Limits.{name}", getattr(self, name))
+        positive_finite("Limits.cpus", self.cpus)
+        seconds("Limits.recovery_s", self.recovery_s)
         if self.max_message < self.max_image_bytes + (1 << 20):
             raise ValueError("max_message must leave room for max_image_bytes plus 1 MiB of text")
 
@@ -58,6 +58,17 @@ class Limits:
 def _check_count(name: str, value, minimum: int) -> None:
     if type(value) is not int or value < minimum:
         raise ValueError(f"Limits.{name} must be an int >= {minimum}, got {value!r}")
+
+
+MAX_SECONDS = 7 * 24 * 3600  # the longest timeout taken: every wait below stays within poll()'s int milliseconds
+
+
+def seconds(name: str, value) -> float:
+    """`positive_finite`, and at most ``MAX_SECONDS`` (a week), else ValueError naming ``name``."""
+    value = positive_finite(name, value)
+    if value > MAX_SECONDS:
+        raise ValueError(f"{name} must be at most {MAX_SECONDS} seconds (a week), got {value!r}")
+    return value
 
 
 def positive_finite(name: str, value) -> float:

@@ -63,6 +63,8 @@ class SandboxPool:
     def close(self) -> None:
         with self._lock:
             sandboxes = list(self._live)
+        for sandbox in sandboxes:  # every run woken first: closing one does not wait on another's
+            sandbox.begin_closing()
         for sandbox in sandboxes:
             sandbox.close()
         self._executor.shutdown(wait=True, cancel_futures=True)

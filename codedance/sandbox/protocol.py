@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import select
 import socket
 import struct
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 from codedance.types import ExecError, ExecResult, ExecStatus, Image, png_size
 
 _HEADER = struct.Struct(">I")
+_POLL_MS_MAX = (1 << 31) - 1
 _UCRED = struct.Struct("iII")  # pid, uid, gid
 MAX_HEADER_BYTES = 1 << 20
 MAX_BLOBS = 64
@@ -99,26 +101,39 @@ def header_bytes(message: bytes) -> int:
 
 
 def send(sock: socket.socket, body: dict, blobs: tuple[bytes, ...] | list[bytes] = (),
-         deadline: float | None = None) -> None:
-    """Send one message whole, by ``deadline`` (`SendTimeout`), on a blocking or non-blocking socket."""
-    send_encoded(sock, encode(body, blobs), deadline)
+         deadline: float | None = None, interrupt_fd: int | None = None) -> None:
+    """Send one message whole, by ``deadline`` (`SendTimeout`), on a blocking or non-blocking
+    socket; a wait ends with `Interrupted` as soon as ``interrupt_fd`` turns readable."""
+    send_encoded(sock, encode(body, blobs), deadline, interrupt_fd)
 
 
-def send_encoded(sock: socket.socket, message: bytes, deadline: float | None = None) -> None:
+def send_encoded(sock: socket.socket, message: bytes, deadline: float | None = None,
+                 interrupt_fd: int | None = None) -> None:
     """`send` for a message already encoded (`encode`)."""
     data = memoryview(message)
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLOUT)
+    if interrupt_fd is not None:
+        poller.register(interrupt_fd, select.POLLIN)
     while data:
         try:
             data = data[sock.send(data) :]
             continue
         except BlockingIOError:
             pass
-        timeout_ms = None if deadline is None else int((deadline - time.monotonic()) * 1000) + 1
-        if timeout_ms is not None and timeout_ms <= 0:
+        timeout_ms = _poll_ms(deadline)
+        if timeout_ms == 0:
             raise SendTimeout("the peer stopped reading")
-        poller.poll(timeout_ms)
+        if any(fd == interrupt_fd for fd, _ in poller.poll(timeout_ms)):
+            raise Interrupted("the send was interrupted")
+
+
+def _poll_ms(deadline: float | None) -> int | None:
+    """``poll()``'s timeout until ``deadline``: None (no deadline), 0 once past it, else at least
+    1 and at most what its int argument holds."""
+    if deadline is None:
+        return None
+    return min(max(0, math.ceil((deadline - time.monotonic()) * 1000)), _POLL_MS_MAX)
 
 
 def wait_readable(fd: int, deadline: float | None) -> bool:
@@ -132,8 +147,7 @@ def wait_any(fds: tuple[int, ...], deadline: float | None) -> set[int]:
     poller = select.poll()
     for fd in fds:
         poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-    timeout_ms = None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000) + 1)
-    return {fd for fd, _ in poller.poll(timeout_ms)}
+    return {fd for fd, _ in poller.poll(_poll_ms(deadline))}
 
 
 def _reject_constant(name: str) -> None:

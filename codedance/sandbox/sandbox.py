@@ -62,7 +62,7 @@ from codedance.sandbox.cgroups import TrajectoryCgroup
 from codedance.sandbox.execution import executes_nothing
 from codedance.sandbox.inputs import ImageInput
 from codedance.sandbox.isolation import Isolation
-from codedance.sandbox.layout import Limits, positive_finite
+from codedance.sandbox.layout import Limits, seconds
 from codedance.sandbox.service import SandboxService, ServiceError, default_service
 from codedance.types import ExecResult, ExecStatus
 
@@ -109,8 +109,8 @@ class Sandbox:
                  limits: Limits | None = None, require: str | tuple[str, ...] | None = None,
                  service: SandboxService | None = None, executor: Executor | None = None,
                  start_timeout_s: float = 30.0):
-        self.timeout_s = positive_finite("timeout_s", timeout_s)
-        positive_finite("start_timeout_s", start_timeout_s)
+        self.timeout_s = seconds("timeout_s", timeout_s)
+        seconds("start_timeout_s", start_timeout_s)
         self.limits = limits or Limits()
         self.service = service or default_service()
         self._executor = executor
@@ -231,7 +231,7 @@ class Sandbox:
         Returns within ``timeout_s + limits.recovery_s`` whatever the snippet does."""
         if not isinstance(code, str):
             raise TypeError(f"code must be a str, got {type(code).__name__}")
-        timeout = self.timeout_s if timeout_s is None else positive_finite("timeout_s", timeout_s)
+        timeout = self.timeout_s if timeout_s is None else seconds("timeout_s", timeout_s)
         while not self._lock.acquire(timeout=0.05):
             if self._closed:
                 raise SandboxClosed("this sandbox is closed; create a new Sandbox to run more code")
@@ -476,7 +476,9 @@ class Sandbox:
         # that whatever the code forks inherits it
         procs.set_oom_score_adj(self._step_pid, STEP_OOM_SCORE_ADJ)
         try:
-            protocol.send_encoded(self._conn, request, deadline=deadline)
+            protocol.send_encoded(self._conn, request, deadline=deadline, interrupt_fd=self._interrupt)
+        except protocol.Interrupted:
+            raise _Closing() from None
         except protocol.SendTimeout:
             raise _Lost("the holder process stopped reading its socket") from None
         except OSError as exc:
@@ -671,7 +673,9 @@ class Sandbox:
         if self._closed:
             raise _Closing()
         if (self._cgroup is not None and self._cgroup.can_freeze
-                and not self._cgroup.freeze(self._recovery_deadline)):
+                and not self._cgroup.freeze(self._recovery_deadline, give_up=lambda: self._closed)):
+            if self._closed:
+                raise _Closing()
             raise _Lost("the trajectory's processes could not be frozen in time")
 
     def _thaw(self) -> None:
@@ -681,7 +685,9 @@ class Sandbox:
     def _resume(self, deadline: float) -> bool:
         """Let the holder fork its next spare step process (it waits for this after a failure)."""
         try:
-            protocol.send(self._conn, {"op": "resume"}, deadline=deadline)
+            protocol.send(self._conn, {"op": "resume"}, deadline=deadline, interrupt_fd=self._interrupt)
+        except protocol.Interrupted:
+            raise _Closing() from None
         except (OSError, protocol.SendTimeout):
             return False
         return True

@@ -78,6 +78,14 @@ def test_bad_code_gets_a_clear_error_or_status(make):
     assert not sb.run("y = 1").executed_nothing
 
 
+def test_a_run_timeout_over_a_week_is_refused_and_the_trajectory_kept(make):
+    sb = make()
+    assert sb.run("kept = 7").ok
+    with pytest.raises(ValueError, match="at most"):
+        sb.run("print(kept)", timeout_s=1e7)
+    assert sb.run("print(kept)").stdout == "7\n"
+
+
 def test_code_too_long_for_a_request_is_refused_and_the_trajectory_kept(make):
     """Model output is the input: a snippet over 1 MiB as UTF-8 (red team, stop 22: it lost the
     trajectory, the jail's side refusing the stream) is refused unrun, with what to do."""
@@ -92,11 +100,13 @@ def test_code_too_long_for_a_request_is_refused_and_the_trajectory_kept(make):
 
 
 @pytest.mark.parametrize("bad", [
-    {"timeout_s": float("nan")}, {"start_timeout_s": float("inf")},
-    {"limits": {"recovery_s": float("nan")}}, {"limits": {"cpus": 0}}, {"limits": {"memory": 1.5e9}},
+    {"timeout_s": float("nan")}, {"start_timeout_s": float("inf")}, {"timeout_s": 1e7},
+    {"limits": {"recovery_s": float("nan")}}, {"limits": {"recovery_s": 1e9}}, {"limits": {"cpus": 0}},
+    {"limits": {"memory": 1.5e9}},
     {"limits": {"max_images": -1}},
 ])  # fmt: skip
 def test_bad_settings_are_refused_before_anything_starts(service, bad):
+    """(A timeout over a week overflowed poll() and lost the trajectory: red team, stop 23.)"""
     with pytest.raises(ValueError, match="must be"):
         settings = {key: Limits(**value) if key == "limits" else value for key, value in bad.items()}
         Sandbox(service=service, **settings)

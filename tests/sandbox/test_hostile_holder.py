@@ -15,15 +15,20 @@ forgery one-shot across rolled-back steps.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import platform
 import stat
+import struct
+import termios
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from codedance.sandbox import Limits, SandboxService
+from codedance.sandbox.pool import SandboxPool
 from codedance.types import ExecStatus
 from tests.sandbox.conftest import assert_only_holder_and_spare, assert_state_intact, prepare_state
 
@@ -610,3 +615,64 @@ def test_a_holder_that_cannot_fork_reports_a_step_that_could_not_start(jail):
     assert result.status is ExecStatus.OOM and result.rolled_back, result
     assert "could not be forked" in result.notes[0], result
     assert_state_intact(sandbox, expected)
+
+
+# A committed step makes every later spare sleep instead of reading its code.
+NEVER_READS_ITS_CODE = """
+import sys, time
+_runtime = sys.modules['__main__']
+def _never_reads_run(reader, op, stale=(), _real=_runtime._expect):
+    if op == 'run':
+        time.sleep(10 ** 6)
+    return _real(reader, op, stale)
+_runtime._expect = _never_reads_run
+"""
+LONG_CODE = "x = 1\n#" + "#" * (900 << 10)  # more than the socket's buffer, under the 1 MiB limit
+
+
+def _wait_until_code_is_queued(sandbox, timeout_s: float = 10.0) -> None:
+    """Until the controller's socket to the jail holds bytes nobody has read: the code's send."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        queued = fcntl.ioctl(sandbox._conn.fileno(), termios.TIOCOUTQ, b"\0" * 4)
+        if struct.unpack("i", queued)[0] > 0:
+            return
+        time.sleep(0.01)
+    raise AssertionError("the code was never sent")
+
+
+def test_close_wakes_a_run_whose_code_the_holder_never_reads(jail):
+    """Red team, stop 23: a spare that never reads its code blocked the send of a long snippet
+    until the run's deadline, and close() waited its whole 15 s; now the send watches the
+    sandbox's interrupt."""
+    sandbox = jail(timeout_s=120)
+    assert sandbox.run(NEVER_READS_ITS_CODE).ok
+    with ThreadPoolExecutor(1) as runs:
+        pending = runs.submit(sandbox.run, LONG_CODE)
+        _wait_until_code_is_queued(sandbox)
+        started = time.monotonic()
+        sandbox.close()
+        assert time.monotonic() - started < 5
+        result = pending.result(timeout=10)
+    assert result.status is CRASHED and "closed while this step ran" in result.notes[0], result
+
+
+def test_a_pool_wakes_every_run_before_it_closes_any(service):
+    """Red team, stop 23: `SandboxPool.close()` closed its sandboxes one after another, each
+    waiting for its own run: k blocked runs cost k waits."""
+    pool = SandboxPool(max_running=4, service=service, timeout_s=120)
+    sandboxes = [pool.sandbox() for _ in range(3)]
+    if not all(sb.isolation.namespaces and sb.isolation.seccomp for sb in sandboxes):
+        pool.close()
+        pytest.skip("hostile tests need the jail's PID namespace and seccomp")
+    for sandbox in sandboxes:
+        assert "Seccomp:\t2" in Path(f"/proc/{sandbox._holder_pid}/status").read_text()
+        assert sandbox.run(NEVER_READS_ITS_CODE).ok
+    with ThreadPoolExecutor(3) as runs:
+        pending = [runs.submit(sandbox.run, LONG_CODE) for sandbox in sandboxes]
+        for sandbox in sandboxes:
+            _wait_until_code_is_queued(sandbox)
+        started = time.monotonic()
+        pool.close()
+        assert time.monotonic() - started < 10
+        assert all(future.result(timeout=10).status is CRASHED for future in pending)
