@@ -31,7 +31,11 @@ What makes it safe against a hostile trajectory (one whose processes race the co
   checked with ``fstat``, so a FIFO swapped in cannot block the controller.
 - **Every entry is counted** (of any type) against the entry limit, directories are bounded in
   depth, and files must belong to the trajectory's uid (a hard link to someone else's file is
-  refused).
+  refused). A file with more than one name (hard links) is refused too: the store would keep a
+  copy per name and a restore write one (red team, stop 23: 1,000 links to one 256 KiB file took
+  250 MiB of the host's disk; a byte appended to a file with 300 links needed 300 MiB to roll
+  back). A file counts its length plus any space allocated past its end (``fallocate`` with
+  ``KEEP_SIZE``).
 - **After a restore the manifest is what the controller wrote** (``fstat`` of the files it
   created), never a re-scan of a directory the trajectory can change.
 - Long operations check a deadline (`DeadlinePassed`), so a step that left millions of entries
@@ -211,13 +215,22 @@ def scan(root_fd: int, *, protected: frozenset[str] = frozenset(), owner_uid: in
                             raise LimitExceeded(f"directories nested deeper than {MAX_DEPTH} levels")
                         pending.append((relative, depth + 1))
                     else:
-                        total += info.st_size
+                        if info.st_nlink != 1:
+                            raise Unkeepable(f"{relative!r} is one file with {info.st_nlink} names (hard "
+                                             "links); keep one name per file (copy it rather than link it)")
+                        total += info.st_size + _allocated_past_end(info)
                         if total > max_bytes:
                             raise LimitExceeded(f"more than {max_bytes >> 20} MiB in the working directory")
                     entries[relative] = entry
         finally:
             os.close(fd)
     return entries
+
+
+def _allocated_past_end(info: os.stat_result) -> int:
+    """Space allocated to a file beyond its last block (``fallocate`` with ``KEEP_SIZE``)."""
+    block = info.st_blksize or 4096
+    return max(0, info.st_blocks * 512 - -(-info.st_size // block) * block)
 
 
 def _kind_name(mode: int) -> str:

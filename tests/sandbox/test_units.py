@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
 import struct
@@ -198,10 +199,27 @@ def test_sparse_files_are_kept_sparse(tmp_path):
     assert os.stat(work / "sparse.bin").st_blocks * 512 < 1 << 20
 
 
+def test_space_allocated_past_a_files_end_counts_against_the_byte_limit(tmp_path):
+    """Red team, stop 23: ``fallocate(FALLOC_FL_KEEP_SIZE)`` kept 200 MiB under a 64 MiB limit."""
+    work = tmp_path / "work"
+    work.mkdir()
+    snapshot = WorkdirSnapshot(str(work), str(tmp_path / "s"), protected=frozenset(), owner=None,
+                               max_entries=100, max_bytes=1 << 20)  # fmt: skip
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open(work / "small.bin", "wb") as handle:
+        handle.write(b"x")
+        if libc.fallocate(handle.fileno(), 1, ctypes.c_long(0), ctypes.c_long(4 << 20)) != 0:  # KEEP_SIZE
+            pytest.skip(f"no fallocate here: {os.strerror(ctypes.get_errno())}")
+    assert os.stat(work / "small.bin").st_size == 1
+    with pytest.raises(LimitExceeded, match="MiB in the working directory"):
+        snapshot.checkpoint()
+
+
 @pytest.mark.parametrize("make_it,match", [
     (lambda w: os.symlink("/etc", w / "link"), "symlink"),
     (lambda w: os.mkfifo(w / "fifo"), "FIFO"),
     (lambda w: socket.socket(socket.AF_UNIX).bind(str(w / "sock")), "socket"),
+    (lambda w: ((w / "a").write_text("x"), os.link(w / "a", w / "b")), "2 names"),  # red team, stop 23
 ])  # fmt: skip
 def test_only_files_and_directories_are_kept(tmp_path, make_it, match):
     work = tmp_path / "work"
