@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Iterator
 
 KEEP_IDLE = 4  # helpers kept between restores (each about 10 MB; restores run one per helper)
+_FULL = (errno.ENOMEM, errno.ENOBUFS, errno.ENOSPC)  # the service's memory, or the work root's tmpfs, is full
 FULL_RETRY_S = 0.01  # between two tries of a copy the full service refused (the arbiter looks every 20 ms)
 _JOIN, _LEAVE, _COPY = b"J", b"L", b"C"
 _STARTED = b"R"
@@ -204,7 +205,7 @@ class ChargedCopies:
                     return
                 except OSError as exc:
                     joined = False  # a helper that answers with an error has gone home
-                    if exc.errno not in (errno.ENOMEM, errno.ENOBUFS):
+                    if exc.errno not in _FULL:
                         raise
                     if time.monotonic() + FULL_RETRY_S > deadline:
                         raise TimeoutError(errno.ETIMEDOUT, "no memory for the restore before its deadline") from exc

@@ -43,6 +43,7 @@ from codedance.sandbox.files import remove_tree
 from codedance.sandbox.idle import IdleFreezer
 from codedance.sandbox.isolation import Isolation, bubblewrap_problem, seccomp_problem
 
+INODE_BYTES = 128  # the work root's tmpfs has one inode slot per this many bytes of its size
 # one thread per step: a step that leaves threads alive is refused, and steps are bounded by cores
 SINGLE_THREADED = {
     "OPENBLAS_NUM_THREADS": "1",
@@ -181,9 +182,12 @@ class SandboxService:
         total = self.memory_total
         if self.cgroup_layout is not None:  # every page on the pool is charged to a trajectory, so the
             total += total // 4  # memory cgroups stop writes first and the arbiter decides (v2: restores)
-        # an inode costs about 1 KiB of the trajectory's own (memory-cgroup charged) kernel memory:
-        # with one inode per KiB, no trajectory can use up the pool's inodes before its memory
-        inodes = max(4 << 20, total // 1024)
+        # the pool's inode slots are shared, and each name takes one (a hard link too, for a
+        # ~200 B dentry charged to the trajectory's memory cgroup): one slot per 128 bytes means
+        # no trajectory can take them all before its memory runs out and the arbiter decides (red
+        # team, stop 23: 4 Mi links took every slot with the service at 811 MiB of 2 GiB, and an
+        # honest neighbour's restore failed with ENOSPC)
+        inodes = total // INODE_BYTES
         self.work_on_tmpfs = mounts.mount_tmpfs(self.work_root, size_bytes=total, inodes=inodes) is None
         self.store_root = tempfile.mkdtemp(prefix=f"{name}-store-")
         os.chmod(self.work_root, 0o711)

@@ -42,6 +42,17 @@ def service():
     svc.close()
 
 
+def test_no_trajectory_can_take_every_inode_slot_of_the_work_root_before_its_memory(service):
+    """Red team, stop 23: every name on the work root's tmpfs takes an inode slot, a hard link
+    for ~200 B of the trajectory's kernel memory; 4 Mi links took every slot of the pool with the
+    service at 811 MiB of 2 GiB, and an honest neighbour's restore then failed. Filling the
+    slots must cost more memory than the service has, so the arbiter decides first."""
+    if not service.work_on_tmpfs:
+        pytest.skip("the work root is not a tmpfs here")
+    slots = os.statvfs(service.work_root).f_files
+    assert slots * 200 > 1.25 * service.memory_total, (slots, service.memory_total)
+
+
 def test_the_largest_growers_come_first_idle_ones_past_a_floor_and_only_past_the_slack_when_nearly_full():
     mib = 1 << 20
     growths = [("a", 10 * mib, 10 * mib, True), ("b", 300 * mib, 300 * mib, True), ("c", 200 * mib, 200 * mib, False)]
