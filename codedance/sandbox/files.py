@@ -50,6 +50,7 @@ import ctypes
 import errno
 import os
 import stat
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -366,17 +367,56 @@ def _own(fd: int, mode: int, owner: tuple[int, int] | None) -> os.stat_result:
     return os.fstat(fd)
 
 
+class StoreBudget:
+    """What the stores of all a service's trajectories may hold together on their file system
+    (the host's disk under ``TMPDIR``, not the memory-charged work root): entries and bytes.
+    Each checkpoint claims its trajectory's new totals before it copies anything; a claim that
+    does not fit refuses the commit (the trajectory is kept). Without it, n trajectories may keep
+    n × ``Limits.workdir_files`` entries there (red team, stop 23: ~1,550 trajectories of empty
+    files would use up this host's inodes, and then every checkpoint, and the host, fail)."""
+
+    SHARE = 0.5  # of the file system's free space and free inodes when the service starts
+
+    def __init__(self, entries: int, size: int):
+        self.entries, self.size = entries, size
+        self._claims: dict[int, tuple[int, int]] = {}
+        self._claimed = (0, 0)  # the sums of all claims
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of_free_space(cls, path: str) -> StoreBudget:
+        info = os.statvfs(path)
+        return cls(int(info.f_favail * cls.SHARE), int(info.f_bavail * info.f_frsize * cls.SHARE))
+
+    def claim(self, owner: int, entries: int, size: int) -> bool:
+        """Make (``entries``, ``size``) ``owner``'s claim if all claims then fit; False (its claim
+        unchanged) if not."""
+        with self._lock:
+            old_entries, old_size = self._claims.get(owner, (0, 0))
+            total = (self._claimed[0] - old_entries + entries, self._claimed[1] - old_size + size)
+            if total[0] > self.entries or total[1] > self.size:
+                return False
+            self._claims[owner], self._claimed = (entries, size), total
+            return True
+
+    def release(self, owner: int) -> None:
+        with self._lock:
+            entries, size = self._claims.pop(owner, (0, 0))
+            self._claimed = (self._claimed[0] - entries, self._claimed[1] - size)
+
+
 class WorkdirSnapshot:
     """The last good state of ``workdir``, kept in ``store`` (a directory the jail cannot see).
 
     ``protected``: top-level names (the read-only inputs) that are neither kept nor touched.
     ``owner``: the trajectory's (uid, gid); files must be its own and are restored as its own.
+    ``budget``: shared with the service's other trajectories (`StoreBudget`), claimed per checkpoint.
     """
 
     def __init__(self, workdir: str, store: str, *, protected: frozenset[str], owner: tuple[int, int] | None,
-                 max_entries: int, max_bytes: int):
+                 max_entries: int, max_bytes: int, budget: StoreBudget | None = None):
         self.workdir, self.store, self.protected, self.owner = workdir, store, protected, owner
-        self.max_entries, self.max_bytes = max_entries, max_bytes
+        self.max_entries, self.max_bytes, self.budget = max_entries, max_bytes, budget
         os.makedirs(store, mode=_STORE_DIR_MODE, exist_ok=True)
         os.chmod(store, _STORE_DIR_MODE)  # searchable by the trajectory's identity (see acting_as)
         self._work_fd = os.open(workdir, _DIR)
@@ -386,6 +426,8 @@ class WorkdirSnapshot:
         self.checkpoint()
 
     def close(self) -> None:
+        if self.budget is not None:
+            self.budget.release(id(self))
         for fd in (self._work_fd, self._store_fd):
             if fd >= 0:
                 os.close(fd)
@@ -409,6 +451,7 @@ class WorkdirSnapshot:
             return
         before_writing()
         current = self._scan(deadline)
+        self._claim(current)
         clock = _Clock(deadline)
         try:
             for relative in sorted(self.manifest, reverse=True):  # children before their parents
@@ -434,6 +477,14 @@ class WorkdirSnapshot:
             self.broken = True
             raise SnapshotBroken(f"saving the working directory failed halfway: {exc}") from exc
         self.manifest = current
+
+    def _claim(self, entries: dict[str, Entry]) -> None:
+        size = sum(entry.size for entry in entries.values() if entry.kind == "file")
+        if self.budget is not None and not self.budget.claim(id(self), len(entries), size):
+            raise LimitExceeded(
+                f"the service's store of committed files is full ({self.budget.entries:,} entries, "
+                f"{self.budget.size >> 20:,} MiB for all its sandboxes, on the host's disk under TMPDIR): "
+                "keep fewer or smaller files, or close idle sandboxes")
 
     def restore(self, deadline: float | None = None, before_writing: Callable[[], None] = lambda: None,
                 copy: Copier = copy_data) -> None:

@@ -169,6 +169,7 @@ class Sandbox:
         self._files = files.WorkdirSnapshot(
             self.workdir, store, protected=dirs.protected, owner=dirs.owner,
             max_entries=self.limits.workdir_files, max_bytes=self.limits.workdir_bytes,
+            budget=self.service.store_budget,
         )  # fmt: skip
         if self.service.cgroup_layout is not None:
             self._cgroup = TrajectoryCgroup(self.service.cgroup_layout, memory_bytes=self.limits.memory,

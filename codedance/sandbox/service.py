@@ -39,7 +39,7 @@ import codedance
 from codedance.sandbox import cgroups, leftovers, mounts
 from codedance.sandbox.arbiter import OomArbiter
 from codedance.sandbox.charged_copy import ChargedCopies, copy_data
-from codedance.sandbox.files import remove_tree
+from codedance.sandbox.files import StoreBudget, remove_tree
 from codedance.sandbox.idle import IdleFreezer
 from codedance.sandbox.isolation import Isolation, bubblewrap_problem, seccomp_problem
 
@@ -190,6 +190,7 @@ class SandboxService:
         inodes = total // INODE_BYTES
         self.work_on_tmpfs = mounts.mount_tmpfs(self.work_root, size_bytes=total, inodes=inodes) is None
         self.store_root = tempfile.mkdtemp(prefix=f"{name}-store-")
+        self.store_budget = StoreBudget.of_free_space(self.store_root)
         os.chmod(self.work_root, 0o711)
         # input images stay on disk (read-only in the jail): on the tmpfs they would be memory
         self.inputs_root = tempfile.mkdtemp(prefix=f"{name}-inputs-") if self.work_on_tmpfs else None

@@ -13,6 +13,7 @@ import pytest
 from PIL import Image as PILImage
 
 from codedance.sandbox import Limits, Sandbox, SandboxClosed, SandboxService, SandboxUnavailable
+from codedance.sandbox.files import StoreBudget
 from codedance.sandbox.pool import SandboxPool
 from codedance.types import ExecStatus, Image
 
@@ -76,6 +77,25 @@ def test_bad_code_gets_a_clear_error_or_status(make):
     assert sb.run("print(kept)").stdout == "7\n"  # a refused timeout costs the trajectory nothing
     assert sb.run("# only a comment\npass").executed_nothing
     assert not sb.run("y = 1").executed_nothing
+
+
+def test_a_commit_past_the_services_store_budget_is_refused_and_the_trajectory_kept(service, make):
+    """The committed copies of all trajectories share one budget on the host's disk (red team,
+    stop 23); a commit that does not fit is refused, rolled back, with what to do."""
+    roomy = make()
+    assert roomy.run("open('a.txt', 'w').write('a')").ok  # claimed from the service's real budget
+    real = service.store_budget
+    service.store_budget = StoreBudget(entries=3, size=1 << 20)
+    try:
+        sb = make()
+    finally:
+        service.store_budget = real
+    assert sb.run("kept = 7\nopen('a.txt', 'w').write('a')").ok
+    refused = sb.run("for i in range(5):\n    open(f'f{i}', 'w').write('x')")
+    assert refused.status is ExecStatus.REFUSED and refused.rolled_back, refused
+    assert "store of committed files is full" in refused.notes[0] and "close idle sandboxes" in refused.notes[0]
+    after = sb.run("import os\nprint(kept, sorted(n for n in os.listdir('.') if n[0] != '.'))")
+    assert after.ok and after.stdout == "7 ['a.txt']\n", after
 
 
 def test_a_run_timeout_over_a_week_is_refused_and_the_trajectory_kept(make):

@@ -15,7 +15,13 @@ import pytest
 from codedance.sandbox import protocol
 from codedance.sandbox.capture import BoundedText, ImageCollector, array_to_image
 from codedance.sandbox.execution import describe_failure, executes_nothing, run_snippet
-from codedance.sandbox.files import LimitExceeded, Unkeepable, WorkdirSnapshot, remove_tree
+from codedance.sandbox.files import (
+    LimitExceeded,
+    StoreBudget,
+    Unkeepable,
+    WorkdirSnapshot,
+    remove_tree,
+)
 from codedance.sandbox.layout import Limits
 
 
@@ -197,6 +203,28 @@ def test_sparse_files_are_kept_sparse(tmp_path):
     snapshot.restore()
     assert (work / "sparse.bin").read_bytes() == expected
     assert os.stat(work / "sparse.bin").st_blocks * 512 < 1 << 20
+
+
+def test_the_stores_of_all_trajectories_share_one_budget(tmp_path):
+    """Red team, stop 23: the stores (on the host's disk) had no bound across trajectories."""
+    budget = StoreBudget(entries=5, size=1 << 20)
+    snapshots = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        snapshots.append(WorkdirSnapshot(str(tmp_path / name), str(tmp_path / f"store-{name}"), protected=frozenset(),
+                                         owner=None, max_entries=100, max_bytes=1 << 20, budget=budget))
+        for i in range(3):
+            (tmp_path / name / f"f{i}").write_text("x")
+    a, b = snapshots
+    a.checkpoint()
+    with pytest.raises(LimitExceeded, match="store of committed files is full"):
+        b.checkpoint()
+    b.restore()
+    assert os.listdir(tmp_path / "b") == []
+    a.close()
+    (tmp_path / "b" / "g").write_text("y")
+    b.checkpoint()
+    assert sorted(b.manifest) == ["g"]
 
 
 def test_space_allocated_past_a_files_end_counts_against_the_byte_limit(tmp_path):
