@@ -248,8 +248,6 @@ class TrajectoryCgroup:
         self._frozen = False
         self._freezer: tuple[int, int, bytes, bytes, bytes] | None = None
         self._memory_files: tuple[int, int] | None = None
-        pids_root = _ROOT if layout.version == 2 else os.path.join(_ROOT, "pids")
-        self._pids_path = ("/" + os.path.relpath(self.pids_dir, pids_root)).encode()  # as /proc/<pid>/cgroup says
         for directory in self.directories():
             os.mkdir(directory)
         if layout.version == 2:
@@ -352,31 +350,8 @@ class TrajectoryCgroup:
         a pidfd and only if it is still a member; how many were listed."""
         others = self.pids() - {except_pid}
         for pid in others:
-            try:
-                pidfd = os.pidfd_open(pid)
-            except OSError:  # gone already
-                continue
-            try:
-                if self._is_member(pid):
-                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            finally:
-                os.close(pidfd)
+            _kill_if_member(pid, self.pids_dir)
         return len(others)
-
-    def _is_member(self, pid: int) -> bool:
-        """Whether ``pid`` (pinned by an open pidfd) is in this group's pids hierarchy."""
-        try:
-            with open(f"/proc/{pid}/cgroup", "rb") as handle:
-                lines = handle.read().splitlines()
-        except OSError:
-            return False
-        for line in lines:
-            _, controllers, path = line.split(b":", 2)
-            if (self.layout.version == 2 and controllers == b"") or b"pids" in controllers.split(b","):
-                return path == self._pids_path
-        return False
 
     def oom_kills(self) -> int:
         """How many processes the kernel's OOM killer has killed in this group so far."""
@@ -462,6 +437,44 @@ def remove_parent(layout: CgroupLayout) -> None:
             pass
 
 
+def _kill_if_member(pid: int, group_dir: str) -> None:
+    """SIGKILL ``pid`` through a pidfd, and only if the process the pidfd pins is in
+    ``group_dir`` (a pid listed there may have exited and been given to another process since)."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:  # gone already
+        return
+    try:
+        if _is_member(pid, group_dir):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    finally:
+        os.close(pidfd)
+
+
+def _is_member(pid: int, group_dir: str) -> bool:
+    """Whether ``pid`` is in ``group_dir`` (a directory under ``_ROOT``: cgroup v2's, or v1's
+    under the hierarchy named by its first component), as ``/proc/<pid>/cgroup`` says."""
+    relative = os.path.relpath(group_dir, _ROOT)
+    if os.path.exists(os.path.join(_ROOT, "cgroup.controllers")):
+        hierarchy, path = "", "/" + relative
+    else:
+        hierarchy, _, rest = relative.partition("/")
+        path = "/" + rest
+    try:
+        with open(f"/proc/{pid}/cgroup", "rb") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return False
+    wanted = set(hierarchy.encode().split(b","))
+    for line in lines:
+        _, controllers, listed = line.split(b":", 2)
+        if (controllers == b"") if not hierarchy else bool(wanted & set(controllers.split(b","))):
+            return listed == os.path.normpath(path).encode()
+    return False
+
+
 def remove_service_groups(service_dir_name: str) -> int:
     """Kill every process left in a dead service's groups and remove them; how many were removed.
     Used by the sweep of leftovers (``codedance sandbox gc``)."""
@@ -481,10 +494,7 @@ def remove_service_groups(service_dir_name: str) -> int:
                 if not pids:
                     break
                 for pid in pids:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                    _kill_if_member(pid, directory)
                 time.sleep(0.005)
             _rmdir_when_empty(directory)
             removed += not os.path.exists(directory)

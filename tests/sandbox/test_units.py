@@ -6,8 +6,10 @@ import ctypes
 import os
 import socket
 import struct
+import subprocess
 import time
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -407,6 +409,32 @@ def test_a_parsed_header_waiting_for_its_blobs_is_not_parsed_again(monkeypatch):
 def test_executes_nothing_never_raises_on_pathological_code():
     assert executes_nothing("x = 1" + " + 1" * 100_000) is False
     assert executes_nothing("(" * 10_000 + ")" * 10_000) is False
+
+
+def test_a_listed_pid_is_killed_only_while_it_is_in_that_group():
+    """What `codedance sandbox gc` and the trajectories' kills rely on: a pid read from a group's
+    list is signalled only if the process is still in that group (red team, stop 23: the sweep
+    killed by pid number, and a pid can be reused by then)."""
+    from codedance.sandbox import cgroups
+
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        lines = Path(f"/proc/{child.pid}/cgroup").read_text().splitlines()
+        v2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+        found = [line.split(":", 2)[2] for line in lines
+                 if (line.split(":")[1] == "" if v2 else "pids" in line.split(":")[1].split(","))]  # fmt: skip
+        if not found:
+            pytest.skip("no pids cgroup here")
+        own = os.path.join("/sys/fs/cgroup", "" if v2 else "pids", found[0].lstrip("/"))
+        other = os.path.join(own, "not-this-one")
+        cgroups._kill_if_member(child.pid, other)
+        with pytest.raises(subprocess.TimeoutExpired):  # not a member there: left alone
+            child.wait(timeout=0.5)
+        cgroups._kill_if_member(child.pid, own)
+        assert child.wait(timeout=10) == -9
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_the_sweep_ignores_lock_names_that_are_not_a_services(tmp_path, monkeypatch):
