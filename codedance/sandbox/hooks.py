@@ -86,11 +86,13 @@ def preload() -> dict:
     figure.savefig(io.BytesIO(), format="png")  # font cache and fonts loaded now, not per step
     plt.close("all")
     Hooks.install()
-    from codedance.sandbox import capture, execution, guards  # noqa: F401
+    from codedance.sandbox import capture, execution, guards  # noqa: F401  (capture, execution: imported once)
 
     try:
-        import pyseccomp  # noqa: F401  (imported here once, not in every holder)
+        import pyseccomp  # (imported here once, not in every holder)
     except (ImportError, OSError):
         pass
+    else:
+        guards.highest_known_syscall(pyseccomp)
 
     return dict(vars(builtins))
