@@ -109,6 +109,7 @@ def _holder_main(fd: int, request: dict, pristine_builtins: dict) -> None:
             guards.drop_privileges(request["uid"], request["gid"])
             layers["uid"] = f"uid {request['uid']}"
         os.chdir(request["workdir"])
+        _remember_cwd()
         os.umask(0o077)
         os.environ.clear()
         os.environ.update(request["env"])
@@ -260,6 +261,7 @@ class _PreparedStep:
 
         self.namespace, self.limits, self.workdir = namespace, limits, workdir
         self.pristine_builtins = pristine_builtins
+        _reenter_cwd()
         _restore_builtins(pristine_builtins)
         namespace["__builtins__"] = builtins
         Hooks.install()
@@ -289,6 +291,7 @@ class _PreparedStep:
             reply["status"] = "oom" if isinstance(exc, MemoryError) else "error"
             reply["error"] = vars(failure)
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+        _remember_cwd()
         _restore_builtins(self.pristine_builtins)  # this process may become the holder: keep it working
         _stop_timers()  # an alarm left by the snippet would otherwise kill it once it is the holder
         try:
@@ -347,6 +350,30 @@ class _PreparedStep:
         sources = [{"width": w, "height": h, "source": s} for _, w, h, s in collector.images]
         return {"stdout": self.out.value(), "stderr": self.err.value(), "images": sources,
                 "notes": collector.finish_notes()}
+
+
+_cwd = ""  # the directory the holder works in, by path (the working directory at first)
+
+
+def _remember_cwd() -> None:
+    global _cwd
+    try:
+        _cwd = os.getcwd()
+    except OSError:  # the snippet removed its own working directory: keep the last one known
+        pass
+
+
+def _reenter_cwd() -> None:
+    """A failed step that removed and re-created the directory the holder works in (``rmtree``
+    of a committed ``chdir`` target) left the holder in a deleted directory, which the rollback
+    re-created under the same path: go back in by path (red team, stop 23: every relative path
+    failed from then on)."""
+    try:
+        here, there = os.stat("."), os.stat(_cwd)
+        if (here.st_ino, here.st_dev) != (there.st_ino, there.st_dev):
+            os.chdir(_cwd)
+    except OSError:
+        pass
 
 
 def _leftover_work() -> str | None:

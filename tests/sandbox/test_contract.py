@@ -56,6 +56,38 @@ def test_a_file_kept_open_across_steps_survives_a_rollback(make):
     assert sb.run("print(repr(open('log.txt').read()))").stdout == "'one\\nthree\\n'\n"
 
 
+def test_a_file_kept_open_in_a_read_only_directory_survives_a_rollback(make):
+    """Red team, stop 23: the restore opened a 0o555 directory up for itself, then took its own
+    change of mode for the step's and re-copied the directory, detaching the holder's log."""
+    sb = make()
+    assert sb.run("import os\nos.mkdir('ro')\nlog = open('ro/log.txt', 'a')\nos.chmod('ro', 0o555)\n"
+                  "log.write('one\\n'); log.flush()").ok
+    failed = sb.run("open('other.txt', 'w').write('x')\nlog.write('bad\\n'); log.flush()\nraise ValueError('oops')")
+    assert failed.rolled_back
+    assert sb.run("log.write('three\\n'); log.flush()").ok
+    after = sb.run("print(repr(open('ro/log.txt').read()), oct(os.stat('ro').st_mode & 0o777))")
+    assert after.stdout == "'one\\nthree\\n' 0o555\n", after
+
+
+def test_a_rollback_puts_back_modification_times(make):
+    sb = make()
+    assert sb.run("import os\nopen('f.txt', 'w').write('one')\nos.utime('f.txt', ns=(10**18, 10**18))").ok
+    assert sb.run("open('f.txt', 'w').write('two')\nraise ValueError('oops')").rolled_back
+    after = sb.run("print(open('f.txt').read(), os.stat('f.txt').st_mtime_ns)")
+    assert after.stdout == f"one {10**18}\n", after
+
+
+def test_the_holder_goes_back_into_its_directory_when_a_failed_step_re_created_it(make):
+    """Red team, stop 23: a failed step that removed and re-created the directory the trajectory
+    works in left the holder in a deleted directory (the restore re-creates it, a new one)."""
+    sb = make()
+    assert sb.run("import os, shutil\nos.mkdir('wd')\nos.chdir('wd')\nopen('f.txt', 'w').write('kept')").ok
+    failed = sb.run("here = os.getcwd()\nshutil.rmtree(here)\nos.mkdir(here)\nraise ValueError('oops')")
+    assert failed.rolled_back, failed
+    after = sb.run("print(open('f.txt').read(), os.path.basename(os.getcwd()))")
+    assert after.ok and after.stdout == "kept wd\n", after
+
+
 def test_error_report_has_the_users_frames(make):
     sb = make()
     result = sb.run("def f(v):\n    return 1 / v\n\nf(0)")
