@@ -475,27 +475,28 @@ def _is_member(pid: int, group_dir: str) -> bool:
     return False
 
 
-def remove_service_groups(service_dir_name: str) -> int:
-    """Kill every process left in a dead service's groups and remove them; how many were removed.
-    Used by the sweep of leftovers (``codedance sandbox gc``)."""
-    removed = 0
+def remove_service_groups(service_dir_name: str) -> bool:
+    """Kill every process left in a dead service's groups and remove them; True once none is left.
+    Used by the sweep of leftovers (``codedance sandbox gc``). Every group is thawed first: on v1
+    a frozen process does not act on SIGKILL (idle trajectories are frozen)."""
+    groups = []
     for parent in service_parents():
         service_dir = os.path.join(parent, service_dir_name)
-        if not os.path.isdir(service_dir):
-            continue
-        children = [e.path for e in os.scandir(service_dir) if e.is_dir(follow_symlinks=False)]
-        for directory in children + [service_dir]:
-            frozen = os.path.join(directory, "freezer.state")
-            if os.path.exists(frozen):
-                _write(frozen, "THAWED")
-            for _ in range(100):
-                with open(os.path.join(directory, "cgroup.procs")) as handle:
-                    pids = [p for p in (int(line) for line in handle if line.strip()) if p > 0]
-                if not pids:
-                    break
-                for pid in pids:
-                    _kill_if_member(pid, directory)
-                time.sleep(0.005)
-            _rmdir_when_empty(directory)
-            removed += not os.path.exists(directory)
-    return removed
+        if os.path.isdir(service_dir):
+            children = [e.path for e in os.scandir(service_dir) if e.is_dir(follow_symlinks=False)]
+            groups += [(directory, directory == service_dir) for directory in children + [service_dir]]
+    for directory, _ in groups:
+        for name, thawed in (("freezer.state", "THAWED"), ("cgroup.freeze", "0")):
+            if os.path.exists(os.path.join(directory, name)):
+                _write(os.path.join(directory, name), thawed)
+    for directory, _ in sorted(groups, key=lambda group: group[1]):  # children before their parent
+        for _ in range(100):
+            with open(os.path.join(directory, "cgroup.procs")) as handle:
+                pids = [p for p in (int(line) for line in handle if line.strip()) if p > 0]
+            if not pids:
+                break
+            for pid in pids:
+                _kill_if_member(pid, directory)
+            time.sleep(0.005)
+        _rmdir_when_empty(directory)
+    return not any(os.path.exists(directory) for directory, _ in groups)

@@ -104,8 +104,8 @@ def sweep() -> list[str]:
                     glob.glob(f"{pattern}-inputs-*"):  # fmt: skip
                 unmount(path)
                 remove_tree(path)
-            if os.geteuid() == 0:
-                cgroups.remove_service_groups(name)
+            if os.geteuid() == 0 and not cgroups.remove_service_groups(name):
+                continue  # a group is still busy: its lock stays, for the next sweep to try again
             os.unlink(lock)
             swept.append(name)
         finally:

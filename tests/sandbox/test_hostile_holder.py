@@ -395,8 +395,10 @@ def test_a_holder_that_forks_extra_processes_cannot_commit_them(jail):
 
 
 def test_leftovers_of_a_killed_controller_are_swept(tmp_path):
-    """A controller killed with SIGKILL leaves its directories and cgroups; the sweep removes
-    them and never touches a live service."""
+    """A controller killed with SIGKILL leaves its directories and cgroups, and its idle
+    trajectory frozen (on v1 a frozen process does not act on SIGKILL); the sweep thaws, kills and
+    removes them all (red team, stop 23b: it left the pids groups of frozen trajectories, and
+    then their lock, forever), and never touches a live service."""
     import subprocess
     import sys
 
@@ -405,6 +407,9 @@ def test_leftovers_of_a_killed_controller_are_swept(tmp_path):
 
     script = ("from codedance.sandbox import Sandbox, SandboxService\nimport sys, time\n"
               "service = SandboxService()\nsb = Sandbox(service=service)\nsb.run('open(\"f\", \"w\").write(\"x\")')\n"
+              "deadline = time.monotonic() + 10\n"
+              "while sb._cgroup is not None and sb._cgroup.can_freeze and not sb._idle_frozen and time.monotonic() < deadline:\n"
+              "    time.sleep(0.01)\n"
               "print(service.name, service.work_root, service.store_root, flush=True)\ntime.sleep(600)")  # fmt: skip
     from codedance.sandbox.cgroups import service_parents
 
