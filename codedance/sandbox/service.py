@@ -42,6 +42,7 @@ from codedance.sandbox.charged_copy import ChargedCopies, copy_data
 from codedance.sandbox.files import StoreBudget, remove_tree
 from codedance.sandbox.idle import IdleFreezer
 from codedance.sandbox.isolation import Isolation, bubblewrap_problem, seccomp_problem
+from codedance.sandbox.thaw_on_exit import ThawOnExit
 
 INODE_BYTES = 128  # the work root's tmpfs has one inode slot per this many bytes of its size
 # one thread per step: a step that leaves threads alive is refused, and steps are bounded by cores
@@ -201,6 +202,8 @@ class SandboxService:
         self._charged_copies = (
             ChargedCopies(os.path.dirname(self.cgroup_layout.memory_parent), self._restore_waiting)
             if self.cgroup_layout is not None and self.cgroup_layout.version == 1 else None)
+        freezer = self.cgroup_layout.freezer_parent if self.cgroup_layout is not None else None
+        self._thaw_on_exit = ThawOnExit(freezer) if freezer else None  # frozen trajectories die with us
         self._start(start_timeout_s)  # closes the service if the zygote does not start
         self.oom_arbiter = self._start_oom_arbiter()
         atexit.register(self.close)
@@ -359,6 +362,8 @@ class SandboxService:
             self.oom_arbiter.stop()
         if self._charged_copies is not None:
             self._charged_copies.close()
+        if self._thaw_on_exit is not None:
+            self._thaw_on_exit.stop()
         try:
             self._control.close()
         except OSError:

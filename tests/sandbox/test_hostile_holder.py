@@ -421,6 +421,7 @@ def test_leftovers_of_a_killed_controller_are_swept(tmp_path):
     finally:
         child.kill()
         child.wait()
+    assert _processes_left_in_groups_of(name, timeout_s=10) == 0  # frozen ones too, with no sweep yet
     sweep()  # (another process's sweep may have come first: what matters is that it is gone)
     assert not os.path.exists(work_root) and not os.path.exists(store_root)
     assert not any(os.path.exists(os.path.join(p, name)) for p in service_parents())
@@ -429,6 +430,23 @@ def test_leftovers_of_a_killed_controller_are_swept(tmp_path):
         assert live.name not in sweep() and os.path.isdir(live.work_root)
     finally:
         live.close()
+
+
+def _processes_left_in_groups_of(service_name: str, timeout_s: float) -> int:
+    """How many processes the service's groups still hold once they are all gone, or at the end
+    of ``timeout_s``."""
+    from codedance.sandbox.cgroups import service_parents
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = 0
+        for parent in service_parents():
+            for directory, _, _ in os.walk(os.path.join(parent, service_name)):
+                with contextlib.suppress(OSError):
+                    left += len(Path(directory, "cgroup.procs").read_text().split())
+        if left == 0 or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
 
 
 def test_two_services_never_share_a_uid_block():
