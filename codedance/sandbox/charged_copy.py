@@ -8,31 +8,36 @@ arbiter: a hostile trajectory could commit files, fail steps that delete them, a
 committed files out of its own charge, then fill the tmpfs pool until an honest neighbour's
 restore failed with ENOSPC and that neighbour was lost (red team, stop 21).
 
-So a restore's data is copied by a helper process: the controller opens both files (the store's,
-read-only; the working directory's, as the trajectory's user) and hands the helper the two
-descriptors; the helper has joined the trajectory's memory cgroup for the restore (writing its own
-pid to the group's ``cgroup.procs``, about 0.1 ms) and goes back to the controller's group after.
-Pages it wrote stay charged to the trajectory (v1 moves no charge with a process). The helper is
-ours (root, outside the jail, started with ``python -I -S`` on this file, which imports only the
-standard library); it opens no path, follows no name and is sent descriptors only by the
-controller. Every reply is awaited until the restore's deadline: a helper that has not answered
+So a restore writes through a helper process: it creates the files and directories the restore
+puts back (one name at a time, relative to a directory descriptor the controller opened, with the
+trajectory's file-system identity, never following a link) and hands their descriptors back, and
+it copies each file's data between two descriptors (the store's file, opened by the controller
+read-only, and the new or rewritten one). It has joined the trajectory's memory cgroup for the
+restore (writing its own pid to the group's ``cgroup.procs``, about 0.1 ms) and goes back to the
+controller's group after. Pages, inodes and dentries it made stay charged to the trajectory (v1
+moves no charge with a process; red team, stop 23b: entries the controller re-created were
+charged to it, ~14 MiB per trajectory outside ``memory_total``). The helper is ours (root,
+outside the jail, started with ``python -I -S`` on this file, which imports only the standard
+library); it resolves no path and is sent descriptors only by the controller. Every reply is awaited until the restore's deadline: a helper that has not answered
 by then (asleep in the kernel's OOM wait, say) is killed and the restore fails (`TimeoutError`).
 Idle helpers are kept for the next restore (up to ``KEEP_IDLE``); one that failed is never reused.
 
 Where it applies: cgroup v1 (separate memory and freezer hierarchies). On cgroup v2 a process that
 joins a trajectory's group joins its freezer too, and would freeze with the trajectory it
 restores; there, and without cgroups, the controller copies in its own thread (`copy_data`), and
-restores stay charged to the controller (docs/sandbox.md, What is not handled). Written by hand
-because no library copies between descriptors on behalf of a cgroup.
+restores stay charged to the controller (`LocalWriter`; docs/sandbox.md, What is not handled).
+Written by hand because no library writes files on behalf of a cgroup.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import select
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -42,7 +47,12 @@ from collections.abc import Callable, Iterator
 KEEP_IDLE = 4  # helpers kept between restores (each about 10 MB; restores run one per helper)
 _FULL = (errno.ENOMEM, errno.ENOBUFS, errno.ENOSPC)  # the service's memory, or the work root's tmpfs, is full
 FULL_RETRY_S = 0.01  # between two tries of a copy the full service refused (the arbiter looks every 20 ms)
-_JOIN, _LEAVE, _COPY = b"J", b"L", b"C"
+_JOIN, _LEAVE, _COPY, _FILE, _DIRECTORY = b"J", b"L", b"C", b"F", b"D"
+_IDENTITY = struct.Struct("<ii")  # the uid and gid a new entry is made with (-1: the helper's own)
+_MAX_REQUEST = 1 + _IDENTITY.size + 255 * 4  # a name is one component: at most 255 bytes (NAME_MAX)
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_LIBC = ctypes.CDLL(None, use_errno=True)
 _STARTED = b"R"
 
 
@@ -91,34 +101,76 @@ def _copy_range(source_fd: int, target_fd: int, offset: int, count: int) -> None
 
 
 def serve(channel_fd: int, home_fd: int) -> None:
-    """The helper's loop: join a group, copy, leave, each answered with ``0`` or an errno; ends
-    when the controller closes its end (or dies). Leaving is writing to ``home_fd``, the
-    ``cgroup.procs`` of the group it was started in. A copy that fails (ENOMEM in a full group)
-    leaves the group *before* it answers, since in a full group even the answer may not fit
-    (ENOBUFS): so ``0`` means "copied, still in the group" and an errno "back home"."""
+    """The helper's loop: join a group, make an entry, copy, leave, each answered with ``0`` (and
+    the new entry's descriptor) or an errno; ends when the controller closes its end (or dies).
+    Leaving is writing to ``home_fd``, the ``cgroup.procs`` of the group it was started in. A
+    request that fails (ENOMEM in a full group) leaves the group *before* it answers, since in a
+    full group even the answer may not fit (ENOBUFS): so ``0`` means "done, still in the group"
+    and an errno "back home"."""
     channel = socket.socket(fileno=channel_fd)
     me = str(os.getpid()).encode()
     channel.send(_STARTED)
     while True:
-        message, fds, _, _ = socket.recv_fds(channel, 16, 2)
+        message, fds, _, _ = socket.recv_fds(channel, _MAX_REQUEST, 2)
         if not message:
             return
+        made: list[int] = []
         try:
-            if message == _JOIN and len(fds) == 1:
+            op = message[:1]
+            if op == _JOIN and len(fds) == 1:
                 os.write(fds[0], me)
-            elif message == _LEAVE and not fds:
+            elif op == _LEAVE and not fds:
                 os.write(home_fd, me)
-            elif message == _COPY and len(fds) == 2:
+            elif op == _COPY and len(fds) == 2:
                 copy_data(fds[0], fds[1])
+            elif op in (_FILE, _DIRECTORY) and len(fds) == 1 and len(message) > 1 + _IDENTITY.size:
+                uid, gid = _IDENTITY.unpack_from(message, 1)
+                made.append(_make(fds[0], message[1 + _IDENTITY.size:], uid, gid, directory=op == _DIRECTORY))
             else:
                 raise OSError(errno.EPROTO, "unexpected request")
-            channel.send(b"0")
+            socket.send_fds(channel, [b"0"], made)
         except OSError as exc:
             os.write(home_fd, me)  # if even this fails, the helper ends and the controller sees it
             channel.send(str(exc.errno or errno.EIO).encode())
         finally:
-            for fd in fds:
+            for fd in fds + made:
                 os.close(fd)
+
+
+def _make(dir_fd: int, name: bytes, uid: int, gid: int, *, directory: bool) -> int:
+    """Create ``name`` (one component) in ``dir_fd`` as ``uid``/``gid`` (the file-system
+    identity, as the controller's own writes use); its descriptor. A directory left by an earlier
+    try of the same restore (its open failed for memory) is taken as made."""
+    if not name or b"/" in name or b"\0" in name or name in (b".", b".."):
+        raise OSError(errno.EINVAL, "not a single name")
+    if uid >= 0:
+        _LIBC.setfsgid(gid)
+        _LIBC.setfsuid(uid)
+    try:
+        if not directory:
+            return os.open(name, _NEW_FILE, 0o600, dir_fd=dir_fd)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o700, dir_fd=dir_fd)
+        return os.open(name, _OPEN_DIR, dir_fd=dir_fd)
+    finally:
+        if uid >= 0:
+            _LIBC.setfsuid(0)
+            _LIBC.setfsgid(0)
+
+
+class LocalWriter:
+    """A restore's writes made by the calling thread, charged to its own process (where no helper
+    can join the trajectory's memory group: cgroup v2, or no cgroups; the store's writes)."""
+
+    def copy(self, source_fd: int, target_fd: int) -> None:
+        copy_data(source_fd, target_fd)
+
+    def create_file(self, dir_fd: int, name: str) -> int:
+        return os.open(name, _NEW_FILE, 0o600, dir_fd=dir_fd)
+
+    def make_dir(self, dir_fd: int, name: str) -> int:
+        os.mkdir(name, 0o700, dir_fd=dir_fd)
+        return os.open(name, _OPEN_DIR, dir_fd=dir_fd)
 
 
 class _Helper:
@@ -135,30 +187,33 @@ class _Helper:
             theirs.close()
         self.channel = ours
         try:
-            if self._reply(deadline) != _STARTED:
+            if self._reply(deadline)[0] != _STARTED:
                 raise OSError(errno.EPROTO, "the copying helper did not start")
         except BaseException:
             self.kill()
             raise
 
-    def ask(self, request: bytes, fds: list[int], deadline: float, interrupt_fd: int | None = None) -> None:
-        """Send one request and wait for its answer until ``deadline``; raises OSError (or its
-        `TimeoutError`) if the helper failed, is gone or is late, `InterruptedError` once
-        ``interrupt_fd`` is readable (the sandbox is being closed)."""
+    def ask(self, request: bytes, fds: list[int], deadline: float, interrupt_fd: int | None = None) -> int | None:
+        """Send one request and wait for its answer until ``deadline``; the descriptor it made,
+        if it made one. Raises OSError (or its `TimeoutError`) if the helper failed, is gone or is
+        late, `InterruptedError` once ``interrupt_fd`` is readable (the sandbox is being closed)."""
         socket.send_fds(self.channel, [request], fds)
-        reply = self._reply(deadline, interrupt_fd)
-        if reply != b"0":
+        reply, made = self._reply(deadline, interrupt_fd)
+        if reply != b"0" or len(made) > 1:
+            for fd in made:
+                os.close(fd)
             code = int(reply) if reply.isdigit() else errno.EPROTO
             raise OSError(code, f"the copying helper failed: {os.strerror(code)}")
+        return made[0] if made else None
 
-    def _reply(self, deadline: float, interrupt_fd: int | None = None) -> bytes:
+    def _reply(self, deadline: float, interrupt_fd: int | None = None) -> tuple[bytes, list[int]]:
         ready = _wait([self.channel.fileno()], deadline - time.monotonic(), interrupt_fd)
         if not ready:
             raise TimeoutError(errno.ETIMEDOUT, "the copying helper did not answer in time")
-        reply = self.channel.recv(16)
+        reply, made, _, _ = socket.recv_fds(self.channel, 16, 2)
         if not reply:
             raise OSError(errno.EPIPE, "the copying helper is gone")
-        return reply
+        return reply, made
 
     def kill(self) -> None:
         self.channel.close()
@@ -181,56 +236,22 @@ class ChargedCopies:
         self._closed = False
 
     @contextlib.contextmanager
-    def charged_to(self, memory_dir: str, deadline: float,
-                   interrupt_fd: int | None = None) -> Iterator[Callable[[int, int], None]]:
-        """A copy function whose pages are charged to the memory group ``memory_dir``; the helper
-        is taken (and joins the group) at the first copy, so a restore that copies nothing costs
-        nothing. Raises OSError (`TimeoutError` past ``deadline``; `InterruptedError` once
-        ``interrupt_fd`` is readable) from a copy or on leaving."""
-        taken: list[_Helper] = []
-        joined = waited = False
-        join = _open_procs(memory_dir)  # now: the restore then runs with the trajectory's rights
-        waiting = contextlib.ExitStack()
-
-        def copy(source_fd: int, target_fd: int) -> None:
-            nonlocal joined, waited
-            if not taken:
-                taken.append(self._take(deadline))
-            while True:
-                try:
-                    if not joined:
-                        taken[0].ask(_JOIN, [join], deadline, interrupt_fd)
-                        joined = True
-                    taken[0].ask(_COPY, [source_fd, target_fd], deadline, interrupt_fd)
-                    return
-                except OSError as exc:
-                    joined = False  # a helper that answers with an error has gone home
-                    if exc.errno not in _FULL:
-                        raise
-                    if time.monotonic() + FULL_RETRY_S > deadline:
-                        raise TimeoutError(errno.ETIMEDOUT, "no memory for the restore before its deadline") from exc
-                    if not waited:  # the service is full: its OOM arbiter frees memory
-                        waiting.enter_context(self._waiting_for_memory())
-                        waited = True
-                    _wait([], FULL_RETRY_S, interrupt_fd)
-
+    def charged_to(self, memory_dir: str, deadline: float, interrupt_fd: int | None = None,
+                   owner: tuple[int, int] | None = None) -> Iterator[_ChargedWriter]:
+        """A writer (as `LocalWriter`) whose pages, inodes and dentries are charged to the memory
+        group ``memory_dir``, and whose new entries belong to ``owner``'s file-system identity;
+        the helper is taken (and joins the group) at the first write, so a restore that writes
+        nothing costs nothing. Raises OSError (`TimeoutError` past ``deadline``;
+        `InterruptedError` once ``interrupt_fd`` is readable) from a write or on leaving."""
+        writer = _ChargedWriter(self, memory_dir, deadline, interrupt_fd, owner)
         try:
-            yield copy
+            yield writer
         except BaseException:
-            for helper in taken:
-                helper.kill()
+            writer.abandon()
             raise
         finally:
-            os.close(join)
-            waiting.close()
-        for helper in taken:
-            try:
-                if joined:
-                    helper.ask(_LEAVE, [], deadline)
-            except BaseException:
-                helper.kill()
-                raise
-            self._give_back(helper)
+            writer.close_descriptors()
+        writer.finish()
 
     def _take(self, deadline: float) -> _Helper:
         with self._lock:
@@ -263,6 +284,72 @@ class ChargedCopies:
         for helper in idle:
             helper.kill()
         os.close(self._home_procs)
+
+
+class _ChargedWriter:
+    """One restore's writes through a helper in the trajectory's memory group (`charged_to`)."""
+
+    def __init__(self, copies: ChargedCopies, memory_dir: str, deadline: float, interrupt_fd: int | None,
+                 owner: tuple[int, int] | None):
+        self._copies, self._deadline, self._interrupt_fd = copies, deadline, interrupt_fd
+        self._identity = _IDENTITY.pack(*(owner if owner is not None else (-1, -1)))
+        self._join = _open_procs(memory_dir)  # now: the restore then runs with the trajectory's rights
+        self._helper: _Helper | None = None
+        self._joined = self._waited = False
+        self._waiting = contextlib.ExitStack()  # held from the first write the full service refuses
+
+    def copy(self, source_fd: int, target_fd: int) -> None:
+        self._ask(_COPY, [source_fd, target_fd])
+
+    def create_file(self, dir_fd: int, name: str) -> int:
+        return self._ask(_FILE + self._identity + os.fsencode(name), [dir_fd])
+
+    def make_dir(self, dir_fd: int, name: str) -> int:
+        return self._ask(_DIRECTORY + self._identity + os.fsencode(name), [dir_fd])
+
+    def _ask(self, request: bytes, fds: list[int]):
+        """``request`` done in the trajectory's group; a write the full service refuses (it
+        leaves the group before it answers) is tried again every ``FULL_RETRY_S`` until the
+        deadline, while the service counts as out of memory so its OOM arbiter frees some."""
+        if self._helper is None:
+            self._helper = self._copies._take(self._deadline)
+        while True:
+            try:
+                if not self._joined:
+                    self._helper.ask(_JOIN, [self._join], self._deadline, self._interrupt_fd)
+                    self._joined = True
+                return self._helper.ask(request, fds, self._deadline, self._interrupt_fd)
+            except OSError as exc:
+                self._joined = False  # a helper that answers with an error has gone home
+                if exc.errno not in _FULL:
+                    raise
+                if time.monotonic() + FULL_RETRY_S > self._deadline:
+                    raise TimeoutError(errno.ETIMEDOUT, "no memory for the restore before its deadline") from exc
+                if not self._waited:
+                    self._waiting.enter_context(self._copies._waiting_for_memory())
+                    self._waited = True
+                _wait([], FULL_RETRY_S, self._interrupt_fd)
+
+    def close_descriptors(self) -> None:
+        os.close(self._join)
+        self._waiting.close()
+
+    def abandon(self) -> None:
+        """The restore failed: its helper is never reused."""
+        if self._helper is not None:
+            self._helper.kill()
+
+    def finish(self) -> None:
+        """Send the helper home and keep it for the next restore."""
+        if self._helper is None:
+            return
+        try:
+            if self._joined:
+                self._helper.ask(_LEAVE, [], self._deadline)
+        except BaseException:
+            self._helper.kill()
+            raise
+        self._copies._give_back(self._helper)
 
 
 def _wait(fds: list[int], timeout_s: float, interrupt_fd: int | None) -> list[int]:

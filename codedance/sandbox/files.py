@@ -15,9 +15,9 @@ What makes it safe against a hostile trajectory (one whose processes race the co
   writes into the working directory, so even a mistake could not touch a file the trajectory
   could not (the store it reads from is searchable by that identity only through the
   controller's descriptor; the jail never sees it). Directories whose mode locks their owner out
-  are opened up for the restore and their mode put back after. The data itself is written by the
-  ``copy`` the caller passes (`charged_copy`: a helper process in the trajectory's memory cgroup,
-  so the trajectory, not the controller, is charged for its restored files).
+  are opened up for the restore and their mode put back after. The entries are made and the data
+  written by the ``writer`` the caller passes (`charged_copy`: a helper process in the trajectory's
+  memory cgroup, so the trajectory, not the controller, is charged for its restored files).
 - **The trajectory is frozen whenever the controller writes.** Both operations first look
   (unfrozen: reading cannot be abused) and only when something must be copied or removed call
   ``before_writing`` (the caller freezes every process of the trajectory) and look again.
@@ -56,7 +56,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from codedance.sandbox.charged_copy import copy_data
+from codedance.sandbox.charged_copy import LocalWriter
 
 MAX_DEPTH = 32  # directory levels a committed working directory may have
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -69,7 +69,7 @@ _MAX_OPEN_LEVELS = 48  # directory descriptors held at once while removing a tre
 _OWNER_RWX = 0o700  # what the owner needs on a directory to list, enter and change it
 _STORE_DIR_MODE, _STORE_FILE_MODE = 0o755, 0o644  # the store's own modes (real ones: the manifest)
 _LIBC = ctypes.CDLL(None, use_errno=True)
-Copier = Callable[[int, int], None]  # copies a file's data from the first descriptor to the second
+LOCAL = LocalWriter()  # the store's writes, and a restore's where no helper can be charged
 
 
 @dataclass(frozen=True)
@@ -300,7 +300,7 @@ def remove_tree(path: str) -> None:
 
 
 def _copy_file(source_dir: int, target_dir: int, name: str, expected_inode: int | None,
-               mode: int, owner: tuple[int, int] | None, copy: Copier = copy_data,
+               mode: int, owner: tuple[int, int] | None, writer: LocalWriter = LOCAL,
                mtime_ns: int | None = None) -> os.stat_result:
     """Copy the regular file ``name`` into a new file of the same name; the new file's fstat."""
     source = os.open(name, _READ, dir_fd=source_dir)
@@ -308,9 +308,9 @@ def _copy_file(source_dir: int, target_dir: int, name: str, expected_inode: int 
         info = os.fstat(source)
         if not stat.S_ISREG(info.st_mode) or (expected_inode is not None and info.st_ino != expected_inode):
             raise Unkeepable(f"{name!r} changed while it was being saved")
-        target = os.open(name, _CREATE, 0o600, dir_fd=target_dir)
+        target = writer.create_file(target_dir, name)
         try:
-            copy(source, target)
+            writer.copy(source, target)
             return _own(target, mode, owner, mtime_ns)
         finally:
             os.close(target)
@@ -319,7 +319,7 @@ def _copy_file(source_dir: int, target_dir: int, name: str, expected_inode: int 
 
 
 def _rewrite_file(source_dir: int, target_dir: int, name: str, expected_inode: int, mode: int,
-                  owner: tuple[int, int] | None, copy: Copier, mtime_ns: int) -> os.stat_result | None:
+                  owner: tuple[int, int] | None, writer: LocalWriter, mtime_ns: int) -> os.stat_result | None:
     """Put the stored ``name`` back into the existing file of that name, in place, so descriptors
     the holder keeps open on it stay attached to the working directory's file; its fstat. None
     (nothing written) unless it is still the regular file ``expected_inode`` with no other link."""
@@ -330,7 +330,7 @@ def _rewrite_file(source_dir: int, target_dir: int, name: str, expected_inode: i
         source = os.open(name, _READ, dir_fd=source_dir)
         try:
             os.ftruncate(target, 0)
-            copy(source, target)
+            writer.copy(source, target)
         finally:
             os.close(source)
         return _own(target, mode, owner, mtime_ns)
@@ -352,9 +352,9 @@ def _open_in_place(dir_fd: int, name: str, expected_inode: int) -> int | None:
     return fd
 
 
-def _make_dir(parent_fd: int, name: str, mode: int, owner: tuple[int, int] | None) -> os.stat_result:
-    os.mkdir(name, 0o700, dir_fd=parent_fd)
-    fd = os.open(name, _DIR, dir_fd=parent_fd)
+def _make_dir(parent_fd: int, name: str, mode: int, owner: tuple[int, int] | None,
+              writer: LocalWriter = LOCAL) -> os.stat_result:
+    fd = writer.make_dir(parent_fd, name)
     try:
         return _own(fd, mode, owner)
     finally:
@@ -492,10 +492,11 @@ class WorkdirSnapshot:
                 "keep fewer or smaller files, or close idle sandboxes")
 
     def restore(self, deadline: float | None = None, before_writing: Callable[[], None] = lambda: None,
-                copy: Copier = copy_data) -> None:
+                writer: LocalWriter = LOCAL) -> None:
         """Put the directory back exactly as it was at the last checkpoint (`DeadlinePassed` if
-        that takes past ``deadline``; the directory is then in no defined state). ``copy`` writes
-        each file's data (`charged_copy`: so that the trajectory is charged for it).
+        that takes past ``deadline``; the directory is then in no defined state). ``writer``
+        makes each entry and writes each file's data (`charged_copy`: so that the trajectory is
+        charged for them).
 
         ``before_writing`` runs only when the directory differs from the checkpoint (found by a
         walk that stops at the first difference): a failed step that touched no file costs no
@@ -508,7 +509,7 @@ class WorkdirSnapshot:
         opened_up: list[tuple[int, int]] = []  # directories whose mode locked their owner out
         try:
             with acting_as(self.owner):
-                self._restore_as_owner(deadline, opened_up, copy)
+                self._restore_as_owner(deadline, opened_up, writer)
         finally:
             for fd, mode in opened_up:
                 try:
@@ -516,7 +517,7 @@ class WorkdirSnapshot:
                 finally:
                     os.close(fd)
 
-    def _restore_as_owner(self, deadline: float | None, opened_up: list[tuple[int, int]], copy: Copier) -> None:
+    def _restore_as_owner(self, deadline: float | None, opened_up: list[tuple[int, int]], writer: LocalWriter) -> None:
         clock = _Clock(deadline)
         self._remove_strays(clock, opened_up)
         # directories the first pass opened up are compared with their mode from before: an
@@ -546,7 +547,7 @@ class WorkdirSnapshot:
                         restored[relative] = kept
                         continue
                     if kept is not None and kept.kind == entry.kind == "file" and kept.inode == entry.inode:
-                        made = _rewrite_file(store_dir, work_dir, name, entry.inode, kept.mode, self.owner, copy,
+                        made = _rewrite_file(store_dir, work_dir, name, entry.inode, kept.mode, self.owner, writer,
                                              kept.mtime_ns)
                         if made is not None:  # changed in place: open descriptors stay attached
                             restored[relative] = Entry.of(made)
@@ -557,8 +558,8 @@ class WorkdirSnapshot:
                     clock.tick()
                     name = _split(relative)[1]
                     if relative not in restored:
-                        made = (_make_dir(work_dir, name, entry.mode, self.owner) if entry.kind == "dir"
-                                else _copy_file(store_dir, work_dir, name, None, entry.mode, self.owner, copy,
+                        made = (_make_dir(work_dir, name, entry.mode, self.owner, writer) if entry.kind == "dir"
+                                else _copy_file(store_dir, work_dir, name, None, entry.mode, self.owner, writer,
                                                 entry.mtime_ns))
                         restored[relative] = Entry.of(made)
                     if entry.kind == "dir":

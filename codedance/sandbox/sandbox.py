@@ -658,8 +658,9 @@ class Sandbox:
     def _restore_and_resume(self) -> None:
         memory_dir = self._cgroup.memory_dir if self._cgroup is not None else None
         try:
-            with self.service.restore_copier(memory_dir, self._recovery_deadline, self._interrupt) as copy:
-                self._files.restore(self._recovery_deadline, before_writing=self._freeze, copy=copy)
+            with self.service.restore_writer(memory_dir, self._recovery_deadline, self._interrupt,
+                                             self._files.owner) as writer:
+                self._files.restore(self._recovery_deadline, before_writing=self._freeze, writer=writer)
         except InterruptedError:
             raise _Closing() from None
         except (files.DeadlinePassed, files.SnapshotBroken, OSError) as exc:

@@ -38,7 +38,7 @@ from dataclasses import replace
 import codedance
 from codedance.sandbox import cgroups, leftovers, mounts
 from codedance.sandbox.arbiter import OomArbiter
-from codedance.sandbox.charged_copy import ChargedCopies, copy_data
+from codedance.sandbox.charged_copy import ChargedCopies, LocalWriter
 from codedance.sandbox.files import StoreBudget, remove_tree
 from codedance.sandbox.idle import IdleFreezer
 from codedance.sandbox.isolation import Isolation, bubblewrap_problem, seccomp_problem
@@ -225,14 +225,15 @@ class SandboxService:
         arbiter = self.oom_arbiter
         return arbiter.restore_waiting() if arbiter is not None else contextlib.nullcontext()
 
-    def restore_copier(self, memory_dir: str | None, deadline: float,
-                       interrupt_fd: int | None = None) -> contextlib.AbstractContextManager:
-        """The copy function for one restore of the trajectory whose memory group is
-        ``memory_dir``: charged to that group where the host allows (`charged_copy`; it stops
-        with `InterruptedError` once ``interrupt_fd`` is readable), else the controller's own copy."""
+    def restore_writer(self, memory_dir: str | None, deadline: float, interrupt_fd: int | None = None,
+                       owner: tuple[int, int] | None = None) -> contextlib.AbstractContextManager:
+        """The writer for one restore of the trajectory whose memory group is ``memory_dir`` (new
+        entries made as ``owner``): charged to that group where the host allows (`charged_copy`;
+        it stops with `InterruptedError` once ``interrupt_fd`` is readable), else the
+        controller's own writes."""
         if self._charged_copies is None or memory_dir is None:
-            return contextlib.nullcontext(copy_data)
-        return self._charged_copies.charged_to(memory_dir, deadline, interrupt_fd)
+            return contextlib.nullcontext(LocalWriter())
+        return self._charged_copies.charged_to(memory_dir, deadline, interrupt_fd, owner)
 
     @property
     def idle_freezer(self) -> IdleFreezer:

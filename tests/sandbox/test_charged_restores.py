@@ -54,6 +54,26 @@ def test_a_restored_file_is_charged_to_its_trajectory(make):
     assert check.stdout.split() == [str(64 * MIB)] * 2
 
 
+def test_the_entries_a_restore_makes_again_are_charged_to_its_trajectory(make):
+    """Red team, stop 23b: only a restore's file data was charged to the trajectory; the inodes
+    of the files and directories it made again were charged to the controller (~1.4 KiB each,
+    ~14 MiB per trajectory at the default entry limit, outside ``memory_total``)."""
+    sandbox = make(timeout_s=60)
+    names = "[f'{i:04d}' + 'n' * 200 for i in range(5000)]"
+    assert sandbox.run(f"import os\nos.mkdir('d')\nfor name in {names}:\n    open('d/' + name, 'w').close()").ok
+
+    def kernel_memory() -> int:
+        with open(os.path.join(sandbox._cgroup.memory_dir, "memory.kmem.usage_in_bytes")) as handle:
+            return int(handle.read())
+
+    before = kernel_memory()
+    undone = sandbox.run("import shutil\nshutil.rmtree('d')\nraise ValueError('undo the removal')")
+    assert undone.status is ExecStatus.ERROR and undone.rolled_back, undone
+    assert sandbox.run("print(len(os.listdir('d')))").stdout == "5000\n"
+    # the controller's own creates left the trajectory charged ~4 MiB less than before
+    assert kernel_memory() >= before - MIB, (before, kernel_memory())
+
+
 def test_failing_steps_cannot_move_a_trajectorys_files_out_of_its_charge(jail, service):
     """The red team's attack: A commits 400 MiB, deletes it in a failing step (the rollback writes
     it back), then commits more. A is charged for what it holds, so its next commit past
@@ -109,14 +129,14 @@ def test_a_helper_that_does_not_answer_is_killed_at_the_deadline(group, tmp_path
     path, copies = group
     source = tmp_path / "source"
     source.write_bytes(b"y" * MIB)
-    with open(source, "rb") as reader, open(tmp_path / "target", "wb") as writer:
-        with copies.charged_to(path, time.monotonic() + 30) as copy:
-            copy(reader.fileno(), writer.fileno())
+    with open(source, "rb") as reader, open(tmp_path / "target", "wb") as target:
+        with copies.charged_to(path, time.monotonic() + 30) as writer:
+            writer.copy(reader.fileno(), target.fileno())
         [stuck] = copies.helper_pids
         os.kill(stuck, signal.SIGSTOP)  # our own child, by pid
         started = time.monotonic()
-        with pytest.raises(TimeoutError), copies.charged_to(path, started + 1.0) as copy:
-            copy(reader.fileno(), writer.fileno())
+        with pytest.raises(TimeoutError), copies.charged_to(path, started + 1.0) as writer:
+            writer.copy(reader.fileno(), target.fileno())
     assert time.monotonic() - started < 30
     assert copies.helper_pids == []
     with pytest.raises(ChildProcessError):
@@ -137,8 +157,8 @@ def test_a_copy_the_full_group_refuses_is_tried_again_until_memory_is_freed(grou
     try:
         with open(source, "rb") as reader:
             freed.start()
-            with copies.charged_to(path, time.monotonic() + 60) as copy:
-                copy(reader.fileno(), target)
+            with copies.charged_to(path, time.monotonic() + 60) as writer:
+                writer.copy(reader.fileno(), target)
         assert os.fstat(target).st_size == 64 * MIB
         assert os.pread(target, 8, 64 * MIB - 8) == b"y" * 8
         with open(os.path.join(path, "memory.usage_in_bytes")) as usage:
@@ -248,8 +268,8 @@ def test_closing_the_sandbox_interrupts_a_copy_waiting_for_memory(group, tmp_pat
         with open(source, "rb") as reader:
             started = time.monotonic()
             closing.start()
-            with pytest.raises(InterruptedError), copies.charged_to(path, started + 60, interrupt) as copy:
-                copy(reader.fileno(), target)
+            with pytest.raises(InterruptedError), copies.charged_to(path, started + 60, interrupt) as writer:
+                writer.copy(reader.fileno(), target)
         assert time.monotonic() - started < 30
     finally:
         closing.join()

@@ -474,17 +474,25 @@ def test_the_holder_is_frozen_while_the_controller_restores(jail):
 
     service, seen = sandbox.service, []  # the state at every copy of data, in place or into a new file
 
+    class Watched:
+        def __init__(self, writer):
+            self.writer, self.create_file, self.make_dir = writer, writer.create_file, writer.make_dir
+
+        def copy(self, source, target):
+            seen.append(state())
+            self.writer.copy(source, target)
+
     @contextlib.contextmanager
-    def watched_copier(*args):
-        with SandboxService.restore_copier(service, *args) as copy:
-            yield lambda source, target: (seen.append(state()), copy(source, target))
+    def watched_writer(*args):
+        with SandboxService.restore_writer(service, *args) as writer:
+            yield Watched(writer)
 
     assert sandbox.run("open('f', 'w').write('kept')").ok
-    service.restore_copier = watched_copier
+    service.restore_writer = watched_writer
     try:
         assert sandbox.run("open('f', 'w').write('changed'); 1/0").status is ERROR
     finally:
-        del service.restore_copier
+        del service.restore_writer
     assert seen and all("FROZEN" in s or "frozen 1" in s for s in seen), seen
     assert sandbox.run("print(open('f').read())").stdout == "kept\n"
 
