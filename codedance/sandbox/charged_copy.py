@@ -37,6 +37,7 @@ import errno
 import os
 import select
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -139,19 +140,30 @@ def serve(channel_fd: int, home_fd: int) -> None:
 
 def _make(dir_fd: int, name: bytes, uid: int, gid: int, *, directory: bool) -> int:
     """Create ``name`` (one component) in ``dir_fd`` as ``uid``/``gid`` (the file-system
-    identity, as the controller's own writes use); its descriptor. A directory left by an earlier
-    try of the same restore (its open failed for memory) is taken as made."""
+    identity, as the controller's own writes use); its descriptor. An entry left by an earlier
+    try of the same request (made, but its answer did not fit the full group, so it was tried
+    again; the trajectory is frozen, nothing else can have made it) is taken as made if it is a
+    regular file or directory, never followed if it is a link."""
     if not name or b"/" in name or b"\0" in name or name in (b".", b".."):
         raise OSError(errno.EINVAL, "not a single name")
     if uid >= 0:
         _LIBC.setfsgid(gid)
         _LIBC.setfsuid(uid)
+        if _LIBC.setfsuid(-1) != uid or _LIBC.setfsgid(-1) != gid:  # -1 only reads it
+            raise OSError(errno.EPERM, "could not act as the trajectory's user")
     try:
-        if not directory:
+        if directory:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o700, dir_fd=dir_fd)
+            return os.open(name, _OPEN_DIR, dir_fd=dir_fd)
+        try:
             return os.open(name, _NEW_FILE, 0o600, dir_fd=dir_fd)
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(name, 0o700, dir_fd=dir_fd)
-        return os.open(name, _OPEN_DIR, dir_fd=dir_fd)
+        except FileExistsError:
+            fd = os.open(name, _NEW_FILE & ~(os.O_CREAT | os.O_EXCL), dir_fd=dir_fd)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise
+            return fd
     finally:
         if uid >= 0:
             _LIBC.setfsuid(0)

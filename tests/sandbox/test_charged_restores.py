@@ -123,6 +123,26 @@ def _set(group_dir: str, name: str, value: int) -> None:
         handle.write(str(value))
 
 
+def test_a_retried_create_takes_its_own_earlier_entry_and_follows_no_link(tmp_path):
+    """A helper's create whose answer did not fit a full group is tried again: the entry it made
+    the first time is taken as made (the trajectory is frozen meanwhile), never a link."""
+    from codedance.sandbox.charged_copy import _make
+
+    (tmp_path / "file").write_text("partial")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "file")
+    directory = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name, is_dir in ((b"file", False), (b"dir", True), (b"new", False)):
+            os.close(_make(directory, name, -1, -1, directory=is_dir))
+        for name, is_dir in ((b"link", False), (b"link", True), (b"../x", False), (b"..", True)):
+            with pytest.raises(OSError):
+                _make(directory, name, -1, -1, directory=is_dir)
+    finally:
+        os.close(directory)
+    assert (tmp_path / "new").is_file() and (tmp_path / "file").read_text() == "partial"
+
+
 def test_a_helper_that_does_not_answer_is_killed_at_the_deadline(group, tmp_path):
     """A helper that stops answering (here: stopped with SIGSTOP; in life, asleep in the
     kernel's OOM wait) is killed at the restore's deadline, not kept, and the copy fails."""
