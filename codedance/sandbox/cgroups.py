@@ -38,6 +38,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from codedance.sandbox.thaw_on_exit import thaw
+
 _ROOT = "/sys/fs/cgroup"
 
 
@@ -486,9 +488,7 @@ def remove_service_groups(service_dir_name: str) -> bool:
             children = [e.path for e in os.scandir(service_dir) if e.is_dir(follow_symlinks=False)]
             groups += [(directory, directory == service_dir) for directory in children + [service_dir]]
     for directory, _ in groups:
-        for name, thawed in (("freezer.state", "THAWED"), ("cgroup.freeze", "0")):
-            if os.path.exists(os.path.join(directory, name)):
-                _write(os.path.join(directory, name), thawed)
+        thaw(directory)
     for directory, _ in sorted(groups, key=lambda group: group[1]):  # children before their parent
         for _ in range(100):
             with open(os.path.join(directory, "cgroup.procs")) as handle:

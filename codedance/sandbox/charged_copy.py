@@ -18,8 +18,9 @@ controller's group after. Pages, inodes and dentries it made stay charged to the
 moves no charge with a process; red team, stop 23b: entries the controller re-created were
 charged to it, ~14 MiB per trajectory outside ``memory_total``). The helper is ours (root,
 outside the jail, started with ``python -I -S`` on this file, which imports only the standard
-library); it resolves no path and is sent descriptors only by the controller. Every reply is awaited until the restore's deadline: a helper that has not answered
-by then (asleep in the kernel's OOM wait, say) is killed and the restore fails (`TimeoutError`).
+library); it resolves no path and is sent descriptors only by the controller. Every reply is
+awaited until the restore's deadline: a helper that has not answered by then (asleep in the
+kernel's OOM wait, say) is killed and the restore fails (`TimeoutError`).
 Idle helpers are kept for the next restore (up to ``KEEP_IDLE``); one that failed is never reused.
 
 Where it applies: cgroup v1 (separate memory and freezer hierarchies). On cgroup v2 a process that
@@ -50,7 +51,9 @@ _FULL = (errno.ENOMEM, errno.ENOBUFS, errno.ENOSPC)  # the service's memory, or 
 FULL_RETRY_S = 0.01  # between two tries of a copy the full service refused (the arbiter looks every 20 ms)
 _JOIN, _LEAVE, _COPY, _FILE, _DIRECTORY = b"J", b"L", b"C", b"F", b"D"
 _IDENTITY = struct.Struct("<ii")  # the uid and gid a new entry is made with (-1: the helper's own)
-_MAX_REQUEST = 1 + _IDENTITY.size + 255 * 4  # a name is one component: at most 255 bytes (NAME_MAX)
+# a name is one component of at most 255 bytes (NAME_MAX); room for longer ones, so that the
+# kernel refuses them (ENAMETOOLONG) rather than the packet arriving cut
+_MAX_REQUEST = 1 + _IDENTITY.size + 4 * 255
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _LIBC = ctypes.CDLL(None, use_errno=True)

@@ -62,7 +62,6 @@ MAX_DEPTH = 32  # directory levels a committed working directory may have
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _REWRITE = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _KEPT_MODE = 0o777  # permission bits kept; setuid, setgid and sticky bits are never restored
 _CHECK_EVERY = 256  # entries between deadline checks
 _MAX_OPEN_LEVELS = 48  # directory descriptors held at once while removing a tree

@@ -37,17 +37,22 @@ def thaw_all(service_freezer_dir: str) -> None:
     except OSError:
         return
     for group in groups:
-        for name, thawed in _THAW.items():
-            try:
-                fd = os.open(os.path.join(group, name), os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            except OSError:
-                continue
-            try:
-                os.write(fd, thawed)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
+        thaw(group)
+
+
+def thaw(group_dir: str) -> None:
+    """Thaw one group, where it has a freezer (v1's ``freezer.state`` or v2's ``cgroup.freeze``)."""
+    for name, thawed in _THAW.items():
+        try:
+            fd = os.open(os.path.join(group_dir, name), os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            os.write(fd, thawed)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 class ThawOnExit:
