@@ -351,8 +351,9 @@ class TrajectoryCgroup:
         """One round: SIGKILL every process listed in the group but ``except_pid``, each through
         a pidfd and only if it is still a member; how many were listed."""
         others = self.pids() - {except_pid}
+        group = _Membership(self.pids_dir) if others else None
         for pid in others:
-            _kill_if_member(pid, self.pids_dir)
+            _kill_if_member(pid, group)
         return len(others)
 
     def oom_kills(self) -> int:
@@ -439,15 +440,15 @@ def remove_parent(layout: CgroupLayout) -> None:
             pass
 
 
-def _kill_if_member(pid: int, group_dir: str) -> None:
-    """SIGKILL ``pid`` through a pidfd, and only if the process the pidfd pins is in
-    ``group_dir`` (a pid listed there may have exited and been given to another process since)."""
+def _kill_if_member(pid: int, group: "_Membership") -> None:
+    """SIGKILL ``pid`` through a pidfd, and only if the process the pidfd pins is in ``group``
+    (a pid listed there may have exited and been given to another process since)."""
     try:
         pidfd = os.pidfd_open(pid)
     except OSError:  # gone already
         return
     try:
-        if _is_member(pid, group_dir):
+        if group.has(pid):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
     except ProcessLookupError:
         pass
@@ -455,26 +456,31 @@ def _kill_if_member(pid: int, group_dir: str) -> None:
         os.close(pidfd)
 
 
-def _is_member(pid: int, group_dir: str) -> bool:
-    """Whether ``pid`` is in ``group_dir`` (a directory under ``_ROOT``: cgroup v2's, or v1's
-    under the hierarchy named by its first component), as ``/proc/<pid>/cgroup`` says."""
-    relative = os.path.relpath(group_dir, _ROOT)
-    if os.path.exists(os.path.join(_ROOT, "cgroup.controllers")):
-        hierarchy, path = "", "/" + relative
-    else:
-        hierarchy, _, rest = relative.partition("/")
-        path = "/" + rest
-    try:
-        with open(f"/proc/{pid}/cgroup", "rb") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
+class _Membership:
+    """How ``/proc/<pid>/cgroup`` names one group (a directory under ``_ROOT``: cgroup v2's, or
+    v1's under the hierarchy named by its first component); worked out once per group."""
+
+    def __init__(self, group_dir: str) -> None:
+        relative = os.path.relpath(group_dir, _ROOT)
+        if os.path.exists(os.path.join(_ROOT, "cgroup.controllers")):
+            self._controllers, path = None, "/" + relative  # v2: the line with no controllers
+        else:
+            hierarchy, _, rest = relative.partition("/")
+            self._controllers, path = frozenset(hierarchy.encode().split(b",")), "/" + rest
+        self._path = os.path.normpath(path).encode()
+
+    def has(self, pid: int) -> bool:
+        """Whether ``pid`` is in the group, as ``/proc/<pid>/cgroup`` says."""
+        try:
+            with open(f"/proc/{pid}/cgroup", "rb") as handle:
+                lines = handle.read().splitlines()
+        except OSError:
+            return False
+        for line in lines:
+            _, controllers, listed = line.split(b":", 2)
+            if (controllers == b"") if self._controllers is None else bool(self._controllers & set(controllers.split(b","))):
+                return listed == self._path
         return False
-    wanted = set(hierarchy.encode().split(b","))
-    for line in lines:
-        _, controllers, listed = line.split(b":", 2)
-        if (controllers == b"") if not hierarchy else bool(wanted & set(controllers.split(b","))):
-            return listed == os.path.normpath(path).encode()
-    return False
 
 
 def remove_service_groups(service_dir_name: str) -> bool:
@@ -490,13 +496,14 @@ def remove_service_groups(service_dir_name: str) -> bool:
     for directory, _ in groups:
         thaw(directory)
     for directory, _ in sorted(groups, key=lambda group: group[1]):  # children before their parent
+        membership = _Membership(directory)
         for _ in range(100):
             with open(os.path.join(directory, "cgroup.procs")) as handle:
                 pids = [p for p in (int(line) for line in handle if line.strip()) if p > 0]
             if not pids:
                 break
             for pid in pids:
-                _kill_if_member(pid, directory)
+                _kill_if_member(pid, membership)
             time.sleep(0.005)
         _rmdir_when_empty(directory)
     return not any(os.path.exists(directory) for directory, _ in groups)

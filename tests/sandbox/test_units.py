@@ -427,10 +427,10 @@ def test_a_listed_pid_is_killed_only_while_it_is_in_that_group():
             pytest.skip("no pids cgroup here")
         own = os.path.join("/sys/fs/cgroup", "" if v2 else "pids", found[0].lstrip("/"))
         other = os.path.join(own, "not-this-one")
-        cgroups._kill_if_member(child.pid, other)
+        cgroups._kill_if_member(child.pid, cgroups._Membership(other))
         with pytest.raises(subprocess.TimeoutExpired):  # not a member there: left alone
             child.wait(timeout=0.5)
-        cgroups._kill_if_member(child.pid, own)
+        cgroups._kill_if_member(child.pid, cgroups._Membership(own))
         assert child.wait(timeout=10) == -9
     finally:
         child.kill()
