@@ -252,13 +252,16 @@ class ChargedCopies:
 
     @contextlib.contextmanager
     def charged_to(self, memory_dir: str, deadline: float, interrupt_fd: int | None = None,
-                   owner: tuple[int, int] | None = None) -> Iterator[_ChargedWriter]:
+                   owner: tuple[int, int] | None = None,
+                   give_up: Callable[[], bool] = lambda: False) -> Iterator[_ChargedWriter]:
         """A writer (as `LocalWriter`) whose pages, inodes and dentries are charged to the memory
         group ``memory_dir``, and whose new entries belong to ``owner``'s file-system identity;
         the helper is taken (and joins the group) at the first write, so a restore that writes
         nothing costs nothing. Raises OSError (`TimeoutError` past ``deadline``;
-        `InterruptedError` once ``interrupt_fd`` is readable) from a write or on leaving."""
-        writer = _ChargedWriter(self, memory_dir, deadline, interrupt_fd, owner)
+        `InterruptedError` once ``interrupt_fd`` is readable; ECANCELED when a write the full
+        service refused would be tried again after ``give_up()`` became true) from a write or on
+        leaving."""
+        writer = _ChargedWriter(self, memory_dir, deadline, interrupt_fd, owner, give_up)
         try:
             yield writer
         except BaseException:
@@ -305,8 +308,9 @@ class _ChargedWriter:
     """One restore's writes through a helper in the trajectory's memory group (`charged_to`)."""
 
     def __init__(self, copies: ChargedCopies, memory_dir: str, deadline: float, interrupt_fd: int | None,
-                 owner: tuple[int, int] | None):
+                 owner: tuple[int, int] | None, give_up: Callable[[], bool]):
         self._copies, self._deadline, self._interrupt_fd = copies, deadline, interrupt_fd
+        self._give_up = give_up
         self._identity = _IDENTITY.pack(*(owner if owner is not None else (-1, -1)))
         self._join = _open_procs(memory_dir)  # now: the restore then runs with the trajectory's rights
         self._helper: _Helper | None = None
@@ -340,6 +344,8 @@ class _ChargedWriter:
                     raise
                 if time.monotonic() + FULL_RETRY_S > self._deadline:
                     raise TimeoutError(errno.ETIMEDOUT, "no memory for the restore before its deadline") from exc
+                if self._give_up():
+                    raise OSError(errno.ECANCELED, "the restore was given up while it waited for memory") from exc
                 if not self._waited:
                     self._waiting.enter_context(self._copies._waiting_for_memory())
                     self._waited = True

@@ -372,6 +372,11 @@ class Sandbox:
             if whole_trajectory:
                 self._memory_victim = self._memory_escalated = True
                 self._cgroup.kill_members()
+                # its restore may have frozen it, and on v1 a frozen process acts on SIGKILL only
+                # once thawed (dying, it runs nothing): frozen, it kept its memory until the run's
+                # deadline and the whole service waited (red team, stop 24b); the run's restore
+                # and freeze give up as soon as they see the escalation
+                self._cgroup.thaw()
                 return "stopped"
             if self._step_phase not in ("started", "answered"):
                 return "wait"  # being committed (frozen: it cannot grow), or a run's first or last moments
@@ -659,7 +664,7 @@ class Sandbox:
         memory_dir = self._cgroup.memory_dir if self._cgroup is not None else None
         try:
             with self.service.restore_writer(memory_dir, self._recovery_deadline, self._interrupt,
-                                             self._files.owner) as writer:
+                                             self._files.owner, give_up=self._escalated) as writer:
                 self._files.restore(self._recovery_deadline, before_writing=self._freeze, writer=writer)
         except InterruptedError:
             raise _Closing() from None
@@ -675,10 +680,17 @@ class Sandbox:
         if self._closed:
             raise _Closing()
         if (self._cgroup is not None and self._cgroup.can_freeze
-                and not self._cgroup.freeze(self._recovery_deadline, give_up=lambda: self._closed)):
+                and not self._cgroup.freeze(self._recovery_deadline, give_up=lambda: self._closed or self._escalated())):
             if self._closed:
                 raise _Closing()
+            if self._escalated():
+                raise _Lost("its processes were killed for the service's memory")
             raise _Lost("the trajectory's processes could not be frozen in time")
+
+    def _escalated(self) -> bool:
+        """The OOM arbiter has killed every process of the trajectory (it is lost): a restore or
+        freeze in progress stops rather than wait for memory or for processes that are dying."""
+        return self._memory_escalated
 
     def _thaw(self) -> None:
         if self._cgroup is not None:

@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import replace
 
 import codedance
@@ -226,14 +227,15 @@ class SandboxService:
         return arbiter.restore_waiting() if arbiter is not None else contextlib.nullcontext()
 
     def restore_writer(self, memory_dir: str | None, deadline: float, interrupt_fd: int | None = None,
-                       owner: tuple[int, int] | None = None) -> contextlib.AbstractContextManager:
+                       owner: tuple[int, int] | None = None,
+                       give_up: Callable[[], bool] = lambda: False) -> contextlib.AbstractContextManager:
         """The writer for one restore of the trajectory whose memory group is ``memory_dir`` (new
         entries made as ``owner``): charged to that group where the host allows (`charged_copy`;
-        it stops with `InterruptedError` once ``interrupt_fd`` is readable), else the
-        controller's own writes."""
+        it stops with `InterruptedError` once ``interrupt_fd`` is readable, and a write the full
+        service refuses is not tried again once ``give_up()``), else the controller's own writes."""
         if self._charged_copies is None or memory_dir is None:
             return contextlib.nullcontext(LocalWriter())
-        return self._charged_copies.charged_to(memory_dir, deadline, interrupt_fd, owner)
+        return self._charged_copies.charged_to(memory_dir, deadline, interrupt_fd, owner, give_up)
 
     @property
     def idle_freezer(self) -> IdleFreezer:
