@@ -147,7 +147,8 @@ class OomArbiter:
                 self._restores_waiting -= 1
 
     def commit_takes_what_is_owed(self, committing, grown: int, running: Iterable) -> bool:
-        """Whether committing the step of ``committing`` (which grew by ``grown``) would take memory that
+        """Whether committing the step of ``committing`` (which grew by ``grown``, kernel memory
+        included) would take memory that
         another running step freed from its own committed state (it deleted committed files) and
         needs back if it is rolled back: the service would then hold more than ``memory_total``
         once those rollbacks are done. Memory a step frees counts as committed until that step
@@ -155,8 +156,10 @@ class OomArbiter:
         whose restore then found no memory and lost the trajectory)."""
         if grown <= 0:
             return False
-        owed = sum(max(0, -(other.memory_growth() or 0)) for other in running if other is not committing)
-        return owed > 0 and self._memory.held() + owed > self._memory.limit
+        owed = sum(other.memory_owed() for other in running if other is not committing)
+        # kernel memory counted: page tables, which no reclaim gives back, filled what a
+        # neighbour's rollback needed (red team, stop 24a)
+        return owed > 0 and self._memory.held(with_kernel=True) + owed > self._memory.limit
 
     def stop(self) -> None:
         os.eventfd_write(self._stop, 1)
@@ -189,12 +192,21 @@ class OomArbiter:
         """Act while the group is out of memory or nearly full (`rank_victims` says on whom);
         returns when to look again (None: at the kernel's next word)."""
         waiting_for, since, escalated = None, 0.0, False  # waiting_for: (victim, its run number)
+        settled_by = 0.0  # how long to wait for an escalated victim to give everything back
         growth_then = 0
         while not self._stopping():
-            out_of_memory = self._memory.under_oom() or self._restores_waiting > 0
             charged_past, nearly_full = self._memory.fullness()
+            # a restore the full group refused tries again within FULL_RETRY_S: once the group is
+            # charged below the margin again, its next try fits (counting it longer stopped an
+            # honest step in the moment between a victim's kill and that try: red team, stop 24b)
+            out_of_memory = self._memory.under_oom() or (self._restores_waiting > 0 and charged_past)
             if not out_of_memory and not nearly_full:
                 return WATCH_S if charged_past else None  # cache or kernel memory: may be reclaimed
+            if waiting_for is not None and waiting_for[0].giving_back() and time.monotonic() < settled_by:
+                # the victim's processes were all killed: until its run has unwound and they have
+                # exited, what they free is not free yet, and whoever ranks next would pay for it
+                time.sleep(SETTLE_S)
+                continue
             growths = {}  # sandbox -> (growth, growth with kernel memory, running)
             for sandbox in self._sandboxes():
                 running = sandbox.running
@@ -222,5 +234,6 @@ class OomArbiter:
             if (not escalated and time.monotonic() - since > ESCALATE_S and growth > SLACK_BYTES
                     and growth > growth_then * 0.9):  # it kept its growth (kernel memory left out)
                 escalated = victim.yield_memory(idle_past, whole_trajectory=True) == "stopped"
+                settled_by = time.monotonic() + ESCALATE_S
             time.sleep(SETTLE_S)
         return None

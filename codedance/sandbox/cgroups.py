@@ -37,6 +37,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from codedance.sandbox.thaw_on_exit import thaw
 
@@ -164,6 +165,42 @@ def unreclaimable(version: int, usage: bytes, stat: bytes, kmem: bytes = b"0", p
     return int(usage) - left_out
 
 
+def _stat_value(stat: bytes, name: bytes) -> int:
+    """One figure of a ``memory.stat`` text (0 where it is not listed)."""
+    for line in stat.splitlines():
+        key, _, value = line.partition(b" ")
+        if key == name:
+            return int(value)
+    return 0
+
+
+class MemoryMeasure(NamedTuple):
+    """A trajectory's memory by kind, in bytes (`TrajectoryCgroup.memory_measure`). Kept apart
+    so that one kind shrinking never hides another growing: a step that deletes committed files
+    while its patched holder allocates as much shows no net growth, yet its rollback must write
+    the files back into memory the holder took (red team, stop 24b)."""
+
+    other: int  # what the kernel cannot reclaim without swap besides tmpfs files: anonymous memory above all
+    files: int  # tmpfs files (shmem): the working directory
+    kernel: int  # v1: kernel memory, left out of the two above; v2: 0 (only reclaimable slab is left out)
+
+    @property
+    def held(self) -> int:
+        """Unreclaimable memory: ``other`` and ``files``."""
+        return self.other + self.files
+
+    def lowered_to(self, now: MemoryMeasure) -> MemoryMeasure:
+        """Each kind at most what ``now`` shows."""
+        return MemoryMeasure(*(min(mark, current) for mark, current in zip(self, now, strict=True)))
+
+    def growth_since(self, mark: MemoryMeasure) -> tuple[int, int, int]:
+        """(unreclaimable growth, the same plus the kernel memory gained, net unreclaimable
+        memory freed) since ``mark``: each kind's growth counts alone (when positive); what was
+        freed net is what a rollback would need back beyond what killing the step frees."""
+        grown = max(0, self.other - mark.other) + max(0, self.files - mark.files)
+        return grown, grown + max(0, self.kernel - mark.kernel), max(0, mark.held - self.held)
+
+
 def _read_bytes(path: str) -> bytes:
     with open(path, "rb") as handle:
         return handle.read()
@@ -214,10 +251,11 @@ class ServiceMemory:
         held = unreclaimable(1, usage, os.pread(self._stat, 8192, 0), os.pread(self._kmem, 64, 0), prefix=b"total_")
         return int(usage) >= self.limit - self.margin, held >= self.limit - self.margin
 
-    def held(self) -> int:
-        """What the group holds less its file cache and kernel memory (as `fullness` measures)."""
-        return unreclaimable(1, os.pread(self._usage, 64, 0), os.pread(self._stat, 8192, 0),
-                             os.pread(self._kmem, 64, 0), prefix=b"total_")
+    def held(self, *, with_kernel: bool = False) -> int:
+        """What the group holds less its file cache and (unless ``with_kernel``) its kernel
+        memory (as `fullness` measures)."""
+        kmem = b"0" if with_kernel else os.pread(self._kmem, 64, 0)
+        return unreclaimable(1, os.pread(self._usage, 64, 0), os.pread(self._stat, 8192, 0), kmem, prefix=b"total_")
 
     def close(self) -> None:
         for fd in self._fds:
@@ -377,16 +415,18 @@ class TrajectoryCgroup:
         and tmpfs files, which the kernel cannot reclaim without swap; None once removed (see
         `memory_measure`)."""
         measure = self.memory_measure(kept_open=kept_open)
-        return None if measure is None else measure[0]
+        return None if measure is None else measure.held
 
-    def memory_measure(self, *, kept_open: bool = True) -> tuple[int, int] | None:
-        """(`unreclaimable_bytes`, kernel memory left out of it); None once removed.
-        On v1 all kernel memory is left out of the first figure, because much of it is
+    def memory_measure(self, *, kept_open: bool = True) -> MemoryMeasure | None:
+        """The group's unreclaimable memory by kind (`MemoryMeasure`; ``held`` is
+        `unreclaimable_bytes`), and its kernel memory apart; None once removed.
+        On v1 all kernel memory is left out of the first two figures, because much of it is
         reclaimable cache (a step's negative dentries alone can reach hundreds of MiB, and
         outlive it) that v1 does not tell apart from what is not (inodes of files that exist,
-        pipe and socket buffers, page tables): the second figure is v1's kmem counter, which the
-        arbiter adds only where the kernel has already reclaimed what it could (out of memory).
-        v2 leaves out only reclaimable slab (second figure 0).
+        pipe and socket buffers, page tables): ``kernel`` is v1's kmem counter, which the
+        arbiter adds only where the kernel has already reclaimed what it could (out of memory),
+        and when a commit could take what a neighbour's rollback needs.
+        v2 leaves out only reclaimable slab (``kernel`` 0).
         ``kept_open``: through descriptors kept for the thread that runs steps (a few preads,
         ~8 µs); other threads read by path."""
         names = _UNRECLAIMABLE_FILES[self.layout.version]
@@ -398,7 +438,9 @@ class TrajectoryCgroup:
                 texts = [os.pread(fd, 8192, 0) for fd in self._memory_files]
             else:
                 texts = [_read_bytes(os.path.join(self.memory_dir, name)) for name in names]
-            return unreclaimable(self.layout.version, *texts), int(texts[2]) if self.layout.version == 1 else 0
+            held = unreclaimable(self.layout.version, *texts)
+            files = _stat_value(texts[1], b"shmem")
+            return MemoryMeasure(held - files, files, int(texts[2]) if self.layout.version == 1 else 0)
         except (OSError, ValueError):
             return None
 

@@ -58,7 +58,7 @@ from typing import Self
 
 from codedance.sandbox import files, layout, procs, protocol
 from codedance.sandbox.arbiter import SLACK_BYTES
-from codedance.sandbox.cgroups import TrajectoryCgroup
+from codedance.sandbox.cgroups import MemoryMeasure, TrajectoryCgroup
 from codedance.sandbox.execution import executes_nothing
 from codedance.sandbox.inputs import ImageInput
 from codedance.sandbox.isolation import Isolation
@@ -134,8 +134,8 @@ class Sandbox:
         # what it holds after each run and while idle (a replaced holder exits after the mark):
         # growth since counts, idle growth and growth after answering included (only a patched
         # runtime does either)
-        self._memory_mark: tuple[int, int] | None = None
-        self._mark_before_answer: tuple[int, int] | None = None  # put back if the answered step is not committed
+        self._memory_mark: MemoryMeasure | None = None
+        self._mark_before_answer: MemoryMeasure | None = None  # put back if the answered step is not committed
         self._memory_victim = False  # the arbiter stopped this run's step
         self._memory_escalated = False  # ... and then killed its holder too
         self._dying: dict[int, int] = {}  # replaced holders, killed, not yet seen gone: pid -> pidfd
@@ -311,7 +311,7 @@ class Sandbox:
         if self._cgroup is not None and self._memory_mark is not None and self._lost is None:
             now = self._cgroup.memory_measure()
             if now is not None:
-                self._memory_mark = (min(self._memory_mark[0], now[0]), min(self._memory_mark[1], now[1]))
+                self._memory_mark = self._memory_mark.lowered_to(now)
 
     def _settle_mark(self) -> None:
         """(No step running: `_lock` held.) Forget replaced holders that have exited and lower
@@ -331,9 +331,18 @@ class Sandbox:
             finally:
                 self._lock.release()
 
+    def giving_back(self) -> bool:
+        """Every process killed for the service's memory (`yield_memory` with
+        ``whole_trajectory``), and not all of it given back yet: its run still unwinding (its
+        restore giving up), or some of its processes not yet gone."""
+        if not self._memory_escalated or self._released or self._cgroup is None:
+            return False
+        return self.running or bool(self._cgroup.pids())
+
     def memory_growth(self) -> int | None:
-        """Unreclaimable memory (anonymous and tmpfs files; kernel memory left out) gained since
-        the last committed step answered (what the running step added, and anything after that
+        """Unreclaimable memory (anonymous and tmpfs files, each kind counted alone: files
+        deleted never offset what a holder allocates; kernel memory left out) gained since the
+        last committed step answered (what the running step added, and anything after that
         answer or between steps); None without a memory cgroup or once over."""
         growths = self.memory_growths()
         return None if growths is None else growths[0]
@@ -341,14 +350,22 @@ class Sandbox:
     def memory_growths(self) -> tuple[int, int] | None:
         """(`memory_growth`, the same plus the kernel memory gained, when positive: inodes and
         dentries, page tables, buffers, some of it cache the kernel can reclaim); None as there."""
+        since = self._since_mark()
+        return None if since is None else since[:2]
+
+    def memory_owed(self) -> int:
+        """Unreclaimable memory held less than at the mark (the running step deleted committed
+        files): what its rollback would need back beyond what killing the step frees (0 without
+        a memory cgroup or once over)."""
+        since = self._since_mark()
+        return 0 if since is None else since[2]
+
+    def _since_mark(self) -> tuple[int, int, int] | None:
         mark, cgroup = self._memory_mark, self._cgroup
         if cgroup is None or mark is None or not self.alive:
             return None
         now = cgroup.memory_measure(kept_open=False)
-        if now is None:
-            return None
-        growth = now[0] - mark[0]
-        return growth, growth + max(0, now[1] - mark[1])
+        return None if now is None else now.growth_since(mark)
 
     def yield_memory(self, idle_past: int, *, whole_trajectory: bool = False) -> str:
         """Give memory back to the service (called by its OOM arbiter, from another thread):
@@ -542,10 +559,12 @@ class Sandbox:
         return self._fail(ExecStatus.REFUSED, None, result)
 
     def _step_growth(self) -> int:
-        """What the answered step grew (its mark at the answer less the one before)."""
+        """What the answered step grew, kernel memory included (its mark at the answer less the
+        one before): page tables are kernel memory no reclaim gives back, and a step that filled
+        what a neighbour's rollback needs with them committed it (red team, stop 24a)."""
         if self._memory_mark is None or self._mark_before_answer is None:
             return 0
-        return self._memory_mark[0] - self._mark_before_answer[0]
+        return self._memory_mark.growth_since(self._mark_before_answer)[1]
 
     def _claim_commit(self) -> bool:
         """From now on the OOM arbiter leaves the step alone (its files are being saved, the
