@@ -289,6 +289,29 @@ def test_no_step_can_make_itself_dumpable_again(jail):
     assert sandbox.run("print('alive')").stdout == "alive\n"
 
 
+def _kernel_at_least(major: int, minor: int) -> bool:
+    release = platform.release().split("-")[0].split(".")
+    return tuple(int(part) for part in release[:2] if part.isdigit()) >= (major, minor)
+
+
+def test_descriptors_sent_to_the_controller_are_refused(jail):
+    """Red team, stop 24: descriptors a step passes to the controller with ``SCM_RIGHTS`` were
+    dropped at its receive and released on its thread (inotify groups, big memfds). On Linux
+    6.16+ its end refuses them (``SO_PASSRIGHTS`` 0): the step's ``sendmsg`` fails with EPERM,
+    nothing reaches the shared socket, and the step's own reply goes through."""
+    if not _kernel_at_least(6, 16):
+        pytest.skip("SO_PASSRIGHTS needs Linux 6.16+")
+    sandbox = jail()
+    expected = prepare_state(sandbox)
+    code = (SOCKET_FD + "import array, socket\nsock = socket.socket(fileno=os.dup(_socket_fd()))\n"
+            "fd = os.memfd_create('x')\ntry:\n"
+            "    sock.sendmsg([b'\\0'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(array.array('i', [fd])))])\n"
+            "    print('sent')\nexcept OSError as exc:\n    print(exc.errno)")
+    result = sandbox.run(code)
+    assert result.ok and result.stdout == "1\n", result  # EPERM
+    assert_state_intact(sandbox, expected)
+
+
 def test_fifos_and_links_are_counted_refused_and_rolled_back(jail):
     """Class 5: special files are never committed, count against the entry limit, vanish on
     rollback, and leave later steps fast."""
