@@ -533,8 +533,8 @@ def test_the_holder_is_frozen_while_the_controller_restores(jail):
             self.writer.copy(source, target)
 
     @contextlib.contextmanager
-    def watched_writer(*args):
-        with SandboxService.restore_writer(service, *args) as writer:
+    def watched_writer(*args, **options):
+        with SandboxService.restore_writer(service, *args, **options) as writer:
             yield Watched(writer)
 
     assert sandbox.run("open('f', 'w').write('kept')").ok
