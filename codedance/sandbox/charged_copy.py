@@ -104,18 +104,36 @@ def _copy_range(source_fd: int, target_fd: int, offset: int, count: int) -> None
         offset += copied
 
 
+class _ControllerGone(Exception):
+    """The controller's end of the channel is closed (it died, perhaps mid-request)."""
+
+
+def _on_channel(call: Callable, *args):
+    """``call(*args)`` on the channel; a reset or broken pipe (the controller died with a request
+    or answer unread) is `_ControllerGone`, as end of file is."""
+    try:
+        return call(*args)
+    except (ConnectionResetError, BrokenPipeError) as exc:
+        raise _ControllerGone from exc
+
+
 def serve(channel_fd: int, home_fd: int) -> None:
     """The helper's loop: join a group, make an entry, copy, leave, each answered with ``0`` (and
-    the new entry's descriptor) or an errno; ends when the controller closes its end (or dies).
+    the new entry's descriptor) or an errno; ends when the controller closes its end (or dies:
+    ``ECONNRESET`` and ``EPIPE`` on the channel end it quietly, as end of file does).
     Leaving is writing to ``home_fd``, the ``cgroup.procs`` of the group it was started in. A
     request that fails (ENOMEM in a full group) leaves the group *before* it answers, since in a
     full group even the answer may not fit (ENOBUFS): so ``0`` means "done, still in the group"
     and an errno "back home"."""
-    channel = socket.socket(fileno=channel_fd)
+    with contextlib.suppress(_ControllerGone):
+        _serve(socket.socket(fileno=channel_fd), home_fd)
+
+
+def _serve(channel: socket.socket, home_fd: int) -> None:
     me = str(os.getpid()).encode()
-    channel.send(_STARTED)
+    _on_channel(channel.send, _STARTED)
     while True:
-        message, fds, _, _ = socket.recv_fds(channel, _MAX_REQUEST, 2)
+        message, fds, _, _ = _on_channel(socket.recv_fds, channel, _MAX_REQUEST, 2)
         if not message:
             return
         made: list[int] = []
@@ -132,10 +150,10 @@ def serve(channel_fd: int, home_fd: int) -> None:
                 made.append(_make(fds[0], message[1 + _IDENTITY.size:], uid, gid, directory=op == _DIRECTORY))
             else:
                 raise OSError(errno.EPROTO, "unexpected request")
-            socket.send_fds(channel, [b"0"], made)
+            _on_channel(socket.send_fds, channel, [b"0"], made)
         except OSError as exc:
             os.write(home_fd, me)  # if even this fails, the helper ends and the controller sees it
-            channel.send(str(exc.errno or errno.EIO).encode())
+            _on_channel(channel.send, str(exc.errno or errno.EIO).encode())
         finally:
             for fd in fds + made:
                 os.close(fd)
@@ -202,6 +220,7 @@ class _Helper:
             theirs.close()
         self.channel = ours
         try:
+            _rank_like_holders(self.process.pid)
             if self._reply(deadline)[0] != _STARTED:
                 raise OSError(errno.EPROTO, "the copying helper did not start")
         except BaseException:
@@ -371,6 +390,19 @@ class _ChargedWriter:
             self._helper.kill()
             raise
         self._copies._give_back(self._helper)
+
+
+def _rank_like_holders(pid: int) -> bool:
+    """Give a new helper the holders' ``oom_score_adj`` (-1000 where the controller may lower it:
+    with CAP_SYS_RESOURCE; best effort, else it stays at 0 as holders do): in a trajectory's group
+    during a restore, a helper at 0 beside a holder at -1000 would be the kernel's only OOM choice
+    there, a root process outside the jail killed for the trajectory (red team, stop 24). Set
+    before its first answer, so before it ever joins a group; whether it took."""
+    # imported here, not at the top: the helper itself imports only the standard library
+    from codedance.sandbox import procs
+    from codedance.sandbox.sandbox import HOLDER_OOM_SCORE_ADJ
+
+    return procs.set_oom_score_adj(pid, HOLDER_OOM_SCORE_ADJ)
 
 
 def _wait(fds: list[int], timeout_s: float, interrupt_fd: int | None) -> list[int]:

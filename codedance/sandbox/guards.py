@@ -27,6 +27,19 @@ The seccomp filter (libseccomp through PyPI ``pyseccomp``) returns ``EPERM`` for
 - other processes: ``prlimit64`` on any pid but 0 (itself; compared on all 64 bits, so no high
   bits can smuggle another pid), ``process_madvise``, ``migrate_pages``, ``move_pages``;
 - host-wide write-back: ``sync``, ``syncfs`` (``fsync`` of one's own files stays);
+- Linux AIO: ``io_setup``, ``io_destroy``, ``io_submit``, ``io_cancel``, ``io_getevents``,
+  ``io_pgetevents`` (``fs.aio-max-nr`` is one counter for the whole host, not per namespace or
+  cgroup: one ``io_setup(32768)`` in a committed holder took all 65,536 slots of the host, red
+  team, stop 24; glibc's POSIX AIO uses threads, not these calls);
+- watching files: ``inotify_init``, ``inotify_init1``, ``inotify_add_watch``, ``fanotify_init``,
+  ``fanotify_mark`` (the jail's read-only trees, the Python installation and site-packages, are
+  the same inodes for every trajectory and the host: a watch there saw which modules a neighbour
+  imported, red team, stop 24);
+- ``prctl(PR_SET_DUMPABLE, ...)`` (the option compared on its low 32 bits, as the kernel reads an
+  ``int``): a process made dumpable again that crashes would, where ``kernel.core_pattern`` is a
+  pipe (apport, systemd-coredump), have the kernel run that root helper on the host, fed the
+  jailed process's memory (red team, stop 24); ``RLIMIT_CORE`` is also 1, the value at which the
+  kernel refuses piped dumps (a step may lower it to 0; it stays non-dumpable);
 - moving file pages into pipes: ``splice``, ``tee``, ``vmsplice``, ``sendfile`` (a pipe filled
   from a file holds references to its page-cache pages, which the kernel then cannot reclaim yet
   which the OOM arbiter counts as reclaimable cache: kept by a committed holder, 64 MiB per
@@ -68,6 +81,7 @@ import os
 import resource
 
 _PR_SET_DUMPABLE = 4
+_CORE_LIMIT = 1  # RLIMIT_CORE: the kernel's "no dump, not even to a pipe" value
 _PR_SET_NO_NEW_PRIVS = 38
 _CLONE_NAMESPACE_FLAGS = (
     0x00020000  # CLONE_NEWNS
@@ -98,6 +112,8 @@ DENIED_SYSCALLS = (
     "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
     "reboot", "swapon", "swapoff", "open_by_handle_at", "name_to_handle_at", "iopl", "ioperm",
     "personality", "acct", "quotactl", "uselib", "sync", "syncfs",
+    "io_setup", "io_destroy", "io_submit", "io_cancel", "io_getevents", "io_pgetevents",
+    "inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark",
     "splice", "tee", "vmsplice", "sendfile",
     "setxattr", "lsetxattr", "fsetxattr", "setxattrat",
     "removexattr", "lremovexattr", "fremovexattr", "removexattrat",
@@ -157,10 +173,12 @@ def apply_rlimits(*, address_space: int, file_size: int, open_files: int, proces
         (resource.RLIMIT_FSIZE, file_size),
         (resource.RLIMIT_NOFILE, open_files),
         (resource.RLIMIT_NPROC, processes),
-        (resource.RLIMIT_CORE, 0),
+        # 1, not 0: no core file fits one byte, and exactly 1 makes the kernel refuse a dump to a
+        # piped core_pattern too (fs/coredump.c), which ignores any other limit
+        (resource.RLIMIT_CORE, _CORE_LIMIT),
     )
     for which, value in limits:
-        if value or which == resource.RLIMIT_CORE:
+        if value:
             resource.setrlimit(which, (value, value))
 
 
@@ -175,7 +193,8 @@ def drop_privileges(uid: int, gid: int) -> None:
 
 def forbid_new_privileges() -> None:
     """``PR_SET_NO_NEW_PRIVS`` (required before seccomp) and not dumpable (no ptrace, no core,
-    /proc/<pid>/mem closed to same-uid siblings)."""
+    /proc/<pid>/mem closed to same-uid siblings). The last ``PR_SET_DUMPABLE`` anything here
+    makes: the seccomp filter loaded next refuses it."""
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)
     _prctl(_PR_SET_DUMPABLE, 0)
 
@@ -196,6 +215,7 @@ def install_seccomp() -> None:
         rules.add_rule(seccomp.ERRNO(errno.ENOSYS), number)
     low32 = 0xFFFFFFFF
     rules.add_rule(deny, "prlimit64", seccomp.Arg(0, seccomp.NE, 0))
+    rules.add_rule(deny, "prctl", seccomp.Arg(0, seccomp.MASKED_EQ, low32, _PR_SET_DUMPABLE))
     for command in (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX):
         rules.add_rule(deny, "fcntl", seccomp.Arg(1, seccomp.MASKED_EQ, low32, command))
     rules.add_rule(deny, "fcntl", seccomp.Arg(1, seccomp.MASKED_EQ, low32, _F_SETFL),

@@ -16,6 +16,10 @@ The controller's side treats every byte from the jail as hostile:
   declared blob sizes against it before the blobs are read.
 - **Any decoding failure is one error**, `BadMessage`, naming the sender; its buffered bytes are
   dropped and its later bytes ignored until `forget` (the controller kills the sender first).
+- **Descriptors are refused.** The controller's end of each sandbox's socket has
+  ``SO_PASSRIGHTS`` off (Linux 6.16+, `refuse_passed_descriptors`): a step's ``SCM_RIGHTS`` fails
+  with ``EPERM`` in the step, where before the kernel dropped them at the controller's receive and
+  released the files (inotify groups, big memfds) on the controller's thread (red team, stop 24).
 - `parse_result` checks a step's result against a typed schema and the sandbox's bounds (text
   lengths, note count, image count, PNG header, pixels and bytes): anything the honest runtime
   never sends is a `BadMessage`.
@@ -29,6 +33,7 @@ from __future__ import annotations
 import errno
 import json
 import math
+import platform
 import select
 import socket
 import struct
@@ -46,6 +51,11 @@ MAX_HEADER_BYTES = 1 << 20
 MAX_BLOBS = 64
 MAX_PNG_CHUNKS = 4096  # PIL writes 64 KiB IDAT chunks: far more than a 48 MiB PNG needs
 READ_CHUNK = 1 << 20
+# SO_PASSRIGHTS, Linux 6.16+ (include/uapi/asm-generic/socket.h: 83): 0 makes the kernel refuse
+# (EPERM, at the sender's sendmsg) every SCM_RIGHTS sent to the socket. Alpha, MIPS, PA-RISC and
+# SPARC number their socket options differently: not set there.
+SO_PASSRIGHTS = getattr(socket, "SO_PASSRIGHTS", None) or (
+    None if platform.machine().startswith(("alpha", "mips", "parisc", "sparc")) else 83)
 
 
 class ProtocolError(Exception):
@@ -92,6 +102,21 @@ def encode(body: dict, blobs: tuple[bytes, ...] | list[bytes] = ()) -> bytes:
 
 class SendTimeout(ProtocolError):
     """The peer did not take the message before the deadline (it stopped reading)."""
+
+
+def refuse_passed_descriptors(sock: socket.socket) -> bool:
+    """Have the kernel refuse descriptors sent to ``sock`` (``SO_PASSRIGHTS`` 0); whether it
+    took (False on kernels before 6.16, which answer ENOPROTOOPT or EINVAL: there the passed
+    descriptors are dropped at the receive, as before)."""
+    if SO_PASSRIGHTS is None:
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_PASSRIGHTS, 0)
+    except OSError as exc:
+        if exc.errno in (errno.ENOPROTOOPT, errno.EINVAL):
+            return False
+        raise
+    return True
 
 
 def header_bytes(message: bytes) -> int:

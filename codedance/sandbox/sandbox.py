@@ -176,6 +176,8 @@ class Sandbox:
                                             max_processes=self.limits.processes, cpus=self.limits.cpus)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         ours.setblocking(False)  # every send and receive has a deadline
+        # the jail's descriptors stay in the jail: none is released on the controller's thread
+        protocol.refuse_passed_descriptors(ours)
         self._conn = ours
         self._interrupt = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         self._reader = protocol.Reader(ours, max_bytes=self.limits.max_message, with_credentials=True,

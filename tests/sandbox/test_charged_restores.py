@@ -335,3 +335,38 @@ def test_a_restore_empties_files_changed_in_place_before_it_copies_any_back(make
     assert failed.status is ExecStatus.ERROR and failed.rolled_back, failed
     after = sandbox.run("import os\nprint(os.path.getsize('a'), os.path.getsize('b'))")
     assert after.stdout == f"{250 * MIB} 0\n", after
+
+
+def test_the_helper_ranks_with_the_holders_for_the_oom_killer(make, service):
+    """Red team, stop 24: a helper in a trajectory's group during a restore, at oom_score_adj 0
+    beside a holder at -1000, was the kernel's only OOM choice there (a root process outside the
+    jail killed for the trajectory). Helpers get the holders' value (where the controller may
+    lower it; else both stay at 0)."""
+    sandbox = make(timeout_s=60)
+    sandbox.run("open('f', 'w').write('kept')")
+    assert sandbox.run("import os\nos.remove('f')\n1/0").rolled_back
+    idle = service._charged_copies.helper_pids
+    assert idle, "no helper was kept for the next restore"
+    for pid in idle:
+        with open(f"/proc/{pid}/oom_score_adj") as handle:
+            assert int(handle.read()) == sandbox._holder_oom_score_adj
+    with open(f"/proc/{sandbox._holder_pid}/oom_score_adj") as handle:
+        assert int(handle.read()) == sandbox._holder_oom_score_adj
+
+
+def test_a_new_helper_gets_the_holders_oom_score_adj(group, tmp_path, monkeypatch):
+    """The same, wherever the controller lacks CAP_SYS_RESOURCE (holders then stay at 0, like
+    helpers): with a value any root may set (raising needs no capability), a new helper takes
+    it before its first answer."""
+    from codedance.sandbox import sandbox as sandbox_module
+
+    monkeypatch.setattr(sandbox_module, "HOLDER_OOM_SCORE_ADJ", 500)
+    path, copies = group
+    source = tmp_path / "source"
+    source.write_bytes(b"y" * MIB)
+    with (open(source, "rb") as reader, open(tmp_path / "target", "wb") as target,
+          copies.charged_to(path, time.monotonic() + 30) as writer):
+        writer.copy(reader.fileno(), target.fileno())
+    [helper] = copies.helper_pids
+    with open(f"/proc/{helper}/oom_score_adj") as handle:
+        assert int(handle.read()) == 500

@@ -190,10 +190,17 @@ def test_a_holder_sending_junk_messages_loses_only_its_own_trajectory(jail):
     ("splice", 275, (0, 0, 0, 0, 0, 0)), ("tee", 276, (0, 0, 0, 0)), ("vmsplice", 278, (0, 0, 0, 0)),
     ("sendfile", 40, (0, 0, 0, 0)), ("setxattr", 188, (0, 0, 0, 0, 0)), ("fsetxattr", 190, (0, 0, 0, 0, 0)),
     ("removexattr", 197, (0, 0)),
+    ("io_setup", 206, (1, 0)), ("io_destroy", 207, (0,)), ("io_getevents", 208, (0, 0, 0, 0, 0)),
+    ("io_submit", 209, (0, 0, 0)), ("io_cancel", 210, (0, 0, 0)), ("io_pgetevents", 333, (0, 0, 0, 0, 0, 0)),
+    ("inotify_init", 253, ()), ("inotify_init1", 294, (0,)), ("inotify_add_watch", 254, (0, 0, 0)),
+    ("fanotify_init", 300, (0x200, 0)), ("fanotify_mark", 301, (0, 0, 0, 0, 0)),
 ])  # fmt: skip
 def test_denied_kernel_surfaces(jail, name, number, args):
     """Classes 4, 7 and 9: io_uring (which would bypass the socket rules), SysV and POSIX IPC
-    (which outlive close and cross trajectories), shutdown/setsockopt on the shared socket."""
+    (which outlive close and cross trajectories), shutdown/setsockopt on the shared socket.
+    Red team, stop 24: Linux AIO (``fs.aio-max-nr`` is host-wide: one trajectory took all of
+    it), inotify and fanotify (a watch on the shared read-only trees saw a neighbour's imports;
+    ``fanotify_init`` with ``FAN_REPORT_FID``, which unprivileged processes may call)."""
     sandbox = jail()
     code = (f"import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
             f"r = libc.syscall({number}, *[ctypes.c_long(a) for a in {args!r}])\n"
@@ -259,6 +266,49 @@ def test_signal_driven_io_and_prlimit_on_the_holder_are_denied(jail):
             "print(denied)\nraise ValueError('fail after trying')")  # fmt: skip
     result = sandbox.run(code)
     assert result.status is ERROR and result.stdout == "[True, True, True, True]\n", result
+    assert_state_intact(sandbox, expected)
+
+
+@x86_64
+def test_no_step_can_make_itself_dumpable_again(jail):
+    """Red team, stop 24: ``prctl(PR_SET_DUMPABLE, 1)`` then a crash would, with a piped
+    ``core_pattern`` (apport, systemd-coredump), have the kernel run a root helper on the host fed
+    the step's memory. The option is refused (high bits in the register change nothing: the
+    kernel reads an int), other ``prctl`` options work, and ``RLIMIT_CORE`` is 1 (the kernel's
+    "not even to a pipe" value)."""
+    sandbox = jail()
+    code = ("import ctypes, resource\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+            "out = []\nfor option in (4, 4 | (1 << 32)):\n    for value in (1, 0):\n"
+            "        r = libc.syscall(157, ctypes.c_long(option), ctypes.c_long(value), 0, 0, 0)\n"
+            "        out.append(ctypes.get_errno() if r == -1 else 'allowed')\n"
+            "out.append(libc.prctl(3, 0, 0, 0, 0))\n"  # PR_GET_DUMPABLE
+            "out.append(libc.prctl(15, b'renamed', 0, 0, 0))\n"  # PR_SET_NAME
+            "out.append(resource.getrlimit(resource.RLIMIT_CORE))\nprint(out)")
+    result = sandbox.run(code)
+    assert result.ok and result.stdout == "[1, 1, 1, 1, 0, 0, (1, 1)]\n", result
+    assert sandbox.run("print('alive')").stdout == "alive\n"
+
+
+def _kernel_at_least(major: int, minor: int) -> bool:
+    release = platform.release().split("-")[0].split(".")
+    return tuple(int(part) for part in release[:2] if part.isdigit()) >= (major, minor)
+
+
+def test_descriptors_sent_to_the_controller_are_refused(jail):
+    """Red team, stop 24: descriptors a step passes to the controller with ``SCM_RIGHTS`` were
+    dropped at its receive and released on its thread (inotify groups, big memfds). On Linux
+    6.16+ its end refuses them (``SO_PASSRIGHTS`` 0): the step's ``sendmsg`` fails with EPERM,
+    nothing reaches the shared socket, and the step's own reply goes through."""
+    if not _kernel_at_least(6, 16):
+        pytest.skip("SO_PASSRIGHTS needs Linux 6.16+")
+    sandbox = jail()
+    expected = prepare_state(sandbox)
+    code = (SOCKET_FD + "import array, socket\nsock = socket.socket(fileno=os.dup(_socket_fd()))\n"
+            "fd = os.memfd_create('x')\ntry:\n"
+            "    sock.sendmsg([b'\\0'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(array.array('i', [fd])))])\n"
+            "    print('sent')\nexcept OSError as exc:\n    print(exc.errno)")
+    result = sandbox.run(code)
+    assert result.ok and result.stdout == "1\n", result  # EPERM
     assert_state_intact(sandbox, expected)
 
 
@@ -483,8 +533,8 @@ def test_the_holder_is_frozen_while_the_controller_restores(jail):
             self.writer.copy(source, target)
 
     @contextlib.contextmanager
-    def watched_writer(*args):
-        with SandboxService.restore_writer(service, *args) as writer:
+    def watched_writer(*args, **options):
+        with SandboxService.restore_writer(service, *args, **options) as writer:
             yield Watched(writer)
 
     assert sandbox.run("open('f', 'w').write('kept')").ok

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import ctypes
 import os
+import select
 import socket
 import struct
 import subprocess
+import sys
 import time
 import zlib
 from pathlib import Path
@@ -532,3 +534,42 @@ def test_directories_that_lock_their_owner_out_are_restored(tmp_path):
     (work / "readonly").chmod(0o700)
     assert (work / "locked" / "inner" / "f.txt").read_text() == "kept"
     assert (work / "readonly" / "g.txt").read_text() == "kept too"
+
+
+@pytest.mark.parametrize("unread", ["answer", "request"])
+def test_a_copying_helper_ends_quietly_when_the_controller_dies_mid_request(unread):
+    """Red team, stop 24: a controller that died with the helper's answer unread (or its own
+    request unanswered) left the helper's next receive or answer failing with ECONNRESET or
+    EPIPE, and `charged_copy.serve` printed a traceback; both end it as end of file does."""
+    from codedance.sandbox import charged_copy
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    home = os.open(os.devnull, os.O_WRONLY)  # "leaving the group" writes here
+    try:
+        helper = subprocess.Popen(
+            [sys.executable, "-I", "-S", charged_copy.__file__, str(theirs.fileno()), str(home)],
+            pass_fds=(theirs.fileno(), home), stderr=subprocess.PIPE)  # fmt: skip
+    finally:
+        theirs.close()
+        os.close(home)
+    try:
+        assert ours.recv(16) == charged_copy._STARTED
+        group = os.open(os.devnull, os.O_WRONLY)  # "joining a group" writes the helper's pid here
+        try:
+            socket.send_fds(ours, [charged_copy._JOIN], [group])
+            assert select.select([ours], [], [], 10)[0], "the helper did not answer"
+            # "answer": the answer is left unread, so the helper's next receive is reset
+            # (ECONNRESET); "request": the answer is read, another request sent and the
+            # controller gone at once, so the helper reads it and its answer meets EPIPE
+            if unread == "request":
+                ours.recv(16)
+                socket.send_fds(ours, [charged_copy._JOIN], [group])
+        finally:
+            os.close(group)
+        ours.close()
+        assert helper.wait(timeout=10) == 0
+        assert helper.stderr.read() == b""
+    finally:
+        helper.kill()
+        helper.wait()
+        helper.stderr.close()
