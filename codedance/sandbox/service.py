@@ -146,6 +146,7 @@ class SandboxService:
                  use_seccomp: bool | None = None, start_timeout_s: float = 120.0,
                  memory_total: int | None = None):
         self.as_root = os.geteuid() == 0
+        self._owner_pid = os.getpid()  # a forked child of the controller never closes the service
         self._lock = threading.Lock()  # the sandboxes, the uids, closing
         self._spawn_lock = threading.Lock()  # one spawn request on the control socket at a time
         self._closed = False
@@ -349,7 +350,11 @@ class SandboxService:
         return not self._closed and self._process.poll() is None
 
     def close(self) -> None:
-        """Stop the zygote and every process in its jail; remove the service's directories."""
+        """Stop the zygote and every process in its jail; remove the service's directories.
+        Does nothing in a forked child of the controller (its ``atexit`` runs this too): the
+        service, its zygote and its directories are the parent's."""
+        if os.getpid() != self._owner_pid:
+            return
         with self._lock:
             if self._closed:
                 return
@@ -390,7 +395,7 @@ class SandboxService:
                 remove_tree(path)
         leftovers.release_service_name(self.name, self._name_lock)
         if self._uid_lock is not None:
-            os.close(self._uid_lock)
+            leftovers.release_uid_block(self._uid_lock)
         atexit.unregister(self.close)
 
 

@@ -532,3 +532,32 @@ def test_directories_that_lock_their_owner_out_are_restored(tmp_path):
     (work / "readonly").chmod(0o700)
     assert (work / "locked" / "inner" / "f.txt").read_text() == "kept"
     assert (work / "readonly" / "g.txt").read_text() == "kept too"
+
+
+def test_a_forked_child_lets_go_of_the_descriptors_held_from_forks():
+    """`forks`: in a child of os.fork() each held descriptor is /dev/null (so the child no longer
+    holds the pipe's write end: its reader sees end of file once the parent closes its own);
+    other descriptors are untouched; `forks.close` stops holding it."""
+    import select
+
+    from codedance.sandbox import forks
+
+    read_end, write_end = os.pipe()
+    other_read, other_write = os.pipe()
+    forks.hold(write_end)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            ok = os.path.samestat(os.fstat(write_end), os.stat(os.devnull)) and not os.get_inheritable(write_end)
+            ok = os.write(other_write, b"k") == 1 and ok  # untouched
+            ok = bool(select.select([read_end], [], [], 10)[0]) and os.read(read_end, 1) == b"" and ok
+            os._exit(0 if ok else 1)
+        os.close(other_write)
+        assert os.read(other_read, 1) == b"k"
+        forks.close(write_end)  # the last write end: the child's read ends
+        assert write_end not in forks.held()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        for fd in (read_end, other_read):
+            os.close(fd)
