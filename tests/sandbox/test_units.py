@@ -229,6 +229,38 @@ def test_the_stores_of_all_trajectories_share_one_budget(tmp_path):
     assert sorted(b.manifest) == ["g"]
 
 
+def test_a_commits_claim_on_the_store_budget_covers_what_its_store_takes_on_disk(tmp_path):
+    """Red team, stop 24b: the claim was the files' lengths, 9,750 bytes for a store of 43 MB
+    (9,801 one-byte files with long names). Now each entry claims whole blocks and its name's
+    room: at least what the store's file system really uses (st_blocks, summed over the store)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for d in range(12):
+        (work / f"d{d:02d}").mkdir()
+        for i in range(150):  # one-byte files with long names: indexed directories of many blocks
+            (work / f"d{d:02d}" / (f"{i:04d}" + "n" * 240)).write_bytes(b"x")
+    for d in range(40):
+        (work / f"empty-{d}").mkdir()
+        (work / f"e{d}").write_bytes(b"")
+    (work / "big.bin").write_bytes(os.urandom((3 << 20) + 1))
+    nested = work
+    for level in range(20):
+        nested = nested / f"level-{level}"
+        nested.mkdir()
+        (nested / "f").write_bytes(b"y" * 5000)
+    store = tmp_path / "store"
+    budget = StoreBudget(entries=1 << 20, size=1 << 40, block=os.statvfs(tmp_path).f_frsize)
+    snapshot = WorkdirSnapshot(str(work), str(store), protected=frozenset(), owner=None,
+                               max_entries=10_000, max_bytes=64 << 20, budget=budget)  # fmt: skip
+    used = sum(os.lstat(os.path.join(d, n)).st_blocks * 512 for d, dirs, files in os.walk(store) for n in dirs + files)
+    used += os.lstat(store).st_blocks * 512
+    claimed = budget._claimed[1]
+    assert claimed >= used, f"claimed {claimed:,} B, the store takes {used:,} B"
+    assert claimed < 3 * used  # and not wildly more
+    snapshot.close()
+    assert budget._claimed == (0, 0)
+
+
 def test_space_allocated_past_a_files_end_counts_against_the_byte_limit(tmp_path):
     """Red team, stop 23: ``fallocate(FALLOC_FL_KEEP_SIZE)`` kept 200 MiB under a 64 MiB limit."""
     work = tmp_path / "work"
