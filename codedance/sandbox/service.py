@@ -42,7 +42,14 @@ from codedance.sandbox.arbiter import OomArbiter
 from codedance.sandbox.charged_copy import ChargedCopies, LocalWriter
 from codedance.sandbox.files import StoreBudget, remove_tree
 from codedance.sandbox.idle import IdleFreezer
-from codedance.sandbox.isolation import Isolation, bubblewrap_problem, seccomp_problem
+from codedance.sandbox.isolation import (
+    Isolation,
+    bubblewrap_problem,
+    file_table,
+    file_table_needed,
+    may_raise_file_max,
+    seccomp_problem,
+)
 from codedance.sandbox.thaw_on_exit import ThawOnExit
 
 INODE_BYTES = 128  # the work root's tmpfs has one inode slot per this many bytes of its size
@@ -177,9 +184,18 @@ class SandboxService:
             cgroup_why = "disabled by the caller"
         if self.cgroup_layout is None:
             missing.append(("cgroups", cgroup_why))
+        from codedance.sandbox.layout import Limits  # here: layout imports this module
+
+        # the host's file table: the most trajectories of a service (one uid each, from its block)
+        # x their default pids.max x vm.max_map_count (red team, stop 24a)
+        needed = file_table_needed(leftovers.UID_BLOCK, Limits().processes)
+        note, file_table_why = file_table(needed, may_raise=may_raise_file_max())
+        if file_table_why:
+            missing.append(("file table", file_table_why))
         self.isolation = Isolation(
             namespaces=self.namespaces, users=self.as_root, seccomp=self.seccomp,
             cgroups=self.cgroup_layout is not None, rlimits=True, missing=tuple(missing),
+            notes=(note,) if note else (),
         )  # fmt: skip
         self.work_root = tempfile.mkdtemp(prefix=f"{name}-work-")
         total = self.memory_total

@@ -593,3 +593,89 @@ def test_a_forked_child_lets_go_of_the_descriptors_held_from_forks():
     finally:
         for fd in (read_end, other_read):
             os.close(fd)
+
+
+class _FakeSysctl:
+    """/proc/sys as a dict: ``read``/``write`` for `isolation.file_table`; ``refuse``: writes fail."""
+
+    def __init__(self, values, refuse=None):
+        self.values, self.refuse, self.writes = dict(values), refuse, []
+
+    def read(self, path):
+        return self.values.get(path)
+
+    def write(self, path, value):
+        if self.refuse is not None:
+            raise self.refuse
+        self.writes.append((path, value))
+        self.values[path] = value
+
+
+def test_a_low_fs_file_max_is_raised_as_root_and_noted_else_reported_with_what_to_run():
+    """Red team, stop 24a: fs.file-max is host-wide, and one trajectory could hold ~2.1 M file
+    objects (files mapped, then closed), 85 % of a host's. The service raises it (root), says so
+    in its notes, or says what to run; it never lowers it, and leaves one high enough alone."""
+    from codedance.sandbox.isolation import (
+        FILE_MAX,
+        FILE_MAX_RAISED,
+        MAX_MAP_COUNT,
+        file_table,
+        file_table_needed,
+    )
+
+    low = _FakeSysctl({FILE_MAX: 2_466_116, MAX_MAP_COUNT: 65530})
+    needed = file_table_needed(65536, 32, read=low.read)
+    assert needed == 65536 * 32 * 65530
+    note, missing = file_table(needed, may_raise=True, read=low.read, write=low.write)
+    assert low.writes == [(FILE_MAX, FILE_MAX_RAISED)] and missing is None
+    assert "raised the host's fs.file-max from 2,466,116" in note
+
+    for high in (needed, FILE_MAX_RAISED):  # high enough: untouched, nothing to say
+        fine = _FakeSysctl({FILE_MAX: high})
+        assert file_table(needed, may_raise=True, read=fine.read, write=fine.write) == (None, None)
+        assert fine.writes == []
+
+    for sysctl, may_raise in ((_FakeSysctl({FILE_MAX: 1000}), False),
+                              (_FakeSysctl({FILE_MAX: 1000}, refuse=PermissionError(13, "read-only")), True)):
+        note, missing = file_table(needed, may_raise=may_raise, read=sysctl.read, write=sysctl.write)
+        assert note is None and sysctl.writes == [] and sysctl.values[FILE_MAX] == 1000
+        assert f"sysctl -w fs.file-max={FILE_MAX_RAISED}" in missing and "ENFILE" in missing
+
+    class _Capped(_FakeSysctl):  # the kernel takes the write but keeps a lower value
+        def write(self, path, value):
+            self.writes.append((path, value))
+            self.values[path] = 5000
+
+    capped = _Capped({FILE_MAX: 1000})
+    note, missing = file_table(needed, may_raise=True, read=capped.read, write=capped.write)
+    assert note is None and "still 5000" in missing
+    assert file_table(needed, may_raise=True, read=_FakeSysctl({}).read) == (None, None)  # no /proc: not Linux
+
+
+def test_the_service_reports_the_file_table_in_its_isolation(monkeypatch):
+    """The service's start asks `file_table` (with trajectories x pids.max x vm.max_map_count)
+    and puts what it says in ``isolation.notes`` or ``isolation.missing``."""
+    from codedance.sandbox import service as service_module
+    from codedance.sandbox.isolation import Isolation
+
+    asked = []
+
+    def fake(needed, *, may_raise):
+        asked.append(needed)
+        return "raised the host's fs.file-max (fake)", None
+
+    monkeypatch.setattr(service_module, "file_table", fake)
+    svc = service_module.SandboxService(use_namespaces=False, use_cgroups=False, use_seccomp=False)
+    try:
+        assert asked and asked[0] >= 65536 * 32
+        assert svc.isolation.notes == ("raised the host's fs.file-max (fake)",)
+        assert "note: raised the host's fs.file-max (fake)" in svc.isolation.describe()
+    finally:
+        svc.close()
+    monkeypatch.setattr(service_module, "file_table", lambda needed, *, may_raise: (None, "run sysctl (fake)"))
+    svc = service_module.SandboxService(use_namespaces=False, use_cgroups=False, use_seccomp=False)
+    try:
+        assert dict(svc.isolation.missing)["file table"] == "run sysctl (fake)" and svc.isolation.notes == ()
+    finally:
+        svc.close()
+    assert Isolation(True, True, True, True, True).notes == ()
