@@ -46,6 +46,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+if __name__ != "__main__":  # the helper itself imports only the standard library
+    from codedance.sandbox import forks
+
 KEEP_IDLE = 4  # helpers kept between restores (each about 10 MB; restores run one per helper)
 _FULL = (errno.ENOMEM, errno.ENOBUFS, errno.ENOSPC)  # the service's memory, or the work root's tmpfs, is full
 FULL_RETRY_S = 0.01  # between two tries of a copy the full service refused (the arbiter looks every 20 ms)
@@ -219,6 +222,7 @@ class _Helper:
         finally:
             theirs.close()
         self.channel = ours
+        forks.hold(ours.fileno())  # a forked child of the controller would keep the helper alive
         try:
             _rank_like_holders(self.process.pid)
             if self._reply(deadline)[0] != _STARTED:
@@ -250,6 +254,8 @@ class _Helper:
         return reply, made
 
     def kill(self) -> None:
+        if self.channel.fileno() >= 0:
+            forks.release(self.channel.fileno())
         self.channel.close()
         self.process.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):  # SIGKILL ends even the OOM wait

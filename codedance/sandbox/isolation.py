@@ -16,8 +16,10 @@ Layers, strongest design first (``docs/sandbox.md``):
 from __future__ import annotations
 
 import ctypes.util
+import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 
 LAYERS = ("namespaces", "users", "seccomp", "cgroups", "rlimits")
@@ -47,6 +49,7 @@ class Isolation:
     cgroups: bool
     rlimits: bool
     missing: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()  # what the service changed on the host, or asks its admin to (`file_table`)
 
     @property
     def layers(self) -> tuple[str, ...]:
@@ -60,6 +63,7 @@ class Isolation:
     def describe(self) -> str:
         parts = [f"isolation: {self.level} ({', '.join(self.layers) or 'none'})"]
         parts += [f"  missing {name}: {why}" for name, why in self.missing]
+        parts += [f"  note: {note}" for note in self.notes]
         return "\n".join(parts)
 
     def require(self, required: str | tuple[str, ...] | list[str] | None) -> None:
@@ -112,3 +116,64 @@ def seccomp_problem() -> str | None:
     except (ImportError, OSError) as exc:
         return f"pyseccomp cannot load libseccomp: {exc}"
     return None
+
+
+FILE_MAX = "/proc/sys/fs/file-max"
+MAX_MAP_COUNT = "/proc/sys/vm/max_map_count"
+FILE_MAX_RAISED = (1 << 63) - 1  # LONG_MAX, systemd's default (the kernel's own is ~10 % of memory)
+KEEP_FILE_MAX = "CODEDANCE_KEEP_FILE_MAX"  # set (to anything but "" or "0"): never write fs.file-max
+
+
+def _read_sysctl(path: str) -> int | None:
+    try:
+        with open(path) as handle:
+            return int(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _write_sysctl(path: str, value: int) -> None:
+    with open(path, "w") as handle:
+        handle.write(f"{value}\n")
+
+
+def file_table_needed(trajectories: int, processes: int, read: Callable[[str], int | None] = _read_sysctl) -> int:
+    """The kernel file objects ``trajectories`` of ``processes`` each could hold: a file mapped and
+    then closed keeps its file object (the mapping holds it), so each process holds up to
+    ``vm.max_map_count`` (65,530 by default) with a few hundred descriptors."""
+    return trajectories * processes * (read(MAX_MAP_COUNT) or 65530)
+
+
+def file_table(needed: int, *, may_raise: bool, read: Callable[[str], int | None] = _read_sysctl,
+               write: Callable[[str, int], None] = _write_sysctl) -> tuple[str | None, str | None]:
+    """Make sure the host's file table (``fs.file-max``, one count for the whole kernel) holds
+    ``needed`` file objects: past it every unprivileged process on the host gets ``ENFILE``, and
+    one trajectory's processes could hold ~2.1 M (red team, stop 24a: 85 % of a host's limit).
+    Raises it to ``LONG_MAX`` where ``may_raise`` (root, and not ``CODEDANCE_KEEP_FILE_MAX``) and
+    ``/proc/sys/fs/file-max`` can be written; never lowers it. Returns ``(note, missing)``: what
+    was changed, for `Isolation.notes`, or why it is still too low and what to run, for
+    `Isolation.missing` (None, None where it is high enough or cannot be read: not Linux)."""
+    current = read(FILE_MAX)
+    if current is None or current >= needed:
+        return None, None
+    why = "not raised: the controller is not root, or CODEDANCE_KEEP_FILE_MAX is set" if not may_raise else None
+    if may_raise:
+        try:
+            write(FILE_MAX, FILE_MAX_RAISED)
+        except (OSError, ValueError) as exc:
+            why = f"writing {FILE_MAX} failed: {exc}"
+        else:
+            now = read(FILE_MAX)
+            if now is not None and now >= needed:
+                return (f"raised the host's fs.file-max from {current:,} to {now:,} (the kernel's file table is "
+                        f"host-wide: trajectories could hold {needed:,} files; each is charged to its memory "
+                        "cgroup, which now bounds them)"), None
+            why = f"fs.file-max is still {now} after writing {FILE_MAX_RAISED}"
+    return None, (f"fs.file-max is {current:,}, and trajectories could hold {needed:,} files (mapped, then "
+                  "closed): past it every unprivileged process on the host gets ENFILE; run "
+                  f"`sysctl -w fs.file-max={FILE_MAX_RAISED}` as root (and set it in /etc/sysctl.d) ({why})")
+
+
+def may_raise_file_max() -> bool:
+    """Root, and ``CODEDANCE_KEEP_FILE_MAX`` unset (or "" or "0")."""
+    return os.geteuid() == 0 and os.environ.get(KEEP_FILE_MAX, "") in ("", "0")

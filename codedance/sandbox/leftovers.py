@@ -4,8 +4,10 @@ sweep of what dead services left behind (``codedance sandbox gc``).
 A service holds an exclusive ``flock`` on ``<tmp>/codedance-<pid>-<hex>.lock`` for its whole life.
 The lock, not the pid, says whether a service is alive: pids are not unique across PID
 namespaces (tests and CI run controllers in several), a lock is, and the kernel releases it when
-the process dies, even by SIGKILL. A dead service's leftovers are its work and store directories
-(``<name>-work-*``, ``<name>-store-*``, ``<name>-inputs-*``) and its cgroups (``<name>`` under each hierarchy).
+the process dies, even by SIGKILL (a forked child of the controller lets go of its copy of the
+lock, `forks`, so that it cannot keep a dead controller's service alive). A dead service's
+leftovers are its work and store directories (``<name>-work-*``, ``<name>-store-*``,
+``<name>-inputs-*``) and its cgroups (``<name>`` under each hierarchy).
 
 Trajectory uids come in blocks of 65,536, one block per live service, each claimed with its own
 lock file, so that two services on one host never hand out the same uid.
@@ -21,7 +23,7 @@ import secrets
 import stat
 import tempfile
 
-from codedance.sandbox import cgroups
+from codedance.sandbox import cgroups, forks
 from codedance.sandbox.files import remove_tree
 from codedance.sandbox.mounts import unmount
 
@@ -58,7 +60,7 @@ def claim_service_name() -> tuple[str, int]:
         name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         fd = _try_lock(os.path.join(_locks_dir(), f"{name}.lock"))
         if fd is not None:
-            return name, fd
+            return name, forks.hold(fd)
     raise RuntimeError(f"cannot create a lock file in {_locks_dir()}; is it writable?")
 
 
@@ -68,7 +70,7 @@ def release_service_name(name: str, fd: int) -> None:
         os.unlink(os.path.join(_locks_dir(), f"{name}.lock"))
     except FileNotFoundError:
         pass
-    os.close(fd)
+    forks.close(fd)
 
 
 def claim_uid_block() -> tuple[int, int]:
@@ -84,8 +86,13 @@ def claim_uid_block() -> tuple[int, int]:
         block = (start + offset) % UID_BLOCKS
         fd = _try_lock(os.path.join(directory, f"block-{block}.lock"))
         if fd is not None:
-            return UID_BASE + block * UID_BLOCK, fd
+            return UID_BASE + block * UID_BLOCK, forks.hold(fd)
     raise RuntimeError(f"all {UID_BLOCKS} uid blocks are held by live sandbox services")
+
+
+def release_uid_block(fd: int) -> None:
+    """Let a closed service's uid block go."""
+    forks.close(fd)
 
 
 def sweep() -> list[str]:

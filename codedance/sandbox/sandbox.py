@@ -117,6 +117,7 @@ class Sandbox:
         self._lock = threading.Lock()
         self._closed = False  # no new runs (set first by `begin_closing`)
         self._released = False  # processes killed, descriptors and files released
+        self._owner_pid = os.getpid()  # a forked child of the controller never closes it (`close`)
         self._release_lock = threading.Lock()
         self._lost: str | None = None
         self._cgroup: TrajectoryCgroup | None = None
@@ -773,8 +774,11 @@ class Sandbox:
         Safe while another thread's `run` is in flight: that `run` is woken, kills its step and
         returns ``crashed`` ("closed while this step ran"); only then (or after ``wait_s``) are
         the holder killed and the socket and files released.
+
+        Does nothing in a forked child of the controller (its finalizers call this at exit): the
+        trajectory is the parent's, and the child shares its interrupt eventfd.
         """
-        if self._released:
+        if self._released or os.getpid() != self._owner_pid:
             return
         self.begin_closing()
         step_finished = self._lock.acquire(timeout=wait_s)

@@ -42,7 +42,14 @@ from codedance.sandbox.arbiter import OomArbiter
 from codedance.sandbox.charged_copy import ChargedCopies, LocalWriter
 from codedance.sandbox.files import StoreBudget, remove_tree
 from codedance.sandbox.idle import IdleFreezer
-from codedance.sandbox.isolation import Isolation, bubblewrap_problem, seccomp_problem
+from codedance.sandbox.isolation import (
+    Isolation,
+    bubblewrap_problem,
+    file_table,
+    file_table_needed,
+    may_raise_file_max,
+    seccomp_problem,
+)
 from codedance.sandbox.thaw_on_exit import ThawOnExit
 
 INODE_BYTES = 128  # the work root's tmpfs has one inode slot per this many bytes of its size
@@ -146,6 +153,7 @@ class SandboxService:
                  use_seccomp: bool | None = None, start_timeout_s: float = 120.0,
                  memory_total: int | None = None):
         self.as_root = os.geteuid() == 0
+        self._owner_pid = os.getpid()  # a forked child of the controller never closes the service
         self._lock = threading.Lock()  # the sandboxes, the uids, closing
         self._spawn_lock = threading.Lock()  # one spawn request on the control socket at a time
         self._closed = False
@@ -176,9 +184,18 @@ class SandboxService:
             cgroup_why = "disabled by the caller"
         if self.cgroup_layout is None:
             missing.append(("cgroups", cgroup_why))
+        from codedance.sandbox.layout import Limits  # here: layout imports this module
+
+        # the host's file table: the most trajectories of a service (one uid each, from its block)
+        # x their default pids.max x vm.max_map_count (red team, stop 24a)
+        needed = file_table_needed(leftovers.UID_BLOCK, Limits().processes)
+        note, file_table_why = file_table(needed, may_raise=may_raise_file_max())
+        if file_table_why:
+            missing.append(("file table", file_table_why))
         self.isolation = Isolation(
             namespaces=self.namespaces, users=self.as_root, seccomp=self.seccomp,
             cgroups=self.cgroup_layout is not None, rlimits=True, missing=tuple(missing),
+            notes=(note,) if note else (),
         )  # fmt: skip
         self.work_root = tempfile.mkdtemp(prefix=f"{name}-work-")
         total = self.memory_total
@@ -349,7 +366,11 @@ class SandboxService:
         return not self._closed and self._process.poll() is None
 
     def close(self) -> None:
-        """Stop the zygote and every process in its jail; remove the service's directories."""
+        """Stop the zygote and every process in its jail; remove the service's directories.
+        Does nothing in a forked child of the controller (its ``atexit`` runs this too): the
+        service, its zygote and its directories are the parent's."""
+        if os.getpid() != self._owner_pid:
+            return
         with self._lock:
             if self._closed:
                 return
@@ -390,7 +411,7 @@ class SandboxService:
                 remove_tree(path)
         leftovers.release_service_name(self.name, self._name_lock)
         if self._uid_lock is not None:
-            os.close(self._uid_lock)
+            leftovers.release_uid_block(self._uid_lock)
         atexit.unregister(self.close)
 
 

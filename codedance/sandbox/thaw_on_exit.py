@@ -8,10 +8,11 @@ stop 23b).
 
 How: a small watcher process (ours: root, outside the jail, ``python -I -S`` on this file, which
 imports only the standard library) blocks reading a pipe whose only write end the controller
-holds. The kernel closes that end when the controller exits, however it exits; the read then
-returns and the watcher thaws every trajectory group under the service's freezer group, then
-ends. On a normal close the service stops the watcher first (nothing is frozen by then).
-Written by hand: no library watches a parent for this.
+holds (a forked child of the controller lets go of its copy: `forks`). The kernel closes that
+end when the controller exits, however it exits; the read then returns and the watcher thaws
+every trajectory group under the service's freezer group, then ends. On a normal close the
+service stops the watcher first (nothing is frozen by then). Written by hand: no library watches
+a parent for this.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+
+if __name__ != "__main__":  # the watcher itself imports only the standard library
+    from codedance.sandbox import forks
 
 _THAW = {"freezer.state": b"THAWED", "cgroup.freeze": b"0"}  # cgroup v1, v2
 
@@ -60,11 +64,15 @@ class ThawOnExit:
 
     def __init__(self, service_freezer_dir: str):
         read_end, self._write_end = os.pipe()  # neither end is inherited by anyone else
+        forks.hold(self._write_end)  # nor by a forked child of the controller (red team, stop 24b)
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-I", "-S", __file__, str(read_end), service_freezer_dir],
                 pass_fds=(read_end,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 start_new_session=True)  # not in the controller's process group: its kills miss it
+        except BaseException:
+            forks.close(self._write_end)
+            raise
         finally:
             os.close(read_end)
 
@@ -72,7 +80,7 @@ class ThawOnExit:
         """End the watcher (the service is closing normally)."""
         self.process.kill()
         self.process.wait()
-        os.close(self._write_end)
+        forks.close(self._write_end)
 
 
 if __name__ == "__main__":

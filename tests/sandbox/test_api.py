@@ -352,3 +352,23 @@ def test_jail_directories_are_traversable_by_the_trajectory_uid():
     assert command.index("--tmpfs") < command.index("/tmp/work-root")
     if os.path.isdir("/root/.pyenv"):
         assert ["--perms", "0755", "--dir", "/root"] == command[command.index("/root") - 3: command.index("/root") + 1]
+
+
+def test_a_forked_child_of_the_controller_never_closes_its_sandboxes_or_its_service(make, service):
+    """A plain os.fork() of the controller that exits normally runs the service's ``atexit`` close
+    and the sandboxes' finalizers: they used to kill the parent's trajectory, remove its files and
+    signal its interrupt eventfd (its next step: "closed while this step ran"), and stop the
+    service. In the child they do nothing now."""
+    sandbox = make()
+    assert sandbox.run("x = 41").ok
+    pid = os.fork()
+    if pid == 0:
+        try:  # what the child's exit runs (atexit: service.close; finalizers: Sandbox.close)
+            sandbox.close()
+            service.close()
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert sandbox.run("print(x + 1)").stdout == "42\n"
+    assert service.alive

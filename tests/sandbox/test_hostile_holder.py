@@ -482,6 +482,54 @@ def test_leftovers_of_a_killed_controller_are_swept(tmp_path):
         live.close()
 
 
+def test_a_forked_child_of_a_killed_controller_keeps_neither_its_frozen_trajectories_nor_its_service(tmp_path):
+    """A plain os.fork() of the controller (multiprocessing's "fork", DataLoader workers) used to
+    inherit the thaw-on-exit watcher's pipe and the service's lock: with the controller SIGKILLed
+    and the child alive, the idle trajectory stayed frozen and ``gc`` took the service for alive
+    (red team, stop 24b). The child lets go of them (`forks`): the trajectory is thawed and dies,
+    and the sweep removes the service, while the child still lives."""
+    import signal
+    import subprocess
+    import sys
+
+    from codedance.sandbox.cgroups import service_parents
+    from codedance.sandbox.leftovers import sweep
+
+    script = ("from codedance.sandbox import Sandbox, SandboxService\nimport os, sys, time\n"
+              "service = SandboxService(memory_total=512 << 20)\nsb = Sandbox(service=service)\n"
+              "assert sb.run('x = 1').ok\n"
+              "deadline = time.monotonic() + 10\n"
+              "while sb._cgroup is not None and sb._cgroup.can_freeze and not sb._idle_frozen and time.monotonic() < deadline:\n"
+              "    time.sleep(0.01)\n"
+              "frozen = sb._cgroup is not None and sb._cgroup.can_freeze and sb._idle_frozen\n"
+              "worker = os.fork()\n"
+              "if worker == 0:\n"
+              "    time.sleep(60)\n"
+              "    os._exit(0)\n"
+              "print(service.name, service.work_root, service.store_root, worker, frozen, flush=True)\ntime.sleep(600)")  # fmt: skip
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    worker = None
+    try:
+        name, work_root, store_root, worker_text, frozen = child.stdout.readline().split()
+        worker = int(worker_text)
+        if frozen != "True":
+            pytest.skip("no idle freezing on this host (needs cgroups with a freezer)")
+        assert name not in sweep()  # alive: its lock is held
+    finally:
+        child.kill()
+        child.wait()
+    try:
+        assert os.path.exists(f"/proc/{worker}")  # the forked child outlives the controller
+        assert _processes_left_in_groups_of(name, timeout_s=10) == 0  # thawed by the watcher, killed
+        assert name in sweep()  # not taken for alive
+        assert not os.path.exists(work_root) and not os.path.exists(store_root)
+        assert not any(os.path.exists(os.path.join(p, name)) for p in service_parents())
+        assert os.path.exists(f"/proc/{worker}")
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # ours (our child's child; a zombie at worst)
+            os.kill(worker, signal.SIGKILL)
+
+
 def _processes_left_in_groups_of(service_name: str, timeout_s: float) -> int:
     """How many processes the service's groups still hold once they are all gone, or at the end
     of ``timeout_s``."""

@@ -231,6 +231,38 @@ def test_the_stores_of_all_trajectories_share_one_budget(tmp_path):
     assert sorted(b.manifest) == ["g"]
 
 
+def test_a_commits_claim_on_the_store_budget_covers_what_its_store_takes_on_disk(tmp_path):
+    """Red team, stop 24b: the claim was the files' lengths, 9,750 bytes for a store of 43 MB
+    (9,801 one-byte files with long names). Now each entry claims whole blocks and its name's
+    room: at least what the store's file system really uses (st_blocks, summed over the store)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for d in range(12):
+        (work / f"d{d:02d}").mkdir()
+        for i in range(150):  # one-byte files with long names: indexed directories of many blocks
+            (work / f"d{d:02d}" / (f"{i:04d}" + "n" * 240)).write_bytes(b"x")
+    for d in range(40):
+        (work / f"empty-{d}").mkdir()
+        (work / f"e{d}").write_bytes(b"")
+    (work / "big.bin").write_bytes(os.urandom((3 << 20) + 1))
+    nested = work
+    for level in range(20):
+        nested = nested / f"level-{level}"
+        nested.mkdir()
+        (nested / "f").write_bytes(b"y" * 5000)
+    store = tmp_path / "store"
+    budget = StoreBudget(entries=1 << 20, size=1 << 40, block=os.statvfs(tmp_path).f_frsize)
+    snapshot = WorkdirSnapshot(str(work), str(store), protected=frozenset(), owner=None,
+                               max_entries=10_000, max_bytes=64 << 20, budget=budget)  # fmt: skip
+    used = sum(os.lstat(os.path.join(d, n)).st_blocks * 512 for d, dirs, files in os.walk(store) for n in dirs + files)
+    used += os.lstat(store).st_blocks * 512
+    claimed = budget._claimed[1]
+    assert claimed >= used, f"claimed {claimed:,} B, the store takes {used:,} B"
+    assert claimed < 3 * used  # and not wildly more
+    snapshot.close()
+    assert budget._claimed == (0, 0)
+
+
 def test_space_allocated_past_a_files_end_counts_against_the_byte_limit(tmp_path):
     """Red team, stop 23: ``fallocate(FALLOC_FL_KEEP_SIZE)`` kept 200 MiB under a 64 MiB limit."""
     work = tmp_path / "work"
@@ -573,3 +605,118 @@ def test_a_copying_helper_ends_quietly_when_the_controller_dies_mid_request(unre
         helper.kill()
         helper.wait()
         helper.stderr.close()
+
+
+def test_a_forked_child_lets_go_of_the_descriptors_held_from_forks():
+    """`forks`: in a child of os.fork() each held descriptor is /dev/null (so the child no longer
+    holds the pipe's write end: its reader sees end of file once the parent closes its own);
+    other descriptors are untouched; `forks.close` stops holding it."""
+    import select
+
+    from codedance.sandbox import forks
+
+    read_end, write_end = os.pipe()
+    other_read, other_write = os.pipe()
+    forks.hold(write_end)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            ok = os.path.samestat(os.fstat(write_end), os.stat(os.devnull)) and not os.get_inheritable(write_end)
+            ok = os.write(other_write, b"k") == 1 and ok  # untouched
+            ok = bool(select.select([read_end], [], [], 10)[0]) and os.read(read_end, 1) == b"" and ok
+            os._exit(0 if ok else 1)
+        os.close(other_write)
+        assert os.read(other_read, 1) == b"k"
+        forks.close(write_end)  # the last write end: the child's read ends
+        assert write_end not in forks.held()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        for fd in (read_end, other_read):
+            os.close(fd)
+
+
+class _FakeSysctl:
+    """/proc/sys as a dict: ``read``/``write`` for `isolation.file_table`; ``refuse``: writes fail."""
+
+    def __init__(self, values, refuse=None):
+        self.values, self.refuse, self.writes = dict(values), refuse, []
+
+    def read(self, path):
+        return self.values.get(path)
+
+    def write(self, path, value):
+        if self.refuse is not None:
+            raise self.refuse
+        self.writes.append((path, value))
+        self.values[path] = value
+
+
+def test_a_low_fs_file_max_is_raised_as_root_and_noted_else_reported_with_what_to_run():
+    """Red team, stop 24a: fs.file-max is host-wide, and one trajectory could hold ~2.1 M file
+    objects (files mapped, then closed), 85 % of a host's. The service raises it (root), says so
+    in its notes, or says what to run; it never lowers it, and leaves one high enough alone."""
+    from codedance.sandbox.isolation import (
+        FILE_MAX,
+        FILE_MAX_RAISED,
+        MAX_MAP_COUNT,
+        file_table,
+        file_table_needed,
+    )
+
+    low = _FakeSysctl({FILE_MAX: 2_466_116, MAX_MAP_COUNT: 65530})
+    needed = file_table_needed(65536, 32, read=low.read)
+    assert needed == 65536 * 32 * 65530
+    note, missing = file_table(needed, may_raise=True, read=low.read, write=low.write)
+    assert low.writes == [(FILE_MAX, FILE_MAX_RAISED)] and missing is None
+    assert "raised the host's fs.file-max from 2,466,116" in note
+
+    for high in (needed, FILE_MAX_RAISED):  # high enough: untouched, nothing to say
+        fine = _FakeSysctl({FILE_MAX: high})
+        assert file_table(needed, may_raise=True, read=fine.read, write=fine.write) == (None, None)
+        assert fine.writes == []
+
+    for sysctl, may_raise in ((_FakeSysctl({FILE_MAX: 1000}), False),
+                              (_FakeSysctl({FILE_MAX: 1000}, refuse=PermissionError(13, "read-only")), True)):
+        note, missing = file_table(needed, may_raise=may_raise, read=sysctl.read, write=sysctl.write)
+        assert note is None and sysctl.writes == [] and sysctl.values[FILE_MAX] == 1000
+        assert f"sysctl -w fs.file-max={FILE_MAX_RAISED}" in missing and "ENFILE" in missing
+
+    class _Capped(_FakeSysctl):  # the kernel takes the write but keeps a lower value
+        def write(self, path, value):
+            self.writes.append((path, value))
+            self.values[path] = 5000
+
+    capped = _Capped({FILE_MAX: 1000})
+    note, missing = file_table(needed, may_raise=True, read=capped.read, write=capped.write)
+    assert note is None and "still 5000" in missing
+    assert file_table(needed, may_raise=True, read=_FakeSysctl({}).read) == (None, None)  # no /proc: not Linux
+
+
+def test_the_service_reports_the_file_table_in_its_isolation(monkeypatch):
+    """The service's start asks `file_table` (with trajectories x pids.max x vm.max_map_count)
+    and puts what it says in ``isolation.notes`` or ``isolation.missing``."""
+    from codedance.sandbox import service as service_module
+    from codedance.sandbox.isolation import Isolation
+
+    asked = []
+
+    def fake(needed, *, may_raise):
+        asked.append(needed)
+        return "raised the host's fs.file-max (fake)", None
+
+    monkeypatch.setattr(service_module, "file_table", fake)
+    svc = service_module.SandboxService(use_namespaces=False, use_cgroups=False, use_seccomp=False)
+    try:
+        assert asked and asked[0] >= 65536 * 32
+        assert svc.isolation.notes == ("raised the host's fs.file-max (fake)",)
+        assert "note: raised the host's fs.file-max (fake)" in svc.isolation.describe()
+    finally:
+        svc.close()
+    monkeypatch.setattr(service_module, "file_table", lambda needed, *, may_raise: (None, "run sysctl (fake)"))
+    svc = service_module.SandboxService(use_namespaces=False, use_cgroups=False, use_seccomp=False)
+    try:
+        assert dict(svc.isolation.missing)["file table"] == "run sysctl (fake)" and svc.isolation.notes == ()
+    finally:
+        svc.close()
+    assert Isolation(True, True, True, True, True).notes == ()
