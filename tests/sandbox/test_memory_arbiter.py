@@ -110,7 +110,7 @@ def test_a_trajectory_filling_memory_with_files_is_stopped_not_its_running_neigh
         lambda: a.run("buf = b'x' * (1 << 20)\nfor i in range(900):\n"
                       "    with open(f'f{i}', 'wb') as f: f.write(buf)\nprint('A wrote it all')"))
     assert result_b.status is ExecStatus.OK and result_b.stdout == "B done 1\n", result_b
-    assert result_a.status is ExecStatus.OOM and result_a.rolled_back, result_a
+    assert result_a.status is ExecStatus.OOM and result_a.rolled_back, (result_a, result_a.error)
     assert result_a.notes[0] == MEMORY_VICTIM
     after = a.run("import os\nprint([n for n in os.listdir('.') if n.startswith('f')])")
     assert after.ok and after.stdout == "[]\n", after  # rolled back, and the trajectory goes on
@@ -304,7 +304,7 @@ def test_a_restore_is_no_credit_to_grow_by(jail):
     result_b, result_a = _while_running(
         b, _neighbour_holding(100), lambda: a.run("import numpy as np\nhoard = np.ones(560 << 20, np.uint8)"))
     assert result_b.status is ExecStatus.OK and result_b.stdout == "B done 1\n", result_b
-    assert result_a.status is ExecStatus.OOM and result_a.rolled_back, result_a
+    assert result_a.status is ExecStatus.OOM and result_a.rolled_back, (result_a, result_a.error)
 
 
 def test_a_step_holding_the_service_through_writes_alone_is_stopped(jail):
@@ -320,7 +320,7 @@ def test_a_step_holding_the_service_through_writes_alone_is_stopped(jail):
                       "    for _ in range(64):\n        f.write(chunk); f.flush(); time.sleep(0.005)\n"
                       "print('B wrote it')"))
     assert result_b.status is ExecStatus.OK and result_b.stdout == "B wrote it\n", result_b
-    assert result_a.status is ExecStatus.OOM and result_a.rolled_back, result_a
+    assert result_a.status is ExecStatus.OOM and result_a.rolled_back, (result_a, result_a.error)
 
 
 def test_kernel_cache_a_stopped_step_leaves_does_not_lose_the_trajectory(jail):
@@ -385,7 +385,7 @@ def test_a_step_filling_memory_with_empty_files_is_stopped_not_its_running_neigh
     assert filler.run(f"import numpy as np\nbig = np.ones({(_headroom(filler.service) >> 20) - 200} << 20, np.uint8)").ok
     result_b, result_a = _beside_faulting_neighbour(b, 40, lambda: a.run(EMPTY_FILES))
     assert result_b.status is ExecStatus.OK and result_b.stdout == "B done 1\n", result_b
-    assert result_a.status is ExecStatus.OOM and result_a.rolled_back, result_a
+    assert result_a.status is ExecStatus.OOM and result_a.rolled_back, (result_a, result_a.error)
     assert result_a.notes[0] == MEMORY_VICTIM
     after = a.run("import os\nprint(os.path.exists('d'))")
     assert after.ok and after.stdout == "False\n", after  # rolled back, and the trajectory goes on
@@ -402,7 +402,7 @@ def test_a_replaced_holders_memory_is_no_credit_to_grow_by(jail):
     result_b, result_a = _beside_faulting_neighbour(
         b, 200, lambda: a.run("chunks = []\nfor _ in range(50): chunks.append(np.ones(10 << 20, np.uint8))"))
     assert result_b.status is ExecStatus.OK and result_b.stdout == "B done 1\n", result_b
-    assert result_a.status is ExecStatus.OOM and result_a.rolled_back, result_a
+    assert result_a.status is ExecStatus.OOM and result_a.rolled_back, (result_a, result_a.error)
     assert result_a.notes[0] == MEMORY_VICTIM
 
 
@@ -422,7 +422,7 @@ def test_an_honest_steps_kernel_cache_does_not_make_it_pay(jail):
         b, 1, lambda: a.run("import numpy as np\nchunks = []\nfor _ in range(50): chunks.append(np.ones(4 << 20, np.uint8))"),
         before=MISSING_PATHS)
     assert result_b.status is ExecStatus.OK and result_b.stdout == "B done 1\n", result_b
-    assert result_a.status is ExecStatus.OOM and result_a.rolled_back, result_a
+    assert result_a.status is ExecStatus.OOM and result_a.rolled_back, (result_a, result_a.error)
 
 
 def test_unreclaimable_leaves_out_file_cache_and_kernel_memory():
@@ -480,3 +480,44 @@ def test_a_holder_taking_what_its_step_freed_pays_itself_and_the_service_goes_on
     assert results["e"].status is ExecStatus.ERROR and results["e"].rolled_back, results["e"]
     after = e.run("import os\nprint(os.path.getsize('data'))")
     assert after.ok and after.stdout == f"{30 << 20}\n", after
+
+
+PAGE_TABLES = r"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+def page_tables():
+    return next(int(line.split()[1]) << 10 for line in open("/proc/self/status") if line.startswith("VmPTE:"))
+made, base = 0, 0x100000000000
+while page_tables() < TARGET:  # one page a GiB apart: two table pages each, and no anonymous memory
+    addr = base + made * (1 << 30)
+    if libc.mmap(addr, 4096, 1, 0x02 | 0x20 | 0x100000, -1, 0) != addr:  # read-only, private, anonymous, fixed
+        raise OSError(ctypes.get_errno(), f"mmap after {made} mappings")
+    ctypes.string_at(addr, 1)
+    made += 1
+"""
+
+
+def test_a_commit_of_page_tables_cannot_take_what_a_neighbours_rollback_needs(jail, service):
+    """B's running step deleted its 150 MiB committed file (owed to its rollback); A's step fills
+    what that freed with page tables alone: kernel memory, which no reclaim gives back. A's commit
+    counts it and is refused (red team, stop 24a: it committed, then sat idle out of the arbiter's
+    reach, and B's restore found no memory and B was lost). B's rollback gets its file back."""
+    a, b, filler = (jail(timeout_s=30, limits=LIMITS) for _ in range(3))
+    assert b.run("open('big', 'wb').write(b'b' * (150 << 20))").ok
+    assert a.run("x = 1").ok
+    fill_mib = (_headroom(service) >> 20) - 300  # A then makes ~400 MiB of page tables (one process's most: ~500)
+    assert filler.run(f"chunk = b'f' * (1 << 20)\nwith open('f', 'wb') as f:\n    for _ in range({fill_mib}): f.write(chunk)").ok
+    results = {}
+    thread = threading.Thread(target=lambda: results.setdefault("b", b.run(
+        "import os, time\nos.remove('big')\ntime.sleep(4)\nraise RuntimeError('an honest failure')")))
+    thread.start()
+    time.sleep(1.0)  # B's step has deleted its file
+    target = _headroom(service) - (48 << 20)  # below "nearly full": nothing stops A while it grows
+    result_a = a.run(f"TARGET = {target}\n{PAGE_TABLES}")
+    thread.join(timeout=60)
+    assert result_a.status is ExecStatus.OOM and result_a.rolled_back, (result_a, result_a.error)
+    assert results["b"].status is ExecStatus.ERROR and results["b"].rolled_back, results["b"]
+    after = b.run("import os\nprint(os.path.getsize('big') >> 20)")
+    assert after.ok and after.stdout == "150\n", after
