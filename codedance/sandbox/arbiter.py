@@ -13,8 +13,9 @@ write to a file fails with ENOMEM, and wakes no one). The kernel signals an even
 starts waiting, and when the group's charge crosses ``memory_total`` less a margin (3 %, at least
 16 MiB). The arbiter then picks the live trajectory whose unreclaimable memory grew most since
 its last committed step answered (`Sandbox.memory_growth`: what its running step added, and
-anything after that answer or between steps; committed state is never taken) and makes it give
-memory back (`Sandbox.yield_memory`). The mark is lowered to what the trajectory holds after
+anything after that answer or between steps; committed state is never taken; tmpfs files and
+the rest each count alone, so files a step deletes never hide what its holder takes: red team,
+stop 24b) and makes it give memory back (`Sandbox.yield_memory`). The mark is lowered to what the trajectory holds after
 each run, and whenever it is idle (a run's start, the idle freezer's look, the arbiter's): a
 holder replaced by a commit frees its memory only when it exits, after the mark was taken, and
 that is no credit to grow by (red team, stop 22). The measure leaves out kernel memory
@@ -40,14 +41,16 @@ What the victim gives:
   its holder, or a process the step left, kept it), the trajectory is lost;
 - no step running (only a patched holder grows between steps): the trajectory is lost.
 A restore whose copy the full group refuses (ENOMEM: a write, which wakes no one) holds
-`restore_waiting` while it tries again: meanwhile the group counts as out of memory, so the out
-of memory ranking applies (the restoring step's own failure freed the pages the restore needs,
+`restore_waiting` while it tries again: meanwhile, while the group is charged past its margin,
+it counts as out of memory, so the out of memory ranking applies (the restoring step's own failure freed the pages the restore needs,
 and a neighbour's step may have taken them).
 While the victim is rolled back (its files are freed only by the restore) the arbiter waits for
 it rather than choosing someone else (a run between those moments, "wait", too); if it is still
 the largest grower ``ESCALATE_S`` after that, with more than ``SLACK_BYTES`` of growth and at
 least 90 % of what it had (it gave nothing back: its holder, or a process stuck in the kernel,
-keeps it), every process of it is killed and the trajectory is lost. An answered step may be
+keeps it), every process of it is killed and the trajectory is lost (thawed after the kill, as
+its restore may have frozen it; no one else is chosen until its run has unwound and its
+processes have exited: red team, stop 24b). An answered step may be
 stopped until its files are being saved (the trajectory then frozen); its commit fails as
 ``oom`` and nothing of it is kept. A victim chosen again in a later `run` is stopped again (when the
 service is full of committed state, every growing step ends as ``oom``). While pressure remains
@@ -135,8 +138,9 @@ class OomArbiter:
     @contextlib.contextmanager
     def restore_waiting(self) -> Iterator[None]:
         """Held by a restore while the full group refuses its copy (ENOMEM, which wakes no one):
-        meanwhile the group counts as out of memory, so the out-of-memory ranking applies (the
-        largest grower may hold the very pages the restoring step freed)."""
+        meanwhile, while the group is charged past its margin (below it, the next try fits), it
+        counts as out of memory, so the out-of-memory ranking applies (the largest grower may
+        hold the very pages the restoring step freed)."""
         with self._waiting_lock:
             self._restores_waiting += 1
         os.eventfd_write(self._memory.event, 1)  # look now
