@@ -59,10 +59,13 @@ cat > "$work/out/guest.sh" <<EOF
 cd $(printf '%q' "$PWD")
 export PYTHONDONTWRITEBYTECODE=1 HOME=/tmp
 eval "set -- \$(cat /tmp/out/arguments)"
-if [ -n "${VM_CGROUP:-}" ]; then  # run from a cgroup of its own, as a systemd service does
-  mkdir -p /sys/fs/cgroup/${VM_CGROUP#/} && echo \$\$ > /sys/fs/cgroup/${VM_CGROUP#/}/cgroup.procs
+move=true
+if [ -n "${VM_CGROUP:-}" ]; then  # pytest alone in a group of its own, as under systemd-run --scope -p Delegate=yes
+  echo "+cpu +memory +pids" > /sys/fs/cgroup/cgroup.subtree_control  # as systemd leaves the root
+  mkdir -p /sys/fs/cgroup/${VM_CGROUP#/}
+  move='echo \$\$ > /sys/fs/cgroup/${VM_CGROUP#/}/cgroup.procs'
 fi
-unshare --pid --fork --mount-proc .venv/bin/python -m pytest -q -m "" -p no:cacheprovider -rfE "\$@" > /tmp/out/pytest.log 2>&1
+unshare --pid --fork --mount-proc bash -c "\$move && exec .venv/bin/python -m pytest -q -m '' -p no:cacheprovider -rfE \"\\\$@\"" pytest "\$@" > /tmp/out/pytest.log 2>&1
 echo \$? > /tmp/out/status
 tail -n 30 /tmp/out/pytest.log
 EOF

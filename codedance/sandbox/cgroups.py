@@ -31,6 +31,7 @@ kernel memory, and that kernel memory apart.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import time
@@ -42,6 +43,7 @@ from typing import NamedTuple
 from codedance.sandbox.thaw_on_exit import thaw
 
 _ROOT = "/sys/fs/cgroup"
+CONTROLLER_LEAF = "codedance-controller"  # cgroup v2: the controller's own leaf, where it must make room (`_v2_make_room`)
 
 
 @dataclass(frozen=True)
@@ -90,10 +92,48 @@ def own_memory_limit() -> int | None:
     return min(finite) if finite else None
 
 
+def _v2_base() -> str:
+    """The v2 group under which services create theirs: the controller's own group, or that
+    group's once the controller moved itself into its leaf (`_v2_make_room`)."""
+    own = (_own_path("") or "/").rstrip("/") or "/"
+    if os.path.basename(own) == CONTROLLER_LEAF:
+        own = os.path.dirname(own)
+    return os.path.join(_ROOT, own.lstrip("/"))
+
+
+def _v2_make_room(base: str) -> None:
+    """Enable the pids and memory controllers for ``base``'s child groups. cgroup v2 allows
+    that only in a group that holds no process itself (the root aside): where ``base`` holds
+    this process alone (a `systemd-run --scope -p Delegate=yes` command, a container's only
+    process), it first moves into a leaf of its own, ``base/CONTROLLER_LEAF``, as systemd asks
+    of a delegated group's processes. Raises OSError with what to do otherwise."""
+    control = os.path.join(base, "cgroup.subtree_control")
+    try:
+        _write(control, "+pids +memory")
+        return
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            raise OSError(exc.errno, f"the pids and memory controllers are not enabled for {base} (its parent's "
+                          "cgroup.subtree_control lacks them); run the controller in a cgroup delegated to it, e.g. "
+                          "`systemd-run --scope -p Delegate=yes <command>`") from None
+        if exc.errno != errno.EBUSY:
+            raise
+    with open(os.path.join(base, "cgroup.procs")) as handle:
+        procs = {int(line) for line in handle if line.strip()}
+    if procs != {os.getpid()}:
+        raise OSError(errno.EBUSY, f"{base} holds other processes too ({len(procs)} in all), and cgroup v2 gives "
+                      "controllers to child groups only in a group without processes; run the controller alone in a "
+                      "cgroup delegated to it, e.g. `systemd-run --scope -p Delegate=yes <command>`")
+    leaf = os.path.join(base, CONTROLLER_LEAF)
+    os.makedirs(leaf, exist_ok=True)
+    _write(os.path.join(leaf, "cgroup.procs"), str(os.getpid()))  # every thread of this process
+    _write(control, "+pids +memory")
+
+
 def service_parents() -> list[str]:
     """The directories under which services create their groups (one per hierarchy we use)."""
     if os.path.exists(os.path.join(_ROOT, "cgroup.controllers")):
-        return [os.path.join(_ROOT, (_own_path("") or "/").lstrip("/"))]
+        return [_v2_base()]
     found = []
     for controller in ("pids", "memory", "freezer", "cpu"):
         own = _own_path(controller)
@@ -109,13 +149,11 @@ def detect_layout(service_name: str, memory_total: int | None = None) -> tuple[C
         return None, "the controller is not root, so it cannot create cgroups"
     try:
         if os.path.exists(os.path.join(_ROOT, "cgroup.controllers")):
-            own = _own_path("") or "/"
-            parent = os.path.join(_ROOT, own.lstrip("/"), service_name)
+            base = _v2_base()
+            _v2_make_room(base)
+            parent = os.path.join(base, service_name)
             os.makedirs(parent, exist_ok=True)
-            with open(os.path.join(parent, "..", "cgroup.subtree_control"), "w") as handle:
-                handle.write("+pids +memory")
-            with open(os.path.join(parent, "cgroup.subtree_control"), "w") as handle:
-                handle.write("+pids +memory")
+            _write(os.path.join(parent, "cgroup.subtree_control"), "+pids +memory")
             if memory_total:
                 _write(os.path.join(parent, "memory.max"), str(memory_total))
             try:
