@@ -130,6 +130,13 @@ def _v2_make_room(base: str) -> None:
     _write(control, "+pids +memory")
 
 
+def own_group_dir(layout: CgroupLayout) -> str:
+    """The controller's own memory group (where a restore's copying helper starts and returns)."""
+    if layout.version == 2:
+        return os.path.join(_ROOT, (_own_path("") or "/").lstrip("/"))
+    return os.path.dirname(layout.memory_parent)
+
+
 def service_parents() -> list[str]:
     """The directories under which services create their groups (one per hierarchy we use)."""
     if os.path.exists(os.path.join(_ROOT, "cgroup.controllers")):
@@ -323,6 +330,16 @@ class TrajectoryCgroup:
         self.memory_dir = os.path.join(layout.memory_parent, name)
         self.freezer_dir = os.path.join(layout.freezer_parent, name) if layout.freezer_parent else None
         self.cpu_dir = os.path.join(layout.cpu_parent, name) if layout.cpu_parent else None
+        # where the trajectory's processes live, and the group a restore's copying helper joins
+        # to charge the trajectory (`charged_copy`): v1, the pids and memory groups; v2 (one
+        # hierarchy, where joining the group would freeze the helper with the trajectory) two
+        # leaves of the trajectory's group, which alone carries the limits: "run" (frozen) and
+        # "restore"
+        if layout.version == 2:
+            self.procs_dir, self.charge_dir = os.path.join(self.pids_dir, "run"), os.path.join(self.pids_dir, "restore")
+            self.freezer_dir = self.procs_dir if self.freezer_dir else None
+        else:
+            self.procs_dir, self.charge_dir = self.pids_dir, self.memory_dir
         self._frozen = False
         self._freezer: tuple[int, int, bytes, bytes, bytes] | None = None
         self._memory_files: tuple[int, int] | None = None
@@ -352,15 +369,17 @@ class TrajectoryCgroup:
         self._oom_seen = self.oom_kills()
 
     def directories(self) -> list[str]:
-        """This trajectory's group in each hierarchy (one directory on cgroup v2)."""
-        return list(dict.fromkeys(d for d in (self.pids_dir, self.memory_dir, self.freezer_dir, self.cpu_dir) if d))
+        """This trajectory's group in each hierarchy, parents first (cgroup v2: one group and
+        its two leaves)."""
+        found = (self.pids_dir, self.memory_dir, self.freezer_dir, self.cpu_dir, self.procs_dir, self.charge_dir)
+        return list(dict.fromkeys(d for d in found if d))
 
     @property
     def can_freeze(self) -> bool:
         return self.freezer_dir is not None
 
     def add(self, pid: int) -> None:
-        for directory in self.directories():
+        for directory in [self.procs_dir] if self.layout.version == 2 else self.directories():
             _write(os.path.join(directory, "cgroup.procs"), str(pid))
 
     def _freezer_files(self) -> tuple[int, int, bytes, bytes, bytes]:
@@ -406,7 +425,7 @@ class TrajectoryCgroup:
 
     def pids(self) -> set[int]:
         try:
-            with open(os.path.join(self.pids_dir, "cgroup.procs")) as handle:
+            with open(os.path.join(self.procs_dir, "cgroup.procs")) as handle:
                 # a process outside our PID namespace reads as 0: never a pid to signal
                 return {pid for pid in (int(line) for line in handle if line.strip()) if pid > 0}
         except FileNotFoundError:
@@ -427,7 +446,7 @@ class TrajectoryCgroup:
         """One round: SIGKILL every process listed in the group but ``except_pid``, each through
         a pidfd and only if it is still a member; how many were listed."""
         others = self.pids() - {except_pid}
-        group = _Membership(self.pids_dir) if others else None
+        group = _Membership(self.procs_dir) if others else None
         for pid in others:
             _kill_if_member(pid, group)
         return len(others)
@@ -497,7 +516,7 @@ class TrajectoryCgroup:
             for fd in self._memory_files:
                 os.close(fd)
             self._memory_files = None
-        for directory in self.directories():
+        for directory in reversed(self.directories()):  # leaves first
             _rmdir_when_empty(directory)
 
 
@@ -571,11 +590,11 @@ def remove_service_groups(service_dir_name: str) -> bool:
     for parent in service_parents():
         service_dir = os.path.join(parent, service_dir_name)
         if os.path.isdir(service_dir):
-            children = [e.path for e in os.scandir(service_dir) if e.is_dir(follow_symlinks=False)]
-            groups += [(directory, directory == service_dir) for directory in children + [service_dir]]
+            below = [os.path.join(top, name) for top, names, _ in os.walk(service_dir, topdown=False) for name in names]
+            groups += [(directory, directory == service_dir) for directory in below + [service_dir]]
     for directory, _ in groups:
         thaw(directory)
-    for directory, _ in sorted(groups, key=lambda group: group[1]):  # children before their parent
+    for directory, _ in sorted(groups, key=lambda group: group[1]):  # leaves before their parents
         membership = _Membership(directory)
         for _ in range(100):
             with open(os.path.join(directory, "cgroup.procs")) as handle:

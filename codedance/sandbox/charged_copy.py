@@ -23,10 +23,12 @@ awaited until the restore's deadline: a helper that has not answered by then (as
 kernel's OOM wait, say) is killed and the restore fails (`TimeoutError`).
 Idle helpers are kept for the next restore (up to ``KEEP_IDLE``); one that failed is never reused.
 
-Where it applies: cgroup v1 (separate memory and freezer hierarchies). On cgroup v2 a process that
-joins a trajectory's group joins its freezer too, and would freeze with the trajectory it
-restores; there, and without cgroups, the controller copies in its own thread (`copy_data`), and
-restores stay charged to the controller (`LocalWriter`; docs/sandbox.md, What is not handled).
+Where it applies: wherever the service has cgroups. On v1 the helper joins the trajectory's
+memory group (the freezer is a hierarchy of its own); on v2, where joining a group means joining
+its freezer too, the trajectory's group has two leaves, its processes in one (frozen) and the
+helper joins the other (`TrajectoryCgroup.charge_dir`): the group above carries the limits and
+the charge. Without cgroups the controller copies in its own thread (`LocalWriter`), charged to
+the controller.
 Written by hand because no library writes files on behalf of a cgroup.
 """
 
@@ -263,7 +265,7 @@ class _Helper:
 
 
 class ChargedCopies:
-    """The controller's helpers (v1 only): ``charged_to(memory_dir, deadline)`` gives the copy
+    """The controller's helpers: ``charged_to(memory_dir, deadline)`` gives the copy
     function for one restore. ``home_memory_dir``: the memory group helpers start in and return
     to (the controller's own)."""
 

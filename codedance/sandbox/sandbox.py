@@ -683,9 +683,9 @@ class Sandbox:
         return ExecResult(status=status, rolled_back=True, notes=(note, ROLLED_BACK))
 
     def _restore_and_resume(self) -> None:
-        memory_dir = self._cgroup.memory_dir if self._cgroup is not None else None
+        charge_dir = self._cgroup.charge_dir if self._cgroup is not None else None
         try:
-            with self.service.restore_writer(memory_dir, self._recovery_deadline, self._interrupt,
+            with self.service.restore_writer(charge_dir, self._recovery_deadline, self._interrupt,
                                              self._files.owner, give_up=self._escalated) as writer:
                 self._files.restore(self._recovery_deadline, before_writing=self._freeze, writer=writer)
         except InterruptedError:

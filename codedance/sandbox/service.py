@@ -217,9 +217,8 @@ class SandboxService:
             os.chmod(self.inputs_root, 0o711)
         self._idle_freezer: IdleFreezer | None = None
         self.oom_arbiter: OomArbiter | None = None
-        self._charged_copies = (
-            ChargedCopies(os.path.dirname(self.cgroup_layout.memory_parent), self._restore_waiting)
-            if self.cgroup_layout is not None and self.cgroup_layout.version == 1 else None)
+        self._charged_copies = (ChargedCopies(cgroups.own_group_dir(self.cgroup_layout), self._restore_waiting)
+                                if self.cgroup_layout is not None else None)
         freezer = self.cgroup_layout.freezer_parent if self.cgroup_layout is not None else None
         self._thaw_on_exit = ThawOnExit(freezer) if freezer else None  # frozen trajectories die with us
         self._start(start_timeout_s)  # closes the service if the zygote does not start

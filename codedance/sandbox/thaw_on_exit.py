@@ -35,13 +35,10 @@ def watch(pipe_fd: int, service_freezer_dir: str) -> None:
 
 
 def thaw_all(service_freezer_dir: str) -> None:
-    """Thaw every group directly under ``service_freezer_dir``."""
-    try:
-        groups = [entry.path for entry in os.scandir(service_freezer_dir) if entry.is_dir(follow_symlinks=False)]
-    except OSError:
-        return
-    for group in groups:
-        thaw(group)
+    """Thaw every group under ``service_freezer_dir`` (v2: a trajectory's group and its leaves)."""
+    for top, names, _ in os.walk(service_freezer_dir):
+        for name in names:
+            thaw(os.path.join(top, name))
 
 
 def thaw(group_dir: str) -> None:

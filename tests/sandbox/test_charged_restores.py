@@ -3,9 +3,11 @@ stop 21: restored files charged to the controller let a hostile trajectory move 
 files out of ``memory_total`` and fill the tmpfs pool until an honest neighbour's restore failed
 with ENOSPC and the neighbour was lost).
 
-A service of its own (``memory_total`` 640 MiB) on cgroup v1, where restores are copied by a
-helper process that joins the trajectory's memory group (`charged_copy`); elsewhere these tests
-skip and docs/sandbox.md says what happens. Hostile code runs only in ``jail`` sandboxes.
+A service of its own (``memory_total`` 640 MiB) with cgroups, where restores are copied by a
+helper process that joins the trajectory's memory group (`charged_copy`; on v2 a leaf of the
+trajectory's group); without cgroups these tests skip, and the ones that need the OOM arbiter or
+v1's files skip on v2 (scripts/test-in-cgroup-v2-vm.sh runs the rest there). Hostile code runs
+only in ``jail`` sandboxes.
 """
 
 from __future__ import annotations
@@ -33,12 +35,19 @@ DELETE_AND_FAIL = ("import os\nfor name in os.listdir('.'):\n    if name.startsw
 def service():
     """Overrides the suite's shared service for this module's ``make``/``jail`` fixtures."""
     svc = SandboxService(memory_total=640 << 20)
-    if svc.cgroup_layout is None or svc.cgroup_layout.version != 1:
+    if svc.cgroup_layout is None:
         svc.close()
-        pytest.skip("charged restores need cgroup v1 (and root)")
-    assert svc._charged_copies is not None, "cgroup v1 is writable here, yet restores are not charged copies"
+        pytest.skip("charged restores need cgroups (and root)")
+    assert svc._charged_copies is not None, "cgroups are writable here, yet restores are not charged copies"
     yield svc
     svc.close()
+
+
+@pytest.fixture
+def v1(service):
+    """For tests of the OOM arbiter or of cgroup v1's files."""
+    if service.cgroup_layout.version != 1:
+        pytest.skip("needs cgroup v1 (the OOM arbiter, v1's memory files)")
 
 
 def test_a_restored_file_is_charged_to_its_trajectory(make):
@@ -62,9 +71,11 @@ def test_the_entries_a_restore_makes_again_are_charged_to_its_trajectory(make):
     names = "[f'{i:04d}' + 'n' * 200 for i in range(5000)]"
     assert sandbox.run(f"import os\nos.mkdir('d')\nfor name in {names}:\n    open('d/' + name, 'w').close()").ok
 
-    def kernel_memory() -> int:
-        with open(os.path.join(sandbox._cgroup.memory_dir, "memory.kmem.usage_in_bytes")) as handle:
-            return int(handle.read())
+    def kernel_memory() -> int:  # v1's kernel memory counter; v2's slab (inodes and dentries)
+        if sandbox._cgroup.layout.version == 1:
+            with open(os.path.join(sandbox._cgroup.memory_dir, "memory.kmem.usage_in_bytes")) as handle:
+                return int(handle.read())
+        return cgroups._stat_value(open(os.path.join(sandbox._cgroup.memory_dir, "memory.stat"), "rb").read(), b"slab")
 
     before = kernel_memory()
     undone = sandbox.run("import shutil\nshutil.rmtree('d')\nraise ValueError('undo the removal')")
@@ -74,7 +85,7 @@ def test_the_entries_a_restore_makes_again_are_charged_to_its_trajectory(make):
     assert kernel_memory() >= before - MIB, (before, kernel_memory())
 
 
-def test_failing_steps_cannot_move_a_trajectorys_files_out_of_its_charge(jail, service):
+def test_failing_steps_cannot_move_a_trajectorys_files_out_of_its_charge(jail, service, v1):
     """The red team's attack: A commits 400 MiB, deletes it in a failing step (the rollback writes
     it back), then commits more. A is charged for what it holds, so its next commit past
     ``memory_total`` is stopped; B's honest rollback still finds room and B keeps its file."""
@@ -109,8 +120,8 @@ def test_a_helper_that_ended_while_idle_is_replaced(make, service):
 def group(service):
     """A memory group of the test's own beside the service's (the helpers' home is the
     controller's group), removed after the test."""
-    home = os.path.dirname(service.cgroup_layout.memory_parent)
-    path = os.path.join(home, f"codedance-test-{uuid.uuid4().hex[:8]}")
+    home = cgroups.own_group_dir(service.cgroup_layout)
+    path = os.path.join(os.path.dirname(service.cgroup_layout.memory_parent), f"codedance-test-{uuid.uuid4().hex[:8]}")
     os.mkdir(path)
     copies = ChargedCopies(home)
     yield path, copies
@@ -163,7 +174,7 @@ def test_a_helper_that_does_not_answer_is_killed_at_the_deadline(group, tmp_path
         os.waitpid(stuck, os.WNOHANG)  # killed and reaped
 
 
-def test_a_copy_the_full_group_refuses_is_tried_again_until_memory_is_freed(group, tmp_path):
+def test_a_copy_the_full_group_refuses_is_tried_again_until_memory_is_freed(v1, group, tmp_path):
     """In a full group a write fails with ENOMEM (the kernel's killer switched off there, as at
     the service's parent): the copy is tried again until the arbiter frees memory (here: the
     limit is raised after a moment), not failed at once, which would lose the trajectory."""
@@ -210,7 +221,7 @@ def _commit_files_up_to(sandbox, service, target: int) -> None:
     raise AssertionError("the service did not fill")
 
 
-def test_a_restore_the_full_service_refuses_makes_the_largest_grower_pay(jail, service):
+def test_a_restore_the_full_service_refuses_makes_the_largest_grower_pay(jail, service, v1):
     """B's failing step deletes its 20 MiB file; A's running step takes that memory (24 MiB,
     within the arbiter's slack, so "nearly full" alone stops no one) and the service is full.
     B's restore is refused (ENOMEM): while it waits, the arbiter treats the service as out of
@@ -274,7 +285,7 @@ def test_a_restore_removes_the_steps_files_before_it_copies_any_back(make):
     assert after.stdout == f"{200 * MIB} []\n", after
 
 
-def test_closing_the_sandbox_interrupts_a_copy_waiting_for_memory(group, tmp_path):
+def test_closing_the_sandbox_interrupts_a_copy_waiting_for_memory(v1, group, tmp_path):
     """A restore waiting for a full service ends as soon as the sandbox is closed (its interrupt
     eventfd), not at its deadline (red team, stop 22: close() waited 15 s per sandbox)."""
     path, copies = group
@@ -297,7 +308,7 @@ def test_closing_the_sandbox_interrupts_a_copy_waiting_for_memory(group, tmp_pat
         os.close(interrupt)
 
 
-def test_a_neighbour_cannot_commit_what_a_failing_step_freed(jail, service):
+def test_a_neighbour_cannot_commit_what_a_failing_step_freed(jail, service, v1):
     """B's step deletes its committed 200 MiB file and has not ended; A's step takes the freed
     memory and answers. Committing A would leave B's rollback no room (red team, stop 22: B was
     lost), so A's step ends as oom, rolled back, and B's rollback keeps its file."""
