@@ -200,7 +200,7 @@ class SandboxService:
         self.work_root = tempfile.mkdtemp(prefix=f"{name}-work-")
         total = self.memory_total
         if self.cgroup_layout is not None:  # every page on the pool is charged to a trajectory, so the
-            total += total // 4  # memory cgroups stop writes first and the arbiter decides (v2: restores)
+            total += total // 4  # memory cgroups stop writes first and the arbiter decides
         # the pool's inode slots are shared, and each name takes one (a hard link too, for a
         # ~200 B dentry charged to the trajectory's memory cgroup): one slot per 128 bytes means
         # no trajectory can take them all before its memory runs out and the arbiter decides (red
