@@ -539,7 +539,7 @@ def remove_parent(layout: CgroupLayout) -> None:
             pass
 
 
-def _kill_if_member(pid: int, group: "_Membership") -> None:
+def _kill_if_member(pid: int, group: _Membership) -> None:
     """SIGKILL ``pid`` through a pidfd, and only if the process the pidfd pins is in ``group``
     (a pid listed there may have exited and been given to another process since)."""
     try:
