@@ -296,11 +296,10 @@ class ServiceMemory:
         held = unreclaimable(1, usage, os.pread(self._stat, 8192, 0), os.pread(self._kmem, 64, 0), prefix=b"total_")
         return int(usage) >= self.limit - self.margin, held >= self.limit - self.margin
 
-    def held(self, *, with_kernel: bool = False) -> int:
-        """What the group holds less its file cache and (unless ``with_kernel``) its kernel
-        memory (as `fullness` measures)."""
-        kmem = b"0" if with_kernel else os.pread(self._kmem, 64, 0)
-        return unreclaimable(1, os.pread(self._usage, 64, 0), os.pread(self._stat, 8192, 0), kmem, prefix=b"total_")
+    def held(self) -> int:
+        """What the group holds less its file cache and kernel memory (as `fullness` measures)."""
+        return unreclaimable(1, os.pread(self._usage, 64, 0), os.pread(self._stat, 8192, 0),
+                             os.pread(self._kmem, 64, 0), prefix=b"total_")
 
     def close(self) -> None:
         for fd in self._fds:

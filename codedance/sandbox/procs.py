@@ -20,6 +20,20 @@ def thread_count(pid: int) -> int:
     return 0
 
 
+def page_table_bytes(pid: int | None) -> int | None:
+    """The page tables of ``pid`` (``VmPTE``): kernel memory no reclaim gives back; None once gone."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmPTE:"):
+                    return int(line.split()[1]) << 10
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return None
+
+
 def open_pidfd(pid: int) -> int | None:
     try:
         return os.pidfd_open(pid)

@@ -328,7 +328,7 @@ class SandboxService:
         with self._lock:
             (self._running.add if running else self._running.discard)(sandbox)
 
-    def commit_takes_what_is_owed(self, sandbox, grown: int) -> bool:
+    def commit_takes_what_is_owed(self, sandbox, grown: int, page_tables: int) -> bool:
         """Whether ``sandbox``'s step, about to commit what it grew, would take memory a running
         neighbour's rollback needs (see `OomArbiter.commit_takes_what_is_owed`); False without an
         arbiter."""
@@ -337,7 +337,7 @@ class SandboxService:
             running = list(self._running)
         if arbiter is None or len(running) < 2:
             return False
-        return arbiter.commit_takes_what_is_owed(sandbox, grown, running)
+        return arbiter.commit_takes_what_is_owed(sandbox, grown, page_tables, running)
 
     def register(self, sandbox) -> None:
         """Remember a sandbox so that closing the service closes it too."""

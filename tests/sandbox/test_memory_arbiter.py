@@ -521,3 +521,27 @@ def test_a_commit_of_page_tables_cannot_take_what_a_neighbours_rollback_needs(ja
     assert results["b"].status is ExecStatus.ERROR and results["b"].rolled_back, results["b"]
     after = b.run("import os\nprint(os.path.getsize('big') >> 20)")
     assert after.ok and after.stdout == "150\n", after
+
+
+def test_a_steps_kernel_cache_does_not_refuse_a_neighbours_commits(jail, service):
+    """B's step deletes its 150 MiB committed file (owed to its rollback), then fills what that
+    freed with negative dentries (kernel cache) and stays running: A's trivial steps still commit
+    (review, stop 24: counting all of v1's kernel memory in the owed check refused every one)."""
+    a, b, filler = (jail(timeout_s=60, limits=LIMITS) for _ in range(3))
+    assert b.run("open('big', 'wb').write(b'b' * (150 << 20))").ok
+    assert a.run("x = 1").ok
+    fill_mib = (_headroom(service) >> 20) - 250
+    assert filler.run(f"chunk = b'f' * (1 << 20)\nwith open('f', 'wb') as f:\n    for _ in range({fill_mib}): f.write(chunk)").ok
+    stop = os.path.join(b._inputs_dir, "stop")
+    code = (f"import os, time\nos.remove('big')\n{MISSING_PATHS.replace('150000', '700000')}\nopen('ready', 'w').close()\n"
+            f"while not os.path.exists({stop!r}): time.sleep(0.01)\nos.remove('ready')\nraise RuntimeError('fails')")
+
+    def neighbour_commits():
+        try:
+            return [a.run(f"y = {i}") for i in range(3)]
+        finally:
+            Path(stop).touch()
+
+    result_b, results_a = _while_running(b, code, neighbour_commits)
+    assert all(result.ok for result in results_a), results_a
+    assert result_b.status is ExecStatus.ERROR and result_b.rolled_back, result_b
