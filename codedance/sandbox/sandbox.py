@@ -800,8 +800,9 @@ class Sandbox:
 
     def begin_closing(self) -> None:
         """Refuse new runs and wake the one in flight (it returns ``crashed``, "closed while
-        this step ran"); `close` then waits for it and releases everything."""
-        if self._closed:
+        this step ran"); `close` then waits for it and releases everything. Nothing in a forked
+        child of the controller (the eventfd is shared: review, stop 24)."""
+        if self._closed or os.getpid() != self._owner_pid:
             return
         self._closed = True
         if self._interrupt is not None:

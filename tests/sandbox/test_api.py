@@ -363,7 +363,9 @@ def test_a_forked_child_of_the_controller_never_closes_its_sandboxes_or_its_serv
     assert sandbox.run("x = 41").ok
     pid = os.fork()
     if pid == 0:
-        try:  # what the child's exit runs (atexit: service.close; finalizers: Sandbox.close)
+        try:  # what the child's exit runs (atexit: service.close; finalizers: Sandbox.close;
+            # a `with SandboxPool(...)` block: begin_closing first, review, stop 24)
+            sandbox.begin_closing()
             sandbox.close()
             service.close()
         finally:
