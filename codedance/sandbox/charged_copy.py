@@ -216,15 +216,19 @@ class _Helper:
 
     def __init__(self, home_procs_fd: int, deadline: float):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        forks.hold(ours.fileno())  # a forked child of the controller would keep the helper alive
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-I", "-S", __file__, str(theirs.fileno()), str(home_procs_fd)],
                 pass_fds=(theirs.fileno(), home_procs_fd), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 user=0, group=0)  # root's file-system identity: the calling thread may be acting as a trajectory
+        except BaseException:
+            forks.release(ours.fileno())
+            ours.close()
+            raise
         finally:
             theirs.close()
         self.channel = ours
-        forks.hold(ours.fileno())  # a forked child of the controller would keep the helper alive
         try:
             _rank_like_holders(self.process.pid)
             if self._reply(deadline)[0] != _STARTED:
@@ -357,6 +361,8 @@ class _ChargedWriter:
         """``request`` done in the trajectory's group; a write the full service refuses (it
         leaves the group before it answers) is tried again every ``FULL_RETRY_S`` until the
         deadline, while the service counts as out of memory so its OOM arbiter frees some."""
+        if self._give_up():  # the trajectory is being lost: what it would write back stays free
+            raise OSError(errno.ECANCELED, "the restore was given up")
         if self._helper is None:
             self._helper = self._copies._take(self._deadline)
         while True:

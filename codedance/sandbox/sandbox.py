@@ -360,11 +360,14 @@ class Sandbox:
         """Unreclaimable memory held less than at the mark (the running step deleted committed
         files): what its rollback would need back beyond what killing the step frees (0 without
         a memory cgroup or once over)."""
-        since = self._since_mark()
+        # an answered step whose commit is refused is rolled back too: until then it owes what
+        # it freed before its answer moved the mark (review, stop 24)
+        since = self._since_mark(self._mark_before_answer)
         return 0 if since is None else since[2]
 
-    def _since_mark(self) -> tuple[int, int, int] | None:
-        mark, cgroup = self._memory_mark, self._cgroup
+    def _since_mark(self, mark: MemoryMeasure | None = None) -> tuple[int, int, int] | None:
+        """`MemoryMeasure.growth_since` the mark (or ``mark``)."""
+        mark, cgroup = mark or self._memory_mark, self._cgroup
         if cgroup is None or mark is None or not self.alive:
             return None
         now = cgroup.memory_measure(kept_open=False)
@@ -391,12 +394,11 @@ class Sandbox:
         with self._step_lock:  # every process but the holder (a step's children in any process group)
             if whole_trajectory:
                 self._memory_victim = self._memory_escalated = True
-                self._cgroup.kill_members()
                 # its restore may have frozen it, and on v1 a frozen process acts on SIGKILL only
-                # once thawed (dying, it runs nothing): frozen, it kept its memory until the run's
-                # deadline and the whole service waited (red team, stop 24b); the run's restore
-                # and freeze give up as soon as they see the escalation
-                self._cgroup.thaw()
+                # once thawed: frozen, it kept its memory until the run's deadline and the whole
+                # service waited (red team, stop 24b); never frozen again after this, and the
+                # run's restore gives up as soon as it sees the escalation
+                self._cgroup.kill_for_good()
                 return "stopped"
             if self._step_phase not in ("started", "answered"):
                 return "wait"  # being committed (frozen: it cannot grow), or a run's first or last moments

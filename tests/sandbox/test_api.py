@@ -374,3 +374,23 @@ def test_a_forked_child_of_the_controller_never_closes_its_sandboxes_or_its_serv
     assert os.waitstatus_to_exitcode(status) == 0
     assert sandbox.run("print(x + 1)").stdout == "42\n"
     assert service.alive
+
+
+def test_a_trajectory_killed_for_good_dies_even_frozen_and_never_freezes_again(make):
+    """The OOM arbiter's escalation (`kill_for_good`) on a trajectory a restore or the idle
+    freezer has frozen: on v1 a frozen process acts on SIGKILL only once thawed, so the kill
+    thaws it, and no later freeze (the run's restore, the idle freezer) may freeze its dying
+    processes again (review, stop 24: a thaw racing a freeze left them frozen, alive, holding
+    their memory until the controller exited)."""
+    sandbox = make()
+    assert sandbox.run("x = 1").ok
+    cgroup = sandbox._cgroup
+    if cgroup is None or not cgroup.can_freeze:
+        pytest.skip("needs a cgroup freezer")
+    assert cgroup.freeze(time.monotonic() + 5)
+    cgroup.kill_for_good()
+    deadline = time.monotonic() + 5
+    while cgroup.pids() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not cgroup.pids()
+    assert not cgroup.freeze(time.monotonic() + 1)
