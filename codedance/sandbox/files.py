@@ -283,8 +283,9 @@ def remove(dir_fd: int, name: str, clock: _Clock | None = None) -> None:
             os.close(level_fd)
 
 
-def remove_tree(path: str) -> None:
-    """Remove ``path`` (a directory the controller created) and everything below it, safely."""
+def remove_tree(path: str, deadline: float | None = None) -> None:
+    """Remove ``path`` (a directory the controller created) and everything below it, safely;
+    `DeadlinePassed` at ``deadline`` (None: none), with what is left still there."""
     if not path or not os.path.isabs(path):
         raise ValueError(f"remove_tree needs an absolute path, got {path!r}")
     parent, name = os.path.split(path.rstrip("/"))
@@ -293,7 +294,7 @@ def remove_tree(path: str) -> None:
     except FileNotFoundError:
         return
     try:
-        remove(parent_fd, name)
+        remove(parent_fd, name, _Clock(deadline))
     finally:
         os.close(parent_fd)
 

@@ -44,6 +44,7 @@ time per sandbox; concurrent calls wait their turn.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import secrets
@@ -410,8 +411,13 @@ class Sandbox:
         """The arbiter stopped this run's step: say so; lose the trajectory if the rollback did
         not give the growth back (its holder grew)."""
         if self._memory_escalated:
-            return self._lose("the trajectory went on holding memory after its step was stopped for the "
+            lost = self._lose("the trajectory went on holding memory after its step was stopped for the "
                               "service's memory (its holder, or a process its step left, kept it)")
+            # its files go now, not at close(): until then they stay charged, and neighbours'
+            # writes and forks fail (review, stop 24); what is left at the run's deadline goes at close()
+            with contextlib.suppress(files.DeadlinePassed, OSError):
+                files.remove_tree(self.workdir, self._recovery_deadline)
+            return lost
         if self._lost is not None or not result.rolled_back:
             return result
         growth = self.memory_growth()

@@ -476,6 +476,7 @@ def test_a_holder_taking_what_its_step_freed_pays_itself_and_the_service_goes_on
         thread.join(timeout=120)
     assert result_a.status is ExecStatus.CRASHED and not a.alive, result_a
     assert result_a.duration_s < 15, result_a  # not its 30 s + recovery
+    assert not os.path.exists(a.workdir)  # its files freed at once, not left charged until close()
     assert results["b"].ok and results["b"].stdout == "80\n", results["b"]
     assert results["e"].status is ExecStatus.ERROR and results["e"].rolled_back, results["e"]
     after = e.run("import os\nprint(os.path.getsize('data'))")
