@@ -219,7 +219,7 @@ class _Helper:
         forks.hold(ours.fileno())  # a forked child of the controller would keep the helper alive
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-I", "-S", __file__, str(theirs.fileno()), str(home_procs_fd)],
+                [sys.executable, "-I", "-S", __file__, str(theirs.fileno()), str(home_procs_fd), str(_holders_rank())],
                 pass_fds=(theirs.fileno(), home_procs_fd), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 user=0, group=0)  # root's file-system identity: the calling thread may be acting as a trajectory
         except BaseException:
@@ -230,7 +230,6 @@ class _Helper:
             theirs.close()
         self.channel = ours
         try:
-            _rank_like_holders(self.process.pid)
             if self._reply(deadline)[0] != _STARTED:
                 raise OSError(errno.EPROTO, "the copying helper did not start")
         except BaseException:
@@ -406,17 +405,12 @@ class _ChargedWriter:
         self._copies._give_back(self._helper)
 
 
-def _rank_like_holders(pid: int) -> bool:
-    """Give a new helper the holders' ``oom_score_adj`` (-1000 where the controller may lower it:
-    with CAP_SYS_RESOURCE; best effort, else it stays at 0 as holders do): in a trajectory's group
-    during a restore, a helper at 0 beside a holder at -1000 would be the kernel's only OOM choice
-    there, a root process outside the jail killed for the trajectory (red team, stop 24). Set
-    before its first answer, so before it ever joins a group; whether it took."""
+def _holders_rank() -> int:
+    """The ``oom_score_adj`` holders are given where allowed (`_rank_self`)."""
     # imported here, not at the top: the helper itself imports only the standard library
-    from codedance.sandbox import procs
     from codedance.sandbox.sandbox import HOLDER_OOM_SCORE_ADJ
 
-    return procs.set_oom_score_adj(pid, HOLDER_OOM_SCORE_ADJ)
+    return HOLDER_OOM_SCORE_ADJ
 
 
 def _wait(fds: list[int], timeout_s: float, interrupt_fd: int | None) -> list[int]:
@@ -435,5 +429,17 @@ def _open_procs(memory_dir: str) -> int:
     return os.open(os.path.join(memory_dir, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
 
 
+def _rank_self(oom_score_adj: int) -> None:
+    """Take the holders' ``oom_score_adj`` (-1000 where allowed: with CAP_SYS_RESOURCE; else it
+    stays at 0, as holders do): in a trajectory's group during a restore, a helper at 0 beside
+    holders at -1000 would be the kernel's only OOM choice there, a root process outside the jail
+    killed for the trajectory (red team, stop 24). Done by the helper itself, before its first
+    answer: the controller's thread that starts it may be acting as a trajectory (its file-system
+    uid), which /proc refuses (review, stop 24: seen on cgroup v2, helpers stayed at 0)."""
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as handle:
+        handle.write(str(oom_score_adj))
+
+
 if __name__ == "__main__":
+    _rank_self(int(sys.argv[3]))
     serve(int(sys.argv[1]), int(sys.argv[2]))

@@ -368,7 +368,9 @@ def test_the_helper_ranks_with_the_holders_for_the_oom_killer(make, service):
 def test_a_new_helper_gets_the_holders_oom_score_adj(group, tmp_path, monkeypatch):
     """The same, wherever the controller lacks CAP_SYS_RESOURCE (holders then stay at 0, like
     helpers): with a value any root may set (raising needs no capability), a new helper takes
-    it before its first answer."""
+    it before its first answer, even when the thread that starts it acts as a trajectory (its
+    file-system uid, as a restore's thread does: review, stop 24, helpers stayed at 0 on v2)."""
+    from codedance.sandbox import files
     from codedance.sandbox import sandbox as sandbox_module
 
     monkeypatch.setattr(sandbox_module, "HOLDER_OOM_SCORE_ADJ", 500)
@@ -376,7 +378,7 @@ def test_a_new_helper_gets_the_holders_oom_score_adj(group, tmp_path, monkeypatc
     source = tmp_path / "source"
     source.write_bytes(b"y" * MIB)
     with (open(source, "rb") as reader, open(tmp_path / "target", "wb") as target,
-          copies.charged_to(path, time.monotonic() + 30) as writer):
+          copies.charged_to(path, time.monotonic() + 30) as writer, files.acting_as((65534, 65534))):
         writer.copy(reader.fileno(), target.fileno())
     [helper] = copies.helper_pids
     with open(f"/proc/{helper}/oom_score_adj") as handle:
