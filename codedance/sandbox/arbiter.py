@@ -150,22 +150,24 @@ class OomArbiter:
             with self._waiting_lock:
                 self._restores_waiting -= 1
 
-    def commit_takes_what_is_owed(self, committing, grown: int, page_tables: int, running: Iterable) -> bool:
+    def commit_takes_what_is_owed(self, committing, grown: int, page_tables: Callable[[], int],
+                                  running: Iterable) -> bool:
         """Whether committing the step of ``committing`` (which grew by ``grown``, and made
-        ``page_tables`` bytes of page tables, kernel memory the group's `held` leaves out) would
-        take memory that
+        ``page_tables()`` bytes of page tables, kernel memory the group's `held` leaves out; read
+        only when something is owed) would take memory that
         another running step freed from its own committed state (it deleted committed files) and
         needs back if it is rolled back: the service would then hold more than ``memory_total``
         once those rollbacks are done. Memory a step frees counts as committed until that step
         commits (red team, stop 22: a neighbour committed what an honest failing step had freed,
         whose restore then found no memory and lost the trajectory)."""
-        if grown + page_tables <= 0:
-            return False
         owed = sum(other.memory_owed() for other in running if other is not committing)
+        if owed <= 0:
+            return False
         # page tables counted, never the rest of kernel memory: page tables filled what a
         # neighbour's rollback needed (red team, stop 24a), and counting all of v1's kernel
         # memory let a step's negative dentries, cache, refuse every neighbour's commit
-        return owed > 0 and self._memory.held() + page_tables + owed > self._memory.limit
+        tables = page_tables()
+        return grown + tables > 0 and self._memory.held() + tables + owed > self._memory.limit
 
     def stop(self) -> None:
         os.eventfd_write(self._stop, 1)

@@ -557,7 +557,7 @@ class Sandbox:
         try:
             problem = self._commit_problem()
             if problem is None and self.service.commit_takes_what_is_owed(self, self._step_growth(),
-                                                                          self._page_table_growth()):
+                                                                          self._page_table_growth):
                 return self._fail(ExecStatus.OOM, OWED_TO_ROLLBACK)
             if problem is None and self._claim_commit():
                 return self._commit(result)

@@ -328,7 +328,7 @@ class SandboxService:
         with self._lock:
             (self._running.add if running else self._running.discard)(sandbox)
 
-    def commit_takes_what_is_owed(self, sandbox, grown: int, page_tables: int) -> bool:
+    def commit_takes_what_is_owed(self, sandbox, grown: int, page_tables: Callable[[], int]) -> bool:
         """Whether ``sandbox``'s step, about to commit what it grew, would take memory a running
         neighbour's rollback needs (see `OomArbiter.commit_takes_what_is_owed`); False without an
         arbiter."""
