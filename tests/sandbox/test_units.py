@@ -579,7 +579,7 @@ def test_a_copying_helper_ends_quietly_when_the_controller_dies_mid_request(unre
     home = os.open(os.devnull, os.O_WRONLY)  # "leaving the group" writes here
     try:
         helper = subprocess.Popen(
-            [sys.executable, "-I", "-S", charged_copy.__file__, str(theirs.fileno()), str(home)],
+            [sys.executable, "-I", "-S", charged_copy.__file__, str(theirs.fileno()), str(home), "0"],
             pass_fds=(theirs.fileno(), home), stderr=subprocess.PIPE)  # fmt: skip
     finally:
         theirs.close()
