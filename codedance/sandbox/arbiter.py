@@ -59,6 +59,10 @@ with no one to choose, it looks again every ``NO_ONE_LOOK_S`` rather than spinni
 Bounds left: a step waits (up to 1 s, before its code is sent, overlapping its spare's fork)
 for the holder the previous commit replaced to exit, and the mark is lowered then; a replaced
 holder that takes longer than that to exit still gives what it frees as credit during that step.
+A patched holder that takes what its step freed from committed files as shared memory (a memfd,
+an unlinked file: the kind the working directory's files are counted in) nets out against them;
+then a neighbour's running step may be stopped before the escalation loses the holder's
+trajectory (review, stop 24).
 Kernel cache a trajectory held at its mark and the kernel
 reclaims during a step offsets that step's kernel memory gained (never its other growth). A
 step filling the group with kernel memory alone while nobody faults (nothing waits; the group is
