@@ -500,8 +500,7 @@ class TrajectoryCgroup:
         reclaimable cache (a step's negative dentries alone can reach hundreds of MiB, and
         outlive it) that v1 does not tell apart from what is not (inodes of files that exist,
         pipe and socket buffers, page tables): ``kernel`` is v1's kmem counter, which the
-        arbiter adds only where the kernel has already reclaimed what it could (out of memory),
-        and when a commit could take what a neighbour's rollback needs.
+        arbiter adds only where the kernel has already reclaimed what it could (out of memory).
         v2 leaves out only reclaimable slab (``kernel`` 0).
         ``kept_open``: through descriptors kept for the thread that runs steps (a few preads,
         ~8 µs); other threads read by path."""
@@ -609,11 +608,12 @@ def remove_service_groups(service_dir_name: str) -> bool:
     for parent in service_parents():
         service_dir = os.path.join(parent, service_dir_name)
         if os.path.isdir(service_dir):
-            below = [os.path.join(top, name) for top, names, _ in os.walk(service_dir, topdown=False) for name in names]
-            groups += [(directory, directory == service_dir) for directory in below + [service_dir]]
-    for directory, _ in groups:
+            # every group below it, leaves before their parents, then the service's own
+            groups += [os.path.join(top, name) for top, names, _ in os.walk(service_dir, topdown=False)
+                       for name in names] + [service_dir]
+    for directory in groups:
         thaw(directory)
-    for directory, _ in sorted(groups, key=lambda group: group[1]):  # leaves before their parents
+    for directory in groups:
         membership = _Membership(directory)
         for _ in range(100):
             with open(os.path.join(directory, "cgroup.procs")) as handle:
@@ -624,4 +624,4 @@ def remove_service_groups(service_dir_name: str) -> bool:
                 _kill_if_member(pid, membership)
             time.sleep(0.005)
         _rmdir_when_empty(directory)
-    return not any(os.path.exists(directory) for directory, _ in groups)
+    return not any(os.path.exists(directory) for directory in groups)

@@ -288,9 +288,8 @@ class ChargedCopies:
         group ``memory_dir``, and whose new entries belong to ``owner``'s file-system identity;
         the helper is taken (and joins the group) at the first write, so a restore that writes
         nothing costs nothing. Raises OSError (`TimeoutError` past ``deadline``;
-        `InterruptedError` once ``interrupt_fd`` is readable; ECANCELED when a write the full
-        service refused would be tried again after ``give_up()`` became true) from a write or on
-        leaving."""
+        `InterruptedError` once ``interrupt_fd`` is readable; ECANCELED once ``give_up()`` is
+        true: no write is made, nor tried again, after that) from a write or on leaving."""
         writer = _ChargedWriter(self, memory_dir, deadline, interrupt_fd, owner, give_up)
         try:
             yield writer

@@ -247,8 +247,8 @@ class SandboxService:
                        give_up: Callable[[], bool] = lambda: False) -> contextlib.AbstractContextManager:
         """The writer for one restore of the trajectory whose memory group is ``memory_dir`` (new
         entries made as ``owner``): charged to that group where the host allows (`charged_copy`;
-        it stops with `InterruptedError` once ``interrupt_fd`` is readable, and a write the full
-        service refuses is not tried again once ``give_up()``), else the controller's own writes."""
+        it stops with `InterruptedError` once ``interrupt_fd`` is readable, and writes nothing
+        more once ``give_up()``), else the controller's own writes."""
         if self._charged_copies is None or memory_dir is None:
             return contextlib.nullcontext(LocalWriter())
         return self._charged_copies.charged_to(memory_dir, deadline, interrupt_fd, owner, give_up)
