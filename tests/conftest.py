@@ -18,11 +18,17 @@ tier from `codedance.conftest.doctest_tier`.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from codedance.conftest import may_select
+
+# every service the suite starts (the sandbox's, the demo's, the eval runner's, and the
+# controllers of subprocess tests, which inherit this) leaves the host's fs.file-max as it is:
+# the raise is tested with a fake sysctl (tests/sandbox/test_units.py), never on a shared host
+os.environ.setdefault("CODEDANCE_KEEP_FILE_MAX", "1")
 
 ROOT = Path(__file__).resolve().parent
 TIERS: dict[str, tuple[str, ...]] = {

@@ -17,10 +17,6 @@ import pytest
 from codedance.sandbox import Sandbox, SandboxService
 from codedance.types import ExecStatus
 
-# services started by these tests (and the controllers they start) leave the host's fs.file-max as
-# it is: the decision is tested with a fake sysctl (test_units), never by changing a shared host
-os.environ.setdefault("CODEDANCE_KEEP_FILE_MAX", "1")
-
 
 @pytest.fixture(scope="session")
 def service():
