@@ -549,8 +549,14 @@ def _rmdir_when_empty(directory: str) -> None:
             time.sleep(0.005)
 
 
+def parent_directories(layout: CgroupLayout) -> list[str]:
+    """The service's own group in each hierarchy it uses (one on cgroup v2)."""
+    found = (layout.pids_parent, layout.memory_parent, layout.freezer_parent, layout.cpu_parent)
+    return list(dict.fromkeys(d for d in found if d))
+
+
 def remove_parent(layout: CgroupLayout) -> None:
-    for directory in {layout.pids_parent, layout.memory_parent, layout.freezer_parent, layout.cpu_parent} - {None}:
+    for directory in parent_directories(layout):
         try:
             os.rmdir(directory)
         except OSError:
@@ -600,12 +606,16 @@ class _Membership:
         return False
 
 
-def remove_service_groups(service_dir_name: str) -> bool:
-    """Kill every process left in a dead service's groups and remove them; True once none is left.
+def remove_service_groups(service_dir_name: str, parents: list[str] | None = None) -> bool:
+    """Kill every process left in a dead service's groups and remove them; True once none of the
+    groups looked for is left. They are looked for as ``service_dir_name`` under each of
+    ``parents`` (the parents recorded in the service's lock: `leftovers.recorded_groups`), by
+    default under the caller's own groups (`service_parents`), where they are only if the dead
+    service's controller ran in the caller's cgroup: True then says nothing of groups elsewhere.
     Used by the sweep of leftovers (``codedance sandbox gc``). Every group is thawed first: on v1
     a frozen process does not act on SIGKILL (idle trajectories are frozen)."""
     groups = []
-    for parent in service_parents():
+    for parent in service_parents() if parents is None else dict.fromkeys(parents):
         service_dir = os.path.join(parent, service_dir_name)
         if os.path.isdir(service_dir):
             # every group below it, leaves before their parents, then the service's own
@@ -616,8 +626,11 @@ def remove_service_groups(service_dir_name: str) -> bool:
     for directory in groups:
         membership = _Membership(directory)
         for _ in range(100):
-            with open(os.path.join(directory, "cgroup.procs")) as handle:
-                pids = [p for p in (int(line) for line in handle if line.strip()) if p > 0]
+            try:
+                with open(os.path.join(directory, "cgroup.procs")) as handle:
+                    pids = [p for p in (int(line) for line in handle if line.strip()) if p > 0]
+            except FileNotFoundError:  # gone, or not a cgroup (left for the rmdir to say)
+                break
             if not pids:
                 break
             for pid in pids:

@@ -9,6 +9,18 @@ lock, `forks`, so that it cannot keep a dead controller's service alive). A dead
 leftovers are its work and store directories (``<name>-work-*``, ``<name>-store-*``,
 ``<name>-inputs-*``) and its cgroups (``<name>`` under each hierarchy).
 
+Where a dead service's cgroups are: once it has created its parent groups, a service writes their
+directories into its own lock file (`record_service_groups`: one absolute path per line, through
+the descriptor it holds), because they sit under the cgroup its controller ran in, which need not
+be the sweeping process's (a shell, another systemd unit or delegated scope). The sweep trusts
+that record only from a regular file of one link, owned by its own euid and not writable by group
+or others, and only lines that are normalised absolute paths under ``/sys/fs/cgroup/``, free of
+symlinks, ending in the service's own name (`recorded_groups`); it ignores every other line.
+A lock with no usable record (a service of an older version, one without cgroups, one killed
+between creating its groups and recording them, or a forged record) falls back to the sweeping
+process's own groups (`cgroups.service_parents`), as before: groups of such a service elsewhere
+are not found. With a record, the lock is removed only once every recorded group is gone.
+
 Trajectory uids come in blocks of 65,536, one block per live service, each claimed with its own
 lock file, so that two services on one host never hand out the same uid.
 """
@@ -28,6 +40,8 @@ from codedance.sandbox.files import remove_tree
 from codedance.sandbox.mounts import unmount
 
 PREFIX = "codedance-"
+CGROUP_ROOT = "/sys/fs/cgroup"  # recorded groups must lie below it (`recorded_groups`)
+_RECORD_MAX = 1 << 16  # bytes: a real record is a few hundred
 _SERVICE_NAME = re.compile(r"codedance-[0-9]+-[0-9a-f]{8}")
 UID_BASE = 1 << 20  # trajectory uids: UID_BASE + block * UID_BLOCK + slot; never a real account
 UID_BLOCK = 1 << 16
@@ -64,6 +78,41 @@ def claim_service_name() -> tuple[str, int]:
     raise RuntimeError(f"cannot create a lock file in {_locks_dir()}; is it writable?")
 
 
+def record_service_groups(fd: int, directories: list[str]) -> None:
+    """Write the directories of a live service's parent groups (one per hierarchy) into its lock
+    file, through ``fd``, the lock's held descriptor, for `sweep` to find them once the service is
+    dead. Symlinks are resolved here (a v1 ``cpu`` hierarchy is often a link to ``cpu,cpuacct``):
+    the sweep takes only paths without any. Replaces any earlier record. Raises OSError."""
+    text = "".join(os.path.realpath(directory) + "\n" for directory in dict.fromkeys(directories))
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, text.encode(), 0)
+
+
+def recorded_groups(fd: int, name: str) -> list[str] | None:
+    """The directories of service ``name``'s groups as its lock file (open on ``fd``) records
+    them, or None where it records none that can be trusted: the file is not a regular file of
+    one link, owned by this euid and not writable by group or others, or is too big, or has no
+    valid line. A valid line is a normalised absolute path under ``CGROUP_ROOT`` whose last
+    component is ``name``, with no symlink in it (``realpath`` gives it back unchanged); any
+    other line is ignored. Does not check that a path is a cgroup: only root writes such a file,
+    and removing a group of the service's name is all the sweep does there."""
+    info = os.fstat(fd)
+    if (not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_uid != os.geteuid()
+            or info.st_mode & 0o022 or info.st_size > _RECORD_MAX):
+        return None
+    found = []
+    root = CGROUP_ROOT.rstrip("/") + "/"
+    for raw in os.pread(fd, _RECORD_MAX, 0).split(b"\n"):
+        try:
+            path = raw.decode()
+        except UnicodeDecodeError:
+            continue
+        if (path.startswith(root) and os.path.normpath(path) == path and os.path.basename(path) == name
+                and "\0" not in path and os.path.realpath(path) == path):
+            found.append(path)
+    return list(dict.fromkeys(found)) or None
+
+
 def release_service_name(name: str, fd: int) -> None:
     """Remove a closed service's lock file, then let the lock go."""
     try:
@@ -96,7 +145,11 @@ def release_uid_block(fd: int) -> None:
 
 
 def sweep() -> list[str]:
-    """Remove the directories and cgroups of every dead service; the names of those swept."""
+    """Remove the directories and cgroups of every dead service; the names of those swept.
+
+    A service's cgroups are looked for where its lock records them (`recorded_groups`), else
+    under the sweeping process's own groups. Its lock stays (for a later sweep to try again)
+    while a group looked for is still there. Cgroups are left alone when not run as root."""
     swept = []
     for lock in sorted(glob.glob(os.path.join(glob.escape(_locks_dir()), f"{PREFIX}*.lock"))):
         name = os.path.basename(lock)[: -len(".lock")]
@@ -111,7 +164,9 @@ def sweep() -> list[str]:
                     glob.glob(f"{pattern}-inputs-*"):  # fmt: skip
                 unmount(path)
                 remove_tree(path)
-            if os.geteuid() == 0 and not cgroups.remove_service_groups(name):
+            recorded = recorded_groups(fd, name)
+            parents = None if recorded is None else [os.path.dirname(path) for path in recorded]
+            if os.geteuid() == 0 and not cgroups.remove_service_groups(name, parents):
                 continue  # a group is still busy: its lock stays, for the next sweep to try again
             os.unlink(lock)
             swept.append(name)

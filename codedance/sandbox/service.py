@@ -182,8 +182,15 @@ class SandboxService:
             self.cgroup_layout, cgroup_why = cgroups.detect_layout(name, self.memory_total)
         else:
             cgroup_why = "disabled by the caller"
+        notes = []
         if self.cgroup_layout is None:
             missing.append(("cgroups", cgroup_why))
+        else:  # where `gc` finds our groups once we are dead, from whichever cgroup it runs in
+            try:
+                leftovers.record_service_groups(self._name_lock, cgroups.parent_directories(self.cgroup_layout))
+            except OSError as exc:
+                notes.append(f"the service's cgroups are not recorded in its lock file ({exc}): if it dies "
+                             "unclosed, only a sweep run from this controller's own cgroup finds them")
         from codedance.sandbox.layout import Limits  # here: layout imports this module
 
         # the host's file table: the most trajectories of a service (one uid each, from its block)
@@ -195,7 +202,7 @@ class SandboxService:
         self.isolation = Isolation(
             namespaces=self.namespaces, users=self.as_root, seccomp=self.seccomp,
             cgroups=self.cgroup_layout is not None, rlimits=True, missing=tuple(missing),
-            notes=(note,) if note else (),
+            notes=tuple(notes) + ((note,) if note else ()),
         )  # fmt: skip
         self.work_root = tempfile.mkdtemp(prefix=f"{name}-work-")
         total = self.memory_total

@@ -482,6 +482,68 @@ def test_leftovers_of_a_killed_controller_are_swept(tmp_path):
         live.close()
 
 
+def test_the_groups_of_a_controller_killed_in_another_cgroup_are_swept(tmp_path):
+    """A controller that ran in another cgroup than the sweeping process (a shell, a systemd unit,
+    a delegated scope: here a scratch group of this test's in each hierarchy) made its groups
+    there; killed with SIGKILL, its groups are found through its lock's record and removed, and
+    its lock with them (review finding 8, stop 24: the sweep looked only under its own cgroup,
+    found nothing, and removed the lock: the groups were leaked for good)."""
+    import secrets
+    import subprocess
+    import sys
+
+    from codedance.sandbox import cgroups
+    from codedance.sandbox.leftovers import sweep
+
+    if os.geteuid() != 0:
+        pytest.skip("creating cgroups needs root")
+    scratches = [os.path.join(parent, f"scratch-{secrets.token_hex(4)}") for parent in cgroups.service_parents()]
+    made = []
+    try:
+        for scratch in scratches:
+            try:
+                os.mkdir(scratch)
+            except OSError as exc:
+                pytest.skip(f"cgroups are not writable here: {exc}")
+            made.append(scratch)
+        script = ("import sys, time\n"
+                  "for scratch in sys.argv[1:]:\n"
+                  "    open(scratch + '/cgroup.procs', 'w').write('0')\n"  # this process, there
+                  "from codedance.sandbox import Sandbox, SandboxService\n"
+                  "service = SandboxService(memory_total=512 << 20)\nsb = Sandbox(service=service)\n"
+                  "assert sb.run('x = 1').ok\n"
+                  "print(service.name, service.cgroup_layout is not None, flush=True)\ntime.sleep(600)")  # fmt: skip
+        child = subprocess.Popen([sys.executable, "-c", script, *scratches], stdout=subprocess.PIPE, text=True)
+        try:
+            name, with_cgroups = child.stdout.readline().split()
+            if with_cgroups != "True":
+                pytest.skip("the service runs without cgroups here")
+            assert all(os.path.isdir(os.path.join(scratch, name)) for scratch in scratches)
+            assert not any(os.path.exists(os.path.join(p, name)) for p in cgroups.service_parents())
+            assert name not in sweep()  # alive: its lock is held
+        finally:
+            child.kill()
+            child.wait()
+        deadline = time.monotonic() + 10
+        while name not in sweep():  # (another process's sweep may come first, with the record too)
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert not any(os.path.exists(os.path.join(scratch, name)) for scratch in scratches)
+    finally:
+        for scratch in reversed(made):  # whatever is left in our scratch groups, then them
+            for entry in os.scandir(scratch):
+                if entry.is_dir():
+                    cgroups.remove_service_groups(entry.name, [scratch])
+            for _ in range(500):  # the controller's helpers leave them as they exit
+                try:
+                    os.rmdir(scratch)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
+
+
 def test_a_forked_child_of_a_killed_controller_keeps_neither_its_frozen_trajectories_nor_its_service(tmp_path):
     """A plain os.fork() of the controller (multiprocessing's "fork", DataLoader workers) used to
     inherit the thaw-on-exit watcher's pipe and the service's lock: with the controller SIGKILLed

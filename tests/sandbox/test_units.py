@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import secrets
 import select
 import socket
 import struct
@@ -487,6 +489,187 @@ def test_the_sweep_ignores_lock_names_that_are_not_a_services(tmp_path, monkeypa
     finally:
         os.close(held)
     assert leftovers.sweep() == ["codedance-1-0123abcd"] and not live.exists()
+
+
+@contextlib.contextmanager
+def _scratch_groups(names: list[str]):
+    """As root, a scratch group of this test's own below this process's group in each hierarchy
+    it uses (`service_parents`: NOT where a sweep looks by default), and below it, for each of
+    ``names``, the group ``<name>/t<hex>``; yields {name: its directories ``<scratch>/<name>``}.
+    Removes every group it made (leaves first), whatever is left, at the end."""
+    from codedance.sandbox import cgroups
+
+    if os.geteuid() != 0:
+        pytest.skip("creating cgroups needs root")
+    scratch = f"scratch-{secrets.token_hex(4)}"
+    made: list[str] = []
+    groups: dict[str, list[str]] = {name: [] for name in names}
+    try:
+        for parent in cgroups.service_parents():
+            top = os.path.join(parent, scratch)
+            try:
+                os.mkdir(top)
+            except OSError as exc:
+                pytest.skip(f"cgroups are not writable here: {exc}")
+            made.append(top)
+            for name in names:
+                service = os.path.join(top, name)
+                os.mkdir(service)
+                made.append(service)
+                leaf = os.path.join(service, f"t{secrets.token_hex(6)}")
+                os.mkdir(leaf)
+                made.append(leaf)
+                groups[name].append(service)
+        yield groups
+    finally:
+        for directory in reversed(made):  # leaves first
+            for _ in range(200):
+                try:
+                    os.rmdir(directory)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)
+
+
+def _sleeper_in(service_dirs: list[str]) -> subprocess.Popen:
+    """A sleeping process of ours, put in the trajectory group below each of ``service_dirs``."""
+    sleeper = subprocess.Popen(["sleep", "300"])
+    for service in service_dirs:
+        (leaf,) = [entry.path for entry in os.scandir(service) if entry.is_dir()]
+        Path(leaf, "cgroup.procs").write_text(str(sleeper.pid))
+    return sleeper
+
+
+def _recorded_lock(tmp_path: Path, name: str, directories: list[str], mode: int = 0o600,
+                   forged: bool = False) -> Path:
+    """A dead service's lock file ``name``, recording ``directories`` as its groups (``forged``:
+    the lines as they are, not as `record_service_groups` writes them)."""
+    from codedance.sandbox import leftovers
+
+    lock = tmp_path / f"{name}.lock"
+    fd = leftovers._try_lock(str(lock))
+    try:
+        if forged:
+            os.write(fd, "".join(f"{line}\n" for line in directories).encode())
+        else:
+            leftovers.record_service_groups(fd, directories)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+    return lock
+
+
+def test_the_sweep_finds_a_dead_services_groups_where_its_lock_records_them(tmp_path, monkeypatch):
+    """A dead service's groups under another cgroup than the sweeping process's (its controller
+    ran in a shell, a systemd unit, a delegated scope) are found through its lock's record: the
+    process left in them is killed, and the groups and the lock are removed (review finding 8,
+    stop 24: the sweep looked only under its own groups, found nothing, called that "none left"
+    and removed the lock, leaking the groups and their processes for good)."""
+    from codedance.sandbox import cgroups, leftovers
+
+    monkeypatch.setattr(leftovers, "_locks_dir", lambda: str(tmp_path))
+    name = f"codedance-{os.getpid()}-{secrets.token_hex(4)}"
+    with _scratch_groups([name]) as groups:
+        sleeper = _sleeper_in(groups[name])
+        try:
+            lock = _recorded_lock(tmp_path, name, groups[name])
+            assert not any(os.path.exists(os.path.join(p, name)) for p in cgroups.service_parents())
+            assert leftovers.sweep() == [name]
+            assert sleeper.wait(timeout=10) == -9
+            assert not any(os.path.exists(d) for d in groups[name]) and not lock.exists()
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+
+
+def test_the_sweep_keeps_the_lock_while_a_recorded_group_is_left(tmp_path, monkeypatch):
+    """With a record, "none left" means every recorded group is gone: one the sweep cannot
+    remove keeps the lock, for a later sweep."""
+    from codedance.sandbox import leftovers
+
+    monkeypatch.setattr(leftovers, "_locks_dir", lambda: str(tmp_path))
+    name = f"codedance-{os.getpid()}-{secrets.token_hex(4)}"
+    with _scratch_groups([name]) as groups:
+        lock = _recorded_lock(tmp_path, name, groups[name])
+        monkeypatch.setattr(leftovers.cgroups, "_rmdir_when_empty", lambda directory: None)  # "busy"
+        assert leftovers.sweep() == [] and lock.exists()
+        monkeypatch.undo()
+        monkeypatch.setattr(leftovers, "_locks_dir", lambda: str(tmp_path))
+        assert leftovers.sweep() == [name] and not lock.exists()
+        assert not any(os.path.exists(d) for d in groups[name])
+
+
+def test_a_forged_record_of_groups_is_ignored(tmp_path, monkeypatch):
+    """The sweep trusts a lock's record only from a file of its own euid that nobody else may
+    write, and only lines naming a group of the service's own name under /sys/fs/cgroup, without
+    symlinks or ``..``: a record naming another group, a directory elsewhere, or one in a lock
+    writable by others, kills and removes nothing."""
+    from codedance.sandbox import leftovers
+
+    monkeypatch.setattr(leftovers, "_locks_dir", lambda: str(tmp_path))
+    name, other, loose = (f"codedance-{os.getpid()}-{secrets.token_hex(4)}" for _ in range(3))
+    elsewhere = tmp_path / "elsewhere" / name
+    (elsewhere / "t0").mkdir(parents=True)
+    (elsewhere / "t0" / "cgroup.procs").write_text("1\n")
+    with _scratch_groups([other, loose]) as groups:
+        sleepers = [_sleeper_in(groups[other]), _sleeper_in(groups[loose])]
+        try:
+            forged = [os.path.join(os.path.dirname(d), "..", os.path.basename(os.path.dirname(d)), name)
+                      for d in groups[other]]  # fmt: skip
+            _recorded_lock(tmp_path, name, groups[other] + [str(elsewhere)] + forged, forged=True)
+            _recorded_lock(tmp_path, loose, groups[loose], mode=0o666)
+            # neither record is usable, so each lock is swept as one without cgroups here
+            assert sorted(leftovers.sweep()) == sorted([name, loose])
+            assert all(sleeper.poll() is None for sleeper in sleepers)
+            assert all(os.path.isdir(d) for d in groups[other] + groups[loose])
+            assert (elsewhere / "t0" / "cgroup.procs").read_text() == "1\n"
+        finally:
+            for sleeper in sleepers:
+                sleeper.kill()
+                sleeper.wait()
+
+
+def test_which_recorded_groups_are_trusted(tmp_path, monkeypatch):
+    """`recorded_groups` line by line, and file by file (no root needed: the cgroup root is a
+    folder of the test's)."""
+    from codedance.sandbox import leftovers
+
+    root = tmp_path / "cg"
+    (root / "pids" / "a").mkdir(parents=True)
+    (root / "link").symlink_to(root / "pids")
+    monkeypatch.setattr(leftovers, "CGROUP_ROOT", str(root))
+    name = "codedance-7-0123abcd"
+    good = f"{root}/pids/a/{name}"
+    lines = [f"/elsewhere/{name}", f"{root}/pids/a/codedance-7-99999999", f"{root}/pids/../pids/a/{name}",
+             f"{root}/link/a/{name}", f"{root}//pids/a/{name}", f"pids/a/{name}", f"{root}/pids/a/{name}/",
+             f"{root}/{name}x", good, good, ""]  # fmt: skip
+    path = tmp_path / "lock"
+    path.write_text("\n".join(lines))
+    path.chmod(0o600)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        assert leftovers.recorded_groups(fd, name) == [good]
+        for mode in (0o620, 0o602, 0o666):
+            os.fchmod(fd, mode)
+            assert leftovers.recorded_groups(fd, name) is None
+        os.fchmod(fd, 0o600)
+        os.link(path, tmp_path / "second-link")
+        assert leftovers.recorded_groups(fd, name) is None
+        os.unlink(tmp_path / "second-link")
+        if os.geteuid() == 0:
+            os.fchown(fd, 65534, -1)
+            assert leftovers.recorded_groups(fd, name) is None
+            os.fchown(fd, 0, -1)
+        os.pwrite(fd, b"\n" + b"x" * (1 << 17), os.fstat(fd).st_size)
+        assert leftovers.recorded_groups(fd, name) is None  # too big to be a record
+        leftovers.record_service_groups(fd, [f"{root}/link/a"])
+        assert leftovers.recorded_groups(fd, name) is None  # no line ends in the name
+        leftovers.record_service_groups(fd, [f"{root}/link/a/{name}", good])  # resolved when recorded
+        assert leftovers.recorded_groups(fd, name) == [good]
+    finally:
+        os.close(fd)
 
 
 def test_lone_surrogates_and_chunk_floods_are_refused():
