@@ -19,7 +19,9 @@ instance creation time; idle memory per live trajectory (PSS and USS from
 /proc/<pid>/smaps_rollup); CPU time per image step (all processes, from a cpuacct cgroup);
 throughput at 1, 2, 8 and 64 concurrent trajectories; and 2048 live trajectories held at once
 (memory, and none lost). Ratios are printed against the
-baselines. Run as root for full isolation (and the CPU figure, which needs cgroup v1 cpuacct).
+baselines. The trivial steps of codedance, ``exec`` and Jupyter are measured in rounds that take
+turns (`measure_trivial`), so that a busy moment on a shared machine weighs on all three alike.
+Run as root for full isolation (and the CPU figure, which needs cgroup v1 cpuacct).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ IMAGE_STEP = textwrap.dedent("""\
     crop.save('crop.png')
 """)
 FAILING = "y = [0] * 1000\nraise ValueError('boom')"
+ROUNDS = 6  # rounds in which the designs take turns at the trivial step (`measure_trivial`)
 MODEL_TURN_S = 0.025  # idle time before each "paced" step: a (very fast) model writing its next turn
 PRELUDE = ("import numpy, cv2, matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot\n"
            "from PIL import Image\ninput_image = Image.open('input_image.jpg')\n")  # fmt: skip
@@ -217,27 +220,41 @@ def p(times: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def measure_latency(name, make, n_trivial, n_image, image, results, cpu_meter=None):
+def create(name, make, image, results):
+    """A fresh instance of one design, timed, with one step run to warm it."""
     workdir = _workdir(image)
     started = time.perf_counter()
     instance = make(workdir)
     results[name]["create_ms"] = (time.perf_counter() - started) * 1000
     instance.run(TRIVIAL)
-    trivial = latencies(instance.run, TRIVIAL, n_trivial)
-    paced = latencies(instance.run, TRIVIAL, n_trivial, pause_s=MODEL_TURN_S)
+    return instance
+
+
+def measure_trivial(instances: dict, n: int, results) -> None:
+    """Trivial-step latencies, back to back and paced, of every instance in ``ROUNDS`` rounds
+    that take turns (each round in another order): the designs are compared under the same
+    load on a shared machine, not a minute apart."""
+    times = {name: ([], []) for name in instances}
+    names = list(instances)
+    for round_ in range(ROUNDS):
+        for name in names[round_ % len(names):] + names[: round_ % len(names)]:
+            back_to_back, paced = times[name]
+            back_to_back += latencies(instances[name].run, TRIVIAL, n // ROUNDS)
+            paced += latencies(instances[name].run, TRIVIAL, n // ROUNDS, pause_s=MODEL_TURN_S)
+    for name, (back_to_back, paced) in times.items():
+        results[name].update(trivial_p50=p(back_to_back, 0.5), trivial_p99=p(back_to_back, 0.99),
+                             paced_p50=p(paced, 0.5), paced_p99=p(paced, 0.99))
+
+
+def measure_steps(name, instance, n_image, results, cpu_meter=None) -> None:
+    """Image-step latencies and CPU, and failed-step latencies, of one instance."""
     cpu_before = (cpu_meter.seconds() if cpu_meter else None, time.process_time())
     image_times = latencies(instance.run, IMAGE_STEP, n_image)
     if cpu_meter and cpu_before[0] is not None:
         used = cpu_meter.seconds() - cpu_before[0] + time.process_time() - cpu_before[1]
         results[name]["cpu_ms_per_image_step"] = used / n_image * 1000
     failed = latencies(instance.run, FAILING, max(5, n_image // 2))
-    results[name].update(
-        trivial_p50=p(trivial, 0.5), trivial_p99=p(trivial, 0.99),
-        paced_p50=p(paced, 0.5), paced_p99=p(paced, 0.99),
-        image_p50=p(image_times, 0.5), image_p99=p(image_times, 0.99),
-        failed_p50=p(failed, 0.5),
-    )  # fmt: skip
-    return instance
+    results[name].update(image_p50=p(image_times, 0.5), image_p99=p(image_times, 0.99), failed_p50=p(failed, 0.5))
 
 
 def _workdir(image: bytes) -> str:
@@ -394,24 +411,27 @@ def main() -> None:
     cpu = {name: CpuMeter(name) for name in ("codedance", "exec")}
     cpu["codedance"].add(service._process.pid)
     print(service.isolation.describe(), flush=True)
-    sb = measure_latency("codedance", lambda w: Sandbox([image], service=service), n_trivial, n_image, image,
-                         results, cpu["codedance"])  # fmt: skip
-    sb.close()
 
     def make_exec(workdir):
         worker = ExecWorker(workdir)
         cpu["exec"].add(worker.process.pid)
         return worker
 
-    worker = measure_latency("exec", make_exec, n_trivial, n_image, image, results, cpu["exec"])
-    for label in ("trivial", "image"):
-        results["exec"][f"idle_pss_mb_{label}"], results["exec"][f"idle_uss_mb_{label}"] = memory_of(worker.process.pid)
-    worker.close()
-    kernel = measure_latency("jupyter", JupyterKernel, n_trivial, n_image, image, results)
-    for label in ("trivial", "image"):
-        results["jupyter"][f"idle_pss_mb_{label}"], results["jupyter"][f"idle_uss_mb_{label}"] = memory_of(kernel.pid)
-    kernel.close()
-    measure_latency("fresh", FreshProcess, 5, 5, image, results).close()
+    instances = {"codedance": create("codedance", lambda w: Sandbox([image], service=service), image, results),
+                 "exec": create("exec", make_exec, image, results),
+                 "jupyter": create("jupyter", JupyterKernel, image, results)}
+    measure_trivial(instances, n_trivial, results)
+    for name, instance in instances.items():
+        measure_steps(name, instance, n_image, results, cpu.get(name))
+    for name in ("exec", "jupyter"):
+        pid = instances[name].process.pid if name == "exec" else instances[name].pid
+        for label in ("trivial", "image"):
+            results[name][f"idle_pss_mb_{label}"], results[name][f"idle_uss_mb_{label}"] = memory_of(pid)
+    for instance in instances.values():
+        instance.close()
+    fresh = create("fresh", FreshProcess, image, results)
+    measure_trivial({"fresh": fresh}, ROUNDS, results)
+    measure_steps("fresh", fresh, 5, results)
     results["codedance"].update(idle_memory_codedance(service, image, 16 if args.quick else 64))
     results["codedance"]["freeze_ms"] = freeze_cost_ms(service, image, 50 if args.quick else 300)
     results["codedance"].update(fork_floor_ms(20 if args.quick else 100))

@@ -12,11 +12,27 @@ running steps), ``service`` (the jailed zygote), ``runtime`` (the processes in t
 allows), ``checks`` (the contract checks behind ``codedance sandbox check``).
 """
 
-from codedance.sandbox.isolation import LAYERS, Isolation, SandboxUnavailable
-from codedance.sandbox.layout import Limits
-from codedance.sandbox.pool import SandboxPool
-from codedance.sandbox.sandbox import Sandbox, SandboxClosed
-from codedance.sandbox.service import SandboxService, ServiceError
+import importlib
+
+# where each public name lives; loaded on first use (PEP 562), so that the zygote, which runs
+# ``python -m codedance.sandbox.runtime``, imports none of the controller (asyncio, threads'
+# executors, cgroups...): every module it holds is anonymous memory that each step's fork copies
+# the page tables of, and each at-fork hook a module registers runs in every forked step
+_PUBLIC = {"LAYERS": "isolation", "Isolation": "isolation", "SandboxUnavailable": "isolation",
+           "Limits": "layout", "SandboxPool": "pool", "Sandbox": "sandbox", "SandboxClosed": "sandbox",
+           "SandboxService": "service", "ServiceError": "service"}
 
 __all__ = ["LAYERS", "Isolation", "Limits", "Sandbox", "SandboxClosed", "SandboxPool",
            "SandboxService", "SandboxUnavailable", "ServiceError"]
+
+
+def __getattr__(name: str) -> object:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))

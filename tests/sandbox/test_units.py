@@ -903,3 +903,22 @@ def test_the_service_reports_the_file_table_in_its_isolation(monkeypatch):
     finally:
         svc.close()
     assert Isolation(True, True, True, True, True).notes == ()
+
+
+def test_the_zygote_imports_none_of_the_controller_and_the_public_names_still_resolve():
+    """Every module the zygote holds is memory whose page tables each step's fork copies, and
+    each at-fork hook a module registers runs in every forked step: the package's public names
+    load on first use, so ``python -m codedance.sandbox.runtime`` imports no controller module."""
+    probe = ("import sys, codedance.sandbox.runtime\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('asyncio', 'concurrent')"
+             " or m in ('codedance.sandbox.sandbox', 'codedance.sandbox.service', 'codedance.sandbox.pool',"
+             " 'codedance.sandbox.cgroups', 'codedance.sandbox.forks')))\n"
+             "import codedance.sandbox as package\n"
+             "print(package.Sandbox.__module__, package.SandboxPool.__module__, package.Limits.__module__)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == ["[]", "codedance.sandbox.sandbox codedance.sandbox.pool codedance.sandbox.layout"]
+    import codedance.sandbox as package
+
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        package.Nope  # noqa: B018
+    assert set(package.__all__) == set(package._PUBLIC) and set(package.__all__) <= set(dir(package))
