@@ -84,12 +84,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
 from codedance.sandbox.cgroups import ServiceMemory
+from codedance.sandbox.protocol import wait_any
 
 SETTLE_S = 0.005  # between two looks at the group while a victim gives its memory back
 NO_ONE_LOOK_S = 0.5  # between two looks while the group stays under pressure with no one to choose
@@ -184,7 +184,10 @@ class OomArbiter:
         while True:
             # the kernel says "out of memory" once per episode and "charged past the threshold"
             # only when crossing it: while either holds, look again now and then
-            readable, _, _ = select.select([self._memory.event, self._stop], [], [], look_again)
+            # poll, not select: a controller holding over 1,024 descriptors (a pool of a few
+            # hundred sandboxes) would get a ValueError, and no arbiter (red team, stop 25)
+            readable = wait_any((self._memory.event, self._stop),
+                                None if look_again is None else time.monotonic() + look_again)
             if self._stop in readable:
                 return
             if readable:
@@ -198,7 +201,7 @@ class OomArbiter:
                 self.last_error, look_again = f"{type(exc).__name__}: {exc}", NO_ONE_LOOK_S
 
     def _stopping(self) -> bool:
-        return bool(select.select([self._stop], [], [], 0)[0])
+        return bool(wait_any((self._stop,), time.monotonic()))
 
     def _settle(self) -> float | None:
         """Act while the group is out of memory or nearly full (`rank_victims` says on whom);

@@ -546,3 +546,33 @@ def test_a_steps_kernel_cache_does_not_refuse_a_neighbours_commits(jail, service
     result_b, results_a = _while_running(b, code, neighbour_commits)
     assert all(result.ok for result in results_a), results_a
     assert result_b.status is ExecStatus.ERROR and result_b.rolled_back, result_b
+
+
+def test_the_arbiter_runs_in_a_controller_that_holds_over_1024_descriptors():
+    """Red team, stop 25: the arbiter waited in ``select()``, which refuses descriptors of 1,024
+    and above; in a controller holding that many (a pool of a few hundred sandboxes) a new
+    service had no arbiter thread while the kernel's OOM killer was off for its parent group."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 1200:
+        pytest.skip(f"this process may open only {hard} descriptors")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100 - len(os.listdir("/proc/self/fd")))]
+    try:
+        svc = SandboxService(memory_total=640 << 20)
+        try:
+            if svc.oom_arbiter is None:
+                pytest.skip("the OOM arbiter needs cgroup v1's memory.oom_control (and root)")
+            arbiter = svc.oom_arbiter
+            assert arbiter._memory.event >= 1024
+            os.eventfd_write(arbiter._memory.event, 1)  # the kernel's word: it looks, finds no pressure
+            time.sleep(0.3)
+            assert arbiter._thread.is_alive(), "the arbiter thread died"
+            assert arbiter.last_error is None
+        finally:
+            svc.close()
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
