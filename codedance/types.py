@@ -133,7 +133,8 @@ class ExecResult:
     after the last successful step. ``notes`` are the sandbox's own remarks (output truncated,
     images dropped over the per-step limit, ...), meant to be shown to the model.
     ``executed_nothing`` is True for a snippet with no statements beyond ``pass`` (empty,
-    comments only): such a call never counts as a successful tool call.
+    comments only): such a call never counts as a successful tool call. The controller decides it
+    for snippets up to 16,384 characters; a longer one's step says (its own trajectory's word).
     """
 
     status: ExecStatus

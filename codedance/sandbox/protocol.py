@@ -333,7 +333,7 @@ class Reader:
 # ----------------------------------------------------------------- a step's result, checked
 _STEP_STATUSES = {"ok": ExecStatus.OK, "error": ExecStatus.ERROR, "oom": ExecStatus.OOM,
                   "refused": ExecStatus.REFUSED}  # fmt: skip
-_RESULT_KEYS = {"op", "status", "stdout", "stderr", "images", "notes", "error"}
+_RESULT_KEYS = {"op", "status", "stdout", "stderr", "images", "notes", "error", "executed_nothing"}
 MAX_NOTES = 16
 NOTE_CHARS = 1000
 ERROR_TYPE_CHARS = 200
@@ -374,6 +374,9 @@ def _parse_result(message: Message, limits) -> ExecResult:
         raise ValueError("notes is not a short list")
     notes = tuple(_text(note, "a note", NOTE_CHARS) for note in notes)
     error = _parse_error(body.get("error"), limits.error_chars)
+    executed_nothing = body.get("executed_nothing", False)  # only for a snippet the controller does not parse
+    if type(executed_nothing) is not bool:
+        raise ValueError("executed_nothing is not a boolean")
     meta = body.get("images", [])
     if not isinstance(meta, list) or len(meta) != len(message.blobs):
         raise ValueError("the image list does not match the blobs")
@@ -391,7 +394,8 @@ def _parse_result(message: Message, limits) -> ExecResult:
             raise ValueError(f"an image of {width}x{height} pixels is over the limit of {limits.max_pixels}")
         images.append(Image(png=blob, origin=_text(item.get("source", ""), "an image's source", NOTE_CHARS),
                             width=width, height=height))  # fmt: skip
-    return ExecResult(status=status, stdout=stdout, stderr=stderr, error=error, images=tuple(images), notes=notes)
+    return ExecResult(status=status, stdout=stdout, stderr=stderr, error=error, images=tuple(images), notes=notes,
+                      executed_nothing=executed_nothing)
 
 
 def check_png_structure(data: bytes) -> None:

@@ -308,6 +308,8 @@ class _PreparedStep:
                 reply["status"] = "refused"
                 reply["notes"].append(leftover)
         reply["notes"] = [note[: protocol.NOTE_CHARS] for note in reply["notes"]][: protocol.MAX_NOTES]
+        if len(code) > execution.CONTROLLER_PARSE_CHARS:  # the controller does not parse it
+            reply["executed_nothing"] = execution.executes_nothing(code)
         protocol.send(conn, reply, [png for png, _, _, _ in self.collector.images])
         while reply["status"] != "ok":  # rolled back: the controller kills this process (exiting
             signal.pause()              # first would leave its result without a sender to credit)

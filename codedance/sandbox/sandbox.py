@@ -60,7 +60,7 @@ from typing import Self
 from codedance.sandbox import files, layout, procs, protocol
 from codedance.sandbox.arbiter import SLACK_BYTES
 from codedance.sandbox.cgroups import MemoryMeasure, TrajectoryCgroup
-from codedance.sandbox.execution import executes_nothing
+from codedance.sandbox.execution import CONTROLLER_PARSE_CHARS, executes_nothing
 from codedance.sandbox.inputs import ImageInput
 from codedance.sandbox.isolation import Isolation
 from codedance.sandbox.layout import Limits, seconds
@@ -266,7 +266,10 @@ class Sandbox:
             if self._memory_victim:
                 result = self._after_yielding_memory(result)
             self._lower_mark()
-            result = replace(result, duration_s=time.monotonic() - started, executed_nothing=executes_nothing(code))
+            # a long snippet is parsed by its step, not here (`CONTROLLER_PARSE_CHARS`): the step's
+            # word counts only for its own trajectory's reward, which a patched holder can fake anyway
+            nothing = executes_nothing(code) if len(code) <= CONTROLLER_PARSE_CHARS else result.executed_nothing
+            result = replace(result, duration_s=time.monotonic() - started, executed_nothing=nothing)
             self._idle_since = time.monotonic()
             if self._cgroup is not None and self._cgroup.can_freeze and self._lost is None:
                 self.service.idle_freezer.schedule(self)

@@ -79,6 +79,24 @@ def test_bad_code_gets_a_clear_error_or_status(make):
     assert not sb.run("y = 1").executed_nothing
 
 
+def test_a_long_snippet_is_checked_for_doing_nothing_by_its_step_not_the_controller(make, monkeypatch):
+    """Red team, stop 25: the controller parsed every snippet (up to 1 MiB) to tell whether it
+    did nothing, holding the GIL for seconds while every other trajectory's thread waited."""
+    from codedance.sandbox import sandbox as controller
+    from codedance.sandbox.execution import CONTROLLER_PARSE_CHARS
+
+    parsed = []
+    real = controller.executes_nothing
+    monkeypatch.setattr(controller, "executes_nothing", lambda code: parsed.append(len(code)) or real(code))
+    sb = make()
+    padding = "# nothing to see\n" * (CONTROLLER_PARSE_CHARS // 10)
+    empty, busy = sb.run(padding + "pass"), sb.run(padding + "y = 2")
+    assert empty.ok and empty.executed_nothing
+    assert busy.ok and not busy.executed_nothing
+    assert sb.run("pass").executed_nothing and not sb.run("y = 3").executed_nothing
+    assert parsed and max(parsed) <= CONTROLLER_PARSE_CHARS
+
+
 def test_a_commit_past_the_services_store_budget_is_refused_and_the_trajectory_kept(service, make):
     """The committed copies of all trajectories share one budget on the host's disk (red team,
     stop 23); a commit that does not fit is refused, rolled back, with what to do."""

@@ -119,6 +119,7 @@ def _png(width: int, height: int, extra: bytes = b"") -> bytes:
     ({"error": {"type": "E", "message": "m" * 9_000_000}}, (), "message has"),
     ({"error": {"type": "E", "frames": [["1", "x"]]}}, (), "frame"),
     ({"extra": 1}, (), "unknown fields"),
+    ({"executed_nothing": 1}, (), "not a boolean"),
     ({"images": [{"source": "s"}] * 40}, (_png(10, 10),) * 40, "40 images"),
     ({"images": [{"source": "s"}]}, (_png(13000, 13000),), "over the limit"),
     ({"images": [{"source": "s"}]}, (_png(4, 4, b"\x00" * (49 << 20)),), "bytes in all"),
@@ -137,9 +138,10 @@ def test_a_forged_result_is_refused(fields, blobs, match):
 def test_an_honest_result_is_accepted():
     message = protocol.Message(body={"op": "result", "status": "error", "stdout": "hi", "notes": ["a"],
                                      "error": {"type": "ValueError", "message": "m", "frames": [[1, "x"]]},
-                                     "images": [{"source": "plot"}]}, blobs=(_png(30, 20),))  # fmt: skip
+                                     "images": [{"source": "plot"}], "executed_nothing": True},
+                               blobs=(_png(30, 20),))  # fmt: skip
     result = protocol.parse_result(message, Limits())
-    assert result.status.value == "error" and result.error.frames == ((1, "x"),)
+    assert result.status.value == "error" and result.error.frames == ((1, "x"),) and result.executed_nothing
     assert result.images[0].size == (30, 20) and result.images[0].origin == "plot"
 
 
