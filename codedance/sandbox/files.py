@@ -49,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import gc
 import os
 import stat
 import threading
@@ -151,24 +152,56 @@ def open_own_dir(parent_fd: int, name: str, opened_up: list[tuple[int, int]] | N
     return fd
 
 
+_acting = threading.local()  # .owner: whom this thread acts as (`acting_as`); .paused: during a collection
+
+
+def _become(uid: int, gid: int) -> None:
+    """Set this thread's file-system identity (``setfsgid`` first: changing it needs fsuid 0)."""
+    _LIBC.setfsgid(gid)
+    _LIBC.setfsuid(uid)
+
+
 @contextlib.contextmanager
 def acting_as(owner: tuple[int, int] | None) -> Iterator[None]:
     """Run the block with this thread's file-system identity set to ``owner`` (uid, gid); a
     no-op without an owner or when the controller is not root. Per thread: other threads of
-    the controller keep root's rights."""
+    the controller keep root's rights. Nests: the identity before is put back after.
+    Finalizers the cyclic garbage collector runs in this thread meanwhile run as root
+    (`_collect_as_root`): any object of the controller's process may be collected in any thread,
+    and a `Sandbox` dropped unclosed closed itself as the trajectory, could not remove its
+    cgroups and files, and left them (red team, stop 25)."""
     if owner is None or os.geteuid() != 0:
         yield
         return
     uid, gid = owner
-    _LIBC.setfsgid(gid)
-    _LIBC.setfsuid(uid)
+    before = getattr(_acting, "owner", None)
+    _become(uid, gid)
+    _acting.owner = owner
     try:
         if _LIBC.setfsuid(0xFFFFFFFF) != uid or _LIBC.setfsgid(0xFFFFFFFF) != gid:  # -1: only reads it
             raise OSError(errno.EPERM, "could not act as the trajectory's user")
         yield
     finally:
-        _LIBC.setfsuid(0)
-        _LIBC.setfsgid(0)
+        _acting.owner = before
+        _become(*(before or (0, 0)))
+
+
+def _collect_as_root(phase: str, _info: dict) -> None:
+    """A `gc.callbacks` hook: a collection in a thread `acting_as` a trajectory runs as root
+    (finalizers run between "start" and "stop"; collections do not nest), then the thread acts
+    as the trajectory again."""
+    if phase == "start":
+        _acting.paused, _acting.owner = getattr(_acting, "owner", None), None
+        if _acting.paused is not None:
+            _become(0, 0)
+    else:
+        owner, _acting.paused = getattr(_acting, "paused", None), None
+        if owner is not None:
+            _acting.owner = owner
+            _become(*owner)
+
+
+gc.callbacks.append(_collect_as_root)
 
 
 def _parts(relative: str) -> list[str]:

@@ -721,6 +721,42 @@ def test_acting_as_limits_this_thread_to_the_owners_rights(tmp_path):
     assert secret.read_text() == "root only"
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching the file-system identity needs root")
+def test_a_collection_while_acting_as_a_trajectory_runs_its_finalizers_as_root(tmp_path):
+    """Red team, stop 25: the cyclic garbage collector runs finalizers in whichever thread
+    allocates, and a `Sandbox` dropped unclosed closed itself inside a neighbour's restore as
+    that trajectory: its cgroups and files could not be removed and were left for good. A
+    collection there runs as root, then the thread acts as the trajectory again; nesting puts
+    back the identity from before."""
+    import gc
+
+    from codedance.sandbox.files import acting_as
+
+    secret = tmp_path / "secret"
+    secret.write_text("root only")
+    secret.chmod(0o600)
+    read_by_finalizer = []
+
+    class Cycle:
+        def __init__(self):
+            self.me = self
+
+        def __del__(self):
+            read_by_finalizer.append(secret.read_text())
+
+    with acting_as((54321, 54321)):
+        Cycle()
+        gc.collect()
+        with pytest.raises(PermissionError):  # the trajectory's identity again after the collection
+            secret.read_text()
+        with acting_as((54322, 54322)), pytest.raises(PermissionError):
+            secret.read_text()
+        with pytest.raises(PermissionError):  # nested: the outer identity is back, not root's
+            secret.read_text()
+    assert read_by_finalizer == ["root only"]
+    assert secret.read_text() == "root only"
+
+
 def test_directories_that_lock_their_owner_out_are_restored(tmp_path):
     """A committed directory of mode 000 (and one of 500) comes back with its contents and mode;
     a failed step's locked directory is removed."""
