@@ -8,7 +8,8 @@ Modules: ``sandbox`` (the per-trajectory controller), ``layout`` (its limits, di
 holder request), ``protocol`` (the wire format), ``inputs`` (the input images), ``pool`` (many trajectories, bounded
 running steps), ``service`` (the jailed zygote), ``runtime`` (the processes in the jail), ``hooks`` (preloading and capture points),
 ``guards`` (rlimits, uids, seccomp), ``cgroups``, ``procs`` (pidfds), ``files`` (atomic working directories),
-``capture`` (output and images), ``execution`` (running a snippet), ``isolation`` (what the host
+``capture`` (output and images), ``execution`` (running a snippet), ``remover`` (closed sandboxes'
+directories, off ``close()``), ``isolation`` (what the host
 allows), ``checks`` (the contract checks behind ``codedance sandbox check``).
 """
 

@@ -104,12 +104,20 @@ class DeadlinePassed(Exception):
 
 
 class _Clock:
-    def __init__(self, deadline: float | None):
-        self.deadline, self.count = deadline, 0
+    """Counts entries; every ``_CHECK_EVERY`` of them, raises `DeadlinePassed` past ``deadline``
+    and InterruptedError once ``stop()`` (the sandbox is closing: red team, stop 25, a restore
+    of half a million directories ran on for the run's whole recovery time after close())."""
+
+    def __init__(self, deadline: float | None, stop: Callable[[], bool] | None = None):
+        self.deadline, self.stop, self.count = deadline, stop, 0
 
     def tick(self) -> None:
         self.count += 1
-        if self.deadline is not None and self.count % _CHECK_EVERY == 0 and time.monotonic() > self.deadline:
+        if self.count % _CHECK_EVERY:
+            return
+        if self.stop is not None and self.stop():
+            raise InterruptedError("stopped: the sandbox is closing")
+        if self.deadline is not None and time.monotonic() > self.deadline:
             raise DeadlinePassed("the working directory could not be processed in time")
 
 
@@ -217,13 +225,14 @@ def _split(relative: str) -> tuple[str, str]:
 
 
 def scan(root_fd: int, *, protected: frozenset[str] = frozenset(), owner_uid: int | None = None,
-         max_entries: int, max_bytes: int, deadline: float | None = None) -> dict[str, Entry]:
+         max_entries: int, max_bytes: int, deadline: float | None = None,
+         stop: Callable[[], bool] | None = None) -> dict[str, Entry]:
     """Every entry below ``root_fd`` as ``relative path -> Entry``, refusing what cannot be kept:
     raises `Unkeepable` or `LimitExceeded` (limits checked as entries are found, so the cost of
-    a refusal is bounded by the limits), or `DeadlinePassed`."""
+    a refusal is bounded by the limits), `DeadlinePassed`, or InterruptedError once ``stop()``."""
     entries: dict[str, Entry] = {}
     total = 0
-    clock = _Clock(deadline)
+    clock = _Clock(deadline, stop)
     pending = [("", 0)]
     while pending:
         relative_dir, depth = pending.pop()
@@ -316,9 +325,10 @@ def remove(dir_fd: int, name: str, clock: _Clock | None = None) -> None:
             os.close(level_fd)
 
 
-def remove_tree(path: str, deadline: float | None = None) -> None:
+def remove_tree(path: str, deadline: float | None = None, stop: Callable[[], bool] | None = None) -> None:
     """Remove ``path`` (a directory the controller created) and everything below it, safely;
-    `DeadlinePassed` at ``deadline`` (None: none), with what is left still there."""
+    `DeadlinePassed` at ``deadline`` (None: none), InterruptedError once ``stop()``, with what
+    is left still there."""
     if not path or not os.path.isabs(path):
         raise ValueError(f"remove_tree needs an absolute path, got {path!r}")
     parent, name = os.path.split(path.rstrip("/"))
@@ -327,7 +337,7 @@ def remove_tree(path: str, deadline: float | None = None) -> None:
     except FileNotFoundError:
         return
     try:
-        remove(parent_fd, name, _Clock(deadline))
+        remove(parent_fd, name, _Clock(deadline, stop))
     finally:
         os.close(parent_fd)
 
@@ -467,12 +477,15 @@ class WorkdirSnapshot:
     ``protected``: top-level names (the read-only inputs) that are neither kept nor touched.
     ``owner``: the trajectory's (uid, gid); files must be its own and are restored as its own.
     ``budget``: shared with the service's other trajectories (`StoreBudget`), claimed per checkpoint.
+    ``stop``: checked as entries are walked; once it says so, a checkpoint or restore raises
+    InterruptedError (the directory is then in no defined state, as past a deadline).
     """
 
     def __init__(self, workdir: str, store: str, *, protected: frozenset[str], owner: tuple[int, int] | None,
                  max_entries: int, max_bytes: int, budget: StoreBudget | None = None):
         self.workdir, self.store, self.protected, self.owner = workdir, store, protected, owner
         self.max_entries, self.max_bytes, self.budget = max_entries, max_bytes, budget
+        self.stop: Callable[[], bool] | None = None
         os.makedirs(store, mode=_STORE_DIR_MODE, exist_ok=True)
         os.chmod(store, _STORE_DIR_MODE)  # searchable by the trajectory's identity (see acting_as)
         self._work_fd = os.open(workdir, _DIR)
@@ -491,7 +504,8 @@ class WorkdirSnapshot:
 
     def _scan(self, deadline: float | None) -> dict[str, Entry]:
         return scan(self._work_fd, protected=self.protected, owner_uid=self.owner[0] if self.owner else None,
-                    max_entries=self.max_entries, max_bytes=self.max_bytes, deadline=deadline)  # fmt: skip
+                    max_entries=self.max_entries, max_bytes=self.max_bytes, deadline=deadline,
+                    stop=self.stop)  # fmt: skip
 
     def checkpoint(self, deadline: float | None = None, before_writing: Callable[[], None] = lambda: None) -> None:
         """Record the directory as the new good state. Raises `LimitExceeded` (and its
@@ -508,7 +522,7 @@ class WorkdirSnapshot:
         before_writing()
         current = self._scan(deadline)
         self._claim(current)
-        clock = _Clock(deadline)
+        clock = _Clock(deadline, self.stop)
         try:
             for relative in sorted(self.manifest, reverse=True):  # children before their parents
                 if _needs_copy(self.manifest[relative], current.get(relative)):
@@ -568,7 +582,7 @@ class WorkdirSnapshot:
                     os.close(fd)
 
     def _restore_as_owner(self, deadline: float | None, opened_up: list[tuple[int, int]], writer: LocalWriter) -> None:
-        clock = _Clock(deadline)
+        clock = _Clock(deadline, self.stop)
         self._remove_strays(clock, opened_up)
         # directories the first pass opened up are compared with their mode from before: an
         # untouched read-only directory is not re-copied (red team, stop 23: a log the holder kept
@@ -671,7 +685,7 @@ class WorkdirSnapshot:
 
     def _differs(self, deadline: float | None) -> bool:
         """Whether the directory differs from the manifest (stops at the first difference)."""
-        clock = _Clock(deadline)
+        clock = _Clock(deadline, self.stop)
         seen = 0
         pending = [""]
         while pending:

@@ -173,6 +173,7 @@ class Sandbox:
             max_entries=self.limits.workdir_files, max_bytes=self.limits.workdir_bytes,
             budget=self.service.store_budget,
         )  # fmt: skip
+        self._files.stop = lambda: self._closed  # a closing sandbox's walk stops (`_Closing`)
         if self.service.cgroup_layout is not None:
             self._cgroup = TrajectoryCgroup(self.service.cgroup_layout, memory_bytes=self.limits.memory,
                                             max_processes=self.limits.processes, cpus=self.limits.cpus)
@@ -616,6 +617,8 @@ class Sandbox:
             self._files.checkpoint(self._recovery_deadline, before_writing=self._freeze_to_save)
         except files.LimitExceeded as exc:
             return f"the working directory cannot be kept: {exc}"
+        except InterruptedError:
+            raise _Closing() from None
         except (files.SnapshotBroken, files.DeadlinePassed, OSError) as exc:
             raise _Lost(f"the working directory could not be saved ({exc})") from None
         return None
@@ -838,7 +841,7 @@ class Sandbox:
         if self._files is not None:
             self._files.close()
             files.remove_tree(self._files.store)
-        files.remove_tree(self._dir)
+        self.service.remover.discard(self._dir)  # what a hostile step left is no wait for close()
         if getattr(self, "_inputs_dir", None):
             files.remove_tree(self._inputs_dir)
 

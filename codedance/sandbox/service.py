@@ -50,6 +50,7 @@ from codedance.sandbox.isolation import (
     may_raise_file_max,
     seccomp_problem,
 )
+from codedance.sandbox.remover import Remover
 from codedance.sandbox.thaw_on_exit import ThawOnExit
 
 INODE_BYTES = 128  # the work root's tmpfs has one inode slot per this many bytes of its size
@@ -160,6 +161,7 @@ class SandboxService:
         self._next_slot = 0
         self._sandboxes: weakref.WeakSet = weakref.WeakSet()
         self._running: set = set()  # sandboxes with a run in progress (`running_changed`)
+        self.remover = Remover()  # closed sandboxes' directories, removed off their close() (`remover`)
         _raise_descriptor_limit()
         leftovers.sweep()
         name, self._name_lock = leftovers.claim_service_name()
@@ -386,6 +388,7 @@ class SandboxService:
             sandbox.begin_closing()
         for sandbox in sandboxes:
             sandbox.close()
+        self.remover.stop()  # what it has not removed goes with the work root below
         if self._idle_freezer is not None:
             self._idle_freezer.stop()
         if self.oom_arbiter is not None:

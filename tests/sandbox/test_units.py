@@ -960,3 +960,53 @@ def test_the_zygote_imports_none_of_the_controller_and_the_public_names_still_re
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         package.Nope  # noqa: B018
     assert set(package.__all__) == set(package._PUBLIC) and set(package.__all__) <= set(dir(package))
+
+
+def test_a_closing_sandboxs_checkpoint_and_restore_stop_walking(tmp_path):
+    """Red team, stop 25: a restore walked half a million directories a failed step left for
+    the run's whole recovery time after close(); the walk stops once ``stop()`` says so."""
+    work, store = tmp_path / "work", tmp_path / "store"
+    work.mkdir()
+    (work / "kept.txt").write_text("kept")
+    snapshot = WorkdirSnapshot(str(work), str(store), protected=frozenset(), owner=None,
+                               max_entries=10_000, max_bytes=1 << 20)
+    for n in range(600):
+        (work / f"d{n}").mkdir()
+    closing = []
+    snapshot.stop = lambda: bool(closing)
+    closing.append(True)
+    with pytest.raises(InterruptedError):
+        snapshot.checkpoint()
+    with pytest.raises(InterruptedError):
+        snapshot.restore()
+    closing.clear()
+    snapshot.restore()
+    assert sorted(p.name for p in work.iterdir()) == ["kept.txt"]
+
+
+def test_the_remover_takes_a_huge_tree_off_close_and_stops_with_its_service(tmp_path):
+    """Red team, stop 25: close() removed a hostile step's 500,000 directories before returning
+    (39 s); what does not go within the inline time is removed in the background."""
+    from codedance.sandbox.remover import Remover
+
+    def tree(name: str) -> Path:
+        root = tmp_path / name
+        for n in range(200):  # 600 entries: past the first deadline check (every 256)
+            (root / f"d{n}" / "inner").mkdir(parents=True)
+            (root / f"d{n}" / "inner" / "f").write_text("x")
+        (root / "d0").chmod(0o000)  # as a hostile step leaves them
+        return root
+
+    remover = Remover(inline_s=0.0)
+    first = tree("first")
+    remover.discard(str(first))  # the deadline passes at the first check: the rest goes behind
+    assert remover._thread is not None, "nothing was handed to the background"
+    for _ in range(500):
+        if not first.exists():
+            break
+        time.sleep(0.01)
+    assert not first.exists()
+    remover.stop()
+    second = tree("second")
+    remover.discard(str(second))  # once stopped: removed at once, here
+    assert not second.exists()

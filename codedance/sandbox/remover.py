@@ -1,0 +1,68 @@
+"""Removing closed sandboxes' working directories without holding up ``close()``.
+
+Why: a failed step may leave its working directory as large as the work root allows (half a
+million directories of mode 000, each opened up before it can be emptied), and ``close()``
+removed it before returning: 39 s of a `SandboxPool`'s caller waiting on one hostile trajectory
+(red team, stop 25). `Remover.discard` removes for up to ``INLINE_S`` and hands what is left to
+one daemon thread of the service, which removes it in the background, oldest first.
+
+Not handled: what the thread has not removed when the service closes is left to the service's
+own removal of its work root (an unmount, on a tmpfs work root) or, after a crash, to the sweep
+of leftovers (``codedance sandbox gc``). Until removed, the files stay charged to the service's
+memory (``memory_total``) and count on the work root.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+from codedance.sandbox.files import DeadlinePassed, remove_tree
+
+INLINE_S = 0.5  # removed within close() before the rest is handed to the thread
+
+
+class Remover:
+    """One service's background removal of closed sandboxes' directories."""
+
+    def __init__(self, inline_s: float = INLINE_S) -> None:
+        self.inline_s = inline_s
+        self._pending: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._stopping = False
+
+    def discard(self, path: str) -> None:
+        """Remove ``path`` (a directory the controller made) within ``inline_s``, and what is
+        left in the background; all of it at once after `stop`."""
+        if self._stopping:
+            remove_tree(path)
+            return
+        try:
+            remove_tree(path, time.monotonic() + self.inline_s)
+        except DeadlinePassed:
+            self._pending.put(path)
+            self._start()
+
+    def stop(self) -> None:
+        """Stop removing (what is left stays for the caller's removal of the whole root)."""
+        self._stopping = True
+        self._pending.put(None)
+        if self._thread is not None:
+            self._thread.join()
+
+    def _start(self) -> None:
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="codedance-remover", daemon=True)
+                self._thread.start()
+
+    def _loop(self) -> None:
+        while (path := self._pending.get()) is not None:
+            try:
+                remove_tree(path, stop=lambda: self._stopping)
+            except InterruptedError:
+                return
+            except OSError:  # gone already, or the root unmounted under it
+                continue
