@@ -412,3 +412,40 @@ def test_a_trajectory_killed_for_good_dies_even_frozen_and_never_freezes_again(m
         time.sleep(0.01)
     assert not cgroup.pids()
     assert not cgroup.freeze(time.monotonic() + 1)
+
+
+def test_a_sandbox_dropped_unclosed_is_closed_by_a_thread_of_its_own_not_where_it_was_collected():
+    """Red team, stop 25: the collector ran a dropped sandbox's close() inside whatever code
+    allocated: under the store budget's lock (a neighbour's commit), close() took that lock again
+    and every commit of the service hung. It is handed to a closing thread instead."""
+    import gc
+
+    service = SandboxService()
+    try:
+        dropped = Sandbox(service=service)
+        assert dropped.run("x = 1").ok
+        workdir = dropped.workdir
+        collected = threading.Event()
+
+        def collect_under_the_budgets_lock():
+            with service.store_budget._lock:
+                gc.collect()
+            collected.set()
+
+        gc.disable()  # no collection but the one under the lock
+        try:
+            del dropped
+            threading.Thread(target=collect_under_the_budgets_lock, daemon=True).start()
+            assert collected.wait(10), "the collection deadlocked under the store budget's lock"
+        finally:
+            gc.enable()
+        for _ in range(500):
+            if not os.path.exists(workdir):
+                break
+            time.sleep(0.02)
+        assert not os.path.exists(workdir), "the dropped sandbox was never closed"
+        neighbour = Sandbox(service=service)
+        assert neighbour.run("y = 2").ok and neighbour.run("print(y)").stdout == "2\n"
+        neighbour.close()
+    finally:
+        service.close()
