@@ -72,6 +72,7 @@ HOLDER_MESSAGE_BYTES = 64 << 10  # a holder only ever says "ready" and "step_don
 NEWCOMER_MESSAGE_BYTES = 512  # a spare's announcement (the holder's "ready" is read with the holder's budget)
 MAX_NEWCOMERS = 32  # unknown senders buffered at once while a step is awaited; more are dropped
 STEP_OOM_SCORE_ADJ = 1000  # the OOM killer's first choice
+UNKNOWN_STEP_LOOK_S = 0.05  # between two kills of a failed step not yet known by its pid (`_fail`)
 HOLDER_OOM_SCORE_ADJ = -1000  # never chosen (only while a memory cgroup bounds it)
 ROLLED_BACK = "state rolled back to before this step"
 OWED_TO_ROLLBACK = ("the service's memory (memory_total) is owed to a neighbour's step that freed its own committed "
@@ -665,14 +666,24 @@ class Sandbox:
         else:
             self._kill_step()
         while True:
+            # an unknown step may not have been forked yet when it was killed: the holder forks
+            # it a moment later, then waits for it and never reports (red team, stop 25: a run
+            # timed out right after a failure lost an honest trajectory); it is killed again
+            # until the holder reports
+            look = self._recovery_deadline if known else min(self._recovery_deadline, time.monotonic() + UNKNOWN_STEP_LOOK_S)
             try:
-                done = self._receive(self._recovery_deadline)
+                done = self._receive(look)
             except protocol.ReceiveTimeout:
-                raise _Lost("the holder process did not recover in time") from None
+                if known or time.monotonic() >= self._recovery_deadline:
+                    raise _Lost("the holder process did not recover in time") from None
+                self._kill_step()
+                continue
             except protocol.BadMessage:
                 continue  # the dead step's last bytes
             if done.sender_pid == self._holder_pid:
                 break
+            if not known:
+                self._kill_step()
         if known:
             self._kill_step()
         self._forget_step()
