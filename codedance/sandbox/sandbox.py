@@ -240,6 +240,10 @@ class Sandbox:
         Returns within ``timeout_s + limits.recovery_s`` whatever the snippet does."""
         if not isinstance(code, str):
             raise TypeError(f"code must be a str, got {type(code).__name__}")
+        # what runs, as it crosses the wire (UTF-8: a lone surrogate becomes "?"), is also what is
+        # judged for doing nothing (red team, stop 25: a constant holding one failed to parse
+        # here and was counted as doing something)
+        code = code.encode("utf-8", "replace").decode("utf-8")
         timeout = self.timeout_s if timeout_s is None else seconds("timeout_s", timeout_s)
         while not self._lock.acquire(timeout=0.05):
             if self._closed:
@@ -252,7 +256,7 @@ class Sandbox:
             request = protocol.encode({"op": "run", "code": code})
             if protocol.header_bytes(request) > protocol.MAX_HEADER_BYTES:  # model output is the
                 # input here: a result, not an exception
-                size = len(code.encode("utf-8", "replace"))
+                size = len(code.encode("utf-8"))
                 note = (f"the code was not run: it is {size:,} bytes as UTF-8 and a step's request (the code "
                         f"JSON-escaped) takes at most {protocol.MAX_HEADER_BYTES:,}; split it into smaller steps")
                 return ExecResult(status=ExecStatus.REFUSED, notes=(note,), rolled_back=True)

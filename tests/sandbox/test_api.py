@@ -77,6 +77,8 @@ def test_bad_code_gets_a_clear_error_or_status(make):
     assert sb.run("print(kept)").stdout == "7\n"  # a refused timeout costs the trajectory nothing
     assert sb.run("# only a comment\npass").executed_nothing
     assert not sb.run("y = 1").executed_nothing
+    # judged as it runs: a lone surrogate crosses the wire as "?" (red team, stop 25)
+    assert sb.run("'\udcff'").executed_nothing
 
 
 def test_a_long_snippet_is_checked_for_doing_nothing_by_its_step_not_the_controller(make, monkeypatch):
