@@ -14,8 +14,9 @@ starts waiting, and when the group's charge crosses ``memory_total`` less a marg
 16 MiB). The arbiter then picks the live trajectory whose unreclaimable memory grew most since
 its last committed step answered (`Sandbox.memory_growth`: what its running step added, and
 anything after that answer or between steps; committed state is never taken; tmpfs files and
-the rest each count alone, so files a step deletes never hide what its holder takes: red team,
-stop 24b) and makes it give memory back (`Sandbox.yield_memory`). The mark is lowered to what the trajectory holds after
+the rest each count alone, and on v1 what the holder's own memory group holds while its step
+runs is a third kind, so files a step deletes never hide what its holder takes: red team,
+stop 24b; review, stop 24) and makes it give memory back (`Sandbox.yield_memory`). The mark is lowered to what the trajectory holds after
 each run, and whenever it is idle (a run's start, the idle freezer's look, the arbiter's): a
 holder replaced by a commit frees its memory only when it exits, after the mark was taken, and
 that is no credit to grow by (red team, stop 22). The measure leaves out kernel memory
@@ -43,7 +44,12 @@ What the victim gives:
 A restore whose copy the full group refuses (ENOMEM: a write, which wakes no one) holds
 `restore_waiting` while it tries again: meanwhile, while the group is charged past its margin,
 it counts as out of memory, so the out of memory ranking applies (the restoring step's own failure freed the pages the restore needs,
-and a neighbour's step may have taken them).
+and a neighbour's step may have taken them). Before any ranking, though, a trajectory whose
+waiting restore would leave it holding more than its committed state by over ``SLACK_BYTES``
+(`Sandbox.restore_excess`: what the restore still needs, less what the trajectory holds below
+its mark) is lost at once: its step took memory that outlives the step's processes (shared
+memory its holder keeps, written while the step deleted committed files), which nets out in
+every measure by kind.
 While the victim is rolled back (its files are freed only by the restore) the arbiter waits for
 it rather than choosing someone else (a run between those moments, "wait", too); if it is still
 the largest grower ``ESCALATE_S`` after that, with more than ``SLACK_BYTES`` of growth and at
@@ -59,10 +65,10 @@ with no one to choose, it looks again every ``NO_ONE_LOOK_S`` rather than spinni
 Bounds left: a step waits (up to 1 s, before its code is sent, overlapping its spare's fork)
 for the holder the previous commit replaced to exit, and the mark is lowered then; a replaced
 holder that takes longer than that to exit still gives what it frees as credit during that step.
-A patched holder that takes what its step freed from committed files as shared memory (a memfd,
-an unlinked file: the kind the working directory's files are counted in) nets out against them;
-then a neighbour's running step may be stopped before the escalation loses the holder's
-trajectory (review, stop 24).
+A step that writes what it freed of committed files into shared memory its holder keeps (a
+memfd or unlinked file a committed step left open: killing the step does not free it) nets out
+against them until its trajectory's restore waits (above): a neighbour's step that grew
+meanwhile may be stopped first (rolled back, never lost).
 Kernel cache a trajectory held at its mark and the kernel
 reclaims during a step offsets that step's kernel memory gained (never its other growth). A
 step filling the group with kernel memory alone while nobody faults (nothing waits; the group is
@@ -200,6 +206,11 @@ class OomArbiter:
             except Exception as exc:  # noqa: BLE001 - e.g. a trajectory closed under it: look again soon
                 self.last_error, look_again = f"{type(exc).__name__}: {exc}", NO_ONE_LOOK_S
 
+    def _restore_past_its_state(self):
+        """A trajectory whose waiting restore would leave it holding more than its committed
+        state by over ``SLACK_BYTES`` (`Sandbox.restore_excess`), if any."""
+        return next((sandbox for sandbox in self._sandboxes() if sandbox.restore_excess() > SLACK_BYTES), None)
+
     def _stopping(self) -> bool:
         return bool(wait_any((self._stop,), time.monotonic()))
 
@@ -220,6 +231,16 @@ class OomArbiter:
             if waiting_for is not None and waiting_for[0].giving_back() and time.monotonic() < settled_by:
                 # the victim's processes were all killed: until its run has unwound and they have
                 # exited, what they free is not free yet, and whoever ranks next would pay for it
+                time.sleep(SETTLE_S)
+                continue
+            culprit = self._restore_past_its_state() if self._restores_waiting else None
+            if culprit is not None and not (escalated and waiting_for == (culprit, culprit.runs)):
+                # its rollback would hold more than its committed state: it pays, whatever the
+                # ranking by growth says (its own growth can net out to nothing)
+                culprit.yield_memory(idle_floor(True), whole_trajectory=True)
+                self.victims += 1
+                waiting_for, since, escalated = (culprit, culprit.runs), time.monotonic(), True
+                settled_by = time.monotonic() + ESCALATE_S
                 time.sleep(SETTLE_S)
                 continue
             growths = {}  # sandbox -> (growth, growth with kernel memory, running)

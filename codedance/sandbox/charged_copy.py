@@ -283,14 +283,17 @@ class ChargedCopies:
     @contextlib.contextmanager
     def charged_to(self, memory_dir: str, deadline: float, interrupt_fd: int | None = None,
                    owner: tuple[int, int] | None = None,
-                   give_up: Callable[[], bool] = lambda: False) -> Iterator[_ChargedWriter]:
+                   give_up: Callable[[], bool] = lambda: False,
+                   on_full: Callable[[], None] = lambda: None) -> Iterator[_ChargedWriter]:
         """A writer (as `LocalWriter`) whose pages, inodes and dentries are charged to the memory
         group ``memory_dir``, and whose new entries belong to ``owner``'s file-system identity;
         the helper is taken (and joins the group) at the first write, so a restore that writes
         nothing costs nothing. Raises OSError (`TimeoutError` past ``deadline``;
         `InterruptedError` once ``interrupt_fd`` is readable; ECANCELED once ``give_up()`` is
-        true: no write is made, nor tried again, after that) from a write or on leaving."""
-        writer = _ChargedWriter(self, memory_dir, deadline, interrupt_fd, owner, give_up)
+        true: no write is made, nor tried again, after that) from a write or on leaving.
+        ``on_full()`` runs once, in the writing thread, when the full service first refuses a
+        write, before the wait for memory begins."""
+        writer = _ChargedWriter(self, memory_dir, deadline, interrupt_fd, owner, give_up, on_full)
         try:
             yield writer
         except BaseException:
@@ -337,9 +340,9 @@ class _ChargedWriter:
     """One restore's writes through a helper in the trajectory's memory group (`charged_to`)."""
 
     def __init__(self, copies: ChargedCopies, memory_dir: str, deadline: float, interrupt_fd: int | None,
-                 owner: tuple[int, int] | None, give_up: Callable[[], bool]):
+                 owner: tuple[int, int] | None, give_up: Callable[[], bool], on_full: Callable[[], None]):
         self._copies, self._deadline, self._interrupt_fd = copies, deadline, interrupt_fd
-        self._give_up = give_up
+        self._give_up, self._on_full = give_up, on_full
         self._identity = _IDENTITY.pack(*(owner if owner is not None else (-1, -1)))
         self._join = _open_procs(memory_dir)  # now: the restore then runs with the trajectory's rights
         self._helper: _Helper | None = None
@@ -378,6 +381,7 @@ class _ChargedWriter:
                 if self._give_up():
                     raise OSError(errno.ECANCELED, "the restore was given up while it waited for memory") from exc
                 if not self._waited:
+                    self._on_full()
                     self._waiting.enter_context(self._copies._waiting_for_memory())
                     self._waited = True
                 _wait([], FULL_RETRY_S, self._interrupt_fd)

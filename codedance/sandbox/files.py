@@ -683,6 +683,42 @@ class WorkdirSnapshot:
         finally:
             os.close(parent_fd)
 
+    def bytes_to_restore(self, deadline: float | None = None) -> int:
+        """The memory a restore in progress still needs: for each committed file, its data less
+        what the working directory's file of that name holds now (nothing when missing or not
+        a regular file), when more; in 512-byte blocks as the kernel counts them, so a sparse
+        file counts its data. Looks at names only (``fstatat``, no link followed), as root (a
+        directory the trajectory shut is looked into too): safe during a restore, from its thread.
+        Files the restore removes and rewrites in place count as needing all their data."""
+        by_dir: dict[str, list[str]] = {}
+        for relative, entry in self.manifest.items():
+            if entry.kind == "file":
+                parent, name = _split(relative)
+                by_dir.setdefault(parent, []).append(name)
+        clock, needed = _Clock(deadline, self.stop), 0
+        with acting_as((0, 0)):
+            for relative_dir, names in by_dir.items():
+                store_dir = open_dir(self._store_fd, relative_dir)
+                try:
+                    work_dir = open_dir(self._work_fd, relative_dir)
+                except OSError:  # gone, or not a directory now
+                    work_dir = -1
+                try:
+                    for name in names:
+                        clock.tick()
+                        kept = os.stat(name, dir_fd=store_dir, follow_symlinks=False).st_blocks
+                        now = 0
+                        if work_dir >= 0:
+                            with contextlib.suppress(OSError):
+                                info = os.stat(name, dir_fd=work_dir, follow_symlinks=False)
+                                now = info.st_blocks if stat.S_ISREG(info.st_mode) else 0
+                        needed += max(0, kept - now) * 512
+                finally:
+                    os.close(store_dir)
+                    if work_dir >= 0:
+                        os.close(work_dir)
+        return needed
+
     def _differs(self, deadline: float | None) -> bool:
         """Whether the directory differs from the manifest (stops at the first difference)."""
         clock = _Clock(deadline, self.stop)

@@ -70,13 +70,29 @@ def parent_pid(pid: int | None) -> int | None:
         return None
 
 
-def set_oom_score_adj(pid: int | None, value: int) -> bool:
+def alive(pidfd: int | None) -> bool:
+    """Whether the process ``pidfd`` pins has not exited (its pid then names it alone)."""
+    if pidfd is None:
+        return False
+    try:
+        signal.pidfd_send_signal(pidfd, 0)
+    except OSError:
+        return False
+    return True
+
+
+def set_oom_score_adj(pid: int | None, value: int, pidfd: int | None = None) -> bool:
     """Tell the kernel's OOM killer how to rank ``pid`` (-1000: never; going below 0 needs
-    CAP_SYS_RESOURCE, which a root inside a container may lack); whether it took."""
+    CAP_SYS_RESOURCE, which a root inside a container may lack); whether it took. With the
+    process's ``pidfd``, the file is opened first and written only if that process is still
+    alive then: the file was then its own, never a process given the pid after it exited (red
+    team, stop 25)."""
     if pid is None:
         return False
     try:
         with open(f"/proc/{pid}/oom_score_adj", "w") as handle:
+            if pidfd is not None and not alive(pidfd):
+                return False
             handle.write(str(value))
     except OSError:
         return False

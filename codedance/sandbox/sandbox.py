@@ -141,6 +141,7 @@ class Sandbox:
         # runtime does either)
         self._memory_mark: MemoryMeasure | None = None
         self._mark_before_answer: MemoryMeasure | None = None  # put back if the answered step is not committed
+        self._restore_excess = 0  # while a restore waits for memory: see `restore_excess`
         self._memory_victim = False  # the arbiter stopped this run's step
         self._memory_escalated = False  # ... and then killed its holder too
         self._dying: dict[int, int] = {}  # replaced holders, killed, not yet seen gone: pid -> pidfd
@@ -208,7 +209,7 @@ class Sandbox:
             self._cgroup.add(self._holder_pid)
             # never the OOM victim where it is allowed (root with CAP_SYS_RESOURCE) and safe (its
             # memory is bounded by memory_total)
-            if procs.set_oom_score_adj(self._holder_pid, HOLDER_OOM_SCORE_ADJ):
+            if procs.set_oom_score_adj(self._holder_pid, HOLDER_OOM_SCORE_ADJ, self._holder_pidfd):
                 self._holder_oom_score_adj = HOLDER_OOM_SCORE_ADJ
         if not self._resume(time.monotonic() + start_timeout_s):  # the holder forks its first spare only now
             raise ServiceError("the sandbox's holder exited right after starting")
@@ -418,6 +419,27 @@ class Sandbox:
             self._cgroup.kill_members(except_pid=self._holder_pid)
             return "stopped"
 
+    def restore_excess(self) -> int:
+        """While this trajectory's restore waits for the full service: how much more than its
+        committed state it would hold once restored (what the restore still needs, less what
+        it holds under its mark: `_measure_restore_excess`); 0 otherwise."""
+        return self._restore_excess
+
+    def _measure_restore_excess(self) -> None:
+        """(The restore's thread, when the full service first refuses a write.) An honest
+        rollback needs back what its step freed of the committed state, no more: held below the
+        mark by as much as the restore still needs. Memory its step took in a form that outlives
+        the step's processes (a memfd or unlinked file its holder holds, or the holder itself
+        taking what the step freed, as shared memory) nets out against deleted files in every
+        measure by kind, and shows here (review, stop 24: a neighbour's honest step was stopped
+        for it); the arbiter makes such a trajectory pay first (`arbiter`)."""
+        with contextlib.suppress(Exception):  # (a failure here only leaves the arbiter's ranking as it was)
+            measure = self._cgroup.memory_measure(kept_open=False) if self._cgroup is not None else None
+            if measure is None or self._memory_mark is None:
+                return
+            needed = self._files.bytes_to_restore(self._recovery_deadline)
+            self._restore_excess = needed - max(0, self._memory_mark.held - measure.held)
+
     def _after_yielding_memory(self, result: ExecResult) -> ExecResult:
         """The arbiter stopped this run's step: say so; lose the trajectory if the rollback did
         not give the growth back (its holder grew)."""
@@ -519,7 +541,9 @@ class Sandbox:
         self._reader.forget_others({self._holder_pid, self._step_pid})
         # the OOM killer's first choice (see the module docstring) before its code arrives, so
         # that whatever the code forks inherits it
-        procs.set_oom_score_adj(self._step_pid, STEP_OOM_SCORE_ADJ)
+        procs.set_oom_score_adj(self._step_pid, STEP_OOM_SCORE_ADJ, self._step_pidfd)
+        if self._cgroup is not None:  # what the holder takes while its step runs shows apart (v1)
+            self._cgroup.hold_apart((self._holder_pid, self._holder_pidfd), (self._step_pid, self._step_pidfd))
         try:
             protocol.send_encoded(self._conn, request, deadline=deadline, interrupt_fd=self._interrupt)
         except protocol.Interrupted:
@@ -644,7 +668,7 @@ class Sandbox:
             self._holder_pid, self._holder_pidfd = self._step_pid, self._step_pidfd
             self._step_pid = self._step_pidfd = None
             self._step_phase, self._mark_before_answer = "idle", None
-        procs.set_oom_score_adj(self._holder_pid, self._holder_oom_score_adj)
+        procs.set_oom_score_adj(self._holder_pid, self._holder_oom_score_adj, self._holder_pidfd)
         procs.kill_pidfd(old_pidfd)  # on cgroup v1 it dies once thawed
         self._thaw()
         self._reader.forget(old_pid)  # whatever it still sends is dropped unread: it is a stranger now
@@ -725,13 +749,15 @@ class Sandbox:
         charge_dir = self._cgroup.charge_dir if self._cgroup is not None else None
         try:
             with self.service.restore_writer(charge_dir, self._recovery_deadline, self._interrupt,
-                                             self._files.owner, give_up=self._escalated) as writer:
+                                             self._files.owner, give_up=self._escalated,
+                                             on_full=self._measure_restore_excess) as writer:
                 self._files.restore(self._recovery_deadline, before_writing=self._freeze, writer=writer)
         except InterruptedError:
             raise _Closing() from None
         except (files.DeadlinePassed, files.SnapshotBroken, OSError) as exc:
             raise _Lost(f"the working directory could not be restored ({exc})") from None
         finally:
+            self._restore_excess = 0
             self._thaw()
         if not self._resume(self._recovery_deadline):
             raise _Lost("the sandbox's holder process is gone after a failed step")

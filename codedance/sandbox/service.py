@@ -253,14 +253,16 @@ class SandboxService:
 
     def restore_writer(self, memory_dir: str | None, deadline: float, interrupt_fd: int | None = None,
                        owner: tuple[int, int] | None = None,
-                       give_up: Callable[[], bool] = lambda: False) -> contextlib.AbstractContextManager:
+                       give_up: Callable[[], bool] = lambda: False,
+                       on_full: Callable[[], None] = lambda: None) -> contextlib.AbstractContextManager:
         """The writer for one restore of the trajectory whose memory group is ``memory_dir`` (new
         entries made as ``owner``): charged to that group where the host allows (`charged_copy`;
-        it stops with `InterruptedError` once ``interrupt_fd`` is readable, and writes nothing
-        more once ``give_up()``), else the controller's own writes."""
+        it stops with `InterruptedError` once ``interrupt_fd`` is readable, writes nothing more
+        once ``give_up()``, and calls ``on_full()`` once when the full service first refuses a
+        write), else the controller's own writes."""
         if self._charged_copies is None or memory_dir is None:
             return contextlib.nullcontext(LocalWriter())
-        return self._charged_copies.charged_to(memory_dir, deadline, interrupt_fd, owner, give_up)
+        return self._charged_copies.charged_to(memory_dir, deadline, interrupt_fd, owner, give_up, on_full)
 
     @property
     def idle_freezer(self) -> IdleFreezer:

@@ -19,7 +19,13 @@ from pathlib import Path
 import pytest
 
 from codedance.sandbox import Limits, SandboxService
-from codedance.sandbox.arbiter import IDLE_FLOOR_BYTES, SLACK_BYTES, idle_floor, rank_victims
+from codedance.sandbox.arbiter import (
+    ESCALATE_S,
+    IDLE_FLOOR_BYTES,
+    SLACK_BYTES,
+    idle_floor,
+    rank_victims,
+)
 from codedance.sandbox.sandbox import MEMORY_VICTIM
 from codedance.types import ExecStatus
 from tests.sandbox.conftest import assert_only_holder_and_spare
@@ -445,20 +451,36 @@ def ACTION():  # once A's step has deleted A's 200 MiB of committed files, take 
             except MemoryError:
                 break
 """
+# the same, taken as shared memory: the kind the working directory's files count in, so the
+# deleted files net it out in every measure by kind (review, stop 24); the rollback shows it
+TAKE_AS_SHARED_MEMORY = """
+_taken = []
+def ACTION():
+    if not _taken and not os.path.exists('big0') and not os.path.exists('big1'):
+        _taken.append(os.memfd_create('taken'))
+        for _ in range(50):
+            try:
+                os.write(_taken[0], b'\\1' * (4 << 20))
+            except (MemoryError, OSError):
+                break
+"""
 
 
-def test_a_holder_taking_what_its_step_freed_pays_itself_and_the_service_goes_on(jail, service):
+@pytest.mark.parametrize("take", [TAKE_WHAT_ITS_STEP_FREES, TAKE_AS_SHARED_MEMORY], ids=["anonymous", "shared"])
+def test_a_holder_taking_what_its_step_freed_pays_itself_and_the_service_goes_on(jail, service, take):
     """A commits 200 MiB of files; its patched holder allocates as much as soon as they are gone;
     A's next step deletes them and fails, so A's restore needs 200 MiB back from a full service.
-    Each kind of memory counts alone, so the deleted files do not hide the holder's growth (red
-    team, stop 24b: A's net growth read ~0, and B's honest running step paid), and the arbiter's
-    kill of A's every process is not held up by the freeze of A's restore (on v1 it waited for
-    A's run deadline while the whole service waited, and E, whose restore waited too, was lost).
-    B and E keep everything; A is lost within seconds."""
+    Each kind of memory counts alone, so the deleted files do not hide the holder's anonymous
+    growth (red team, stop 24b: A's net growth read ~0, and B's honest running step paid); taken
+    as shared memory, it nets out against them, but A's waiting restore would leave A holding
+    200 MiB past its committed state, and A pays before anyone is ranked (review, stop 24). The
+    arbiter's kill of A's every process is not held up by the freeze of A's restore (on v1 it
+    waited for A's run deadline while the whole service waited, and E, whose restore waited too,
+    was lost). B and E keep everything; A is lost within seconds."""
     a, b, e, filler = (jail(timeout_s=30, limits=LIMITS) for _ in range(4))
     assert e.run("open('data', 'wb').write(b'e' * (30 << 20))").ok
     assert a.run("for i in range(2): open(f'big{i}', 'wb').write(b'x' * (100 << 20))").ok
-    assert a.run(hostile(TAKE_WHAT_ITS_STEP_FREES)).ok
+    assert a.run(hostile(take)).ok
     fill_mib = (_headroom(service) >> 20) - 120  # 120 MiB left: B's 80 MiB, then A's holder fills it
     assert filler.run(f"chunk = b'f' * (1 << 20)\nfor k in range(2):\n    with open(f'f{{k}}', 'wb') as f:\n"
                       f"        for _ in range({fill_mib // 2}): f.write(chunk)").ok
@@ -478,6 +500,34 @@ def test_a_holder_taking_what_its_step_freed_pays_itself_and_the_service_goes_on
     assert result_a.duration_s < 15, result_a  # not its 30 s + recovery
     assert not os.path.exists(a.workdir)  # its files freed at once, not left charged until close()
     assert results["b"].ok and results["b"].stdout == "80\n", results["b"]
+    assert results["e"].status is ExecStatus.ERROR and results["e"].rolled_back, results["e"]
+    after = e.run("import os\nprint(os.path.getsize('data'))")
+    assert after.ok and after.stdout == f"{30 << 20}\n", after
+
+
+def test_a_rollback_that_would_hold_more_than_its_committed_state_loses_that_trajectory_first(jail, service):
+    """A's committed step keeps a memfd open; A's next step deletes its 200 MiB of committed
+    files and writes as much into that memfd (kept by the holder: killing the step frees none
+    of it), then fails, in a full service. Every measure by kind nets out; A's waiting restore
+    would leave A holding 200 MiB past its committed state, and A is lost at its first wait
+    (before, the 5 s escalation lost it; meanwhile its restore's retries took what E's honest
+    rollback needed back, and E's restore failed once). E keeps everything."""
+    a, e, filler = (jail(timeout_s=30, limits=LIMITS) for _ in range(3))
+    assert e.run("open('data', 'wb').write(b'e' * (30 << 20))").ok
+    assert a.run("import os\nkeep = os.memfd_create('keep')\n"
+                 "for i in range(2): open(f'big{i}', 'wb').write(b'x' * (100 << 20))").ok
+    fill_mib = (_headroom(service) >> 20) - 120
+    assert filler.run(f"chunk = b'f' * (1 << 20)\nfor k in range(2):\n    with open(f'f{{k}}', 'wb') as f:\n"
+                      f"        for _ in range({fill_mib // 2}): f.write(chunk)").ok
+    results = {}
+    honest = threading.Thread(target=lambda: results.setdefault("e", e.run(
+        "import os, time\ntime.sleep(1.0)\nos.remove('data')\nraise ValueError('an honest bug')")))
+    honest.start()
+    result_a = a.run("import os\nos.remove('big0'); os.remove('big1')\n"
+                     "for _ in range(50): os.write(keep, b'k' * (4 << 20))\nraise RuntimeError('fails')")
+    honest.join(timeout=120)
+    assert result_a.status is ExecStatus.CRASHED and not a.alive, result_a
+    assert result_a.duration_s < ESCALATE_S - 2, result_a  # at its restore's first wait, not the escalation's
     assert results["e"].status is ExecStatus.ERROR and results["e"].rolled_back, results["e"]
     after = e.run("import os\nprint(os.path.getsize('data'))")
     assert after.ok and after.stdout == f"{30 << 20}\n", after
