@@ -626,3 +626,34 @@ def test_the_arbiter_runs_in_a_controller_that_holds_over_1024_descriptors():
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_while_a_step_runs_its_holder_is_charged_in_a_memory_group_of_its_own(make):
+    """On cgroup v1 the holder moves into the trajectory's ``holder`` memory group, and its step
+    out of it, before the step's code is sent: what a patched holder takes then shows apart
+    from what its step frees (`MemoryMeasure.holder`)."""
+    sandbox = make()
+    if sandbox._cgroup is None or sandbox._cgroup.holder_memory_dir is None:
+        pytest.skip("a holder's memory group of its own is made on cgroup v1 only")
+
+    def memory_group(pid: int) -> str:
+        line = next(line for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+                    if "memory" in line.split(":")[1].split(","))
+        return line.split(":", 2)[2]
+
+    assert sandbox.run("x = 1").ok
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: sandbox.run("import time\ntime.sleep(1.5)") and done.set())
+    thread.start()
+    for _ in range(200):
+        if sandbox._step_pid is not None:
+            break
+        time.sleep(0.01)
+    time.sleep(0.2)
+    trajectory = "/" + os.path.relpath(sandbox._cgroup.memory_dir, "/sys/fs/cgroup/memory")
+    assert memory_group(sandbox._holder_pid) == trajectory + "/holder"
+    assert memory_group(sandbox._step_pid) == trajectory
+    thread.join(10)
+    assert done.is_set()
+    measure = sandbox._cgroup.memory_measure()
+    assert measure.holder >= 0 and measure.held == measure.other + measure.files + measure.holder
