@@ -469,7 +469,10 @@ class Sandbox:
     async def arun(self, code: str, timeout_s: float | None = None) -> ExecResult:
         """`run` without blocking the event loop (in the pool's bounded executor when there is one)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.run, code, timeout_s)
+        try:
+            return await loop.run_in_executor(self._executor, self.run, code, timeout_s)
+        except RuntimeError:  # the pool's executor is shut down: `run` says why (SandboxClosed)
+            return await loop.run_in_executor(None, self.run, code, timeout_s)
 
     def _guarded_step(self, request: bytes, deadline: float, timeout: float) -> ExecResult:
         try:
@@ -898,7 +901,11 @@ class Sandbox:
         return self
 
     async def __aexit__(self, *_exc) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._executor, self.close)
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, self.close)
+        except RuntimeError:  # the pool's executor is shut down (the pool closed first: red team, stop 25)
+            await loop.run_in_executor(None, self.close)
 
     def __del__(self) -> None:
         """A sandbox dropped unclosed is closed by `_close_dropped`'s thread, never here: the

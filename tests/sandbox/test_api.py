@@ -242,6 +242,18 @@ async def test_pool_bounds_running_steps(service):
     assert all(not sb.alive for sb in sandboxes)
 
 
+async def test_a_pool_sandbox_used_after_its_pool_closed_says_it_is_closed(service):
+    """Red team, stop 25: leaving a pool sandbox's ``async with`` after the pool had closed
+    raised RuntimeError (its executor was shut down); so did `arun`."""
+    pool = SandboxPool(max_running=2, service=service)
+    async with await pool.asandbox() as sb:
+        assert (await sb.arun("x = 1")).ok
+        await pool.aclose()
+        with pytest.raises(SandboxClosed):
+            await sb.arun("print(x)")
+    assert not sb.alive
+
+
 def test_many_instances_at_once(make):
     results = []
 
