@@ -463,3 +463,22 @@ def test_a_sandbox_dropped_unclosed_is_closed_by_a_thread_of_its_own_not_where_i
         neighbour.close()
     finally:
         service.close()
+
+
+def test_a_dropped_idle_sandbox_is_not_kept_alive_by_the_idle_freezer(service):
+    """Red team, stop 25: the idle freezer's thread held the last sandbox it froze, so one its
+    caller dropped lived on, unclosed, until the freezer looked at another."""
+    import gc
+    import weakref
+
+    dropped = Sandbox(service=service)
+    assert dropped.run("x = 1").ok
+    time.sleep(0.3)  # idle: frozen by the idle freezer by now
+    alive = weakref.ref(dropped)
+    del dropped
+    for _ in range(100):
+        gc.collect()
+        if alive() is None:
+            break
+        time.sleep(0.02)
+    assert alive() is None
