@@ -194,13 +194,15 @@ def test_a_holder_sending_junk_messages_loses_only_its_own_trajectory(jail):
     ("io_submit", 209, (0, 0, 0)), ("io_cancel", 210, (0, 0, 0)), ("io_pgetevents", 333, (0, 0, 0, 0, 0, 0)),
     ("inotify_init", 253, ()), ("inotify_init1", 294, (0,)), ("inotify_add_watch", 254, (0, 0, 0)),
     ("fanotify_init", 300, (0x200, 0)), ("fanotify_mark", 301, (0, 0, 0, 0, 0)),
+    ("memfd_secret", 447, (0,)), ("modify_ldt", 154, (0, 0, 0)),
 ])  # fmt: skip
 def test_denied_kernel_surfaces(jail, name, number, args):
     """Classes 4, 7 and 9: io_uring (which would bypass the socket rules), SysV and POSIX IPC
     (which outlive close and cross trajectories), shutdown/setsockopt on the shared socket.
     Red team, stop 24: Linux AIO (``fs.aio-max-nr`` is host-wide: one trajectory took all of
     it), inotify and fanotify (a watch on the shared read-only trees saw a neighbour's imports;
-    ``fanotify_init`` with ``FAN_REPORT_FID``, which unprivileged processes may call)."""
+    ``fanotify_init`` with ``FAN_REPORT_FID``, which unprivileged processes may call).
+    Red team, stop 25: ``memfd_secret`` (fragments the host's direct map), ``modify_ldt``."""
     sandbox = jail()
     code = (f"import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
             f"r = libc.syscall({number}, *[ctypes.c_long(a) for a in {args!r}])\n"
