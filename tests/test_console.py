@@ -87,3 +87,25 @@ def test_sft_takes_presets_files_and_overrides_like_train(tmp_path):
                                       "sft.epochs=7", "--print-config"])
     assert result.exit_code == 0, result.output
     assert "lr: 0.003" in result.output and "epochs: 7" in result.output
+
+
+def test_a_models_words_and_a_snippets_output_are_shown_as_text_never_markup_or_controls():
+    """Red team, stop 25: a step's output holding "[/bold]" raised MarkupError in the turn view,
+    "[link=...]" drew a link the model chose, and escape sequences reached the terminal."""
+    from rich.console import Console
+
+    from codedance.cli.console import untrusted
+    from codedance.cli.solve_view import print_turn
+    from codedance.types import ExecResult, ExecStatus, FormatVerdict, Turn
+
+    hostile = "[/bold] [link=https://evil.example]click[/link] \x1b]0;retitled\x07 \x1b[2J\r\x9b"
+    turn = Turn(text="t", think=hostile, code="print(1)  " + hostile, answer=hostile,
+                verdict=FormatVerdict(ok=False, reasons=(hostile,)),
+                result=ExecResult(ExecStatus.OK, stdout=hostile))
+    buffer = io.StringIO()
+    print_turn(turn, 1, Console(file=buffer, width=400, color_system=None), {})
+    shown = buffer.getvalue()
+    assert "[/bold]" in shown and "[link=https://evil.example]" in shown
+    assert not any(ch in shown for ch in "\x1b\x07\r\x9b")
+    assert "\\x1b]0;retitled\\x07" in shown
+    assert untrusted("a\tb\nc\x00") == "a\tb\nc\\x00"

@@ -17,6 +17,21 @@ from rich.console import Console
 from rich.markup import escape
 
 PIPED_WIDTH = 160
+# control characters but newline and tab (C0, DEL, C1), shown as escapes: text a model or a
+# snippet wrote could otherwise move the cursor, retitle the window or rewrite earlier lines
+_CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0))}
+
+
+def untrusted(text: str) -> str:
+    """``text`` (a model's output, a snippet's stdout) with its control characters shown as
+    escapes, for a terminal; print it through rich as a `rich.text.Text` (never as markup)."""
+    return text.translate(_CONTROLS)
+
+
+def echo_untrusted(text: str, *, err: bool = False) -> None:
+    """Echo ``text`` as it is into a file or pipe, with `untrusted`'s escapes on a terminal."""
+    stream = sys.stderr if err else sys.stdout
+    typer.echo(untrusted(text) if stream.isatty() else text, err=err)
 
 
 def make_console(*, stderr: bool = False) -> Console:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from codedance.cli.console import make_console, user_errors
+from codedance.cli.console import echo_untrusted, make_console, user_errors
 from codedance.errors import SettingsError
 
 app = typer.Typer(help="The transactional code sandbox.", no_args_is_help=True)
@@ -83,20 +83,21 @@ def run(
         result = sandbox.run(code)
     typer.echo(f"status: {result.status.value} ({result.duration_s * 1000:.0f} ms"
                f"{', rolled back' if result.rolled_back else ''})")  # fmt: skip
+    # what the snippet wrote reaches a terminal with its control characters escaped
     if result.stdout:
-        typer.echo(result.stdout.rstrip("\n"))
+        echo_untrusted(result.stdout.rstrip("\n"))
     if result.stderr:
-        typer.echo(result.stderr.rstrip("\n"), err=True)
+        echo_untrusted(result.stderr.rstrip("\n"), err=True)
     if result.error:
-        typer.echo(result.error.traceback, err=True)
+        echo_untrusted(result.error.traceback, err=True)
     for note in result.notes:
-        typer.echo(f"note: {note}", err=True)
+        echo_untrusted(f"note: {note}", err=True)
     if out and result.images:
         out.mkdir(parents=True, exist_ok=True)
         for index, returned in enumerate(result.images):
             path = out / f"image_{index}.png"
             path.write_bytes(returned.png)
-            typer.echo(f"image {index}: {returned.width}x{returned.height} from {returned.origin} -> {path}")
+            echo_untrusted(f"image {index}: {returned.width}x{returned.height} from {returned.origin} -> {path}")
     elif result.images:
         typer.echo(f"{len(result.images)} image(s) returned (pass --out DIR to save them)")
     raise typer.Exit(0 if result.ok else 1)

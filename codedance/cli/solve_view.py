@@ -11,9 +11,12 @@ import html
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.syntax import Syntax
+from rich.text import Text
 
+from codedance.cli.console import untrusted
 from codedance.policy.wire import data_url
 from codedance.runs.html import conversation_page
 from codedance.types import Message, Trajectory, Turn
@@ -41,33 +44,35 @@ def _write(data: bytes, path: Path) -> Path:
 def print_turn(turn: Turn, number: int, console: Console, image_paths: dict[int, Path]) -> None:
     """One turn: think, code, the sandbox's output, where each image was saved, the answer."""
     console.rule(f"turn {number}")
+    # the model's words and the sandbox's output are text, never rich markup (a "[/bold]" in them
+    # raised MarkupError; "[link=...]" drew what the model chose: red team, stop 25)
     if turn.think:
-        console.print(Panel(turn.think, title="think", border_style="cyan"))
+        console.print(Panel(Text(untrusted(turn.think)), title="think", border_style="cyan"))
     if turn.code:
-        console.print(Panel(Syntax(turn.code, "python", line_numbers=True), title="code", border_style="magenta"))
+        console.print(Panel(Syntax(untrusted(turn.code), "python", line_numbers=True), title="code", border_style="magenta"))
     if turn.result is not None:
         r = turn.result
         style = "green" if r.ok else "red"
         body = r.stdout.strip() or "(no output)"
         if r.error is not None:
             body += f"\n{r.error.type}: {r.error.message}"
-        console.print(Panel(body, title=f"{r.status.value} in {r.duration_s:.2f}s", border_style=style))
+        console.print(Panel(Text(untrusted(body)), title=f"{r.status.value} in {r.duration_s:.2f}s", border_style=style))
     for image in turn.feedback_images:
         console.print(f"  image {image.width}x{image.height} -> {image_paths.get(id(image), '?')}")
     if turn.feedback_has_turn_limit:
         console.print("  [yellow](turn limit message sent)[/yellow]")
     if turn.answer is not None:
-        console.print(Panel(turn.answer, title="answer", border_style="bold green"))
+        console.print(Panel(Text(untrusted(turn.answer)), title="answer", border_style="bold green"))
     if not turn.verdict.ok:
-        console.print(f"  [yellow]format: {', '.join(turn.verdict.reasons)}[/yellow]")
+        console.print(f"  [yellow]format: {escape(untrusted(', '.join(turn.verdict.reasons)))}[/yellow]")
 
 
 def print_ending(trajectory: Trajectory, console: Console) -> None:
     console.rule(f"stop: {trajectory.stop_reason.value}")
     for key, value in trajectory.metadata:
         if key == "error":
-            console.print(f"  [yellow]{value}[/yellow]", highlight=False)
-    console.print(f"answer: {trajectory.answer!r}")
+            console.print(f"  [yellow]{escape(untrusted(value))}[/yellow]", highlight=False)
+    console.print(Text(f"answer: {untrusted(repr(trajectory.answer))}"))
 
 
 def render_html(trajectory: Trajectory, title: str = "") -> str:
