@@ -155,13 +155,16 @@ class Sandbox:
         self._interrupt: int | None = None  # an eventfd: `close` wakes a step's blocked receive
         self.service.isolation.require(require)  # host-level layers first, before any work
         self.service.register(self)
-        self.uid = self.service.allocate_uid()
-        self._dir = os.path.join(self.service.work_root, f"t{secrets.token_hex(6)}")
         try:
-            self._setup(list(images), start_timeout_s)
-        except BaseException:
-            self.close()
-            raise
+            self.uid = self.service.allocate_uid()
+            self._dir = os.path.join(self.service.work_root, f"t{secrets.token_hex(6)}")
+            try:
+                self._setup(list(images), start_timeout_s)
+            except BaseException:
+                self.close()
+                raise
+        finally:
+            self.service.created()
         self.isolation: Isolation = self._isolation
         self.isolation.require(require)
 

@@ -53,6 +53,7 @@ from codedance.sandbox.isolation import (
 from codedance.sandbox.remover import Remover
 from codedance.sandbox.thaw_on_exit import ThawOnExit
 
+CREATION_WAIT_S = 60.0  # the longest closing waits for sandboxes being created (their start takes ~30 s at most)
 INODE_BYTES = 128  # the work root's tmpfs has one inode slot per this many bytes of its size
 # one thread per step: a step that leaves threads alive is refused, and steps are bounded by cores
 SINGLE_THREADED = {
@@ -160,6 +161,8 @@ class SandboxService:
         self._closed = False
         self._next_slot = 0
         self._sandboxes: weakref.WeakSet = weakref.WeakSet()
+        self._creating = 0  # sandboxes registered whose creation has not ended (`register`)
+        self._no_creation = threading.Condition(self._lock)
         self._running: set = set()  # sandboxes with a run in progress (`running_changed`)
         self.remover = Remover()  # closed sandboxes' directories, removed off their close() (`remover`)
         _raise_descriptor_limit()
@@ -351,9 +354,21 @@ class SandboxService:
         return arbiter.commit_takes_what_is_owed(sandbox, grown, page_tables, running)
 
     def register(self, sandbox) -> None:
-        """Remember a sandbox so that closing the service closes it too."""
+        """Remember a sandbox being created, so that closing the service closes it too; its
+        creation is in progress until `created` (closing waits for it: red team, stop 25, a
+        sandbox made while the service closed left the service's groups behind). ServiceError
+        once the service is closed."""
         with self._lock:
+            if self._closed:
+                raise ServiceError("the sandbox service is closed")
             self._sandboxes.add(sandbox)
+            self._creating += 1
+
+    def created(self) -> None:
+        """A registered sandbox's creation has ended (made, or failed and closed)."""
+        with self._lock:
+            self._creating -= 1
+            self._no_creation.notify_all()
 
     def spawn(self, request: dict, holder_socket: socket.socket) -> None:
         """Ask the zygote to fork a holder that serves ``holder_socket``."""
@@ -385,6 +400,7 @@ class SandboxService:
             if self._closed:
                 return
             self._closed = True
+            self._no_creation.wait_for(lambda: self._creating == 0, timeout=CREATION_WAIT_S)
             sandboxes = list(self._sandboxes)
         for sandbox in sandboxes:  # every run in flight is woken first, so closing waits for none twice
             sandbox.begin_closing()

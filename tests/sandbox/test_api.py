@@ -482,3 +482,33 @@ def test_a_dropped_idle_sandbox_is_not_kept_alive_by_the_idle_freezer(service):
             break
         time.sleep(0.02)
     assert alive() is None
+
+
+def test_closing_a_service_while_a_sandbox_is_being_made_leaves_nothing_behind():
+    """Red team, stop 25: a sandbox made from another thread while its service closed left the
+    service's groups behind. Closing waits for creations in progress and closes what they
+    made; a creation that starts once the service is closed raises ServiceError."""
+    from codedance.sandbox import ServiceError
+    from codedance.sandbox.cgroups import parent_directories
+
+    for delay in (0.0, 0.005, 0.02):
+        service = SandboxService()
+        parents = parent_directories(service.cgroup_layout) if service.cgroup_layout is not None else []
+        made = []
+
+        def make(service=service, made=made):
+            try:
+                made.append(Sandbox(service=service))
+            except ServiceError:
+                made.append(None)
+
+        thread = threading.Thread(target=make)
+        thread.start()
+        time.sleep(delay)
+        service.close()
+        thread.join(30)
+        assert made and (made[0] is None or not made[0].alive)
+        assert not any(os.path.exists(parent) for parent in parents), parents
+        assert not os.path.exists(service.work_root)
+        with pytest.raises(ServiceError, match="closed"):
+            Sandbox(service=service)
