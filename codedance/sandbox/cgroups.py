@@ -358,7 +358,7 @@ class TrajectoryCgroup:
         # processes alive until the controller exited)
         self._freeze_lock = threading.Lock()
         self._freezer: tuple[int, int, bytes, bytes, bytes] | None = None
-        self._memory_files: list[tuple[int, ...] | None] = [None, None]  # `_memory_texts`
+        self._memory_files: tuple[int, ...] | None = None  # `_memory_texts`
         for directory in self.directories():
             if directory != self.holder_memory_dir:  # made below, once its parent's files are set
                 os.mkdir(directory)
@@ -538,28 +538,32 @@ class TrajectoryCgroup:
         v1 = self.layout.version == 1
         prefix = b"total_" if v1 else b""  # v1's memory.stat is the group's own, but for these
         try:
-            texts = self._memory_texts(0, self.memory_dir, kept_open)
+            texts = self._memory_texts(kept_open)
             held = unreclaimable(self.layout.version, *texts, prefix=prefix)
             files = _stat_value(texts[1], prefix + b"shmem")
             if self.holder_memory_dir is None:
                 return MemoryMeasure(held - files, files, int(texts[2]) if v1 else 0)
-            holder_texts = self._memory_texts(1, self.holder_memory_dir, kept_open)
-            holder = unreclaimable(1, *holder_texts, prefix=prefix)
-            holder_files = _stat_value(holder_texts[1], prefix + b"shmem")
-            return MemoryMeasure(held - files - (holder - holder_files), files - holder_files, int(texts[2]), holder)
+            # the holder's group: read by path, no descriptor kept (2,048 trajectories already
+            # hold most of what a process may open); what it cannot reclaim is its anonymous
+            # memory and its shared memory
+            holder_stat = _read_bytes(os.path.join(self.holder_memory_dir, "memory.stat"))
+            holder_files = _stat_value(holder_stat, b"total_shmem")
+            holder_other = _stat_value(holder_stat, b"total_rss")
+            return MemoryMeasure(held - files - holder_other, files - holder_files, int(texts[2]),
+                                 holder_other + holder_files)
         except (OSError, ValueError):
             return None
 
-    def _memory_texts(self, which: int, directory: str, kept_open: bool) -> list[bytes]:
-        """The texts of ``directory``'s memory files (`_UNRECLAIMABLE_FILES`): by path, or
-        through descriptors kept in slot ``which`` (0: the trajectory's group, 1: the holder's)."""
+    def _memory_texts(self, kept_open: bool) -> list[bytes]:
+        """The texts of the group's memory files (`_UNRECLAIMABLE_FILES`): by path, or through
+        descriptors kept open."""
         names = _UNRECLAIMABLE_FILES[self.layout.version]
         if not kept_open:
-            return [_read_bytes(os.path.join(directory, name)) for name in names]
-        if self._memory_files[which] is None:
-            self._memory_files[which] = tuple(
-                os.open(os.path.join(directory, name), os.O_RDONLY | os.O_CLOEXEC) for name in names)
-        return [os.pread(fd, 8192, 0) for fd in self._memory_files[which]]
+            return [_read_bytes(os.path.join(self.memory_dir, name)) for name in names]
+        if self._memory_files is None:
+            self._memory_files = tuple(
+                os.open(os.path.join(self.memory_dir, name), os.O_RDONLY | os.O_CLOEXEC) for name in names)
+        return [os.pread(fd, 8192, 0) for fd in self._memory_files]
 
     def new_oom_kill(self) -> bool:
         """True if the OOM killer struck since the last call (or since creation)."""
@@ -572,10 +576,9 @@ class TrajectoryCgroup:
             for fd in set(self._freezer[:2]):
                 os.close(fd)
             self._freezer = None
-        for kept in self._memory_files:
-            for fd in kept or ():
-                os.close(fd)
-        self._memory_files = [None, None]
+        for fd in self._memory_files or ():
+            os.close(fd)
+        self._memory_files = None
         for directory in reversed(self.directories()):  # leaves first
             _rmdir_when_empty(directory)
 
