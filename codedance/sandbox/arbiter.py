@@ -14,9 +14,8 @@ starts waiting, and when the group's charge crosses ``memory_total`` less a marg
 16 MiB). The arbiter then picks the live trajectory whose unreclaimable memory grew most since
 its last committed step answered (`Sandbox.memory_growth`: what its running step added, and
 anything after that answer or between steps; committed state is never taken; tmpfs files and
-the rest each count alone, and on v1 what the holder's own memory group holds while its step
-runs is a third kind, so files a step deletes never hide what its holder takes: red team,
-stop 24b; review, stop 24) and makes it give memory back (`Sandbox.yield_memory`). The mark is lowered to what the trajectory holds after
+the rest each count alone, so files a step deletes never hide what its holder takes as
+anonymous memory: red team, stop 24b) and makes it give memory back (`Sandbox.yield_memory`). The mark is lowered to what the trajectory holds after
 each run, and whenever it is idle (a run's start, the idle freezer's look, the arbiter's): a
 holder replaced by a commit frees its memory only when it exits, after the mark was taken, and
 that is no credit to grow by (red team, stop 22). The measure leaves out kernel memory
@@ -47,8 +46,9 @@ it counts as out of memory, so the out of memory ranking applies (the restoring 
 and a neighbour's step may have taken them). Before any ranking, though, a trajectory whose
 waiting restore would leave it holding more than its committed state by over ``SLACK_BYTES``
 (`Sandbox.restore_excess`: what the restore still needs, less what the trajectory holds below
-its mark) is lost at once: its step took memory that outlives the step's processes (shared
-memory its holder keeps, written while the step deleted committed files), which nets out in
+its mark; committed files its holder still has open or mapped are left out, as deleting them
+freed nothing) is lost at once: its step took memory that outlives the step's processes (shared
+memory its holder keeps or takes, while the step deleted committed files), which nets out in
 every measure by kind.
 While the victim is rolled back (its files are freed only by the restore) the arbiter waits for
 it rather than choosing someone else (a run between those moments, "wait", too); if it is still
@@ -65,10 +65,10 @@ with no one to choose, it looks again every ``NO_ONE_LOOK_S`` rather than spinni
 Bounds left: a step waits (up to 1 s, before its code is sent, overlapping its spare's fork)
 for the holder the previous commit replaced to exit, and the mark is lowered then; a replaced
 holder that takes longer than that to exit still gives what it frees as credit during that step.
-A step that writes what it freed of committed files into shared memory its holder keeps (a
-memfd or unlinked file a committed step left open: killing the step does not free it) nets out
-against them until its trajectory's restore waits (above): a neighbour's step that grew
-meanwhile may be stopped first (rolled back, never lost).
+Memory taken as shared memory (a memfd, an unlinked file: by a patched holder, or by its step
+into one the holder keeps) while the step deletes committed files nets out against them until
+the trajectory's restore waits (above): a neighbour's step that grew meanwhile may be stopped
+first (rolled back, never lost; review, stop 24).
 Kernel cache a trajectory held at its mark and the kernel
 reclaims during a step offsets that step's kernel memory gained (never its other growth). A
 step filling the group with kernel memory alone while nobody faults (nothing waits; the group is

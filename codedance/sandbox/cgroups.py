@@ -31,7 +31,6 @@ kernel memory, and that kernel memory apart.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import signal
@@ -42,7 +41,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from codedance.sandbox.procs import alive
 from codedance.sandbox.thaw_on_exit import thaw
 
 _ROOT = "/sys/fs/cgroup"
@@ -230,16 +228,12 @@ class MemoryMeasure(NamedTuple):
 
     other: int  # what the kernel cannot reclaim without swap besides tmpfs files: anonymous memory above all
     files: int  # tmpfs files (shmem): the working directory
-    kernel: int  # v1: kernel memory, left out of the others; v2: 0 (only reclaimable slab is left out)
-    # v1: what the holder's own memory group holds (`TrajectoryCgroup.hold_apart`), both kinds,
-    # left out of ``other`` and ``files``: a patched holder taking as shared memory what its step
-    # freed of the working directory no longer nets out against it (review, stop 24); v2: 0
-    holder: int = 0
+    kernel: int  # v1: kernel memory, left out of the two above; v2: 0 (only reclaimable slab is left out)
 
     @property
     def held(self) -> int:
-        """Unreclaimable memory: ``other``, ``files`` and ``holder``."""
-        return self.other + self.files + self.holder
+        """Unreclaimable memory: ``other`` and ``files``."""
+        return self.other + self.files
 
     def lowered_to(self, now: MemoryMeasure) -> MemoryMeasure:
         """Each kind at most what ``now`` shows."""
@@ -249,7 +243,7 @@ class MemoryMeasure(NamedTuple):
         """(unreclaimable growth, the same plus the kernel memory gained, net unreclaimable
         memory freed) since ``mark``: each kind's growth counts alone (when positive); what was
         freed net is what a rollback would need back beyond what killing the step frees."""
-        grown = max(0, self.other - mark.other) + max(0, self.files - mark.files) + max(0, self.holder - mark.holder)
+        grown = max(0, self.other - mark.other) + max(0, self.files - mark.files)
         return grown, grown + max(0, self.kernel - mark.kernel), max(0, mark.held - self.held)
 
 
@@ -346,10 +340,6 @@ class TrajectoryCgroup:
             self.freezer_dir = self.procs_dir if self.freezer_dir else None
         else:
             self.procs_dir, self.charge_dir = self.pids_dir, self.memory_dir
-        # cgroup v1 (where the OOM arbiter runs): a memory group of the holder's own while a step
-        # runs (`hold_apart`), so that what a patched holder takes shows apart from what its step
-        # frees (review, stop 24: taken as shared memory, it netted out against deleted files)
-        self.holder_memory_dir = os.path.join(self.memory_dir, "holder") if layout.version == 1 else None
         self._frozen = False
         self._doomed = False  # every process killed for good (`kill_for_good`): never frozen again
         # the frozen flag and the freezer's state change together: a run's thread, the idle
@@ -358,10 +348,9 @@ class TrajectoryCgroup:
         # processes alive until the controller exited)
         self._freeze_lock = threading.Lock()
         self._freezer: tuple[int, int, bytes, bytes, bytes] | None = None
-        self._memory_files: tuple[int, ...] | None = None  # `_memory_texts`
+        self._memory_files: tuple[int, int] | None = None
         for directory in self.directories():
-            if directory != self.holder_memory_dir:  # made below, once its parent's files are set
-                os.mkdir(directory)
+            os.mkdir(directory)
         if layout.version == 2:
             _write(os.path.join(self.pids_dir, "pids.max"), str(max_processes))
             _write(os.path.join(self.memory_dir, "memory.max"), str(memory_bytes))
@@ -376,8 +365,6 @@ class TrajectoryCgroup:
                 _write(swap, str(memory_bytes))
             # inherited from the parent, where the arbiter may have switched it off
             _write(os.path.join(self.memory_dir, "memory.oom_control"), "0")
-            os.mkdir(self.holder_memory_dir)  # no limit of its own: the trajectory's bounds it
-            _write(os.path.join(self.holder_memory_dir, "memory.oom_control"), "0")
         if self.cpu_dir is not None and cpus > 0:
             period = 100_000
             if layout.version == 2:
@@ -389,9 +376,8 @@ class TrajectoryCgroup:
 
     def directories(self) -> list[str]:
         """This trajectory's group in each hierarchy, parents first (cgroup v2: one group and
-        its two leaves; v1: the memory group's holder leaf too)."""
-        found = (self.pids_dir, self.memory_dir, self.holder_memory_dir, self.freezer_dir, self.cpu_dir,
-                 self.procs_dir, self.charge_dir)
+        its two leaves)."""
+        found = (self.pids_dir, self.memory_dir, self.freezer_dir, self.cpu_dir, self.procs_dir, self.charge_dir)
         return list(dict.fromkeys(d for d in found if d))
 
     @property
@@ -399,25 +385,8 @@ class TrajectoryCgroup:
         return self.freezer_dir is not None
 
     def add(self, pid: int) -> None:
-        groups = [self.procs_dir] if self.layout.version == 2 else self.directories()
-        for directory in groups:
-            if directory != self.holder_memory_dir:
-                _write(os.path.join(directory, "cgroup.procs"), str(pid))
-
-    def hold_apart(self, holder: tuple[int, int | None], step: tuple[int, int | None]) -> None:
-        """(cgroup v1; nothing on v2, which has no arbiter) Before a step's code runs: its holder
-        into the holder's memory group and the step into the trajectory's, each ``(pid,
-        pidfd)``, so that what each allocates from then on is charged apart (a charge stays
-        where it was made: what each held before stays in the trajectory's group). A process
-        that has exited is skipped: it is written by pid, only while its pidfd says it lives
-        (a pid given to another process between that look and the write, which needs the pid
-        space to wrap in that moment, is not ruled out)."""
-        if self.holder_memory_dir is None:
-            return
-        for directory, (pid, pidfd) in ((self.holder_memory_dir, holder), (self.memory_dir, step)):
-            if alive(pidfd):
-                with contextlib.suppress(OSError):  # exited since
-                    _write(os.path.join(directory, "cgroup.procs"), str(pid))
+        for directory in [self.procs_dir] if self.layout.version == 2 else self.directories():
+            _write(os.path.join(directory, "cgroup.procs"), str(pid))
 
     def _freezer_files(self) -> tuple[int, int, bytes, bytes, bytes]:
         """Descriptors kept open (a write to a cgroup file is one syscall, not open+write+close):
@@ -535,35 +504,20 @@ class TrajectoryCgroup:
         v2 leaves out only reclaimable slab (``kernel`` 0).
         ``kept_open``: through descriptors kept for the thread that runs steps (a few preads,
         ~8 µs); other threads read by path."""
-        v1 = self.layout.version == 1
-        prefix = b"total_" if v1 else b""  # v1's memory.stat is the group's own, but for these
+        names = _UNRECLAIMABLE_FILES[self.layout.version]
         try:
-            texts = self._memory_texts(kept_open)
-            held = unreclaimable(self.layout.version, *texts, prefix=prefix)
-            files = _stat_value(texts[1], prefix + b"shmem")
-            if self.holder_memory_dir is None:
-                return MemoryMeasure(held - files, files, int(texts[2]) if v1 else 0)
-            # the holder's group: read by path, no descriptor kept (2,048 trajectories already
-            # hold most of what a process may open); what it cannot reclaim is its anonymous
-            # memory and its shared memory
-            holder_stat = _read_bytes(os.path.join(self.holder_memory_dir, "memory.stat"))
-            holder_files = _stat_value(holder_stat, b"total_shmem")
-            holder_other = _stat_value(holder_stat, b"total_rss")
-            return MemoryMeasure(held - files - holder_other, files - holder_files, int(texts[2]),
-                                 holder_other + holder_files)
+            if kept_open:
+                if self._memory_files is None:
+                    self._memory_files = tuple(
+                        os.open(os.path.join(self.memory_dir, name), os.O_RDONLY | os.O_CLOEXEC) for name in names)
+                texts = [os.pread(fd, 8192, 0) for fd in self._memory_files]
+            else:
+                texts = [_read_bytes(os.path.join(self.memory_dir, name)) for name in names]
+            held = unreclaimable(self.layout.version, *texts)
+            files = _stat_value(texts[1], b"shmem")
+            return MemoryMeasure(held - files, files, int(texts[2]) if self.layout.version == 1 else 0)
         except (OSError, ValueError):
             return None
-
-    def _memory_texts(self, kept_open: bool) -> list[bytes]:
-        """The texts of the group's memory files (`_UNRECLAIMABLE_FILES`): by path, or through
-        descriptors kept open."""
-        names = _UNRECLAIMABLE_FILES[self.layout.version]
-        if not kept_open:
-            return [_read_bytes(os.path.join(self.memory_dir, name)) for name in names]
-        if self._memory_files is None:
-            self._memory_files = tuple(
-                os.open(os.path.join(self.memory_dir, name), os.O_RDONLY | os.O_CLOEXEC) for name in names)
-        return [os.pread(fd, 8192, 0) for fd in self._memory_files]
 
     def new_oom_kill(self) -> bool:
         """True if the OOM killer struck since the last call (or since creation)."""
@@ -576,9 +530,10 @@ class TrajectoryCgroup:
             for fd in set(self._freezer[:2]):
                 os.close(fd)
             self._freezer = None
-        for fd in self._memory_files or ():
-            os.close(fd)
-        self._memory_files = None
+        if self._memory_files is not None:
+            for fd in self._memory_files:
+                os.close(fd)
+            self._memory_files = None
         for directory in reversed(self.directories()):  # leaves first
             _rmdir_when_empty(directory)
 

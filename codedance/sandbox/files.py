@@ -161,6 +161,7 @@ def open_own_dir(parent_fd: int, name: str, opened_up: list[tuple[int, int]] | N
 
 
 _acting = threading.local()  # .owner: whom this thread acts as (`acting_as`); .paused: during a collection
+_NO_CHANGE = 0xFFFFFFFF  # setfsuid(-1) and setfsgid(-1) change nothing and return the current id
 
 
 def _become(uid: int, gid: int) -> None:
@@ -186,7 +187,7 @@ def acting_as(owner: tuple[int, int] | None) -> Iterator[None]:
     _become(uid, gid)
     _acting.owner = owner
     try:
-        if _LIBC.setfsuid(0xFFFFFFFF) != uid or _LIBC.setfsgid(0xFFFFFFFF) != gid:  # -1: only reads it
+        if _LIBC.setfsuid(_NO_CHANGE) != uid or _LIBC.setfsgid(_NO_CHANGE) != gid:
             raise OSError(errno.EPERM, "could not act as the trajectory's user")
         yield
     finally:
@@ -195,18 +196,22 @@ def acting_as(owner: tuple[int, int] | None) -> Iterator[None]:
 
 
 def _collect_as_root(phase: str, _info: dict) -> None:
-    """A `gc.callbacks` hook: a collection in a thread `acting_as` a trajectory runs as root
-    (finalizers run between "start" and "stop"; collections do not nest), then the thread acts
-    as the trajectory again."""
-    if phase == "start":
-        _acting.paused, _acting.owner = getattr(_acting, "owner", None), None
-        if _acting.paused is not None:
-            _become(0, 0)
-    else:
-        owner, _acting.paused = getattr(_acting, "paused", None), None
-        if owner is not None:
-            _acting.owner = owner
-            _become(*owner)
+    """A `gc.callbacks` hook: a collection in a thread whose file-system identity is not root's
+    (`acting_as`, read from the kernel, so that no moment on the way in or out is missed) runs
+    as root (finalizers run between "start" and "stop"; collections do not nest), then the
+    thread takes that identity back. Nothing when the controller is not root."""
+    if _ROOT_AT_START:
+        if phase == "start":
+            current = (_LIBC.setfsuid(_NO_CHANGE), _LIBC.setfsgid(_NO_CHANGE))
+            _acting.paused = None if current == (0, 0) else current
+            if _acting.paused is not None:
+                _become(0, 0)
+        elif (paused := getattr(_acting, "paused", None)) is not None:
+            _acting.paused = None
+            _become(*paused)
+
+
+_ROOT_AT_START = os.geteuid() == 0
 
 
 gc.callbacks.append(_collect_as_root)
@@ -683,16 +688,24 @@ class WorkdirSnapshot:
         finally:
             os.close(parent_fd)
 
-    def bytes_to_restore(self, deadline: float | None = None) -> int:
+    @property
+    def device(self) -> int:
+        """The device of the working directory's file system."""
+        return os.fstat(self._work_fd).st_dev
+
+    def bytes_to_restore(self, deadline: float | None = None, held_open: frozenset[int] = frozenset()) -> int:
         """The memory a restore in progress still needs: for each committed file, its data less
         what the working directory's file of that name holds now (nothing when missing or not
         a regular file), when more; in 512-byte blocks as the kernel counts them, so a sparse
         file counts its data. Looks at names only (``fstatat``, no link followed), as root (a
         directory the trajectory shut is looked into too): safe during a restore, from its thread.
-        Files the restore removes and rewrites in place count as needing all their data."""
+        Files the restore removes and rewrites in place count as needing all their data.
+        Committed files whose inode is in ``held_open`` (kept open or mapped by the trajectory's
+        processes: a deleted one freed nothing, and its copy is memory the rollback needs on top
+        of the committed state; review, stop 25: ``np.load(mmap_mode="r")``) are left out."""
         by_dir: dict[str, list[str]] = {}
         for relative, entry in self.manifest.items():
-            if entry.kind == "file":
+            if entry.kind == "file" and entry.inode not in held_open:
                 parent, name = _split(relative)
                 by_dir.setdefault(parent, []).append(name)
         clock, needed = _Clock(deadline, self.stop), 0

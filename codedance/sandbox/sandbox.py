@@ -122,6 +122,7 @@ class Sandbox:
         self._released = False  # processes killed, descriptors and files released
         self._owner_pid = os.getpid()  # a forked child of the controller never closes it (`close`)
         self._release_lock = threading.Lock()
+        self._registered = False  # with the service, which then waits for its release when closing
         _start_closer()  # here, not in `__del__`: starting a thread takes locks
         self._lost: str | None = None
         self._cgroup: TrajectoryCgroup | None = None
@@ -155,10 +156,11 @@ class Sandbox:
         self._interrupt: int | None = None  # an eventfd: `close` wakes a step's blocked receive
         self.service.isolation.require(require)  # host-level layers first, before any work
         self.service.register(self)
+        self._registered = True
         try:
-            self.uid = self.service.allocate_uid()
-            self._dir = os.path.join(self.service.work_root, f"t{secrets.token_hex(6)}")
             try:
+                self.uid = self.service.allocate_uid()
+                self._dir = os.path.join(self.service.work_root, f"t{secrets.token_hex(6)}")
                 self._setup(list(images), start_timeout_s)
             except BaseException:
                 self.close()
@@ -440,7 +442,9 @@ class Sandbox:
             measure = self._cgroup.memory_measure(kept_open=False) if self._cgroup is not None else None
             if measure is None or self._memory_mark is None:
                 return
-            needed = self._files.bytes_to_restore(self._recovery_deadline)
+            # the trajectory's only process now is its holder (the step and what it left are dead)
+            held_open = procs.open_inodes(self._holder_pid, self._files.device)
+            needed = self._files.bytes_to_restore(self._recovery_deadline, frozenset(held_open))
             self._restore_excess = needed - max(0, self._memory_mark.held - measure.held)
 
     def _after_yielding_memory(self, result: ExecResult) -> ExecResult:
@@ -548,8 +552,6 @@ class Sandbox:
         # the OOM killer's first choice (see the module docstring) before its code arrives, so
         # that whatever the code forks inherits it
         procs.set_oom_score_adj(self._step_pid, STEP_OOM_SCORE_ADJ, self._step_pidfd)
-        if self._cgroup is not None:  # what the holder takes while its step runs shows apart (v1)
-            self._cgroup.hold_apart((self._holder_pid, self._holder_pidfd), (self._step_pid, self._step_pidfd))
         try:
             protocol.send_encoded(self._conn, request, deadline=deadline, interrupt_fd=self._interrupt)
         except protocol.Interrupted:
@@ -873,26 +875,31 @@ class Sandbox:
 
     def _release(self) -> None:
         self._released = True
-        self._kill_all()
-        for pidfd in self._dying.values():
-            os.close(pidfd)
-        self._dying.clear()
-        if self._cgroup is not None:
-            self._cgroup.remove()
-        if self._holder_pidfd is not None:
-            os.close(self._holder_pidfd)
-            self._holder_pidfd = None
-        if self._conn is not None:
-            self._conn.close()
-        if self._interrupt is not None:
-            os.close(self._interrupt)
-            self._interrupt = None
-        if self._files is not None:
-            self._files.close()
-            files.remove_tree(self._files.store)
-        self.service.remover.discard(self._dir)  # what a hostile step left is no wait for close()
-        if getattr(self, "_inputs_dir", None):
-            files.remove_tree(self._inputs_dir)
+        try:
+            self._kill_all()
+            for pidfd in self._dying.values():
+                os.close(pidfd)
+            self._dying.clear()
+            if self._cgroup is not None:
+                self._cgroup.remove()
+            if self._holder_pidfd is not None:
+                os.close(self._holder_pidfd)
+                self._holder_pidfd = None
+            if self._conn is not None:
+                self._conn.close()
+            if self._interrupt is not None:
+                os.close(self._interrupt)
+                self._interrupt = None
+            if self._files is not None:
+                self._files.close()
+                files.remove_tree(self._files.store)
+            if getattr(self, "_dir", None):  # (none when its uid could not be had)
+                self.service.remover.discard(self._dir)  # what a hostile step left is no wait for close()
+            if getattr(self, "_inputs_dir", None):
+                files.remove_tree(self._inputs_dir)
+        finally:
+            if self._registered:
+                self.service.released()
 
     def __enter__(self) -> Self:
         return self

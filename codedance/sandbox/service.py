@@ -162,7 +162,10 @@ class SandboxService:
         self._next_slot = 0
         self._sandboxes: weakref.WeakSet = weakref.WeakSet()
         self._creating = 0  # sandboxes registered whose creation has not ended (`register`)
-        self._no_creation = threading.Condition(self._lock)
+        # sandboxes registered and not yet released: the weak set forgets one the garbage
+        # collector found before its closing thread has closed it (review, stop 25)
+        self._unreleased = 0
+        self._counts_changed = threading.Condition(self._lock)
         self._running: set = set()  # sandboxes with a run in progress (`running_changed`)
         self.remover = Remover()  # closed sandboxes' directories, removed off their close() (`remover`)
         _raise_descriptor_limit()
@@ -363,12 +366,19 @@ class SandboxService:
                 raise ServiceError("the sandbox service is closed")
             self._sandboxes.add(sandbox)
             self._creating += 1
+            self._unreleased += 1
 
     def created(self) -> None:
         """A registered sandbox's creation has ended (made, or failed and closed)."""
         with self._lock:
             self._creating -= 1
-            self._no_creation.notify_all()
+            self._counts_changed.notify_all()
+
+    def released(self) -> None:
+        """A registered sandbox has released its processes, groups and files (`Sandbox.close`)."""
+        with self._lock:
+            self._unreleased -= 1
+            self._counts_changed.notify_all()
 
     def spawn(self, request: dict, holder_socket: socket.socket) -> None:
         """Ask the zygote to fork a holder that serves ``holder_socket``."""
@@ -400,12 +410,14 @@ class SandboxService:
             if self._closed:
                 return
             self._closed = True
-            self._no_creation.wait_for(lambda: self._creating == 0, timeout=CREATION_WAIT_S)
+            self._counts_changed.wait_for(lambda: self._creating == 0, timeout=CREATION_WAIT_S)
             sandboxes = list(self._sandboxes)
         for sandbox in sandboxes:  # every run in flight is woken first, so closing waits for none twice
             sandbox.begin_closing()
         for sandbox in sandboxes:
             sandbox.close()
+        with self._lock:  # dropped ones the closing thread is closing (`Sandbox.__del__`)
+            self._counts_changed.wait_for(lambda: self._unreleased <= 0, timeout=CREATION_WAIT_S)
         self.remover.stop()  # what it has not removed goes with the work root below
         if self._idle_freezer is not None:
             self._idle_freezer.stop()
