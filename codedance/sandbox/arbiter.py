@@ -50,6 +50,9 @@ its mark; committed files its holder still has open or mapped are left out, as d
 freed nothing) is lost at once: its step took memory that outlives the step's processes (shared
 memory its holder keeps or takes, while the step deleted committed files), which nets out in
 every measure by kind.
+While closed sandboxes' files are being removed in the background (`remover`) the arbiter waits
+for them, up to ``FREEING_WAIT_S`` each time it is woken, before it chooses anyone (review, stop
+25: an honest step was stopped for memory that was on its way back).
 While the victim is rolled back (its files are freed only by the restore) the arbiter waits for
 it rather than choosing someone else (a run between those moments, "wait", too); if it is still
 the largest grower ``ESCALATE_S`` after that, with more than ``SLACK_BYTES`` of growth and at
@@ -110,6 +113,7 @@ SLACK_BYTES = 32 << 20
 # taken for growth, and k hostile idle trajectories keep at most k x 8 MiB past a smaller step
 IDLE_FLOOR_BYTES = 8 << 20
 ESCALATE_S = 5.0  # a victim that gave nothing back this long after its step was stopped loses its holder
+FREEING_WAIT_S = 10.0  # the longest the arbiter waits, each time it is woken, for closed sandboxes' files to go
 
 
 def idle_floor(out_of_memory: bool) -> int:
@@ -134,9 +138,11 @@ class OomArbiter:
     """A daemon thread that waits on the kernel's word about the service's parent group (out of
     memory, or nearly full) and makes the trajectory that grew most give memory back."""
 
-    def __init__(self, memory: ServiceMemory, sandboxes: Callable[[], list]):
+    def __init__(self, memory: ServiceMemory, sandboxes: Callable[[], list],
+                 freeing: Callable[[], bool] = lambda: False):
         self._memory = memory
         self._sandboxes = sandboxes
+        self._freeing = freeing  # closed sandboxes' files are being removed (`remover`)
         self._stop = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         self.victims = 0  # how many times a trajectory was made to give memory back
         self._restores_waiting = 0  # restores whose copy the full group refused (see `restore_waiting`)
@@ -219,6 +225,7 @@ class OomArbiter:
         returns when to look again (None: at the kernel's next word)."""
         waiting_for, since, escalated = None, 0.0, False  # waiting_for: (victim, its run number)
         settled_by = 0.0  # how long to wait for an escalated victim to give everything back
+        freeing_until = time.monotonic() + FREEING_WAIT_S  # how long to wait for closed sandboxes' files
         growth_then = 0
         while not self._stopping():
             charged_past, nearly_full = self._memory.fullness()
@@ -231,6 +238,10 @@ class OomArbiter:
             if waiting_for is not None and waiting_for[0].giving_back() and time.monotonic() < settled_by:
                 # the victim's processes were all killed: until its run has unwound and they have
                 # exited, what they free is not free yet, and whoever ranks next would pay for it
+                time.sleep(SETTLE_S)
+                continue
+            if self._freeing() and time.monotonic() < freeing_until:
+                # closed sandboxes' files are on their way back: no one pays for them
                 time.sleep(SETTLE_S)
                 continue
             culprit = self._restore_past_its_state() if self._restores_waiting else None

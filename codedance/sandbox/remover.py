@@ -6,10 +6,13 @@ removed it before returning: 39 s of a `SandboxPool`'s caller waiting on one hos
 (red team, stop 25). `Remover.discard` removes for up to ``INLINE_S`` and hands what is left to
 one daemon thread of the service, which removes it in the background, oldest first.
 
+Until they are removed the files stay charged to the service's memory, and the OOM arbiter waits
+for them (up to ``arbiter.FREEING_WAIT_S``) before it stops anyone's step (review, stop 25: an
+honest step was stopped for memory that was on its way back).
+
 Not handled: what the thread has not removed when the service closes is left to the service's
 own removal of its work root (an unmount, on a tmpfs work root) or, after a crash, to the sweep
-of leftovers (``codedance sandbox gc``). Until removed, the files stay charged to the service's
-memory (``memory_total``) and count on the work root.
+of leftovers (``codedance sandbox gc``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ class Remover:
     def __init__(self, inline_s: float = INLINE_S) -> None:
         self.inline_s = inline_s
         self._pending: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._left = 0  # directories handed to the thread and not yet removed (`busy`)
+        self._left_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._stopping = False
@@ -42,8 +47,14 @@ class Remover:
         try:
             remove_tree(path, time.monotonic() + self.inline_s)
         except DeadlinePassed:
+            with self._left_lock:
+                self._left += 1
             self._pending.put(path)
             self._start()
+
+    def busy(self) -> bool:
+        """Whether the thread is still removing directories (their memory is being given back)."""
+        return self._left > 0
 
     def stop(self) -> None:
         """Stop removing (what is left stays for the caller's removal of the whole root)."""
@@ -65,4 +76,7 @@ class Remover:
             except InterruptedError:
                 return
             except OSError:  # gone already, or the root unmounted under it
-                continue
+                pass
+            finally:
+                with self._left_lock:
+                    self._left -= 1

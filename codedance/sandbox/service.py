@@ -246,7 +246,7 @@ class SandboxService:
         if self.cgroup_layout is None:
             return None
         memory = cgroups.arbitrate_oom(self.cgroup_layout, self.memory_total)
-        return None if memory is None else OomArbiter(memory, sandboxes=self._live_sandboxes)
+        return None if memory is None else OomArbiter(memory, sandboxes=self._live_sandboxes, freeing=self.remover.busy)
 
     def _live_sandboxes(self) -> list:
         with self._lock:

@@ -634,3 +634,26 @@ def test_the_arbiter_runs_in_a_controller_that_holds_over_1024_descriptors():
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_step_waits_for_a_closed_sandboxs_files_rather_than_pay_for_them(make, service):
+    """Review, stop 25: close() leaves a huge working directory to the background remover, whose
+    files stay charged until removed; the arbiter stopped an honest step for that memory. It
+    waits for them instead, and the step runs once they are gone."""
+    hostile, honest = make(timeout_s=60, limits=LIMITS), make(timeout_s=60, limits=LIMITS)
+    ready = os.path.join(hostile.workdir, "ready")
+    leave_a_huge_tree = ("import os\nfor k in range(4):\n    open(f'data{k}', 'wb').write(b'd' * (50 << 20))\n"
+                         "for i in range(60):\n    os.mkdir(f'd{i}')\n    for j in range(1000):\n"
+                         "        os.mkdir(f'd{i}/{j}', 0)\nopen('ready', 'w').close()\nimport time\ntime.sleep(60)")
+    thread = threading.Thread(target=hostile.run, args=(leave_a_huge_tree,))
+    thread.start()
+    for _ in range(3000):
+        if os.path.exists(ready):
+            break
+        time.sleep(0.01)
+    hostile.close()  # the directories take seconds to remove: the rest goes to the background
+    thread.join(30)
+    assert service.remover.busy(), "the working directory was removed within close(): nothing to test"
+    need_mib = (_headroom(service) >> 20) + 100  # fits only once the closed sandbox's files are gone
+    result = honest.run(f"x = b'h' * ({need_mib} << 20)\nprint('ok')")
+    assert result.ok and result.stdout == "ok\n", result
