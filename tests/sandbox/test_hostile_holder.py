@@ -893,12 +893,12 @@ def test_a_step_that_times_out_before_its_spare_is_forked_rolls_back_and_keeps_t
     "every process but the holder" while there was none; the spare forked a moment later, the
     holder waited for it and never reported, and at the recovery deadline the trajectory was
     lost. A holder slow to fork (here a committed step made it so) stands for that moment."""
-    sandbox = jail(limits=Limits(recovery_s=5.0))
+    sandbox = jail(limits=Limits(recovery_s=10.0))
     slow = "import os, time\n_fork = os.fork\ndef _slow_fork():\n    time.sleep(0.4)\n    return _fork()\nos.fork = _slow_fork\nx = 41"
     assert sandbox.run(slow).ok
     started = time.monotonic()
     timed_out = sandbox.run("x += 1", timeout_s=0.1)
     assert timed_out.status is ExecStatus.TIMEOUT and timed_out.rolled_back, timed_out
-    assert time.monotonic() - started < 0.1 + 4.0, "the holder was waited for until the recovery deadline"
+    assert time.monotonic() - started < 0.1 + 6.0, "the holder was waited for until the recovery deadline (10 s)"
     after = sandbox.run("print(x)", timeout_s=5)
     assert after.ok and after.stdout == "41\n", after

@@ -511,7 +511,7 @@ def test_a_rollback_that_would_hold_more_than_its_committed_state_loses_that_tra
                      "for _ in range(50): os.write(keep, b'k' * (4 << 20))\nraise RuntimeError('fails')")
     honest.join(timeout=120)
     assert result_a.status is ExecStatus.CRASHED and not a.alive, result_a
-    assert result_a.duration_s < ESCALATE_S - 2, result_a  # at its restore's first wait, not the escalation's
+    assert result_a.duration_s < ESCALATE_S, result_a  # at its restore's first wait (~0.3 s), not the escalation's
     assert results["e"].status is ExecStatus.ERROR and results["e"].rolled_back, results["e"]
     after = e.run("import os\nprint(os.path.getsize('data'))")
     assert after.ok and after.stdout == f"{30 << 20}\n", after
