@@ -240,10 +240,6 @@ class OomArbiter:
                 # exited, what they free is not free yet, and whoever ranks next would pay for it
                 time.sleep(SETTLE_S)
                 continue
-            if self._freeing() and time.monotonic() < freeing_until:
-                # closed sandboxes' files are on their way back: no one pays for them
-                time.sleep(SETTLE_S)
-                continue
             culprit = self._restore_past_its_state() if self._restores_waiting else None
             if culprit is not None and not (escalated and waiting_for == (culprit, culprit.runs)):
                 # its rollback would hold more than its committed state: it pays, whatever the
@@ -252,6 +248,10 @@ class OomArbiter:
                 self.victims += 1
                 waiting_for, since, escalated = (culprit, culprit.runs), time.monotonic(), True
                 settled_by = time.monotonic() + ESCALATE_S
+                time.sleep(SETTLE_S)
+                continue
+            if self._freeing() and time.monotonic() < freeing_until:
+                # closed sandboxes' files are on their way back: no one pays for them
                 time.sleep(SETTLE_S)
                 continue
             growths = {}  # sandbox -> (growth, growth with kernel memory, running)

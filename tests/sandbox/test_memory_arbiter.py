@@ -440,6 +440,14 @@ def test_unreclaimable_leaves_out_file_cache_and_kernel_memory():
     assert unreclaimable(2, b"100\n", b"active_file 10\ninactive_file 5\nslab_reclaimable 7\nslab 9\n") == 78
 
 
+def _fill_leaving(filler, service, mib: int) -> None:
+    """Commit files in ``filler`` until the service has about ``mib`` MiB left (in two files:
+    one would pass `Limits.file_size`)."""
+    fill_mib = (_headroom(service) >> 20) - mib
+    assert filler.run(f"chunk = b'f' * (1 << 20)\nfor k in range(2):\n    with open(f'f{{k}}', 'wb') as f:\n"
+                      f"        for _ in range({fill_mib // 2}): f.write(chunk)").ok
+
+
 TAKE_WHAT_ITS_STEP_FREES = """
 _taken = []
 def ACTION():  # once A's step has deleted A's 200 MiB of committed files, take as much
@@ -465,9 +473,7 @@ def test_a_holder_taking_what_its_step_freed_pays_itself_and_the_service_goes_on
     assert e.run("open('data', 'wb').write(b'e' * (30 << 20))").ok
     assert a.run("for i in range(2): open(f'big{i}', 'wb').write(b'x' * (100 << 20))").ok
     assert a.run(hostile(TAKE_WHAT_ITS_STEP_FREES)).ok
-    fill_mib = (_headroom(service) >> 20) - 120  # 120 MiB left: B's 80 MiB, then A's holder fills it
-    assert filler.run(f"chunk = b'f' * (1 << 20)\nfor k in range(2):\n    with open(f'f{{k}}', 'wb') as f:\n"
-                      f"        for _ in range({fill_mib // 2}): f.write(chunk)").ok
+    _fill_leaving(filler, service, 120)  # 120 MiB left: B's 80 MiB, then A's holder fills it
     results = {}
     threads = [threading.Thread(target=lambda: results.setdefault("b", b.run(
         "import time\nx = b'b' * (80 << 20)\ntime.sleep(4)\nprint(len(x) >> 20)")))]
@@ -500,9 +506,7 @@ def test_a_rollback_that_would_hold_more_than_its_committed_state_loses_that_tra
     assert e.run("open('data', 'wb').write(b'e' * (30 << 20))").ok
     assert a.run("import os\nkeep = os.memfd_create('keep')\n"
                  "for i in range(2): open(f'big{i}', 'wb').write(b'x' * (100 << 20))").ok
-    fill_mib = (_headroom(service) >> 20) - 120
-    assert filler.run(f"chunk = b'f' * (1 << 20)\nfor k in range(2):\n    with open(f'f{{k}}', 'wb') as f:\n"
-                      f"        for _ in range({fill_mib // 2}): f.write(chunk)").ok
+    _fill_leaving(filler, service, 120)
     results = {}
     honest = threading.Thread(target=lambda: results.setdefault("e", e.run(
         "import os, time\ntime.sleep(1.0)\nos.remove('data')\nraise ValueError('an honest bug')")))
@@ -521,14 +525,12 @@ def test_an_honest_rollback_of_a_file_its_holder_keeps_mapped_is_not_taken_for_o
     """Review, stop 25: A keeps a committed file mapped (``np.load(mmap_mode="r")``); A's next
     step deletes it (freeing nothing: the holder maps it) and fails while B's honest step has
     filled the service. A's restore needs a new copy beyond what A holds below its mark, yet
-    that is no memory A's step took: A keeps its trajectory (the rule of the test above left
+    that is no memory A's step took: A keeps its trajectory (the rule of the test above leaves
     out files its holder has open or mapped)."""
     a, b, filler = (jail(timeout_s=30, limits=LIMITS) for _ in range(3))
     assert a.run("import numpy as np\nnp.save('big.npy', np.ones(100 << 20, np.uint8))\n"
                  "arr = np.load('big.npy', mmap_mode='r')\nprint(int(arr[:10].sum()))").ok
-    fill_mib = (_headroom(service) >> 20) - 120
-    assert filler.run(f"chunk = b'f' * (1 << 20)\nfor k in range(2):\n    with open(f'f{{k}}', 'wb') as f:\n"
-                      f"        for _ in range({fill_mib // 2}): f.write(chunk)").ok
+    _fill_leaving(filler, service, 120)
     results = {}
     grower = threading.Thread(target=lambda: results.setdefault("b", b.run(
         "import time\nx = b'b' * (80 << 20)\ntime.sleep(4)\nprint(len(x) >> 20)")))
