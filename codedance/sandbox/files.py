@@ -162,6 +162,7 @@ def open_own_dir(parent_fd: int, name: str, opened_up: list[tuple[int, int]] | N
 
 _acting = threading.local()  # .owner: whom this thread acts as (`acting_as`); .paused: during a collection
 _NO_CHANGE = 0xFFFFFFFF  # setfsuid(-1) and setfsgid(-1) change nothing and return the current id
+_ROOT_AT_START = os.geteuid() == 0  # only root switches identities (`acting_as`)
 
 
 def _become(uid: int, gid: int) -> None:
@@ -209,9 +210,6 @@ def _collect_as_root(phase: str, _info: dict) -> None:
         elif (paused := getattr(_acting, "paused", None)) is not None:
             _acting.paused = None
             _become(*paused)
-
-
-_ROOT_AT_START = os.geteuid() == 0
 
 
 gc.callbacks.append(_collect_as_root)

@@ -100,8 +100,6 @@ def set_oom_score_adj(pid: int | None, value: int, pidfd: int | None = None) -> 
     return True
 
 
-
-
 def open_inodes(pid: int, device: int) -> set[int]:
     """The inodes on ``device`` that process ``pid`` holds open or has mapped (from its
     ``/proc`` descriptors, each ``stat``ed, never opened, and its ``maps``); what cannot be read
