@@ -475,11 +475,13 @@ class Sandbox:
 
     async def arun(self, code: str, timeout_s: float | None = None) -> ExecResult:
         """`run` without blocking the event loop (in the pool's bounded executor when there is one)."""
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(self._executor, self.run, code, timeout_s)
-        except RuntimeError:  # the pool's executor is shut down: `run` says why (SandboxClosed)
-            return await loop.run_in_executor(None, self.run, code, timeout_s)
+        return await asyncio.get_running_loop().run_in_executor(self._executor_now(), self.run, code, timeout_s)
+
+    def _executor_now(self) -> Executor | None:
+        """The pool's bounded executor, or the loop's default once this sandbox is closing: a
+        pool closes its sandboxes before it shuts its executor down, and a closed sandbox's
+        `run` and `close` need no bound (red team, stop 25: they raised RuntimeError there)."""
+        return None if self._closed else self._executor
 
     def _guarded_step(self, request: bytes, deadline: float, timeout: float) -> ExecResult:
         try:
@@ -911,11 +913,7 @@ class Sandbox:
         return self
 
     async def __aexit__(self, *_exc) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(self._executor, self.close)
-        except RuntimeError:  # the pool's executor is shut down (the pool closed first: red team, stop 25)
-            await loop.run_in_executor(None, self.close)
+        await asyncio.get_running_loop().run_in_executor(self._executor_now(), self.close)
 
     def __del__(self) -> None:
         """A sandbox dropped unclosed is closed by `_close_dropped`'s thread, never here: the

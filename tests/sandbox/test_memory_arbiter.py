@@ -645,7 +645,7 @@ def test_a_step_waits_for_a_closed_sandboxs_files_rather_than_pay_for_them(make,
     hostile, honest = make(timeout_s=60, limits=LIMITS), make(timeout_s=60, limits=LIMITS)
     ready = os.path.join(hostile.workdir, "ready")
     leave_a_huge_tree = ("import os\nfor k in range(4):\n    open(f'data{k}', 'wb').write(b'd' * (50 << 20))\n"
-                         "for i in range(60):\n    os.mkdir(f'd{i}')\n    for j in range(1000):\n"
+                         "for i in range(40):\n    os.mkdir(f'd{i}')\n    for j in range(1000):\n"
                          "        os.mkdir(f'd{i}/{j}', 0)\nopen('ready', 'w').close()\nimport time\ntime.sleep(60)")
     thread = threading.Thread(target=hostile.run, args=(leave_a_huge_tree,))
     thread.start()
