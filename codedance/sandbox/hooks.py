@@ -85,10 +85,10 @@ def preload() -> dict:
     figure.text(0.5, 0.5, "warm-up")
     figure.savefig(io.BytesIO(), format="png")  # the font list and text layout loaded now, not per step
     plt.close("all")
-    # matplotlib empties this cache of opened fonts in every forked child (an FT2Font's file is
-    # shared across a fork), which cost each step's fork ~0.5 ms while the zygote's warm-up font
-    # sat in it: empty here, the child's clearing is free (a step that draws text opens its font
-    # either way)
+    # matplotlib empties this cache of opened fonts in every child of os.fork() (an FT2Font's
+    # file is shared across a fork), which cost each holder's start ~0.5 ms while the zygote's
+    # warm-up font sat in it: empty here, that clearing is free (each step empties it too,
+    # runtime._drop_open_fonts)
     matplotlib.font_manager._get_font.cache_clear()
     Hooks.install()
     from codedance.sandbox import capture, execution, guards  # noqa: F401  (capture, execution: imported once)

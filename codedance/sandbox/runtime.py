@@ -8,7 +8,8 @@ Fork chain (``docs/sandbox.md``):
 - A **holder** is forked per trajectory: it closes everything but its socket, lowers its rlimits,
   switches to the trajectory's own uid, forbids new privileges and loads the seccomp filter
   (``guards``), opens the input images, and says ``ready``. Then it waits for ``run`` messages.
-- Each **step** is a fresh ``fork()`` of the holder, forked ahead as a *spare* that announces
+- Each **step** is a fresh ``fork()`` of the holder (libc's, as a continuation of its program:
+  `_fork_continuation`), forked ahead as a *spare* that announces
   itself (``spare``) at once and then waits for its code; it runs the snippet,
   sends its ``result``, and at once acts as the next holder: it forks its own spare step process
   (off the critical path of the next step, while the controller checks and checkpoints) and waits
@@ -39,6 +40,7 @@ from codedance.sandbox import protocol
 from codedance.sandbox.hooks import Hooks, preload
 
 _LIBC = ctypes.CDLL(None)
+_LIBC_FORK = ctypes.PyDLL(None, use_errno=True).fork  # PyDLL: the GIL stays held, as in os.fork()
 
 _MAX_CONTROL_MESSAGE = 1 << 16
 
@@ -217,7 +219,7 @@ def _serve(conn: socket.socket, namespace: dict, request: dict, pristine_builtin
         if wait_for_resume:  # a "run" sent to a spare that died before reading it is stale: dropped
             _expect(reader, "resume", stale=("run",))
         try:
-            pid = os.fork()
+            pid = _fork_continuation()
         except OSError as exc:  # no memory (the service is full) or pids left: a step that could not start
             protocol.send(conn, {"op": "step_done", "wait_status": 0, "fork_errno": exc.errno or 0})
             wait_for_resume = True
@@ -234,6 +236,28 @@ def _serve(conn: socket.socket, namespace: dict, request: dict, pristine_builtin
         _, status = os.waitpid(pid, 0)
         protocol.send(conn, {"op": "step_done", "wait_status": status})
         wait_for_resume = True
+
+
+def _fork_continuation() -> int:
+    """``fork()`` for the next step: a continuation of this process's program, not a new program.
+
+    ``os.fork()`` runs the interpreter's after-fork work in the child, and for a step that is
+    wrong as well as slow. Wrong: a step continues its holder as a notebook's next cell continues
+    its kernel, but the ``os.register_at_fork`` hooks treat it as a new process: ``random``
+    re-seeded its generator in every step, so ``random.seed(0)`` held for one step only, and a
+    rolled-back step's draws were not rolled back. Slow: the hooks' and the runtime's first
+    touches of the interpreter's pages cost ~230 copy-on-write faults (~0.85 ms) in every step.
+
+    libc's ``fork()`` alone is sound here because this process has one thread (a commit refuses
+    a step that leaves threads, and checks the holder too): the locks that the after-fork work
+    renews cannot be held by a thread the child lacks, and the thread's identity is unchanged.
+    Code a step runs that forks (``os.fork``, multiprocessing) gets the full after-fork work.
+    Not handled: a third-party hook that must run between steps (none known: matplotlib's font
+    cache, the one in the preloaded libraries, is emptied by each step itself, `_collect`)."""
+    pid = _LIBC_FORK()
+    if pid < 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    return pid
 
 
 def _expect(reader: protocol.Reader, op: str, stale: tuple[str, ...] = ()) -> dict:
@@ -341,6 +365,7 @@ class _PreparedStep:
             collector.add_figure(plt.figure(number), "open figure")
         if figures:
             plt.close("all")
+        _drop_open_fonts()
         after = capture.list_image_files(self.workdir)
         for path, stamp in sorted(after.items()):
             if self.images_before.get(path) != stamp:
@@ -352,6 +377,18 @@ class _PreparedStep:
         sources = [{"width": w, "height": h, "source": s} for _, w, h, s in collector.images]
         return {"stdout": self.out.value(), "stderr": self.err.value(), "images": sources,
                 "notes": collector.finish_notes()}
+
+
+def _drop_open_fonts() -> None:
+    """Close the fonts matplotlib keeps open (its ``_get_font`` cache), so no later step finds
+    them: an open font file's offset is shared by every process of the chain, so a step that
+    failed after reading glyphs would leave the next step's copy reading at the wrong place.
+    (``os.fork()`` would empty the cache in each child; the steps' fork does not,
+    `_fork_continuation`.) Free when the step drew no text."""
+    from matplotlib import font_manager
+
+    if font_manager._get_font.cache_info().currsize:
+        font_manager._get_font.cache_clear()
 
 
 _cwd = ""  # the directory the holder works in, by path (the working directory at first)

@@ -3,6 +3,8 @@ rollback and persistence that the checks do not spell out."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from codedance.sandbox.checks import CHECKS, _Context, example_image
@@ -28,6 +30,38 @@ def test_rollback_of_imports_chdir_and_rng(make):
     assert failed.status is ExecStatus.ERROR and failed.rolled_back
     after = sb2.run("print(np.random.randint(10**9))\nprint('json' in globals(), os.path.basename(os.getcwd()))")
     assert after.stdout.splitlines() == [expected.stdout.strip(), "False work"]
+
+
+def test_the_random_module_continues_from_step_to_step_and_rolls_back(make):
+    """A step continues its holder's program (`runtime._fork_continuation`), as a notebook's
+    next cell does: a seed set in one step holds in the next, a failed step's draws are rolled
+    back, and trajectories that never seed still draw differently (each holder is re-seeded)."""
+    sb = make()
+    assert sb.run("import random\nrandom.seed(0)").ok
+    failed = sb.run("print(random.random())\nraise KeyError('x')")
+    assert failed.status is ExecStatus.ERROR and failed.rolled_back
+    after = sb.run("print(random.random())\nprint(random.random())")
+    seeded = random.Random(0)
+    expected = [repr(seeded.random()), repr(seeded.random())]
+    assert failed.stdout.strip() == expected[0]
+    assert after.stdout.splitlines() == expected
+    unseeded = {make().run("import random\nprint(random.random())").stdout for _ in range(2)}
+    assert len(unseeded) == 2
+
+
+def test_fonts_a_step_opened_are_closed_before_the_next_step(make):
+    """An open font file's offset is shared by the whole fork chain, so no step leaves one open
+    for the next (`runtime._drop_open_fonts`); text still draws the same after a failed step."""
+    sb = make()
+    draw = ("import matplotlib.pyplot as plt\nfrom matplotlib import font_manager\n"
+            "fig = plt.figure(figsize=(2, 1), dpi=50)\nfig.text(0.1, 0.4, 'Text 42')\n")
+    first = sb.run(draw)
+    assert first.ok and len(first.images) == 1
+    assert sb.run("print(font_manager._get_font.cache_info().currsize)").stdout.strip() == "0"
+    failed = sb.run(draw + "fig.canvas.draw()\nraise KeyError('x')")
+    assert failed.status is ExecStatus.ERROR
+    again = sb.run(draw)
+    assert again.ok and again.images[0].png == first.images[0].png
 
 
 def test_directories_that_lock_their_owner_out_survive_a_rollback(make):
