@@ -65,6 +65,10 @@ def _hostile_waitpid(pid, options, _real=_real_waitpid):
 os.waitpid = _hostile_waitpid
 """
 
+# A committed step that patches how its holder forks each next step process (the runtime runs
+# as __main__); the patch's code goes on from `_runtime` and `_fork`, the real fork.
+RUNTIME_FORK = "import os, sys\n_runtime = sys.modules['__main__']\n_fork = _runtime._fork_continuation\n"
+
 
 def hostile(action: str) -> str:
     """A snippet that, once committed, makes the holder run ``action`` (defining ACTION)."""
@@ -686,9 +690,9 @@ def test_an_idle_trajectory_runs_nothing(jail):
     sandbox = jail(timeout_s=3.0)
     if sandbox._cgroup is None or not sandbox._cgroup.can_freeze:
         pytest.skip("no freezer on this host")
-    patch = ("import os\n_fork = os.fork\ndef fork():\n    pid = _fork()\n    if pid == 0:\n"
-             "        os.setsid()\n        while True: pass\n    os.fork = _fork\n    return pid\n"
-             "os.fork = fork\n")
+    patch = (RUNTIME_FORK + "def fork():\n    pid = _fork()\n    if pid == 0:\n"
+             "        os.setsid()\n        while True: pass\n    _runtime._fork_continuation = _fork\n"
+             "    return pid\n_runtime._fork_continuation = fork\n")
     assert sandbox.run(patch).ok  # the spinning spare is the step's only child: allowed
     with sandbox._lock:  # the idle freezer reaps it too
         sandbox._reap_dying(time.monotonic() + 5.0)  # the replaced holder, killed at the commit
@@ -754,12 +758,13 @@ def test_processes_racing_to_announce_themselves_are_bounded(jail):
     sandbox = jail(timeout_s=10.0)
     patch = ("import codedance.sandbox.protocol as P, os, struct, time\n_orig = P.send\n"
              "def _evil(sock, body, blobs=(), deadline=None):\n"
-             "    if body.get('op') == 'started':\n"
+             "    if body.get('op') == 'spare':\n"
              "        chunk = struct.pack('>I', 65400) + b'{' + b' ' * 65000\n"
              "        for _ in range(300):\n"
              "            pid = os.fork()\n"
              "            if pid == 0:\n                os.write(sock.fileno(), chunk)\n                os._exit(0)\n"
              "            os.waitpid(pid, 0)\n"
+             "        open('raced', 'w').close()\n"
              "    return _orig(sock, body, blobs, deadline)\nP.send = _evil\n")
     assert sandbox.run(patch).ok
     peak = []
@@ -770,7 +775,7 @@ def test_processes_racing_to_announce_themselves_are_bounded(jail):
         peak.append(sum(len(b) for b in sandbox._reader._buffers.values()))
 
     sandbox._reader._read_some = watched
-    assert sandbox.run("print('ran')").stdout == "ran\n"
+    assert sandbox.run("print('ran', os.path.exists('raced'))").stdout == "ran True\n"
     assert max(peak) < 64 << 10
 
 
@@ -816,10 +821,9 @@ def test_a_holder_that_cannot_fork_reports_a_step_that_could_not_start(jail):
     Simulated by a committed step whose runtime's fork fails once."""
     sandbox = jail()
     expected = prepare_state(sandbox)
-    patch = ("import errno, os\n_real_fork = os.fork\n"
-             "def _fork_failing_once():\n    os.fork = _real_fork\n"
+    patch = (RUNTIME_FORK + "import errno\ndef _fork_failing_once():\n    _runtime._fork_continuation = _fork\n"
              "    raise OSError(errno.ENOMEM, 'Cannot allocate memory')\n"
-             "os.fork = _fork_failing_once")
+             "_runtime._fork_continuation = _fork_failing_once")
     assert sandbox.run(patch).ok
     result = sandbox.run("print('never runs')")
     assert result.status is ExecStatus.OOM and result.rolled_back, result
@@ -894,7 +898,8 @@ def test_a_step_that_times_out_before_its_spare_is_forked_rolls_back_and_keeps_t
     holder waited for it and never reported, and at the recovery deadline the trajectory was
     lost. A holder slow to fork (here a committed step made it so) stands for that moment."""
     sandbox = jail(limits=Limits(recovery_s=10.0))
-    slow = "import os, time\n_fork = os.fork\ndef _slow_fork():\n    time.sleep(0.4)\n    return _fork()\nos.fork = _slow_fork\nx = 41"
+    slow = (RUNTIME_FORK + "import time\ndef _slow_fork():\n    time.sleep(0.4)\n    return _fork()\n"
+            "_runtime._fork_continuation = _slow_fork\nx = 41")
     assert sandbox.run(slow).ok
     started = time.monotonic()
     timed_out = sandbox.run("x += 1", timeout_s=0.1)
