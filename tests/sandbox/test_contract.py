@@ -49,6 +49,19 @@ def test_the_random_module_continues_from_step_to_step_and_rolls_back(make):
     assert len(unseeded) == 2
 
 
+def test_steps_forked_as_continuations_run_threads_asyncio_and_forks(make):
+    """Steps are forked without the interpreter's after-fork work (`runtime._fork_continuation`):
+    threads, a thread pool, an event loop and an ordinary fork still work, step after step."""
+    sb = make()
+    code = ("import asyncio, os\nfrom concurrent.futures import ThreadPoolExecutor\n"
+            "with ThreadPoolExecutor(2) as pool:\n    total = sum(pool.map(abs, range(-5, 5)))\n"
+            "value = asyncio.run(asyncio.sleep(0, result=7))\npid = os.fork()\nif pid == 0:\n    os._exit(3)\n"
+            "print(total, value, os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))")
+    for _ in range(3):
+        result = sb.run(code)
+        assert result.ok and result.stdout == "25 7 3\n", result
+
+
 def test_fonts_a_step_opened_are_closed_before_the_next_step(make):
     """An open font file's offset is shared by the whole fork chain, so no step leaves one open
     for the next (`runtime._drop_open_fonts`); text still draws the same after a failed step."""
