@@ -21,7 +21,11 @@ The seccomp filter (libseccomp through PyPI ``pyseccomp``) returns ``EPERM`` for
   ``io_uring_*`` (its operations, sockets and connects included, bypass the syscall filter);
   ``shutdown`` and ``setsockopt`` (a step shares the holder's socket: either would break it for
   the holder too); ``fcntl``/``ioctl`` that arm signal-driven I/O (``F_SETOWN``, ``F_SETOWN_EX``,
-  ``F_SETSIG``, ``O_ASYNC``, ``FIOASYNC``, ``FIOSETOWN``, ``SIOCSPGRP``: a SIGIO to the holder);
+  ``F_SETSIG``, ``O_ASYNC``, ``FIOASYNC``, ``FIOSETOWN``, ``SIOCSPGRP``: a SIGIO to the holder),
+  ``F_NOTIFY`` (directory notification, the old interface to what inotify tells: a SIGIO for
+  each read of a shared read-only tree showed which modules a neighbour imported and when the
+  host read a file in ``/etc``) and ``F_SETLEASE`` (a lease left on a committed file made the
+  controller's checkpoint open fail halfway, and the trajectory was lost) (red team, stop 26);
 - kernel objects that outlive a process and escape the rollback: System V shared memory,
   semaphores and message queues, POSIX message queues;
 - other processes: ``prlimit64`` on any pid but 0 (itself; compared on all 64 bits, so no high
@@ -122,7 +126,7 @@ DENIED_SYSCALLS = (
     "removexattr", "lremovexattr", "fremovexattr", "removexattrat",
 )  # fmt: skip
 _SYSCALL_NUMBERS = 512  # x86-64's table is below this (x32 numbers, bit 30 set, are another arch)
-_F_SETFL, _F_SETOWN, _F_SETSIG, _F_SETOWN_EX = 4, 8, 10, 15
+_F_SETFL, _F_SETOWN, _F_SETSIG, _F_SETOWN_EX, _F_SETLEASE, _F_NOTIFY = 4, 8, 10, 15, 1024, 1026
 _PROT_WRITE = 0x2
 _MSG_OOB = 0x1
 _MAP_SHARED, _MAP_SHARED_VALIDATE, _MAP_TYPE, _MAP_ANONYMOUS = 0x01, 0x03, 0x03, 0x20
@@ -219,7 +223,7 @@ def install_seccomp() -> None:
     low32 = 0xFFFFFFFF
     rules.add_rule(deny, "prlimit64", seccomp.Arg(0, seccomp.NE, 0))
     rules.add_rule(deny, "prctl", seccomp.Arg(0, seccomp.MASKED_EQ, low32, _PR_SET_DUMPABLE))
-    for command in (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX):
+    for command in (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX, _F_SETLEASE, _F_NOTIFY):
         rules.add_rule(deny, "fcntl", seccomp.Arg(1, seccomp.MASKED_EQ, low32, command))
     rules.add_rule(deny, "fcntl", seccomp.Arg(1, seccomp.MASKED_EQ, low32, _F_SETFL),
                    seccomp.Arg(2, seccomp.MASKED_EQ, _O_ASYNC, _O_ASYNC))

@@ -38,14 +38,14 @@ class Remover:
         self._start_lock = threading.Lock()
         self._stopping = False
 
-    def discard(self, path: str) -> None:
-        """Remove ``path`` (a directory the controller made) within ``inline_s``, and what is
-        left in the background; all of it at once after `stop`."""
+    def discard(self, path: str, inline_s: float | None = None) -> None:
+        """Remove ``path`` (a directory the controller made) within ``inline_s`` (the remover's
+        own by default), and what is left in the background; all of it at once after `stop`."""
         if self._stopping:
             remove_tree(path)
             return
         try:
-            remove_tree(path, time.monotonic() + self.inline_s)
+            remove_tree(path, time.monotonic() + (self.inline_s if inline_s is None else inline_s))
         except DeadlinePassed:
             with self._left_lock:
                 self._left += 1

@@ -824,9 +824,14 @@ class Sandbox:
                 self._memory_mark, self._mark_before_answer = self._mark_before_answer, None
 
     def _lose(self, why: str) -> ExecResult:
-        """Give the trajectory up: kill all its processes; later steps return crashed."""
+        """Give the trajectory up: kill all its processes and hand its working directory to the
+        service's remover (a lost trajectory is out of the OOM arbiter's ranking, so the files a
+        failed step left there kept the service full until close(), and an honest neighbour paid:
+        red team, stop 26); later steps return crashed."""
         self._lost = f"{why}; the trajectory's state is lost: start a new sandbox"
         self._kill_all(timeout_s=min(5.0, max(0.5, self._recovery_deadline - time.monotonic())))  # run's bound
+        with contextlib.suppress(OSError):
+            self.service.remover.discard(self.workdir, inline_s=0.0)  # within the run's bound too
         return ExecResult(status=ExecStatus.CRASHED, notes=(self._lost,))
 
     def _kill_all(self, timeout_s: float = 5.0) -> None:

@@ -275,6 +275,43 @@ def test_signal_driven_io_and_prlimit_on_the_holder_are_denied(jail):
     assert_state_intact(sandbox, expected)
 
 
+def test_a_lost_trajectorys_files_go_at_once_not_at_close(jail):
+    """Red team, stop 26: a lost trajectory kept its working directory (with whatever its failed
+    step left there) until close(), charged to the service while out of the OOM arbiter's
+    ranking, so an honest neighbour paid for it. Its files now go to the remover at once."""
+    sandbox = jail()
+    patch = ("import sys, os\n_runtime = sys.modules['__main__']\n_real = _runtime._expect\n"
+             "def _quit_on_resume(reader, op, stale=()):\n    if op == 'resume':\n        os._exit(0)\n"
+             "    return _real(reader, op, stale)\n_runtime._expect = _quit_on_resume\n"
+             "open('committed', 'wb').write(b'c' * (1 << 20))")
+    assert sandbox.run(patch).ok
+    failed = sandbox.run("os.makedirs('left/by/the/failed/step')\nraise ValueError('x')")
+    lost = sandbox.run("x = 1") if failed.status is ERROR else failed  # the holder quits as it resumes
+    assert lost.status is CRASHED and "lost" in lost.notes[-1], lost
+    deadline = time.monotonic() + 10
+    while os.path.exists(sandbox.workdir) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(sandbox.workdir)
+
+
+@x86_64
+def test_directory_notification_and_leases_are_denied(jail):
+    """Red team, stop 26: ``F_NOTIFY`` on the shared read-only trees sent a SIGIO for each read
+    there, a neighbour's imports and the host's reads of /etc included; a lease (``F_SETLEASE``)
+    left on a committed file made the checkpoint's open fail and the trajectory was lost. Both
+    are refused (high bits in the command change nothing: the kernel reads an int); other
+    ``fcntl`` commands work."""
+    sandbox = jail()
+    code = ("import ctypes, fcntl, os\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+            "directory = os.open(os.path.dirname(os.__file__), os.O_RDONLY)\nmine = os.open('f', os.O_WRONLY | os.O_CREAT)\n"
+            "out = []\nfor fd, command, arg in ((directory, 1026, 0x80000001), (mine, 1024, 1), (directory, 1026 | (1 << 32), 1)):\n"
+            "    r = libc.syscall(72, fd, ctypes.c_long(command), ctypes.c_long(arg))\n"
+            "    out.append(ctypes.get_errno() if r == -1 else 'allowed')\n"
+            "out.append(fcntl.fcntl(mine, fcntl.F_GETFL) & os.O_WRONLY)\nprint(out)")  # fmt: skip
+    result = sandbox.run(code)
+    assert result.ok and result.stdout == "[1, 1, 1, 1]\n", result
+
+
 @x86_64
 def test_no_step_can_make_itself_dumpable_again(jail):
     """Red team, stop 24: ``prctl(PR_SET_DUMPABLE, 1)`` then a crash would, with a piped

@@ -357,6 +357,45 @@ def test_removing_a_tree_deeper_than_the_path_limit(tmp_path):
     assert not root.exists()
 
 
+def test_removing_a_wide_tree_lists_each_directory_once(tmp_path, monkeypatch):
+    """Red team, stop 26: the removal listed a directory again from the start after each
+    subdirectory it removed (a wide tree took 23x the time). Now one listing per directory
+    (empty subdirectories need none), the levels' descriptors bounded, whatever the shape."""
+    from codedance.sandbox import files
+
+    root = tmp_path / "root"
+    for index in range(300):
+        (root / f"full-{index}" / "inner").mkdir(parents=True)
+        (root / f"full-{index}" / "inner" / "file").write_text("x")
+        (root / f"empty-{index}").mkdir()
+    deep = tmp_path / "deep"
+    for _ in range(3 * files._MAX_OPEN_LEVELS):  # lifted to the top, found by listing the top again
+        deep = deep / "d"
+    deep.mkdir(parents=True)
+    listings, open_now, most_open = [], [0], [0]
+    real_scandir, real_open, real_close = os.scandir, os.open, os.close
+    monkeypatch.setattr(files.os, "scandir", lambda fd: listings.append(fd) or real_scandir(fd))
+
+    def counting_open(*args, **kwargs):
+        fd = real_open(*args, **kwargs)
+        open_now[0] += 1
+        most_open[0] = max(most_open[0], open_now[0])
+        return fd
+
+    def counting_close(fd):
+        open_now[0] -= 1
+        real_close(fd)
+
+    monkeypatch.setattr(files.os, "open", counting_open)
+    monkeypatch.setattr(files.os, "close", counting_close)
+    remove_tree(str(root))
+    assert not root.exists()
+    assert len(listings) == 1 + 300 * 2, len(listings)  # the root, each full-* and each inner
+    remove_tree(str(tmp_path / "deep"))
+    assert not (tmp_path / "deep").exists()
+    assert most_open[0] <= files._MAX_OPEN_LEVELS + 2
+
+
 def test_bounded_text_keeps_head_and_tail():
     stream = BoundedText(head=10, tail=5)
     for piece in ("0123456789", "abcdefghij", "KLMNO"):
