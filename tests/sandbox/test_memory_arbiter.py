@@ -638,10 +638,23 @@ def test_the_arbiter_runs_in_a_controller_that_holds_over_1024_descriptors():
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def test_a_step_waits_for_a_closed_sandboxs_files_rather_than_pay_for_them(make, service):
+def test_a_step_waits_for_a_closed_sandboxs_files_rather_than_pay_for_them(make, service, monkeypatch):
     """Review, stop 25: close() leaves a huge working directory to the background remover, whose
     files stay charged until removed; the arbiter stopped an honest step for that memory. It
-    waits for them instead, and the step runs once they are gone."""
+    waits for them instead, and the step runs once they are gone. (Removal is fast since stop 26,
+    ~300,000 directories a second: a tree that takes seconds would not fit in this service, so
+    the remover's thread is made to start 2 s late, and close() hands it everything.)"""
+    from codedance.sandbox import remover
+
+    real_remove_tree = remover.remove_tree
+
+    def late_remove_tree(path, deadline=None, stop=None):
+        if deadline is None:  # the remover's thread
+            time.sleep(2.0)
+        return real_remove_tree(path, deadline, stop)
+
+    monkeypatch.setattr(remover, "remove_tree", late_remove_tree)
+    monkeypatch.setattr(service.remover, "inline_s", 0.0)
     hostile, honest = make(timeout_s=60, limits=LIMITS), make(timeout_s=60, limits=LIMITS)
     ready = os.path.join(hostile.workdir, "ready")
     leave_a_huge_tree = ("import os\nfor k in range(4):\n    open(f'data{k}', 'wb').write(b'd' * (50 << 20))\n"
@@ -653,7 +666,7 @@ def test_a_step_waits_for_a_closed_sandboxs_files_rather_than_pay_for_them(make,
         if os.path.exists(ready):
             break
         time.sleep(0.01)
-    hostile.close()  # the directories take seconds to remove: the rest goes to the background
+    hostile.close()  # everything goes to the background (inline_s 0), removed 2 s later
     thread.join(30)
     assert service.remover.busy(), "the working directory was removed within close(): nothing to test"
     need_mib = (_headroom(service) >> 20) + 100  # fits only once the closed sandbox's files are gone
