@@ -349,19 +349,36 @@ def remove(dir_fd: int, name: str, clock: _Clock | None = None, is_dir: bool = F
 
 def _remove_entry(dir_fd: int, name: str, is_dir: bool) -> bool:
     """Remove ``name`` of ``dir_fd`` if it is not a directory, or an empty one (gone already:
-    done); False for a directory that is not empty. ``is_dir`` says which call to try first."""
-    for remove_call in ((os.rmdir, os.unlink) if is_dir else (os.unlink, os.rmdir)):
+    done); False for a directory that is not empty. ``is_dir`` says which call to try first; the
+    other is tried when the first says the entry is of the other kind."""
+    first, second = (os.rmdir, os.unlink) if is_dir else (os.unlink, os.rmdir)
+    try:
+        return _removed(first, dir_fd, name)
+    except OSError as exc:
+        if exc.errno not in _OTHER_KIND:
+            raise
         try:
-            remove_call(name, dir_fd=dir_fd)
-            return True
-        except FileNotFoundError:
-            return True
-        except OSError as exc:
-            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                return False
-            if exc.errno not in (errno.EISDIR, errno.EPERM, errno.ENOTDIR):
-                raise
-    raise IsADirectoryError(errno.EISDIR, f"{name!r} changed kind while it was being removed")
+            return _removed(second, dir_fd, name)
+        except OSError as again:
+            # both say "the other kind": the first one's error is the real one (EPERM from
+            # unlink in a sticky directory, say); otherwise the second call's
+            raise (exc if again.errno in _OTHER_KIND else again) from None
+
+
+_OTHER_KIND = (errno.EISDIR, errno.EPERM, errno.ENOTDIR)  # unlink of a directory, rmdir of a file
+
+
+def _removed(call: Callable[..., None], dir_fd: int, name: str) -> bool:
+    """``call(name, dir_fd=dir_fd)``: True once gone, False for a directory not empty."""
+    try:
+        call(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            return False
+        raise
+    return True
 
 
 def remove_tree(path: str, deadline: float | None = None, stop: Callable[[], bool] | None = None) -> None:

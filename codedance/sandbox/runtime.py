@@ -35,6 +35,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 
 from codedance.sandbox import protocol
 from codedance.sandbox.hooks import Hooks, preload
@@ -248,16 +249,41 @@ def _fork_continuation() -> int:
     rolled-back step's draws were not rolled back. Slow: the hooks' and the runtime's first
     touches of the interpreter's pages cost ~230 copy-on-write faults (~0.85 ms) in every step.
 
-    libc's ``fork()`` alone is sound here because this process has one thread (a commit refuses
-    a step that leaves threads, and checks the holder too): the locks that the after-fork work
-    renews cannot be held by a thread the child lacks, and the thread's identity is unchanged.
+    libc's ``fork()`` alone is sound when this process has one thread: the locks that the
+    after-fork work renews (the GIL's among them) cannot be held by a thread the child lacks,
+    and the thread's identity is unchanged. An honest holder has one (a commit refuses a step
+    that leaves threads, and checks the holder too), but this fork comes right after the step's
+    reply, before that check, and a thread the snippet joined may not have ended in the kernel
+    yet (review, stop 26: in half of such forks on 3.11; a libc fork beside a thread waiting for
+    the GIL hung 1 child in 8): so the kernel's count is read first (``/proc/self/task``), waited
+    for a few milliseconds, and ``os.fork()`` is used while it is not 1.
     Code a step runs that forks (``os.fork``, multiprocessing) gets the full after-fork work.
-    Not handled: a third-party hook that must run between steps (none known: matplotlib's font
-    cache, the one in the preloaded libraries, is emptied by each step itself, `_collect`)."""
+    Not run between steps, then: every library's after-fork hook (``random``'s re-seed,
+    ``threading``'s and ``logging``'s lock renewals; once a snippet imports them, torch's thread
+    set-up, importlib_metadata's, fsspec's, filelock's, huggingface_hub's and IPython's
+    clean-ups); matplotlib's, the one in the preloaded libraries that matters (its cached fonts
+    share file offsets across the chain), is done by each step itself (`_drop_open_fonts`)."""
+    if not _one_thread():
+        return os.fork()
     pid = _LIBC_FORK()
     if pid < 0:
         raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
     return pid
+
+
+def _one_thread(wait_s: float = 0.005) -> bool:
+    """Whether the kernel counts one thread in this process, waiting up to ``wait_s`` for a
+    thread that is ending (a directory of a process's threads has 2 links plus one per thread);
+    False where /proc cannot say."""
+    deadline = time.monotonic() + wait_s
+    try:
+        while os.stat("/proc/self/task").st_nlink != 3:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.0002)
+    except OSError:
+        return False
+    return True
 
 
 def _expect(reader: protocol.Reader, op: str, stale: tuple[str, ...] = ()) -> dict:

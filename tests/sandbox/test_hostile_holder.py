@@ -789,20 +789,23 @@ def test_each_trajectory_has_a_cpu_quota(jail):
 
 
 def test_processes_racing_to_announce_themselves_are_bounded(jail):
-    """A patched spare forks many children that each leave an incomplete message before the
-    step announces itself: the controller keeps at most a few hundred bytes each, for a bounded
-    number of them, and the step still runs."""
+    """A patched spare forks many children that each leave an incomplete message while the
+    controller waits for the step's reply: it keeps at most a few hundred bytes each, for a
+    bounded number of them, and the step still runs."""
     sandbox = jail(timeout_s=10.0)
-    patch = ("import codedance.sandbox.protocol as P, os, struct, time\n_orig = P.send\n"
-             "def _evil(sock, body, blobs=(), deadline=None):\n"
-             "    if body.get('op') == 'spare':\n"
+    # the race starts once a spare has its code (so the step the patch is in has been
+    # committed: racers alive while a commit is checked would refuse it, review stop 26)
+    patch = (SOCKET_FD + "import struct, sys\n_runtime = sys.modules['__main__']\n_real = _runtime._expect\n"
+             "def _racing(reader, op, stale=()):\n"
+             "    body = _real(reader, op, stale)\n"
+             "    if op == 'run':\n"
              "        chunk = struct.pack('>I', 65400) + b'{' + b' ' * 65000\n"
              "        for _ in range(300):\n"
              "            pid = os.fork()\n"
-             "            if pid == 0:\n                os.write(sock.fileno(), chunk)\n                os._exit(0)\n"
+             "            if pid == 0:\n                os.write(_socket_fd(), chunk)\n                os._exit(0)\n"
              "            os.waitpid(pid, 0)\n"
              "        open('raced', 'w').close()\n"
-             "    return _orig(sock, body, blobs, deadline)\nP.send = _evil\n")
+             "    return body\n_runtime._expect = _racing\n")
     assert sandbox.run(patch).ok
     peak = []
     real_read = sandbox._reader._read_some

@@ -396,6 +396,20 @@ def test_removing_a_wide_tree_lists_each_directory_once(tmp_path, monkeypatch):
     assert most_open[0] <= files._MAX_OPEN_LEVELS + 2
 
 
+def test_a_step_is_forked_with_libc_only_while_the_kernel_counts_one_thread():
+    """Review, stop 26: the spare is forked right after the step's reply, and a thread the
+    snippet joined may not have ended in the kernel yet; libc's fork beside a live thread can
+    hang the child, so `runtime._one_thread` reads the kernel's count (in a process of its own:
+    this one runs the tests' service threads)."""
+    code = ("import threading\nfrom codedance.sandbox import runtime\nassert runtime._one_thread()\n"
+            "stop = threading.Event()\nthread = threading.Thread(target=stop.wait)\nthread.start()\n"
+            "assert not runtime._one_thread(wait_s=0.01)\nstop.set()\nthread.join()\n"
+            "assert runtime._one_thread(wait_s=1.0)\nprint('ok')")
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert done.stdout == "ok\n", done.stderr
+
+
 def test_bounded_text_keeps_head_and_tail():
     stream = BoundedText(head=10, tail=5)
     for piece in ("0123456789", "abcdefghij", "KLMNO"):
