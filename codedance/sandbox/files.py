@@ -347,6 +347,9 @@ def remove(dir_fd: int, name: str, clock: _Clock | None = None, is_dir: bool = F
             os.close(level_fd)
 
 
+_OTHER_KIND = (errno.EISDIR, errno.EPERM, errno.ENOTDIR)  # unlink of a directory, rmdir of a file
+
+
 def _remove_entry(dir_fd: int, name: str, is_dir: bool) -> bool:
     """Remove ``name`` of ``dir_fd`` if it is not a directory, or an empty one (gone already:
     done); False for a directory that is not empty. ``is_dir`` says which call to try first; the
@@ -363,9 +366,6 @@ def _remove_entry(dir_fd: int, name: str, is_dir: bool) -> bool:
             # both say "the other kind": the first one's error is the real one (EPERM from
             # unlink in a sticky directory, say); otherwise the second call's
             raise (exc if again.errno in _OTHER_KIND else again) from None
-
-
-_OTHER_KIND = (errno.EISDIR, errno.EPERM, errno.ENOTDIR)  # unlink of a directory, rmdir of a file
 
 
 def _removed(call: Callable[..., None], dir_fd: int, name: str) -> bool:

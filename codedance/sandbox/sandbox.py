@@ -451,13 +451,10 @@ class Sandbox:
         """The arbiter stopped this run's step: say so; lose the trajectory if the rollback did
         not give the growth back (its holder grew)."""
         if self._memory_escalated:
-            lost = self._lose("the trajectory went on holding memory after its step was stopped for the "
+            # (`_lose` hands its files to the remover at once: left charged until close(),
+            # neighbours' writes and forks failed, review, stop 24)
+            return self._lose("the trajectory went on holding memory after its step was stopped for the "
                               "service's memory (its holder, or a process its step left, kept it)")
-            # its files go now, not at close(): until then they stay charged, and neighbours'
-            # writes and forks fail (review, stop 24); what is left at the run's deadline goes at close()
-            with contextlib.suppress(files.DeadlinePassed, OSError):
-                files.remove_tree(self.workdir, self._recovery_deadline)
-            return lost
         if self._lost is not None or not result.rolled_back:
             return result
         growth = self.memory_growth()
