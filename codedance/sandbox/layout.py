@@ -20,7 +20,15 @@ import os
 from dataclasses import dataclass
 
 from codedance.sandbox.inputs import ImageInput, write_inputs
-from codedance.sandbox.service import SINGLE_THREADED
+
+# one thread per step: a step that leaves threads alive is refused, and steps are bounded by cores
+SINGLE_THREADED = {
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "NUMEXPR_NUM_THREADS": "1",
+    "VECLIB_MAXIMUM_THREADS": "1",
+}
 
 
 @dataclass(frozen=True)

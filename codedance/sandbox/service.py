@@ -50,19 +50,12 @@ from codedance.sandbox.isolation import (
     may_raise_file_max,
     seccomp_problem,
 )
+from codedance.sandbox.layout import SINGLE_THREADED, Limits
 from codedance.sandbox.remover import Remover
 from codedance.sandbox.thaw_on_exit import ThawOnExit
 
 CREATION_WAIT_S = 60.0  # the longest closing waits for sandboxes being created (their start takes ~30 s at most)
 INODE_BYTES = 128  # the work root's tmpfs has one inode slot per this many bytes of its size
-# one thread per step: a step that leaves threads alive is refused, and steps are bounded by cores
-SINGLE_THREADED = {
-    "OPENBLAS_NUM_THREADS": "1",
-    "OMP_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "NUMEXPR_NUM_THREADS": "1",
-    "VECLIB_MAXIMUM_THREADS": "1",
-}
 _ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "LANG": "C.UTF-8",
@@ -199,7 +192,6 @@ class SandboxService:
             except OSError as exc:
                 notes.append(f"the service's cgroups are not recorded in its lock file ({exc}): if it dies "
                              "unclosed, only a sweep run from this controller's own cgroup finds them")
-        from codedance.sandbox.layout import Limits  # here: layout imports this module
 
         # the host's file table: the most trajectories of a service (one uid each, from its block)
         # x their default pids.max x vm.max_map_count (red team, stop 24a)

@@ -370,10 +370,9 @@ def test_a_new_helper_gets_the_holders_oom_score_adj(group, tmp_path, monkeypatc
     helpers): with a value any root may set (raising needs no capability), a new helper takes
     it before its first answer, even when the thread that starts it acts as a trajectory (its
     file-system uid, as a restore's thread does: review, stop 24, helpers stayed at 0 on v2)."""
-    from codedance.sandbox import files
-    from codedance.sandbox import sandbox as sandbox_module
+    from codedance.sandbox import files, procs
 
-    monkeypatch.setattr(sandbox_module, "HOLDER_OOM_SCORE_ADJ", 500)
+    monkeypatch.setattr(procs, "HOLDER_OOM_SCORE_ADJ", 500)
     path, copies = group
     source = tmp_path / "source"
     source.write_bytes(b"y" * MIB)
