@@ -111,8 +111,9 @@ class EvalStage:
 class TinyModel:
     """Model settings. vocab_size … intermediate: the ``tiny`` builder only (``smollm2`` reads its
     sizes from the checkpoint). vision_hidden: the fresh vision tower of ``smollm2``.
-    train_layers: -1 trains every parameter; k ≥ 0 only the top k decoder blocks, the final norm
-    and the vision tower (`codedance.train.smol.freeze_lower`), in SFT and GRPO alike."""
+    train_layers: -1 trains every parameter; k ≥ 0 only the top k decoder blocks and the final
+    norm, and the vision tower only when k covers every block (`codedance.train.smol.freeze_lower`),
+    in SFT and GRPO alike."""
 
     vocab_size: int = 1024
     tokenizer_split: str = "lines"  # "words" (GPT-2 style), "lines" (merges within a line), "lines-digits" (and digits alone)

@@ -98,8 +98,12 @@ def test_forward_with_an_image_and_freezing(smol) -> None:  # type: ignore[no-un
         assert not any(p.requires_grad for p in layers[-3].parameters())
         assert not qwen.model.language_model.embed_tokens.weight.requires_grad
         per_block = sum(p.numel() for p in layers[-1].parameters())
+        norm = qwen.model.language_model.norm.weight.numel()
+        assert n == 2 * per_block + norm
+        # below frozen blocks the vision tower is frozen: its gradient would cross all of them
+        assert not any(p.requires_grad for p in qwen.model.visual.parameters())
         vision = sum(p.numel() for p in qwen.model.visual.parameters())
-        assert n == 2 * per_block + vision + qwen.model.language_model.norm.weight.numel()
+        assert freeze_lower(qwen, len(layers)) == len(layers) * per_block + norm + vision
     finally:
         freeze_lower(qwen, -1)
 
