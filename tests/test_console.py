@@ -90,8 +90,8 @@ def test_sft_takes_presets_files_and_overrides_like_train(tmp_path):
 
 
 def test_a_models_words_and_a_snippets_output_are_shown_as_text_never_markup_or_controls():
-    """Red team, stop 25: a step's output holding "[/bold]" raised MarkupError in the turn view,
-    "[link=...]" drew a link the model chose, and escape sequences reached the terminal."""
+    """A step's output holding "[/bold]" must not raise MarkupError in the turn view, "[link=...]"
+    must not draw a link the model chose, and escape sequences must not reach the terminal."""
     from rich.console import Console
 
     from codedance.cli.console import untrusted
