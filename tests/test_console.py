@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from codedance.cli.console import PIPED_WIDTH, make_console
+
+pytestmark = pytest.mark.tier("integration")
 
 
 def test_piped_output_is_wide_unless_columns_says_otherwise(monkeypatch):

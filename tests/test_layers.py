@@ -25,6 +25,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.tier("unit")
+
 PACKAGE = Path(__file__).resolve().parents[1] / "codedance"
 FLOORS = (
     {"types", "errors", "python_ast"},

@@ -27,6 +27,8 @@ from codedance.rollout import (
 from codedance.sandbox import Sandbox
 from codedance.types import AnswerKind, ExecStatus, Image, StopReason, Task
 
+pytestmark = pytest.mark.tier("integration")
+
 FAST = RetrySettings(max_retries=2, backoff_s=0.01)
 TASK = Task(
     id="t1",

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
+import pytest
+
 from codedance.curate.config import EndpointConfig, FilterConfig
 from codedance.curate.endpoints import Endpoint
 from codedance.curate.filtering import classify
@@ -14,6 +16,8 @@ from codedance.curate.sources import Item, item_key
 from codedance.policy.replay_server import ReplayServer
 from codedance.types import AnswerKind
 from codedance.world import generate
+
+pytestmark = pytest.mark.tier("integration")
 
 
 def _item(kind: AnswerKind) -> Item:

@@ -28,6 +28,8 @@ from codedance.rollout import Episode, EpisodeConfig, arun_episode
 from codedance.sandbox import SandboxPool
 from codedance.world import generate
 
+pytestmark = pytest.mark.tier("integration")
+
 ENDPOINTS = {r: {"url": "http://127.0.0.1:9/v1", "model": "m"} for r in ("weak", "strong", "judge")}
 
 

@@ -23,6 +23,8 @@ from codedance.policy.wire import data_url
 from codedance.rollout import Episode, EpisodeConfig
 from codedance.world import task_set
 
+pytestmark = pytest.mark.tier("integration")
+
 MATHV = Path("/work/shared/data/mathvision-testmini")
 K = 4
 

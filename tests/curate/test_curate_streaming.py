@@ -10,6 +10,7 @@ import json
 import weakref
 from pathlib import Path
 
+import pytest
 from PIL import Image as PILImage
 
 from codedance.curate import parse_config, run_curate
@@ -17,6 +18,8 @@ from codedance.curate.sources import SOURCES, iter_items, register_source
 from codedance.eval.sources import iter_tsv, read_tsv
 from codedance.policy.replay_server import ReplayServer
 from codedance.types import AnswerKind, Image, Task
+
+pytestmark = pytest.mark.tier("integration")
 
 N = 60
 

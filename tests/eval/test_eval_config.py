@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
 from codedance.cli import app
 from codedance.config import load, presets
 from codedance.eval.options import EvalConfig
+
+pytestmark = pytest.mark.tier("unit")
 
 
 def test_presets_files_overrides_and_flags_compose(tmp_path) -> None:  # type: ignore[no-untyped-def]

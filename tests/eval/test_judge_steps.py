@@ -15,6 +15,8 @@ from codedance.eval.judge_steps import (
 from codedance.grading import JudgeClient, JudgeConfig, JudgeVerdictError
 from codedance.policy.replay_server import ReplayServer
 
+pytestmark = pytest.mark.tier("unit")
+
 
 def script(body: dict) -> str:
     prompt = body["messages"][-1]["content"]

@@ -15,6 +15,8 @@ from codedance.policy import OpenAIChatPolicy, RetrySettings, SamplingParams
 from codedance.policy.replay_server import ReplayServer, ServerReply
 from codedance.records import read_jsonl
 
+pytestmark = pytest.mark.tier("integration")
+
 OK_CODE = "<think>look</think><code>\n```python\nprint(input_image.size)\n```\n</code>"
 BAD_CODE = "<think>look</think><code>\n```python\n1/0\n```\n</code>"
 

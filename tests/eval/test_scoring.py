@@ -11,6 +11,8 @@ from codedance.eval.scoring import mathv_equal, score_sample, wemath_letter
 from codedance.eval.spec import get_spec
 from codedance.types import AnswerKind, StopReason, Task, Trajectory, Turn
 
+pytestmark = pytest.mark.tier("unit")
+
 
 def traj(task_id: str, text: str) -> Trajectory:
     from codedance.parsing import parse_message
@@ -97,6 +99,7 @@ def test_mathv_equality():
     assert mathv_equal("0.5", "1/2") and mathv_equal("2\\sqrt{3}", "\\sqrt{12}") and not mathv_equal("7", "8")
 
 
+@pytest.mark.tier("integration")
 def test_every_real_mathvision_gold_scores_right_and_a_wrong_answer_wrong(mathv_root):
     tasks = load_benchmark(get_spec("mathvision_mini"), path=mathv_root, limit=60)
     for t in tasks:

@@ -25,6 +25,8 @@ from codedance.grading import JudgeClient, JudgeConfig
 from codedance.policy.replay_server import ReplayServer, ServerReply
 from codedance.types import StopReason, Trajectory, Turn
 
+pytestmark = pytest.mark.tier("unit")
+
 CASES = [json.loads(line) for line in (Path(__file__).parent / "fixtures" / "vlmevalkit_verdicts.jsonl")
          .read_text(encoding="utf-8").splitlines()]
 SPEC = {"countbench": "countbench", "vstar": "vstar", "hrbench": "hrbench4k", "chartqa": "chartqa",

@@ -30,6 +30,8 @@ from codedance.grading import (
 )
 from codedance.types import AnswerKind, Task
 
+pytestmark = pytest.mark.tier("unit")
+
 
 class FakeJudgeServer:
     def __init__(self) -> None:

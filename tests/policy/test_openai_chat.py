@@ -23,6 +23,8 @@ from codedance.policy import (
 from codedance.policy.replay_server import ReplayServer, ServerReply
 from codedance.types import Image, Message
 
+pytestmark = pytest.mark.tier("unit")
+
 FAST = RetrySettings(max_retries=3, backoff_s=0.01, max_backoff_s=0.05)
 IMAGE = Image.from_pil(PILImage.new("RGB", (28, 28), "blue"), origin="input:0")
 CONVERSATION = (

