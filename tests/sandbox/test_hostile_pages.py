@@ -1,0 +1,241 @@
+"""Shared page cache against its first reader: no step locks it, probes it or evicts it.
+
+A page of a shared read-only file (site-packages, the system's libraries) is charged to the
+memory group of whoever read it first: a neighbour, the controller, the host. Locked by a step,
+it would leave its owner's reclaimable cache, escape ``memory_total`` and read as the owner's
+growth to the OOM arbiter; probed with ``RWF_NOWAIT`` it shows which modules a neighbour
+imported. Hostile code runs only in sandboxes from the ``jail`` fixture (PID namespace and
+seccomp asserted first); the layer tests fork a child of the test that loads one guard alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import glob
+import mmap
+import os
+import resource
+
+import matplotlib
+import pytest
+
+from codedance.sandbox import guards
+
+# shared read-only files the jail sees (site-packages): Matplotlib's fonts (7 MiB, read whole by
+# few), and the largest library of OpenCV (80 MiB, of which a step maps a few MiB)
+_SITE = os.path.dirname(os.path.dirname(matplotlib.__file__))
+FONTS = sorted(glob.glob(os.path.join(_SITE, "matplotlib/mpl-data/fonts/ttf/*.ttf")))
+LARGE = max(glob.glob(os.path.join(_SITE, "cv2/*.so")), key=os.path.getsize)
+MiB = 1 << 20
+_MAP_LOCKED, _RWF_NOWAIT = 0x2000, 0x8
+
+# maps shared files read-only and private (as any reader may) and tries every way to lock them
+LOCK_SHARED_PAGES = f"""
+import ctypes, errno, os, resource
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.syscall.restype = ctypes.c_long
+PROT_READ, MAP_PRIVATE, MAP_LOCKED, FAILED = 1, 2, {_MAP_LOCKED}, ctypes.c_void_p(-1).value
+kept, outcomes = [], {{}}
+
+def mapped(offset, flags, size=3 << 20):
+    fd = os.open({LARGE!r}, os.O_RDONLY)
+    address = libc.mmap(None, size, PROT_READ, flags, fd, offset)
+    os.close(fd)
+    return address, size, ctypes.get_errno()
+
+def outcome(result):
+    return 'locked' if result == 0 else errno.errorcode[ctypes.get_errno()]
+
+address, size, _ = mapped(0, MAP_PRIVATE)
+kept.append(address)
+outcomes['mlock'] = outcome(libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(size)))
+outcomes['mlock2'] = outcome(libc.syscall(325, ctypes.c_void_p(address), ctypes.c_size_t(size), 0))
+address, size, error = mapped(size, MAP_PRIVATE | MAP_LOCKED)
+kept.append(address)
+outcomes['MAP_LOCKED'] = 'locked' if address != FAILED else errno.errorcode[error]
+outcomes['mlockall'] = outcome(libc.mlockall(1))  # MCL_CURRENT
+print(sorted(outcomes.items()), resource.getrlimit(resource.RLIMIT_MEMLOCK))
+"""
+
+
+def _host_unevictable() -> int:
+    with open("/proc/meminfo") as handle:
+        for line in handle:
+            if line.startswith("Unevictable:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no Unevictable in /proc/meminfo")
+
+
+def test_no_step_can_lock_shared_pages_nor_raise_the_hosts_unevictable(jail):
+    """``mlock``, ``mlock2``, ``mmap(MAP_LOCKED)`` and ``mlockall`` of shared files all fail
+    with ``EPERM``, and a committed step (its holder keeps its mappings) leaves the host's
+    Unevictable where it was: without the guards it locks ~6 MiB the host cannot reclaim."""
+    sandbox = jail()
+    before = _host_unevictable()
+    result = sandbox.run(LOCK_SHARED_PAGES)
+    rise = _host_unevictable() - before
+    denied = [("MAP_LOCKED", "EPERM"), ("mlock", "EPERM"), ("mlock2", "EPERM"), ("mlockall", "EPERM")]
+    assert result.ok and result.stdout == f"{denied} (0, 0)\n", result
+    assert rise < 2 * MiB, f"the host's Unevictable rose by {rise / MiB:.1f} MiB"
+    assert sandbox.run("print('alive')").stdout == "alive\n"
+
+
+def test_page_cache_residency_probes_are_refused_and_plain_reads_work(jail):
+    """``preadv2``/``pwritev2`` with ``RWF_NOWAIT`` (an uncached page fails at once: which shared
+    files a neighbour read), ``cachestat`` and ``fadvise(DONTNEED)`` (the eviction that resets a
+    probe) fail with ``EPERM``; the same calls without the flag, and other advice, still work."""
+    sandbox = jail()
+    code = (f"import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+            f"shared = os.open({FONTS[0]!r}, os.O_RDONLY)\nown = os.open('own.bin', os.O_RDWR | os.O_CREAT)\n"
+            "os.write(own, b'x' * 4096)\nfound = []\n"
+            "def attempt(call):\n    try:\n        found.append(call())\n"
+            "    except OSError as exc:\n        found.append(exc.errno)\n"
+            "attempt(lambda: os.preadv(shared, [bytearray(4096)], 0, os.RWF_NOWAIT))\n"
+            "attempt(lambda: os.pwritev(own, [b'y' * 4096], 0, os.RWF_NOWAIT))\n"
+            "attempt(lambda: os.posix_fadvise(shared, 0, 0, os.POSIX_FADV_DONTNEED))\n"
+            "r = libc.syscall(451, shared, ctypes.byref((ctypes.c_uint64 * 2)(0, 0)), "
+            "ctypes.byref((ctypes.c_uint64 * 5)()), 0)\n"
+            "found.append(ctypes.get_errno() if r == -1 else 'allowed')\n"
+            "attempt(lambda: os.preadv(shared, [bytearray(4096)], 0))\n"
+            "attempt(lambda: os.posix_fadvise(shared, 0, 0, os.POSIX_FADV_SEQUENTIAL))\n"
+            "print(found)")  # fmt: skip
+    result = sandbox.run(code)
+    assert result.ok and result.stdout == "[1, 1, 1, 1, 4096, None]\n", result  # EPERM x 4
+
+
+def test_ordinary_libraries_work_without_locked_memory(jail):
+    """With ``RLIMIT_MEMLOCK`` 0 and locking refused, NumPy, Pillow, OpenCV and Matplotlib import
+    and a typical crop-and-plot step returns its images."""
+    sandbox = jail([_png()])
+    result = sandbox.run("import numpy as np, PIL, cv2, matplotlib.pyplot as plt, resource\n"
+                         "crop = input_image.crop((10, 5, 30, 25)).resize((40, 40))\n"
+                         "edges = cv2.Canny(np.asarray(crop.convert('L')), 50, 150)\n"
+                         "plt.imshow(edges); plt.title('edges'); plt.show()\n"
+                         "print(crop.size, edges.shape, resource.getrlimit(resource.RLIMIT_MEMLOCK))\ncrop")  # fmt: skip
+    assert result.ok and result.stdout == "(40, 40) (40, 40) (0, 0)\n", result
+    assert len(result.images) == 2, result
+
+
+def _in_child(body) -> list:
+    """Run ``body`` in a forked child of the test and return what it returns (a list of ints)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(write_end, repr(body()).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as handle:
+        answer = handle.read().decode()
+    os.waitpid(pid, 0)
+    assert answer, "the child failed before it answered"
+    return eval(answer)  # noqa: S307 - our own child's repr of a list of ints
+
+
+def _lock_attempts() -> list:
+    """errno (0: done) of mlock, mmap(MAP_LOCKED), preadv2(RWF_NOWAIT), then of a plain mmap and
+    a plain preadv2, which must stay allowed."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    buffer = mmap.mmap(-1, 4096)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(buffer))
+    found = [0 if libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(4096)) == 0 else ctypes.get_errno()]
+    anonymous = 0x22  # MAP_PRIVATE | MAP_ANONYMOUS
+    for flags in (anonymous | _MAP_LOCKED, anonymous):
+        found.append(0 if libc.mmap(None, 4096, 3, flags, -1, 0) != ctypes.c_void_p(-1).value else ctypes.get_errno())
+    fd = os.open(FONTS[0], os.O_RDONLY)
+    for flags in (_RWF_NOWAIT, 0):
+        try:
+            os.preadv(fd, [bytearray(16)], 0, flags)
+            found.append(0)
+        except OSError as exc:
+            found.append(exc.errno)
+    return found
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root's CAP_IPC_LOCK ignores RLIMIT_MEMLOCK: the filter is then alone")
+def test_the_seccomp_filter_alone_refuses_locking_and_nowait_reads():
+    """Root (``CAP_IPC_LOCK``: no memlock limit applies) under the jail's filter: locking and
+    ``RWF_NOWAIT`` reads are refused by the filter itself, plain mappings and reads are not."""
+    pytest.importorskip("pyseccomp")
+
+    def body():
+        guards.forbid_new_privileges()
+        guards.install_seccomp()
+        os.posix_fadvise(os.open(FONTS[0], os.O_RDONLY), 0, 0, os.POSIX_FADV_WILLNEED)  # a cached page reads at once
+        return _lock_attempts()
+
+    assert _in_child(body) == [errno.EPERM, errno.EPERM, 0, errno.EPERM, 0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another uid needs root")
+def test_the_rlimits_alone_refuse_locking():
+    """An unprivileged process under the holder's rlimits (no filter) can lock nothing."""
+
+    def body():
+        guards.apply_rlimits(address_space=0, file_size=0, open_files=0, processes=0)
+        guards.drop_privileges(65534, 65534)
+        return [*_lock_attempts()[:2], *resource.getrlimit(resource.RLIMIT_MEMLOCK)]
+
+    assert _in_child(body) == [errno.EPERM, errno.EPERM, 0, 0]
+
+
+def _drop_cache(paths) -> None:
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+
+
+def _unevictable(sandbox) -> int:
+    with open(os.path.join(sandbox._cgroup.memory_dir, "memory.stat"), "rb") as handle:
+        return next(int(line.split()[1]) for line in handle if line.startswith(b"unevictable "))
+
+
+def test_pages_a_trajectory_read_first_and_another_process_locked_are_not_its_growth(make):
+    """A trajectory reads shared files first (their cache is charged to it); a process outside
+    the service then locks them. The arbiter's measure of the trajectory does not grow: no
+    process of a trajectory can lock memory, so its unevictable pages were locked by someone
+    else, and it must not pay for them."""
+    sandbox = make()
+    if sandbox._cgroup is None or os.geteuid() != 0:
+        pytest.skip("needs the trajectory's memory cgroup (root), and root's CAP_IPC_LOCK to lock its pages")
+    assert sandbox.run("x = 1").ok
+    _drop_cache(FONTS)
+    assert sandbox.run(f"for f in {FONTS!r}: open(f, 'rb').read()").ok
+    mark, unevictable = sandbox._cgroup.memory_measure(kept_open=False), _unevictable(sandbox)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    maps = []
+    try:
+        for path in FONTS:  # read-only, shared: the file's own cache pages, locked
+            fd = os.open(path, os.O_RDONLY)
+            size = os.path.getsize(path)
+            maps.append((libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0), size))
+            os.close(fd)
+            assert libc.mlock(ctypes.c_void_p(maps[-1][0]), ctypes.c_size_t(size)) == 0, os.strerror(ctypes.get_errno())
+        locked = sum(size for _, size in maps)
+        gained = _unevictable(sandbox) - unevictable
+        assert gained > locked // 2, (gained, locked)  # the pages were charged to the trajectory
+        grown, _, _ = sandbox._cgroup.memory_measure(kept_open=False).growth_since(mark)
+        assert grown < MiB, f"{grown / MiB:.1f} MiB of growth for {gained / MiB:.1f} MiB another process locked"
+    finally:
+        for address, size in maps:
+            libc.munmap(address, size)
+
+
+def _png() -> bytes:
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (40, 30), (10, 200, 30)).save(buffer, format="PNG")
+    return buffer.getvalue()
