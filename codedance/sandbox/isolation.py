@@ -158,8 +158,8 @@ def file_table(needed: int, *, may_raise: bool, read: Callable[[str], int | None
     current = read(FILE_MAX)
     if current is None or current >= needed:
         return None, None
-    why = ("left as it is: set it as root, or start the service with raise_file_max=True "
-           f"({RAISE_FILE_MAX}=1)") if not may_raise else None
+    why = (f"left as it is; a root service started with raise_file_max=True ({RAISE_FILE_MAX}=1) "
+           "raises it itself") if not may_raise else None
     if may_raise:
         try:
             write(FILE_MAX, FILE_MAX_RAISED)
