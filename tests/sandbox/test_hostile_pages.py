@@ -23,10 +23,10 @@ import pytest
 
 from codedance.sandbox import guards
 
-# shared read-only files the jail sees (site-packages): Matplotlib's fonts (7 MiB, read whole by
-# few), and the largest library of OpenCV (80 MiB, of which a step maps a few MiB)
+# shared read-only files the jail sees (site-packages): one of Matplotlib's fonts, and the
+# largest library of OpenCV (80 MiB, of which a step maps a few MiB)
 _SITE = os.path.dirname(os.path.dirname(matplotlib.__file__))
-FONTS = sorted(glob.glob(os.path.join(_SITE, "matplotlib/mpl-data/fonts/ttf/*.ttf")))
+SHARED = os.path.join(_SITE, "matplotlib/mpl-data/fonts/ttf/DejaVuSans.ttf")
 LARGE = max(glob.glob(os.path.join(_SITE, "cv2/*.so")), key=os.path.getsize)
 MiB = 1 << 20
 _MAP_LOCKED, _RWF_NOWAIT = 0x2000, 0x8
@@ -101,7 +101,7 @@ def test_page_cache_residency_probes_are_refused_and_plain_reads_work(jail):
     probe) fail with ``EPERM``; the same calls without the flag, and other advice, still work."""
     sandbox = jail()
     code = (f"import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
-            f"shared = os.open({FONTS[0]!r}, os.O_RDONLY)\nown = os.open('own.bin', os.O_RDWR | os.O_CREAT)\n"
+            f"shared = os.open({SHARED!r}, os.O_RDONLY)\nown = os.open('own.bin', os.O_RDWR | os.O_CREAT)\n"
             "os.write(own, b'x' * 4096)\nfound = []\n"
             "def attempt(call):\n    try:\n        found.append(call())\n"
             "    except OSError as exc:\n        found.append(exc.errno)\n"
@@ -160,7 +160,7 @@ def _lock_attempts() -> list:
     anonymous = 0x22  # MAP_PRIVATE | MAP_ANONYMOUS
     for flags in (anonymous | _MAP_LOCKED, anonymous):
         found.append(0 if libc.mmap(None, 4096, 3, flags, -1, 0) != ctypes.c_void_p(-1).value else ctypes.get_errno())
-    fd = os.open(FONTS[0], os.O_RDONLY)
+    fd = os.open(SHARED, os.O_RDONLY)
     for flags in (_RWF_NOWAIT, 0):
         try:
             os.preadv(fd, [bytearray(16)], 0, flags)
@@ -179,7 +179,7 @@ def test_the_seccomp_filter_alone_refuses_locking_and_nowait_reads():
     def body():
         guards.forbid_new_privileges()
         guards.install_seccomp()
-        os.posix_fadvise(os.open(FONTS[0], os.O_RDONLY), 0, 0, os.POSIX_FADV_WILLNEED)  # a cached page reads at once
+        os.posix_fadvise(os.open(SHARED, os.O_RDONLY), 0, 0, os.POSIX_FADV_WILLNEED)  # a cached page reads at once
         return _lock_attempts()
 
     assert _in_child(body) == [errno.EPERM, errno.EPERM, 0, errno.EPERM, 0]
@@ -197,11 +197,11 @@ def test_the_rlimits_alone_refuse_locking():
     assert _in_child(body) == [errno.EPERM, errno.EPERM, 0, 0]
 
 
-def _drop_cache(paths) -> None:
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.close(fd)
+def _drop_cache(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)  # only clean pages are dropped
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
 
 
 def _unevictable(sandbox) -> int:
@@ -210,37 +210,46 @@ def _unevictable(sandbox) -> int:
 
 
 def test_pages_a_trajectory_read_first_and_another_process_locked_are_not_its_growth(make):
-    """A trajectory reads shared files first (their cache is charged to it); a process outside
-    the service then locks them. The arbiter's measure of the trajectory does not grow: no
-    process of a trajectory can lock memory, so its unevictable pages were locked by someone
-    else, and it must not pay for them."""
-    sandbox = make()
+    """A trajectory reads a file first (its input image, 7 MiB on disk, whose cache is then
+    charged to it); a process outside the service then locks its pages. The arbiter's measure of
+    the trajectory does not grow: no process of a trajectory can lock memory, so its unevictable
+    pages were locked by someone else, and it must not pay for them."""
+    sandbox = make([_bmp()])
     if sandbox._cgroup is None or os.geteuid() != 0:
         pytest.skip("needs the trajectory's memory cgroup (root), and root's CAP_IPC_LOCK to lock its pages")
-    assert sandbox.run("x = 1").ok
-    _drop_cache(FONTS)
-    assert sandbox.run(f"for f in {FONTS!r}: open(f, 'rb').read()").ok
+    found = sandbox.run("import os\nprint(os.path.realpath(input_image_path))")
+    path = found.stdout.strip()
+    assert found.ok and os.path.isfile(path), found  # the jail sees the inputs at their host path
+    _drop_cache(path)
+    assert sandbox.run(f"data = open({path!r}, 'rb').read()\ndel data").ok
     before, unevictable = sandbox.memory_growth(), _unevictable(sandbox)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
     libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    maps = []
+    fd, size = os.open(path, os.O_RDONLY), os.path.getsize(path)
+    address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)  # the file's own cache pages
+    os.close(fd)
     try:
-        for path in FONTS:  # read-only, shared: the file's own cache pages, locked
-            fd = os.open(path, os.O_RDONLY)
-            size = os.path.getsize(path)
-            maps.append((libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0), size))
-            os.close(fd)
-            assert libc.mlock(ctypes.c_void_p(maps[-1][0]), ctypes.c_size_t(size)) == 0, os.strerror(ctypes.get_errno())
-        locked = sum(size for _, size in maps)
+        assert libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(size)) == 0, os.strerror(ctypes.get_errno())
         gained = _unevictable(sandbox) - unevictable
-        assert gained > locked // 2, (gained, locked)  # the pages were charged to the trajectory
+        assert gained > size // 2, (gained, size)  # the pages were charged to the trajectory
         grown = sandbox.memory_growth() - before  # what the arbiter ranks the trajectory by
         assert grown < MiB, f"{grown / MiB:.1f} MiB of growth for {gained / MiB:.1f} MiB another process locked"
     finally:
-        for address, size in maps:
-            libc.munmap(address, size)
+        libc.munmap(address, size)
+
+
+def _bmp() -> bytes:
+    """A 7 MiB image file (uncompressed), for its page cache."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (1536, 1536, 3), np.uint8)).save(buffer, format="BMP")
+    return buffer.getvalue()
 
 
 def _png() -> bytes:
