@@ -75,10 +75,10 @@ The seccomp filter (libseccomp through PyPI ``pyseccomp``) returns ``EPERM`` for
   (their flags, the sixth argument, compared by that bit: with it a read of an uncached page
   fails at once, so probing the shared trees showed which modules a neighbour imported),
   ``cachestat`` (older kernels report the cached pages of any file the caller can read; newer
-  ones refuse a file the caller cannot write, as ``mincore`` has since Linux 5.0), and ``fadvise64`` with
-  ``POSIX_FADV_DONTNEED`` (it evicts a shared file's cache, the reset that turns a one-shot
-  probe into repeated ones, and the host's cache for everyone); reading and timing a page stays
-  (docs/sandbox.md);
+  ones refuse a file the caller cannot write, as ``mincore`` has since Linux 5.0), and
+  ``fadvise64`` with ``POSIX_FADV_DONTNEED`` (it evicts a shared file's cache, the reset that
+  turns a one-shot probe into repeated ones, and the host's cache for everyone); reading and
+  timing a page stays (docs/sandbox.md);
 - extended attributes: ``setxattr``, ``lsetxattr``, ``fsetxattr``, ``setxattrat`` and their
   ``remove`` counterparts (a failing step's ``user.*`` attributes on a committed file survived its
   rollback as kernel memory the OOM arbiter does not count: 560 MiB, red team, stop 23);
