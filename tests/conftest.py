@@ -32,9 +32,10 @@ import pytest
 from codedance.conftest import TIER_NAMES, may_select
 
 # every service the suite starts (the sandbox's, the demo's, the eval runner's, and the
-# controllers of subprocess tests, which inherit this) leaves the host's fs.file-max as it is:
-# the raise is tested with a fake sysctl (tests/sandbox/test_units.py), never on a shared host
-os.environ.setdefault("CODEDANCE_KEEP_FILE_MAX", "1")
+# controllers of subprocess tests, which inherit this) leaves the host's fs.file-max as it is,
+# even where the caller's shell opted in: the raise is tested against a fake sysctl only
+# (tests/sandbox/test_units.py, tests/sandbox/test_file_max.py), never on a shared host
+os.environ.pop("CODEDANCE_RAISE_FILE_MAX", None)
 
 ROOT = Path(__file__).resolve().parent
 _DECLARED = re.compile(r"""pytest\.mark\.tier\(\s*["'](\w+)["']\s*\)""")

@@ -23,7 +23,7 @@ def test_piped_output_is_wide_unless_columns_says_otherwise(monkeypatch):
 
 
 def test_a_piped_demo_table_keeps_its_words(tmp_path):
-    env = {"PATH": "/usr/bin:/bin", "CODEDANCE_KEEP_FILE_MAX": "1"}  # a clean environment but the opt-out (tests/conftest.py)
+    env = {"PATH": "/usr/bin:/bin"}  # a clean environment
     out = subprocess.run([str(Path(sys.executable).parent / "codedance"), "demo", "--out", str(tmp_path / "d"),
                           "--tasks", "3", "--rollouts", "1", "--skills", "counting"],
                          capture_output=True, text=True, env=env, timeout=300, check=True).stdout

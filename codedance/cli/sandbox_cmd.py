@@ -34,7 +34,7 @@ def check(
         normalize_requirement(require)
     except ValueError as exc:  # an unknown layer name
         raise SettingsError(f"--require: {exc}") from None
-    service = SandboxService()
+    service = SandboxService(raise_file_max=False)  # a check reports the host, never changes it
     try:
         service.isolation.require(require)  # SandboxUnavailable: one message, exit 2
     except BaseException:

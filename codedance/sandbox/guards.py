@@ -62,6 +62,23 @@ The seccomp filter (libseccomp through PyPI ``pyseccomp``) returns ``EPERM`` for
   shared memory and private or read-only mappings stay. Not closed: ``mprotect`` adding
   ``PROT_WRITE`` to a read-only shared mapping of a file opened for writing (deliberate, and it
   only harms the step's own trajectory; docs/sandbox.md);
+- locking memory: ``mlock``, ``mlock2``, ``mlockall`` and ``mmap`` with ``MAP_LOCKED`` (the
+  flags compared on their low 32 bits); ``RLIMIT_MEMLOCK`` is also 0 (`apply_rlimits`), which
+  alone makes the kernel refuse all of them and ``SHM_LOCK``. A page of a shared read-only file
+  (site-packages, the system's libraries) is charged to the memory group of whoever read it
+  first: another trajectory, the controller, the host. Locked by a step, it is moved off that
+  group's file cache, so nobody can reclaim it, ``memory_total`` never counted it, and the OOM
+  arbiter would read it as its first reader's growth. A library that locks memory (a crypto
+  library keeping keys out of swap) gets ``EPERM``, which each handles as a host without
+  locking; NumPy, Pillow, OpenCV and Matplotlib never lock;
+- page-cache residency probes of shared files: ``preadv2``/``pwritev2`` with ``RWF_NOWAIT``
+  (their flags, the sixth argument, compared by that bit: with it a read of an uncached page
+  fails at once, so probing the shared trees showed which modules a neighbour imported),
+  ``cachestat`` (older kernels report the cached pages of any file the caller can read; newer
+  ones refuse a file the caller cannot write, as ``mincore`` has since Linux 5.0), and
+  ``fadvise64`` with ``POSIX_FADV_DONTNEED`` (it evicts a shared file's cache, the reset that
+  turns a one-shot probe into repeated ones, and the host's cache for everyone); reading and
+  timing a page stays (docs/sandbox.md);
 - extended attributes: ``setxattr``, ``lsetxattr``, ``fsetxattr``, ``setxattrat`` and their
   ``remove`` counterparts (a failing step's ``user.*`` attributes on a committed file survived its
   rollback as kernel memory the OOM arbiter does not count: 560 MiB, red team, stop 23);
@@ -124,12 +141,16 @@ DENIED_SYSCALLS = (
     "splice", "tee", "vmsplice", "sendfile",
     "setxattr", "lsetxattr", "fsetxattr", "setxattrat",
     "removexattr", "lremovexattr", "fremovexattr", "removexattrat",
+    "mlock", "mlock2", "mlockall", "cachestat",
 )  # fmt: skip
 _SYSCALL_NUMBERS = 512  # x86-64's table is below this (x32 numbers, bit 30 set, are another arch)
 _F_SETFL, _F_SETOWN, _F_SETSIG, _F_SETOWN_EX, _F_SETLEASE, _F_NOTIFY = 4, 8, 10, 15, 1024, 1026
 _PROT_WRITE = 0x2
 _MSG_OOB = 0x1
 _MAP_SHARED, _MAP_SHARED_VALIDATE, _MAP_TYPE, _MAP_ANONYMOUS = 0x01, 0x03, 0x03, 0x20
+_MAP_LOCKED = 0x2000
+_RWF_NOWAIT = 0x8
+_POSIX_FADV_DONTNEED = 4
 _O_ASYNC = 0o20000
 _SIGNAL_IOCTLS = (0x5452, 0x8901, 0x8902)  # FIOASYNC, FIOSETOWN, SIOCSPGRP
 
@@ -174,7 +195,8 @@ def _prctl(option: int, value: int) -> None:
 
 
 def apply_rlimits(*, address_space: int, file_size: int, open_files: int, processes: int) -> None:
-    """Lower soft and hard limits; 0 for any value leaves that limit as it is."""
+    """Lower soft and hard limits; 0 for any value leaves that limit as it is. ``RLIMIT_CORE``
+    is always 1 and ``RLIMIT_MEMLOCK`` always 0."""
     limits = (
         (resource.RLIMIT_AS, address_space),
         (resource.RLIMIT_FSIZE, file_size),
@@ -187,6 +209,8 @@ def apply_rlimits(*, address_space: int, file_size: int, open_files: int, proces
     for which, value in limits:
         if value:
             resource.setrlimit(which, (value, value))
+    # always 0: no locked memory at all (the seccomp filter's locking rules say why)
+    resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
 
 
 def drop_privileges(uid: int, gid: int) -> None:
@@ -235,6 +259,10 @@ def install_seccomp() -> None:
     for sharing in (_MAP_SHARED, _MAP_SHARED_VALIDATE):
         rules.add_rule(deny, "mmap", seccomp.Arg(2, seccomp.MASKED_EQ, _PROT_WRITE, _PROT_WRITE),
                        seccomp.Arg(3, seccomp.MASKED_EQ, _MAP_TYPE | _MAP_ANONYMOUS, sharing))
+    rules.add_rule(deny, "mmap", seccomp.Arg(3, seccomp.MASKED_EQ, _MAP_LOCKED, _MAP_LOCKED))
+    for call in ("preadv2", "pwritev2"):
+        rules.add_rule(deny, call, seccomp.Arg(5, seccomp.MASKED_EQ, _RWF_NOWAIT, _RWF_NOWAIT))
+    rules.add_rule(deny, "fadvise64", seccomp.Arg(3, seccomp.MASKED_EQ, low32, _POSIX_FADV_DONTNEED))
     for flag in _bits(_CLONE_NAMESPACE_FLAGS):
         rules.add_rule(deny, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
     for family in range(_AF_MAX):

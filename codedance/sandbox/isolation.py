@@ -121,7 +121,7 @@ def seccomp_problem() -> str | None:
 FILE_MAX = "/proc/sys/fs/file-max"
 MAX_MAP_COUNT = "/proc/sys/vm/max_map_count"
 FILE_MAX_RAISED = (1 << 63) - 1  # LONG_MAX, systemd's default (the kernel's own is ~10 % of memory)
-KEEP_FILE_MAX = "CODEDANCE_KEEP_FILE_MAX"  # set (to anything but "" or "0"): never write fs.file-max
+RAISE_FILE_MAX = "CODEDANCE_RAISE_FILE_MAX"  # "1": a root service may raise fs.file-max (`raise_file_max`)
 
 
 def _read_sysctl(path: str) -> int | None:
@@ -146,17 +146,20 @@ def file_table_needed(trajectories: int, processes: int, read: Callable[[str], i
 
 def file_table(needed: int, *, may_raise: bool, read: Callable[[str], int | None] = _read_sysctl,
                write: Callable[[str, int], None] = _write_sysctl) -> tuple[str | None, str | None]:
-    """Make sure the host's file table (``fs.file-max``, one count for the whole kernel) holds
+    """Whether the host's file table (``fs.file-max``, one count for the whole kernel) holds
     ``needed`` file objects: past it every unprivileged process on the host gets ``ENFILE``, and
-    one trajectory's processes could hold ~2.1 M (red team, stop 24a: 85 % of a host's limit).
-    Raises it to ``LONG_MAX`` where ``may_raise`` (root, and not ``CODEDANCE_KEEP_FILE_MAX``) and
-    ``/proc/sys/fs/file-max`` can be written; never lowers it. Returns ``(note, missing)``: what
-    was changed, for `Isolation.notes`, or why it is still too low and what to run, for
+    one trajectory's processes could hold ~2.1 M (files mapped, then closed). Only where
+    ``may_raise`` (the service's owner opted in, `raise_file_max`, and it is root) is a lower
+    value raised to ``LONG_MAX``, which removes the host's own backstop for every process, not
+    only the trajectories (each trajectory's memory cgroup, charged for its file objects, then
+    bounds them); never lowered, never put back. Returns ``(note, missing)``: what was changed,
+    for `Isolation.notes`, or the current value, what it means and the one line to run, for
     `Isolation.missing` (None, None where it is high enough or cannot be read: not Linux)."""
     current = read(FILE_MAX)
     if current is None or current >= needed:
         return None, None
-    why = "not raised: the controller is not root, or CODEDANCE_KEEP_FILE_MAX is set" if not may_raise else None
+    why = (f"left as it is; a root service started with raise_file_max=True ({RAISE_FILE_MAX}=1) "
+           "raises it itself") if not may_raise else None
     if may_raise:
         try:
             write(FILE_MAX, FILE_MAX_RAISED)
@@ -165,15 +168,18 @@ def file_table(needed: int, *, may_raise: bool, read: Callable[[str], int | None
         else:
             now = read(FILE_MAX)
             if now is not None and now >= needed:
-                return (f"raised the host's fs.file-max from {current:,} to {now:,} (the kernel's file table is "
-                        f"host-wide: trajectories could hold {needed:,} files; each is charged to its memory "
-                        "cgroup, which now bounds them)"), None
+                return (f"raised the host's fs.file-max from {current:,} to {now:,} (raise_file_max: the kernel's file "
+                        f"table is host-wide, trajectories could hold {needed:,} files; each is charged to its memory "
+                        "cgroup, which now bounds them; it stays raised after the service)"), None
             why = f"fs.file-max is still {now} after writing {FILE_MAX_RAISED}"
     return None, (f"fs.file-max is {current:,}, and trajectories could hold {needed:,} files (mapped, then "
-                  "closed): past it every unprivileged process on the host gets ENFILE; run "
+                  "closed): past it every unprivileged process on the host gets ENFILE; to raise it run "
                   f"`sysctl -w fs.file-max={FILE_MAX_RAISED}` as root (and set it in /etc/sysctl.d) ({why})")
 
 
-def may_raise_file_max() -> bool:
-    """Root, and ``CODEDANCE_KEEP_FILE_MAX`` unset (or "" or "0")."""
-    return os.geteuid() == 0 and os.environ.get(KEEP_FILE_MAX, "") in ("", "0")
+def may_raise_file_max(requested: bool | None) -> bool:
+    """Whether a service may raise ``fs.file-max`` (`file_table`): only as root, and only when
+    asked, by ``requested`` or, where that is None, ``CODEDANCE_RAISE_FILE_MAX=1``."""
+    if requested is None:
+        requested = os.environ.get(RAISE_FILE_MAX, "") == "1"
+    return requested and os.geteuid() == 0

@@ -141,12 +141,16 @@ class SandboxService:
     85 % of the host's memory or of the controller's own cgroup limit, whichever is smaller, so no
     set of trajectories can exhaust the host or container: `default_memory_total`), and the size of
     the tmpfs their working directories live on (as root; see ``mounts``).
+    ``raise_file_max``: True lets a root service raise a host-wide ``fs.file-max`` lower than its
+    trajectories could fill to ``LONG_MAX`` (`isolation.file_table`; kept after it closes); None
+    reads ``CODEDANCE_RAISE_FILE_MAX=1``. Otherwise a low value is only reported in
+    ``isolation.missing``, with the line to run.
     Starting a service first sweeps what dead services left behind (`leftovers.sweep`).
     """
 
     def __init__(self, *, use_namespaces: bool | None = None, use_cgroups: bool | None = None,
                  use_seccomp: bool | None = None, start_timeout_s: float = 120.0,
-                 memory_total: int | None = None):
+                 memory_total: int | None = None, raise_file_max: bool | None = None):
         self.as_root = os.geteuid() == 0
         self._owner_pid = os.getpid()  # a forked child of the controller never closes the service
         self._lock = threading.Lock()  # the sandboxes, the uids, closing
@@ -196,7 +200,7 @@ class SandboxService:
         # the host's file table: the most trajectories of a service (one uid each, from its block)
         # x their default pids.max x vm.max_map_count (red team, stop 24a)
         needed = file_table_needed(leftovers.UID_BLOCK, Limits().processes)
-        note, file_table_why = file_table(needed, may_raise=may_raise_file_max())
+        note, file_table_why = file_table(needed, may_raise=may_raise_file_max(raise_file_max))
         if file_table_why:
             missing.append(("file table", file_table_why))
         self.isolation = Isolation(

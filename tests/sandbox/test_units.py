@@ -930,8 +930,9 @@ class _FakeSysctl:
 
 def test_a_low_fs_file_max_is_raised_as_root_and_noted_else_reported_with_what_to_run():
     """Red team, stop 24a: fs.file-max is host-wide, and one trajectory could hold ~2.1 M file
-    objects (files mapped, then closed), 85 % of a host's. The service raises it (root), says so
-    in its notes, or says what to run; it never lowers it, and leaves one high enough alone."""
+    objects (files mapped, then closed), 85 % of a host's. Where raising is allowed (root, and
+    asked: tests/sandbox/test_file_max.py) it is raised and said so in the notes, else the value
+    and what to run are reported; it is never lowered, and one high enough is left alone."""
     from codedance.sandbox.isolation import (
         FILE_MAX,
         FILE_MAX_RAISED,
