@@ -49,6 +49,9 @@ class Isolation:
     cgroups: bool
     rlimits: bool
     missing: tuple[tuple[str, str], ...] = ()
+    # without root (no uid per trajectory): each trajectory sees only its own working directory,
+    # in a user and mount namespace of its own (`private_view`)
+    private_views: bool = False
     notes: tuple[str, ...] = ()  # what the service changed on the host, or asks its admin to (`file_table`)
 
     @property
@@ -62,6 +65,8 @@ class Isolation:
 
     def describe(self) -> str:
         parts = [f"isolation: {self.level} ({', '.join(self.layers) or 'none'})"]
+        if self.private_views:
+            parts.append("  private views: each trajectory sees only its own working directory (a mount view of its own)")
         parts += [f"  missing {name}: {why}" for name, why in self.missing]
         parts += [f"  note: {note}" for note in self.notes]
         return "\n".join(parts)
