@@ -107,16 +107,20 @@ def _holder_main(fd: int, request: dict, pristine_builtins: dict) -> None:
     layers: dict[str, str] = {}
     try:
         limits = request["limits"]
+        if request.get("private_view"):  # before RLIMIT_NPROC: the kernel also caps every process
+            # of the uid in the jail at the limit the namespace's creator had (all trajectories)
+            private_view.enter(request["work_root"], request["workdir"])
+            layers["private_view"] = "in force"
+        own_count = request.get("uid") is not None or request.get("private_view")
         guards.apply_rlimits(
             address_space=_address_space_now() + limits["memory"],
             file_size=limits["file_size"],
             open_files=limits["open_files"],
-            processes=limits["processes"],
+            # the kernel counts processes per uid and user namespace: this trajectory's alone
+            # where it has a uid or a user namespace of its own, else every trajectory's
+            processes=limits["processes"] if own_count else 0,
         )
         layers["rlimits"] = "in force"
-        if request.get("private_view"):
-            private_view.enter(request["work_root"], request["workdir"])
-            layers["private_view"] = "in force"
         if request.get("uid") is not None:
             guards.drop_privileges(request["uid"], request["gid"])
             layers["uid"] = f"uid {request['uid']}"
