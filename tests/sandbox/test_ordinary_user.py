@@ -216,3 +216,33 @@ def test_sandbox_check_exits_0_for_an_ordinary_user_and_reports_the_private_view
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert promises["private"]["verdict"] == "holds" and promises["private"]["outcome"] == "passed", promises
     assert promises["who_pays"]["verdict"] == "does not hold", promises
+
+
+DETECT = """
+from codedance.sandbox import cgroups
+cgroups._ROOT = FAKE_ROOT
+for group in ("/job", "/other"):
+    cgroups._own_path = lambda controller, group=group: group  # what /proc/self/cgroup would say
+    print(cgroups.delegated_v2_group(), cgroups.detect_layout("codedance-detect")[1])
+"""
+
+
+def test_a_delegated_cgroup_v2_group_is_detected_and_reported(ordinary_user, tmp_path):
+    """A cgroup v2 group whose files the user may write (systemd's Delegate=yes, a Slurm job's
+    group) is found, and why cgroups are missing says so; a group of root's is not. Laid out in
+    a plain directory (this host may have cgroup v1): the kernel's permission checks are real."""
+    user, home = ordinary_user
+    root = home / "cgroup"
+    for group, owner in (("job", user), ("other", None)):
+        (root / group).mkdir(parents=True)
+        for name in ("cgroup.procs", "cgroup.subtree_control"):
+            (root / group / name).touch()
+        if owner:
+            for path in (root / group, root / group / "cgroup.procs", root / group / "cgroup.subtree_control"):
+                os.chown(path, owner.pw_uid, owner.pw_gid)
+    (root / "cgroup.controllers").write_text("cpu memory pids\n")
+    done = _run_as_user(user, home, ["-c", DETECT.replace("FAKE_ROOT", repr(str(root)))], timeout_s=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    job, other = done.stdout.splitlines()
+    assert job.startswith(f"{root}/job ") and f"its cgroup v2 group {root}/job is delegated" in job, job
+    assert other.startswith("None ") and "delegated" not in other, other
