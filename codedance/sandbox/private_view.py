@@ -10,6 +10,8 @@ uid: file permissions cannot keep one trajectory out of another's working direct
   directories are not in its view at all (not listed by ``/proc/self/mountinfo`` either);
 - every other writable mount of the jail but ``/proc`` (its root, ``/tmp``, ``/dev``) is
   remounted read-only in this view, so no trajectory leaves files where another can read them;
+- each input image in the working directory is bound read-only onto itself: the trajectory
+  can neither change nor remove it (a mount point), as where a root controller owns them;
 - the user namespace makes every process outside the trajectory (the zygote, bubblewrap, other
   trajectories' holders and steps) unreachable through ``/proc/<pid>/root``, ``cwd``, ``fd``,
   ``map_files`` and ``mem``: the kernel grants those only to a caller in the target's own user
@@ -63,10 +65,11 @@ def _mount(source: bytes | None, target: str, fstype: bytes | None, flags: int, 
     _check(_LIBC.mount(source, os.fsencode(target), fstype, flags, data), f"mount on {target}")
 
 
-def enter(work_root: str, workdir: str) -> None:
+def enter(work_root: str, workdir: str, inputs: tuple[str, ...] | list[str] = ()) -> None:
     """Make ``workdir`` (below ``work_root``) the only directory of the work root this process
-    and its children see, with nothing else of the jail writable, and drop the capabilities
-    that took. Raises OSError naming the step that failed."""
+    and its children see, with nothing else of the jail writable but ``workdir`` (its ``inputs``,
+    the input images' names, read-only and unremovable: each is a mount point of its own), and
+    drop the capabilities that took. Raises OSError naming the step that failed."""
     uid, gid = os.getuid(), os.getgid()
     _check(_LIBC.unshare(_CLONE_NEWUSER | _CLONE_NEWNS), "unshare(CLONE_NEWUSER | CLONE_NEWNS)")
     _write("/proc/self/uid_map", f"{uid} {uid} 1")  # the same ids inside: files stay the caller's
@@ -81,6 +84,9 @@ def enter(work_root: str, workdir: str) -> None:
         _mount(f"/proc/self/fd/{own}".encode(), workdir, None, _MS_BIND)
     finally:
         os.close(own)
+    for name in inputs:  # made read-only with the rest below
+        path = os.path.join(workdir, name)
+        _mount(os.fsencode(path), path, None, _MS_BIND)
     for point in _writable_mount_points():
         if point != workdir and point != "/proc" and not point.startswith("/proc/"):
             _remount_read_only(point)

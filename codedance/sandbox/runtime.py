@@ -109,7 +109,7 @@ def _holder_main(fd: int, request: dict, pristine_builtins: dict) -> None:
         limits = request["limits"]
         if request.get("private_view"):  # before RLIMIT_NPROC: the kernel also caps every process
             # of the uid in the jail at the limit the namespace's creator had (all trajectories)
-            private_view.enter(request["work_root"], request["workdir"])
+            private_view.enter(request["work_root"], request["workdir"], request["images"])
             layers["private_view"] = "in force"
         own_count = request.get("uid") is not None or request.get("private_view")
         guards.apply_rlimits(

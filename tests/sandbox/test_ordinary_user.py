@@ -156,6 +156,7 @@ print(len(children))
 NEIGHBOUR = f"""
 import json, os
 from codedance.sandbox import Sandbox, SandboxService
+from codedance.sandbox.checks import example_image
 attack, forks = {ATTACK!r}, {FORKS!r}
 service = SandboxService()
 out = {{"private_views": service.isolation.private_views, "describe": service.isolation.describe()}}
@@ -170,6 +171,11 @@ with Sandbox(service=service) as a, Sandbox(service=service) as b:
     out["b_secret"] = b.run("print(open('secret.txt').read())").stdout.strip()
     out["forks"] = a.run(forks).stdout.strip()
     out["b_forks"] = b.run("import os\\npid = os.fork()\\nif pid == 0: os._exit(0)\\nos.waitpid(pid, 0)").ok
+with Sandbox([example_image()], service=service) as c:
+    out["input_changed"] = [c.run(code).ok for code in ("import os; os.remove('input_image.jpg')",
+                                                        "open(input_image_path, 'ab').write(b'x')",
+                                                        "import os; os.rename('input_image.jpg', 'moved.jpg')")]
+    out["input_read"] = c.run("print(input_image.size)").stdout.strip()
 service.close()
 print("RESULT " + json.dumps(out))
 """
@@ -193,6 +199,8 @@ def test_a_trajectory_cannot_reach_another_ones_working_directory(ordinary_user)
     assert not {"write /tmp", "write /", "/tmp left by the neighbour"} & set(own), own
     # RLIMIT_NPROC counts per user namespace: 32 processes for the trajectory, holder and spare included
     assert 0 < int(out["forks"]) < 32 and out["b_forks"], out
+    # its input image stays as the controller wrote it: not removed, changed or renamed
+    assert out["input_changed"] == [False, False, False] and out["input_read"], out
 
 
 def test_the_contract_suite_holds_for_an_ordinary_user(ordinary_user):
