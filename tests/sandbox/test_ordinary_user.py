@@ -214,10 +214,12 @@ def test_the_contract_suite_holds_for_an_ordinary_user(ordinary_user):
 
 def test_sandbox_check_exits_0_for_an_ordinary_user_and_reports_the_private_view(ordinary_user):
     user, home = ordinary_user
-    done = _run_as_user(user, home, ["-c", "import sys; from codedance.cli import main; "
-                                     "sys.argv = ['codedance', 'sandbox', 'check', '--json']; main()"], timeout_s=600)
+    code = "import sys; from codedance.cli import main; sys.argv = ['codedance', 'sandbox', 'check', '--json']; main()"
+    done = _run_as_user(user, home, ["-c", code], timeout_s=600)
     promises = {}
     for line in done.stdout.splitlines():
+        if not line.startswith("{"):
+            continue
         record = json.loads(line)
         if "promise" in record:
             promises[record["promise"]] = record
