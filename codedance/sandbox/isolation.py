@@ -6,6 +6,9 @@ Layers, strongest design first (``docs/sandbox.md``):
   their own working directories. Needs the ``bwrap`` program.
 - ``users``: each trajectory runs as its own unprivileged uid, so trajectories cannot read each
   other's files or signal each other's processes. Needs the controller to run as root.
+  Without it, ``private_views`` (not a layer of its own: it needs ``namespaces`` and nested user
+  namespaces) gives each trajectory a user and mount namespace where only its own working
+  directory exists (``private_view``).
 - ``seccomp``: the syscall filter of ``guards`` (no new programs, no signals, no sockets beyond
   unix socketpairs, no namespaces or ptrace). Needs libseccomp (Debian ``libseccomp2``).
 - ``cgroups``: a memory limit without swap, ``pids.max``, OOM detection and a reliable kill of
