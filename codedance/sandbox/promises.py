@@ -73,6 +73,13 @@ def _denied(h: Host) -> Verdict:
     return Verdict(HOLDS)
 
 
+def _independent(h: Host) -> Verdict:
+    if h.root:
+        return Verdict(HOLDS)
+    return Verdict(BOUNDED, "trajectories share a uid: a step can lower any jailed process's CPU priority, "
+                   "affinity or scheduling class, a neighbour's toward its timeout")
+
+
 def _memory(h: Host) -> Verdict:
     if h.cgroups and h.tmpfs:
         return Verdict(HOLDS, "Limits.memory, files written included")
@@ -132,7 +139,7 @@ PROMISES = (
     ("output", "bounded output", 5, lambda h: Verdict(HOLDS)),
     ("images", "image capture", 6, lambda h: Verdict(HOLDS)),
     ("denied", "no network, programs, signals; bounded resources", 7, _denied),
-    ("independent", "independent instances", 8, lambda h: Verdict(HOLDS)),
+    ("independent", "independent instances", 8, _independent),
     ("leaks", "no leaks after close", 9, _reaped),
     ("memory", "memory bounded per trajectory", None, _memory),
     ("processes", "processes bounded per trajectory", None, _processes),
