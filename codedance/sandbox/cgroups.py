@@ -150,10 +150,25 @@ def service_parents() -> list[str]:
     return found
 
 
+def delegated_v2_group() -> str | None:
+    """This process's cgroup v2 group where it may create groups and move processes in it (a
+    `systemd-run --user --scope -p Delegate=yes` scope, a Slurm job's group), else None."""
+    if not os.path.exists(os.path.join(_ROOT, "cgroup.controllers")):
+        return None
+    base = _v2_base()
+    writable = all(os.access(os.path.join(base, name), os.W_OK)
+                   for name in ("", "cgroup.procs", "cgroup.subtree_control"))  # fmt: skip
+    return base if writable else None
+
+
 def detect_layout(service_name: str, memory_total: int | None = None) -> tuple[CgroupLayout | None, str]:
     """Create the service's parent groups (with ``memory_total`` as the limit of all its
     trajectories together); returns (layout, "") or (None, why not)."""
     if os.geteuid() != 0:
+        delegated = delegated_v2_group()
+        if delegated:
+            return None, (f"the controller is not root; its cgroup v2 group {delegated} is delegated to it "
+                          "(writable), but a controller that is not root does not use it yet")
         return None, "the controller is not root, so it cannot create cgroups"
     try:
         if os.path.exists(os.path.join(_ROOT, "cgroup.controllers")):

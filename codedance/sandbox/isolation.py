@@ -6,6 +6,9 @@ Layers, strongest design first (``docs/sandbox.md``):
   their own working directories. Needs the ``bwrap`` program.
 - ``users``: each trajectory runs as its own unprivileged uid, so trajectories cannot read each
   other's files or signal each other's processes. Needs the controller to run as root.
+  Without it, ``private_views`` (not a layer of its own: it needs ``namespaces`` and nested user
+  namespaces) gives each trajectory a user and mount namespace where only its own working
+  directory exists (``private_view``).
 - ``seccomp``: the syscall filter of ``guards`` (no new programs, no signals, no sockets beyond
   unix socketpairs, no namespaces or ptrace). Needs libseccomp (Debian ``libseccomp2``).
 - ``cgroups``: a memory limit without swap, ``pids.max``, OOM detection and a reliable kill of
@@ -49,6 +52,9 @@ class Isolation:
     cgroups: bool
     rlimits: bool
     missing: tuple[tuple[str, str], ...] = ()
+    # without root (no uid per trajectory): each trajectory sees only its own working directory,
+    # in a user and mount namespace of its own (`private_view`)
+    private_views: bool = False
     notes: tuple[str, ...] = ()  # what the service changed on the host, or asks its admin to (`file_table`)
 
     @property
@@ -62,6 +68,8 @@ class Isolation:
 
     def describe(self) -> str:
         parts = [f"isolation: {self.level} ({', '.join(self.layers) or 'none'})"]
+        if self.private_views:
+            parts.append("  private views: each trajectory sees only its own working directory (a mount view of its own)")
         parts += [f"  missing {name}: {why}" for name, why in self.missing]
         parts += [f"  note: {note}" for note in self.notes]
         return "\n".join(parts)

@@ -124,13 +124,21 @@ def _bwrap_command(work_root: str, control_fd: int, as_root: bool, inputs_root: 
     for path in bound[:-1]:
         command += ["--ro-bind", path, path]
     command += ["--bind", work_root, work_root, "--clearenv"]
-    for key, value in {**_ENV, "HOME": "/tmp", "MPLCONFIGDIR": "/tmp/matplotlib"}.items():
+    jail_env = {**_ENV, "HOME": "/tmp", "MPLCONFIGDIR": "/tmp/matplotlib"}
+    # the controller's PYTHONPATH (its directories are bound above): the jail runs the same
+    # codedance as the controller, also where an interpreter without an install finds it there
+    python_path = os.pathsep.join(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                            if os.path.isabs(p) and os.path.isdir(p))
+    if python_path:
+        jail_env["PYTHONPATH"] = python_path
+    for key, value in jail_env.items():
         command += ["--setenv", key, value]
     if as_root:
         command += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
                     "--cap-add", "CAP_SYS_ADMIN"]  # the zygote's /proc remount only (guards.hide_other_processes)
     command += ["--", sys.executable, "-m", "codedance.sandbox.runtime", "--control-fd", str(control_fd)]
-    return command + (["--hide-processes"] if as_root else [])
+    # as root each trajectory has its own uid; otherwise its own mount view (`private_view`)
+    return command + (["--hide-processes"] if as_root else ["--private-views", work_root])
 
 
 class SandboxService:
@@ -152,6 +160,7 @@ class SandboxService:
                  use_seccomp: bool | None = None, start_timeout_s: float = 120.0,
                  memory_total: int | None = None, raise_file_max: bool | None = None):
         self.as_root = os.geteuid() == 0
+        self.private_views = False  # each holder in a mount view of its own (`private_view`): set by `_start`
         self._owner_pid = os.getpid()  # a forked child of the controller never closes the service
         self._lock = threading.Lock()  # the sandboxes, the uids, closing
         self._spawn_lock = threading.Lock()  # one spawn request on the control socket at a time
@@ -302,6 +311,11 @@ class SandboxService:
             self.close()
             raise ServiceError(f"the sandbox zygote did not start ({reply}); its log:\n{tail}")
         self._control.settimeout(30.0)
+        self.private_views = reply.get("private_views") is True
+        if self.namespaces and not self.as_root and not self.private_views:
+            why = str(reply.get("private_views") or "the zygote did not try")[:300]
+            self.isolation = replace(self.isolation, missing=(*self.isolation.missing, ("private views", why)))
+        self.isolation = replace(self.isolation, private_views=self.private_views)
         if reply.get("processes_hidden") is not True:
             why = reply.get("processes_hidden") or "the jail's /proc is remounted only by a root controller"
             self.isolation = replace(self.isolation, missing=(*self.isolation.missing, ("private /proc", str(why)[:200])))
@@ -378,7 +392,8 @@ class SandboxService:
 
     def spawn(self, request: dict, holder_socket: socket.socket) -> None:
         """Ask the zygote to fork a holder that serves ``holder_socket``."""
-        request = {**request, "op": "spawn", "seccomp": self.seccomp}
+        request = {**request, "op": "spawn", "seccomp": self.seccomp,
+                   "private_view": self.private_views, "work_root": self.work_root}
         # its own lock, not the service's: the zygote's fork may wait for memory, and the OOM
         # arbiter, which frees it, lists the sandboxes under the service's lock
         with self._spawn_lock:
