@@ -82,9 +82,10 @@ def solve(
     """Run one think -> execute -> feedback episode and show it."""
     console = make_console()
     cfg = opt.resolve(SolveConfig, config, overrides, print_config=print_config, console=console,
-                      server__url=model, server__name=model_name, server__temperature=temperature,
-                      server__max_tokens=max_tokens, server__request_timeout_s=request_timeout,
-                      server__plain_openai=plain_openai, episode__prompt_profile=profile, episode__max_turns=max_turns,
+                      server__url=model, server__model=model_name, server__temperature=temperature,
+                      server__max_tokens=max_tokens, server__timeout_s=request_timeout,
+                      server__vllm_extras=opt.vllm_extras(plain_openai), episode__prompt_profile=profile,
+                      episode__max_turns=max_turns,
                       episode__exec_timeout_s=exec_timeout, episode__max_pixels=max_pixels,
                       episode__min_pixels=min_pixels, profiles=None if profiles is None else str(profiles),
                       top_p=top_p, seed=seed)
@@ -95,7 +96,7 @@ def solve(
         images = tuple(image_from_bytes(p.read_bytes(), origin=f"input:{k}") for k, p in enumerate(image))
         episode_config = cfg.episode.episode_config(profiles=cfg.profiles or None)  # a bad profile: before the server
         policy = cfg.server.policy(api_key, seed=cfg.seed, top_p=cfg.top_p)
-        if not cfg.server.name:
+        if not cfg.server.model:
             served = policy.list_models()
             if not served:
                 raise PolicyError(f"{policy.base_url}/models lists no models")

@@ -26,12 +26,13 @@ working directory when none is). A mapping:
     prompts: my_prompts/             # optional folder overriding any template by file name
     sandboxes: 4                     # sandboxes running at once
 
-Endpoint keys: ``url``, ``model``, ``api_key`` (default ``EMPTY``), ``max_in_flight`` (16),
-``max_tokens`` (1024), ``temperature`` (0.0, the filter stage uses ``filter.temperature``),
-``timeout_s`` (120), ``max_retries`` (3), ``backoff_s`` (0.5), ``breaker_failures`` (5
-consecutive failed requests open the circuit breaker), ``vllm_extras`` (true: send vLLM's extra
-request fields; false for servers that reject unknown fields). Unknown keys are refused, so a typo
-fails loudly. Sources are read by `codedance.curate.sources`.
+Endpoint keys are `codedance.policy.server_config.ServerConfig`'s, starting from `ENDPOINT`:
+``url``, ``model``, ``api_key`` (default ``EMPTY``), ``max_in_flight`` (16), ``max_tokens``
+(1024), ``temperature`` (0.0, the filter stage uses ``filter.temperature``), ``timeout_s`` (120),
+``retries`` (3), ``backoff_s`` (0.5), ``breaker_failures`` (5 consecutive failed requests open
+the circuit breaker), ``vllm_extras`` (true: send vLLM's extra request fields; false for servers
+that reject unknown fields). Unknown keys are refused, so a typo fails loudly; a renamed key names
+its new one. Sources are read by `codedance.curate.sources`.
 
 `run_settings_of` is what defines a run (saved in ``run.json`` by `codedance.runs.RunDir`; a rerun
 with other values is refused): sources, filter, atomic, verify and inspect settings, the prompts
@@ -48,6 +49,7 @@ from typing import Any
 
 from codedance.config import build, merged, not_resumed
 from codedance.errors import SettingsError
+from codedance.policy.server_config import ServerConfig
 from codedance.runs.rundir import run_settings
 
 STAGES = ("inspect", "filter", "atomic", "verify")
@@ -60,19 +62,8 @@ class CurateError(SettingsError):
     """A bad configuration or an unusable input; the message says what to change."""
 
 
-@dataclass(frozen=True)
-class EndpointConfig:
-    url: str = not_resumed("")
-    model: str = ""
-    api_key: str = not_resumed("EMPTY")
-    max_in_flight: int = not_resumed(16)
-    max_tokens: int = 1024
-    temperature: float = 0.0
-    timeout_s: float = not_resumed(120.0)
-    max_retries: int = not_resumed(3)
-    backoff_s: float = not_resumed(0.5)
-    breaker_failures: int = not_resumed(5)
-    vllm_extras: bool = not_resumed(True)
+ENDPOINT = ServerConfig(max_in_flight=16, max_tokens=1024, timeout_s=120.0, retries=3)
+"""What an endpoint's keys start from (each role's mapping fills in the rest)."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +113,7 @@ class InspectConfig:
 @dataclass(frozen=True)
 class CurateConfig:
     out: Path = field(default=Path("runs/curate"), metadata={"resume": False})  # not_resumed, for a Path
-    endpoints: dict[str, EndpointConfig] = field(default_factory=dict)
+    endpoints: dict[str, ServerConfig] = field(default_factory=dict)
     sources: tuple[dict[str, Any], ...] = ()
     stages: tuple[str, ...] = not_resumed(DEFAULT_STAGES)
     filter: FilterConfig = FilterConfig()
@@ -192,7 +183,7 @@ def parse_config(raw: object, base: Path = Path(".")) -> CurateConfig:
         raise CurateError("unknown setting base: relative paths resolve from the YAML file's folder")
     try:
         config = build(CurateConfig(), plain)
-        endpoints = {r: build(EndpointConfig(), endpoints_raw[r], f"endpoints.{r}.") for r in ROLES if r in endpoints_raw}
+        endpoints = {r: build(ENDPOINT, endpoints_raw[r], f"endpoints.{r}.") for r in ROLES if r in endpoints_raw}
     except SettingsError as exc:
         raise CurateError(str(exc)) from None
     prompts = raw.get("prompts")

@@ -52,6 +52,10 @@ def _jpeg(color: tuple[int, int, int]) -> bytes:
     ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "atomic": {"zoom": 3}}, "unknown setting(s) atomic.zoom"),
     ({"out": "o", "endpoints": ENDPOINTS, "sources": [], "stages": ["filter"]}, "sources must be a non-empty list"),
     ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "stages": ["crop"]}, "unknown stage(s) crop"),
+    ({"out": "o", "endpoints": {**ENDPOINTS, "weak": {**ENDPOINTS["weak"], "max_retries": 0}},
+      "sources": [{"kind": "world"}]}, "endpoints.weak.max_retries is now endpoints.weak.retries"),
+    ({"out": "o", "endpoints": {**ENDPOINTS, "strong": {**ENDPOINTS["strong"], "vllm_extras": "no"}},
+      "sources": [{"kind": "world"}]}, "endpoints.strong.vllm_extras: expected true or false"),
 ])
 def test_bad_configs_fail_with_one_clear_line(raw: dict, message: str) -> None:
     with pytest.raises(CurateError, match=None) as info:
