@@ -34,7 +34,8 @@ from codedance.policy import PolicyError
 from codedance.policy.server_config import ServerConfig
 from codedance.prompts import image_from_bytes
 from codedance.records import ImageStore, append_jsonl, trajectory_json
-from codedance.rollout import Episode, EpisodeSettings, drive_episode
+from codedance.rollout import EVAL_MAX_TURNS, Episode, EpisodeSettings, drive_episode
+from codedance.runs.rundir import episode_key
 from codedance.types import Task, Trajectory, Turn
 
 app = typer.Typer(help="Solve one question about one or more images with a served model.")
@@ -46,7 +47,7 @@ class SolveConfig:
     question and the output folder are the command's own arguments."""
 
     server: ServerConfig = field(default_factory=ServerConfig)
-    episode: EpisodeSettings = field(default_factory=lambda: EpisodeSettings(max_turns=10))
+    episode: EpisodeSettings = field(default_factory=lambda: EpisodeSettings(max_turns=EVAL_MAX_TURNS))
     profiles: str = ""  # a YAML file of user prompt profiles
     top_p: float = 1.0
     seed: int | None = None
@@ -135,5 +136,6 @@ def solve(
 def _save(trajectory: Trajectory, out_dir: Path, question: str, console: Console) -> None:
     print_ending(trajectory, console)
     (out_dir / "trajectory.html").write_text(render_html(trajectory, title=question), encoding="utf-8")
-    append_jsonl(out_dir / "trajectories.jsonl", trajectory_json(trajectory, ImageStore(out_dir / "images"), "solve#0"))
+    key = episode_key(trajectory.task_id, 0)
+    append_jsonl(out_dir / "trajectories.jsonl", trajectory_json(trajectory, ImageStore(out_dir / "images"), key))
     console.print(f"saved {out_dir / 'trajectory.html'}")

@@ -50,6 +50,7 @@ from typing import Any
 from codedance.config import build, merged, not_resumed
 from codedance.errors import SettingsError
 from codedance.policy.server_config import ServerConfig
+from codedance.rollout import EXEC_TIMEOUT_S, MAX_TURNS
 from codedance.runs.rundir import run_settings
 
 STAGES = ("inspect", "filter", "atomic", "verify")
@@ -88,7 +89,7 @@ class AtomicConfig:
     ``max_box_area`` of the image is "nearly the whole image"; at most ``max_boxes`` boxes are
     used by a hard trajectory (medium uses the first plausible one)."""
 
-    max_turns: int = 6
+    max_turns: int = MAX_TURNS
     min_box_side: int = 8
     max_box_area: float = 0.9
     max_boxes: int = 3
@@ -101,7 +102,7 @@ class VerifyConfig:
 
     judge: bool = True
     cross_check: bool = False
-    exec_timeout_s: float = 15.0
+    exec_timeout_s: float = EXEC_TIMEOUT_S
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ from codedance.records import (
     trajectory_from_json,
     trajectory_json,
 )
-from codedance.rollout import Episode, EpisodeConfig
+from codedance.rollout import EpisodeConfig
 from codedance.runs import RunDir
 from codedance.sft_records import FORMATS, canonical_record
 
@@ -172,7 +172,7 @@ class _Stages:
         """The crop, annotate and draw recipes: a proposal, rule checks, the trajectory."""
         strong = Counted(self.endpoints["strong"])
         record["kind"] = item.recipe
-        images = Episode(item.task, self.episode).images  # sized for the model once (costly for big images)
+        images = self.episode.images_of(item.task)  # sized for the model once (costly for big images)
         size, question, rules = images[0].size, item.task.question, self.config.atomic
         draws = item.recipe == "draw"
         try:
@@ -207,7 +207,7 @@ class _Stages:
     async def _math(self, item: Item, record: dict[str, Any]) -> dict[str, Any]:
         strong = Counted(self.endpoints["strong"])
         record["kind"] = "math"
-        sandbox = await self.pool.asandbox(images=Episode(item.task, self.episode).images,
+        sandbox = await self.pool.asandbox(images=self.episode.images_of(item.task),
                                            timeout_s=self.config.verify.exec_timeout_s)
         try:
             trajectory, cot, revision = await math_trajectory(item.task, strong, sandbox, self.episode,

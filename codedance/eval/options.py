@@ -21,7 +21,7 @@ from codedance.config import not_resumed
 from codedance.errors import SettingsError
 from codedance.grading import JUDGE_SERVER
 from codedance.policy.server_config import ServerConfig
-from codedance.rollout import EpisodeSettings
+from codedance.rollout import EVAL_MAX_TURNS, EpisodeSettings
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class EvalConfig:
     tasks_split: str = ""  # '' = every row
     out: str = ""
     server: ServerConfig = field(default_factory=ServerConfig)
-    episode: EpisodeSettings = field(default_factory=lambda: EpisodeSettings(max_turns=10))
+    episode: EpisodeSettings = field(default_factory=lambda: EpisodeSettings(max_turns=EVAL_MAX_TURNS))
     profiles: str = ""  # a YAML file of user prompt profiles
     no_tools: bool = False
     limit: int | None = None  # None: every sample
