@@ -168,6 +168,18 @@ def load(cls: type[T] | T, specs: list[str] | tuple[str, ...] = (), command: str
     return build(base, data)
 
 
+def refuse_moved(data: dict[str, Any], moved: dict[str, str], note: str = "") -> None:
+    """A `SettingsError` "OLD is now NEW" for the first dotted key of `moved` that the mapping
+    `data` sets (a key that moved to another section; one renamed in place is a ``RENAMED``)."""
+    for old, new in moved.items():
+        *sections, key = old.split(".")
+        node: Any = data
+        for section in sections:
+            node = node.get(section) if isinstance(node, dict) else None
+        if isinstance(node, dict) and key in node:
+            raise SettingsError(f"{old} is now {new}{note}")
+
+
 def _nest(key: str, value: Any) -> dict[str, Any]:
     parts = key.split("__")
     tree: dict[str, Any] = {}
