@@ -11,6 +11,7 @@ import typer
 
 from codedance.cli.console import echo_untrusted, make_console, user_errors
 from codedance.errors import SettingsError
+from codedance.rollout import EXEC_TIMEOUT_S
 
 app = typer.Typer(help="The transactional code sandbox.", no_args_is_help=True)
 
@@ -96,7 +97,7 @@ def run(
     snippet: Path = typer.Argument(..., help="Python file to run ('-' for standard input)."),
     image: list[Path] = typer.Option([], "--image", "-i", exists=True, dir_okay=False,
                                      help="Input image (repeatable)."),
-    timeout: float = typer.Option(15.0, help="Wall-clock limit in seconds."),
+    timeout: float = typer.Option(EXEC_TIMEOUT_S, help="Wall-clock limit in seconds."),
     out: Path = typer.Option(None, help="Directory to save the returned images in."),
 ) -> None:
     """Run one snippet against images in a fresh sandbox and print what came back."""

@@ -52,7 +52,7 @@ def test_items_are_read_as_the_window_frees_not_all_at_once(tmp_path: Path) -> N
     register_source("counted", counted)
     try:
         with ReplayServer(lambda body: "<think>t</think><answer>3</answer>", ("weak", "strong")) as server:
-            endpoint = {"url": server.url, "max_in_flight": 2, "max_retries": 0}
+            endpoint = {"url": server.url, "max_in_flight": 2, "retries": 0}
             raw = {"out": str(tmp_path / "run"), "stages": ["filter"], "sandboxes": 1, "sources": [{"kind": "counted"}],
                    "filter": {"k": 1, "judge": "never", "easy_keep": 1.0},
                    "endpoints": {"weak": {**endpoint, "model": "weak"}, "strong": {**endpoint, "model": "strong"}}}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -120,10 +121,10 @@ def test_unknown_scorer_raises():
 
 
 def test_an_unreachable_judge_leaves_the_sample_pending_and_never_raises():
-    from codedance.grading import JudgeClient, JudgeConfig
+    from codedance.grading import JUDGE_SERVER, JudgeClient
 
     t = task("charxiv", "7", AnswerKind.TEXT, grading_query="{PREDICTION}")
-    with JudgeClient(JudgeConfig(base_url="http://127.0.0.1:9/v1", retries=0)) as judge:
+    with JudgeClient(replace(JUDGE_SERVER, url="http://127.0.0.1:9/v1", retries=0)) as judge:
         for mode in ("vlmevalkit", "strict"):
             s = score(t, "<answer>7</answer>", "charxiv", judge, mode)
             assert s.correct is None and s.pending.startswith("judge unreachable")

@@ -14,14 +14,15 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from codedance.grading import (
+    JUDGE_SERVER,
     JudgeCache,
     JudgeClient,
-    JudgeConfig,
     JudgeError,
     JudgeItem,
     JudgeUnavailableError,
@@ -106,7 +107,7 @@ def server() -> Iterator[FakeJudgeServer]:
 
 
 def client_for(server: FakeJudgeServer, **kwargs: object) -> JudgeClient:
-    return JudgeClient(JudgeConfig(base_url=server.url, model="judge", backoff_s=0.01, **kwargs))  # type: ignore[arg-type]
+    return JudgeClient(replace(JUDGE_SERVER, url=server.url, model="judge", backoff_s=0.01, **kwargs))  # type: ignore[arg-type]
 
 
 def test_verdicts_and_deterministic_request(server: FakeJudgeServer) -> None:
@@ -121,7 +122,7 @@ def test_verdicts_and_deterministic_request(server: FakeJudgeServer) -> None:
 
 def test_cache_avoids_repeat_requests_and_persists(server: FakeJudgeServer, tmp_path) -> None:
     path = tmp_path / "judge_cache.jsonl"
-    with JudgeClient(JudgeConfig(base_url=server.url, model="judge"), JudgeCache(path)) as judge:
+    with JudgeClient(replace(JUDGE_SERVER, url=server.url, model="judge"), JudgeCache(path)) as judge:
         for _ in range(3):
             assert judge.judge(question="q", gold="4", prediction="4 apples")
         assert len(server.bodies) == 1
@@ -129,12 +130,12 @@ def test_cache_avoids_repeat_requests_and_persists(server: FakeJudgeServer, tmp_
         judge.judge(question="other q", gold="4", prediction="4 apples")  # other question: new key
         assert len(server.bodies) == 3
     # a fresh client with the same file asks nothing
-    with JudgeClient(JudgeConfig(base_url=server.url, model="judge"), JudgeCache(path)) as judge:
+    with JudgeClient(replace(JUDGE_SERVER, url=server.url, model="judge"), JudgeCache(path)) as judge:
         assert judge.judge(question="q", gold="4", prediction="4 apples")
         assert judge.judge(question="q", gold="4", prediction="5 apples") is False
     assert len(server.bodies) == 3
     # another judge model is another key
-    with JudgeClient(JudgeConfig(base_url=server.url, model="judge-2"), JudgeCache(path)) as judge:
+    with JudgeClient(replace(JUDGE_SERVER, url=server.url, model="judge-2"), JudgeCache(path)) as judge:
         judge.judge(question="q", gold="4", prediction="4 apples")
     assert len(server.bodies) == 4
 
@@ -151,18 +152,18 @@ def test_concurrency_is_bounded_and_parallel(server: FakeJudgeServer) -> None:
     server.gate = threading.Barrier(4, timeout=10)
     server.delay_s = 0.05  # the later requests overlap too, and never exceed the bound
     items = [JudgeItem("q", "a", f"a{i}") for i in range(8)] + [JudgeItem("q", "a", "b")]
-    with client_for(server, max_concurrency=4) as judge:
+    with client_for(server, max_in_flight=4) as judge:
         verdicts = judge.judge_many(items + items[:2])  # duplicates are asked once
     assert verdicts == [True] * 8 + [False] + [True, True]
     assert len(server.bodies) == 9
     assert server.max_in_flight == 4
 
 
-def test_retries_on_server_errors_then_raises(server: FakeJudgeServer) -> None:
-    server.fail_first = [503, 429]
-    with client_for(server, retries=2) as judge:
+def test_retries_as_every_model_client_then_raises(server: FakeJudgeServer) -> None:
+    server.fail_first = [503, 429, 408]  # the retried statuses of every served model's client
+    with client_for(server, retries=3) as judge:
         assert judge.judge(question="q", gold="a", prediction="a")
-    assert len(server.bodies) == 3
+    assert len(server.bodies) == 4
     server.fail_first = [500, 500, 500]
     with client_for(server, retries=2) as judge, pytest.raises(JudgeError, match="HTTP 500"):
         judge.judge(question="q", gold="a", prediction="again")
@@ -175,7 +176,7 @@ def test_clear_error_when_server_is_down() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again: nothing listens there
-    config = JudgeConfig(base_url=f"http://127.0.0.1:{port}/v1", model="judge", timeout_s=2)
+    config = replace(JUDGE_SERVER, url=f"http://127.0.0.1:{port}/v1", model="judge", timeout_s=2)
     with JudgeClient(config) as judge, pytest.raises(JudgeUnavailableError, match="not reachable") as info:
         judge.judge(question="q", gold="a", prediction="a")
     assert f"127.0.0.1:{port}/v1/chat/completions" in str(info.value)
