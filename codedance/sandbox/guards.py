@@ -29,7 +29,15 @@ The seccomp filter (libseccomp through PyPI ``pyseccomp``) returns ``EPERM`` for
 - kernel objects that outlive a process and escape the rollback: System V shared memory,
   semaphores and message queues, POSIX message queues;
 - other processes: ``prlimit64`` on any pid but 0 (itself; compared on all 64 bits, so no high
-  bits can smuggle another pid), ``process_madvise``, ``migrate_pages``, ``move_pages``;
+  bits can smuggle another pid), ``process_madvise``, ``migrate_pages``, ``move_pages``; the
+  scheduling of any process but the caller: ``sched_setaffinity``, ``sched_setscheduler``,
+  ``sched_setparam`` and ``sched_setattr`` on a pid other than 0, ``setpriority`` and
+  ``ioprio_set`` other than on the calling process itself (``PRIO_PROCESS``/``IOPRIO_WHO_PROCESS``
+  with who 0; ``PRIO_USER`` with who 0 means every process of the caller's uid). Where
+  trajectories share a uid (a controller that is not root) a step could otherwise pin a
+  neighbour's holder, or the zygote every later holder is forked from, to one CPU at nice 19 under
+  ``SCHED_IDLE``; each comparison is on all 64 bits, so high bits only widen what is refused
+  (`tests/sandbox/test_hostile_pages.py::test_the_seccomp_filter_alone_refuses_scheduling_others`);
 - host-wide write-back: ``sync``, ``syncfs`` (``fsync`` of one's own files stays);
 - ``memfd_secret`` (its pages are taken out of the kernel's direct map, which fragments it for
   the whole host) and ``modify_ldt`` (a per-process descriptor table: attack surface nothing
@@ -105,6 +113,7 @@ import os
 import resource
 
 _PR_SET_DUMPABLE = 4
+_PRIO_PROCESS, _IOPRIO_WHO_PROCESS = 0, 1
 _CORE_LIMIT = 1  # RLIMIT_CORE: the kernel's "no dump, not even to a pipe" value
 _PR_SET_NO_NEW_PRIVS = 38
 _CLONE_NAMESPACE_FLAGS = (
@@ -246,6 +255,11 @@ def install_seccomp() -> None:
         rules.add_rule(seccomp.ERRNO(errno.ENOSYS), number)
     low32 = 0xFFFFFFFF
     rules.add_rule(deny, "prlimit64", seccomp.Arg(0, seccomp.NE, 0))
+    for call in ("sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr"):
+        rules.add_rule(deny, call, seccomp.Arg(0, seccomp.NE, 0))
+    for call, self_kind in (("setpriority", _PRIO_PROCESS), ("ioprio_set", _IOPRIO_WHO_PROCESS)):
+        rules.add_rule(deny, call, seccomp.Arg(0, seccomp.NE, self_kind))
+        rules.add_rule(deny, call, seccomp.Arg(1, seccomp.NE, 0))
     rules.add_rule(deny, "prctl", seccomp.Arg(0, seccomp.MASKED_EQ, low32, _PR_SET_DUMPABLE))
     for command in (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX, _F_SETLEASE, _F_NOTIFY):
         rules.add_rule(deny, "fcntl", seccomp.Arg(1, seccomp.MASKED_EQ, low32, command))

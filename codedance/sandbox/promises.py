@@ -74,10 +74,10 @@ def _denied(h: Host) -> Verdict:
 
 
 def _independent(h: Host) -> Verdict:
-    if h.root:
+    if h.root or h.seccomp:  # the filter refuses scheduling any process but the caller
         return Verdict(HOLDS)
-    return Verdict(BOUNDED, "trajectories share a uid: a step can lower any jailed process's CPU priority, "
-                   "affinity or scheduling class, a neighbour's toward its timeout")
+    return Verdict(BOUNDED, "trajectories share a uid and no seccomp filter refuses it: a step can lower any "
+                   "jailed process's CPU priority, affinity or scheduling class, a neighbour's toward its timeout")
 
 
 def _memory(h: Host) -> Verdict:

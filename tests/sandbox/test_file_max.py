@@ -22,8 +22,11 @@ from codedance.sandbox.isolation import FILE_MAX, FILE_MAX_RAISED, RAISE_FILE_MA
 SENTINEL = 1_000_003  # no host has it: a script that sees it is looking at the fake
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
-                                reason="a private mount namespace needs root and unshare(1)")  # fmt: skip
+pytestmark = [
+    pytest.mark.tier("integration"),
+    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                       reason="a private mount namespace needs root and unshare(1)"),
+]
 
 START_SERVICE = f"""
 import sys

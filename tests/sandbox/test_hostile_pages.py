@@ -17,11 +17,14 @@ import glob
 import mmap
 import os
 import resource
+import time
 
 import matplotlib
 import pytest
 
 from codedance.sandbox import guards
+
+pytestmark = pytest.mark.tier("integration")
 
 # shared read-only files the jail sees (site-packages): one of Matplotlib's fonts, and the
 # largest library of OpenCV (80 MiB, of which a step maps a few MiB)
@@ -183,6 +186,44 @@ def test_the_seccomp_filter_alone_refuses_locking_and_nowait_reads():
         return _lock_attempts()
 
     assert _in_child(body) == [errno.EPERM, errno.EPERM, 0, errno.EPERM, 0]
+
+
+def test_the_seccomp_filter_alone_refuses_scheduling_others():
+    """Under the jail's filter a process may renice, pin and reschedule itself (pid 0), never
+    another process of its uid (a sleeping sibling here), nor every process of its uid at once."""
+    pytest.importorskip("pyseccomp")
+    sibling = os.fork()
+    if sibling == 0:
+        time.sleep(60)
+        os._exit(0)
+
+    def body():
+        guards.forbid_new_privileges()
+        guards.install_seccomp()
+        outcomes = []
+        for call in (lambda pid: os.setpriority(os.PRIO_PROCESS, pid, 19),
+                     lambda pid: os.sched_setaffinity(pid, {0}),
+                     lambda pid: os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0)),
+                     lambda pid: os.sched_setparam(pid, os.sched_param(0))):
+            for pid in (0, sibling):
+                try:
+                    call(pid)
+                    outcomes.append(0)
+                except OSError as exc:
+                    outcomes.append(exc.errno)
+        try:
+            os.setpriority(os.PRIO_USER, 0, 19)
+            outcomes.append(0)
+        except OSError as exc:
+            outcomes.append(exc.errno)
+        return outcomes
+
+    try:
+        assert _in_child(body) == [0, errno.EPERM] * 4 + [errno.EPERM]
+        assert os.getpriority(os.PRIO_PROCESS, sibling) == os.getpriority(os.PRIO_PROCESS, 0)
+    finally:
+        os.kill(sibling, 9)
+        os.waitpid(sibling, 0)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another uid needs root")

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.tier("integration")
+
 USER = "codedance-test-user"
 PYTHON = "/usr/bin/python3"
 PROJECT = Path(__file__).resolve().parents[2]
