@@ -123,3 +123,15 @@ def test_compute_score_and_records_from_fields():
     assert records[0] == rec(["ok", "error"]) and correct == [1.0]
     with pytest.raises(KeyError, match="custom_reward_function"):
         records_from_fields([good])
+
+
+def test_returned_images_survive_the_record_and_pay_the_deepeyes_bonus():
+    cropped = TurnRecord(CODE, (0, TURN), status="ok", feedback_images=2)
+    printed = TurnRecord(CODE, (0, TURN), status="ok")
+    answer = TurnRecord(ANS, (TURN + GAP, 2 * TURN + GAP))
+    records = [RolloutRecord("q", (cropped, answer), "answered", "7"),
+               RolloutRecord("q", (printed, answer), "answered", "7")]
+    back = [RolloutRecord.from_json(r.to_json()) for r in records]
+    assert [len(t.feedback_images) for t in back[0].trajectory().turns] == [2, 0]
+    totals = group_rewards(back, [1, 1], ["u", "u"], profile="deepeyes").rewards
+    assert totals.tolist() == pytest.approx([0.8 + 1.2, 0.8])  # only a returned image pays
