@@ -112,7 +112,8 @@ def test_end_to_end_paper_profile_by_hand() -> None:
     code, answer = "<think>c</think><code>x</code>", Turn("<think>.</think><answer>7</answer>")
     a = Trajectory("q", (Turn(code, result=err), answer), StopReason.ANSWERED)  # wrong, failed call
     b = Trajectory("q", (Turn(code, result=ok), answer), StopReason.ANSWERED)   # right, good call
-    batch = compute_batch_rewards(trajectories=[a, b], correct=[False, True], group_ids=["q", "q"])
+    batch = compute_batch_rewards(trajectories=[a, b], correct=[False, True], group_ids=["q", "q"],
+                                  profile="paper-all-turns")
     d = 1 / (1 + math.exp(-0.0)) - 0.2
     r_a, r_b = 0.0, 1.0 + d
     seq = (r_a - r_b) / 2 / (math.sqrt((r_a - r_b) ** 2 / 2) + 1e-6)  # G = 2, unbiased std
@@ -125,6 +126,11 @@ def test_end_to_end_paper_profile_by_hand() -> None:
     a_turn0, a_other = (-0.5 - mu) / sigma, (0 - mu) / sigma
     assert out[0].tolist() == pytest.approx([seq + a_turn0, seq + a_turn0, 0, seq + a_other], rel=1e-6)
     assert out[1].tolist() == pytest.approx([-seq + a_other, -seq + a_other, 0, -seq + a_other], rel=1e-6)
+    paper = compute_batch_rewards(trajectories=[a, b], correct=[False, True], group_ids=["q", "q"])
+    out_p = batch_token_advantages(paper, turn_spans=spans, loss_mask=mask)
+    # call turns only: values [−0.5, 0] normalized to [−1, 1]; answer turns get 0; weight 1
+    assert out_p[0].tolist() == pytest.approx([seq - 1, seq - 1, 0, seq], rel=1e-6)
+    assert out_p[1].tolist() == pytest.approx([-seq + 1, -seq + 1, 0, -seq], rel=1e-6)
     release = compute_batch_rewards(trajectories=[a, b], correct=[False, True], group_ids=["q", "q"], profile="release")
     out_r = batch_token_advantages(release, turn_spans=spans, loss_mask=mask)
     seq_r = float(grpo_advantages(release.rewards, ["q", "q"])[0])
@@ -172,5 +178,9 @@ def test_worked_example_of_docs_rewards_md() -> None:
         for s, e in row:
             mask[i, s:e] = 1
     out = batch_token_advantages(batch, turn_spans=spans, loss_mask=mask)
-    assert round(float(out[3, 0]), 4) == -2.3836 and round(float(out[3, 6]), 4) == -0.0742
+    assert round(float(out[3, 0]), 4) == -1.8763 and round(float(out[3, 6]), 4) == -0.6515  # call turns
     assert out[3, 2] == 0.0
+    literal = compute_batch_rewards(trajectories=group, correct=[True, True, False, False], group_ids=["q"] * 4,
+                                    profile="paper-all-turns")
+    out = batch_token_advantages(literal, turn_spans=spans, loss_mask=mask)
+    assert round(float(out[3, 0]), 4) == -2.3836 and round(float(out[3, 6]), 4) == -0.0742  # every turn

@@ -3,8 +3,12 @@
 - ``paper`` (default): the paper's §3.1 and Appendix 8 as printed (typo corrected, see
   `codedance.rewards.core`). r = R_acc + R_format + R_seq with
   R_seq = (0.5 | 1.0) · d(μ_acc) · N_succ/N_total, d = σ(4(0.5 − μ_acc)) − 0.2, μ_acc the group's
-  mean accuracy; turn returns (β 0.2, penalty −0.5) normalized over all assistant turns of the
-  batch and added to A_seq with weight 1.
+  mean accuracy; turn returns (β 0.2, penalty −0.5) normalized over the batch's call turns
+  (``turn_scope="call_turns"``: Appendix 8.1 gives the other turns zero turn-level signal) and
+  added to A_seq with weight 1.
+- ``paper-all-turns``: ``paper`` with Eq. 2's statistics over every assistant turn of the batch
+  (``turn_scope="all_turns"``): a turn that cannot fail sits above the mean, so every call pays
+  for the batch's failure rate (docs/rewards.md, "Which turns R_turn is normalized over").
 - ``release``: the authors' code: prefactors (0.5, 1.5) general / (1.0, 2.0) math, the tanh form
   (an effective γ of 8), μ = group mean of the *score* (accuracy + format penalty), R_seq inside the
   GRPO reward, and A = GRPO(score + d·tool) + 0.2·Â_turn where Â_turn is normalized over the call
@@ -65,7 +69,7 @@ class RewardProfile:
     turn_penalty: float = -0.5
     empty_call_is_failure: bool = True
     turn_weight: float = 1.0
-    turn_scope: str = "all_turns"  # or "call_turns" (release)
+    turn_scope: str = "call_turns"  # or "all_turns" (Eq. 2 over every assistant turn)
     turn_std_fallback: str = "zero"  # or "raw" (release)
     adv_scale: str = "group"  # GRPO: "group" std, "batch" std, or "none" (Dr. GRPO)
 
@@ -107,6 +111,7 @@ PROFILES: dict[str, RewardProfile] = {
     "outcome-only": RewardProfile(name="outcome-only", tool_term="none", turn_weight=0.0),
     "deepeyes": RewardProfile(name="deepeyes", tool_term="deepeyes", turn_weight=0.0,
                               acc_scale_general=0.8),
+    "paper-all-turns": RewardProfile(name="paper-all-turns", turn_scope="all_turns"),
     "paper-no-turn": RewardProfile(name="paper-no-turn", turn_weight=0.0),
     "paper-delta0": RewardProfile(name="paper-delta0", delta=0.0),
     "paper-gamma5": RewardProfile(name="paper-gamma5", gamma=5.0),
