@@ -204,9 +204,10 @@ class Push:
         return self.p_call * (1.0 - self.p_call) * self.delta
 
 
-def first_turn_pushes(batch: BatchRewards, labels: Sequence[str]) -> dict[str, Push]:
-    """`Push` per label of the first assistant turn's advantage under the batch's profile.
-    labels: (B,) one label per trajectory (e.g. its item's difficulty).
+def first_turn_pushes(batches: Sequence[BatchRewards], labels: Sequence[Sequence[str]]) -> dict[str, Push]:
+    """`Push` per label of the first assistant turn's advantage, each batch's advantages under
+    its own profile (A_turn's statistics are per batch, as in training), pooled over the
+    batches. labels[b]: one label per trajectory of batches[b] (e.g. its item's difficulty).
 
     >>> from codedance.rewards import compute_batch_rewards
     >>> from codedance.types import ExecResult, ExecStatus, StopReason, Trajectory, Turn
@@ -215,23 +216,31 @@ def first_turn_pushes(batch: BatchRewards, labels: Sequence[str]) -> dict[str, P
     ...                             StopReason.ANSWERED)
     >>> direct = Trajectory("q", (fin,), StopReason.ANSWERED)
     >>> group = [call(ExecStatus.OK), call(ExecStatus.ERROR), direct, direct]
-    >>> pushes = {name: first_turn_pushes(compute_batch_rewards(
-    ...     trajectories=group, correct=[True] * 4, group_ids=["g"] * 4, profile=name), ["hard"] * 4)["hard"]
+    >>> pushes = {name: first_turn_pushes([compute_batch_rewards(
+    ...     trajectories=group, correct=[True] * 4, group_ids=["g"] * 4, profile=name)], [["hard"] * 4])["hard"]
     ...           for name in ("paper", "paper-all-turns")}
     >>> [(p.p_call, round(p.delta_turn, 4)) for p in pushes.values()]  # call turns: ±1, mean 0
     [(0.5, 0.0), (0.5, -1.3416)]
     """
-    labels = list(labels)
-    if len(labels) != len(batch.breakdowns):
-        raise ValueError(f"{len(batch.breakdowns)} trajectories but {len(labels)} labels")
-    seq, turns = profile_advantages(batch)
-    weight = batch.profile.turn_weight
-    first_turn = np.array([weight * float(t[0]) if turns is not None and t.size else 0.0
-                           for t in (turns or [np.zeros(1)] * len(labels))])
-    calls = np.array([bool(c.size) and bool(c[0]) for c in batch.turn_is_call])
+    if len(batches) != len(labels):
+        raise ValueError(f"{len(batches)} batches but {len(labels)} label lists")
+    seq_parts, turn_parts, call_parts, all_labels = [], [], [], []
+    for batch, batch_labels in zip(batches, labels, strict=True):
+        if len(batch_labels) != len(batch.breakdowns):
+            raise ValueError(f"{len(batch.breakdowns)} trajectories but {len(batch_labels)} labels")
+        seq, turns = profile_advantages(batch)
+        weight = batch.profile.turn_weight
+        seq_parts.append(seq)
+        turn_parts.append([weight * float(t[0]) if t.size else 0.0 for t in turns] if turns is not None
+                          else [0.0] * len(batch_labels))
+        call_parts.append([bool(c.size) and bool(c[0]) for c in batch.turn_is_call])
+        all_labels.extend(batch_labels)
+    seq_all = np.concatenate(seq_parts) if seq_parts else np.zeros(0)
+    turn_all = np.array([x for part in turn_parts for x in part], dtype=np.float64)
+    calls = np.array([x for part in call_parts for x in part], dtype=bool)
     out = {}
-    for label in dict.fromkeys(labels):
-        rows = np.array([x == label for x in labels])
+    for label in dict.fromkeys(all_labels):
+        rows = np.array([x == label for x in all_labels])
         called, direct = rows & calls, rows & ~calls
 
         def gap(values: np.ndarray, called: np.ndarray = called, direct: np.ndarray = direct) -> float:
@@ -240,5 +249,5 @@ def first_turn_pushes(batch: BatchRewards, labels: Sequence[str]) -> dict[str, P
             return float(values[called].mean() - values[direct].mean())
 
         out[label] = Push(n=int(rows.sum()), p_call=float(calls[rows].mean()),
-                          delta_seq=gap(seq), delta_turn=gap(first_turn))
+                          delta_seq=gap(seq_all), delta_turn=gap(turn_all))
     return out

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from codedance.advantages import (
+    first_turn_pushes,
     batch_token_advantages,
     grpo_advantages,
     spans_from_mask,
@@ -184,3 +185,34 @@ def test_worked_example_of_docs_rewards_md() -> None:
                                     profile="paper-all-turns")
     out = batch_token_advantages(literal, turn_spans=spans, loss_mask=mask)
     assert round(float(out[3, 0]), 4) == -2.3836 and round(float(out[3, 6]), 4) == -0.0742  # every turn
+
+
+def test_turn_scope_decides_whether_calling_is_taxed() -> None:
+    err = ExecResult(ExecStatus.ERROR)
+    answer = Turn("<think>.</think><answer>7</answer>")
+    failed = Trajectory("h", (Turn("<think>c</think><code>x</code>", result=err), answer), StopReason.ANSWERED)
+    direct = Trajectory("h", (answer,), StopReason.ANSWERED)
+    easy = Trajectory("e", (answer,), StopReason.ANSWERED)
+    rows, labels = [failed, failed, direct, direct, easy, easy], ["hard"] * 4 + ["easy"] * 2
+    ids = ["h"] * 4 + ["e"] * 2
+
+    def pushes(profile: str):
+        batch = compute_batch_rewards(trajectories=rows, correct=[False] * 4 + [True] * 2, group_ids=ids,
+                                      profile=profile)
+        return first_turn_pushes([batch], [labels])
+
+    # every reward in the hard group is 0: A_seq is 0 and only A_turn moves the decision
+    # all turns: the batch's 8 returns (two failed calls, six turns that cannot fail)
+    values = np.array([-0.5, 0.0, -0.5, 0.0, 0.0, 0.0, 0.0, 0.0])
+    mu, sigma = values.mean(), values.std()
+    all_turns = pushes("paper-all-turns")["hard"]
+    assert (all_turns.n, all_turns.p_call, all_turns.delta_seq) == (4, 0.5, 0.0)
+    assert all_turns.delta_turn == pytest.approx((-0.5 - mu) / sigma - (0.0 - mu) / sigma)  # −2.65: a tax
+    assert all_turns.push == pytest.approx(0.25 * all_turns.delta_turn)
+    # call turns: the two failed calls are the statistics; constant, so A_turn is 0: no tax
+    call_turns = pushes("paper")["hard"]
+    assert (call_turns.delta_seq, call_turns.delta_turn, call_turns.push) == (0.0, 0.0, 0.0)
+    easy_push = pushes("paper")["easy"]
+    assert easy_push.p_call == 0.0 and math.isnan(easy_push.delta) and math.isnan(easy_push.push)
+    with pytest.raises(ValueError, match="labels"):
+        first_turn_pushes([compute_batch_rewards(trajectories=rows, correct=[False] * 6, group_ids=ids)], [labels[:2]])
