@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from codedance.advantages import first_turn_pushes
+from codedance.errors import SettingsError
 from codedance.rewards import compute_batch_rewards, get_profile
 from codedance.types import ExecResult, ExecStatus, StopReason, Trajectory, Turn
 
@@ -141,13 +142,16 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8, help="prompts per batch")
     parser.add_argument("--group", type=int, default=8, help="rollouts per prompt (synthetic)")
     parser.add_argument("--seed", type=int, default=0)
-    for label in TESTBED:
+    for label, rates in TESTBED.items():
         for field in Rates.__dataclass_fields__:
-            parser.add_argument(f"--{label}-{field.replace('_', '-')}", type=float, default=getattr(TESTBED[label], field))
+            parser.add_argument(f"--{label}-{field.replace('_', '-')}", type=float, default=getattr(rates, field))
     args = parser.parse_args()
     profiles = tuple(args.profile or PROFILES)
     for name in profiles:
-        get_profile(name)  # an unknown name fails here, before any work
+        try:
+            get_profile(name)  # an unknown name fails here, before any work
+        except SettingsError as exc:
+            raise SystemExit(str(exc)) from None
     if args.run:
         if not args.tasks:
             raise SystemExit("--run needs --tasks: the tasks file the run was made on")

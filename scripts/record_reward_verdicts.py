@@ -41,6 +41,7 @@ import math
 import sys
 import types
 from pathlib import Path
+from typing import ClassVar
 
 RELEASE_FILE = "verl/utils/reward_score/llm_judge_qwen_tool_step.py"
 DEEPEYES_FILE = "verl/utils/reward_score/vl_agent.py"
@@ -51,8 +52,8 @@ TURN_END, USER, ASSISTANT = "<|im_end|>\n", "<|im_start|>user\n", "<|im_start|>a
 class ScriptedJudge:
     """What ``openai.OpenAI`` is while recording: every client returns the scripted replies."""
 
-    replies: list[str] = []
-    calls = 0
+    replies: ClassVar[list[str]] = []
+    calls: ClassVar[int] = 0
 
     def __init__(self, **kwargs: object) -> None:
         self.chat = types.SimpleNamespace(completions=types.SimpleNamespace(create=self._create))

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from codedance.advantages import (
-    first_turn_pushes,
     batch_token_advantages,
+    first_turn_pushes,
     grpo_advantages,
     spans_from_mask,
     token_advantages,

@@ -23,7 +23,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from codedance.types import ExecResult, ExecStatus, FormatVerdict, Image, StopReason, Trajectory, Turn
+from codedance.types import (
+    ExecResult,
+    ExecStatus,
+    FormatVerdict,
+    Image,
+    StopReason,
+    Trajectory,
+    Turn,
+)
 
 EXTRA_KEY = "codedance"
 RECORD_VERSION = 1
