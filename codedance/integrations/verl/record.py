@@ -15,7 +15,8 @@ no stdout):
 
 `RolloutRecord.trajectory` rebuilds a skeleton `codedance.types.Trajectory` (texts, results with
 status and no-op flag only, one empty placeholder per returned image) that `codedance.rewards`
-grades exactly as the full one: rewards never read stdout, pixels or the prompt. Not handled: nothing from the feedback text is kept.
+grades exactly as the full one: rewards never read stdout, pixels or the prompt. Not handled:
+nothing from the feedback text is kept.
 """
 
 from __future__ import annotations
