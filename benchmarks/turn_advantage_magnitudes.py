@@ -1,5 +1,5 @@
-"""How large the turn-level advantage gets under the ``paper`` and ``release`` profiles, on a
-realistic synthetic batch (docs/rewards.md, "Magnitudes").
+"""How large the turn-level advantage gets under the ``paper``, ``paper-all-turns`` and ``release``
+profiles, on a realistic synthetic batch (docs/rewards.md, "Magnitudes").
 
 A batch of 256 prompts × G = 8 rollouts (2048 trajectories, as the paper's RL step): each rollout
 makes 0–4 calls (a third of the rollouts make none), each call fails with probability 0.08, then
@@ -16,7 +16,7 @@ import argparse
 
 import numpy as np
 
-from codedance.advantages import grpo_advantages, turn_advantages
+from codedance.advantages import profile_advantages
 from codedance.rewards import compute_batch_rewards
 from codedance.types import ExecResult, ExecStatus, StopReason, Trajectory, Turn
 
@@ -40,9 +40,7 @@ def batch(rng: np.random.Generator, prompts: int = 256, group: int = 8):
 def magnitudes(profile: str, trajectories, correct, groups) -> dict[str, float]:
     b = compute_batch_rewards(trajectories=trajectories, correct=correct, group_ids=groups, profile=profile)
     prof = b.profile
-    seq = grpo_advantages(b.rewards, b.group_ids, scale=prof.adv_scale)
-    include = b.turn_is_call if prof.turn_scope == "call_turns" else None
-    turns = turn_advantages(b.turn_returns, include=include, fallback=prof.turn_std_fallback)
+    seq, turns = profile_advantages(b)
     cells: dict[str, list[float]] = {"failed call": [], "ok call": [], "answer turn": [], "tool-free": []}
     for t, adv in zip(trajectories, turns, strict=True):
         w = prof.turn_weight * np.asarray(adv)
@@ -62,11 +60,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     data = batch(np.random.default_rng(args.seed))
-    rows = {p: magnitudes(p, *data) for p in ("paper", "release")}
-    keys = list(rows["paper"])
-    print("| quantity | paper | release |\n|---|---|---|")
-    for k in keys:
-        print(f"| {k} | {rows['paper'][k]:+.3f} | {rows['release'][k]:+.3f} |")
+    names = ("paper", "paper-all-turns", "release")
+    rows = {p: magnitudes(p, *data) for p in names}
+    print("| quantity | " + " | ".join(f"`{p}`" for p in names) + " |\n|---|" + "---|" * len(names))
+    for k in rows["paper"]:
+        print(f"| {k} | " + " | ".join(f"{rows[p][k]:+.3f}" for p in names) + " |")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,11 @@
   returns (``"raw"``, the release).
 - `token_advantages(...)`: per token, A_seq of the trajectory + w·A_turn of the token's assistant
   turn; tokens with loss mask 0 (prompt, feedback text and images) get 0.
-- `batch_token_advantages(batch, ...)`: all of the above under a reward profile.
+- `batch_token_advantages(batch, ...)`: all of the above under a reward profile
+  (`profile_advantages` gives its A_seq and A_turn before they are laid on tokens).
+- `first_turn_pushes(batch, labels)`: per label (easy / hard), how the profile's advantage on
+  the first assistant turn pushes the call-or-answer decision (docs/rewards.md, "Which turns
+  R_turn is normalized over").
 
 Paper: A = A_seq(R_acc, R_format, R_seq) + A_turn(R_turn), weight 1 (paper §3.1). Release:
 A = GRPO(score + d·tool) + 0.2·Â_turn. What is not here: the policy loss (clipping, token-mean vs
@@ -21,6 +25,7 @@ per-trajectory averaging) belongs to the trainer integration.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -158,14 +163,91 @@ def token_advantages(seq_adv, turn_adv: Sequence[np.ndarray] | None,
     return out.astype(np.float32)
 
 
+def profile_advantages(batch: BatchRewards) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+    """A_seq (B,) by ``adv_scale`` and A_turn (n_i,) per trajectory over ``turn_scope`` with
+    ``turn_std_fallback`` (None when ``turn_weight`` is 0), unweighted."""
+    profile = batch.profile
+    seq = grpo_advantages(batch.rewards, batch.group_ids, scale=profile.adv_scale)
+    if profile.turn_weight == 0.0:
+        return seq, None
+    include = batch.turn_is_call if profile.turn_scope == "call_turns" else None
+    return seq, turn_advantages(batch.turn_returns, include=include, fallback=profile.turn_std_fallback)
+
+
 def batch_token_advantages(batch: BatchRewards, *, turn_spans: Sequence[Sequence[tuple[int, int]]],
                            loss_mask) -> np.ndarray:
     """(B, L) float32 token advantages of a `BatchRewards` under its profile: A_seq by
     ``adv_scale``, A_turn over ``turn_scope`` with ``turn_std_fallback``, weight ``turn_weight``."""
-    profile = batch.profile
-    seq = grpo_advantages(batch.rewards, batch.group_ids, scale=profile.adv_scale)
-    turns = None
-    if profile.turn_weight != 0.0:
-        include = batch.turn_is_call if profile.turn_scope == "call_turns" else None
-        turns = turn_advantages(batch.turn_returns, include=include, fallback=profile.turn_std_fallback)
-    return token_advantages(seq, turns, turn_spans, loss_mask, turn_weight=profile.turn_weight)
+    seq, turns = profile_advantages(batch)
+    return token_advantages(seq, turns, turn_spans, loss_mask, turn_weight=batch.profile.turn_weight)
+
+
+@dataclass(frozen=True)
+class Push:
+    """The first-turn decision under one label: ``p_call`` the share of rollouts whose first
+    turn is a call; ``delta_seq`` / ``delta_turn`` = E[· | first turn calls] − E[· | it answers]
+    of A_seq and of w·A_turn on the first turn; ``delta`` their sum; ``push`` = p(1 − p)·Δ, the
+    expected policy-gradient step on the call logit per rollout (negative: fewer calls). With no
+    call or no direct first turn under the label the deltas and the push are NaN."""
+
+    n: int
+    p_call: float
+    delta_seq: float
+    delta_turn: float
+
+    @property
+    def delta(self) -> float:
+        return self.delta_seq + self.delta_turn
+
+    @property
+    def push(self) -> float:
+        return self.p_call * (1.0 - self.p_call) * self.delta
+
+
+def first_turn_pushes(batches: Sequence[BatchRewards], labels: Sequence[Sequence[str]]) -> dict[str, Push]:
+    """`Push` per label of the first assistant turn's advantage, each batch's advantages under
+    its own profile (A_turn's statistics are per batch, as in training), pooled over the
+    batches. labels[b]: one label per trajectory of batches[b] (e.g. its item's difficulty).
+
+    >>> from codedance.rewards import compute_batch_rewards
+    >>> from codedance.types import ExecResult, ExecStatus, StopReason, Trajectory, Turn
+    >>> fin = Turn("<think>.</think><answer>7</answer>")
+    >>> call = lambda s: Trajectory("q", (Turn("<think>.</think><code>c</code>", result=ExecResult(s)), fin),
+    ...                             StopReason.ANSWERED)
+    >>> direct = Trajectory("q", (fin,), StopReason.ANSWERED)
+    >>> group = [call(ExecStatus.OK), call(ExecStatus.ERROR), direct, direct]
+    >>> pushes = {name: first_turn_pushes([compute_batch_rewards(
+    ...     trajectories=group, correct=[True] * 4, group_ids=["g"] * 4, profile=name)], [["hard"] * 4])["hard"]
+    ...           for name in ("paper", "paper-all-turns")}
+    >>> [(p.p_call, round(p.delta_turn, 4)) for p in pushes.values()]  # call turns: ±1, mean 0
+    [(0.5, 0.0), (0.5, -1.3416)]
+    """
+    if len(batches) != len(labels):
+        raise ValueError(f"{len(batches)} batches but {len(labels)} label lists")
+    seq_parts, turn_parts, call_parts, all_labels = [], [], [], []
+    for batch, batch_labels in zip(batches, labels, strict=True):
+        if len(batch_labels) != len(batch.breakdowns):
+            raise ValueError(f"{len(batch.breakdowns)} trajectories but {len(batch_labels)} labels")
+        seq, turns = profile_advantages(batch)
+        weight = batch.profile.turn_weight
+        seq_parts.append(seq)
+        turn_parts.append([weight * float(t[0]) if t.size else 0.0 for t in turns] if turns is not None
+                          else [0.0] * len(batch_labels))
+        call_parts.append([bool(c.size) and bool(c[0]) for c in batch.turn_is_call])
+        all_labels.extend(batch_labels)
+    seq_all = np.concatenate(seq_parts) if seq_parts else np.zeros(0)
+    turn_all = np.array([x for part in turn_parts for x in part], dtype=np.float64)
+    calls = np.array([x for part in call_parts for x in part], dtype=bool)
+    out = {}
+    for label in dict.fromkeys(all_labels):
+        rows = np.array([x == label for x in all_labels])
+        called, direct = rows & calls, rows & ~calls
+
+        def gap(values: np.ndarray, called: np.ndarray = called, direct: np.ndarray = direct) -> float:
+            if not called.any() or not direct.any():
+                return float("nan")
+            return float(values[called].mean() - values[direct].mean())
+
+        out[label] = Push(n=int(rows.sum()), p_call=float(calls[rows].mean()),
+                          delta_seq=gap(seq_all), delta_turn=gap(turn_all))
+    return out

@@ -10,6 +10,7 @@ import pytest
 
 from codedance.advantages import (
     batch_token_advantages,
+    first_turn_pushes,
     grpo_advantages,
     spans_from_mask,
     token_advantages,
@@ -114,7 +115,8 @@ def test_end_to_end_paper_profile_by_hand() -> None:
     code, answer = "<think>c</think><code>x</code>", Turn("<think>.</think><answer>7</answer>")
     a = Trajectory("q", (Turn(code, result=err), answer), StopReason.ANSWERED)  # wrong, failed call
     b = Trajectory("q", (Turn(code, result=ok), answer), StopReason.ANSWERED)   # right, good call
-    batch = compute_batch_rewards(trajectories=[a, b], correct=[False, True], group_ids=["q", "q"])
+    batch = compute_batch_rewards(trajectories=[a, b], correct=[False, True], group_ids=["q", "q"],
+                                  profile="paper-all-turns")
     d = 1 / (1 + math.exp(-0.0)) - 0.2
     r_a, r_b = 0.0, 1.0 + d
     seq = (r_a - r_b) / 2 / (math.sqrt((r_a - r_b) ** 2 / 2) + 1e-6)  # G = 2, unbiased std
@@ -127,6 +129,11 @@ def test_end_to_end_paper_profile_by_hand() -> None:
     a_turn0, a_other = (-0.5 - mu) / sigma, (0 - mu) / sigma
     assert out[0].tolist() == pytest.approx([seq + a_turn0, seq + a_turn0, 0, seq + a_other], rel=1e-6)
     assert out[1].tolist() == pytest.approx([-seq + a_other, -seq + a_other, 0, -seq + a_other], rel=1e-6)
+    paper = compute_batch_rewards(trajectories=[a, b], correct=[False, True], group_ids=["q", "q"])
+    out_p = batch_token_advantages(paper, turn_spans=spans, loss_mask=mask)
+    # call turns only: values [−0.5, 0] normalized to [−1, 1]; answer turns get 0; weight 1
+    assert out_p[0].tolist() == pytest.approx([seq - 1, seq - 1, 0, seq], rel=1e-6)
+    assert out_p[1].tolist() == pytest.approx([-seq + 1, -seq + 1, 0, -seq], rel=1e-6)
     release = compute_batch_rewards(trajectories=[a, b], correct=[False, True], group_ids=["q", "q"], profile="release")
     out_r = batch_token_advantages(release, turn_spans=spans, loss_mask=mask)
     seq_r = float(grpo_advantages(release.rewards, ["q", "q"])[0])
@@ -175,5 +182,40 @@ def test_worked_example_of_docs_rewards_md() -> None:
         for s, e in row:
             mask[i, s:e] = 1
     out = batch_token_advantages(batch, turn_spans=spans, loss_mask=mask)
-    assert round(float(out[3, 0]), 4) == -2.3836 and round(float(out[3, 6]), 4) == -0.0742
+    assert round(float(out[3, 0]), 4) == -1.8763 and round(float(out[3, 6]), 4) == -0.6515  # call turns
     assert out[3, 2] == 0.0
+    literal = compute_batch_rewards(trajectories=group, correct=[True, True, False, False], group_ids=["q"] * 4,
+                                    profile="paper-all-turns")
+    out = batch_token_advantages(literal, turn_spans=spans, loss_mask=mask)
+    assert round(float(out[3, 0]), 4) == -2.3836 and round(float(out[3, 6]), 4) == -0.0742  # every turn
+
+
+def test_turn_scope_decides_whether_calling_is_taxed() -> None:
+    err = ExecResult(ExecStatus.ERROR)
+    answer = Turn("<think>.</think><answer>7</answer>")
+    failed = Trajectory("h", (Turn("<think>c</think><code>x</code>", result=err), answer), StopReason.ANSWERED)
+    direct = Trajectory("h", (answer,), StopReason.ANSWERED)
+    easy = Trajectory("e", (answer,), StopReason.ANSWERED)
+    rows, labels = [failed, failed, direct, direct, easy, easy], ["hard"] * 4 + ["easy"] * 2
+    ids = ["h"] * 4 + ["e"] * 2
+
+    def pushes(profile: str):
+        batch = compute_batch_rewards(trajectories=rows, correct=[False] * 4 + [True] * 2, group_ids=ids,
+                                      profile=profile)
+        return first_turn_pushes([batch], [labels])
+
+    # every reward in the hard group is 0: A_seq is 0 and only A_turn moves the decision
+    # all turns: the batch's 8 returns (two failed calls, six turns that cannot fail)
+    values = np.array([-0.5, 0.0, -0.5, 0.0, 0.0, 0.0, 0.0, 0.0])
+    mu, sigma = values.mean(), values.std()
+    all_turns = pushes("paper-all-turns")["hard"]
+    assert (all_turns.n, all_turns.p_call, all_turns.delta_seq) == (4, 0.5, 0.0)
+    assert all_turns.delta_turn == pytest.approx((-0.5 - mu) / sigma - (0.0 - mu) / sigma)  # −2.65: a tax
+    assert all_turns.push == pytest.approx(0.25 * all_turns.delta_turn)
+    # call turns: the two failed calls are the statistics; constant, so A_turn is 0: no tax
+    call_turns = pushes("paper")["hard"]
+    assert (call_turns.delta_seq, call_turns.delta_turn, call_turns.push) == (0.0, 0.0, 0.0)
+    easy_push = pushes("paper")["easy"]
+    assert easy_push.p_call == 0.0 and math.isnan(easy_push.delta) and math.isnan(easy_push.push)
+    with pytest.raises(ValueError, match="labels"):
+        first_turn_pushes([compute_batch_rewards(trajectories=rows, correct=[False] * 6, group_ids=ids)], [labels[:2]])

@@ -22,11 +22,12 @@ from codedance.rewards import (
     sign_flip_mu,
     turn_returns,
 )
-from codedance.types import ExecResult, ExecStatus, StopReason, Trajectory, Turn
+from codedance.types import ExecResult, ExecStatus, Image, StopReason, Trajectory, Turn
 
 pytestmark = pytest.mark.tier("unit")
 
 OK = ExecResult(ExecStatus.OK, stdout="7")
+PIXEL = Image(png=b"", origin="turn:0:0")
 EMPTY = ExecResult(ExecStatus.OK, executed_nothing=True)
 CODE = "<think>crop</think><code>\n```python\nx = 1\n```\n</code>"
 ANSWER = Turn("<think>so</think><answer>7</answer>")
@@ -159,15 +160,19 @@ def test_baseline_profiles() -> None:
     verdicts = [True, True, False, False]
     outcome = compute_group_rewards(trajectories=group4(), correct=verdicts, profile="outcome-only")
     assert [b.total for b in outcome] == pytest.approx([1.0, 1.0, -0.2, 0.0])
-    # DeepEyes: 0.8·acc + 0.2·(−1 on a format error) + 1.2 when correct and a call succeeded
+    # DeepEyes: 0.8·acc + 0.2·(−1 on a format error) + 1.2 when correct and an image came back
     deepeyes = compute_group_rewards(trajectories=group4(), correct=verdicts, profile="deepeyes")
-    assert [b.total for b in deepeyes] == pytest.approx([0.8 + 1.2, 0.8, -0.2, 0.0])
+    assert [b.total for b in deepeyes] == pytest.approx([0.8, 0.8, -0.2, 0.0])  # calls only printed
+    shown = replace(traj(OK), turns=(replace(Turn(CODE, result=OK), feedback_images=(PIXEL,)), ANSWER))
+    (cropped,) = compute_group_rewards(trajectories=[shown], correct=[True], profile="deepeyes")
+    assert cropped.total == pytest.approx(0.8 + 1.2)
     failed_call = traj(ExecResult(ExecStatus.ERROR))
     only_failed = compute_group_rewards(trajectories=[failed_call], correct=[True], profile="deepeyes")
     assert only_failed[0].total == pytest.approx(0.8)  # a failed call earns no bonus
-    deepeyes_math = compute_group_rewards(trajectories=group4(), correct=verdicts, profile="deepeyes",
-                                          domain="math")
-    assert [b.total for b in deepeyes_math] == pytest.approx([2.0, 0.8, -0.2, 0.0])  # no math scaling
+    # DeepEyes' math scorer: 1.2·acc + 0.4·(−1 on a format error), no tool bonus
+    deepeyes_math = compute_group_rewards(trajectories=group4() + [shown], correct=verdicts + [True],
+                                          profile="deepeyes", domain="math")
+    assert [b.total for b in deepeyes_math] == pytest.approx([1.2, 1.2, -0.4, 0.0, 1.2])
     paper_math = compute_group_rewards(trajectories=group4(), correct=verdicts, domain="math")
     assert [b.total for b in paper_math] == pytest.approx([1.2 + 0.3, 1.2, -0.4, 0.15])
 
@@ -182,16 +187,41 @@ def test_untagged_answer_earns_no_accuracy_in_training() -> None:
     assert (math_r.accuracy, math_r.format) == (0.0, -0.4)
 
 
-def test_release_voids_the_answer_after_the_turn_limit_note() -> None:
-    noted = traj(OK)
-    noted = replace(noted, turns=(replace(noted.turns[0], feedback_has_turn_limit=True), ANSWER))
+def test_release_reads_the_turn_limit_note_as_a_tool_response() -> None:
+    noted_call = replace(Turn(CODE, result=OK), feedback_has_turn_limit=True)
+    noted = replace(traj(OK), turns=(noted_call, ANSWER))
     (release,) = compute_group_rewards(trajectories=[noted], correct=[True], profile="release")
-    assert (release.accuracy, release.format) == (0.0, -0.2)  # the release reads the note's empty answer
+    assert (release.accuracy, release.format) == (0.0, -0.2)  # the note's empty answer comes first
+    unanswered = replace(noted, turns=(noted_call, Turn(CODE)), stop_reason=StopReason.MAX_TURNS)
+    (silent,) = compute_group_rewards(trajectories=[unanswered], correct=[False], profile="release")
+    assert (silent.accuracy, silent.format) == (0.0, 0.0)  # one answer pair: the note's
     (math_release,) = compute_group_rewards(trajectories=[noted], correct=[True], profile="release",
                                             domain="math")
     assert math_release.accuracy == 1.2  # its math scorer reads the last answer: unaffected
+    (math_silent,) = compute_group_rewards(trajectories=[unanswered], correct=[True], profile="release",
+                                           domain="math")
+    assert (math_silent.accuracy, math_silent.format) == (0.0, -0.4)  # no answer after its last </think>
     (paper,) = compute_group_rewards(trajectories=[noted], correct=[True])
     assert (paper.accuracy, paper.format) == (1.0, 0.0)
+    (paper_silent,) = compute_group_rewards(trajectories=[unanswered], correct=[False])
+    assert paper_silent.format == -0.2
+
+
+def test_release_counts_the_note_as_one_more_successful_call() -> None:
+    failed_then_noted = replace(traj(OK), turns=(
+        Turn(CODE, result=ExecResult(ExecStatus.ERROR)),
+        replace(Turn(CODE, result=OK), feedback_has_turn_limit=True), ANSWER))
+    plain = traj(OK)
+    batch = compute_batch_rewards(trajectories=[failed_then_noted, plain], correct=[False, True],
+                                  group_ids=["g", "g"], profile="release")
+    mu = (-0.2 + 1.0) / 2
+    d = (1 + math.tanh(4 * (0.5 - mu))) / 2 - 0.2
+    assert batch.breakdowns[0].sequence_tool == pytest.approx(0.5 * d * 2 / 3)  # (1 + note) / (2 + note)
+    assert batch.turn_is_call[0].tolist() == [True, True, True]  # the answer turn holds the note's step
+    assert batch.turn_is_call[1].tolist() == [True, False]
+    assert dict(batch.breakdowns[0].metrics)["n_total"] == 2.0  # logged calls: the one definition
+    paper = compute_batch_rewards(trajectories=[failed_then_noted], correct=[False], group_ids=["g"])
+    assert paper.turn_is_call[0].tolist() == [True, True, False]
 
 
 def test_named_ablations() -> None:

@@ -4,8 +4,8 @@ Public helpers (a contract): `difficulty_scale(mu_acc, gamma=4.0, delta=0.2)`,
 `sequence_tool_reward(correct, n_success, n_total, mu_acc, ...)`,
 `turn_returns(failed, beta=0.2, penalty=-0.5)`. Group and batch computation:
 `compute_group_rewards`, `compute_batch_rewards`; profiles: `get_profile` / `PROFILES`
-(``paper`` default, ``release``, ``outcome-only``, ``deepeyes`` and the named ablations
-`ABLATIONS`). What a tool call is lives in `codedance.types.CallOutcome`; the format rule in
+(``paper`` default, ``paper-all-turns``, ``release``, ``outcome-only``, ``deepeyes`` and the
+named ablations `ABLATIONS`). What a tool call is lives in `codedance.types.CallOutcome`; the format rule in
 `codedance.parsing.format_errors`. See docs/rewards.md.
 """
 

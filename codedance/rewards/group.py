@@ -23,7 +23,7 @@ from codedance.rewards.terms import (
     group_mu,
     mean_difficulty,
 )
-from codedance.rewards.trajectory import call_stats
+from codedance.rewards.trajectory import call_stats, hit_turn_limit
 from codedance.types import RewardBreakdown, Trajectory
 
 
@@ -72,7 +72,9 @@ class BatchRewards:
     """A batch of B trajectories in G-sized groups, ready for `codedance.advantages`.
 
     ``rewards``: (B,) totals; ``group_ids``: (B,) group labels; ``turn_returns[i]``:
-    (n_turns_i,) per-turn returns; ``turn_is_call[i]``: (n_turns_i,) bool, turn m was a call.
+    (n_turns_i,) per-turn returns; ``turn_is_call[i]``: (n_turns_i,) bool, turn m was a call as
+    the profile reads calls (under ``limit_note_as_response`` the turn after the turn-limit note
+    is one: the release gives it the note's step value).
     """
 
     breakdowns: tuple[RewardBreakdown, ...]
@@ -112,5 +114,7 @@ def compute_batch_rewards(*, trajectories: Sequence[Trajectory], correct: Sequen
         breakdowns=done, rewards=np.array([b.total for b in done], dtype=np.float64),
         group_ids=np.asarray(list(group_ids), dtype=object),
         turn_returns=tuple(np.asarray(b.turn_returns, dtype=np.float64) for b in done),
-        turn_is_call=tuple(np.asarray(call_stats(t).is_call, dtype=bool) for t in trajectories),
+        turn_is_call=tuple(np.asarray(call_stats(t, limit_note=prof.limit_note_as_response
+                                                 and hit_turn_limit(t)).is_call, dtype=bool)
+                           for t in trajectories),
         profile=prof)

@@ -9,10 +9,12 @@ silently a 0.
 
 Two rules of the training rewards that evaluation does not share: an answer outside ``<answer>``
 tags earns no R_acc (it is a format error too: the rollout protocol requires the tags, and the
-release's reward reads only them), and under ``limit_note_voids_answer`` (the ``release``
-profile, general data) a trajectory whose feedback carried the turn-limit note gets R_acc 0 and
-the format penalty, as the release's scorer does when it reads the note's empty
-``<answer></answer>`` first.
+release's reward reads only them), and under ``limit_note_as_response`` (the ``release``
+profile) the turn-limit note is read as the release's scorer reads it: one more tool response
+whose ``<think></think><answer></answer>`` count among the tags. On general data its empty
+answer is the first one, so R_acc is 0, and a tagged answer after it is a second answer (a
+format error) while none is not; on math data the last answer after the last ``</think>`` is
+graded, so an answer after the note counts and none leaves the note's empty one.
 """
 
 from __future__ import annotations
@@ -21,13 +23,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from codedance.parsing import FormatReason
+from codedance.parsing import FormatReason, tagged_answer
 from codedance.rewards.core import difficulty_scale, sequence_tool_reward
 from codedance.rewards.profiles import RewardProfile
 from codedance.rewards.trajectory import (
+    assistant_texts,
     call_stats,
     has_tagged_answer,
     hit_turn_limit,
+    images_returned,
     trajectory_format_errors,
 )
 from codedance.types import Trajectory
@@ -40,15 +44,28 @@ def _check(trajectories: Sequence[Trajectory], correct: Sequence[bool]) -> None:
         raise ValueError(f"{len(trajectories)} trajectories but {len(correct)} verdicts")
 
 
-def _voided(trajectory: Trajectory, domain: str, profile: RewardProfile) -> bool:
-    return profile.limit_note_voids_answer and domain == "general" and hit_turn_limit(trajectory)
+def _note(trajectory: Trajectory, profile: RewardProfile) -> bool:
+    """Whether the turn-limit note is read as a tool response for this trajectory."""
+    return profile.limit_note_as_response and hit_turn_limit(trajectory)
+
+
+def _graded(trajectory: Trajectory, domain: str, profile: RewardProfile) -> bool:
+    """Whether the answer the scorer reads is the model's own tagged answer."""
+    if not has_tagged_answer(trajectory, domain=domain):
+        return False
+    if not _note(trajectory, profile):
+        return True
+    if domain == "general":
+        return False  # the note's empty answer comes first
+    own = tagged_answer(assistant_texts(trajectory), domain=domain)
+    return tagged_answer(assistant_texts(trajectory, limit_note=True), domain=domain) == own
 
 
 def accuracy(*, trajectories: Sequence[Trajectory], correct: Sequence[bool], domain: str,
              profile: RewardProfile) -> tuple[float, ...]:
     """R_acc = acc_scale · 1[correct]; 0 without a tagged answer, 0 when the answer is ≥ 1000
     characters (general data, ``long_answer_zeroes_accuracy``: the release's guard against judge
-    hacking), 0 after the turn-limit note under ``limit_note_voids_answer``.
+    hacking), 0 when the note's empty answer is the one read (``limit_note_as_response``).
 
     >>> from codedance.rewards.profiles import get_profile
     >>> from codedance.types import StopReason, Trajectory, Turn
@@ -61,17 +78,18 @@ def accuracy(*, trajectories: Sequence[Trajectory], correct: Sequence[bool], dom
     values = []
     long = FormatReason.LONG_ANSWER.value
     for trajectory, ok in zip(trajectories, correct, strict=True):
-        ok = ok and has_tagged_answer(trajectory, domain=domain) and not _voided(trajectory, domain, profile)
+        ok = ok and _graded(trajectory, domain, profile)
         if ok and profile.long_answer_zeroes_accuracy and domain == "general":
-            ok = long not in trajectory_format_errors(trajectory, domain=domain)
+            ok = long not in trajectory_format_errors(trajectory, domain=domain,
+                                                      limit_note=_note(trajectory, profile))
         values.append(scale if ok else 0.0)
     return tuple(values)
 
 
 def format_penalty(*, trajectories: Sequence[Trajectory], correct: Sequence[bool], domain: str,
                    profile: RewardProfile) -> tuple[float, ...]:
-    """R_format = −penalty on a format error (`trajectory_format_errors`, or the turn-limit note
-    under ``limit_note_voids_answer``), else 0.
+    """R_format = −penalty on a format error (`trajectory_format_errors`; the turn-limit note's
+    tags counted under ``limit_note_as_response``), else 0.
 
     >>> from codedance.rewards.profiles import get_profile
     >>> from codedance.types import StopReason, Trajectory, Turn
@@ -82,8 +100,8 @@ def format_penalty(*, trajectories: Sequence[Trajectory], correct: Sequence[bool
     _check(trajectories, correct)
     penalty = profile.format_penalty(domain)
     return tuple(
-        -penalty if _voided(t, domain, profile) or trajectory_format_errors(
-            t, domain=domain, use_turn_verdicts=profile.use_turn_verdicts) else 0.0
+        -penalty if trajectory_format_errors(t, domain=domain, use_turn_verdicts=profile.use_turn_verdicts,
+                                             limit_note=_note(t, profile)) else 0.0
         for t in trajectories)
 
 
@@ -118,7 +136,7 @@ def sequence_tool(*, trajectories: Sequence[Trajectory], correct: Sequence[bool]
     mu = float(mu)
     values = []
     for trajectory, a in zip(trajectories, acc, strict=True):
-        stats = call_stats(trajectory)
+        stats = call_stats(trajectory, limit_note=_note(trajectory, profile))
         values.append(sequence_tool_reward(
             a > 0, stats.n_success, stats.n_total, mu, gamma=profile.gamma, delta=profile.delta,
             prefactors=profile.prefactors(domain), form=profile.form))
@@ -127,21 +145,24 @@ def sequence_tool(*, trajectories: Sequence[Trajectory], correct: Sequence[bool]
 
 def deepeyes_tool(*, trajectories: Sequence[Trajectory], correct: Sequence[bool], domain: str,
                   profile: RewardProfile) -> tuple[float, ...]:
-    """DeepEyes' bonus: ``deepeyes_bonus`` when the answer is correct and a tool call succeeded
-    (DeepEyes pays it when the tool returned an image to a correct rollout; a failed call pays
-    nothing).
+    """DeepEyes' bonus: ``deepeyes_bonus(domain)`` when the answer is correct and an image came
+    back to the model (DeepEyes counts the images in the response; a call that only printed
+    pays nothing). Its math scorer has no bonus (``deepeyes_bonus_math`` 0).
 
     >>> from codedance.rewards.profiles import get_profile
-    >>> from codedance.types import ExecResult, ExecStatus, StopReason, Trajectory, Turn
-    >>> bad, good = (Turn("<code>x</code>", result=ExecResult(s)) for s in (ExecStatus.ERROR, ExecStatus.OK))
+    >>> from codedance.types import ExecResult, ExecStatus, Image, StopReason, Trajectory, Turn
+    >>> shown = (Image(png=b"", origin="turn:0:0"),)
+    >>> printed = Turn("<code>x</code>", result=ExecResult(ExecStatus.OK))
+    >>> cropped = Turn("<code>x</code>", result=ExecResult(ExecStatus.OK), feedback_images=shown)
     >>> fin = Turn("<answer>4</answer>")
-    >>> failed, ok = (Trajectory("q", (c, fin), StopReason.ANSWERED) for c in (bad, good))
-    >>> deepeyes_tool(trajectories=[failed, ok, ok], correct=[True, True, False], domain="general",
+    >>> text, image = (Trajectory("q", (c, fin), StopReason.ANSWERED) for c in (printed, cropped))
+    >>> deepeyes_tool(trajectories=[text, image, image], correct=[True, True, False], domain="general",
     ...               profile=get_profile("deepeyes"))
     (0.0, 1.2, 0.0)
     """
     acc = accuracy(trajectories=trajectories, correct=correct, domain=domain, profile=profile)
-    return tuple(profile.deepeyes_bonus if a > 0 and call_stats(t).n_success > 0 else 0.0
+    bonus = profile.deepeyes_bonus(domain)
+    return tuple(bonus if a > 0 and images_returned(t) > 0 else 0.0
                  for t, a in zip(trajectories, acc, strict=True))
 
 

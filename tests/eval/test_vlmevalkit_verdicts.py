@@ -82,3 +82,18 @@ def test_case_agrees_with_vlmevalkit(case, judge_server):
         return
     assert value == expected["score"], (case["prediction"], case.get("judge_replies"))
     assert calls == expected["judge_calls"]
+
+
+def test_a_wholly_boxed_wemath_answer_is_unwrapped_before_vlmevalkits_rule():
+    """docs/eval.md's WeMath row: VLMEvalKit's exact matching reads ``\\boxed{B}`` as written
+    (0, recorded from its own function); our extraction unwraps an ``<answer>`` that is one
+    ``\\boxed{}`` first, so the same answer scores 1 here."""
+    recorded = next(c for c in CASES if c["benchmark"] == "wemath" and c["prediction"] == "\\boxed{B}"
+                    and c.get("judge_replies") is None)
+    assert recorded["vlmevalkit"]["score"] == 0.0 and recorded["row"]["answer"] == "B"
+    spec = get_spec("wemath")
+    task = to_task(spec, RawItem(recorded["row"], ()), 0, images=False)
+    boxed = Trajectory(task.id, (Turn("<think>so</think><answer>\\boxed{B}</answer>"),), StopReason.ANSWERED,
+                       answer="\\boxed{B}")
+    score = score_sample(f"{task.id}#0", task, boxed, None, spec.scorer)
+    assert (score.value, score.answer, score.source) == (1, "B", "answer_tag")

@@ -43,6 +43,7 @@ from codedance.types import ExecStatus
 
 ESTIMATORS = {"codedance_paper": "paper", "codedance_release": "release",
               "codedance_outcome_only": "outcome-only", "codedance_deepeyes": "deepeyes",
+              "codedance_paper_all_turns": "paper-all-turns",
               "codedance_paper_no_turn": "paper-no-turn", "codedance_paper_delta0": "paper-delta0",
               "codedance_paper_gamma5": "paper-gamma5"}
 

@@ -206,7 +206,7 @@ class CodeDanceAgentLoop(AgentLoopBase):
                        status=turn.result.status.value if turn.result is not None else None,
                        executed_nothing=bool(turn.result and turn.result.executed_nothing),
                        injected_turn_limit=turn.feedback_has_turn_limit, verdict_ok=turn.verdict.ok,
-                       verdict_reasons=turn.verdict.reasons)
+                       verdict_reasons=turn.verdict.reasons, feedback_images=len(turn.feedback_images))
             for turn, (start, end) in zip(trajectory.turns, spans, strict=True))
         record = RolloutRecord(task_id=trajectory.task_id, turns=turns,
                                stop_reason=trajectory.stop_reason.value, answer=trajectory.answer,

@@ -9,12 +9,14 @@ no stdout):
 - per assistant turn: the raw text (what the format rules read), the ``[start, end)`` span of its
   tokens in the *response* (verl's ``responses`` / ``response_mask`` coordinates), the sandbox
   status of its call (``None`` for no call), whether the snippet executed nothing (no-op), whether
-  the feedback after it carried the injected turn-limit text, and the parser's verdict;
+  the feedback after it carried the injected turn-limit text, how many images the feedback
+  returned (DeepEyes' bonus counts them), and the parser's verdict;
 - the extracted answer, the stop reason, the task id and the answer domain.
 
 `RolloutRecord.trajectory` rebuilds a skeleton `codedance.types.Trajectory` (texts, results with
-status and no-op flag only) that `codedance.rewards` grades exactly as the full one: rewards
-never read stdout, images or the prompt. Not handled: nothing from the feedback text is kept.
+status and no-op flag only, one empty placeholder per returned image) that `codedance.rewards`
+grades exactly as the full one: rewards never read stdout, pixels or the prompt. Not handled:
+nothing from the feedback text is kept.
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from codedance.types import ExecResult, ExecStatus, FormatVerdict, StopReason, Trajectory, Turn
+from codedance.types import (
+    ExecResult,
+    ExecStatus,
+    FormatVerdict,
+    Image,
+    StopReason,
+    Trajectory,
+    Turn,
+)
 
 EXTRA_KEY = "codedance"
 RECORD_VERSION = 1
@@ -39,13 +49,16 @@ class TurnRecord:
     injected_turn_limit: bool = False
     verdict_ok: bool = True
     verdict_reasons: tuple[str, ...] = ()
+    feedback_images: int = 0
 
     def turn(self) -> Turn:
         result = None
         if self.status is not None:
             result = ExecResult(status=ExecStatus(self.status), executed_nothing=self.executed_nothing)
+        shown = tuple(Image(png=b"", origin="record") for _ in range(self.feedback_images))
         return Turn(text=self.text, result=result, feedback_has_turn_limit=self.injected_turn_limit,
-                    verdict=FormatVerdict(ok=self.verdict_ok, reasons=self.verdict_reasons))
+                    verdict=FormatVerdict(ok=self.verdict_ok, reasons=self.verdict_reasons),
+                    feedback_images=shown)
 
 
 @dataclass(frozen=True)
@@ -74,7 +87,8 @@ class RolloutRecord:
                 "turns": [{"text": t.text, "span": list(t.span), "status": t.status,
                            "executed_nothing": t.executed_nothing,
                            "injected_turn_limit": t.injected_turn_limit, "verdict_ok": t.verdict_ok,
-                           "verdict_reasons": list(t.verdict_reasons)} for t in self.turns]}
+                           "verdict_reasons": list(t.verdict_reasons),
+                           "feedback_images": t.feedback_images} for t in self.turns]}
         return json.dumps(body, ensure_ascii=False)
 
     @classmethod
@@ -86,7 +100,8 @@ class RolloutRecord:
                                  status=t["status"], executed_nothing=bool(t["executed_nothing"]),
                                  injected_turn_limit=bool(t["injected_turn_limit"]),
                                  verdict_ok=bool(t["verdict_ok"]),
-                                 verdict_reasons=tuple(t["verdict_reasons"])) for t in body["turns"])
+                                 verdict_reasons=tuple(t["verdict_reasons"]),
+                                 feedback_images=int(t.get("feedback_images", 0))) for t in body["turns"])
         return cls(task_id=body["task_id"], turns=turns, stop_reason=body["stop_reason"],
                    answer=body["answer"], domain=body["domain"],
                    truncated_tokens=int(body["truncated_tokens"]))

@@ -57,18 +57,19 @@ CORRECT = [1.0, 1.0, 0.0, 0.0]
 SCORES = [1.0, 1.0, -0.2, 0.0]  # R_acc + R_format, what verl's reward loop holds
 
 
-def test_worked_example_through_verls_compute_advantage():
+@pytest.mark.parametrize("estimator, a_ok, a_fail, a_answer", [
+    ("codedance_paper", 0.8165, -1.2247, 0.0),  # call turns only; answer and direct turns get 0
+    ("codedance_paper_all_turns", 0.5774, -1.7321, 0.5774)])
+def test_worked_example_through_verls_compute_advantage(estimator, a_ok, a_fail, a_answer):
     data = dataproto(EXAMPLE, SCORES, ["g"] * 4)
     with batch_context(EXAMPLE, CORRECT, ["g"] * 4) as ctx:
-        out = compute_advantage(data, adv_estimator="codedance_paper", config=AlgoConfig())
+        out = compute_advantage(data, adv_estimator=estimator, config=AlgoConfig())
     adv = out.batch["advantages"].numpy()
     a_seq = [1.0511, 0.6341, -1.0337, -0.6515]
-    a_ok, a_fail = 0.5774, -1.7321
-    expected = {0: [a_ok, a_ok, a_ok], 1: [a_ok], 2: [a_fail], 3: [a_fail, a_ok, a_ok]}
+    expected = {0: [a_ok, a_ok, a_answer], 1: [a_answer], 2: [a_fail], 3: [a_fail, a_ok, a_answer]}
     for i, turn_adv in expected.items():
         for m, (s, e) in enumerate(EXAMPLE[i].spans):
             assert np.allclose(adv[i, s:e], a_seq[i] + turn_adv[m], atol=2e-4), (i, m)
-    assert adv[3, 10] == pytest.approx(-0.07416, abs=1e-4)  # τ4's answer turn
     assert np.all(adv[out.batch["response_mask"].numpy() == 0] == 0)  # feedback and padding
     assert ctx.metrics["codedance/d_mean"] == pytest.approx(0.3, abs=1e-9)
     assert ctx.metrics["codedance/calls_per_traj"] == pytest.approx(5 / 4)
@@ -125,3 +126,15 @@ def test_compute_score_and_records_from_fields():
     assert records[0] == rec(["ok", "error"]) and correct == [1.0]
     with pytest.raises(KeyError, match="custom_reward_function"):
         records_from_fields([good])
+
+
+def test_returned_images_survive_the_record_and_pay_the_deepeyes_bonus():
+    cropped = TurnRecord(CODE, (0, TURN), status="ok", feedback_images=2)
+    printed = TurnRecord(CODE, (0, TURN), status="ok")
+    answer = TurnRecord(ANS, (TURN + GAP, 2 * TURN + GAP))
+    records = [RolloutRecord("q", (cropped, answer), "answered", "7"),
+               RolloutRecord("q", (printed, answer), "answered", "7")]
+    back = [RolloutRecord.from_json(r.to_json()) for r in records]
+    assert [len(t.feedback_images) for t in back[0].trajectory().turns] == [2, 0]
+    totals = group_rewards(back, [1, 1], ["u", "u"], profile="deepeyes").rewards
+    assert totals.tolist() == pytest.approx([0.8 + 1.2, 0.8])  # only a returned image pays

@@ -103,3 +103,13 @@ def test_trl_without_the_class_is_a_one_line_error(monkeypatch):
         monkeypatch.delitem(sys.modules, name, raising=False)
     with pytest.raises(RuntimeError, match=r"trl 1\.16\.0 has no AutoModelForCausalLMWithValueHead.*trl==0\.27\.0"):
         check_trl()
+
+
+def test_the_estimator_comment_names_every_estimator():
+    import re
+
+    from codedance.integrations.verl.advantage import ESTIMATORS
+
+    text = (PRESETS / "codedance_base.yaml").read_text(encoding="utf-8")
+    listed = set(re.findall(r"codedance_[a-z0-9_]+", text.split("adv_estimator:")[0]))
+    assert listed - {"codedance_base"} == set(ESTIMATORS)
