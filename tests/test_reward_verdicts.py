@@ -24,6 +24,8 @@ import pytest
 from codedance.rewards import compute_batch_rewards, get_profile
 from codedance.types import ExecResult, ExecStatus, Image, StopReason, Trajectory, Turn
 
+pytestmark = pytest.mark.tier("unit")
+
 CASES = [json.loads(line) for line in (Path(__file__).parent / "fixtures" / "reward_verdicts.jsonl")
          .read_text(encoding="utf-8").splitlines()]
 

@@ -141,6 +141,8 @@ def _in_child(body) -> list:
     if pid == 0:
         try:
             os.write(write_end, repr(body()).encode())
+        except BaseException as exc:  # noqa: BLE001 - reported to the test, which fails with it
+            os.write(write_end, repr(f"{type(exc).__name__}: {exc}").encode())
         finally:
             os._exit(0)
     os.close(write_end)
