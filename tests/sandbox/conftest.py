@@ -96,3 +96,15 @@ def assert_only_holder_and_spare(sandbox) -> None:
     for pid in others:
         with open(f"/proc/{pid}/stat") as handle:
             assert int(handle.read().rsplit(")", 1)[1].split()[1]) == sandbox._holder_pid
+
+
+@pytest.fixture(autouse=True)
+def _no_descriptor_left_held():
+    """Every sandbox test lets go of what it held: a closed descriptor left in `forks`' set would be
+    replaced by /dev/null in every later forked child, whatever that number then names."""
+    from codedance.sandbox import forks
+
+    before = forks.held()
+    yield
+    stale = {fd for fd in forks.held() - before if not os.path.exists(f"/proc/self/fd/{fd}")}
+    assert stale == set(), f"descriptors closed while still held: {sorted(stale)}"

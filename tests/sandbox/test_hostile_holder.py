@@ -655,14 +655,14 @@ def _processes_left_in_groups_of(service_name: str, timeout_s: float) -> int:
 
 
 def test_two_services_never_share_a_uid_block():
-    from codedance.sandbox.leftovers import claim_uid_block
+    from codedance.sandbox.leftovers import claim_uid_block, release_uid_block
 
     claims = [claim_uid_block() for _ in range(4)]
     try:
         assert len({first for first, _ in claims}) == 4
     finally:
-        for _, fd in claims:
-            os.close(fd)
+        for _, fd in claims:  # not os.close: a number still held would be taken from later children
+            release_uid_block(fd)
 
 
 def test_the_holder_is_frozen_while_the_controller_restores(jail):
@@ -949,3 +949,4 @@ def test_a_step_that_times_out_before_its_spare_is_forked_rolls_back_and_keeps_t
     assert time.monotonic() - started < 0.1 + 6.0, "the holder was waited for until the recovery deadline (10 s)"
     after = sandbox.run("print(x)", timeout_s=5)
     assert after.ok and after.stdout == "41\n", after
+
