@@ -21,7 +21,7 @@ SNIPPET_FILENAME = "<snippet>"
 # snippets up to this many characters are checked for doing nothing (`executes_nothing`) by the
 # controller; longer ones by the step that runs them, with its own CPU and memory: a parse holds
 # the controller's GIL, and 1 MiB of ``a;`` took seconds and ~0.9 GB there while every other
-# trajectory's controller thread waited (red team, stop 25)
+# trajectory's controller thread waited
 CONTROLLER_PARSE_CHARS = 16_384
 
 

@@ -66,5 +66,5 @@ class IdleFreezer:
                 else:  # it ran again (or is running): look again a delay after its last run
                     heapq.heappush(self._heap, (idle_since + self.delay_s, next(self._order), ref))
             # no reference kept while waiting: a sandbox its caller dropped stays collectable
-            # (red team, stop 25: the last one looked at lived on, unclosed, until the next)
+            # (a held reference kept the last one looked at alive, unclosed, until the next look)
             del sandbox
