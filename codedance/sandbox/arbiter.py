@@ -28,7 +28,7 @@ Who may be picked (`rank_victims`):
 - while the group is *out of memory*: any running step (ranked by its growth with kernel
   memory), and any idle trajectory grown past ``IDLE_FLOOR_BYTES`` (8 MiB, kernel memory left
   out; an honest idle trajectory shows at most 2.6 MiB, its fresh spare's pages), ranked together
-  by growth: several idle trajectories each keeping growth under 32 MiB no longer make a
+  by growth: several idle trajectories each keeping growth under 32 MiB do not make a
   neighbour's smaller step pay;
 - while it is merely *nearly full* (what it holds less its file cache and kernel memory within
   the margin; nothing waits yet, nothing has been reclaimed, a write may fail with ENOMEM): only
