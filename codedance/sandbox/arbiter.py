@@ -175,7 +175,8 @@ class OomArbiter:
         needs back if it is rolled back: the service would then hold more than ``memory_total``
         once those rollbacks are done. Memory a step frees counts as committed until that step
         commits (otherwise a neighbour commits what an honest failing step has freed, whose
-        restore then finds no memory and loses the trajectory)."""
+        restore then finds no memory and loses the trajectory).
+        Pinned by `tests/sandbox/test_charged_restores.py::test_a_neighbour_cannot_commit_what_a_failing_step_freed`."""
         owed = sum(other.memory_owed() for other in running if other is not committing)
         if owed <= 0:
             return False
@@ -198,6 +199,7 @@ class OomArbiter:
             # only when crossing it: while either holds, look again now and then
             # poll, not select: a controller holding over 1,024 descriptors (a pool of a few
             # hundred sandboxes) would get a ValueError, and no arbiter
+            # pinned by `tests/sandbox/test_memory_arbiter.py::test_the_arbiter_runs_in_a_controller_that_holds_over_1024_descriptors`
             readable = wait_any((self._memory.event, self._stop),
                                 None if look_again is None else time.monotonic() + look_again)
             if self._stop in readable:

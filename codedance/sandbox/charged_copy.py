@@ -438,7 +438,8 @@ def _rank_self(oom_score_adj: int) -> None:
     holders at -1000 would be the kernel's only OOM choice there, a root process outside the jail
     killed for the trajectory. Done by the helper itself, before its first
     answer: the controller's thread that starts it may be acting as a trajectory (its file-system
-    uid), which /proc refuses (the helper would stay at 0)."""
+    uid), which /proc refuses (the helper would stay at 0).
+    Pinned by `tests/sandbox/test_charged_restores.py::test_the_helper_ranks_with_the_holders_for_the_oom_killer`."""
     with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as handle:
         handle.write(str(oom_score_adj))
 

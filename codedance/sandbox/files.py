@@ -105,7 +105,8 @@ class DeadlinePassed(Exception):
 class _Clock:
     """Counts entries; every ``_CHECK_EVERY`` of them, raises `DeadlinePassed` past ``deadline``
     and InterruptedError once ``stop()`` (the sandbox is closing: otherwise a restore
-    of half a million directories runs on for the run's whole recovery time after close())."""
+    of half a million directories runs on for the run's whole recovery time after close()).
+    Pinned by `tests/sandbox/test_units.py::test_a_closing_sandboxs_checkpoint_and_restore_stop_walking`."""
 
     def __init__(self, deadline: float | None, stop: Callable[[], bool] | None = None):
         self.deadline, self.stop, self.count = deadline, stop, 0
@@ -643,6 +644,7 @@ class WorkdirSnapshot:
         # directories the first pass opened up are compared with their mode from before: an
         # untouched read-only directory is not re-copied (a log the holder keeps
         # open in one would then write to a removed file)
+        # pinned by `tests/sandbox/test_contract.py::test_a_file_kept_open_in_a_read_only_directory_survives_a_rollback`
         modes_before = {os.fstat(fd).st_ino: mode for fd, mode in opened_up}
         children: dict[str, list[str]] = {}
         for relative in self.manifest:

@@ -67,4 +67,5 @@ class IdleFreezer:
                     heapq.heappush(self._heap, (idle_since + self.delay_s, next(self._order), ref))
             # no reference kept while waiting: a sandbox its caller dropped stays collectable
             # (a held reference kept the last one looked at alive, unclosed, until the next look)
+            # pinned by `tests/sandbox/test_api.py::test_a_dropped_idle_sandbox_is_not_kept_alive_by_the_idle_freezer`
             del sandbox

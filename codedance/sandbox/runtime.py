@@ -445,7 +445,8 @@ def _reenter_cwd() -> None:
     """A failed step that removed and re-created the directory the holder works in (``rmtree``
     of a committed ``chdir`` target) left the holder in a deleted directory, which the rollback
     re-created under the same path: go back in by path (otherwise every relative path
-    fails from then on)."""
+    fails from then on).
+    Pinned by `tests/sandbox/test_contract.py::test_the_holder_goes_back_into_its_directory_when_a_failed_step_re_created_it`."""
     try:
         here, there = os.stat("."), os.stat(_cwd)
         if (here.st_ino, here.st_dev) != (there.st_ino, there.st_dev):

@@ -475,7 +475,8 @@ class Sandbox:
     def _executor_now(self) -> Executor | None:
         """The pool's bounded executor, or the loop's default once this sandbox is closing: a
         pool closes its sandboxes before it shuts its executor down, and a closed sandbox's
-        `run` and `close` need no bound (a shut-down executor raises RuntimeError)."""
+        `run` and `close` need no bound (a shut-down executor raises RuntimeError).
+        Pinned by `tests/sandbox/test_api.py::test_a_pool_sandbox_used_after_its_pool_closed_says_it_is_closed`."""
         return None if self._closed else self._executor
 
     def _guarded_step(self, request: bytes, deadline: float, timeout: float) -> ExecResult:
@@ -702,6 +703,7 @@ class Sandbox:
             # it a moment later, then waits for it and never reports (a run
             # timed out right after a failure would lose an honest trajectory); it is killed again
             # until the holder reports
+            # pinned by `tests/sandbox/test_hostile_holder.py::test_a_step_that_times_out_before_its_spare_is_forked_rolls_back_and_keeps_the_trajectory`
             look = self._recovery_deadline if known else min(self._recovery_deadline, time.monotonic() + UNKNOWN_STEP_LOOK_S)
             try:
                 done = self._receive(look)
@@ -820,7 +822,8 @@ class Sandbox:
     def _lose(self, why: str) -> ExecResult:
         """Give the trajectory up: kill all its processes and hand its working directory to the
         service's remover (a lost trajectory is out of the OOM arbiter's ranking, so the files a
-        failed step left there kept the service full until close(), and an honest neighbour paid); later steps return crashed."""
+        failed step left there kept the service full until close(), and an honest neighbour paid); later steps return crashed.
+        Pinned by `tests/sandbox/test_hostile_holder.py::test_a_lost_trajectorys_files_go_at_once_not_at_close`."""
         self._lost = f"{why}; the trajectory's state is lost: start a new sandbox"
         self._kill_all(timeout_s=min(5.0, max(0.5, self._recovery_deadline - time.monotonic())))  # run's bound
         with contextlib.suppress(OSError):
@@ -918,7 +921,8 @@ class Sandbox:
         garbage collector runs this in whatever code allocated, with whatever locks it holds
         and file-system identity it has (inside a neighbour's commit, holding the store budget's
         lock that close() takes, it would deadlock every commit of the service; inside a restore
-        it would run as that trajectory and leave its cgroups and files)."""
+        it would run as that trajectory and leave its cgroups and files).
+        Pinned by `tests/sandbox/test_api.py::test_a_sandbox_dropped_unclosed_is_closed_by_a_thread_of_its_own_not_where_it_was_collected`."""
         try:
             if not self._released and os.getpid() == self._owner_pid:
                 _dropped.put(self)  # SimpleQueue.put is reentrant: safe wherever the collector ran

@@ -170,6 +170,7 @@ class SandboxService:
         self._creating = 0  # sandboxes registered whose creation has not ended (`register`)
         # sandboxes registered and not yet released: the weak set forgets one the garbage
         # collector found before its closing thread has closed it
+        # pinned by `tests/sandbox/test_api.py::test_closing_a_service_waits_for_the_sandboxes_its_caller_dropped`
         self._unreleased = 0
         self._counts_changed = threading.Condition(self._lock)
         self._running: set = set()  # sandboxes with a run in progress (`running_changed`)
@@ -370,7 +371,8 @@ class SandboxService:
         """Remember a sandbox being created, so that closing the service closes it too; its
         creation is in progress until `created` (closing waits for it: a sandbox
         made while the service closed would leave the service's groups behind). ServiceError
-        once the service is closed."""
+        once the service is closed.
+        Pinned by `tests/sandbox/test_api.py::test_closing_a_service_while_a_sandbox_is_being_made_leaves_nothing_behind`."""
         with self._lock:
             if self._closed:
                 raise ServiceError("the sandbox service is closed")
