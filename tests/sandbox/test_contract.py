@@ -100,7 +100,8 @@ def test_directories_that_lock_their_owner_out_survive_a_rollback(make):
 
 def test_a_file_kept_open_across_steps_survives_a_rollback(make):
     """A rollback restores a changed file in place, so a descriptor the holder keeps open on it
-    still writes to the working directory's file (red team, stop 20: it used to be detached)."""
+    still writes to the working directory's file (a restore that replaced the file would
+    detach it)."""
     sb = make()
     assert sb.run("log = open('log.txt', 'a')\nlog.write('one\\n'); log.flush()").ok
     failed = sb.run("log.write('bad\\n'); log.flush()\nraise ValueError('oops')")
@@ -110,8 +111,8 @@ def test_a_file_kept_open_across_steps_survives_a_rollback(make):
 
 
 def test_a_file_kept_open_in_a_read_only_directory_survives_a_rollback(make):
-    """Red team, stop 23: the restore opened a 0o555 directory up for itself, then took its own
-    change of mode for the step's and re-copied the directory, detaching the holder's log."""
+    """The restore opens a 0o555 directory up for itself; taking its own change of mode for the
+    step's would re-copy the directory and detach the holder's log."""
     sb = make()
     assert sb.run("import os\nos.mkdir('ro')\nlog = open('ro/log.txt', 'a')\nos.chmod('ro', 0o555)\n"
                   "log.write('one\\n'); log.flush()").ok
@@ -131,7 +132,7 @@ def test_a_rollback_puts_back_modification_times(make):
 
 
 def test_the_holder_goes_back_into_its_directory_when_a_failed_step_re_created_it(make):
-    """Red team, stop 23: a failed step that removed and re-created the directory the trajectory
+    """A failed step that removed and re-created the directory the trajectory
     works in left the holder in a deleted directory (the restore re-creates it, a new one)."""
     sb = make()
     assert sb.run("import os, shutil\nos.mkdir('wd')\nos.chdir('wd')\nopen('f.txt', 'w').write('kept')").ok
