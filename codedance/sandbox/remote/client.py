@@ -215,6 +215,7 @@ class RemoteSandbox:
             raise _error_of(response, self._connection.url)
         reply = wire.unpack(response.content)
         self._id = reply["sandbox"]
+        self.workdir: str = reply["workdir"]  # on the service's host (the path its snippets see)
         self.isolation: Isolation = wire.isolation_from(reply["isolation"])
 
     def run(self, code: str, timeout_s: float | None = None) -> ExecResult:

@@ -203,7 +203,8 @@ class SandboxServer:
         if not session.open:  # the client went while its sandbox started
             await self._release(sandbox_id, SESSION_ENDED)
             raise web.HTTPGone(text=SESSION_ENDED)
-        return _packed({"sandbox": sandbox_id, "isolation": wire.isolation_fields(sandbox.isolation)})
+        return _packed({"sandbox": sandbox_id, "workdir": sandbox.workdir,
+                        "isolation": wire.isolation_fields(sandbox.isolation)})  # fmt: skip
 
     def _reserve(self, client: _Client, memory: int) -> None:
         quotas = self.quotas
