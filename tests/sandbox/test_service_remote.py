@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -27,7 +28,9 @@ from codedance.sandbox.checks import CHECKS, _Context, example_image
 from codedance.sandbox.remote import wire
 from codedance.sandbox.remote.client import Connection, QuotaExceeded, RemotePool, RemoteSandbox
 from codedance.sandbox.service import URL_ENV, ServiceError
-from codedance.types import ExecStatus
+from codedance.policy import ScriptedPolicy
+from codedance.rollout import run_episode
+from codedance.types import ExecStatus, StopReason, Task
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT_UID = 64123  # allowed: runs the contract suite
@@ -125,7 +128,9 @@ def test_the_contract_suite_passes_through_the_service_as_a_non_root_client(serv
         f"{str(ROOT)!r}, {str(ROOT / 'tests/sandbox/test_contract.py')!r}, "
         f"{str(Path(__file__))!r} + '::test_each_check_holds_for_a_client_of_the_service']))"), url=served.unix)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert " passed" in run.stdout and "skipped" in run.stdout, run.stdout[-2000:]  # test_property skips itself
+    passed = re.search(r"(\d+) passed", run.stdout)
+    # test_contract.py's 15 other tests and the 8 checks (test_property skips itself: no service here)
+    assert passed and int(passed.group(1)) >= 23 and "skipped" in run.stdout, run.stdout[-2000:]
 
 
 class _RemoteContext(_Context):
@@ -223,6 +228,9 @@ def test_the_service_killed_mid_step_gives_lost_at_once_and_a_restart_is_picked_
         assert "did not answer this step" in outcome["result"].notes[0]
         later = sandbox.run("print(x)")
         assert later.status is ExecStatus.LOST and not sandbox.alive
+        episode = run_episode(ScriptedPolicy(["<think>t</think>\n<code>\n```python\nprint(x)\n```\n</code>"]),
+                              Task(id="t", question="q", images=(), answer="1"), sandbox)
+        assert episode.stop_reason is StopReason.SANDBOX_ERROR  # not the model's fault: no reward for it
         server.process.wait(10)
         restarted = fresh(tmp_path)  # the same socket path: the dead service's file is taken over
         again = pool.sandbox()
