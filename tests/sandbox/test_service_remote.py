@@ -23,13 +23,13 @@ from pathlib import Path
 
 import pytest
 
+from codedance.policy import ScriptedPolicy
+from codedance.rollout import run_episode
 from codedance.sandbox import Sandbox, SandboxPool
 from codedance.sandbox.checks import CHECKS, _Context, example_image
 from codedance.sandbox.remote import wire
 from codedance.sandbox.remote.client import Connection, QuotaExceeded, RemotePool, RemoteSandbox
 from codedance.sandbox.service import URL_ENV, ServiceError
-from codedance.policy import ScriptedPolicy
-from codedance.rollout import run_episode
 from codedance.types import ExecStatus, StopReason, Task
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,7 +91,7 @@ def as_uid(uid: int, code: str, *, url: str, popen: bool = False, timeout_s: flo
     options = {"env": _env(**{URL_ENV: url}, **env), "cwd": "/tmp", "text": True}
     if popen:
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **options)
-    return subprocess.run(command, capture_output=True, timeout=timeout_s, **options)
+    return subprocess.run(command, check=False, capture_output=True, timeout=timeout_s, **options)
 
 
 @pytest.fixture(scope="module")
