@@ -239,6 +239,20 @@ def test_the_service_killed_mid_step_gives_lost_at_once_and_a_restart_is_picked_
     restarted.stop()
 
 
+def test_a_stopped_service_stops_at_once_and_its_clients_see_their_sandboxes_lost(fresh):
+    server = fresh()
+    with SandboxPool(url=server.unix) as pool:
+        sandbox = pool.sandbox()
+        assert sandbox.run("x = 1").ok
+        server.process.send_signal(signal.SIGTERM)
+        server.process.wait(15)  # the open session streams end with it, not after a grace period
+        deadline = time.monotonic() + 10
+        while sandbox.alive and time.monotonic() < deadline:
+            time.sleep(0.1)
+        result = sandbox.run("print(x)")
+    assert result.status is ExecStatus.LOST and "closed the session" in result.notes[0], result
+
+
 def test_a_step_sent_twice_runs_once(served):
     """Each step carries its sequence number: a replayed request is refused, never run again."""
     connection = Connection(served.tcp, TOKEN)

@@ -99,6 +99,7 @@ class SandboxServer:
         self._sessions: dict[str, _Session] = {}
         self._entries: dict[str, _Entry] = {}
         self._executor = ThreadPoolExecutor(WORKERS, thread_name_prefix="codedance-serve")
+        self._stopping = asyncio.Event()  # session streams end (else shutting down waits for them)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -158,7 +159,10 @@ class SandboxServer:
                       "isolation": wire.isolation_fields(self.service.isolation)}  # fmt: skip
             await response.write(json.dumps(header).encode() + b"\n")
             while request.transport is not None and not request.transport.is_closing():
-                await asyncio.sleep(BEAT_S)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), BEAT_S)
+                if self._stopping.is_set():  # the response ends: the client sees the service go
+                    break
                 await response.write(b"\n")
         except ConnectionError:  # the client went: a write to its closed connection failed
             pass
@@ -273,6 +277,7 @@ class SandboxServer:
         await asyncio.gather(*(self._release(sandbox_id, why) for sandbox_id in list(session.entries)))
 
     async def _shutdown(self, _app: web.Application) -> None:
+        self._stopping.set()
         await asyncio.gather(*(self._end_session(s, "the sandbox service stopped") for s in list(self._sessions.values())))
         self._executor.shutdown(wait=False, cancel_futures=True)
 
