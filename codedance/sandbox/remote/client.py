@@ -1,5 +1,5 @@
 """Clients of a sandbox service: `RemoteSandbox` and `RemotePool`, the API of `Sandbox` and
-`SandboxPool` over HTTP (httpx) to ``codedance sandbox serve``.
+`SandboxPool` over HTTP (httpcore, httpx's transport) to ``codedance sandbox serve``.
 
     pool = SandboxPool(url="unix:///run/codedance/sandbox.sock")   # or CODEDANCE_SANDBOX_URL
     sb = pool.sandbox(images=[png])
@@ -17,6 +17,7 @@ so a restarted service is picked up without restarting the client.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import threading
@@ -25,7 +26,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Self
 from urllib.parse import urlsplit
 
-import httpx
+import httpcore
 
 from codedance.sandbox.inputs import ImageInput, _as_bytes
 from codedance.sandbox.isolation import Isolation, SandboxUnavailable, normalize_requirement
@@ -41,6 +42,11 @@ SESSION_SILENCE_S = 10.0  # the session stream beats every second: this long wit
 CLOSE_S = 30.0  # a close waits this long for the service (its own close waits up to 15 s for a step)
 
 
+# every way a request can fail for want of the service (httpcore's errors have no common base)
+TRANSPORT_ERRORS = (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError,
+                    httpcore.UnsupportedProtocol, OSError)
+
+
 class QuotaExceeded(ServiceError):
     """The service refused a new sandbox: this client holds its quota (live sandboxes or memory)."""
 
@@ -48,33 +54,31 @@ class QuotaExceeded(ServiceError):
 class _Session:
     """One open session stream: the service's sandboxes of this session live while it is open."""
 
-    def __init__(self, http: httpx.Client, url: str):
-        self.url = url
+    def __init__(self, connection: Connection):
+        self.url = connection.url
         self.ended = threading.Event()
         self.why = ""
         self._ready = threading.Event()
         self._error: BaseException | None = None
-        self._response: httpx.Response | None = None
-        self._thread = threading.Thread(target=self._hold, args=(http,), name="codedance-session", daemon=True)
+        self._response: httpcore.Response | None = None
+        self._thread = threading.Thread(target=self._hold, args=(connection,), name="codedance-session", daemon=True)
         self._thread.start()
         if not self._ready.wait(CONNECT_S + SESSION_SILENCE_S) and self._error is None:
-            self._error = ServiceError(f"the sandbox service at {url} did not open a session within "
+            self._error = ServiceError(f"the sandbox service at {self.url} did not open a session within "
                                        f"{CONNECT_S + SESSION_SILENCE_S:.0f} s")
         if self._error is not None:
             self.end()
             raise self._error
 
-    def _hold(self, http: httpx.Client) -> None:
-        timeout = httpx.Timeout(SESSION_SILENCE_S, connect=CONNECT_S)
+    def _hold(self, connection: Connection) -> None:
         try:
-            with http.stream("GET", "/v1/session", timeout=timeout) as response:
+            with connection.stream("GET", "/v1/session", timeout_s=SESSION_SILENCE_S) as response:
                 self._response = response
-                if response.status_code != 200:
-                    response.read()
-                    self._error = _error_of(response, self.url)
+                if response.status != 200:
+                    self._error = _error_of(response.status, response.read(), self.url)
                     return
                 buffer = b""
-                for chunk in response.iter_raw():
+                for chunk in response.iter_stream():
                     if not self._ready.is_set():
                         buffer += chunk
                         if b"\n" in buffer:
@@ -101,28 +105,28 @@ class _Session:
         self.ended.set()
         response = self._response
         if response is not None:
-            response.close()  # the reader thread's next read fails, and the connection closes
+            with contextlib.suppress(Exception):  # the reader thread's next read fails; the connection closes
+                response.close()
 
 
 class Connection:
-    """One client's link to one service: an HTTP client and, while sandboxes live, a session."""
+    """One client's link to one service: an HTTP connection pool and, while sandboxes live, a
+    session. httpcore (httpx's own transport) directly: a step's request costs half the CPU of
+    httpx's client, which adds URL merging, cookies, redirects and auth that nothing here uses."""
 
     def __init__(self, url: str, token: str | None = None):
         self.url = url
         parts = urlsplit(url)
         token = token if token is not None else os.environ.get(wire.TOKEN_ENV)
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+        self._headers = [(b"Authorization", f"Bearer {token}".encode())] if token else []
         if parts.scheme == "unix" and parts.path:
-            transport = httpx.HTTPTransport(uds=parts.path, limits=limits)
-            base = "http://codedance-sandbox"
+            self._pool = httpcore.ConnectionPool(uds=parts.path, max_connections=None, max_keepalive_connections=64)
+            self._base = "http://codedance-sandbox"
         elif parts.scheme in ("http", "https") and parts.hostname:
-            transport = httpx.HTTPTransport(limits=limits)
-            base = f"{parts.scheme}://{parts.netloc}"
+            self._pool = httpcore.ConnectionPool(max_connections=None, max_keepalive_connections=64)
+            self._base = f"{parts.scheme}://{parts.netloc}"
         else:
             raise ValueError(f"sandbox service url {url!r}: expected unix:///path/to/socket or http(s)://host:port")
-        self._http = httpx.Client(base_url=base, transport=transport, headers=headers,
-                                  timeout=httpx.Timeout(CLOSE_S, connect=CONNECT_S))  # fmt: skip
         self._lock = threading.Lock()
         self._session: _Session | None = None
 
@@ -130,27 +134,35 @@ class Connection:
         """The open session, or a new one when the last ended (the service restarted)."""
         with self._lock:
             if self._session is None or self._session.ended.is_set():
-                self._session = _Session(self._http, self.url)
+                self._session = _Session(self)
             return self._session
 
-    def call(self, method: str, path: str, body: object = None, *, timeout_s: float) -> httpx.Response:
-        """One request, never retried; transport errors (the service gone) propagate."""
-        content = None if body is None else wire.pack(body)
-        return self._http.request(method, path, content=content, timeout=httpx.Timeout(timeout_s, connect=CONNECT_S),
-                                  headers={"Content-Type": wire.CONTENT_TYPE} if content is not None else None)
+    def _options(self, body: object, timeout_s: float) -> dict:
+        timeouts = {"connect": CONNECT_S, "read": timeout_s, "write": timeout_s, "pool": timeout_s}
+        headers = self._headers if body is None else [*self._headers, (b"Content-Type", wire.CONTENT_TYPE.encode())]
+        return {"headers": headers, "content": None if body is None else wire.pack(body),
+                "extensions": {"timeout": timeouts}}  # fmt: skip
+
+    def call(self, method: str, path: str, body: object = None, *, timeout_s: float) -> tuple[int, bytes]:
+        """One request, never retried: (status, body). `TRANSPORT_ERRORS` (the service gone) propagate."""
+        response = self._pool.request(method, self._base + path, **self._options(body, timeout_s))
+        return response.status, response.content
+
+    def stream(self, method: str, path: str, *, timeout_s: float):
+        return self._pool.stream(method, self._base + path, **self._options(None, timeout_s))
 
     def health(self) -> dict:
         """The service's instance, and what this client holds on it."""
-        response = self.call("GET", "/v1/health", timeout_s=CONNECT_S)
-        if response.status_code != 200:
-            raise _error_of(response, self.url)
-        return response.json()
+        status, content = self.call("GET", "/v1/health", timeout_s=CONNECT_S)
+        if status != 200:
+            raise _error_of(status, content, self.url)
+        return json.loads(content)
 
     def close(self) -> None:
         with self._lock:
             if self._session is not None:
                 self._session.end()
-        self._http.close()
+        self._pool.close()
 
 
 _shared: dict[tuple[int, str, str | None], Connection] = {}
@@ -166,14 +178,14 @@ def shared_connection(url: str, token: str | None = None) -> Connection:
         return _shared[key]
 
 
-def _error_of(response: httpx.Response, url: str) -> Exception:
+def _error_of(status: int, content: bytes, url: str) -> Exception:
     """The service's one-line refusal as the exception the local API raises for it."""
-    text = response.text.strip() or f"HTTP {response.status_code}"
-    if response.status_code == 429:
+    text = content.decode("utf-8", "replace").strip() or f"HTTP {status}"
+    if status == 429:
         return QuotaExceeded(text)
-    if response.status_code == 400:
+    if status == 400:
         return ValueError(text)
-    if response.status_code == 409:
+    if status == 409:
         return SandboxUnavailable(text)
     return ServiceError(f"the sandbox service at {url} refused: {text}")
 
@@ -206,14 +218,14 @@ class RemoteSandbox:
         body = {"images": data, "timeout_s": self.timeout_s, "limits": wire.limits_fields(self.limits),
                 "require": list(normalize_requirement(require)), "start_timeout_s": start_timeout_s}  # fmt: skip
         try:
-            response = self._connection.call("POST", f"/v1/sessions/{self._session.id}/sandboxes", body,
-                                              timeout_s=start_timeout_s + SLACK_S)  # fmt: skip
-        except httpx.TransportError as exc:
+            status, content = self._connection.call("POST", f"/v1/sessions/{self._session.id}/sandboxes", body,
+                                                    timeout_s=start_timeout_s + SLACK_S)  # fmt: skip
+        except TRANSPORT_ERRORS as exc:
             raise ServiceError(f"the sandbox service at {self._connection.url} did not create the sandbox: "
                                f"{type(exc).__name__}: {exc}") from None
-        if response.status_code != 200:
-            raise _error_of(response, self._connection.url)
-        reply = wire.unpack(response.content)
+        if status != 200:
+            raise _error_of(status, content, self._connection.url)
+        reply = wire.unpack(content)
         self._id = reply["sandbox"]
         self.workdir: str = reply["workdir"]  # on the service's host (the path its snippets see)
         self.isolation: Isolation = wire.isolation_from(reply["isolation"])
@@ -237,20 +249,20 @@ class RemoteSandbox:
             self._seq += 1
             body = {"code": code.encode("utf-8", "replace").decode("utf-8"), "timeout_s": timeout, "seq": self._seq}
             try:
-                response = self._connection.call("POST", f"/v1/sandboxes/{self._id}/run", body,
-                                                 timeout_s=timeout + self.limits.recovery_s + SLACK_S)
-            except httpx.TransportError as exc:
+                status, content = self._connection.call("POST", f"/v1/sandboxes/{self._id}/run", body,
+                                                        timeout_s=timeout + self.limits.recovery_s + SLACK_S)
+            except TRANSPORT_ERRORS as exc:
                 return self._lose(f"the sandbox service at {self._connection.url} did not answer this step "
                                   f"({type(exc).__name__}: {exc})")
-            if response.status_code == 404:
+            if status == 404:
                 return self._lose(f"the sandbox service at {self._connection.url} no longer has this sandbox "
                                   "(it was restarted)")
-            if response.status_code == 410:
+            if status == 410:
                 self._closed = True
-                raise SandboxClosed(response.text)
-            if response.status_code != 200:
-                raise _error_of(response, self._connection.url)
-            result = wire.result_from(wire.unpack(response.content))
+                raise SandboxClosed(content.decode("utf-8", "replace"))
+            if status != 200:
+                raise _error_of(status, content, self._connection.url)
+            result = wire.result_from(wire.unpack(content))
             if result.status is ExecStatus.LOST:
                 self._lost = result.notes[0] if result.notes else "lost"
             return result
@@ -265,10 +277,8 @@ class RemoteSandbox:
     def _forget(self) -> None:
         """Ask the service to close this sandbox, if it is still there (a step it may still run
         is then stopped, and the sandbox's quota freed); nothing if it is gone."""
-        try:
+        with contextlib.suppress(*TRANSPORT_ERRORS):
             self._connection.call("DELETE", f"/v1/sandboxes/{self._id}", timeout_s=CLOSE_S)
-        except httpx.HTTPError:
-            pass
 
     async def arun(self, code: str, timeout_s: float | None = None) -> ExecResult:
         executor = None if self._closed else self._executor
@@ -290,10 +300,8 @@ class RemoteSandbox:
         self._closed = True
         if self._session.ended.is_set():
             return
-        try:
+        with contextlib.suppress(*TRANSPORT_ERRORS):
             self._connection.call("DELETE", f"/v1/sandboxes/{self._id}", timeout_s=wait_s)
-        except httpx.HTTPError:
-            pass
 
     def __enter__(self) -> Self:
         return self
