@@ -40,6 +40,7 @@ from codedance.sandbox.service import SandboxService, ServiceError
 from codedance.types import ExecResult, ExecStatus
 
 BEAT_S = 1.0  # between two heartbeats of a session stream
+TCP_UNACKED_S = 30.0  # a TCP client's session ends when its beats go unacknowledged this long
 MAX_BODY_BYTES = 2 * MAX_INPUT_BYTES  # a creation request's images
 WORKERS = 1024  # threads for blocking sandbox calls (runs are bounded per client by `Quotas.running`)
 SESSION_ENDED = "the client's session ended (its connection closed): the sandbox was closed"
@@ -150,6 +151,12 @@ class SandboxServer:
 
     async def _session(self, request: web.Request) -> web.StreamResponse:
         client = self._client(request)
+        sock = request.transport.get_extra_info("socket")
+        if sock.family != socket.AF_UNIX:
+            # a TCP client whose host vanished: the kernel fails the connection once the beats go
+            # unacknowledged for TCP_UNACKED_S (not after ~15 min of retransmissions), and the
+            # session's sandboxes are closed then
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(TCP_UNACKED_S * 1000))
         session = _Session(secrets.token_urlsafe(16), client)
         self._sessions[session.id] = session
         response = web.StreamResponse(headers={"Content-Type": "text/plain"})
