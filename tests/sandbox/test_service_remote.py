@@ -314,3 +314,50 @@ def test_a_bad_url_is_one_line_before_any_work():
         SandboxPool(url="tcp://host")
     with pytest.raises(ServiceError, match="cannot reach the sandbox service at unix:///nonexistent"):
         SandboxPool(url="unix:///nonexistent/sandbox.sock")
+
+
+# ------------------------------------------------------------------ placement across hosts: Ray's
+def test_ray_actors_on_two_nodes_each_use_their_own_nodes_service(fresh, tmp_path, monkeypatch):
+    """Two Ray nodes on this machine, each started with CODEDANCE_SANDBOX_URL naming its own
+    service (as `ray start` on each host would be); actors placed on a node as verl places its
+    agent-loop workers (node affinity) create `SandboxPool()` with no url, and their sandboxes
+    live in that node's service."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    services = {"a": fresh(tmp_path / "a"), "b": fresh(tmp_path / "b")}
+    monkeypatch.setenv(URL_ENV, services["a"].unix)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"node_a": 1},
+                                                            "include_dashboard": False})  # fmt: skip
+    try:
+        monkeypatch.setenv(URL_ENV, services["b"].unix)
+        cluster.add_node(num_cpus=1, resources={"node_b": 1})
+        monkeypatch.delenv(URL_ENV)
+        ray.init(address=cluster.address, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+        nodes = {name: next(n["NodeID"] for n in ray.nodes() if n["Alive"] and f"node_{name}" in n["Resources"])
+                 for name in services}  # fmt: skip
+
+        @ray.remote(num_cpus=0)
+        class Worker:
+            def open(self) -> str:
+                from codedance.sandbox import SandboxPool
+
+                self.pool = SandboxPool()
+                self.sandbox = self.pool.sandbox()
+                return self.sandbox.run("print('ran')").stdout
+
+        def held() -> dict[str, int]:
+            return {name: Connection(s.unix).health()["sandboxes"] for name, s in services.items()}
+
+        workers = {name: Worker.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+                   for name, node in nodes.items()}  # fmt: skip
+        assert ray.get(workers["a"].open.remote(), timeout=120) == "ran\n"
+        assert held() == {"a": 1, "b": 0}
+        assert ray.get(workers["b"].open.remote(), timeout=120) == "ran\n"
+        assert held() == {"a": 1, "b": 1}
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
