@@ -10,6 +10,7 @@ they can import the project from a root-owned interpreter while the service sees
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -27,8 +28,15 @@ from codedance.policy import ScriptedPolicy
 from codedance.rollout import run_episode
 from codedance.sandbox import Sandbox, SandboxPool
 from codedance.sandbox.checks import CHECKS, _Context, example_image
+from codedance.sandbox.layout import Limits
 from codedance.sandbox.remote import wire
-from codedance.sandbox.remote.client import Connection, QuotaExceeded, RemotePool, RemoteSandbox
+from codedance.sandbox.remote.client import (
+    SLACK_S,
+    Connection,
+    QuotaExceeded,
+    RemotePool,
+    RemoteSandbox,
+)
 from codedance.sandbox.service import URL_ENV, ServiceError
 from codedance.types import ExecStatus, StopReason, Task
 
@@ -194,8 +202,6 @@ def test_a_client_over_its_quota_is_refused_and_another_client_is_not(served):
         assert other.stdout.strip() == "7", other.stdout + other.stderr[-2000:]
         for sandbox in held:
             sandbox.close()
-        from codedance.sandbox.layout import Limits
-
         small = [pool.sandbox(limits=Limits(memory=64 << 20)) for _ in range(6)]
         with pytest.raises(QuotaExceeded, match=r"^quota: token:workstation already has 6 live sandboxes") as refused:
             pool.sandbox(limits=Limits(memory=64 << 20))
@@ -251,6 +257,30 @@ def test_a_stopped_service_stops_at_once_and_its_clients_see_their_sandboxes_los
             time.sleep(0.1)
         result = sandbox.run("print(x)")
     assert result.status is ExecStatus.LOST and "closed the session" in result.notes[0], result
+
+
+def test_a_frozen_service_gives_lost_by_the_steps_deadline_never_a_hang(fresh):
+    server = fresh()
+    with SandboxPool(url=server.unix) as pool:
+        sandbox = pool.sandbox(timeout_s=1, limits=Limits(recovery_s=1))
+        assert sandbox.run("x = 1").ok
+        server.process.send_signal(signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            result = sandbox.run("print(x)")
+            took = time.monotonic() - started
+        finally:
+            server.process.send_signal(signal.SIGCONT)
+    assert result.status is ExecStatus.LOST, result
+    assert took < 1 + 1 + SLACK_S + 5, took  # the step's timeout, its recovery, the client's slack
+
+
+async def test_the_asyncio_api_through_the_service(served):
+    async with SandboxPool(url=served.tcp, token=TOKEN, max_running=2) as pool:
+        sandboxes = [await pool.asandbox() for _ in range(2)]
+        results = await asyncio.gather(*(sb.arun(f"print({i})") for i, sb in enumerate(sandboxes)))
+        assert [r.stdout for r in results] == ["0\n", "1\n"]
+        assert pool.live == 2
 
 
 def test_a_step_sent_twice_runs_once(served):
