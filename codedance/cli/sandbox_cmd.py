@@ -151,7 +151,7 @@ def serve(
     from codedance.sandbox import SandboxService
     from codedance.sandbox.isolation import normalize_requirement
     from codedance.sandbox.remote.peers import LocalPolicy, Tokens, gid_of, uid_of
-    from codedance.sandbox.remote.server import Listen, Quotas, SandboxServer
+    from codedance.sandbox.remote.server import Listen, Quotas, SandboxServer, claim_socket_path
     from codedance.sandbox.remote.server import serve as serve_forever
 
     try:
@@ -176,6 +176,7 @@ def serve(
     listen = Listen(str(socket_path), 0o660 if group is not None else 0o666, group, host, port,
                     str(tls_cert) if tls_cert else None, str(tls_key) if tls_key else None)
     socket_path.parent.mkdir(parents=True, exist_ok=True)
+    claim_socket_path(str(socket_path))  # a live service there: one line, before starting ours
     service = SandboxService(memory_total=memory_total_mib << 20 if memory_total_mib else None)
     try:
         service.isolation.require(require)

@@ -178,6 +178,16 @@ def test_a_uid_not_allowed_is_refused_with_one_line(served):
     assert f"uid {STRANGER_UID} is not allowed to use this sandbox service" in last, run.stderr[-2000:]
 
 
+def test_a_second_service_on_a_live_socket_is_refused_with_one_line(served):
+    second = subprocess.run([sys.executable, "-c", "from codedance.cli import main; main()", "sandbox", "serve",
+                             "--socket", str(served.socket)], capture_output=True, text=True, env=_env(),
+                            timeout=120, check=False)  # fmt: skip
+    assert second.returncode == 2 and second.stdout == "", second.stdout
+    assert second.stderr.strip() == (f"error: a sandbox service already listens on {served.socket}; "
+                                     "stop it first or pass another --socket")
+    assert Connection(served.unix).health()["instance"]  # the first still serves
+
+
 # ------------------------------------------------------------------ TCP
 def test_tcp_with_the_token_runs_and_without_it_is_refused(served):
     with SandboxPool(url=served.tcp, token=TOKEN) as pool:

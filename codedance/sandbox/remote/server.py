@@ -306,7 +306,7 @@ class Listen:
     tls_key: str | None = None
 
 
-def _claim_socket_path(path: str) -> None:
+def claim_socket_path(path: str) -> None:
     """Remove a socket left by a dead service; refuse when a live one answers on it."""
     if not os.path.exists(path):
         return
@@ -327,7 +327,7 @@ async def serve(server: SandboxServer, listen: Listen, stop: asyncio.Event,
     runner = web.AppRunner(server.app(), handle_signals=False, access_log=None)
     await runner.setup()
     try:
-        _claim_socket_path(listen.socket_path)
+        claim_socket_path(listen.socket_path)
         old_umask = os.umask(0o177)  # the socket is born private, then opened as asked
         try:
             await web.UnixSite(runner, listen.socket_path).start()
