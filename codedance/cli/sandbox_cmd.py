@@ -134,7 +134,6 @@ def serve(
     client_sandboxes: int = typer.Option(2048, min=1, help="Live sandboxes one client may hold."),
     client_memory_mib: int = typer.Option(None, min=1, help="Sum of Limits.memory over one client's live "
                                           "sandboxes, in MiB (default: no bound)."),
-    client_running: int = typer.Option(None, min=1, help="Steps of one client executing at once (default: CPUs)."),
     memory_total_mib: int = typer.Option(None, min=1, help="Memory of all trajectories together, in MiB "
                                          "(default: 85 % of the host's or the container's)."),
     require: str = typer.Option(None, help="Refuse to start below this isolation: 'full' or a comma list."),
@@ -171,8 +170,7 @@ def serve(
         port = int(port_text)
     if bool(tls_cert) != bool(tls_key):
         raise SettingsError("--tls-cert and --tls-key go together")
-    quotas = Quotas(sandboxes=client_sandboxes, memory=client_memory_mib << 20 if client_memory_mib else None,
-                    **({"running": client_running} if client_running else {}))
+    quotas = Quotas(sandboxes=client_sandboxes, memory=client_memory_mib << 20 if client_memory_mib else None)
     listen = Listen(str(socket_path), 0o660 if group is not None else 0o666, group, host, port,
                     str(tls_cert) if tls_cert else None, str(tls_key) if tls_key else None)
     socket_path.parent.mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,7 @@ from codedance.types import ExecResult, ExecStatus
 BEAT_S = 1.0  # between two heartbeats of a session stream
 TCP_UNACKED_S = 30.0  # a TCP client's session ends when its beats go unacknowledged this long
 MAX_BODY_BYTES = 2 * MAX_INPUT_BYTES  # a creation request's images
-WORKERS = 1024  # threads for blocking sandbox calls (runs are bounded per client by `Quotas.running`)
+WORKERS = 4096  # the most blocking sandbox calls (runs, creations, closes) at once; threads start as needed
 SESSION_ENDED = "the client's session ended (its connection closed): the sandbox was closed"
 
 
@@ -52,15 +52,13 @@ class Quotas:
 
     sandboxes: int = 2048  # live sandboxes
     memory: int | None = None  # the sum of their ``Limits.memory`` (each enforced by its cgroup)
-    running: int = field(default_factory=lambda: os.cpu_count() or 1)  # steps executing at once
 
 
 class _Client:
-    def __init__(self, name: str, running: int):
+    def __init__(self, name: str):
         self.name = name
         self.sandboxes = 0
         self.memory = 0
-        self.running = asyncio.Semaphore(running)
 
 
 @dataclass(eq=False)
@@ -133,7 +131,7 @@ class SandboxServer:
                                                 f"{wire.TOKEN_ENV} to a token from the service's --token-file")
             name = f"token:{token_name}"
         if name not in self._clients:
-            self._clients[name] = _Client(name, self.quotas.running)
+            self._clients[name] = _Client(name)
         return self._clients[name]
 
     def _entry(self, request: web.Request, client: _Client) -> _Entry:
@@ -226,7 +224,7 @@ class SandboxServer:
         if quotas.memory is not None and client.memory + memory > quotas.memory:
             raise web.HTTPTooManyRequests(text=f"quota: {client.name}'s live sandboxes may use {client.memory >> 20} MiB "
                                                f"and this one {memory >> 20} MiB more, over the {quotas.memory >> 20} MiB "
-                                               "this service allows a client (--client-memory); close some or lower "
+                                               "this service allows a client (--client-memory-mib); close some or lower "
                                                "Limits.memory")
         client.sandboxes += 1
         client.memory += memory
@@ -246,14 +244,14 @@ class SandboxServer:
         if seq <= entry.last_seq:  # a replayed request: this step was received once already
             raise web.HTTPConflict(text=f"step {seq} of this sandbox was already received; it is never run twice")
         entry.last_seq = seq
-        async with client.running:
-            try:
-                result = await asyncio.get_running_loop().run_in_executor(
-                    self._executor, entry.sandbox.run, code, timeout_s)
-            except SandboxClosed:
-                if entry.ended is None:
-                    raise web.HTTPGone(text="this sandbox is closed; create a new one to run more code") from None
-                result = None
+        # no queue here: a step waiting for a turn would spend its client's deadline (the client's
+        # pool bounds its running steps; each trajectory's cgroup bounds its CPU)
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(self._executor, entry.sandbox.run, code, timeout_s)
+        except SandboxClosed:
+            if entry.ended is None:
+                raise web.HTTPGone(text="this sandbox is closed; create a new one to run more code") from None
+            result = None
         if entry.ended is not None:
             result = ExecResult(status=ExecStatus.LOST, notes=(entry.ended,))
         return _packed(wire.result_fields(result))
