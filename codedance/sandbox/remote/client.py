@@ -212,6 +212,7 @@ class RemoteSandbox:
         self._executor = executor
         self._lock = threading.Lock()
         self._closed = False
+        self._released = False
         self._lost: str | None = None
         self._seq = 0
         self._session = self._connection.session()
@@ -243,7 +244,7 @@ class RemoteSandbox:
             if self._closed:
                 raise SandboxClosed("this sandbox is closed; create a new Sandbox to run more code")
             if self._lost is None and self._session.ended.is_set():
-                self._lost = self._session.why
+                self._lost = f"{self._session.why}: the sandbox's state is lost; create a new sandbox"
             if self._lost is not None:
                 return _lost_result(self._lost)
             self._seq += 1
@@ -294,7 +295,7 @@ class RemoteSandbox:
 
     def close(self, wait_s: float = CLOSE_S) -> None:
         """Close the sandbox in the service. Idempotent; a service gone has closed it already."""
-        if getattr(self, "_released", False) or not hasattr(self, "_id"):
+        if self._released or not hasattr(self, "_id"):  # (no id: its creation failed)
             return
         self._released = True
         self._closed = True
