@@ -118,8 +118,8 @@ def fresh(tmp_path):
     """A service of this test alone (it gets killed or restarted)."""
     servers = []
 
-    def start(directory: Path = tmp_path) -> Served:
-        servers.append(Served(directory))
+    def start(directory: Path = tmp_path, *args: str) -> Served:
+        servers.append(Served(directory, *args))
         return servers[-1]
 
     yield start
@@ -199,6 +199,19 @@ def test_tcp_with_the_token_runs_and_without_it_is_refused(served):
     for token in ("0" * 32, ""):
         with pytest.raises(ServiceError, match="a valid bearer token is required over TCP"):
             SandboxPool(url=served.tcp, token=token)
+
+
+def test_tcp_over_tls_with_a_private_ca(fresh, tmp_path, monkeypatch):
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(tmp_path / "key.pem"),
+                    "-out", str(tmp_path / "cert.pem")], check=True, capture_output=True)  # fmt: skip
+    server = fresh(tmp_path, "--tls-cert", str(tmp_path / "cert.pem"), "--tls-key", str(tmp_path / "key.pem"))
+    assert server.tcp.startswith("https://127.0.0.1:")
+    with pytest.raises(ServiceError, match="CERTIFICATE_VERIFY_FAILED"):  # not a CA the client knows
+        SandboxPool(url=server.tcp, token=TOKEN)
+    monkeypatch.setenv(wire.CA_ENV, str(tmp_path / "cert.pem"))
+    with SandboxPool(url=server.tcp, token=TOKEN) as pool:
+        assert pool.sandbox().run("print(3)").stdout == "3\n"
 
 
 # ------------------------------------------------------------------ quotas

@@ -7,7 +7,8 @@
 
 URLs: ``unix:///path/to/socket`` (a local service; the kernel tells it who we are) or
 ``http(s)://host:port`` (a remote one; the token comes from ``token=`` or
-``CODEDANCE_SANDBOX_TOKEN``). Every call has a deadline: a step's is its timeout plus
+``CODEDANCE_SANDBOX_TOKEN``; ``CODEDANCE_SANDBOX_CA`` names the CA bundle of a privately signed
+https service). Every call has a deadline: a step's is its timeout plus
 ``Limits.recovery_s`` plus `SLACK_S`. When the service goes away (killed, restarted, unreachable
 past a deadline) the step in flight and every later step of its sandboxes return ``lost``, and
 nothing is sent again: a step is never run twice. The next sandbox created opens a new session,
@@ -20,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import os
+import ssl
 import threading
 from collections.abc import Iterable
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -123,7 +125,10 @@ class Connection:
             self._pool = httpcore.ConnectionPool(uds=parts.path, max_connections=None, max_keepalive_connections=64)
             self._base = "http://codedance-sandbox"
         elif parts.scheme in ("http", "https") and parts.hostname:
-            self._pool = httpcore.ConnectionPool(max_connections=None, max_keepalive_connections=64)
+            ca = os.environ.get(wire.CA_ENV)
+            context = ssl.create_default_context(cafile=ca) if ca and parts.scheme == "https" else None
+            self._pool = httpcore.ConnectionPool(ssl_context=context, max_connections=None,
+                                                 max_keepalive_connections=64)  # fmt: skip
             self._base = f"{parts.scheme}://{parts.netloc}"
         else:
             raise ValueError(f"sandbox service url {url!r}: expected unix:///path/to/socket or http(s)://host:port")
