@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("aiohttp", reason="the sandbox service needs the serve extra: pip install 'codedance[serve]'")
 from codedance.policy import ScriptedPolicy
 from codedance.rollout import run_episode
 from codedance.sandbox import Sandbox, SandboxPool

@@ -43,6 +43,14 @@ def result_fields(result: ExecResult) -> dict:
 
 
 def result_from(fields: dict) -> ExecResult:
+    """The `ExecResult` of `result_fields`, images' PNG bytes as they were.
+
+    >>> png = bytes.fromhex("89504e470d0a1a0a0000000d49484452") + (3).to_bytes(4, "big") + (2).to_bytes(4, "big")
+    >>> sent = ExecResult(ExecStatus.ERROR, stdout="a", error=ExecError("ValueError", "x", "tb", ((1, "raise"),)),
+    ...                   images=(Image.from_png(png, "turn:0:0"),), notes=("n",), rolled_back=True)
+    >>> result_from(unpack(pack(result_fields(sent)))) == sent
+    True
+    """
     error = fields["error"]
     return ExecResult(
         status=ExecStatus(fields["status"]), stdout=fields["stdout"], stderr=fields["stderr"],
@@ -60,7 +68,15 @@ def limits_fields(limits: Limits) -> dict:
 
 
 def limits_from(fields: dict) -> Limits:
-    """`Limits` from a client's fields; unknown names or bad values raise ValueError (one line)."""
+    """`Limits` from a client's fields; unknown names or bad values raise ValueError (one line).
+
+    >>> limits_from({"memory": 64 << 20}).memory
+    67108864
+    >>> limits_from({"memroy": 1})
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown Limits fields ['memroy']; known: ['cpus', 'error_chars', 'file_size', 'max_image_bytes', 'max_images', 'max_message', 'max_pixels', 'memory', 'open_files', 'output_head', 'output_tail', 'processes', 'recovery_s', 'workdir_bytes', 'workdir_files']
+    """
     if not isinstance(fields, dict):
         raise TypeError("limits must be a map of Limits fields")
     known = {f.name for f in dataclasses.fields(Limits)}
