@@ -2,8 +2,8 @@
 
     sudo .venv/bin/python benchmarks/cgroup_move_cost.py
 
-Why it exists: stop 25 tried giving each trajectory's holder a memory group of its own, entered
-and left around every step, and paced steps took 6 ms instead of 4. A move takes the cgroups'
+Why it exists: it shows why a trajectory's holder gets no memory group of its own, entered and
+left around every step (paced steps took 6 ms instead of 4 that way). A move takes the cgroups'
 thread-group lock for writing, which waits for an RCU grace period unless another move has just
 done so: back to back a move is microseconds, spaced out (as steps between model turns are) it
 is milliseconds. Prints the median and 90th percentile for each spacing. Needs root and cgroup

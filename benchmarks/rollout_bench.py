@@ -7,7 +7,7 @@ and scripts code for ``turns - 1`` turns, then an answer. The runner returns a f
 `ExecResult` at once, so the snippet's run time is zero by construction: what is measured is
 parsing, feedback rendering, message building, JSON encoding and the HTTP client. Overhead per
 turn = wall time of all episodes / turns completed (the server's time excluded by its own
-process, but its HTTP latency counted). Goal (issue 3): at most 5 ms per turn at 256.
+process, but its HTTP latency counted). Goal: at most 5 ms per turn at 256.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ frees it, one keeping a million small objects) and reads the trajectory's growth
 committed answer right after creation (its first spare just forked) and at several moments after
 each `run` returns (the step's new spare being forked, the old holder exiting, the idle freezer
 stopping it). Prints every reading above 1 MiB and the largest (in MiB) per step and moment.
-Measured at stop 22 (cgroup v1, 2 cores, 7 rounds): at most 2.6 MiB, a fresh spare's pages.
+Measured on cgroup v1, 2 cores, 7 rounds: at most 2.6 MiB, a fresh spare's pages.
 """
 
 from __future__ import annotations

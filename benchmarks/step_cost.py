@@ -6,8 +6,8 @@ the controller.
 Why it exists: on two cores a back-to-back step is bounded by CPU, not by waiting, and most of
 the jail's share is copy-on-write faults. Each step process is a fork of a process holding the
 ~50 MB the preloaded libraries leave, and every page Python writes first (a reference count
-is enough) is copied. Stop 26 measured ~230 of them per step in CPython's after-fork work, and
-dropped it (`runtime._fork_continuation`). Wall time is too noisy on a shared machine to show a
+is enough) is copied. CPython's after-fork work cost ~230 of them per step; steps
+are forked without it (`runtime._fork_continuation`). Wall time is too noisy on a shared machine to show a
 change of that size; these counts are not.
 
 Prints the p50 step latency, the jail's CPU per step (a cgroup v1 cpuacct group over the

@@ -6,9 +6,9 @@ Each spec, in order, is merged into one nested mapping: a preset name (a file in
 ``codedance/presets/<command>/``), a YAML file path, or a dotted ``key=value`` override (the value
 read as YAML: ``grpo.steps=4``, ``skills=[counting, search]``). The mapping then fills the
 dataclass tree, starting from its defaults. Every problem is a `SettingsError` naming the file,
-the line or the key: an unknown key lists the known ones, a value of the wrong type names the key
-and the type expected. `presets` and `preset_path` list and find the presets (``codedance presets
-ls``/``cp``). Only the standard library, PyYAML and `codedance.errors` are imported here.
+the line or the key: an unknown key lists the known ones, a renamed key (a dataclass's ``RENAMED``
+mapping) names its new name, a value of the wrong type names the key and the type expected.
+`presets` and `preset_path` list and find the presets (``codedance presets ls``/``cp``). Only the standard library, PyYAML and `codedance.errors` are imported here.
 
 Not handled: merging lists (a later spec replaces a list); environment variables.
 """
@@ -30,6 +30,11 @@ T = TypeVar("T")
 def not_resumed(default: Any) -> Any:
     """A dataclass field that does not define a run (output folder, concurrency, ...)."""
     return field(default=default, metadata={"resume": False})
+
+
+def secret(default: Any) -> Any:
+    """A `not_resumed` field that `dump` never shows (an API key)."""
+    return field(default=default, metadata={"resume": False, "secret": True})
 
 
 def presets(command: str | None = None) -> dict[str, list[str]]:
@@ -130,6 +135,10 @@ def build(base: T, data: Any, prefix: str = "") -> T:
     if not isinstance(data, dict):
         raise SettingsError(f"{prefix.rstrip('.') or name}: expected a mapping of settings, got {data!r}")
     known = {f.name for f in fields(base)}  # type: ignore[arg-type]
+    renamed = getattr(type(base), "RENAMED", {})  # old key -> its new name, refused with that name
+    old = sorted(set(data) & set(renamed))
+    if old:
+        raise SettingsError(f"{prefix}{old[0]} is now {prefix}{renamed[old[0]]}")
     unknown = set(data) - known
     if unknown:
         keys = ", ".join(prefix + k for k in sorted(unknown))
@@ -159,6 +168,18 @@ def load(cls: type[T] | T, specs: list[str] | tuple[str, ...] = (), command: str
     return build(base, data)
 
 
+def refuse_moved(data: dict[str, Any], moved: dict[str, str], note: str = "") -> None:
+    """A `SettingsError` "OLD is now NEW" for the first dotted key of `moved` that the mapping
+    `data` sets (a key that moved to another section; one renamed in place is a ``RENAMED``)."""
+    for old, new in moved.items():
+        *sections, key = old.split(".")
+        node: Any = data
+        for section in sections:
+            node = node.get(section) if isinstance(node, dict) else None
+        if isinstance(node, dict) and key in node:
+            raise SettingsError(f"{old} is now {new}{note}")
+
+
 def _nest(key: str, value: Any) -> dict[str, Any]:
     parts = key.split("__")
     tree: dict[str, Any] = {}
@@ -170,14 +191,16 @@ def _nest(key: str, value: Any) -> dict[str, Any]:
 
 
 def dump(config: Any) -> str:
-    """The YAML of a dataclass config (what ``--print-config`` shows and train saves)."""
-    from dataclasses import asdict
+    """The YAML of a dataclass config (what ``--print-config`` shows and train saves), without its
+    `secret` fields."""
 
     def plain(v: Any) -> Any:
+        if is_dataclass(v) and not isinstance(v, type):
+            return {f.name: plain(getattr(v, f.name)) for f in fields(v) if not f.metadata.get("secret")}
         if isinstance(v, dict):
             return {k: plain(x) for k, x in v.items()}
         if isinstance(v, (tuple, list)):
             return [plain(x) for x in v]
         return v
 
-    return yaml.safe_dump(plain(asdict(config)), sort_keys=False, allow_unicode=True)
+    return yaml.safe_dump(plain(config), sort_keys=False, allow_unicode=True)

@@ -12,8 +12,8 @@ sampler drive the same methods with their own token-level models.
 Stop reasons (`StopReason`):
 - ``answered``: the turn has a complete ``<answer>…</answer>``; code in the same turn is not run
   (the verdict flags it).
-- ``max_turns``: the last allowed turn (``max_turns``, 10 by default; 6 for the training presets)
-  had code but no answer; that code is not run. With ``inject_turn_limit`` the feedback before the
+- ``max_turns``: the last allowed turn (``max_turns``: `MAX_TURNS`, `EVAL_MAX_TURNS` in eval and
+  solve) had code but no answer; that code is not run. With ``inject_turn_limit`` the feedback before the
   last turn ends with the profile's "Turn limit reached" text (`Turn.feedback_has_turn_limit` on
   the turn whose feedback carries it; that turn's code ran, so it is a tool call like any other).
 - ``max_tokens``: the reply was cut at ``max_tokens`` (finish reason ``length``) without an
@@ -61,7 +61,7 @@ from codedance.prompts import (
     split_placeholders,
     with_turn_limit,
 )
-from codedance.types import ExecResult, ExecStatus, Message, StopReason, Task, Trajectory, Turn
+from codedance.types import ExecResult, ExecStatus, Image, Message, StopReason, Task, Trajectory, Turn
 
 MODEL_LIMITS = (ContextOverflowError, ImageLimitError)  # the server's refusals that end an episode
 
@@ -75,11 +75,21 @@ class CodeRunner(Protocol):
     async def arun(self, code: str) -> ExecResult: ...
 
 
+MAX_TURNS = 6
+"""Model calls per episode at most: the paper's training budget (Table 4 and the release's RL
+scripts: 6), the default of every command that makes trajectories (demo, synth, train, curate,
+verl's agent loop)."""
+EVAL_MAX_TURNS = 10
+"""The paper's evaluation budget (10 turns), the default of ``codedance eval`` and ``solve``."""
+EXEC_TIMEOUT_S = 15.0
+"""Seconds per code execution: the release's sandbox timeout."""
+
+
 @dataclass(frozen=True)
 class EpisodeConfig:
     """Settings of one episode. ``vision`` sizes the task's images for the model."""
 
-    max_turns: int = 10
+    max_turns: int = MAX_TURNS
     profile: PromptProfile = RELEASE
     feedback: FeedbackLimits = FeedbackLimits()
     vision: VisionLimits = VisionLimits()
@@ -90,18 +100,23 @@ class EpisodeConfig:
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")
 
+    def images_of(self, task: Task) -> tuple[Image, ...]:
+        """The task's images as the model sees them (sized by ``vision``): what the episode's
+        sandbox must hold, so that the code's pixel coordinates are the model's."""
+        return model_images(task.images, self.vision)
+
 
 @dataclass(frozen=True)
 class EpisodeSettings:
-    """The episode knobs of every command that runs episodes: turn budget (the paper trains with 6
-    and evaluates with 10), seconds per code execution, prompt profile, and the image area the
-    model sees (the sandbox gets the same pixels)."""
+    """The episode knobs of every command that runs episodes: turn budget (`MAX_TURNS`; eval and
+    solve start from `EVAL_MAX_TURNS`), seconds per code execution, prompt profile, and the image
+    area the model sees (the sandbox gets the same pixels)."""
 
-    max_turns: int = 6
-    exec_timeout_s: float = 15.0
+    max_turns: int = MAX_TURNS
+    exec_timeout_s: float = EXEC_TIMEOUT_S
     prompt_profile: str = "release"
-    min_pixels: int = 4 * 28 * 28
-    max_pixels: int = 16384 * 28 * 28
+    min_pixels: int = VisionLimits.min_pixels
+    max_pixels: int = VisionLimits.max_pixels
     inject_turn_limit: bool = True
 
     def __post_init__(self) -> None:
@@ -129,7 +144,7 @@ class Episode:
     def __init__(self, task: Task, config: EpisodeConfig = EpisodeConfig()) -> None:
         self.task = task
         self.config = config
-        self.images = model_images(task.images, config.vision)
+        self.images = config.images_of(task)
         self.prompt = prompt_messages(task.question, self.images, config.profile)
         self._messages: list[Message] = list(self.prompt)
         self._turns: list[Turn] = []
@@ -299,7 +314,7 @@ def _report_turns(episode: Episode, seen: int, on_turn: Callable[[Turn], None] |
 
 def run_episode(policy: Policy, task: Task, sandbox: CodeRunner, config: EpisodeConfig = EpisodeConfig()) -> Trajectory:
     """Run one episode to its end with blocking calls. `sandbox` should hold
-    `Episode(task, config).images` (the images as the model sees them)."""
+    `EpisodeConfig.images_of` the task (the images as the model sees them)."""
     episode = Episode(task, config)
     drive_episode(episode, policy, sandbox)
     return episode.trajectory()

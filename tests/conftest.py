@@ -1,4 +1,9 @@
-"""Test tiers, assigned by where a test lives (torchtune's split: the default run is the unit tier).
+"""Test tiers, declared in each test file (torchtune's split: the default run is the unit tier).
+
+Every module below tests/ (test files and their helper modules) says its tier at the top:
+``pytestmark = pytest.mark.tier("unit")`` (with ``pytest.mark.slow`` beside it for the longest
+runs); a test in another tier than its file carries ``@pytest.mark.tier("verl")`` itself, and the
+test's own declaration wins. A module without one is a collection error that says what to add.
 
 - ``unit`` (the default of a plain ``pytest``, seconds): pure logic, doctests, HTTP against an
   in-process replay server; no sandbox, no torch, no verl.
@@ -11,57 +16,55 @@
 
 ``scripts/run-tests.sh`` (CI and the README's command) runs every tier (``-m ""``); select one
 with ``-m integration``, ``-m "unit or torch"``, ... A test file none of whose tests the ``-m``
-expression can select is not imported (`codedance.conftest.may_select`): the unit tier does not
-pay for importing torch, verl or the sandbox's test helpers. The package's doctests take their
-tier from `codedance.conftest.doctest_tier`.
+expression can select is not imported (`codedance.conftest.may_select`; its declarations are read
+from its source): the unit tier does not pay for importing torch, verl or the sandbox's test
+helpers. The package's doctests take their tier from `codedance.conftest.doctest_tier`.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 
-from codedance.conftest import may_select
+from codedance.conftest import TIER_NAMES, may_select
 
 # every service the suite starts (the sandbox's, the demo's, the eval runner's, and the
-# controllers of subprocess tests, which inherit this) leaves the host's fs.file-max as it is:
-# the raise is tested with a fake sysctl (tests/sandbox/test_units.py), never on a shared host
-os.environ.setdefault("CODEDANCE_KEEP_FILE_MAX", "1")
+# controllers of subprocess tests, which inherit this) leaves the host's fs.file-max as it is,
+# even where the caller's shell opted in: the raise is tested against a fake sysctl only
+# (tests/sandbox/test_units.py, tests/sandbox/test_file_max.py), never on a shared host
+os.environ.pop("CODEDANCE_RAISE_FILE_MAX", None)
 
 ROOT = Path(__file__).resolve().parent
-TIERS: dict[str, tuple[str, ...]] = {
-    "verl": ("integrations/verl/", "test_tool_call_definition.py::test_verl_metrics_agree",
-             "test_advantages.py::test_matches_verl_grpo_on_random_batches"),
-    "torch": ("train/", "policy/test_transformers_qwen.py", "data/test_sft_roundtrip.py"),
-    "integration": ("sandbox/", "data/", "curate/", "teacher/", "eval/test_runner.py", "eval/test_failure_paths.py", "eval/test_cli.py",
-                    "eval/test_vlmeval_adapter.py", "policy/test_vllm_recordings.py", "test_demo.py",
-                    "test_synth_run.py", "test_synth_verify.py", "test_synth_records.py", "test_runs.py",
-                    "test_solve_cmd.py", "test_console.py", "test_rollout.py",
-                    "eval/test_loaders.py::test_mathv_layout_reads_the_real_testmini",
-                    "eval/test_scoring.py::test_every_real_mathvision_gold_scores_right_and_a_wrong_answer_wrong"),
-}
-SLOW = ("sandbox/test_hostile_holder.py", "test_demo.py", "test_synth_run.py", "eval/test_failure_paths.py")
+_DECLARED = re.compile(r"""pytest\.mark\.tier\(\s*["'](\w+)["']\s*\)""")
+_MODULE_TIER = re.compile(r"""^pytestmark\s*=.*?pytest\.mark\.tier\(\s*["'](\w+)["']""", re.MULTILINE)
 
 
-def file_tier(rel: str) -> str:
-    """The tier of the tests in a file (``rel``: its path below tests/), node entries aside."""
-    for tier, prefixes in TIERS.items():
-        if any(rel == p or (p.endswith("/") and rel.startswith(p)) for p in prefixes):
-            return tier
-    return "unit"
-
-
-def node_tiers(rel: str) -> dict[str, str]:
-    """The tests of a file placed in another tier by name (``file.py::test_name`` entries)."""
-    return {p.split("::")[1]: tier for tier, prefixes in TIERS.items() for p in prefixes
-            if p.startswith(f"{rel}::")}
+def declared_tiers(path: Path) -> set[str]:
+    """The tiers a module below tests/ declares (its own and its tests'), read from its source."""
+    found = set(_DECLARED.findall(path.read_text(encoding="utf-8")))
+    if not found:
+        rel = path.resolve().relative_to(ROOT).as_posix()
+        raise pytest.UsageError(f"tests/{rel} declares no test tier: add "
+                                f'pytestmark = pytest.mark.tier("unit") (or integration, torch, verl) below its imports')
+    if unknown := found - set(TIER_NAMES):
+        raise pytest.UsageError(f"tests/{path.name}: unknown tier {sorted(unknown)}; the tiers are {TIER_NAMES}")
+    return found
 
 
 def tier_of(item: pytest.Item) -> str:
-    rel = item.path.resolve().relative_to(ROOT).as_posix()
-    return node_tiers(rel).get(item.name.split("[")[0], file_tier(rel))
+    """The test's own tier declaration, else its module's (a doctest of a helper module carries
+    no marks: its module's ``pytestmark`` line is read)."""
+    marker = item.get_closest_marker("tier")
+    if marker is not None:
+        return marker.args[0]
+    declared_tiers(item.path)  # the error that says what to add, where the module has none
+    found = _MODULE_TIER.search(item.path.read_text(encoding="utf-8"))
+    if found is None:
+        raise pytest.UsageError(f"{item.path}: declare the module's tier in its pytestmark line")
+    return found.group(1)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -69,13 +72,10 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     ``-m`` can select none of its tests."""
     if collection_path.suffix != ".py" or collection_path.name == "conftest.py":
         return None
-    rel = collection_path.resolve().relative_to(ROOT).as_posix()
-    return None if may_select(config, {file_tier(rel), *node_tiers(rel).values()}) else True
+    return None if may_select(config, declared_tiers(collection_path)) else True
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    """Mark each test below tests/ with its tier, and ``slow`` (the package's doctests are marked
-    by `codedance.conftest`)."""
+    """Mark each test below tests/ with its tier (the package's doctests are marked by
+    `codedance.conftest`)."""
     item.add_marker(getattr(pytest.mark, tier_of(item)))
-    if item.path.resolve().relative_to(ROOT).as_posix() in SLOW:
-        item.add_marker(pytest.mark.slow)

@@ -18,6 +18,8 @@ from codedance.advantages import (
 from codedance.rewards import compute_batch_rewards
 from codedance.types import ExecResult, ExecStatus, StopReason, Trajectory, Turn
 
+pytestmark = pytest.mark.tier("unit")
+
 
 def test_grpo_by_hand() -> None:
     # group a: [1, 0, 0, 1]: mean 0.5, unbiased std sqrt(1/3)
@@ -133,6 +135,7 @@ def test_end_to_end_paper_profile_by_hand() -> None:
     assert out_r[1].tolist() == pytest.approx([-seq_r + 0.2, -seq_r + 0.2, 0, -seq_r], rel=1e-6)
 
 
+@pytest.mark.tier("verl")
 def test_matches_verl_grpo_on_random_batches() -> None:
     torch = pytest.importorskip("torch")
     core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")

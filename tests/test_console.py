@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from codedance.cli.console import PIPED_WIDTH, make_console
+
+pytestmark = pytest.mark.tier("integration")
 
 
 def test_piped_output_is_wide_unless_columns_says_otherwise(monkeypatch):
@@ -19,7 +23,7 @@ def test_piped_output_is_wide_unless_columns_says_otherwise(monkeypatch):
 
 
 def test_a_piped_demo_table_keeps_its_words(tmp_path):
-    env = {"PATH": "/usr/bin:/bin", "CODEDANCE_KEEP_FILE_MAX": "1"}  # a clean environment but the opt-out (tests/conftest.py)
+    env = {"PATH": "/usr/bin:/bin"}  # a clean environment
     out = subprocess.run([str(Path(sys.executable).parent / "codedance"), "demo", "--out", str(tmp_path / "d"),
                           "--tasks", "3", "--rollouts", "1", "--skills", "counting"],
                          capture_output=True, text=True, env=env, timeout=300, check=True).stdout
@@ -90,8 +94,8 @@ def test_sft_takes_presets_files_and_overrides_like_train(tmp_path):
 
 
 def test_a_models_words_and_a_snippets_output_are_shown_as_text_never_markup_or_controls():
-    """Red team, stop 25: a step's output holding "[/bold]" raised MarkupError in the turn view,
-    "[link=...]" drew a link the model chose, and escape sequences reached the terminal."""
+    """A step's output holding "[/bold]" must not raise MarkupError in the turn view, "[link=...]"
+    must not draw a link the model chose, and escape sequences must not reach the terminal."""
     from rich.console import Console
 
     from codedance.cli.console import untrusted

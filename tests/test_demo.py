@@ -15,6 +15,8 @@ from codedance.demo import DemoConfig, DemoError, run_demo
 from codedance.errors import SettingsError
 from codedance.records import read_jsonl
 
+pytestmark = [pytest.mark.tier("integration"), pytest.mark.slow]
+
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):

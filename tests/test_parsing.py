@@ -15,6 +15,8 @@ from codedance.parsing import (
     parse_message,
 )
 
+pytestmark = pytest.mark.tier("unit")
+
 CODE_TAG = "<think>zoom in</think>\n<code>\n```python\nprint(input_image.size)\n```\n</code>"
 
 

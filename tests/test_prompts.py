@@ -29,6 +29,8 @@ from codedance.prompts import (
 )
 from codedance.types import ExecError, ExecResult, ExecStatus, Image, StopReason, Trajectory, Turn
 
+pytestmark = pytest.mark.tier("unit")
+
 
 def png(width: int, height: int, mode: str = "RGB") -> Image:
     return Image.from_pil(PILImage.new(mode, (width, height)), origin="test")

@@ -24,6 +24,8 @@ from codedance.rewards import (
 )
 from codedance.types import ExecResult, ExecStatus, StopReason, Trajectory, Turn
 
+pytestmark = pytest.mark.tier("unit")
+
 OK = ExecResult(ExecStatus.OK, stdout="7")
 EMPTY = ExecResult(ExecStatus.OK, executed_nothing=True)
 CODE = "<think>crop</think><code>\n```python\nx = 1\n```\n</code>"

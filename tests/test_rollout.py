@@ -7,6 +7,7 @@ snippets run in ``codedance.sandbox.Sandbox``.
 from __future__ import annotations
 
 import asyncio
+import io
 
 import pytest
 from PIL import Image as PILImage
@@ -15,17 +16,21 @@ from codedance.policy import OpenAIChatPolicy, PolicyError, RetrySettings, Scrip
 from codedance.policy.base import Completion
 from codedance.policy.replay_server import ReplayServer, ServerReply
 from codedance.policy.wire import message_json
-from codedance.prompts import PAPER, conversation
+from codedance.prompts import PAPER, VisionLimits, conversation
 from codedance.rollout import (
+    MAX_TURNS,
     CodeRunner,
     Episode,
     EpisodeConfig,
+    EpisodeSettings,
     arun_episode,
     drive_episode,
     run_episode,
 )
 from codedance.sandbox import Sandbox
 from codedance.types import AnswerKind, ExecStatus, Image, StopReason, Task
+
+pytestmark = pytest.mark.tier("integration")
 
 FAST = RetrySettings(max_retries=2, backoff_s=0.01)
 TASK = Task(
@@ -222,3 +227,19 @@ def test_episode_methods_refuse_out_of_order_calls() -> None:
         episode.on_completion(Completion(text=answer("1")))
     with pytest.raises(RuntimeError):
         episode.trajectory()
+
+
+def test_one_default_per_episode_knob() -> None:
+    """The settings every command takes and the episode config they make start from the same
+    defaults (the paper's training budget of 6 turns, the release's 15 s per execution)."""
+    assert EpisodeSettings().episode_config() == EpisodeConfig()
+    assert EpisodeConfig().max_turns == MAX_TURNS == 6 and EpisodeSettings().exec_timeout_s == 15.0
+
+
+def test_the_sandbox_gets_the_images_the_model_sees() -> None:
+    buffer = io.BytesIO()
+    PILImage.new("RGB", (600, 300), (10, 20, 30)).save(buffer, format="PNG")
+    task = Task(id="t", question="q", images=(Image.from_png(buffer.getvalue()),), answer="")
+    config = EpisodeConfig(vision=VisionLimits(max_pixels=112 * 56))
+    images = config.images_of(task)
+    assert images == Episode(task, config).images and images[0].width * images[0].height <= 112 * 56

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from PIL import Image as PILImage
 
 from codedance.policy import OpenAIChatPolicy, RetrySettings
@@ -12,6 +13,8 @@ from codedance.records import append_jsonl, load_trajectories, read_jsonl
 from codedance.runs.batch import arun_batch, finished_keys
 from codedance.sandbox import Sandbox
 from codedance.types import Image, StopReason, Task
+
+pytestmark = pytest.mark.tier("integration")
 
 PICTURE = Image.from_pil(PILImage.new("RGB", (64, 64), "green"), origin="input:0")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from PIL import Image as PILImage
 from typer.testing import CliRunner
 
@@ -9,6 +10,8 @@ from codedance.cli import app as root
 from codedance.policy.replay_server import ReplayServer, ServerReply
 from codedance.records import load_trajectories
 from codedance.types import StopReason
+
+pytestmark = pytest.mark.tier("integration")
 
 SCRIPT = [
     "<think>zoom</think>\n<code>\n```python\ncrop = input_image.crop((0, 0, 20, 20))\ncrop.show()\nprint(crop.size)\n```\n</code>",

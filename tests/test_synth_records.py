@@ -13,6 +13,8 @@ from codedance.prompts import conversation
 from codedance.sft_records import SFTRecord, canonical_record, write_records
 from tests.train.helpers import corpus
 
+pytestmark = pytest.mark.tier("integration")
+
 
 def test_canonical_record_flags_model_turns_and_places_images() -> None:
     t = corpus()[0]  # prompt with an image, a code turn whose feedback has an image, the answer

@@ -16,6 +16,8 @@ from codedance.synth import SynthConfig, SynthError, run_synth
 from codedance.synth.run import check, task_at
 from codedance.world import WorldError, task_set
 
+pytestmark = [pytest.mark.tier("integration"), pytest.mark.slow]
+
 
 def _lines(path) -> list[dict]:  # type: ignore[no-untyped-def]
     return [json.loads(x) for x in path.read_text().splitlines()]

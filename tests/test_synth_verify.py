@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
+import pytest
+
 from codedance.policy.scripted import ScriptedPolicy
 from codedance.rollout import Episode, EpisodeConfig, arun_episode
 from codedance.sandbox import SandboxPool
@@ -13,6 +15,8 @@ from codedance.synth.verify import averify
 from codedance.teacher import ExpertTeacher, TeacherConfig
 from codedance.types import Task, Trajectory
 from codedance.world import generate
+
+pytestmark = pytest.mark.tier("integration")
 
 CONFIG = EpisodeConfig(max_turns=6)
 

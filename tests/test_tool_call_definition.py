@@ -18,6 +18,8 @@ from codedance.runs.stats import AgentStats
 from codedance.train.metrics import rollout_metrics
 from codedance.types import CallOutcome, ExecResult, ExecStatus, StopReason, Task, Trajectory, Turn
 
+pytestmark = pytest.mark.tier("unit")
+
 CODE = "<think>look</think><code>\n```python\nprint(1)\n```\n</code>"
 
 
@@ -71,6 +73,7 @@ def test_statistics_agree(trajectory: Trajectory) -> None:
     assert AgentStats.of([Trajectory("u", (Turn("x"),), StopReason.ANSWERED)]).exec_success is None
 
 
+@pytest.mark.tier("verl")
 def test_verl_metrics_agree(trajectory: Trajectory) -> None:
     pytest.importorskip("verl")
     from codedance.integrations.verl.advantage import _metrics

@@ -19,6 +19,7 @@ from pathlib import Path
 import typer
 
 from codedance.cli.console import make_console
+from codedance.rollout import EXEC_TIMEOUT_S
 
 app = typer.Typer(help="Import, verify and describe the authors' released datasets.", no_args_is_help=True)
 import_app = typer.Typer(help="Import a released dataset's parquet files.", no_args_is_help=True)
@@ -90,7 +91,7 @@ def import_sft_cmd(
     limit: int | None = typer.Option(None, help="Import at most this many new rows"),
     concurrency: int = typer.Option(2, help="--verify: trajectories (and sandbox steps) at once"),
     tolerance: float = typer.Option(0.02, help="--verify: mean absolute pixel difference allowed (0-1)"),
-    timeout_s: float = typer.Option(15.0, help="--verify: seconds per snippet (the release: 15)"),
+    timeout_s: float = typer.Option(EXEC_TIMEOUT_S, help="--verify: seconds per snippet (the release: 15)"),
 ) -> None:
     """CodeDance-SFT → trajectory records (what `codedance sft --data OUT` trains on)."""
     from codedance.data.sft_import import import_sft
@@ -140,7 +141,7 @@ def verify_cmd(
     out: Path = typer.Argument(..., help="A codedance-sft import folder"),
     concurrency: int = typer.Option(2, help="Trajectories (and sandbox steps) at once"),
     tolerance: float = typer.Option(0.02, help="Mean absolute pixel difference allowed (0-1)"),
-    timeout_s: float = typer.Option(15.0, help="Seconds per snippet (the release: 15)"),
+    timeout_s: float = typer.Option(EXEC_TIMEOUT_S, help="Seconds per snippet (the release: 15)"),
     limit: int | None = typer.Option(None, help="Verify at most this many new trajectories"),
 ) -> None:
     """Re-execute imported trajectories turn by turn in the sandbox; compare with the recording."""

@@ -88,16 +88,17 @@ def eval_(
     from codedance.eval.options import EvalConfig
     from codedance.eval.report import markdown
     from codedance.eval.runner import run_eval
-    from codedance.grading import JudgeClient, JudgeConfig
+    from codedance.grading import JudgeClient
     from codedance.policy import PolicyError
 
     console = make_console()
     text = lambda v: None if v is None else str(v)
     cfg = opt.resolve(EvalConfig, config, overrides, print_config=print_config, console=console, command="eval",
-                      benchmarks=benchmarks, out=text(out), tasks=text(tasks), server__url=model, server__name=model_name,
-                      server__temperature=temperature, server__max_tokens=max_tokens,
-                      server__request_timeout_s=request_timeout, server__retries=retries,
-                      server__plain_openai=plain_openai, episode__max_turns=max_turns, episode__prompt_profile=profile,
+                      benchmarks=benchmarks, out=text(out), tasks=text(tasks), server__url=model,
+                      server__model=model_name, server__temperature=temperature, server__max_tokens=max_tokens,
+                      server__timeout_s=request_timeout, server__retries=retries,
+                      server__vllm_extras=opt.vllm_extras(plain_openai), episode__max_turns=max_turns,
+                      episode__prompt_profile=profile,
                       episode__exec_timeout_s=exec_timeout, profiles=text(profiles), no_tools=no_tools,
                       limit=limit, samples=samples, scoring=scoring, judge__url=judge, judge__model=judge_model,
                       data=list(data) or None, lmu_data=text(lmu_data), pixmo_cache=text(pixmo_cache),
@@ -107,7 +108,7 @@ def eval_(
     try:
         settings = cfg.run_settings()  # validates every setting before the server is contacted
         policy = server.policy(api_key)
-        if not server.name:
+        if not server.model:
             served = policy.list_models()
             if not served:
                 raise PolicyError(f"{policy.base_url}/models lists no models")
@@ -116,7 +117,7 @@ def eval_(
             settings, episode=dataclasses.replace(settings.episode, metadata=(("model", policy.model),)),
             model=policy.model, sampling=f"temperature={server.temperature},max_tokens={server.max_tokens}")
         if cfg.judge.url:
-            judge_client = JudgeClient(JudgeConfig(base_url=cfg.judge.url, model=cfg.judge.model, api_key=api_key))
+            judge_client = JudgeClient(dataclasses.replace(cfg.judge, api_key=api_key))
         console.print(f"model [bold]{policy.model}[/bold] at {policy.base_url}; "
                       f"{'no tools' if cfg.no_tools else f'max {cfg.episode.max_turns} turns'}; scoring {cfg.scoring}; "
                       f"judge: {cfg.judge.model + ' at ' + cfg.judge.url if cfg.judge.url else 'none'}"

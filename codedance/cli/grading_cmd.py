@@ -45,9 +45,11 @@ def judge(
     model: str = typer.Option("Qwen/Qwen2.5-72B-Instruct", help="Judge model name on that server."),
 ) -> None:
     """Ask the LLM judge whether PREDICTION matches GOLD for QUESTION."""
-    from codedance.grading import JudgeClient, JudgeConfig
+    from dataclasses import replace
 
-    with JudgeClient(JudgeConfig(base_url=base_url, model=model)) as client:  # JudgeError: one line, exit 2
+    from codedance.grading import JUDGE_SERVER, JudgeClient
+
+    with JudgeClient(replace(JUDGE_SERVER, url=base_url, model=model)) as client:  # JudgeError: one line, exit 2
         verdict = client.judge(question=question, gold=gold, prediction=prediction)
     make_console().print("Judgement: 1" if verdict else "Judgement: 0", markup=False, highlight=False)
 

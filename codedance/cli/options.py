@@ -58,6 +58,7 @@ ApiKey = Annotated[str, typer.Option(
     envvar="OPENAI_API_KEY", help="Bearer token, if the server wants one", rich_help_panel=SERVER)]
 PlainOpenai = Annotated[bool | None, typer.Option(
     "--plain-openai", help="Send no vLLM/SGLang-only request fields", rich_help_panel=SERVER, show_default=False)]
+
 MaxTurns = Annotated[int | None, typer.Option(
     help="Model calls per episode at most (the paper evaluates with 10) [10]", rich_help_panel=EPISODE)]
 Profile = Annotated[str | None, typer.Option(
@@ -79,3 +80,8 @@ def resolve(kind: type[T], presets: list[str] | None, overrides: list[str] | Non
         console.print(dump(settings), end="", markup=False, highlight=False)
         raise typer.Exit(0)
     return settings
+
+
+def vllm_extras(plain_openai: bool | None) -> bool | None:
+    """The ``server.vllm_extras`` key of ``--plain-openai`` (None: the flag was not given)."""
+    return None if plain_openai is None else not plain_openai

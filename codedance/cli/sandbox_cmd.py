@@ -11,6 +11,7 @@ import typer
 
 from codedance.cli.console import echo_untrusted, make_console, user_errors
 from codedance.errors import SettingsError
+from codedance.rollout import EXEC_TIMEOUT_S
 
 app = typer.Typer(help="The transactional code sandbox.", no_args_is_help=True)
 
@@ -24,17 +25,19 @@ def check(
                                 "of namespaces,users,seccomp,cgroups,rlimits."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON lines."),
 ) -> None:
-    """Check every sandbox property on this host and print the isolation level achieved."""
+    """Check every sandbox property on this host, print the isolation level achieved and which
+    promises hold here; exit 1 when a promise this host makes fails its check."""
     from codedance.sandbox import SandboxService
     from codedance.sandbox.checks import check_sandbox
     from codedance.sandbox.isolation import normalize_requirement
+    from codedance.sandbox.promises import host_of
 
     console = make_console(stderr=as_json)
     try:
         normalize_requirement(require)
     except ValueError as exc:  # an unknown layer name
         raise SettingsError(f"--require: {exc}") from None
-    service = SandboxService()
+    service = SandboxService(raise_file_max=False)  # a check reports the host, never changes it
     try:
         service.isolation.require(require)  # SandboxUnavailable: one message, exit 2
     except BaseException:
@@ -52,11 +55,40 @@ def check(
 
     data = image.read_bytes() if image else None
     results = check_sandbox(service=service, image=data, on_result=show)
+    host = host_of(service)
     service.close()
-    failed = [r for r in results if r.outcome == "failed"]
-    console.print(f"{len(results) - len(failed)}/{len(results)} properties hold "
-                  f"at isolation level '{service.isolation.level}'")  # fmt: skip
-    raise typer.Exit(1 if failed else 0)
+    broken = show_promises(console, host, results, as_json)
+    passed = sum(r.outcome == "passed" for r in results)
+    console.print(f"{passed}/{len(results)} properties hold at isolation level '{service.isolation.level}'; "
+                  + (f"a promise made on this host failed: {', '.join(broken)}" if broken
+                     else "every promise made on this host held"))  # fmt: skip
+    raise typer.Exit(1 if broken else 0)
+
+
+def show_promises(console, host, results, as_json: bool) -> list[str]:
+    """Print each promise's verdict for ``host`` beside its check's outcome; returns the promises
+    this host makes (verdict not "does not hold") whose check failed."""
+    from codedance.sandbox.promises import verdicts
+
+    outcomes = {r.number: r for r in results}
+    broken = []
+    if not as_json:
+        console.print("promises on this host (docs/sandbox.md has them for every kind of host):")
+    for key, name, number, verdict in verdicts(host):
+        result = outcomes.get(number)
+        failed = result is not None and result.outcome == "failed"
+        if failed and verdict.claimed:
+            broken.append(name)
+        checked = "not checked here" if result is None else f"check {number} {result.outcome}"
+        if as_json:
+            print(json.dumps({"promise": key, "name": name, "verdict": verdict.state, "why": verdict.why,
+                              "check": number, "outcome": result.outcome if result else None,
+                              "claimed": verdict.claimed}), flush=True)  # fmt: skip
+            continue
+        colour = "red" if failed and verdict.claimed else ("green" if verdict.state != "does not hold" else "yellow")
+        console.print(f"  [{colour}]{verdict.state}[/{colour}]: {name} ({checked})"
+                      + (f": {verdict.why}" if verdict.why else ""))  # fmt: skip
+    return broken
 
 
 @app.command()
@@ -65,7 +97,7 @@ def run(
     snippet: Path = typer.Argument(..., help="Python file to run ('-' for standard input)."),
     image: list[Path] = typer.Option([], "--image", "-i", exists=True, dir_okay=False,
                                      help="Input image (repeatable)."),
-    timeout: float = typer.Option(15.0, help="Wall-clock limit in seconds."),
+    timeout: float = typer.Option(EXEC_TIMEOUT_S, help="Wall-clock limit in seconds."),
     out: Path = typer.Option(None, help="Directory to save the returned images in."),
 ) -> None:
     """Run one snippet against images in a fresh sandbox and print what came back."""

@@ -34,7 +34,8 @@ from codedance.policy import PolicyError
 from codedance.policy.server_config import ServerConfig
 from codedance.prompts import image_from_bytes
 from codedance.records import ImageStore, append_jsonl, trajectory_json
-from codedance.rollout import Episode, EpisodeSettings, drive_episode
+from codedance.rollout import EVAL_MAX_TURNS, Episode, EpisodeSettings, drive_episode
+from codedance.runs.rundir import episode_key
 from codedance.types import Task, Trajectory, Turn
 
 app = typer.Typer(help="Solve one question about one or more images with a served model.")
@@ -46,7 +47,7 @@ class SolveConfig:
     question and the output folder are the command's own arguments."""
 
     server: ServerConfig = field(default_factory=ServerConfig)
-    episode: EpisodeSettings = field(default_factory=lambda: EpisodeSettings(max_turns=10))
+    episode: EpisodeSettings = field(default_factory=lambda: EpisodeSettings(max_turns=EVAL_MAX_TURNS))
     profiles: str = ""  # a YAML file of user prompt profiles
     top_p: float = 1.0
     seed: int | None = None
@@ -82,9 +83,10 @@ def solve(
     """Run one think -> execute -> feedback episode and show it."""
     console = make_console()
     cfg = opt.resolve(SolveConfig, config, overrides, print_config=print_config, console=console,
-                      server__url=model, server__name=model_name, server__temperature=temperature,
-                      server__max_tokens=max_tokens, server__request_timeout_s=request_timeout,
-                      server__plain_openai=plain_openai, episode__prompt_profile=profile, episode__max_turns=max_turns,
+                      server__url=model, server__model=model_name, server__temperature=temperature,
+                      server__max_tokens=max_tokens, server__timeout_s=request_timeout,
+                      server__vllm_extras=opt.vllm_extras(plain_openai), episode__prompt_profile=profile,
+                      episode__max_turns=max_turns,
                       episode__exec_timeout_s=exec_timeout, episode__max_pixels=max_pixels,
                       episode__min_pixels=min_pixels, profiles=None if profiles is None else str(profiles),
                       top_p=top_p, seed=seed)
@@ -95,7 +97,7 @@ def solve(
         images = tuple(image_from_bytes(p.read_bytes(), origin=f"input:{k}") for k, p in enumerate(image))
         episode_config = cfg.episode.episode_config(profiles=cfg.profiles or None)  # a bad profile: before the server
         policy = cfg.server.policy(api_key, seed=cfg.seed, top_p=cfg.top_p)
-        if not cfg.server.name:
+        if not cfg.server.model:
             served = policy.list_models()
             if not served:
                 raise PolicyError(f"{policy.base_url}/models lists no models")
@@ -134,5 +136,6 @@ def solve(
 def _save(trajectory: Trajectory, out_dir: Path, question: str, console: Console) -> None:
     print_ending(trajectory, console)
     (out_dir / "trajectory.html").write_text(render_html(trajectory, title=question), encoding="utf-8")
-    append_jsonl(out_dir / "trajectories.jsonl", trajectory_json(trajectory, ImageStore(out_dir / "images"), "solve#0"))
+    key = episode_key(trajectory.task_id, 0)
+    append_jsonl(out_dir / "trajectories.jsonl", trajectory_json(trajectory, ImageStore(out_dir / "images"), key))
     console.print(f"saved {out_dir / 'trajectory.html'}")

@@ -45,7 +45,7 @@ def print_turn(turn: Turn, number: int, console: Console, image_paths: dict[int,
     """One turn: think, code, the sandbox's output, where each image was saved, the answer."""
     console.rule(f"turn {number}")
     # the model's words and the sandbox's output are text, never rich markup (a "[/bold]" in them
-    # raised MarkupError; "[link=...]" drew what the model chose: red team, stop 25)
+    # would raise MarkupError; "[link=...]" would draw a link the model chose: tests/test_console.py)
     if turn.think:
         console.print(Panel(Text(untrusted(turn.think)), title="think", border_style="cyan"))
     if turn.code:

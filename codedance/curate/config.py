@@ -20,21 +20,23 @@ working directory when none is). A mapping:
       - {kind: table, path: my.parquet, question: question, answer: answer, answer_kind: text}
     filter: {k: 4, temperature: 1.0, easy_threshold: 0.75, medium_threshold: 0.5, easy_keep: 0.25,
              judge: undecided}
-    atomic: {max_turns: 6, min_box_side: 8, max_box_area: 0.9, max_boxes: 3}
-    verify: {judge: true, cross_check: false, exec_timeout_s: 15}
+    atomic: {min_box_side: 8, max_box_area: 0.9, max_boxes: 3}
+    verify: {judge: true, cross_check: false}
+    episode: {max_turns: 6, exec_timeout_s: 15}   # codedance.rollout.EpisodeSettings
     inspect: {image: true, question: true}
     prompts: my_prompts/             # optional folder overriding any template by file name
     sandboxes: 4                     # sandboxes running at once
 
-Endpoint keys: ``url``, ``model``, ``api_key`` (default ``EMPTY``), ``max_in_flight`` (16),
-``max_tokens`` (1024), ``temperature`` (0.0, the filter stage uses ``filter.temperature``),
-``timeout_s`` (120), ``max_retries`` (3), ``backoff_s`` (0.5), ``breaker_failures`` (5
-consecutive failed requests open the circuit breaker), ``vllm_extras`` (true: send vLLM's extra
-request fields; false for servers that reject unknown fields). Unknown keys are refused, so a typo
-fails loudly. Sources are read by `codedance.curate.sources`.
+Endpoint keys are `codedance.policy.server_config.ServerConfig`'s, starting from `ENDPOINT`:
+``url``, ``model``, ``api_key`` (default ``EMPTY``), ``max_in_flight`` (16), ``max_tokens``
+(1024), ``temperature`` (0.0, the filter stage uses ``filter.temperature``), ``timeout_s`` (120),
+``retries`` (3), ``backoff_s`` (0.5), ``breaker_failures`` (5 consecutive failed requests open
+the circuit breaker), ``vllm_extras`` (true: send vLLM's extra request fields; false for servers
+that reject unknown fields). Unknown keys are refused, so a typo fails loudly; a renamed key names
+its new one. Sources are read by `codedance.curate.sources`.
 
 `run_settings_of` is what defines a run (saved in ``run.json`` by `codedance.runs.RunDir`; a rerun
-with other values is refused): sources, filter, atomic, verify and inspect settings, the prompts
+with other values is refused): sources, filter, atomic, verify, inspect and episode settings, the prompts
 folder, each endpoint's model, temperature and max_tokens. Not defining (free to change between
 attempts): ``out``, ``stages``, ``sandboxes``, the endpoints' URLs, keys, timeouts, retries and
 bounds. Not handled: edits inside a prompts folder or a source file (the names are compared).
@@ -46,33 +48,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codedance.config import build, merged, not_resumed
+from codedance.config import build, merged, not_resumed, refuse_moved
 from codedance.errors import SettingsError
+from codedance.policy.server_config import ServerConfig
+from codedance.rollout import EpisodeSettings
 from codedance.runs.rundir import run_settings
 
 STAGES = ("inspect", "filter", "atomic", "verify")
 DEFAULT_STAGES = ("filter", "atomic", "verify")
 ROLES = ("weak", "strong", "judge")
 JUDGE_MODES = ("never", "undecided", "fallback")
+MOVED = {"atomic.max_turns": "episode.max_turns", "verify.exec_timeout_s": "episode.exec_timeout_s"}  # old -> new
 
 
 class CurateError(SettingsError):
     """A bad configuration or an unusable input; the message says what to change."""
 
 
-@dataclass(frozen=True)
-class EndpointConfig:
-    url: str = not_resumed("")
-    model: str = ""
-    api_key: str = not_resumed("EMPTY")
-    max_in_flight: int = not_resumed(16)
-    max_tokens: int = 1024
-    temperature: float = 0.0
-    timeout_s: float = not_resumed(120.0)
-    max_retries: int = not_resumed(3)
-    backoff_s: float = not_resumed(0.5)
-    breaker_failures: int = not_resumed(5)
-    vllm_extras: bool = not_resumed(True)
+ENDPOINT = ServerConfig(max_in_flight=16, max_tokens=1024, timeout_s=120.0, retries=3)
+"""What an endpoint's keys start from (each role's mapping fills in the rest)."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +91,6 @@ class AtomicConfig:
     ``max_box_area`` of the image is "nearly the whole image"; at most ``max_boxes`` boxes are
     used by a hard trajectory (medium uses the first plausible one)."""
 
-    max_turns: int = 6
     min_box_side: int = 8
     max_box_area: float = 0.9
     max_boxes: int = 3
@@ -110,7 +103,6 @@ class VerifyConfig:
 
     judge: bool = True
     cross_check: bool = False
-    exec_timeout_s: float = 15.0
 
 
 @dataclass(frozen=True)
@@ -122,13 +114,14 @@ class InspectConfig:
 @dataclass(frozen=True)
 class CurateConfig:
     out: Path = field(default=Path("runs/curate"), metadata={"resume": False})  # not_resumed, for a Path
-    endpoints: dict[str, EndpointConfig] = field(default_factory=dict)
+    endpoints: dict[str, ServerConfig] = field(default_factory=dict)
     sources: tuple[dict[str, Any], ...] = ()
     stages: tuple[str, ...] = not_resumed(DEFAULT_STAGES)
     filter: FilterConfig = FilterConfig()
     atomic: AtomicConfig = AtomicConfig()
     verify: VerifyConfig = VerifyConfig()
     inspect: InspectConfig = InspectConfig()
+    episode: EpisodeSettings = EpisodeSettings()
     prompts: Path | None = None
     sandboxes: int = not_resumed(4)
     base: Path = field(default=Path("."), metadata={"resume": False})  # the YAML's folder: relative paths
@@ -188,18 +181,23 @@ def parse_config(raw: object, base: Path = Path(".")) -> CurateConfig:
     if not isinstance(sources, list) or not sources or not all(isinstance(s, dict) for s in sources):
         raise CurateError("sources must be a non-empty list of mappings, each with a 'kind'")
     plain = {k: v for k, v in raw.items() if k not in ("endpoints", "sources", "stages", "out", "prompts")}
+    try:
+        refuse_moved(raw, MOVED)
+    except SettingsError as exc:
+        raise CurateError(str(exc)) from None
     if "base" in plain:
         raise CurateError("unknown setting base: relative paths resolve from the YAML file's folder")
     try:
         config = build(CurateConfig(), plain)
-        endpoints = {r: build(EndpointConfig(), endpoints_raw[r], f"endpoints.{r}.") for r in ROLES if r in endpoints_raw}
+        endpoints = {r: build(ENDPOINT, endpoints_raw[r], f"endpoints.{r}.") for r in ROLES if r in endpoints_raw}
     except SettingsError as exc:
         raise CurateError(str(exc)) from None
     prompts = raw.get("prompts")
     config = CurateConfig(
         out=base / str(raw["out"]), endpoints=endpoints, sources=tuple(sources),
         stages=tuple(s for s in STAGES if s in stages), filter=config.filter, atomic=config.atomic,
-        verify=config.verify, inspect=config.inspect, prompts=None if prompts is None else base / str(prompts),
+        verify=config.verify, inspect=config.inspect, episode=config.episode,
+        prompts=None if prompts is None else base / str(prompts),
         sandboxes=config.sandboxes, base=base)
     missing = sorted(_roles_needed(config) - set(endpoints))
     if missing:

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from codedance.curate.config import EndpointConfig
-from codedance.policy.base import Completion, PolicyConnectionError, PolicyHTTPError, SamplingParams
-from codedance.policy.openai_chat import OpenAIChatPolicy, RetrySettings
+from codedance.policy.base import Completion, PolicyConnectionError, PolicyHTTPError
+from codedance.policy.openai_chat import OpenAIChatPolicy
+from codedance.policy.server_config import ServerConfig
 from codedance.prompts import bound_text
 from codedance.types import Message
 
@@ -47,7 +47,7 @@ class EndpointStats:
 class Endpoint:
     """The server for one role (``weak``, ``strong`` or ``judge``)."""
 
-    def __init__(self, role: str, config: EndpointConfig) -> None:
+    def __init__(self, role: str, config: ServerConfig) -> None:
         self.role = role
         self.config = config
         self.stats = EndpointStats()
@@ -58,12 +58,7 @@ class Endpoint:
 
     def _policy(self, temperature: float) -> OpenAIChatPolicy:
         if temperature not in self._policies:
-            c = self.config
-            sampling = SamplingParams(temperature=temperature, max_tokens=c.max_tokens)
-            self._policies[temperature] = OpenAIChatPolicy(
-                c.url, c.model, sampling, api_key=c.api_key, timeout_s=c.timeout_s, server_extras=c.vllm_extras,
-                retry=RetrySettings(max_retries=c.max_retries, backoff_s=c.backoff_s),
-                max_connections=max(8, c.max_in_flight))
+            self._policies[temperature] = replace(self.config, temperature=temperature).policy()
         return self._policies[temperature]
 
     async def ask(self, messages: tuple[Message, ...], temperature: float | None = None) -> Completion:
@@ -127,6 +122,6 @@ def error_text(exc: BaseException, limit: int = 200) -> str:
     return f"{type(exc).__name__}: {bound_text(str(exc), limit)}"
 
 
-def endpoints_from(configs: dict[str, EndpointConfig]) -> dict[str, Endpoint]:
+def endpoints_from(configs: dict[str, ServerConfig]) -> dict[str, Endpoint]:
     return {role: Endpoint(role, c) for role, c in configs.items()}
 

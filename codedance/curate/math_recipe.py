@@ -34,7 +34,7 @@ from codedance.curate.endpoints import Asker
 from codedance.curate.templates import render
 from codedance.parsing import ANSWER_RE
 from codedance.policy.base import Completion
-from codedance.rollout import Episode, EpisodeConfig, arun_episode
+from codedance.rollout import EpisodeConfig, arun_episode
 from codedance.types import ExecResult, Message, Task, Trajectory
 
 _CODE_TAG = re.compile(r"<code>(.*?)</code>", re.DOTALL)
@@ -158,7 +158,7 @@ async def math_trajectory(task: Task, strong: Asker, sandbox: Any, episode: Epis
                           prompts: Any = None) -> tuple[Trajectory, str, dict[str, Any]]:
     """(trajectory, the chain of thought, the revision's record) for `task`; `ProgramUnparseable`
     when the revision has no usable snippet. `sandbox` holds the model-sized images."""
-    images = Episode(task, episode).images
+    images = episode.images_of(task)
     ask_cot = Message("user", (*images, render("math_cot", prompts, question=task.question)))
     cot = (await strong.ask((ask_cot,))).text
     rewrite = render("math_to_code", prompts, question=task.question, solution=steps_of(cot))

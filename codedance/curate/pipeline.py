@@ -74,7 +74,6 @@ from codedance.records import (
     trajectory_from_json,
     trajectory_json,
 )
-from codedance.rollout import Episode, EpisodeConfig
 from codedance.runs import RunDir
 from codedance.sft_records import FORMATS, canonical_record
 
@@ -141,7 +140,7 @@ class _Stages:
 
     def __init__(self, config: CurateConfig, endpoints: dict[str, Endpoint], pool: Any, store: ImageStore) -> None:
         self.config, self.endpoints, self.pool, self.store = config, endpoints, pool, store
-        self.episode = EpisodeConfig(max_turns=config.atomic.max_turns)
+        self.episode = config.episode.episode_config()
 
     async def inspect(self, item: Item) -> dict[str, Any]:
         return await inspect_item(item, self.endpoints["strong"], self.config.inspect, self.config.prompts)
@@ -172,7 +171,7 @@ class _Stages:
         """The crop, annotate and draw recipes: a proposal, rule checks, the trajectory."""
         strong = Counted(self.endpoints["strong"])
         record["kind"] = item.recipe
-        images = Episode(item.task, self.episode).images  # sized for the model once (costly for big images)
+        images = self.episode.images_of(item.task)  # sized for the model once (costly for big images)
         size, question, rules = images[0].size, item.task.question, self.config.atomic
         draws = item.recipe == "draw"
         try:
@@ -191,7 +190,7 @@ class _Stages:
         kept = [p for p, why in zip(proposed, problems, strict=True) if why is None]
         if not kept:
             return {**record, "reason": "no_plausible_op" if draws else "no_plausible_box", "calls": strong.calls}
-        sandbox = await self.pool.asandbox(images=images, timeout_s=self.config.verify.exec_timeout_s)
+        sandbox = await self.pool.asandbox(images=images, timeout_s=self.config.episode.exec_timeout_s)
         try:
             if draws:
                 trajectory = await draw_trajectory(item.task, kept, difficulty, strong, sandbox, self.episode, rules)
@@ -207,8 +206,8 @@ class _Stages:
     async def _math(self, item: Item, record: dict[str, Any]) -> dict[str, Any]:
         strong = Counted(self.endpoints["strong"])
         record["kind"] = "math"
-        sandbox = await self.pool.asandbox(images=Episode(item.task, self.episode).images,
-                                           timeout_s=self.config.verify.exec_timeout_s)
+        sandbox = await self.pool.asandbox(images=self.episode.images_of(item.task),
+                                           timeout_s=self.config.episode.exec_timeout_s)
         try:
             trajectory, cot, revision = await math_trajectory(item.task, strong, sandbox, self.episode,
                                                              self.config.prompts)
@@ -227,7 +226,7 @@ class _Stages:
         settings = self.config.verify
         judge = Counted(self.endpoints["judge"]) if "judge" in self.endpoints else None
         verdict = await verify(item.task, trajectory, self.pool, self.episode, judge if settings.judge else None,
-                               settings.exec_timeout_s, cross_checker=judge if settings.cross_check else None,
+                               self.config.episode.exec_timeout_s, cross_checker=judge if settings.cross_check else None,
                                prompts=self.config.prompts)
         calls = judge.calls if judge is not None else 0
         return {"key": item.key, "source": item.source, "difficulty": atomic["difficulty"],
@@ -396,7 +395,7 @@ def plan(config: CurateConfig) -> dict[str, Any]:
                for s in STAGE_ORDER}  # (dropped, difficulty) by key: no replies or trajectories
     pending = dict.fromkeys(STAGE_ORDER, 0)
     judged = atomic_requests = items = 0
-    cost = {"crop": 2, "annotate": 2, "draw": 2, "math": 2 + config.atomic.max_turns, "none": 0}
+    cost = {"crop": 2, "annotate": 2, "draw": 2, "math": 2 + config.episode.max_turns, "none": 0}
     source_counts: dict[str, int] = {}
     for item in iter_items(config.sources, config.base, source_counts):  # streamed: only counts kept
         items += 1

@@ -33,7 +33,7 @@ from codedance.curate.templates import render
 from codedance.grading import grade_trajectory
 from codedance.policy.base import PolicyError
 from codedance.prompts import conversation
-from codedance.rollout import Episode, EpisodeConfig
+from codedance.rollout import EXEC_TIMEOUT_S, EpisodeConfig
 from codedance.synth.verify import observable, recorded_steps, replay_mismatch
 from codedance.types import Image, Message, StopReason, Task, Trajectory
 
@@ -99,7 +99,7 @@ async def replay(task: Task, trajectory: Trajectory, pool: SandboxPool, episode:
     if not steps:
         return None
     try:
-        mismatch = await replay_mismatch(pool, Episode(task, episode).images, steps, exec_timeout_s)
+        mismatch = await replay_mismatch(pool, episode.images_of(task), steps, exec_timeout_s)
     except Exception as exc:  # noqa: BLE001  (the sandbox's own failure, not the snippet's)
         return Verdict("replay_error", f"{type(exc).__name__}: {exc}")
     return None if mismatch is None else Verdict("output_mismatch", mismatch)
@@ -131,7 +131,7 @@ async def cross_check(trajectory: Trajectory, judge: Asker, prompts: Any = None)
 
 
 async def verify(task: Task, trajectory: Trajectory, pool: SandboxPool, episode: EpisodeConfig,
-                 judge: Asker | None, exec_timeout_s: float = 15.0, *,
+                 judge: Asker | None, exec_timeout_s: float = EXEC_TIMEOUT_S, *,
                  cross_checker: Asker | None = None, prompts: Any = None) -> Verdict:
     """The verdict on `trajectory` (see the module docstring); `cross_checker` enables check 6."""
     problem = structural_problem(trajectory)

@@ -45,6 +45,7 @@ from pathlib import Path
 from codedance.data import ledger
 from codedance.prompts.profiles import NO_OUTPUT_HINT, RELEASE_REMINDER
 from codedance.records import ImageStore, trajectory_from_json
+from codedance.rollout import EXEC_TIMEOUT_S
 from codedance.types import ExecResult, Image, Trajectory
 
 VERDICTS = "verify.jsonl"
@@ -182,7 +183,7 @@ def _row_verdict(steps: list[dict]) -> tuple[str, int | None, str]:
 
 
 async def averify_trajectory(trajectory: Trajectory, pool, *, tolerance: float = 0.02,
-                             timeout_s: float = 15.0) -> dict:
+                             timeout_s: float = EXEC_TIMEOUT_S) -> dict:
     """The verdict record of one trajectory (module docstring); `pool` is a `SandboxPool`."""
     inputs = [image for message in trajectory.prompt for image in message.images]
     code_turns = [(i, t) for i, t in enumerate(trajectory.turns)
@@ -224,7 +225,7 @@ def _count_lines(path: Path) -> int:
 
 
 async def averify_dir(out: str | Path, *, concurrency: int = 2, tolerance: float = 0.02,
-                      timeout_s: float = 15.0, limit: int | None = None,
+                      timeout_s: float = EXEC_TIMEOUT_S, limit: int | None = None,
                       progress: Callable[[int, int], None] | None = None) -> VerifyResult:
     """Verify every trajectory of the import folder `out` not verified yet (module docstring);
     at most `concurrency` trajectories (and sandbox steps) at once."""

@@ -19,16 +19,9 @@ from pathlib import Path
 
 from codedance.config import not_resumed
 from codedance.errors import SettingsError
+from codedance.grading import JUDGE_SERVER
 from codedance.policy.server_config import ServerConfig
-from codedance.rollout import EpisodeSettings
-
-
-@dataclass(frozen=True)
-class JudgeSettings:
-    """An OpenAI-compatible judge for judge-based metrics ('' = none)."""
-
-    url: str = ""
-    model: str = "Qwen/Qwen2.5-72B-Instruct"
+from codedance.rollout import EVAL_MAX_TURNS, EpisodeSettings
 
 
 @dataclass(frozen=True)
@@ -38,13 +31,13 @@ class EvalConfig:
     tasks_split: str = ""  # '' = every row
     out: str = ""
     server: ServerConfig = field(default_factory=ServerConfig)
-    episode: EpisodeSettings = field(default_factory=lambda: EpisodeSettings(max_turns=10))
+    episode: EpisodeSettings = field(default_factory=lambda: EpisodeSettings(max_turns=EVAL_MAX_TURNS))
     profiles: str = ""  # a YAML file of user prompt profiles
     no_tools: bool = False
     limit: int | None = None  # None: every sample
     samples: int = 1
     scoring: str = "vlmevalkit"
-    judge: JudgeSettings = JudgeSettings()
+    judge: ServerConfig = JUDGE_SERVER  # the judge of judge-based metrics (url '' = none)
     data: tuple[str, ...] = ()  # NAME=PATH
     lmu_data: str = ""  # '' = $LMUData or ~/LMUData
     pixmo_cache: str = ""  # '' = <lmu_data>/pixmo_cache
@@ -64,9 +57,9 @@ class EvalConfig:
             raise SettingsError("give the model server and the run folder: --model URL --out DIR "
                                 "(or server.url=... out=...)")
         s = self.server
-        if s.max_tokens < 1 or s.request_timeout_s <= 0 or s.retries < 0:
+        if s.max_tokens < 1 or s.timeout_s <= 0 or s.retries < 0:
             raise SettingsError(f"--max-tokens must be at least 1, --request-timeout above 0 and --retries at "
-                                f"least 0 (got {s.max_tokens}, {s.request_timeout_s}, {s.retries})")
+                                f"least 0 (got {s.max_tokens}, {s.timeout_s}, {s.retries})")
         if self.limit is not None and (not isinstance(self.limit, int) or isinstance(self.limit, bool)):
             raise SettingsError(f"limit: expected a whole number, got {self.limit!r}")
         pairs = [("tasks", str(Path(self.tasks).expanduser()))] if self.tasks else []

@@ -24,6 +24,7 @@ from codedance.eval.agent_stats import AgentSummary, agent_stats, group_rows, to
 from codedance.eval.intervals import bootstrap, outside, pass_at_k, wilson
 from codedance.eval.metrics import BREAKDOWNS, Breakdown, benchmark_metrics
 from codedance.eval.spec import BENCHMARKS, BenchmarkSpec, SampleScore
+from codedance.runs.rundir import episode_key
 from codedance.types import Task, Trajectory
 
 TABLE1 = ("countbench", "pixmocount", "vstar", "hrbench4k", "hrbench8k")
@@ -127,13 +128,14 @@ def build_report(out: Path, settings, tasks: Mapping[str, tuple[BenchmarkSpec, T
     for spec in settings.benchmarks:
         ids = [tid for tid, (s, _) in tasks.items() if s.name == spec.name]
         items = [tasks[i][1] for i in ids]
-        by_index = [[scores[key] for tid in ids if (key := f"{tid}#{j}") in scores] for j in range(k)]
+        by_index = [[scores[key] for tid in ids if (key := episode_key(tid, j)) in scores] for j in range(k)]
         mine = [s for scores_j in by_index for s in scores_j]
-        keys = [f"{tid}#{j}" for tid in ids for j in range(k)]
+        keys = [episode_key(tid, j) for tid in ids for j in range(k)]
         trajs = [records[key] for key in keys if key in records]
         values = {id(records[s.key]): s.value for s in mine if s.key in records}
         metrics, breakdowns, not_produced = _aggregate(spec, items, by_index)
-        per_item = [[v for j in range(k) if (s := scores.get(f"{tid}#{j}")) is not None and (v := s.value) is not None]
+        per_item = [[v for j in range(k)
+                     if (s := scores.get(episode_key(tid, j))) is not None and (v := s.value) is not None]
                     for tid in ids]
         per_item = [v for v in per_item if v]
         interval, kind, passed = None, "", None

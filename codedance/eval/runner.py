@@ -45,7 +45,7 @@ from codedance.grading import JudgeClient
 from codedance.policy.base import Policy
 from codedance.prompts import PromptProfile
 from codedance.records import ImageStore, append_jsonl, read_jsonl, trajectory_from_json
-from codedance.rollout import EpisodeConfig
+from codedance.rollout import EVAL_MAX_TURNS, EXEC_TIMEOUT_S, EpisodeConfig
 from codedance.runs.batch import BatchProgress, RunnerFactory, arun_batch
 from codedance.runs.rundir import RunDir, episode_key
 from codedance.types import ExecResult, Image, Task, Trajectory
@@ -80,13 +80,13 @@ class EvalSettings:
     """Everything that defines a run. ``data_paths`` maps benchmark names to files/folders."""
 
     benchmarks: tuple[BenchmarkSpec, ...]
-    episode: EpisodeConfig = EpisodeConfig()
+    episode: EpisodeConfig = EpisodeConfig(max_turns=EVAL_MAX_TURNS)
     model: str = ""
     sampling: str = ""
     no_tools: bool = False
     limit: int | None = None
     concurrency: int = 64
-    exec_timeout_s: float = 15.0
+    exec_timeout_s: float = EXEC_TIMEOUT_S
     lmu_dir: str | None = None
     data_paths: tuple[tuple[str, str], ...] = ()
     pixmo_cache: str | None = None

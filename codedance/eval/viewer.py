@@ -18,6 +18,7 @@ from pathlib import Path
 
 from codedance.records import ImageStore, read_jsonl, trajectory_from_json
 from codedance.runs.html import STYLE, image_file, trajectory_html
+from codedance.runs.rundir import split_episode_key
 
 _STYLE = STYLE
 
@@ -51,7 +52,7 @@ def _exec_status(record: dict) -> str:
 
 def _order(key: str) -> tuple:
     bench, _, rest = key.partition("/")
-    index, _, sample = rest.partition("#")
+    index, sample = split_episode_key(rest)
     return (bench, 0, int(index), index, sample) if index.isdigit() else (bench, 1, 0, index, sample)
 
 
@@ -88,7 +89,7 @@ def write_viewer(out: str | Path, labels: dict[str, tuple[str, str]] | None = No
         folder.mkdir(parents=True, exist_ok=True)
         name = f"{_safe(rest)}.html"
         score = scores.get(key)
-        subject, level = labels.get(key.partition("#")[0], ("", ""))
+        subject, level = labels.get(split_episode_key(key)[0], ("", ""))
         (folder / name).write_text(page(record, score, (subject, level), store), encoding="utf-8")
         calls = sum(1 for t in record["turns"] if t["result"] is not None)
         gold = dict(score["extras"]).get("gold", "") if score else ""

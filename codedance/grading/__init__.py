@@ -6,7 +6,7 @@
 - `JudgeClient`: an LLM judge over any OpenAI-compatible server, with a verdict cache.
 - `grade_response` / `grade_trajectory`: extraction + rule + optional judge, as one `Grade`.
 
-Nothing here imports torch; the judge needs only httpx.
+Nothing here imports torch; the judge calls its server through `codedance.policy`'s HTTP client.
 """
 
 from codedance.grading.cache import JudgeCache, judge_cache_key
@@ -15,8 +15,8 @@ from codedance.grading.choice import infer_option
 from codedance.grading.extract import ExtractedAnswer, extract_answer
 from codedance.grading.grade import Grade, grade_response, grade_trajectory
 from codedance.grading.judge import (
+    JUDGE_SERVER,
     JudgeClient,
-    JudgeConfig,
     JudgeError,
     JudgeItem,
     JudgeUnavailableError,
@@ -25,7 +25,7 @@ from codedance.grading.judge import (
 )
 
 __all__ = [
-    "ExtractedAnswer", "Grade", "JudgeCache", "JudgeClient", "JudgeConfig", "JudgeError",
+    "JUDGE_SERVER", "ExtractedAnswer", "Grade", "JudgeCache", "JudgeClient", "JudgeError",
     "JudgeItem", "JudgeUnavailableError", "JudgeVerdictError", "check_answer", "extract_answer",
     "grade_response", "grade_trajectory", "infer_option", "judge_cache_key", "normalize_text",
     "parse_verdict",

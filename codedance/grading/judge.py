@@ -5,8 +5,9 @@ Here: the same protocol (our own wording and examples), deterministic settings (
 fixed seed, a few output tokens), a *strict* verdict parser (the whole reply must be ``1``/``0``,
 optionally prefixed by ``Judgement:``; anything else raises `JudgeVerdictError` instead of the
 release's "any '1' in the reply" rule), a cache keyed by (question, gold, prediction, judge),
-bounded concurrency over one shared ``httpx.Client``, retries on 429/5xx, and
-`JudgeUnavailableError` with an actionable message when the server cannot be reached.
+bounded concurrency over the one HTTP client of every served model (`ServerConfig.policy`, with
+its retries), and `JudgeUnavailableError` with an actionable message when the server cannot be
+reached.
 
 Departures from the release: temperature 0 instead of 0.3 and a fixed seed instead of a random
 one (reproducible verdicts); unparseable replies raise `JudgeVerdictError` (the eval scorer then
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,8 +28,10 @@ from typing import Self
 
 import httpx
 
-from codedance.errors import BackendError
+from codedance.errors import BackendError, SettingsError
 from codedance.grading.cache import JudgeCache, judge_cache_key
+from codedance.policy.base import PolicyConnectionError, PolicyError
+from codedance.policy.server_config import ServerConfig
 
 PROMPT_VERSION = "judgement-v1"
 SYSTEM_PROMPT = "You are a careful grader."
@@ -90,24 +92,11 @@ def parse_verdict(reply: str) -> bool:
     return match.group(1) == "1"
 
 
-@dataclass(frozen=True)
-class JudgeConfig:
-    """Where the judge lives and how it is called. ``base_url`` ends in ``/v1``."""
-
-    base_url: str = "http://127.0.0.1:8000/v1"
-    model: str = "Qwen/Qwen2.5-72B-Instruct"
-    api_key: str | None = None
-    temperature: float = 0.0
-    seed: int = 0
-    max_tokens: int = 16
-    timeout_s: float = 60.0
-    max_concurrency: int = 16
-    retries: int = 3
-    backoff_s: float = 0.5
-
-    @property
-    def name(self) -> str:
-        return f"{self.model}|{PROMPT_VERSION}|t={self.temperature}"
+JUDGE_SERVER = ServerConfig(model="Qwen/Qwen2.5-72B-Instruct", max_tokens=16, timeout_s=60.0, retries=3,
+                            max_in_flight=16)
+"""The judge's defaults (the authors' judge model; a verdict needs a few tokens); callers set
+``url`` (and ``model``)."""
+SEED = 0  # a fixed sampling seed: reproducible verdicts
 
 
 @dataclass(frozen=True)
@@ -121,21 +110,23 @@ class JudgeClient:
     """Judge answers through an OpenAI-compatible server; thread-safe; use as a context manager.
 
     ``judge(question=..., gold=..., prediction=...) -> bool`` for one item, ``judge_many(items)``
-    for a batch (deduplicated, at most ``max_concurrency`` requests in flight, order kept).
+    for a batch (deduplicated, at most ``max_in_flight`` requests in flight, order kept).
     """
 
-    def __init__(self, config: JudgeConfig, cache: JudgeCache | None = None) -> None:
-        if config.max_concurrency < 1:
-            raise ValueError("max_concurrency must be at least 1")
+    def __init__(self, config: ServerConfig, cache: JudgeCache | None = None) -> None:
+        if config.max_in_flight < 1:
+            raise SettingsError("the judge's max_in_flight must be at least 1")
         self.config = config
         self.cache = cache if cache is not None else JudgeCache()
-        headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
-        limits = httpx.Limits(max_connections=config.max_concurrency)
-        self._http = httpx.Client(base_url=config.base_url.rstrip("/"), headers=headers,
-                                  timeout=config.timeout_s, limits=limits)
-        self._slots = threading.BoundedSemaphore(config.max_concurrency)
+        self._policy = config.policy()
+        self._slots = threading.BoundedSemaphore(config.max_in_flight)
         self.requests_sent = 0
         self._count_lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        """The judge in the cache key: model, prompt version and temperature."""
+        return f"{self.config.model}|{PROMPT_VERSION}|t={self.config.temperature}"
 
     def __enter__(self) -> Self:
         return self
@@ -144,50 +135,39 @@ class JudgeClient:
         self.close()
 
     def close(self) -> None:
-        self._http.close()
+        self._policy.close()
 
     def complete(self, messages: Sequence[dict[str, str]], max_tokens: int | None = None, *,
                  temperature: float | None = None, seed: int | None = None) -> str:
-        """One chat completion's text, with retries on 429/5xx and clear errors otherwise.
-        ``max_tokens``, ``temperature`` and ``seed`` override the config's (a verdict needs a few
-        tokens, an extraction more; VLMEvalKit's protocols retry at other temperatures)."""
+        """One chat completion's text, through the one HTTP client (`OpenAIChatPolicy.send`: its
+        retries on 408/429/5xx and transport errors). ``max_tokens``, ``temperature`` and ``seed``
+        override the config's (a verdict needs a few tokens, an extraction more; VLMEvalKit's
+        protocols retry at other temperatures)."""
         body = {"model": self.config.model, "messages": list(messages),
                 "temperature": self.config.temperature if temperature is None else temperature,
-                "seed": self.config.seed if seed is None else seed,
+                "seed": SEED if seed is None else seed,
                 "max_tokens": max_tokens or self.config.max_tokens, "n": 1}
-        url = f"{self.config.base_url.rstrip('/')}/chat/completions"
-        for attempt in range(self.config.retries + 1):
-            with self._slots:
-                with self._count_lock:
-                    self.requests_sent += 1
-                try:
-                    response = self._http.post("/chat/completions", json=body)
-                except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                    raise JudgeUnavailableError(
-                        f"LLM judge at {url} is not reachable ({exc}). Start an OpenAI-compatible "
-                        f"server serving {self.config.model!r} (e.g. `vllm serve "
-                        f"{self.config.model}`) or point the judge's base_url at one."
-                    ) from exc
-                except httpx.HTTPError as exc:
-                    raise JudgeError(f"LLM judge request to {url} failed: {exc}") from exc
-            retryable = response.status_code == 429 or response.status_code >= 500
-            if retryable and attempt < self.config.retries:
-                time.sleep(self.config.backoff_s * 2**attempt)
-                continue
-            if response.status_code != 200:
-                raise JudgeError(f"LLM judge at {url} answered HTTP {response.status_code}: "
-                                 f"{response.text[:300]}")
+        url = self._policy.url
+        with self._slots:
+            with self._count_lock:
+                self.requests_sent += 1
             try:
-                return str(response.json()["choices"][0]["message"]["content"])
-            except (ValueError, KeyError, IndexError, TypeError) as exc:
-                raise JudgeError(f"LLM judge at {url} sent a malformed reply: "
-                                 f"{response.text[:300]}") from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+                return self._policy.send(body).text
+            except PolicyConnectionError as exc:
+                if isinstance(exc.__cause__, (httpx.ConnectError, httpx.ConnectTimeout)):
+                    raise JudgeUnavailableError(
+                        f"LLM judge at {url} is not reachable ({exc.__cause__}). Start an OpenAI-compatible "
+                        f"server serving {self.config.model!r} (e.g. `vllm serve "
+                        f"{self.config.model}`) or point the judge's url at one."
+                    ) from exc
+                raise JudgeError(f"LLM judge request to {url} failed: {exc}") from exc
+            except PolicyError as exc:
+                raise JudgeError(f"LLM judge at {url} answered {exc}") from exc
 
     def judge(self, *, question: str, gold: str, prediction: str) -> bool:
         """True when the judge says the prediction is consistent with the gold answer."""
         key = judge_cache_key(question=question, gold=gold, prediction=prediction,
-                              judge=self.config.name)
+                              judge=self.name)
         cached = self.cache.get(key)
         if cached is not None:
             return cached
@@ -201,7 +181,7 @@ class JudgeClient:
     def judge_many(self, items: Sequence[JudgeItem]) -> list[bool]:
         """Verdicts for many items, in order; the first error raises after in-flight calls end."""
         unique = list(dict.fromkeys(items))
-        workers = min(self.config.max_concurrency, max(1, len(unique)))
+        workers = min(self.config.max_in_flight, max(1, len(unique)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="judge") as pool:
             verdicts = list(pool.map(lambda it: self.judge(question=it.question, gold=it.gold,
                                                            prediction=it.prediction), unique))

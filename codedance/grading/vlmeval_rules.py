@@ -37,6 +37,8 @@ import re
 import string
 from collections.abc import Mapping
 
+from codedance import python_ast
+
 _VERBOSE_ANSWER = re.compile(r"(?i)(?:correct\s+)?answer\s+is\s+\**([ABCD])\**")
 _PUNCT = ".()[],:;!*#{}"
 _REFUSALS = ("Sorry, I can't help with images of people yet.", "I can't process this file.",
@@ -136,7 +138,7 @@ def safe_eval(text: str) -> object:
     (0.5, 1, (3, 4))
     """
     try:
-        return _value(ast.parse(text.strip(), mode="eval").body)
+        return _value(python_ast.parse(text.strip(), mode="eval").body)
     except (SyntaxError, _Undefined, ArithmeticError, TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"not arithmetic: {text[:80]!r}") from exc
 

@@ -53,7 +53,7 @@ from pathlib import Path
 from codedance.grading import extract_answer
 from codedance.policy.base import Policy, SamplingParams
 from codedance.prompts import image_from_bytes
-from codedance.rollout import Episode, EpisodeConfig, run_episode
+from codedance.rollout import EVAL_MAX_TURNS, EXEC_TIMEOUT_S, EpisodeConfig, run_episode
 from codedance.types import Task, Trajectory
 
 FAIL_MSG = "Failed to obtain answer via API."  # VLMEvalKit's marker for a sample to retry
@@ -100,12 +100,12 @@ class CodeDanceModel:
     def __init__(self, model_url: str = "", model_name: str = "", *, policy: Policy | None = None,
                  config: EpisodeConfig | None = None, max_turns: int | None = None,
                  temperature: float | None = None, max_tokens: int | None = None,
-                 exec_timeout_s: float = 15.0, runner_factory=None, prediction: str = "answer",
+                 exec_timeout_s: float = EXEC_TIMEOUT_S, runner_factory=None, prediction: str = "answer",
                  records: bool = False,
                  on_trajectory: Callable[[str | None, Trajectory], None] | None = None) -> None:
         if prediction not in ("answer", "text"):
             raise ValueError(f"prediction must be 'answer' or 'text', got {prediction!r}")
-        config = config or EpisodeConfig()
+        config = config or EpisodeConfig(max_turns=EVAL_MAX_TURNS)
         if max_turns is not None:
             config = replace(config, max_turns=max_turns)
         if policy is None:
@@ -145,7 +145,7 @@ class CodeDanceModel:
     def run(self, message: list[dict], dataset: str | None = None, system: str = "") -> Trajectory:
         """One episode for one message, in our sandbox (or ``runner_factory(images)``)."""
         task = self.task_of(message, dataset, system)
-        model_images = Episode(task, self.config).images
+        model_images = self.config.images_of(task)
         if self.runner_factory is not None:
             runner = self.runner_factory(model_images)
         else:
@@ -233,10 +233,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model-url", required=True, help="OpenAI-compatible server, e.g. http://localhost:8000/v1")
     parser.add_argument("--model-name", default="", help="served model name (default: the server's first)")
     parser.add_argument("--name", default="codedance", help="the name to give run.py --model")
-    parser.add_argument("--max-turns", type=int, default=10)
+    parser.add_argument("--max-turns", type=int, default=EVAL_MAX_TURNS)
     parser.add_argument("--temperature", type=float, default=None)
     parser.add_argument("--max-tokens", type=int, default=None)
-    parser.add_argument("--exec-timeout", type=float, default=15.0)
+    parser.add_argument("--exec-timeout", type=float, default=EXEC_TIMEOUT_S)
     parser.add_argument("--prediction", choices=("answer", "text"), default="answer")
     parser.add_argument("--records", action="store_true", help="write an extra_records column (turns, calls)")
     args = parser.parse_args(ours)

@@ -254,7 +254,11 @@ class OpenAIChatPolicy:
             return await client.post(self.url, json=body)
 
     def complete(self, messages: tuple[Message, ...]) -> Completion:
-        body = self.request_body(messages)
+        return self.send(self.request_body(messages))
+
+    def send(self, body: dict[str, object]) -> Completion:
+        """One chat completion of a body already in wire form (`request_body`, or a caller's own
+        text-only messages: the LLM judge), with the retries above."""
         for attempt in range(self.retry.max_retries + 1):
             last = attempt == self.retry.max_retries
             try:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Protocol
 
 from codedance.policy.base import Policy, PolicyConnectionError
-from codedance.rollout import CodeRunner, Episode, EpisodeConfig, arun_episode
+from codedance.rollout import CodeRunner, EpisodeConfig, arun_episode
 from codedance.runs.rundir import RunDir, episode_key
 from codedance.types import Image, Task, Trajectory
 
@@ -130,7 +130,7 @@ async def arun_batch(
                 return
             runner = None
             try:
-                images = Episode(task, config).images
+                images = config.images_of(task)
                 runner = await asyncio.to_thread(make_runner, images)
                 trajectory = await arun_episode(policy_for(task, k), task, runner, config)
                 await asyncio.to_thread(runner.close)

@@ -52,6 +52,16 @@ def episode_key(task_id: str, k: int) -> str:
     return f"{task_id}#{k}"
 
 
+def split_episode_key(key: str) -> tuple[str, int]:
+    """The task id and rollout index of an `episode_key` (a task id may itself hold ``#``).
+
+    >>> split_episode_key("vstar/12#3"), split_episode_key("a#b#0")
+    (('vstar/12', 3), ('a#b', 0))
+    """
+    task_id, _, k = key.rpartition("#")
+    return task_id, int(k)
+
+
 def run_settings(config: Any) -> dict[str, Any]:
     """The settings of a dataclass config that define a run: every field, recursively, except
     those tagged ``metadata={"resume": False}``; tuples become lists (as JSON reads them back)."""

@@ -150,10 +150,25 @@ def service_parents() -> list[str]:
     return found
 
 
+def delegated_v2_group() -> str | None:
+    """This process's cgroup v2 group where it may create groups and move processes in it (a
+    `systemd-run --user --scope -p Delegate=yes` scope, a Slurm job's group), else None."""
+    if not os.path.exists(os.path.join(_ROOT, "cgroup.controllers")):
+        return None
+    base = _v2_base()
+    writable = all(os.access(os.path.join(base, name), os.W_OK)
+                   for name in ("", "cgroup.procs", "cgroup.subtree_control"))  # fmt: skip
+    return base if writable else None
+
+
 def detect_layout(service_name: str, memory_total: int | None = None) -> tuple[CgroupLayout | None, str]:
     """Create the service's parent groups (with ``memory_total`` as the limit of all its
     trajectories together); returns (layout, "") or (None, why not)."""
     if os.geteuid() != 0:
+        delegated = delegated_v2_group()
+        if delegated:
+            return None, (f"the controller is not root; its cgroup v2 group {delegated} is delegated to it "
+                          "(writable), but a controller that is not root does not use it yet")
         return None, "the controller is not root, so it cannot create cgroups"
     try:
         if os.path.exists(os.path.join(_ROOT, "cgroup.controllers")):
@@ -226,7 +241,7 @@ class MemoryMeasure(NamedTuple):
     while its patched holder allocates as much shows no net growth, yet its rollback must write
     the files back into memory the holder took (red team, stop 24b)."""
 
-    other: int  # what the kernel cannot reclaim without swap besides tmpfs files: anonymous memory above all
+    other: int  # what the kernel cannot reclaim without swap besides tmpfs files and locked pages: anonymous memory above all
     files: int  # tmpfs files (shmem): the working directory
     kernel: int  # v1: kernel memory, left out of the two above; v2: 0 (only reclaimable slab is left out)
 
@@ -502,6 +517,13 @@ class TrajectoryCgroup:
         pipe and socket buffers, page tables): ``kernel`` is v1's kmem counter, which the
         arbiter adds only where the kernel has already reclaimed what it could (out of memory).
         v2 leaves out only reclaimable slab (``kernel`` 0).
+        Unevictable pages (``unevictable``: locked memory) are left out too. No process of a
+        trajectory can lock memory (``RLIMIT_MEMLOCK`` 0 and the seccomp filter, `guards`), so
+        those in its group were locked by a process outside it, in pages it was charged for
+        first: a shared file's page cache it read before a host process (or, without the filter,
+        a neighbour) locked it. Counted, that would be growth the trajectory never made, and the
+        arbiter would stop or lose it for it; ``memory_total`` still counts them
+        (`ServiceMemory`), as nobody can reclaim them.
         ``kept_open``: through descriptors kept for the thread that runs steps (a few preads,
         ~8 µs); other threads read by path."""
         names = _UNRECLAIMABLE_FILES[self.layout.version]
@@ -515,7 +537,8 @@ class TrajectoryCgroup:
                 texts = [_read_bytes(os.path.join(self.memory_dir, name)) for name in names]
             held = unreclaimable(self.layout.version, *texts)
             files = _stat_value(texts[1], b"shmem")
-            return MemoryMeasure(held - files, files, int(texts[2]) if self.layout.version == 1 else 0)
+            other = max(0, held - files - _stat_value(texts[1], b"unevictable"))
+            return MemoryMeasure(other, files, int(texts[2]) if self.layout.version == 1 else 0)
         except (OSError, ValueError):
             return None
 

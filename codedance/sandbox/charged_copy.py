@@ -411,9 +411,9 @@ class _ChargedWriter:
 def _holders_rank() -> int:
     """The ``oom_score_adj`` holders are given where allowed (`_rank_self`)."""
     # imported here, not at the top: the helper itself imports only the standard library
-    from codedance.sandbox.sandbox import HOLDER_OOM_SCORE_ADJ
+    from codedance.sandbox import procs
 
-    return HOLDER_OOM_SCORE_ADJ
+    return procs.HOLDER_OOM_SCORE_ADJ
 
 
 def _wait(fds: list[int], timeout_s: float, interrupt_fd: int | None) -> list[int]:

@@ -15,6 +15,8 @@ import ast
 import traceback
 from dataclasses import dataclass
 
+from codedance import python_ast
+
 SNIPPET_FILENAME = "<snippet>"
 # snippets up to this many characters are checked for doing nothing (`executes_nothing`) by the
 # controller; longer ones by the step that runs them, with its own CPU and memory: a parse holds
@@ -42,7 +44,7 @@ def executes_nothing(code: str) -> bool:
     False
     """
     try:
-        tree = ast.parse(code)
+        tree = python_ast.parse(code)
     except Exception:  # noqa: BLE001 - SyntaxError, ValueError, RecursionError, MemoryError
         return False
     return all(

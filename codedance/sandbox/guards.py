@@ -29,7 +29,15 @@ The seccomp filter (libseccomp through PyPI ``pyseccomp``) returns ``EPERM`` for
 - kernel objects that outlive a process and escape the rollback: System V shared memory,
   semaphores and message queues, POSIX message queues;
 - other processes: ``prlimit64`` on any pid but 0 (itself; compared on all 64 bits, so no high
-  bits can smuggle another pid), ``process_madvise``, ``migrate_pages``, ``move_pages``;
+  bits can smuggle another pid), ``process_madvise``, ``migrate_pages``, ``move_pages``; the
+  scheduling of any process but the caller: ``sched_setaffinity``, ``sched_setscheduler``,
+  ``sched_setparam`` and ``sched_setattr`` on a pid other than 0, ``setpriority`` and
+  ``ioprio_set`` other than on the calling process itself (``PRIO_PROCESS``/``IOPRIO_WHO_PROCESS``
+  with who 0; ``PRIO_USER`` with who 0 means every process of the caller's uid). Where
+  trajectories share a uid (a controller that is not root) a step could otherwise pin a
+  neighbour's holder, or the zygote every later holder is forked from, to one CPU at nice 19 under
+  ``SCHED_IDLE``; each comparison is on all 64 bits, so high bits only widen what is refused
+  (`tests/sandbox/test_hostile_pages.py::test_the_seccomp_filter_alone_refuses_scheduling_others`);
 - host-wide write-back: ``sync``, ``syncfs`` (``fsync`` of one's own files stays);
 - ``memfd_secret`` (its pages are taken out of the kernel's direct map, which fragments it for
   the whole host) and ``modify_ldt`` (a per-process descriptor table: attack surface nothing
@@ -62,6 +70,23 @@ The seccomp filter (libseccomp through PyPI ``pyseccomp``) returns ``EPERM`` for
   shared memory and private or read-only mappings stay. Not closed: ``mprotect`` adding
   ``PROT_WRITE`` to a read-only shared mapping of a file opened for writing (deliberate, and it
   only harms the step's own trajectory; docs/sandbox.md);
+- locking memory: ``mlock``, ``mlock2``, ``mlockall`` and ``mmap`` with ``MAP_LOCKED`` (the
+  flags compared on their low 32 bits); ``RLIMIT_MEMLOCK`` is also 0 (`apply_rlimits`), which
+  alone makes the kernel refuse all of them and ``SHM_LOCK``. A page of a shared read-only file
+  (site-packages, the system's libraries) is charged to the memory group of whoever read it
+  first: another trajectory, the controller, the host. Locked by a step, it is moved off that
+  group's file cache, so nobody can reclaim it, ``memory_total`` never counted it, and the OOM
+  arbiter would read it as its first reader's growth. A library that locks memory (a crypto
+  library keeping keys out of swap) gets ``EPERM``, which each handles as a host without
+  locking; NumPy, Pillow, OpenCV and Matplotlib never lock;
+- page-cache residency probes of shared files: ``preadv2``/``pwritev2`` with ``RWF_NOWAIT``
+  (their flags, the sixth argument, compared by that bit: with it a read of an uncached page
+  fails at once, so probing the shared trees showed which modules a neighbour imported),
+  ``cachestat`` (older kernels report the cached pages of any file the caller can read; newer
+  ones refuse a file the caller cannot write, as ``mincore`` has since Linux 5.0), and
+  ``fadvise64`` with ``POSIX_FADV_DONTNEED`` (it evicts a shared file's cache, the reset that
+  turns a one-shot probe into repeated ones, and the host's cache for everyone); reading and
+  timing a page stays (docs/sandbox.md);
 - extended attributes: ``setxattr``, ``lsetxattr``, ``fsetxattr``, ``setxattrat`` and their
   ``remove`` counterparts (a failing step's ``user.*`` attributes on a committed file survived its
   rollback as kernel memory the OOM arbiter does not count: 560 MiB, red team, stop 23);
@@ -88,6 +113,7 @@ import os
 import resource
 
 _PR_SET_DUMPABLE = 4
+_PRIO_PROCESS, _IOPRIO_WHO_PROCESS = 0, 1
 _CORE_LIMIT = 1  # RLIMIT_CORE: the kernel's "no dump, not even to a pipe" value
 _PR_SET_NO_NEW_PRIVS = 38
 _CLONE_NAMESPACE_FLAGS = (
@@ -124,12 +150,16 @@ DENIED_SYSCALLS = (
     "splice", "tee", "vmsplice", "sendfile",
     "setxattr", "lsetxattr", "fsetxattr", "setxattrat",
     "removexattr", "lremovexattr", "fremovexattr", "removexattrat",
+    "mlock", "mlock2", "mlockall", "cachestat",
 )  # fmt: skip
 _SYSCALL_NUMBERS = 512  # x86-64's table is below this (x32 numbers, bit 30 set, are another arch)
 _F_SETFL, _F_SETOWN, _F_SETSIG, _F_SETOWN_EX, _F_SETLEASE, _F_NOTIFY = 4, 8, 10, 15, 1024, 1026
 _PROT_WRITE = 0x2
 _MSG_OOB = 0x1
 _MAP_SHARED, _MAP_SHARED_VALIDATE, _MAP_TYPE, _MAP_ANONYMOUS = 0x01, 0x03, 0x03, 0x20
+_MAP_LOCKED = 0x2000
+_RWF_NOWAIT = 0x8
+_POSIX_FADV_DONTNEED = 4
 _O_ASYNC = 0o20000
 _SIGNAL_IOCTLS = (0x5452, 0x8901, 0x8902)  # FIOASYNC, FIOSETOWN, SIOCSPGRP
 
@@ -174,7 +204,8 @@ def _prctl(option: int, value: int) -> None:
 
 
 def apply_rlimits(*, address_space: int, file_size: int, open_files: int, processes: int) -> None:
-    """Lower soft and hard limits; 0 for any value leaves that limit as it is."""
+    """Lower soft and hard limits; 0 for any value leaves that limit as it is. ``RLIMIT_CORE``
+    is always 1 and ``RLIMIT_MEMLOCK`` always 0."""
     limits = (
         (resource.RLIMIT_AS, address_space),
         (resource.RLIMIT_FSIZE, file_size),
@@ -187,6 +218,8 @@ def apply_rlimits(*, address_space: int, file_size: int, open_files: int, proces
     for which, value in limits:
         if value:
             resource.setrlimit(which, (value, value))
+    # always 0: no locked memory at all (the seccomp filter's locking rules say why)
+    resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
 
 
 def drop_privileges(uid: int, gid: int) -> None:
@@ -222,6 +255,11 @@ def install_seccomp() -> None:
         rules.add_rule(seccomp.ERRNO(errno.ENOSYS), number)
     low32 = 0xFFFFFFFF
     rules.add_rule(deny, "prlimit64", seccomp.Arg(0, seccomp.NE, 0))
+    for call in ("sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr"):
+        rules.add_rule(deny, call, seccomp.Arg(0, seccomp.NE, 0))
+    for call, self_kind in (("setpriority", _PRIO_PROCESS), ("ioprio_set", _IOPRIO_WHO_PROCESS)):
+        rules.add_rule(deny, call, seccomp.Arg(0, seccomp.NE, self_kind))
+        rules.add_rule(deny, call, seccomp.Arg(1, seccomp.NE, 0))
     rules.add_rule(deny, "prctl", seccomp.Arg(0, seccomp.MASKED_EQ, low32, _PR_SET_DUMPABLE))
     for command in (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX, _F_SETLEASE, _F_NOTIFY):
         rules.add_rule(deny, "fcntl", seccomp.Arg(1, seccomp.MASKED_EQ, low32, command))
@@ -235,6 +273,10 @@ def install_seccomp() -> None:
     for sharing in (_MAP_SHARED, _MAP_SHARED_VALIDATE):
         rules.add_rule(deny, "mmap", seccomp.Arg(2, seccomp.MASKED_EQ, _PROT_WRITE, _PROT_WRITE),
                        seccomp.Arg(3, seccomp.MASKED_EQ, _MAP_TYPE | _MAP_ANONYMOUS, sharing))
+    rules.add_rule(deny, "mmap", seccomp.Arg(3, seccomp.MASKED_EQ, _MAP_LOCKED, _MAP_LOCKED))
+    for call in ("preadv2", "pwritev2"):
+        rules.add_rule(deny, call, seccomp.Arg(5, seccomp.MASKED_EQ, _RWF_NOWAIT, _RWF_NOWAIT))
+    rules.add_rule(deny, "fadvise64", seccomp.Arg(3, seccomp.MASKED_EQ, low32, _POSIX_FADV_DONTNEED))
     for flag in _bits(_CLONE_NAMESPACE_FLAGS):
         rules.add_rule(deny, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
     for family in range(_AF_MAX):

@@ -6,6 +6,9 @@ Layers, strongest design first (``docs/sandbox.md``):
   their own working directories. Needs the ``bwrap`` program.
 - ``users``: each trajectory runs as its own unprivileged uid, so trajectories cannot read each
   other's files or signal each other's processes. Needs the controller to run as root.
+  Without it, ``private_views`` (not a layer of its own: it needs ``namespaces`` and nested user
+  namespaces) gives each trajectory a user and mount namespace where only its own working
+  directory exists (``private_view``).
 - ``seccomp``: the syscall filter of ``guards`` (no new programs, no signals, no sockets beyond
   unix socketpairs, no namespaces or ptrace). Needs libseccomp (Debian ``libseccomp2``).
 - ``cgroups``: a memory limit without swap, ``pids.max``, OOM detection and a reliable kill of
@@ -49,6 +52,9 @@ class Isolation:
     cgroups: bool
     rlimits: bool
     missing: tuple[tuple[str, str], ...] = ()
+    # without root (no uid per trajectory): each trajectory sees only its own working directory,
+    # in a user and mount namespace of its own (`private_view`)
+    private_views: bool = False
     notes: tuple[str, ...] = ()  # what the service changed on the host, or asks its admin to (`file_table`)
 
     @property
@@ -62,6 +68,8 @@ class Isolation:
 
     def describe(self) -> str:
         parts = [f"isolation: {self.level} ({', '.join(self.layers) or 'none'})"]
+        if self.private_views:
+            parts.append("  private views: each trajectory sees only its own working directory (a mount view of its own)")
         parts += [f"  missing {name}: {why}" for name, why in self.missing]
         parts += [f"  note: {note}" for note in self.notes]
         return "\n".join(parts)
@@ -121,7 +129,7 @@ def seccomp_problem() -> str | None:
 FILE_MAX = "/proc/sys/fs/file-max"
 MAX_MAP_COUNT = "/proc/sys/vm/max_map_count"
 FILE_MAX_RAISED = (1 << 63) - 1  # LONG_MAX, systemd's default (the kernel's own is ~10 % of memory)
-KEEP_FILE_MAX = "CODEDANCE_KEEP_FILE_MAX"  # set (to anything but "" or "0"): never write fs.file-max
+RAISE_FILE_MAX = "CODEDANCE_RAISE_FILE_MAX"  # "1": a root service may raise fs.file-max (`raise_file_max`)
 
 
 def _read_sysctl(path: str) -> int | None:
@@ -146,17 +154,20 @@ def file_table_needed(trajectories: int, processes: int, read: Callable[[str], i
 
 def file_table(needed: int, *, may_raise: bool, read: Callable[[str], int | None] = _read_sysctl,
                write: Callable[[str, int], None] = _write_sysctl) -> tuple[str | None, str | None]:
-    """Make sure the host's file table (``fs.file-max``, one count for the whole kernel) holds
+    """Whether the host's file table (``fs.file-max``, one count for the whole kernel) holds
     ``needed`` file objects: past it every unprivileged process on the host gets ``ENFILE``, and
-    one trajectory's processes could hold ~2.1 M (red team, stop 24a: 85 % of a host's limit).
-    Raises it to ``LONG_MAX`` where ``may_raise`` (root, and not ``CODEDANCE_KEEP_FILE_MAX``) and
-    ``/proc/sys/fs/file-max`` can be written; never lowers it. Returns ``(note, missing)``: what
-    was changed, for `Isolation.notes`, or why it is still too low and what to run, for
+    one trajectory's processes could hold ~2.1 M (files mapped, then closed). Only where
+    ``may_raise`` (the service's owner opted in, `raise_file_max`, and it is root) is a lower
+    value raised to ``LONG_MAX``, which removes the host's own backstop for every process, not
+    only the trajectories (each trajectory's memory cgroup, charged for its file objects, then
+    bounds them); never lowered, never put back. Returns ``(note, missing)``: what was changed,
+    for `Isolation.notes`, or the current value, what it means and the one line to run, for
     `Isolation.missing` (None, None where it is high enough or cannot be read: not Linux)."""
     current = read(FILE_MAX)
     if current is None or current >= needed:
         return None, None
-    why = "not raised: the controller is not root, or CODEDANCE_KEEP_FILE_MAX is set" if not may_raise else None
+    why = (f"left as it is; a root service started with raise_file_max=True ({RAISE_FILE_MAX}=1) "
+           "raises it itself") if not may_raise else None
     if may_raise:
         try:
             write(FILE_MAX, FILE_MAX_RAISED)
@@ -165,15 +176,18 @@ def file_table(needed: int, *, may_raise: bool, read: Callable[[str], int | None
         else:
             now = read(FILE_MAX)
             if now is not None and now >= needed:
-                return (f"raised the host's fs.file-max from {current:,} to {now:,} (the kernel's file table is "
-                        f"host-wide: trajectories could hold {needed:,} files; each is charged to its memory "
-                        "cgroup, which now bounds them)"), None
+                return (f"raised the host's fs.file-max from {current:,} to {now:,} (raise_file_max: the kernel's file "
+                        f"table is host-wide, trajectories could hold {needed:,} files; each is charged to its memory "
+                        "cgroup, which now bounds them; it stays raised after the service)"), None
             why = f"fs.file-max is still {now} after writing {FILE_MAX_RAISED}"
     return None, (f"fs.file-max is {current:,}, and trajectories could hold {needed:,} files (mapped, then "
-                  "closed): past it every unprivileged process on the host gets ENFILE; run "
+                  "closed): past it every unprivileged process on the host gets ENFILE; to raise it run "
                   f"`sysctl -w fs.file-max={FILE_MAX_RAISED}` as root (and set it in /etc/sysctl.d) ({why})")
 
 
-def may_raise_file_max() -> bool:
-    """Root, and ``CODEDANCE_KEEP_FILE_MAX`` unset (or "" or "0")."""
-    return os.geteuid() == 0 and os.environ.get(KEEP_FILE_MAX, "") in ("", "0")
+def may_raise_file_max(requested: bool | None) -> bool:
+    """Whether a service may raise ``fs.file-max`` (`file_table`): only as root, and only when
+    asked, by ``requested`` or, where that is None, ``CODEDANCE_RAISE_FILE_MAX=1``."""
+    if requested is None:
+        requested = os.environ.get(RAISE_FILE_MAX, "") == "1"
+    return requested and os.geteuid() == 0

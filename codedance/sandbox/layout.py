@@ -20,7 +20,15 @@ import os
 from dataclasses import dataclass
 
 from codedance.sandbox.inputs import ImageInput, write_inputs
-from codedance.sandbox.service import SINGLE_THREADED
+
+# one thread per step: a step that leaves threads alive is refused, and steps are bounded by cores
+SINGLE_THREADED = {
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "NUMEXPR_NUM_THREADS": "1",
+    "VECLIB_MAXIMUM_THREADS": "1",
+}
 
 
 @dataclass(frozen=True)
@@ -132,7 +140,7 @@ def holder_request(dirs: TrajectoryDirs, uid: int | None, limits: Limits) -> dic
         "workdir": dirs.workdir, "images": list(dirs.images), "env": env,
         "limits": {
             "memory": limits.memory, "file_size": limits.file_size, "open_files": limits.open_files,
-            "processes": limits.processes if uid else 0,
+            "processes": limits.processes,  # RLIMIT_NPROC where the holder counts alone (runtime)
             "max_images": limits.max_images, "max_pixels": limits.max_pixels,
             "max_image_bytes": limits.max_image_bytes, "error_chars": limits.error_chars,
             "output_head": limits.output_head, "output_tail": limits.output_tail,

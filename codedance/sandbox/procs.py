@@ -9,6 +9,10 @@ import contextlib
 import os
 import signal
 
+# a holder's oom_score_adj where allowed and a memory cgroup bounds it: the kernel never picks it;
+# the arbiter decides who pays (tests/sandbox/test_charged_restores.py pins that helpers take it too)
+HOLDER_OOM_SCORE_ADJ = -1000
+
 
 def thread_count(pid: int) -> int:
     try:

@@ -6,7 +6,8 @@ Fork chain (``docs/sandbox.md``):
   requests on its control socket (SOCK_SEQPACKET; each request carries the trajectory's socket
   as a passed file descriptor). It never runs user code and never sees trajectory traffic.
 - A **holder** is forked per trajectory: it closes everything but its socket, lowers its rlimits,
-  switches to the trajectory's own uid, forbids new privileges and loads the seccomp filter
+  switches to the trajectory's own uid (or, under a controller that is not root, enters a user
+  and mount namespace of its own where only its working directory is visible: ``private_view``), forbids new privileges and loads the seccomp filter
   (``guards``), opens the input images, and says ``ready``. Then it waits for ``run`` messages.
 - Each **step** is a fresh ``fork()`` of the holder (libc's, as a continuation of its program:
   `_fork_continuation`), forked ahead as a *spare* that announces
@@ -46,20 +47,25 @@ _LIBC_FORK = ctypes.PyDLL(None, use_errno=True).fork  # PyDLL: the GIL stays hel
 _MAX_CONTROL_MESSAGE = 1 << 16
 
 
-def zygote_main(control_fd: int, hide_processes: bool = False) -> None:
-    from codedance.sandbox import guards
+def zygote_main(control_fd: int, hide_processes: bool = False, private_views: str | None = None) -> None:
+    from codedance.sandbox import guards, private_view
 
     hidden: bool | str = False  # True, or why not
     if hide_processes:  # only ever inside bwrap's own mount namespace
         failure = guards.hide_other_processes()
         hidden = True if failure is None else failure
+    views: bool | str = False  # True, or why not (``private_views``: the work root, to try them on)
+    if private_views:  # before SIGCHLD is ignored below: the probe waits for its child
+        failure = private_view.probe(private_views)
+        views = True if failure is None else failure
     pristine_builtins = preload()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # holders are reaped by the kernel ...
     _LIBC.prctl(36, 1, 0, 0, 0)  # ... and so are orphaned steps: PR_SET_CHILD_SUBREAPER
     control = socket.socket(fileno=control_fd)
     gc.collect()
     gc.freeze()
-    protocol_send_packet(control, {"op": "zygote_ready", "pid": os.getpid(), "processes_hidden": hidden})
+    protocol_send_packet(control, {"op": "zygote_ready", "pid": os.getpid(), "processes_hidden": hidden,
+                                   "private_views": views})
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(control, _MAX_CONTROL_MESSAGE, 1)
@@ -87,7 +93,7 @@ def protocol_send_packet(sock: socket.socket, body: dict) -> None:
 
 
 def _holder_main(fd: int, request: dict, pristine_builtins: dict) -> None:
-    from codedance.sandbox import guards
+    from codedance.sandbox import guards, private_view
 
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.closerange(3, fd)
@@ -101,11 +107,18 @@ def _holder_main(fd: int, request: dict, pristine_builtins: dict) -> None:
     layers: dict[str, str] = {}
     try:
         limits = request["limits"]
+        if request.get("private_view"):  # before RLIMIT_NPROC: the kernel also caps every process
+            # of the uid in the jail at the limit the namespace's creator had (all trajectories)
+            private_view.enter(request["work_root"], request["workdir"], request["images"])
+            layers["private_view"] = "in force"
+        own_count = request.get("uid") is not None or request.get("private_view")
         guards.apply_rlimits(
             address_space=_address_space_now() + limits["memory"],
             file_size=limits["file_size"],
             open_files=limits["open_files"],
-            processes=limits["processes"],
+            # the kernel counts processes per uid and user namespace: this trajectory's alone
+            # where it has a uid or a user namespace of its own, else every trajectory's
+            processes=limits["processes"] if own_count else 0,
         )
         layers["rlimits"] = "in force"
         if request.get("uid") is not None:
@@ -499,8 +512,10 @@ def main() -> None:
     parser.add_argument("--control-fd", type=int, required=True)
     parser.add_argument("--hide-processes", action="store_true",
                         help="remount the jail's /proc so no trajectory sees another's processes")
+    parser.add_argument("--private-views", metavar="WORK_ROOT",
+                        help="give each holder a mount view of its own working directory alone (private_view)")
     args = parser.parse_args()
-    zygote_main(args.control_fd, args.hide_processes)
+    zygote_main(args.control_fd, args.hide_processes, args.private_views)
 
 
 if __name__ == "__main__":

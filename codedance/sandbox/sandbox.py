@@ -73,7 +73,6 @@ NEWCOMER_MESSAGE_BYTES = 512  # a spare's announcement (the holder's "ready" is 
 MAX_NEWCOMERS = 32  # unknown senders buffered at once while a step is awaited; more are dropped
 STEP_OOM_SCORE_ADJ = 1000  # the OOM killer's first choice
 UNKNOWN_STEP_LOOK_S = 0.05  # between two kills of a failed step not yet known by its pid (`_fail`)
-HOLDER_OOM_SCORE_ADJ = -1000  # never chosen (only while a memory cgroup bounds it)
 ROLLED_BACK = "state rolled back to before this step"
 OWED_TO_ROLLBACK = ("the service's memory (memory_total) is owed to a neighbour's step that freed its own committed "
                     "files and may need them back: what this step grew could not be committed now")
@@ -159,7 +158,7 @@ class Sandbox:
         self._dying: dict[int, int] = {}  # replaced holders, killed, not yet seen gone: pid -> pidfd
         self._awaiting_new_process = True  # the holder's "ready" or a spare's announcement may come
         self._recovery_deadline = 0.0
-        self._holder_oom_score_adj = 0  # HOLDER_OOM_SCORE_ADJ where allowed and a memory cgroup bounds it
+        self._holder_oom_score_adj = 0  # procs.HOLDER_OOM_SCORE_ADJ where allowed and a memory cgroup bounds it
         self._idle_since = 0.0  # when the last run ended (time.monotonic)
         self._idle_frozen = False
         self.freeze_pending = False  # the service's idle freezer holds an entry for this sandbox
@@ -225,8 +224,8 @@ class Sandbox:
             self._cgroup.add(self._holder_pid)
             # never the OOM victim where it is allowed (root with CAP_SYS_RESOURCE) and safe (its
             # memory is bounded by memory_total)
-            if procs.set_oom_score_adj(self._holder_pid, HOLDER_OOM_SCORE_ADJ, self._holder_pidfd):
-                self._holder_oom_score_adj = HOLDER_OOM_SCORE_ADJ
+            if procs.set_oom_score_adj(self._holder_pid, procs.HOLDER_OOM_SCORE_ADJ, self._holder_pidfd):
+                self._holder_oom_score_adj = procs.HOLDER_OOM_SCORE_ADJ
         if not self._resume(time.monotonic() + start_timeout_s):  # the holder forks its first spare only now
             raise ServiceError("the sandbox's holder exited right after starting")
         self._mark_memory()

@@ -50,20 +50,13 @@ from codedance.sandbox.isolation import (
     may_raise_file_max,
     seccomp_problem,
 )
+from codedance.sandbox.layout import SINGLE_THREADED, Limits
 from codedance.sandbox.remover import Remover
 from codedance.sandbox.thaw_on_exit import ThawOnExit
 
 URL_ENV = "CODEDANCE_SANDBOX_URL"  # a sandbox service's url: where `Sandbox`/`SandboxPool` create sandboxes
 CREATION_WAIT_S = 60.0  # the longest closing waits for sandboxes being created (their start takes ~30 s at most)
 INODE_BYTES = 128  # the work root's tmpfs has one inode slot per this many bytes of its size
-# one thread per step: a step that leaves threads alive is refused, and steps are bounded by cores
-SINGLE_THREADED = {
-    "OPENBLAS_NUM_THREADS": "1",
-    "OMP_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "NUMEXPR_NUM_THREADS": "1",
-    "VECLIB_MAXIMUM_THREADS": "1",
-}
 _ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "LANG": "C.UTF-8",
@@ -132,13 +125,21 @@ def _bwrap_command(work_root: str, control_fd: int, as_root: bool, inputs_root: 
     for path in bound[:-1]:
         command += ["--ro-bind", path, path]
     command += ["--bind", work_root, work_root, "--clearenv"]
-    for key, value in {**_ENV, "HOME": "/tmp", "MPLCONFIGDIR": "/tmp/matplotlib"}.items():
+    jail_env = {**_ENV, "HOME": "/tmp", "MPLCONFIGDIR": "/tmp/matplotlib"}
+    # the controller's PYTHONPATH (its directories are bound above): the jail runs the same
+    # codedance as the controller, also where an interpreter without an install finds it there
+    python_path = os.pathsep.join(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                            if os.path.isabs(p) and os.path.isdir(p))
+    if python_path:
+        jail_env["PYTHONPATH"] = python_path
+    for key, value in jail_env.items():
         command += ["--setenv", key, value]
     if as_root:
         command += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
                     "--cap-add", "CAP_SYS_ADMIN"]  # the zygote's /proc remount only (guards.hide_other_processes)
     command += ["--", sys.executable, "-m", "codedance.sandbox.runtime", "--control-fd", str(control_fd)]
-    return command + (["--hide-processes"] if as_root else [])
+    # as root each trajectory has its own uid; otherwise its own mount view (`private_view`)
+    return command + (["--hide-processes"] if as_root else ["--private-views", work_root])
 
 
 class SandboxService:
@@ -149,13 +150,18 @@ class SandboxService:
     85 % of the host's memory or of the controller's own cgroup limit, whichever is smaller, so no
     set of trajectories can exhaust the host or container: `default_memory_total`), and the size of
     the tmpfs their working directories live on (as root; see ``mounts``).
+    ``raise_file_max``: True lets a root service raise a host-wide ``fs.file-max`` lower than its
+    trajectories could fill to ``LONG_MAX`` (`isolation.file_table`; kept after it closes); None
+    reads ``CODEDANCE_RAISE_FILE_MAX=1``. Otherwise a low value is only reported in
+    ``isolation.missing``, with the line to run.
     Starting a service first sweeps what dead services left behind (`leftovers.sweep`).
     """
 
     def __init__(self, *, use_namespaces: bool | None = None, use_cgroups: bool | None = None,
                  use_seccomp: bool | None = None, start_timeout_s: float = 120.0,
-                 memory_total: int | None = None):
+                 memory_total: int | None = None, raise_file_max: bool | None = None):
         self.as_root = os.geteuid() == 0
+        self.private_views = False  # each holder in a mount view of its own (`private_view`): set by `_start`
         self._owner_pid = os.getpid()  # a forked child of the controller never closes the service
         self._lock = threading.Lock()  # the sandboxes, the uids, closing
         self._spawn_lock = threading.Lock()  # one spawn request on the control socket at a time
@@ -200,12 +206,11 @@ class SandboxService:
             except OSError as exc:
                 notes.append(f"the service's cgroups are not recorded in its lock file ({exc}): if it dies "
                              "unclosed, only a sweep run from this controller's own cgroup finds them")
-        from codedance.sandbox.layout import Limits  # here: layout imports this module
 
         # the host's file table: the most trajectories of a service (one uid each, from its block)
         # x their default pids.max x vm.max_map_count (red team, stop 24a)
         needed = file_table_needed(leftovers.UID_BLOCK, Limits().processes)
-        note, file_table_why = file_table(needed, may_raise=may_raise_file_max())
+        note, file_table_why = file_table(needed, may_raise=may_raise_file_max(raise_file_max))
         if file_table_why:
             missing.append(("file table", file_table_why))
         self.isolation = Isolation(
@@ -307,6 +312,11 @@ class SandboxService:
             self.close()
             raise ServiceError(f"the sandbox zygote did not start ({reply}); its log:\n{tail}")
         self._control.settimeout(30.0)
+        self.private_views = reply.get("private_views") is True
+        if self.namespaces and not self.as_root and not self.private_views:
+            why = str(reply.get("private_views") or "the zygote did not try")[:300]
+            self.isolation = replace(self.isolation, missing=(*self.isolation.missing, ("private views", why)))
+        self.isolation = replace(self.isolation, private_views=self.private_views)
         if reply.get("processes_hidden") is not True:
             why = reply.get("processes_hidden") or "the jail's /proc is remounted only by a root controller"
             self.isolation = replace(self.isolation, missing=(*self.isolation.missing, ("private /proc", str(why)[:200])))
@@ -383,7 +393,8 @@ class SandboxService:
 
     def spawn(self, request: dict, holder_socket: socket.socket) -> None:
         """Ask the zygote to fork a holder that serves ``holder_socket``."""
-        request = {**request, "op": "spawn", "seccomp": self.seccomp}
+        request = {**request, "op": "spawn", "seccomp": self.seccomp,
+                   "private_view": self.private_views, "work_root": self.work_root}
         # its own lock, not the service's: the zygote's fork may wait for memory, and the OOM
         # arbiter, which frees it, lists the sandboxes under the service's lock
         with self._spawn_lock:

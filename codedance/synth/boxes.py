@@ -21,6 +21,8 @@ import ast
 import re
 from dataclasses import dataclass
 
+from codedance import python_ast
+
 MIN_SIDE = 2
 BOX_LINE = re.compile(r"^CDBOX (-?\d+) (-?\d+) (-?\d+) (-?\d+) (\d+) (\d+)$", re.MULTILINE)
 
@@ -82,7 +84,7 @@ class _Rewrite(ast.NodeTransformer):
 def instrument(code: str) -> str:
     """`code` with its crops routed through the recorders (unchanged if it does not parse)."""
     try:
-        tree = ast.parse(code)
+        tree = python_ast.parse(code)
     except SyntaxError:
         return code
     return ast.unparse(ast.fix_missing_locations(_Rewrite().visit(tree)))

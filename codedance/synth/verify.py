@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from codedance.grading import grade_trajectory
-from codedance.rollout import Episode, EpisodeConfig
+from codedance.rollout import EXEC_TIMEOUT_S, EpisodeConfig
 from codedance.synth.boxes import box_problem, instrument, parse_boxes, prelude
 from codedance.types import ExecResult, StopReason, Task, Trajectory
 
@@ -98,12 +98,12 @@ async def replay_mismatch(pool: SandboxPool, images, steps, exec_timeout_s: floa
 
 
 async def averify(task: Task, trajectory: Trajectory, pool: SandboxPool, config: EpisodeConfig,
-                  exec_timeout_s: float = 15.0) -> Verdict:
+                  exec_timeout_s: float = EXEC_TIMEOUT_S) -> Verdict:
     """The verdict on `trajectory` (see the module docstring)."""
     problem = static_problem(task, trajectory)
     if problem is not None:
         return problem
-    images = Episode(task, config).images
+    images = config.images_of(task)
     steps = recorded_steps(trajectory)
     sizes = tuple(i.size for i in images)
     try:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from codedance.grading import grade_trajectory
-from codedance.rollout import Episode, EpisodeSettings, run_episode
+from codedance.rollout import EpisodeSettings, run_episode
 from codedance.teacher.policy import ExpertTeacher, TeacherConfig
 from codedance.types import Task
 
@@ -96,7 +96,7 @@ def measure(tasks: Sequence[Task], config: TeacherConfig = DEFAULT, *, rollouts:
         for task in tasks:
             for k in range(rollouts):
                 policy = teacher.policy(task, k)
-                sandbox = pool.sandbox(images=Episode(task, episode_config).images)
+                sandbox = pool.sandbox(images=episode_config.images_of(task))
                 try:
                     trajectory = run_episode(policy, task, sandbox, episode_config)
                 finally:

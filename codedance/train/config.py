@@ -20,9 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from codedance.config import load, merged, not_resumed
+from codedance.config import load, merged, not_resumed, refuse_moved
 from codedance.errors import SettingsError
 from codedance.rewards.profiles import ABLATIONS, get_profile
 from codedance.rollout import EpisodeSettings
@@ -111,8 +110,9 @@ class EvalStage:
 class TinyModel:
     """Model settings. vocab_size … intermediate: the ``tiny`` builder only (``smollm2`` reads its
     sizes from the checkpoint). vision_hidden: the fresh vision tower of ``smollm2``.
-    train_layers: -1 trains every parameter; k ≥ 0 only the top k decoder blocks, the final norm
-    and the vision tower (`codedance.train.smol.freeze_lower`), in SFT and GRPO alike."""
+    train_layers: -1 trains every parameter; k ≥ 0 only the top k decoder blocks and the final
+    norm, and the vision tower only when k covers every block (`codedance.train.smol.freeze_lower`),
+    in SFT and GRPO alike."""
 
     vocab_size: int = 1024
     tokenizer_split: str = "lines"  # "words" (GPT-2 style), "lines" (merges within a line), "lines-digits" (and digits alone)
@@ -156,13 +156,6 @@ MOVED = {**{f"rollout.{k}": f"episode.{k}" for k in ("max_turns", "exec_timeout_
          **{f"sft.teacher_{k}": f"sft.teacher.{k}" for k in ("temperature", "mistake_rate", "code_style")}}
 
 
-def _check_moved(data: dict[str, Any]) -> None:
-    for old, new in MOVED.items():
-        section, key = old.split(".")
-        if key in (data.get(section) or {}):
-            raise SettingsError(f"{old} is now {new} (the setting every command shares); rename it")
-
-
 def load_config(specs: str | Path | list[str] | tuple[str, ...] | None,
                 overrides: list[str] | tuple[str, ...] = ()) -> PipelineConfig:
     """A `PipelineConfig` from preset names, YAML files (one path, or a list; None: the
@@ -172,5 +165,6 @@ def load_config(specs: str | Path | list[str] | tuple[str, ...] | None,
         if "=" not in item:
             raise SettingsError(f"override {item!r} is not key=value")
     given = [str(specs)] if isinstance(specs, (str, Path)) else list(specs or [])
-    _check_moved(merged(given + list(overrides), "train"))
+    refuse_moved(merged(given + list(overrides), "train"), MOVED,
+                 " (the setting every command shares); rename it")
     return load(PipelineConfig, given + list(overrides), command="train")

@@ -38,6 +38,7 @@ from codedance.policy.base import SamplingParams
 from codedance.records import ImageStore, append_jsonl, read_jsonl, trajectory_json
 from codedance.rewards import BatchRewards, compute_batch_rewards, get_profile
 from codedance.rollout import EpisodeSettings
+from codedance.runs.rundir import episode_key
 from codedance.train.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
 from codedance.train.config import GRPOStage, RolloutSettings
 from codedance.train.encode import EncodedTrajectory, encode_trajectory
@@ -212,7 +213,7 @@ class GRPOTrainer:
             folder = self.out / "rollouts"
             store = ImageStore(folder / "images")
             for k, tr in enumerate(ro.trajectories):
-                append_jsonl(folder / f"step-{self.step}.jsonl", trajectory_json(tr, store, f"{tr.task_id}#{k}"))
+                append_jsonl(folder / f"step-{self.step}.jsonl", trajectory_json(tr, store, episode_key(tr.task_id, k)))
         if self.stage.save_every and self.step % self.stage.save_every == 0:
             save_checkpoint(self.out, self.step, self.model, self.processor, self.optimizer, self.stage.keep_checkpoints)
         return row

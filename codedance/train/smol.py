@@ -25,9 +25,9 @@ and the Qwen2-VL-shaped chat template of `codedance.train.tiny` (SmolLM2's own t
 a default system prompt and cannot render image parts). That template is the same
 ``<|im_start|>role\\n…<|im_end|>\\n`` layout SmolLM2 was instruction-tuned on.
 
-`freeze_lower(model, train_layers)` leaves only the top ``train_layers`` decoder blocks, the
-final norm and the vision tower trainable (embeddings / tied head frozen): what makes a 135M
-model trainable on 2 CPU cores (backward stops at the lowest trainable block).
+`freeze_lower(model, train_layers)` leaves only the top ``train_layers`` decoder blocks and the
+final norm trainable (embeddings / tied head and, below a frozen block, the vision tower frozen):
+what makes a 135M model trainable on 2 CPU cores (backward stops at the lowest trainable block).
 
 Not handled: other GGUF models (the sizes are read from the GGUF config, but only SmolLM2 is
 tested); quantized training (weights are float32 after loading); a pretrained vision tower.
@@ -144,8 +144,14 @@ def build_smol(vision_hidden: int = 64, vision_depth: int = 1, seed: int = 0) ->
 
 
 def freeze_lower(model: Any, train_layers: int) -> int:
-    """Train only the top `train_layers` decoder blocks, the final norm and the vision tower
-    (``train_layers`` < 0: everything trainable). Returns the trainable parameter count."""
+    """Train only the top `train_layers` decoder blocks and the final norm (``train_layers`` < 0:
+    everything trainable). Returns the trainable parameter count.
+
+    The vision tower feeds the bottom of the decoder, so its gradient must travel back through
+    every block; it is frozen whenever a frozen block lies between it and the lowest trainable
+    one (``train_layers`` below the block count), which is what makes freezing the lower blocks
+    save backward time at all (`benchmarks/freeze_lower_cost.py` measures it). It stays trainable
+    only when every block trains. `tests/train/test_smol.py` pins both cases."""
     if train_layers < 0:
         for p in model.parameters():
             p.requires_grad_(True)
@@ -157,6 +163,7 @@ def freeze_lower(model: Any, train_layers: int) -> int:
         for block in blocks[len(blocks) - train_layers:] if train_layers else []:
             for p in block.parameters():
                 p.requires_grad_(True)
-        for p in (*decoder.norm.parameters(), *model.model.visual.parameters()):
+        below = train_layers < len(blocks)
+        for p in (*decoder.norm.parameters(), *(() if below else model.model.visual.parameters())):
             p.requires_grad_(True)
     return sum(p.numel() for p in model.parameters() if p.requires_grad)

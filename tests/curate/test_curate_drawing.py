@@ -22,6 +22,8 @@ from codedance.sandbox import SandboxPool
 from codedance.types import Message, StopReason
 from codedance.world import generate
 
+pytestmark = pytest.mark.tier("integration")
+
 QUESTION = "How long is the red line between the two tags, and what does the left tag say?"
 
 

@@ -7,13 +7,17 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from codedance.curate.config import EndpointConfig, FilterConfig
+import pytest
+
+from codedance.curate.config import ENDPOINT, FilterConfig
 from codedance.curate.endpoints import Endpoint
 from codedance.curate.filtering import classify
 from codedance.curate.sources import Item, item_key
 from codedance.policy.replay_server import ReplayServer
 from codedance.types import AnswerKind
 from codedance.world import generate
+
+pytestmark = pytest.mark.tier("integration")
 
 
 def _item(kind: AnswerKind) -> Item:
@@ -40,7 +44,7 @@ def test_filter_asks_the_judge_only_about_answers_the_rules_cannot_decide() -> N
         return verdicts[prediction]
 
     async def main(kind: AnswerKind, mode: str, servers: dict) -> tuple[dict, int]:
-        endpoints = {r: Endpoint(r, EndpointConfig(url=s.url, model="m", max_retries=0)) for r, s in servers.items()}
+        endpoints = {r: Endpoint(r, replace(ENDPOINT, url=s.url, model="m", retries=0)) for r, s in servers.items()}
         before = len(servers["judge"].requests)
         try:
             record = await classify(_item(kind), endpoints["weak"], endpoints["strong"],

@@ -20,6 +20,8 @@ from codedance.sandbox import SandboxPool
 from codedance.types import Message, StopReason
 from codedance.world import generate
 
+pytestmark = pytest.mark.tier("integration")
+
 
 def _snippet(code: str, claim: str | None) -> str:
     tail = "" if claim is None else f"\n<interpreter>{claim}</interpreter>"

@@ -28,6 +28,8 @@ from codedance.rollout import Episode, EpisodeConfig, arun_episode
 from codedance.sandbox import SandboxPool
 from codedance.world import generate
 
+pytestmark = pytest.mark.tier("integration")
+
 ENDPOINTS = {r: {"url": "http://127.0.0.1:9/v1", "model": "m"} for r in ("weak", "strong", "judge")}
 
 
@@ -52,6 +54,16 @@ def _jpeg(color: tuple[int, int, int]) -> bytes:
     ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "atomic": {"zoom": 3}}, "unknown setting(s) atomic.zoom"),
     ({"out": "o", "endpoints": ENDPOINTS, "sources": [], "stages": ["filter"]}, "sources must be a non-empty list"),
     ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "stages": ["crop"]}, "unknown stage(s) crop"),
+    ({"out": "o", "endpoints": {**ENDPOINTS, "weak": {**ENDPOINTS["weak"], "max_retries": 0}},
+      "sources": [{"kind": "world"}]}, "endpoints.weak.max_retries is now endpoints.weak.retries"),
+    ({"out": "o", "endpoints": {**ENDPOINTS, "strong": {**ENDPOINTS["strong"], "vllm_extras": "no"}},
+      "sources": [{"kind": "world"}]}, "endpoints.strong.vllm_extras: expected true or false"),
+    ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "atomic": {"max_turns": 4}},
+     "atomic.max_turns is now episode.max_turns"),
+    ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "verify": {"exec_timeout_s": 5}},
+     "verify.exec_timeout_s is now episode.exec_timeout_s"),
+    ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "episode": {"max_turns": 0}},
+     "max_turns must be at least 1"),
 ])
 def test_bad_configs_fail_with_one_clear_line(raw: dict, message: str) -> None:
     with pytest.raises(CurateError, match=None) as info:
@@ -215,8 +227,10 @@ def test_cli_takes_presets_files_and_overrides_through_the_one_loader(tmp_path: 
     assert listed.exit_code == 0 and "local-vllm" in listed.output
     sources = tmp_path / "sources.yaml"
     sources.write_text(json.dumps({"out": "run", "sources": [{"kind": "world", "skills": ["search"], "n": 2}]}))
-    shown = CliRunner().invoke(app, ["curate", "run", "local-vllm", str(sources), "filter.k=8", "--print-config"])
+    shown = CliRunner().invoke(app, ["curate", "run", "local-vllm", str(sources), "filter.k=8", "episode.max_turns=3",
+                                     "--print-config"])
     assert shown.exit_code == 0, shown.output
+    assert "max_turns: 3" in shown.output and "exec_timeout_s: 15" in shown.output
     assert "k: 8" in shown.output and "Qwen2.5-VL-72B-Instruct" in shown.output and f"{tmp_path}/run" in shown.output
     bad = CliRunner().invoke(app, ["curate", "run", "local-vllm", str(sources), "filter.k=many"])
     assert bad.exit_code == 2 and "filter.k: expected a whole number" in bad.output

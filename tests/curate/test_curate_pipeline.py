@@ -23,6 +23,8 @@ from codedance.policy.wire import data_url
 from codedance.rollout import Episode, EpisodeConfig
 from codedance.world import task_set
 
+pytestmark = pytest.mark.tier("integration")
+
 MATHV = Path("/work/shared/data/mathvision-testmini")
 K = 4
 
@@ -172,7 +174,7 @@ def servers():
 def _config(out: Path, servers: dict, **overrides: object) -> dict:
     raw = {
         "out": str(out),
-        "endpoints": {role: {"url": servers[role].url, "model": name, "max_in_flight": 8, "max_retries": 0}
+        "endpoints": {role: {"url": servers[role].url, "model": name, "max_in_flight": 8, "retries": 0}
                       for role, name in (("weak", "weak-7b"), ("strong", "strong-72b"), ("judge", "judge-72b"))},
         "sources": [
             {"kind": "world", "name": "world", "skills": ["search"], "difficulties": ["medium", "hard"], "n": 6},
@@ -322,7 +324,7 @@ def test_rerun_resumes_without_requests(run, servers) -> None:
 def test_breaker_stops_a_run_at_a_dead_endpoint_and_a_rerun_resumes(servers, tmp_path) -> None:
     raw = _config(tmp_path / "run", servers, stages=["filter"])
     raw["sources"] = raw["sources"][:1]
-    raw["endpoints"]["weak"] = {"url": "http://127.0.0.1:9/v1", "model": "weak-7b", "max_retries": 0,
+    raw["endpoints"]["weak"] = {"url": "http://127.0.0.1:9/v1", "model": "weak-7b", "retries": 0,
                                 "breaker_failures": 2, "max_in_flight": 1}
     result = run_curate(parse_config(raw), stream=None)
     assert "endpoint weak" in result.down and "2 consecutive failures" in result.down

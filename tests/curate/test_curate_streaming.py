@@ -10,6 +10,7 @@ import json
 import weakref
 from pathlib import Path
 
+import pytest
 from PIL import Image as PILImage
 
 from codedance.curate import parse_config, run_curate
@@ -17,6 +18,8 @@ from codedance.curate.sources import SOURCES, iter_items, register_source
 from codedance.eval.sources import iter_tsv, read_tsv
 from codedance.policy.replay_server import ReplayServer
 from codedance.types import AnswerKind, Image, Task
+
+pytestmark = pytest.mark.tier("integration")
 
 N = 60
 
@@ -49,7 +52,7 @@ def test_items_are_read_as_the_window_frees_not_all_at_once(tmp_path: Path) -> N
     register_source("counted", counted)
     try:
         with ReplayServer(lambda body: "<think>t</think><answer>3</answer>", ("weak", "strong")) as server:
-            endpoint = {"url": server.url, "max_in_flight": 2, "max_retries": 0}
+            endpoint = {"url": server.url, "max_in_flight": 2, "retries": 0}
             raw = {"out": str(tmp_path / "run"), "stages": ["filter"], "sandboxes": 1, "sources": [{"kind": "counted"}],
                    "filter": {"k": 1, "judge": "never", "easy_keep": 1.0},
                    "endpoints": {"weak": {**endpoint, "model": "weak"}, "strong": {**endpoint, "model": "strong"}}}

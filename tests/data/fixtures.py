@@ -8,10 +8,13 @@ import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from PIL import Image as PILImage
 from PIL import ImageDraw
 
 from codedance.prompts.profiles import RELEASE_INSTRUCTION, RELEASE_REMINDER, RELEASE_SYSTEM
+
+pytestmark = pytest.mark.tier("integration")
 
 SFT_SCHEMA = pa.schema([
     ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),

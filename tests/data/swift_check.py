@@ -15,6 +15,10 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.tier("integration")
+
 
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integrations" / "verl"))

@@ -19,6 +19,8 @@ from codedance.prompts.profiles import RELEASE_INSTRUCTION
 from codedance.task_records import load_tasks
 from tests.data.fixtures import RL_SCHEMA, RL_SYSTEM, picture, rl_rows, write
 
+pytestmark = pytest.mark.tier("integration")
+
 FILE = "rl-00000.parquet"
 
 

@@ -20,6 +20,8 @@ from codedance.sft_records import canonical_record
 from codedance.types import Image
 from tests.data.fixtures import SFT_SCHEMA, USER, sft_rows, write
 
+pytestmark = pytest.mark.tier("integration")
+
 FILE = "train-00000-of-00001.parquet"
 
 

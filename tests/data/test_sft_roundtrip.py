@@ -17,6 +17,8 @@ from codedance.data.sft_import import import_sft
 from codedance.records import load_trajectories
 from tests.data.fixtures import SFT_SCHEMA, sft_rows, write
 
+pytestmark = pytest.mark.tier("torch")
+
 
 @pytest.fixture
 def imported(tmp_path: Path) -> Path:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from codedance.cli import app
 from codedance.data.sft_import import import_sft
 from codedance.data.stats import collect
 from tests.data.fixtures import SFT_SCHEMA, sft_rows, write
+
+pytestmark = pytest.mark.tier("integration")
 
 
 def test_stats_of_an_sft_import(tmp_path: Path) -> None:

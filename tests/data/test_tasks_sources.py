@@ -19,6 +19,8 @@ from codedance.records import read_jsonl
 from codedance.task_records import load_tasks
 from tests.data.fixtures import RL_SCHEMA, rl_rows, write
 
+pytestmark = pytest.mark.tier("integration")
+
 CODE = "<think>count</think><code>\n```python\nprint(input_image.size)\n```\n</code>"
 # question start -> replies per turn (the model's choices), with the verdict the kind's rule gives
 PLAN = {

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from PIL import Image as PILImage
 from typer.testing import CliRunner
 
@@ -15,6 +16,8 @@ from codedance.data.verify import compare, recorded, verify_dir
 from codedance.prompts.profiles import RELEASE_REMINDER
 from codedance.types import ExecError, ExecResult, ExecStatus, Image
 from tests.data.fixtures import SFT_SCHEMA, sft_rows, write
+
+pytestmark = pytest.mark.tier("integration")
 
 FILE = "train-00000-of-00001.parquet"
 

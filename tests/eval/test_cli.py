@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
 from codedance.cli import app
 from codedance.policy.replay_server import ReplayServer
+
+pytestmark = pytest.mark.tier("integration")
 
 
 def cli() -> typer.Typer:

@@ -13,12 +13,15 @@ import re
 import shutil
 import threading
 
+import pytest
 from typer.testing import CliRunner
 
 from codedance.policy.replay_server import ReplayServer, ServerReply
 from codedance.records import read_jsonl
 
 from .test_cli import cli
+
+pytestmark = [pytest.mark.tier("integration"), pytest.mark.slow]
 
 
 def _golds(root, n=None):

@@ -6,6 +6,8 @@ import pytest
 
 from codedance.eval.intervals import bootstrap, outside, pass_at_k, wilson
 
+pytestmark = pytest.mark.tier("unit")
+
 
 def test_wilson_matches_the_closed_form_and_stays_in_0_1():
     low, high = wilson(0.5, 100)

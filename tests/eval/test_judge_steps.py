@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -12,8 +13,10 @@ from codedance.eval.judge_steps import (
     extract_answer_with_judge,
     mathverse_consistent,
 )
-from codedance.grading import JudgeClient, JudgeConfig, JudgeVerdictError
+from codedance.grading import JUDGE_SERVER, JudgeClient, JudgeVerdictError
 from codedance.policy.replay_server import ReplayServer
+
+pytestmark = pytest.mark.tier("unit")
 
 
 def script(body: dict) -> str:
@@ -27,7 +30,7 @@ def script(body: dict) -> str:
 
 @pytest.fixture
 def served():
-    with ReplayServer(script) as server, JudgeClient(JudgeConfig(base_url=server.url, model="scripted",
+    with ReplayServer(script) as server, JudgeClient(replace(JUDGE_SERVER, url=server.url, model="scripted",
                                                                  retries=0)) as judge:
         yield server, judge
 

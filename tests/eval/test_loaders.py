@@ -11,7 +11,10 @@ from codedance.eval.sources import DataNotFoundError, read_tsv
 from codedance.eval.spec import get_spec, parse_benchmarks
 from codedance.types import AnswerKind
 
+pytestmark = pytest.mark.tier("unit")
 
+
+@pytest.mark.tier("integration")
 def test_mathv_layout_reads_the_real_testmini(mathv_root):
     tasks = load_benchmark(get_spec("mathvision_mini"), path=mathv_root)
     assert len(tasks) == 304

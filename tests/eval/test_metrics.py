@@ -8,6 +8,8 @@ from codedance.eval.metrics import benchmark_metrics
 from codedance.eval.spec import SampleScore, get_spec
 from codedance.types import AnswerKind, Task
 
+pytestmark = pytest.mark.tier("unit")
+
 
 def make(bench: str, rows: list[tuple[dict, bool | None]]):
     tasks, scores = [], []

@@ -15,6 +15,8 @@ from codedance.eval.spec import get_spec
 from codedance.integrations.vlmeval_adapter import CodeDanceModel, vlmeval_model_class
 from codedance.policy import ScriptedPolicy
 
+pytestmark = pytest.mark.tier("unit")
+
 
 @pytest.fixture
 def image_server(fx):

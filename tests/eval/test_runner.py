@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
 import pytest
 
 from codedance.eval.runner import EvalSettings, run_eval
 from codedance.eval.spec import parse_benchmarks
-from codedance.grading import JudgeClient, JudgeConfig
+from codedance.grading import JUDGE_SERVER, JudgeClient
 from codedance.policy import OpenAIChatPolicy, RetrySettings, SamplingParams
 from codedance.policy.replay_server import ReplayServer, ServerReply
 from codedance.records import read_jsonl
+
+pytestmark = pytest.mark.tier("integration")
 
 OK_CODE = "<think>look</think><code>\n```python\nprint(input_image.size)\n```\n</code>"
 BAD_CODE = "<think>look</think><code>\n```python\n1/0\n```\n</code>"
@@ -111,7 +114,7 @@ def test_eval_end_to_end_then_resume_with_judge(lmu, tmp_path):
             assert (out / name).is_file(), name
 
         with ReplayServer(judge_script) as judge_server:
-            judge = JudgeClient(JudgeConfig(base_url=judge_server.url, model="scripted", retries=0))
+            judge = JudgeClient(replace(JUDGE_SERVER, url=judge_server.url, model="scripted", retries=0))
             report = run_eval(policy(server), settings(lmu), out, judge=judge)
             judge.close()
             assert len(judge_server.requests) == 2  # only the two pending CharXiv samples

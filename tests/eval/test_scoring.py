@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -10,6 +11,8 @@ from codedance.eval.loaders import load_benchmark
 from codedance.eval.scoring import mathv_equal, score_sample, wemath_letter
 from codedance.eval.spec import get_spec
 from codedance.types import AnswerKind, StopReason, Task, Trajectory, Turn
+
+pytestmark = pytest.mark.tier("unit")
 
 
 def traj(task_id: str, text: str) -> Trajectory:
@@ -97,6 +100,7 @@ def test_mathv_equality():
     assert mathv_equal("0.5", "1/2") and mathv_equal("2\\sqrt{3}", "\\sqrt{12}") and not mathv_equal("7", "8")
 
 
+@pytest.mark.tier("integration")
 def test_every_real_mathvision_gold_scores_right_and_a_wrong_answer_wrong(mathv_root):
     tasks = load_benchmark(get_spec("mathvision_mini"), path=mathv_root, limit=60)
     for t in tasks:
@@ -117,10 +121,10 @@ def test_unknown_scorer_raises():
 
 
 def test_an_unreachable_judge_leaves_the_sample_pending_and_never_raises():
-    from codedance.grading import JudgeClient, JudgeConfig
+    from codedance.grading import JUDGE_SERVER, JudgeClient
 
     t = task("charxiv", "7", AnswerKind.TEXT, grading_query="{PREDICTION}")
-    with JudgeClient(JudgeConfig(base_url="http://127.0.0.1:9/v1", retries=0)) as judge:
+    with JudgeClient(replace(JUDGE_SERVER, url="http://127.0.0.1:9/v1", retries=0)) as judge:
         for mode in ("vlmevalkit", "strict"):
             s = score(t, "<answer>7</answer>", "charxiv", judge, mode)
             assert s.correct is None and s.pending.startswith("judge unreachable")

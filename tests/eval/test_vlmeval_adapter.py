@@ -55,6 +55,8 @@ from PIL import Image as PILImage
 from codedance.integrations.vlmeval_adapter import FAIL_MSG, register, vlmeval_model_class
 from codedance.policy.replay_server import ReplayServer, ServerReply
 
+pytestmark = pytest.mark.tier("integration")
+
 CODE = "<think>look</think><code>\n```python\nprint(6 * 7, input_image.size[0] > 0)\n```\n</code>"
 DATASET = "CodeDanceSix"
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,11 @@ from codedance.eval.loaders import to_task
 from codedance.eval.scoring import score_sample
 from codedance.eval.sources import RawItem
 from codedance.eval.spec import get_spec
-from codedance.grading import JudgeClient, JudgeConfig
+from codedance.grading import JUDGE_SERVER, JudgeClient
 from codedance.policy.replay_server import ReplayServer, ServerReply
 from codedance.types import StopReason, Trajectory, Turn
+
+pytestmark = pytest.mark.tier("unit")
 
 CASES = [json.loads(line) for line in (Path(__file__).parent / "fixtures" / "vlmevalkit_verdicts.jsonl")
          .read_text(encoding="utf-8").splitlines()]
@@ -49,7 +52,7 @@ class Replies:
 def judge_server():
     replies = Replies()
     with ReplayServer(replies, model_names=("judge",)) as server, \
-            JudgeClient(JudgeConfig(base_url=server.url, model="judge", retries=0)) as judge:
+            JudgeClient(replace(JUDGE_SERVER, url=server.url, model="judge", retries=0)) as judge:
         yield judge, replies
 
 

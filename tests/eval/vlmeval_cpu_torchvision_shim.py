@@ -8,6 +8,10 @@ the ops themselves stay unavailable (calling them raises). Installed by a .pth f
 import importlib.abc
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.tier("unit")
+
 
 class _Finder(importlib.abc.MetaPathFinder):
     done = False

@@ -9,6 +9,8 @@ import pytest
 from codedance.grading import check_answer, extract_answer, grade_response
 from codedance.types import AnswerKind, Task
 
+pytestmark = pytest.mark.tier("unit")
+
 VSTAR = {"A": "red", "B": "blue", "C": "green", "D": "white"}
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
 from codedance.cli.grading_cmd import app
+
+pytestmark = pytest.mark.tier("unit")
 
 
 def test_check_command_exit_codes() -> None:

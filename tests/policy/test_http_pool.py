@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import pytest
 
 from codedance.policy import OpenAIChatPolicy
 from codedance.policy.http_pool import ClientShards
 from codedance.policy.replay_server import ReplayServer
 from codedance.types import Message
+
+pytestmark = pytest.mark.tier("unit")
 
 
 class Fake:

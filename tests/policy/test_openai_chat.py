@@ -23,6 +23,8 @@ from codedance.policy import (
 from codedance.policy.replay_server import ReplayServer, ServerReply
 from codedance.types import Image, Message
 
+pytestmark = pytest.mark.tier("unit")
+
 FAST = RetrySettings(max_retries=3, backoff_s=0.01, max_backoff_s=0.05)
 IMAGE = Image.from_pil(PILImage.new("RGB", (28, 28), "blue"), origin="input:0")
 CONVERSATION = (
@@ -121,10 +123,11 @@ def test_unreachable_server_raises_connection_error_after_retries() -> None:
 
 
 def test_request_timeout_is_enforced_then_retried() -> None:
-    with ReplayServer([ServerReply(text="late", delay_s=1.0), "on time"]) as server:
+    # the late reply would take 60 s: a client that waited for it could not finish within 30
+    with ReplayServer([ServerReply(text="late", delay_s=60.0), "on time"]) as server:
         start = time.monotonic()
         text = policy(server, timeout_s=0.2).complete(CONVERSATION).text
-        assert text == "on time" and time.monotonic() - start < 1.0
+        assert text == "on time" and time.monotonic() - start < 30.0
 
 
 async def test_async_path_retries_and_runs_concurrently() -> None:

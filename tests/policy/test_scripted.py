@@ -7,6 +7,8 @@ import pytest
 from codedance.policy import Completion, Policy, ScriptedPolicy, ScriptExhaustedError
 from codedance.types import Message
 
+pytestmark = pytest.mark.tier("unit")
+
 HELLO = (Message("user", ("hello",)),)
 
 

@@ -23,6 +23,8 @@ from codedance.policy.transformers_qwen import TransformersPolicy, chat_template
 from codedance.rollout import Episode, EpisodeConfig
 from codedance.types import ExecResult, ExecStatus, Image, Message, StopReason, Task
 
+pytestmark = pytest.mark.tier("torch")
+
 TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{% for c in message['content'] %}"
     "{% if c['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>{% else %}{{ c['text'] }}{% endif %}"

@@ -26,6 +26,8 @@ from codedance.policy.replay_server import ReplayServer, ServerReply
 from codedance.rollout import run_episode
 from codedance.types import Image, Message, StopReason, Task
 
+pytestmark = pytest.mark.tier("integration")
+
 FOLDER = Path(__file__).parent / "fixtures" / "vllm_recordings"
 
 

@@ -17,6 +17,8 @@ from codedance.sandbox.files import StoreBudget
 from codedance.sandbox.pool import SandboxPool
 from codedance.types import ExecStatus, Image
 
+pytestmark = pytest.mark.tier("integration")
+
 
 def png(colour=(200, 10, 10), size=(48, 32)) -> bytes:
     buffer = io.BytesIO()

@@ -24,6 +24,8 @@ from codedance.sandbox import Limits, SandboxService, cgroups
 from codedance.sandbox.charged_copy import ChargedCopies
 from codedance.types import ExecStatus
 
+pytestmark = pytest.mark.tier("integration")
+
 MIB = 1 << 20
 WRITE = ("chunk = b'x' * (1 << 20)\nfor i in range({count}):\n"
          "    with open('{prefix}%d' % i, 'wb') as f:\n        for _ in range(100): f.write(chunk)")
@@ -370,10 +372,9 @@ def test_a_new_helper_gets_the_holders_oom_score_adj(group, tmp_path, monkeypatc
     helpers): with a value any root may set (raising needs no capability), a new helper takes
     it before its first answer, even when the thread that starts it acts as a trajectory (its
     file-system uid, as a restore's thread does: review, stop 24, helpers stayed at 0 on v2)."""
-    from codedance.sandbox import files
-    from codedance.sandbox import sandbox as sandbox_module
+    from codedance.sandbox import files, procs
 
-    monkeypatch.setattr(sandbox_module, "HOLDER_OOM_SCORE_ADJ", 500)
+    monkeypatch.setattr(procs, "HOLDER_OOM_SCORE_ADJ", 500)
     path, copies = group
     source = tmp_path / "source"
     source.write_bytes(b"y" * MIB)

@@ -10,6 +10,8 @@ import pytest
 from codedance.sandbox.checks import CHECKS, _Context, example_image
 from codedance.types import ExecStatus
 
+pytestmark = pytest.mark.tier("integration")
+
 
 @pytest.mark.parametrize("number,name,check", CHECKS, ids=[name for _, name, _ in CHECKS])
 def test_property(service, number, name, check):
@@ -81,6 +83,9 @@ def test_directories_that_lock_their_owner_out_survive_a_rollback(make):
     """The restore writes with the trajectory's own rights (no root override), so directories
     whose mode shuts out their owner are opened up for it and their modes put back."""
     sb = make()
+    if not sb.isolation.users:  # (the controller's rights: a sandbox service's, for its clients)
+        pytest.skip("a controller that is not root reads the trajectory's files with its own rights: a directory "
+                    "shut to its owner cannot be checkpointed (docs/sandbox.md, What is not handled)")
     assert sb.run("import os\nos.makedirs('lk/in')\nopen('lk/in/f', 'w').write('1')\n"
                   "os.chmod('lk/in', 0o500)\nos.chmod('lk', 0)").ok
     failed = sb.run("os.chmod('lk', 0o700)\nos.chmod('lk/in', 0o700)\nopen('lk/in/f', 'w').write('2')\n"

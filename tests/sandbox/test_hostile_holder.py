@@ -32,6 +32,8 @@ from codedance.sandbox.pool import SandboxPool
 from codedance.types import ExecStatus
 from tests.sandbox.conftest import assert_only_holder_and_spare, assert_state_intact, prepare_state
 
+pytestmark = [pytest.mark.tier("integration"), pytest.mark.slow]
+
 OK, ERROR, CRASHED, REFUSED, TIMEOUT = (ExecStatus.OK, ExecStatus.ERROR, ExecStatus.CRASHED,
                                         ExecStatus.REFUSED, ExecStatus.TIMEOUT)  # fmt: skip
 x86_64 = pytest.mark.skipif(platform.machine() != "x86_64", reason="raw syscall numbers are x86-64's")

@@ -31,6 +31,8 @@ from codedance.types import ExecStatus
 from tests.sandbox.conftest import assert_only_holder_and_spare
 from tests.sandbox.test_hostile_holder import hostile
 
+pytestmark = pytest.mark.tier("integration")
+
 LIMITS = Limits(memory=600 << 20, workdir_bytes=1 << 30)
 NEIGHBOUR_STATE = "import numpy as np\nx = np.ones(250 << 20, np.uint8)\nprint(int(x.sum()))"
 

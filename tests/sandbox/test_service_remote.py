@@ -41,6 +41,8 @@ from codedance.sandbox.remote.client import (
 from codedance.sandbox.service import URL_ENV, ServiceError
 from codedance.types import ExecStatus, StopReason, Task
 
+pytestmark = pytest.mark.tier("integration")
+
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT_UID = 64123  # allowed: runs the contract suite
 DYING_UID = 64125  # allowed: the client killed mid-session

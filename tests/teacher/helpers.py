@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from codedance.grading import grade_trajectory
 from codedance.rollout import Episode, EpisodeConfig, run_episode
+
+pytestmark = pytest.mark.tier("integration")
 
 CONFIG = EpisodeConfig(max_turns=6)
 

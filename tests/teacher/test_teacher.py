@@ -14,6 +14,8 @@ from codedance.types import ExecStatus
 from codedance.world import generate, skills, task_set
 from tests.teacher.helpers import solve
 
+pytestmark = pytest.mark.tier("integration")
+
 
 @pytest.mark.parametrize("skill", ["counting", "spatial", "geometry"])
 def test_turns_grow_with_difficulty(pool, skill):

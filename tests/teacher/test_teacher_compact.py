@@ -15,6 +15,8 @@ from codedance.teacher.program import results
 from codedance.world import generate
 from tests.teacher.helpers import solve
 
+pytestmark = pytest.mark.tier("integration")
+
 SKILLS = ("counting", "spatial", "geometry")
 
 

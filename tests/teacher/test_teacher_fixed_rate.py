@@ -11,6 +11,8 @@ from codedance.types import ExecStatus
 from codedance.world import generate
 from tests.teacher.helpers import CONFIG, solve
 
+pytestmark = pytest.mark.tier("integration")
+
 
 def test_calls_at_a_fixed_rate_on_every_difficulty(pool):
     teacher = ExpertTeacher(TeacherConfig(temperature=1.0, mistake_rate=0.3, call_rate=0.5, code_style="compact"))

@@ -20,6 +20,8 @@ from codedance.teacher.view import TaskView
 from codedance.world import generate
 from codedance.world.draw import font
 
+pytestmark = pytest.mark.tier("integration")
+
 CONFIG = EpisodeConfig(max_turns=6)
 
 

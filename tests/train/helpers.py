@@ -3,12 +3,15 @@ very small Qwen2.5-VL over a tokenizer fitted to them (no download)."""
 
 from __future__ import annotations
 
+import pytest
 from PIL import Image as PILImage
 
 from codedance.policy.scripted import ScriptedPolicy
 from codedance.prompts import PAPER
 from codedance.rollout import EpisodeConfig, run_episode
 from codedance.types import AnswerKind, ExecResult, ExecStatus, Image, Task, Trajectory
+
+pytestmark = pytest.mark.tier("torch")
 
 CODE = "<think>count the red</think><code>\n```python\nprint(3)\n```\n</code>"
 ANSWER = "<think>the output says 3</think><answer>{a}</answer>"

@@ -12,6 +12,8 @@ from codedance.sft_records import canonical_record, write_records
 from codedance.train.config import load_config
 from tests.train.helpers import corpus
 
+pytestmark = pytest.mark.tier("torch")
+
 PRESETS = ALL_PRESETS / "train"
 
 

@@ -11,6 +11,8 @@ from dataclasses import replace
 from codedance.train.encode import TemplateMismatch, encode_trajectory
 from tests.train.helpers import corpus, tiny
 
+pytestmark = pytest.mark.tier("torch")
+
 
 @pytest.fixture(scope="module")
 def setup():  # type: ignore[no-untyped-def]

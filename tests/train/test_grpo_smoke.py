@@ -16,6 +16,8 @@ from codedance.train.grpo import GRPOTrainer, Rollouts
 from codedance.train.loss import collate, token_logprobs
 from tests.train.helpers import FakeRunner, corpus, task, tiny
 
+pytestmark = pytest.mark.tier("torch")
+
 ROLL = RolloutSettings(max_tokens=24, max_length=512, max_pixels=56 * 56)
 EPISODE = EpisodeSettings(max_turns=3, prompt_profile="paper")
 

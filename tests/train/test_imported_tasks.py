@@ -19,6 +19,8 @@ from codedance.task_records import load_tasks
 from codedance.train.config import load_config
 from tests.data.fixtures import RL_SCHEMA, rl_rows, write
 
+pytestmark = pytest.mark.tier("torch")
+
 TINY = ["sft.tasks.n=3", "sft.epochs=1", "sft.max_steps=1", "sft.batch_size=3", "sft.per_device_batch=3",
         "sft.logging_steps=1", "model.vocab_size=1024", "model.hidden=32", "model.layers=1", "model.heads=2",
         "model.kv_heads=1", "model.intermediate=64", "rollout.max_tokens=12", "rollout.max_length=2048",

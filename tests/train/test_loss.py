@@ -8,6 +8,8 @@ torch = pytest.importorskip("torch")
 
 from codedance.train.loss import clipped_surrogate, loss_weights
 
+pytestmark = pytest.mark.tier("torch")
+
 
 def test_clipping_by_hand() -> None:
     logp = torch.log(torch.tensor([[1.5, 0.5, 1.1]]))  # ratios vs old logp 0

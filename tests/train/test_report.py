@@ -10,6 +10,8 @@ import pytest
 
 from codedance.train.report import write_report
 
+pytestmark = pytest.mark.tier("torch")
+
 pytest.importorskip("matplotlib")
 
 

@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from codedance.records import append_jsonl
 from codedance.train.seeds import claims, interval, write_summary
+
+pytestmark = pytest.mark.tier("torch")
 
 
 def _eval(out, name, **metrics):  # type: ignore[no-untyped-def]

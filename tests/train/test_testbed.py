@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 # one SFT (750 steps) and three GRPO runs: minutes on an idle 2-core machine, far more when shared
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.tier("torch"), pytest.mark.slow, pytest.mark.timeout(2400)]
 
 from codedance.rewards import group, terms
 from codedance.train.config import load_config

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import cv2
 import numpy as np
+import pytest
 
 from codedance.types import AnswerKind
 from codedance.world import generate
 from codedance.world.draw import PALETTE
+
+pytestmark = pytest.mark.tier("unit")
 
 
 def test_easy_asks_whether_there_are_dots_on_a_one_colour_card():

@@ -20,6 +20,8 @@ from codedance.world import (
 )
 from codedance.world.draw import PALETTE
 
+pytestmark = pytest.mark.tier("unit")
+
 
 @pytest.mark.parametrize("name", skills())
 @pytest.mark.parametrize("difficulty", [d.value for d in DIFFICULTIES])

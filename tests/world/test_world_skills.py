@@ -13,6 +13,8 @@ from codedance.world.charts import category_tables, series_tables
 from codedance.world.draw import PALETTE
 from codedance.world.photos import COINS, PAD_H, PAD_W, count_in
 
+pytestmark = pytest.mark.tier("unit")
+
 
 def test_search_sizes_and_the_tag_is_drawn_in_its_colour():
     for diff, size in (("easy", (1344, 756)), ("medium", (3836, 2156)), ("hard", (3836, 2156))):

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import fields
 from typing import Any
 from uuid import uuid4
 
@@ -45,11 +46,11 @@ from verl.experimental.agent_loop.agent_loop import (
     register,
 )
 
+from codedance.config import build
 from codedance.integrations.verl.record import EXTRA_KEY, RolloutRecord, TurnRecord
 from codedance.integrations.verl.tasks import TASK_KEY, images_from_prompt, pil, task_from_fields
 from codedance.policy.base import Completion
-from codedance.prompts import VisionLimits, get_profile
-from codedance.rollout import Episode, EpisodeConfig
+from codedance.rollout import Episode, EpisodeSettings
 from codedance.sandbox.pool import SandboxPool
 from codedance.types import Image, Message
 
@@ -93,27 +94,22 @@ def verl_message(message: Message) -> dict[str, Any]:
 
 @register("codedance")
 class CodeDanceAgentLoop(AgentLoopBase):
-    """One CodeDance episode per sample (see the module docstring). Keyword settings:
-    ``max_turns`` (6, paper §4), ``prompt_profile`` (``release``; a built-in name or one in
-    ``prompt_profiles``), ``prompt_profiles`` (None, or a YAML file of user profiles such as the
+    """One CodeDance episode per sample (see the module docstring). Keyword settings: the episode
+    knobs of `codedance.rollout.EpisodeSettings` with its defaults (``max_turns``,
+    ``exec_timeout_s``, ``prompt_profile``: a built-in name or one in ``prompt_profiles``,
+    ``min_pixels`` / ``max_pixels``, ``inject_turn_limit``; null keeps the default), and this
+    loop's own: ``prompt_profiles`` (None, or a YAML file of user profiles such as the
     ``profiles.yaml`` of ``codedance data import codedance-rl``, whose ``codedance-rl`` profile is
-    the release's RL prompt), ``exec_timeout_s`` (15),
-    ``turn_max_tokens`` (None: the remaining response budget), ``max_running`` (None: CPUs),
-    ``inject_turn_limit`` (True), ``max_pixels`` / ``min_pixels`` (qwen-vl-utils' defaults)."""
+    the release's RL prompt), ``turn_max_tokens`` (None: the remaining response budget),
+    ``max_running`` (None: CPUs)."""
 
-    def __init__(self, *args, max_turns: int = 6, prompt_profile: str = "release",
-                 prompt_profiles: str | None = None, exec_timeout_s: float = 15.0,
-                 turn_max_tokens: int | None = None, max_running: int | None = None,
-                 inject_turn_limit: bool = True, max_pixels: int | None = None,
-                 min_pixels: int | None = None, **kwargs) -> None:
+    def __init__(self, *args, prompt_profiles: str | None = None, turn_max_tokens: int | None = None,
+                 max_running: int | None = None, **kwargs) -> None:
+        knobs = {f.name: kwargs.pop(f.name) for f in fields(EpisodeSettings) if f.name in kwargs}
         super().__init__(*args, **kwargs)
-        vision = VisionLimits()
-        vision = VisionLimits(min_pixels=min_pixels or vision.min_pixels,
-                              max_pixels=max_pixels or vision.max_pixels)
-        profile = get_profile(prompt_profile, prompt_profiles or None)
-        self.episode_config = EpisodeConfig(max_turns=int(max_turns), profile=profile,
-                                            vision=vision, inject_turn_limit=bool(inject_turn_limit))
-        self.exec_timeout_s = float(exec_timeout_s)
+        settings = build(EpisodeSettings(), {k: v for k, v in knobs.items() if v is not None})
+        self.episode_config = settings.episode_config(profiles=prompt_profiles or None)
+        self.exec_timeout_s = settings.exec_timeout_s
         self.turn_max_tokens = int(turn_max_tokens) if turn_max_tokens else None
         self.max_running = max_running
         self.response_length = int(self.rollout_config.response_length)

@@ -96,7 +96,7 @@ def _episode_texts(parquet: Path) -> list[str]:
     turns), for fitting the tiny tokenizer."""
     import pandas as pd
 
-    from codedance.integrations.verl.cpu.test_policy import ANSWER_TURN, CODE_TURN
+    from codedance.integrations.verl.cpu.scripted_first import ANSWER_TURN, CODE_TURN
     from codedance.integrations.verl.tasks import TASK_KEY, task_from_fields
     from codedance.prompts import get_profile
     from codedance.rollout import Episode, EpisodeConfig

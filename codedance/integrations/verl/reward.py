@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Hashable, Sequence
+from dataclasses import replace
 
-from codedance.grading import JudgeClient, JudgeConfig, grade_trajectory
+from codedance.grading import JUDGE_SERVER, JudgeClient, grade_trajectory
 from codedance.integrations.verl.record import RolloutRecord, record_from_extra
 from codedance.integrations.verl.tasks import TASK_KEY, task_from_fields
 from codedance.rewards import (
@@ -44,10 +45,10 @@ _LOCK = threading.Lock()
 def _judge(url: str | None, model: str | None) -> JudgeClient | None:
     if not url:
         return None
-    key = (url, model or JudgeConfig.model)
+    key = (url, model or JUDGE_SERVER.model)
     with _LOCK:
         if key not in _JUDGES:
-            _JUDGES[key] = JudgeClient(JudgeConfig(base_url=url, model=key[1]))
+            _JUDGES[key] = JudgeClient(replace(JUDGE_SERVER, url=url, model=key[1]))
         return _JUDGES[key]
 
 

@@ -24,6 +24,8 @@ from codedance.integrations.verl.tasks import TASK_KEY, task_fields
 from codedance.integrations.verl.trainer import records_from_fields
 from codedance.types import AnswerKind, Task
 
+pytestmark = pytest.mark.tier("verl")
+
 CODE = "<think>.</think><code>\n```python\nx\n```\n</code>"
 ANS = "<think>.</think><answer>7</answer>"
 TURN, GAP = 3, 2  # tokens per assistant turn, feedback tokens after it

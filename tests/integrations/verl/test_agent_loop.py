@@ -23,15 +23,19 @@ from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentL
 from verl.workers.rollout.llm_server import LLMServerClient
 from verl.workers.rollout.replica import TokenOutput
 
+from codedance.errors import SettingsError
 from codedance.integrations.verl import agent_loop as al
 from codedance.integrations.verl.record import record_from_extra
 from codedance.integrations.verl.tasks import TASK_KEY, task_fields
 from codedance.rewards import compute_group_rewards
+from codedance.rollout import EpisodeSettings
 from codedance.sandbox.pool import SandboxPool
 from codedance.types import AnswerKind, Image, Task
 
 sys.path.insert(0, str(Path(__file__).parent))
 import tiny_qwen
+
+pytestmark = pytest.mark.tier("verl")
 
 CROP = "<think>crop it</think>\n<code>\n```python\nim = input_image.crop((0, 0, 28, 28))\nim.show()\nprint(im.size)\n```\n</code>"
 FAIL = "<think>divide</think>\n<code>\n```python\nprint('before')\n1 / 0\n```\n</code>"
@@ -172,6 +176,23 @@ def test_max_turns_and_timeout_status(tok_proc, pool):
     assert dict(reward.metrics)["n_total"] == 1.0 and reward.turn_returns == (-0.5, 0.0)
     assert out.response_logprobs is None
     assert "Turn limit reached" in tokenizer.decode(out.response_ids)
+
+
+def test_the_episode_knobs_are_the_shared_episode_settings(tok_proc):
+    """The loop's episode knobs are `EpisodeSettings`' (its defaults, its checks, its config:
+    images sized for the model and the feedback alike); null in the YAML keeps a default."""
+    server = ScriptedServer(tok_proc[0], [ANSWER])
+
+    async def build(**settings):
+        return make_loop(tok_proc, server, **settings)
+
+    loop = asyncio.run(build(prompt_profiles=None))
+    assert loop.episode_config == EpisodeSettings().episode_config()
+    assert loop.exec_timeout_s == EpisodeSettings().exec_timeout_s
+    loop = asyncio.run(build(max_turns=3, max_pixels=56 * 56, min_pixels=None, prompt_profile="paper"))
+    assert loop.episode_config == EpisodeSettings(max_turns=3, max_pixels=56 * 56, prompt_profile="paper").episode_config()
+    with pytest.raises(SettingsError, match="max_turns must be at least 1"):
+        asyncio.run(build(max_turns=0))
 
 
 def test_max_tokens_per_turn_and_format_error(tok_proc, pool):

@@ -17,6 +17,8 @@ import textwrap
 
 import pytest
 
+pytestmark = pytest.mark.tier("verl")
+
 pytest.importorskip("verl")
 
 CHECKS = textwrap.dedent('''

@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("verl")
 pytest.importorskip("ray")
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.tier("verl"), pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")

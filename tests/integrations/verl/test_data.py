@@ -14,6 +14,8 @@ from codedance.cli.verl_cmd import app
 from codedance.integrations.verl.tasks import TASK_KEY, images_from_prompt, task_from_fields
 from codedance.world.base import task_set
 
+pytestmark = pytest.mark.tier("verl")
+
 
 def test_rlhf_dataset_reads_rows_and_task_round_trips(tmp_path):
     import sys

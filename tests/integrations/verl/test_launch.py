@@ -13,6 +13,8 @@ pytest.importorskip("verl")
 from codedance.cli import app
 from codedance.integrations.verl import launch
 
+pytestmark = pytest.mark.tier("verl")
+
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--preset", "paper"], "unknown preset 'paper'"),

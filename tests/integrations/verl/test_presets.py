@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.tier("verl")
+
 pytest.importorskip("verl")
 hydra = pytest.importorskip("hydra")
 

@@ -9,6 +9,10 @@ from the real model's, but the structure (``<|im_start|>``, ``<|im_end|>``, ``<|
 
 from __future__ import annotations
 
+import pytest
+
+pytestmark = pytest.mark.tier("verl")
+
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
             "<|image_pad|>", "<|video_pad|>")
 

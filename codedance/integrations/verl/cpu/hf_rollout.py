@@ -22,7 +22,7 @@ workers, the ``naive`` weight sync of the hybrid worker):
   server.
 
 Settings under ``actor_rollout_ref.rollout.custom.hf_server``: ``test_policy`` (None, or
-``scripted-first``, see `codedance.integrations.verl.cpu.test_policy`), ``weight_log`` (a path).
+``scripted-first``, see `codedance.integrations.verl.cpu.scripted_first`), ``weight_log`` (a path).
 Vision placeholder tokens are never sampled (`codedance.policy.qwen_processor.vision_token_ids`:
 a sampled ``<|image_pad|>`` breaks verl's position ids, ``agent_loop.py:953``).
 
@@ -48,8 +48,8 @@ import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
-from codedance.integrations.verl.cpu.test_policy import NAME as SCRIPTED_FIRST
-from codedance.integrations.verl.cpu.test_policy import ScriptedFirstRollout
+from codedance.integrations.verl.cpu.scripted_first import NAME as SCRIPTED_FIRST
+from codedance.integrations.verl.cpu.scripted_first import ScriptedFirstRollout
 
 logger = logging.getLogger(__name__)
 NAME = "hf"
