@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CLIENT_UID = 64123  # allowed: runs the contract suite
 DYING_UID = 64125  # allowed: the client killed mid-session
 STRANGER_UID = 64124  # not allowed
+MEMBER_UID, ALLOWED_GROUP = 64126, 64200  # allowed by a supplementary group only
 TOKEN = secrets.token_hex(16)
 SERVE_WAIT_S = 120.0
 
@@ -95,9 +96,12 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, "PYTHONPATH": str(ROOT), "HOME": "/tmp", **extra}
 
 
-def as_uid(uid: int, code: str, *, url: str, popen: bool = False, timeout_s: float = 600, **env: str):
-    """Run ``code`` in a Python process of ``uid`` (not root) with CODEDANCE_SANDBOX_URL=url."""
-    command = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+def as_uid(uid: int, code: str, *, url: str, popen: bool = False, timeout_s: float = 600, group: int | None = None,
+           **env: str):
+    """Run ``code`` in a Python process of ``uid`` (not root; in supplementary ``group`` if
+    given) with CODEDANCE_SANDBOX_URL=url."""
+    groups = f"--groups={group}" if group is not None else "--clear-groups"
+    command = ["setpriv", f"--reuid={uid}", f"--regid={uid}", groups,
                "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", sys.executable, "-c", code]
     options = {"env": _env(**{URL_ENV: url}, **env), "cwd": "/tmp", "text": True}
     if popen:
@@ -108,7 +112,7 @@ def as_uid(uid: int, code: str, *, url: str, popen: bool = False, timeout_s: flo
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     server = Served(tmp_path_factory.mktemp("serve"), "--allow-user", str(CLIENT_UID), "--allow-user",
-                    str(DYING_UID), "--client-sandboxes", "6", "--client-memory-mib", str(3 * 4096))
+                    str(DYING_UID), "--allow-group", str(ALLOWED_GROUP), "--client-sandboxes", "6", "--client-memory-mib", str(3 * 4096))
     if not (server.output and "isolation: full" in server.output[0]):
         server.stop()
         pytest.skip(f"the service tests need full isolation: {server.output[:3]}")
@@ -189,6 +193,14 @@ def test_a_second_service_on_a_live_socket_is_refused_with_one_line(served):
     assert second.stderr.strip() == (f"error: a sandbox service already listens on {served.socket}; "
                                      "stop it first or pass another --socket")
     assert Connection(served.unix).health()["instance"]  # the first still serves
+
+
+def test_a_member_of_an_allowed_group_is_served_by_its_supplementary_groups(served):
+    code = "from codedance.sandbox import Sandbox\nprint(Sandbox().run('print(5)').stdout)"
+    member = as_uid(MEMBER_UID, code, url=served.unix, group=ALLOWED_GROUP)
+    assert member.stdout.strip() == "5", member.stderr[-2000:]
+    outsider = as_uid(MEMBER_UID, code, url=served.unix)  # the same uid outside the group
+    assert f"uid {MEMBER_UID} is not allowed" in outsider.stderr.strip().splitlines()[-1]
 
 
 # ------------------------------------------------------------------ TCP

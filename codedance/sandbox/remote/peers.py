@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13
-MAX_PEER_GROUPS = 1024
+MAX_PEER_GROUPS = 256  # Python's getsockopt takes buffers of at most 1,024 bytes
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ def peer_of(sock: socket.socket) -> Peer:
     try:
         raw = sock.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, 4 * MAX_PEER_GROUPS)
         groups = struct.unpack(f"{len(raw) // 4}I", raw)
-    except OSError:  # an older kernel: the primary group only
+    except OSError:  # more groups than that, or a kernel before 4.13: the primary group only
         groups = ()
     return Peer(uid=uid, gid=gid, pid=pid, groups=tuple(groups))
 
