@@ -65,7 +65,7 @@ from codedance.sandbox.execution import CONTROLLER_PARSE_CHARS, executes_nothing
 from codedance.sandbox.inputs import ImageInput
 from codedance.sandbox.isolation import Isolation
 from codedance.sandbox.layout import Limits, seconds
-from codedance.sandbox.service import SandboxService, ServiceError, default_service
+from codedance.sandbox.service import URL_ENV, SandboxService, ServiceError, default_service
 from codedance.types import ExecResult, ExecStatus
 
 HOLDER_MESSAGE_BYTES = 64 << 10  # a holder only ever says "ready" and "step_done"
@@ -107,10 +107,21 @@ class Sandbox:
     '42\\n'
     """
 
+    def __new__(cls, images: Iterable[ImageInput] = (), *, service: SandboxService | None = None,
+                url: str | None = None, **options):
+        """A `RemoteSandbox` in the sandbox service at ``url`` (default: ``CODEDANCE_SANDBOX_URL``
+        when no ``service`` is given); otherwise a sandbox of this process's own service."""
+        url = url or (os.environ.get(URL_ENV) if service is None else None)
+        if url:
+            from codedance.sandbox.remote.client import RemoteSandbox
+
+            return RemoteSandbox(images, url=url, **options)
+        return super().__new__(cls)
+
     def __init__(self, images: Iterable[ImageInput] = (), *, timeout_s: float = 15.0,
                  limits: Limits | None = None, require: str | tuple[str, ...] | None = None,
                  service: SandboxService | None = None, executor: Executor | None = None,
-                 start_timeout_s: float = 30.0):
+                 start_timeout_s: float = 30.0, url: str | None = None):
         self.timeout_s = seconds("timeout_s", timeout_s)
         seconds("start_timeout_s", start_timeout_s)
         self.limits = limits or Limits()

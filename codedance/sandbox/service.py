@@ -54,6 +54,7 @@ from codedance.sandbox.layout import SINGLE_THREADED, Limits
 from codedance.sandbox.remover import Remover
 from codedance.sandbox.thaw_on_exit import ThawOnExit
 
+URL_ENV = "CODEDANCE_SANDBOX_URL"  # a sandbox service's url: where `Sandbox`/`SandboxPool` create sandboxes
 CREATION_WAIT_S = 60.0  # the longest closing waits for sandboxes being created (their start takes ~30 s at most)
 INODE_BYTES = 128  # the work root's tmpfs has one inode slot per this many bytes of its size
 _ENV = {
