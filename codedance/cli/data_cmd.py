@@ -6,7 +6,8 @@
     codedance data stats data/cd-sft
 
 Every command resumes when rerun with the same ``--out``. Exit codes: 0 done; 2 on bad input
-(missing files, wrong columns, a folder of another import). See docs/data.md and
+(missing files, wrong columns, a folder of another import, an option out of range: checked before
+any row is read or sandbox started); 130 when interrupted (Ctrl-C, SIGTERM). See docs/data.md and
 `codedance.data`.
 """
 
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import typer
 
-from codedance.cli.console import make_console
+from codedance.cli.console import make_console, user_errors
 
 app = typer.Typer(help="Import, verify and describe the authors' released datasets.", no_args_is_help=True)
 import_app = typer.Typer(help="Import a released dataset's parquet files.", no_args_is_help=True)
@@ -49,6 +50,15 @@ def _report(console, result, what: str) -> None:  # type: ignore[no-untyped-def]
     for name, n in result.conventions.items():
         if not name.startswith("prompt template"):
             console.print(f"  {name}: {n}")
+
+
+def _check_import(limit: int | None, val_fraction: float = 0.0) -> None:
+    from codedance.errors import SettingsError
+
+    if limit is not None and limit < 1:
+        raise SettingsError(f"--limit must be at least 1, got {limit}")
+    if not 0 <= val_fraction < 1:
+        raise SettingsError(f"--val-fraction must be at least 0 and below 1, got {val_fraction}")
 
 
 def _fail(console, exc: Exception) -> None:  # type: ignore[no-untyped-def]
@@ -83,6 +93,7 @@ def _verify(console, out: Path, concurrency: int, tolerance: float, timeout_s: f
 
 
 @import_app.command("codedance-sft")
+@user_errors
 def import_sft_cmd(
     paths: list[Path] = typer.Argument(..., help="Parquet files or folders (the dataset's data/)"),
     out: Path = typer.Option(..., help="Output folder (rerun to resume)"),
@@ -95,7 +106,11 @@ def import_sft_cmd(
     """CodeDance-SFT → trajectory records (what `codedance sft --data OUT` trains on)."""
     from codedance.data.sft_import import import_sft
     from codedance.data.stream import InputError
+    from codedance.data.verify import check_options
 
+    _check_import(limit)
+    if verify:
+        check_options(concurrency=concurrency, tolerance=tolerance, timeout_s=timeout_s)
     console = make_console()
     try:
         result = import_sft(paths, out, progress=_Ticker(console, "import"), limit=limit)
@@ -109,6 +124,7 @@ def import_sft_cmd(
 
 
 @import_app.command("codedance-rl")
+@user_errors
 def import_rl_cmd(
     paths: list[Path] = typer.Argument(..., help="Parquet files or folders (the dataset's data/)"),
     out: Path = typer.Option(..., help="Output folder (rerun to resume)"),
@@ -119,6 +135,7 @@ def import_rl_cmd(
     from codedance.data.rl_import import import_rl
     from codedance.data.stream import InputError
 
+    _check_import(limit, val_fraction)
     console = make_console()
     try:
         result = import_rl(paths, out, val_fraction=val_fraction, progress=_Ticker(console, "import"),
@@ -136,6 +153,7 @@ def import_rl_cmd(
 
 
 @app.command("verify")
+@user_errors
 def verify_cmd(
     out: Path = typer.Argument(..., help="A codedance-sft import folder"),
     concurrency: int = typer.Option(2, help="Trajectories (and sandbox steps) at once"),
@@ -144,6 +162,9 @@ def verify_cmd(
     limit: int | None = typer.Option(None, help="Verify at most this many new trajectories"),
 ) -> None:
     """Re-execute imported trajectories turn by turn in the sandbox; compare with the recording."""
+    from codedance.data.verify import check_options
+
+    check_options(concurrency=concurrency, tolerance=tolerance, timeout_s=timeout_s, limit=limit)
     console = make_console()
     if not (out / "trajectories.jsonl").exists():
         _fail(console, FileNotFoundError(f"no {out / 'trajectories.jsonl'}: import with "

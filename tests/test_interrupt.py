@@ -1,0 +1,98 @@
+"""SIGTERM (what ``timeout``, Slurm and Kubernetes send) stops a long command as Ctrl-C does:
+finished work kept, sandboxes closed, nothing left in the temporary directory or the cgroup
+hierarchies, exit code 130. Each test runs the real ``codedance`` entry point in a subprocess and
+signals it mid-run."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import glob
+import io
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from PIL import Image as PILImage
+
+from codedance.policy.replay_server import ReplayServer
+
+ROOT = Path(__file__).resolve().parents[1]
+ENTRY = [sys.executable, "-c", "from codedance.cli import main; main()"]
+
+
+def start(args: list[str]) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "CODEDANCE_KEEP_FILE_MAX": "1", "COLUMNS": "120"}
+    return subprocess.Popen([*ENTRY, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def wait_for_lines(process: subprocess.Popen, path: Path, n: int = 1, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while lines(path) < n:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"no record in {path} after {timeout_s} s"
+        time.sleep(0.1)
+
+
+def leftovers(pid: int) -> list[str]:
+    """What a sandbox service of controller ``pid`` would leave: its folders and lock in the
+    temporary directory, its cgroups."""
+    return (glob.glob(os.path.join(tempfile.gettempdir(), f"codedance-{pid}-*"))
+            + glob.glob(f"/sys/fs/cgroup/*/codedance-{pid}-*") + glob.glob(f"/sys/fs/cgroup/*/*/codedance-{pid}-*"))
+
+
+def terminate(process: subprocess.Popen) -> tuple[int, str]:
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    return process.returncode, err
+
+
+def test_sigterm_stops_demo_like_ctrl_c(tmp_path):
+    out = tmp_path / "demo"
+    process = start(["demo", "--out", str(out), "--tasks", "60", "--rollouts", "2"])
+    wait_for_lines(process, out / "trajectories.jsonl")
+    assert leftovers(process.pid), "the demo's sandbox service should be running"
+    code, err = terminate(process)
+    assert code == 130, err
+    assert "interrupted: finished work is saved" in err and "Traceback" not in err
+    assert 0 < lines(out / "trajectories.jsonl") < 120
+    assert leftovers(process.pid) == []
+
+
+def _vstar_tsv(path: Path, n: int) -> Path:
+    buffer = io.BytesIO()
+    PILImage.new("RGB", (32, 24), (200, 30, 30)).save(buffer, format="PNG")
+    image = base64.b64encode(buffer.getvalue()).decode()
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f, delimiter="\t")
+        writer.writerow(["index", "question", "A", "B", "answer", "category", "image"])
+        for i in range(n):
+            writer.writerow([i, "Which colour is the square?", "red", "blue", "A", "color", image])
+    return path
+
+
+def test_sigterm_stops_eval_like_ctrl_c(tmp_path):
+    def slow(body):
+        time.sleep(0.2)
+        return "<answer>A</answer>"
+
+    data = _vstar_tsv(tmp_path / "vstar.tsv", 60)
+    out = tmp_path / "run"
+    with ReplayServer(slow) as server:
+        process = start(["eval", "--model", server.url, "--benchmarks", "vstar", "--data", f"vstar={data}",
+                         "--concurrency", "2", "--out", str(out)])
+        wait_for_lines(process, out / "trajectories.jsonl", 2)
+        code, err = terminate(process)
+    assert code == 130, err
+    assert "interrupted: finished work is saved" in err and "Traceback" not in err
+    assert 2 <= lines(out / "trajectories.jsonl") < 60
+    assert leftovers(process.pid) == []
