@@ -44,7 +44,7 @@ def test_solve_reports_an_unreachable_server_and_a_bad_image(tmp_path) -> None: 
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"garbage")
     result = runner.invoke(root, ["solve", "--model", "http://127.0.0.1:9", "--image", str(bad), "--question", "q"])
-    assert result.exit_code == 2 and "cannot be decoded" in result.output
+    assert result.exit_code == 2 and f"--image {bad}: not a readable image" in result.output
 
 
 def test_solve_saves_the_turns_done_before_a_server_error(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -92,7 +92,7 @@ def solve(
         raise SettingsError("give the server, the image(s) and the question: --model URL --image FILE --question TEXT")
     out_dir = out or Path(f"solve-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
-        images = tuple(image_from_bytes(p.read_bytes(), origin=f"input:{k}") for k, p in enumerate(image))
+        images = tuple(image_from_bytes(opt.image_file(p), origin=f"input:{k}") for k, p in enumerate(image))
         episode_config = cfg.episode.episode_config(profiles=cfg.profiles or None)  # a bad profile: before the server
         policy = cfg.server.policy(api_key, seed=cfg.seed, top_p=cfg.top_p)
         if not cfg.server.name:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codedance.errors import DataError, SettingsError
-from codedance.eval.loaders import prepare_items, to_task
+from codedance.eval.loaders import check_items, prepare_items, to_task
 from codedance.eval.scoring import score_sample
 from codedance.eval.sources import RawItem
 from codedance.eval.spec import BenchmarkSpec, SampleScore
@@ -151,14 +151,22 @@ def claim_run(out: Path, settings: EvalSettings) -> RunDir:
     return run
 
 
-def _task_or_failure(spec: BenchmarkSpec, item: RawItem, n: int) -> tuple[str, Task | str]:
+def data_source(spec: BenchmarkSpec, settings: EvalSettings) -> str:
+    """The file or folder a benchmark is read from, as messages name it."""
+    path = dict(settings.data_paths).get(spec.name)
+    if path is not None:
+        return str(path)
+    return str(Path(settings.lmu_dir or ".") / f"{spec.vlmeval_name}.tsv")
+
+
+def _task_or_failure(spec: BenchmarkSpec, item: RawItem, n: int, source: str = "") -> tuple[str, Task | str]:
     """(task id, the task of one row or why its image cannot be used, naming the row and file)."""
     task_id = to_task(spec, item, n, images=False).id
     try:
         return task_id, to_task(spec, item, n)
     except (DataError, ValueError, OSError) as exc:
-        source = item.get("image_file") or item.get("image_path")
-        named = f" {source}" if source and len(source) < 200 else ""
+        image = item.get("image_file") or item.get("image_path")
+        named = f" {image}" if image and len(image) < 200 else f" of row {n} of {source}" if source else ""
         text = str(exc)
         reason = text.split("cannot be decoded: ", 1)[-1]
         return task_id, f"{task_id}: image{named} is not a readable image ({reason[:200]})"
@@ -176,7 +184,7 @@ async def _episodes(policy: Policy, settings: EvalSettings, work: Sequence[tuple
         for start in range(0, len(work), chunk):
             tasks = []
             for spec, item, n in work[start:start + chunk]:
-                task_id, task = _task_or_failure(spec, item, n)
+                task_id, task = _task_or_failure(spec, item, n, data_source(spec, settings))
                 if isinstance(task, Task):
                     tasks.append(task)
                     continue
@@ -258,7 +266,8 @@ def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
              on_loaded: Callable[[BenchmarkSpec, int], None] | None = None):
     """Run, score and report; returns the `EvalReport` (see ``codedance.eval.report``).
 
-    The data is read before ``run.json`` is written, so a wrong path leaves no run folder."""
+    The data is read and checked (`check_items`: rows, required columns, images, a readable
+    first row) before ``run.json`` is written, so wrong data leaves no run folder."""
     from codedance.eval.report import build_report
     from codedance.eval.report_files import write_report
 
@@ -269,6 +278,7 @@ def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
         items = prepare_items(spec, lmu_dir=settings.lmu_dir, path=paths.get(spec.name), limit=settings.limit,
                               pixmo_cache=settings.pixmo_cache, fetch_images=settings.fetch_images,
                               split=settings.tasks_split)
+        check_items(spec, items, data_source(spec, settings))
         loaded.append((spec, items))
     run = claim_run(out, settings)
     done = run.keys()
