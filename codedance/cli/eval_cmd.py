@@ -22,9 +22,10 @@ repository folder. ``--benchmarks paper`` runs the paper's eleven (the default).
 evaluates a Task JSONL (``codedance data import codedance-rl`` or ``codedance world gen``; only it
 unless ``--benchmarks`` names others), scored by the rule of each task's kind. Rerunning the same command
 resumes. Exit codes: 0 when every sample ran; 1 when samples failed (the most common reason and
-the failures file are printed; rerunning retries them) or the run stopped after consecutive
-connection failures; 2 on an error a person can act on before the run (missing data, bad
-settings, unreachable server).
+the failures file are printed; rerunning retries them), the run stopped after consecutive server
+failures (unreachable, or HTTP 429/5xx after retries), or the judge given never answered (the
+judged numbers are "not produced"); 2 on an error a person can act on before the run (missing
+data, bad settings, unreachable server); 130 when interrupted (Ctrl-C, SIGTERM).
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ def eval_(
                                 rich_help_panel=opt.RUN),
     samples: int = typer.Option(None, help="Samples per item (Avg@k, pass@k); needs --temperature > 0 [1]",
                                 rich_help_panel=opt.RUN),
-    stop_after: int = typer.Option(None, help="Stop after this many consecutive connection failures [10]",
+    stop_after: int = typer.Option(None, help="Stop after this many consecutive server failures (unreachable, "
+                                   "or 429/5xx after retries) [10]",
                                    rich_help_panel=opt.SERVER),
     retries: int = typer.Option(None, help="Retries of a failed model request (connection errors, 429, 5xx) [4]",
                                 rich_help_panel=opt.SERVER),
@@ -132,7 +134,13 @@ def eval_(
             judge_client.close()
     console.print(markdown(report))
     console.print(f"report: {out_dir / 'report.html'}  trajectories: {out_dir / 'view' / 'index.html'}")
+    unjudged = [line for r in report.results for line in r.not_produced if "the judge did not answer" in line]
+    if unjudged:
+        console.print(f"[red]judged numbers not produced:[/red] the judge at {cfg.judge.url} did not answer; "
+                      f"start it and rerun the same command (only the unjudged samples are scored again)")
     failed = report.failed
+    if unjudged and not (report.stopped or failed):
+        raise typer.Exit(code=1)
     if report.stopped or failed:
         expected = sum(r.expected * r.samples_per_item for r in report.results)
         top = report.top_failure()

@@ -19,7 +19,7 @@ never the benchmark.
 
 Settings are checked when `EvalSettings` is made (`check_settings`); the data is read before
 ``run.json`` is written. ``samples`` > 1 runs k samples per item (keys ``<task>#0`` ... ``#k-1``).
-``stop_after_connection_failures`` consecutive connection failures stop the episodes early (the
+``stop_after_connection_failures`` consecutive server failures (`codedance.runs.batch.server_fault`) stop the episodes early (the
 report says so; a rerun resumes). ``scoring`` is ``vlmevalkit`` or ``strict``
 (`codedance.eval.scoring`); changing it rescores the saved trajectories.
 No-tools mode (`no_tools_config`): one turn, a prompt without the code instruction, no sandbox.
