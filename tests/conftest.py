@@ -38,7 +38,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "integration": ("sandbox/", "data/", "curate/", "teacher/", "eval/test_runner.py", "eval/test_failure_paths.py", "eval/test_cli.py",
                     "eval/test_vlmeval_adapter.py", "policy/test_vllm_recordings.py", "test_demo.py",
                     "test_synth_run.py", "test_synth_verify.py", "test_synth_records.py", "test_runs.py",
-                    "test_solve_cmd.py", "test_console.py", "test_interrupt.py", "test_validation.py", "test_rollout.py",
+                    "test_solve_cmd.py", "test_console.py", "test_interrupt.py", "test_validation.py", "test_lockstep_progress.py", "test_rollout.py",
                     "eval/test_loaders.py::test_mathv_layout_reads_the_real_testmini",
                     "eval/test_scoring.py::test_every_real_mathvision_gold_scores_right_and_a_wrong_answer_wrong"),
 }

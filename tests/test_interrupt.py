@@ -96,3 +96,26 @@ def test_sigterm_stops_eval_like_ctrl_c(tmp_path):
     assert "interrupted: finished work is saved" in err and "Traceback" not in err
     assert 2 <= lines(out / "trajectories.jsonl") < 60
     assert leftovers(process.pid) == []
+
+
+def test_sigterm_stops_solve_which_does_not_claim_to_resume(tmp_path):
+    image = tmp_path / "chart.png"
+    PILImage.new("RGB", (32, 24), (200, 30, 30)).save(image)
+    asked = []
+
+    def slow(body):
+        asked.append(1)
+        time.sleep(8)
+        return "<answer>A</answer>"
+
+    out = tmp_path / "solve"
+    with ReplayServer(slow) as server:
+        process = start(["solve", "--model", server.url, "--image", str(image), "--question", "q", "--out", str(out)])
+        deadline = time.monotonic() + 120
+        while not asked:
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.1)
+        code, err = terminate(process)
+    assert code == 130, err
+    assert "solve does not resume" in err and "rerun the same command to resume" not in err
+    assert leftovers(process.pid) == []

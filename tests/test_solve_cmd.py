@@ -100,3 +100,15 @@ def test_ctrl_c_keeps_the_finished_turns(tmp_path, monkeypatch) -> None:  # type
     (_, trajectory), = load_trajectories(out)
     assert trajectory.stop_reason is StopReason.INTERRUPTED and len(trajectory.tool_calls) == 1
     assert ("error", "interrupted: KeyboardInterrupt") in trajectory.metadata
+
+
+def test_solve_refuses_an_out_folder_that_holds_a_run(tmp_path):
+    image = tmp_path / "chart.png"
+    PILImage.new("RGB", (32, 24), (200, 30, 30)).save(image)
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "trajectories.jsonl").write_text("{}\n")
+    with ReplayServer(["<answer>1</answer>"]) as server:
+        result = CliRunner().invoke(root, ["solve", "--model", server.url, "--image", str(image), "--question", "q",
+                                           "--out", str(tmp_path / "s")])
+        assert server.requests == []
+    assert result.exit_code == 2 and "already holds a solve run" in result.output

@@ -43,12 +43,19 @@ def make_console(*, stderr: bool = False) -> Console:
     return Console(stderr=stderr, width=width)
 
 
-def user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
+RESUMABLE = "interrupted: finished work is saved; rerun the same command to resume"
+
+
+def user_errors(command: Callable[..., Any] | None = None, *, interrupted: str = RESUMABLE) -> Any:
     """Wrap a command: an error a person can act on (`codedance.errors.CodeDanceError`, and the
     sandbox's own `ServiceError` / `SandboxUnavailable`) prints one line ``error: ...`` on stderr
     and exits with code 2; Ctrl-C (and SIGTERM, `interrupt_on_sigterm`) prints what was kept and
-    exits with `INTERRUPTED` (130). Anything else is a bug and keeps its traceback."""
+    exits with `INTERRUPTED` (130). Anything else is a bug and keeps its traceback.
+    ``@user_errors(interrupted=TEXT)``: what a command that does not resume prints instead."""
     from codedance.errors import CodeDanceError
+
+    if command is None:
+        return functools.partial(user_errors, interrupted=interrupted)
 
     @functools.wraps(command)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
@@ -61,7 +68,7 @@ def user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             make_console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
-            make_console(stderr=True).print("interrupted: finished work is saved; rerun the same command to resume")
+            make_console(stderr=True).print(interrupted, markup=False, highlight=False)
             raise typer.Exit(INTERRUPTED) from None
 
     return wrapped

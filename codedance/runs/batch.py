@@ -81,6 +81,10 @@ class BatchProgress:
     def done(self, *_: object) -> None:
         self.bar.advance(self.task)
 
+    def set(self, done: int) -> None:
+        """Show ``done`` finished (for loops that learn the count, not each episode)."""
+        self.bar.update(self.task, completed=done)
+
     def failed(self, *_: object) -> None:
         self.failures += 1
         self.bar.update(self.task, advance=1, failed=self.failures)
