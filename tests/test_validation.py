@@ -28,7 +28,9 @@ def refused(args: list[str], words: str) -> None:
     result = CliRunner().invoke(app, args)
     text = result.output.strip()
     assert result.exit_code == 2, (args, result.output)
-    assert text.splitlines()[-1].startswith("error:") and words in text.splitlines()[-1], (args, text)
+    assert text.count("error:") == 1, (args, text)
+    error = " ".join(text[text.index("error:"):].split())  # one message, however the console wraps it
+    assert words in error, (args, text)
     assert "Traceback" not in text, text
     assert leftovers() == [], args
 
@@ -72,6 +74,10 @@ def test_data_verify_and_import_refuse_options_out_of_range(tmp_path):
     refused(["data", "import", "codedance-rl", missing, "--out", str(tmp_path / "o"), "--val-fraction", "1"],
             "--val-fraction")
     assert not (tmp_path / "o").exists()
+    png = tmp_path / "chart.png"
+    PILImage.new("RGB", (8, 8)).save(png)
+    for kind in ("codedance-sft", "codedance-rl"):
+        refused(["data", "import", kind, str(png), "--out", str(tmp_path / "p")], "not a readable parquet file")
 
 
 def test_a_bad_image_is_named_as_the_users_file(tmp_path):

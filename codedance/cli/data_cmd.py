@@ -14,7 +14,6 @@ any row is read or sandbox started); 130 when interrupted (Ctrl-C, SIGTERM). See
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import typer
@@ -26,19 +25,23 @@ import_app = typer.Typer(help="Import a released dataset's parquet files.", no_a
 app.add_typer(import_app, name="import")
 
 
-class _Ticker:
-    """Progress as one line every few seconds (and at the end): rows done of the total."""
+class _Bar:
+    """rich's progress bar (done/total, elapsed, remaining) behind a callback that is told the
+    totals, started at the first call (the total is known only then)."""
 
-    def __init__(self, console, label: str, every_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-        self.console, self.label, self.every_s = console, label, every_s
-        self.last = 0.0
+    def __init__(self, label: str) -> None:
+        self.label, self.bar = label, None
 
-    def __call__(self, p) -> None:  # type: ignore[no-untyped-def]
-        now = time.monotonic()
-        if now - self.last >= self.every_s or p.done == p.total:
-            self.last = now
-            self.console.print(f"{self.label}: {p.done}/{p.total} rows (imported {p.imported}, "
-                               f"skipped {p.skipped} this run)")
+    def __call__(self, done: int, total: int) -> None:
+        from codedance.runs.batch import BatchProgress
+
+        if self.bar is None:
+            self.bar = BatchProgress(total, self.label, done=done)
+        self.bar.set(done)
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
 
 
 def _report(console, result, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -72,12 +75,12 @@ def _verify(console, out: Path, concurrency: int, tolerance: float, timeout_s: f
 
     from codedance.data.verify import ROW_VERDICTS, STEP_VERDICTS, verify_dir
 
-    def tick(done: int, total: int) -> None:
-        if done == total or done % 50 == 0:
-            console.print(f"verify: {done}/{total} trajectories")
-
-    result = verify_dir(out, concurrency=concurrency, tolerance=tolerance, timeout_s=timeout_s,
-                        limit=limit, progress=tick)
+    bar = _Bar("verify")
+    try:
+        result = verify_dir(out, concurrency=concurrency, tolerance=tolerance, timeout_s=timeout_s,
+                            limit=limit, progress=bar)
+    finally:
+        bar.stop()
     table = Table(title=f"re-execution in the sandbox ({result.ran} this run, {result.seconds:.1f} s)")
     table.add_column("level")
     table.add_column("verdict")
@@ -112,10 +115,13 @@ def import_sft_cmd(
     if verify:
         check_options(concurrency=concurrency, tolerance=tolerance, timeout_s=timeout_s)
     console = make_console()
+    bar = _Bar("import")
     try:
-        result = import_sft(paths, out, progress=_Ticker(console, "import"), limit=limit)
+        result = import_sft(paths, out, progress=lambda p: bar(p.done, p.total), limit=limit)
     except (InputError, FileNotFoundError) as exc:
         _fail(console, exc)
+    finally:
+        bar.stop()
     _report(console, result, "codedance-sft")
     console.print(f"train: codedance sft --data {out} --model MODEL --out runs/sft; "
                   f"ms-swift: codedance sft --data {out} --export-swift {out / 'swift.jsonl'}")
@@ -137,11 +143,14 @@ def import_rl_cmd(
 
     _check_import(limit, val_fraction)
     console = make_console()
+    bar = _Bar("import")
     try:
-        result = import_rl(paths, out, val_fraction=val_fraction, progress=_Ticker(console, "import"),
+        result = import_rl(paths, out, val_fraction=val_fraction, progress=lambda p: bar(p.done, p.total),
                            limit=limit)
     except (InputError, FileNotFoundError, ValueError, ImportError) as exc:
         _fail(console, exc)
+    finally:
+        bar.stop()
     _report(console, result, "codedance-rl")
     rows = json.loads((out / "summary.json").read_text())["verl_rows"]
     console.print(f"verl parquet: train.parquet {rows['train']} rows, val.parquet {rows['val']} rows")
