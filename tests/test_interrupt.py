@@ -119,3 +119,27 @@ def test_sigterm_stops_solve_which_does_not_claim_to_resume(tmp_path):
     assert code == 130, err
     assert "solve does not resume" in err and "rerun the same command to resume" not in err
     assert leftovers(process.pid) == []
+
+
+def test_sigterm_stops_data_verify_like_ctrl_c(tmp_path):
+    from typer.testing import CliRunner
+
+    from codedance.cli import app
+    from tests.data.fixtures import SFT_SCHEMA, SIZE_OK, USER, code, picture, response, write
+
+    slow = code("import time\ntime.sleep(1)\nprint(input_image.size)")
+    rows = [{"messages": [{"role": "user", "content": USER}, {"role": "assistant", "content": slow},
+                          {"role": "user", "content": response(SIZE_OK)},
+                          {"role": "assistant", "content": "<answer>64x48</answer>"}], "images": [picture(seed=i)]}
+            for i in range(20)]
+    write(rows, SFT_SCHEMA, tmp_path / "train-0.parquet")
+    out = tmp_path / "sft"
+    assert CliRunner().invoke(app, ["data", "import", "codedance-sft", str(tmp_path / "train-0.parquet"),
+                                    "--out", str(out)]).exit_code == 0
+    process = start(["data", "verify", str(out), "--concurrency", "2"])
+    wait_for_lines(process, out / "verify.jsonl")
+    code_, err = terminate(process)
+    assert code_ == 130, err
+    assert "interrupted: finished work is saved" in err and "Traceback" not in err
+    assert 1 <= lines(out / "verify.jsonl") < 20
+    assert leftovers(process.pid) == []
