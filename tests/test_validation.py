@@ -80,6 +80,10 @@ def test_data_verify_and_import_refuse_options_out_of_range(tmp_path):
         refused(["data", "import", kind, str(png), "--out", str(tmp_path / "p")], "not a readable parquet file")
 
 
+def test_presets_cp_into_a_missing_folder_is_one_line(tmp_path):
+    refused(["presets", "cp", "train/tiny-cpu", str(tmp_path / "no" / "x.yaml")], "is not a folder")
+
+
 def test_a_bad_image_is_named_as_the_users_file(tmp_path):
     bad = tmp_path / "bad.jpg"
     bad.write_bytes(b"not an image")
