@@ -38,9 +38,10 @@ def echo_untrusted(text: str, *, err: bool = False) -> None:
 
 
 def make_console(*, stderr: bool = False) -> Console:
+    """The console of a command; no emoji codes (a scorer named ``rule:relaxed:`` stays text)."""
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() or "COLUMNS" in os.environ else PIPED_WIDTH
-    return Console(stderr=stderr, width=width)
+    return Console(stderr=stderr, width=width, emoji=False)
 
 
 RESUMABLE = "interrupted: finished work is saved; rerun the same command to resume"
