@@ -143,3 +143,17 @@ def test_sigterm_stops_data_verify_like_ctrl_c(tmp_path):
     assert "interrupted: finished work is saved" in err and "Traceback" not in err
     assert 1 <= lines(out / "verify.jsonl") < 20
     assert leftovers(process.pid) == []
+
+
+def test_sigkill_leaves_only_what_the_next_sandbox_start_sweeps(tmp_path):
+    from codedance.sandbox import Sandbox
+
+    out = tmp_path / "demo"
+    process = start(["demo", "--out", str(out), "--tasks", "60", "--rollouts", "2"])
+    wait_for_lines(process, out / "trajectories.jsonl")
+    process.kill()
+    process.communicate(timeout=60)
+    assert leftovers(process.pid), "a SIGKILL cannot clean up: the service's folders stay"
+    with Sandbox() as sandbox:  # its start sweeps what dead services left, before it returns
+        assert leftovers(process.pid) == []
+        assert sandbox.run("print(1)").ok
