@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 def clock(seconds: float) -> str:
     """``H:MM:SS``, as rich's progress columns write it."""
-    s = int(round(seconds))
+    s = round(seconds)
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 

@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from codedance.messages import error_text
 from codedance.policy.base import (
     Completion,
     ContextOverflowError,
@@ -53,7 +54,6 @@ from codedance.policy.base import (
     PolicyHTTPError,
     SamplingParams,
 )
-from codedance.messages import error_text
 from codedance.policy.http_pool import ClientShards
 from codedance.policy.wire import data_url, message_json
 from codedance.types import Message

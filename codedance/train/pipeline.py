@@ -33,8 +33,8 @@ from typing import Any
 
 from codedance.config import dump
 from codedance.errors import CodeDanceError, SettingsError
-from codedance.records import ImageStore, append_jsonl, trajectory_json
 from codedance.progress import Eta
+from codedance.records import ImageStore, append_jsonl, trajectory_json
 from codedance.runs.batch import BatchProgress, run_batch
 from codedance.runs.rundir import RunDir, episode_key, run_settings
 from codedance.train.config import GRPOStage, PipelineConfig, TaskSpec
