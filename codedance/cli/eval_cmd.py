@@ -89,7 +89,7 @@ def eval_(
     """Run the benchmarks, score them and write the report into --out."""
     from codedance.eval.options import EvalConfig
     from codedance.eval.report import markdown
-    from codedance.eval.runner import run_eval
+    from codedance.eval.runner import load_data, run_eval
     from codedance.grading import JudgeClient, JudgeConfig
     from codedance.policy import PolicyError
 
@@ -108,6 +108,7 @@ def eval_(
     judge_client = None
     try:
         settings = cfg.run_settings()  # validates every setting before the server is contacted
+        loaded = load_data(settings)  # and the data (rows, columns, images)
         policy = server.policy(api_key)
         if not server.name:
             served = policy.list_models()
@@ -123,7 +124,7 @@ def eval_(
                       f"{'no tools' if cfg.no_tools else f'max {cfg.episode.max_turns} turns'}; scoring {cfg.scoring}; "
                       f"judge: {cfg.judge.model + ' at ' + cfg.judge.url if cfg.judge.url else 'none'}"
                       + (f"; {cfg.samples} samples per item" if cfg.samples > 1 else ""))
-        report = run_eval(policy, settings, out_dir, judge=judge_client,
+        report = run_eval(policy, settings, out_dir, judge=judge_client, loaded=loaded,
                           on_loaded=lambda spec, n: console.print(f"{spec.title}: {n} samples"))
         policy.close()
     except (OSError, ImportError) as exc:  # a data file that cannot be read, an optional library missing

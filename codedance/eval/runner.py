@@ -261,17 +261,9 @@ def score_all(out: Path, tasks: dict[str, tuple[BenchmarkSpec, Task]], judge: Ju
     return scores
 
 
-def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
-             make_runner: RunnerFactory | None = None, judge: JudgeClient | None = None,
-             on_loaded: Callable[[BenchmarkSpec, int], None] | None = None):
-    """Run, score and report; returns the `EvalReport` (see ``codedance.eval.report``).
-
-    The data is read and checked (`check_items`: rows, required columns, images, a readable
-    first row) before ``run.json`` is written, so wrong data leaves no run folder."""
-    from codedance.eval.report import build_report
-    from codedance.eval.report_files import write_report
-
-    out = Path(out_dir)
+def load_data(settings: EvalSettings) -> list[tuple[BenchmarkSpec, list[RawItem]]]:
+    """Each benchmark's raw rows, read and checked (`check_items`: rows, required columns,
+    images, a readable first row); a `DataError` names the file and what is wrong."""
     paths = dict(settings.data_paths)
     loaded = []
     for spec in settings.benchmarks:
@@ -280,6 +272,23 @@ def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
                               split=settings.tasks_split)
         check_items(spec, items, data_source(spec, settings))
         loaded.append((spec, items))
+    return loaded
+
+
+def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
+             make_runner: RunnerFactory | None = None, judge: JudgeClient | None = None,
+             on_loaded: Callable[[BenchmarkSpec, int], None] | None = None,
+             loaded: list[tuple[BenchmarkSpec, list[RawItem]]] | None = None):
+    """Run, score and report; returns the `EvalReport` (see ``codedance.eval.report``).
+
+    The data (``loaded``, or `load_data` here) is read and checked before ``run.json`` is
+    written, so wrong data leaves no run folder; the command line loads it before it contacts
+    the server."""
+    from codedance.eval.report import build_report
+    from codedance.eval.report_files import write_report
+
+    out = Path(out_dir)
+    loaded = load_data(settings) if loaded is None else loaded
     run = claim_run(out, settings)
     done = run.keys()
     work, tasks = [], {}
