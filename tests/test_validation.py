@@ -82,6 +82,17 @@ def test_data_verify_and_import_refuse_options_out_of_range(tmp_path):
         refused(["data", "import", kind, str(png), "--out", str(tmp_path / "p")], "not a readable parquet file")
 
 
+def test_an_import_that_keeps_no_row_fails_without_a_next_step(tmp_path):
+    from tests.data.fixtures import RL_SCHEMA, rl_rows, write
+
+    rows, _ = rl_rows()
+    write(rows, RL_SCHEMA, tmp_path / "rl.parquet")
+    result = CliRunner().invoke(app, ["data", "import", "codedance-sft", str(tmp_path / "rl.parquet"),
+                                      "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1, result.output
+    assert "nothing imported" in result.output and "codedance sft --data" not in result.output
+
+
 def test_presets_cp_into_a_missing_folder_is_one_line(tmp_path):
     refused(["presets", "cp", "train/tiny-cpu", str(tmp_path / "no" / "x.yaml")], "is not a folder")
 

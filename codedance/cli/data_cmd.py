@@ -5,7 +5,8 @@
     codedance data verify data/cd-sft [--concurrency 8]
     codedance data stats data/cd-sft
 
-Every command resumes when rerun with the same ``--out``. Exit codes: 0 done; 2 on bad input
+Every command resumes when rerun with the same ``--out``. Exit codes: 0 done; 1 when an import
+kept no row at all (every row skipped: the wrong dataset?); 2 on bad input
 (missing files, wrong columns, a folder of another import, an option out of range: checked before
 any row is read or sandbox started); 130 when interrupted (Ctrl-C, SIGTERM). See docs/data.md and
 `codedance.data`.
@@ -53,6 +54,15 @@ def _report(console, result, what: str) -> None:  # type: ignore[no-untyped-def]
     for name, n in result.conventions.items():
         if not name.startswith("prompt template"):
             console.print(f"  {name}: {n}")
+
+
+def _nothing_imported(console, result) -> None:  # type: ignore[no-untyped-def]
+    """An import folder without one row is no dataset: say so and exit 1 instead of printing
+    the next step's command."""
+    if result.imported == 0:
+        console.print("[red]nothing imported:[/red] every row was skipped (the reasons are above); "
+                      "is it the right dataset for this import?")
+        raise typer.Exit(1)
 
 
 def _check_import(limit: int | None, val_fraction: float = 0.0) -> None:
@@ -123,6 +133,7 @@ def import_sft_cmd(
     finally:
         bar.stop()
     _report(console, result, "codedance-sft")
+    _nothing_imported(console, result)
     console.print(f"train: codedance sft --data {out} --model MODEL --out runs/sft; "
                   f"ms-swift: codedance sft --data {out} --export-swift {out / 'swift.jsonl'}")
     if verify:
@@ -152,6 +163,7 @@ def import_rl_cmd(
     finally:
         bar.stop()
     _report(console, result, "codedance-rl")
+    _nothing_imported(console, result)
     rows = json.loads((out / "summary.json").read_text())["verl_rows"]
     console.print(f"verl parquet: train.parquet {rows['train']} rows, val.parquet {rows['val']} rows")
     if not rows["val"]:
