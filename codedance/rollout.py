@@ -61,7 +61,16 @@ from codedance.prompts import (
     split_placeholders,
     with_turn_limit,
 )
-from codedance.types import ExecResult, ExecStatus, Image, Message, StopReason, Task, Trajectory, Turn
+from codedance.types import (
+    ExecResult,
+    ExecStatus,
+    Image,
+    Message,
+    StopReason,
+    Task,
+    Trajectory,
+    Turn,
+)
 
 MODEL_LIMITS = (ContextOverflowError, ImageLimitError)  # the server's refusals that end an episode
 

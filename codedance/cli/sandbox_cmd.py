@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from codedance.cli.console import echo_untrusted, make_console, user_errors
+from codedance.cli.options import image_file
 from codedance.errors import SettingsError
 from codedance.rollout import EXEC_TIMEOUT_S
 
@@ -33,6 +34,7 @@ def check(
     from codedance.sandbox.promises import host_of
 
     console = make_console(stderr=as_json)
+    data = image_file(image) if image else None  # a bad image is the user's file, not a failed property
     try:
         normalize_requirement(require)
     except ValueError as exc:  # an unknown layer name
@@ -53,7 +55,6 @@ def check(
         console.print(f"[{colour}]{result.outcome:>7}[/{colour}]  {result.number}. {result.name} "
                       f"({result.seconds:.1f} s): {result.detail}")  # fmt: skip
 
-    data = image.read_bytes() if image else None
     results = check_sandbox(service=service, image=data, on_result=show)
     host = host_of(service)
     service.close()
@@ -107,8 +108,11 @@ def run(
         code = sys.stdin.read() if str(snippet) == "-" else snippet.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise SettingsError(f"cannot read the snippet {snippet}: {exc}") from None
+    if timeout <= 0:
+        raise SettingsError(f"--timeout must be above 0, got {timeout}")
+    images = [image_file(p) for p in image]
     try:
-        sandbox = Sandbox(images=image, timeout_s=timeout)
+        sandbox = Sandbox(images=images, timeout_s=timeout)
     except ValueError as exc:  # an --image that is not an image
         raise SettingsError(f"--image: {exc}") from None
     with sandbox:
