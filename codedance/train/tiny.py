@@ -127,7 +127,6 @@ def load_policy(path: str | Path) -> tuple[Any, Any]:
     from transformers import Qwen2_5_VLForConditionalGeneration
 
     from codedance.train.processor import ImageTextProcessor
-
     from codedance.train.weights import load_checked
 
     model = load_checked(Qwen2_5_VLForConditionalGeneration, path,

@@ -15,9 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
-from helpers import FakeRunner, corpus, task, tiny  # this script's folder is first on sys.path
+# run as a script only (its folder is first on sys.path, so `helpers` is tests/train/helpers.py);
+# imports stay inside the functions, so collecting this file for doctests imports nothing
 
 
 def report(step: int, loss: float, block_at: int) -> None:
@@ -28,6 +27,7 @@ def report(step: int, loss: float, block_at: int) -> None:
 
 
 def sft(out: Path, steps: int, block_at: int) -> None:
+    from helpers import corpus, tiny
     from transformers import TrainerCallback
 
     from codedance.train.config import SFTStage
@@ -48,6 +48,9 @@ def sft(out: Path, steps: int, block_at: int) -> None:
 
 
 def grpo(out: Path, steps: int, block_at: int) -> None:
+    import torch
+    from helpers import FakeRunner, corpus, task, tiny
+
     from codedance.rollout import EpisodeSettings
     from codedance.train.config import GRPOStage, RolloutSettings
     from codedance.train.grpo import GRPOTrainer
@@ -71,6 +74,8 @@ def grpo(out: Path, steps: int, block_at: int) -> None:
 
 
 if __name__ == "__main__":
+    import torch
+
     torch.set_num_threads(1)
     torch.manual_seed(0)
     kind, out, steps = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])

@@ -64,8 +64,8 @@ def weights(path: Path) -> dict[str, torch.Tensor]:
 
 def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
     assert a.keys() == b.keys()
-    for key in a:
-        torch.testing.assert_close(a[key], b[key], rtol=1e-5, atol=1e-6, msg=key)
+    for key, value in a.items():
+        torch.testing.assert_close(value, b[key], rtol=1e-5, atol=1e-6, msg=key)
 
 
 def test_sft_killed_mid_stage_resumes_from_its_checkpoint(tmp_path) -> None:  # type: ignore[no-untyped-def]
