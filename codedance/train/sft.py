@@ -16,7 +16,8 @@ kill while saving is passed over) and writes its log lines (loss, token accuracy
 to ``out_dir/sft_log.jsonl`` for the report. The weights are restored through ``from_pretrained``
 and refused unless they load completely (`codedance.train.weights`): transformers' own resume
 loads the saved file by raw key names, which for Qwen2.5-VL match none of the model's, and only
-warns. On the console,
+warns. SIGTERM or Ctrl-C ends SFT after the step in progress, saved as a checkpoint
+(`codedance.train.stopping`), then raises ``KeyboardInterrupt``. On the console,
 transformers' ``PrinterCallback`` (a raw dict per logged step) is removed through the Trainer's
 own ``remove_callback``; with ``log`` given, one short line per logged step takes its place.
 
@@ -36,6 +37,7 @@ from typing import Any
 
 from codedance.train.config import SFTStage
 from codedance.train.encode import EncodedTrajectory, encode_trajectory
+from codedance.train.stopping import stop_at_step_end, stop_requests
 from codedance.types import Trajectory
 
 # what transformers' Trainer writes into a checkpoint-N, trainer_state.json last (weights aside:
@@ -208,12 +210,20 @@ def run_sft(model: Any, processor: Any, trajectories: Sequence[Trajectory], stag
         last = [h["loss"] for h in state.get("log_history", []) if "loss" in h]
         log(f"sft: resuming at step {state.get('global_step')} from {checkpoint}"
             + (f" (last logged loss {float(last[-1]):.4f})" if last else ""))
-    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    with stop_requests() as stop:
+        trainer.add_callback(stop_at_step_end(stop))
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    step = int(trainer.state.global_step)
+    if stop.signal is not None and step < trainer.state.max_steps:
+        if log is not None:
+            log(f"sft: stopped on {stop.signal} after step {step}, saved in {Path(out_dir) / f'checkpoint-{step}'}")
+        raise KeyboardInterrupt
     final = Path(out_dir) / "final"
     trainer.save_model(str(final))
     processor.save_pretrained(final)
     logged = [_log_line(h) for h in trainer.state.log_history if "loss" in h]
     Path(out_dir, "sft_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in logged), encoding="utf-8")
     losses = tuple((int(r["step"]), r["loss"]) for r in logged if math.isfinite(r["loss"]))
-    return SFTResult(str(out_dir), int(trainer.state.global_step), len(encoded),
-                     sum(e.truncated for e in encoded), losses)
+    if stop.signal is not None:  # the signal came as the last step ended: the stage is done, stop after it
+        raise KeyboardInterrupt
+    return SFTResult(str(out_dir), step, len(encoded), sum(e.truncated for e in encoded), losses)

@@ -1,11 +1,11 @@
 """A training run in its own process, for the kill-and-resume tests (`test_resume.py`):
 
-    python resume_child.py sft|grpo OUT STEPS [BLOCK_AT]
+    python resume_child.py sft|grpo OUT STEPS [BLOCK_AT [PAUSE]]
 
 Trains the very small model of `helpers.tiny` for STEPS steps into OUT (SFT: `run_sft`; GRPO:
 `GRPOTrainer` with `FakeRunner`), resuming from OUT's checkpoints as every entry point does.
 Prints one JSON line per step (``{"step": N, "loss": L}``, full precision) and, with BLOCK_AT,
-``blocked`` after step BLOCK_AT, then waits to be killed. One torch thread, so two runs compute
+``blocked`` after step BLOCK_AT, then sleeps PAUSE seconds (default 600: until killed). One torch thread, so two runs compute
 the same numbers."""
 
 from __future__ import annotations
@@ -19,11 +19,14 @@ from pathlib import Path
 # imports stay inside the functions, so collecting this file for doctests imports nothing
 
 
+PAUSE = 600.0
+
+
 def report(step: int, loss: float, block_at: int) -> None:
     print(json.dumps({"step": step, "loss": loss}), flush=True)
     if step == block_at:
         print("blocked", flush=True)
-        time.sleep(600)
+        time.sleep(PAUSE)
 
 
 def sft(out: Path, steps: int, block_at: int) -> None:
@@ -79,4 +82,5 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     torch.manual_seed(0)
     kind, out, steps = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+    PAUSE = float(sys.argv[5]) if len(sys.argv) > 5 else PAUSE
     {"sft": sft, "grpo": grpo}[kind](out, steps, int(sys.argv[4]) if len(sys.argv) > 4 else -1)

@@ -26,17 +26,23 @@ ROOT = HERE.parents[1]
 CHILD = HERE / "resume_child.py"
 
 
-def child(kind: str, out: Path, steps: int, block_at: int = -1) -> subprocess.Popen:
+def child(kind: str, out: Path, steps: int, block_at: int = -1, pause: float = 600) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
            "OMP_NUM_THREADS": "1"}
-    args = [sys.executable, str(CHILD), kind, str(out), str(steps)] + ([str(block_at)] if block_at > 0 else [])
-    log = open(out.parent / f"{out.name}.log", "w")  # noqa: SIM115 (the child writes it)
+    args = [sys.executable, str(CHILD), kind, str(out), str(steps)] + ([str(block_at), str(pause)] if block_at > 0 else [])
+    log = open(out.parent / f"{out.name}.log", "a")  # noqa: SIM115 (the child writes it)
     return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=HERE)
 
 
 def losses(out: Path) -> dict[int, float]:
-    lines = (out.parent / f"{out.name}.log").read_text().splitlines()
-    return {int(r["step"]): r["loss"] for r in (json.loads(line) for line in lines if line.startswith("{"))}
+    """Step -> loss of the child's latest run into `out` (the log holds every run, in turn)."""
+    runs = (out.parent / f"{out.name}.log").read_text().split("=== run\n")
+    return {int(r["step"]): r["loss"] for r in (json.loads(line) for line in runs[-1].splitlines() if line.startswith("{"))}
+
+
+def mark_run(out: Path) -> None:
+    with open(out.parent / f"{out.name}.log", "a") as log:
+        log.write("=== run\n")
 
 
 def finish(proc: subprocess.Popen, out: Path) -> str:
@@ -44,16 +50,16 @@ def finish(proc: subprocess.Popen, out: Path) -> str:
     return (out.parent / f"{out.name}.log").read_text()
 
 
-def kill_when_blocked(proc: subprocess.Popen, out: Path) -> None:
-    """SIGKILL the child once it has reported its blocking step (it is mid-stage: more to do)."""
+def signal_when_blocked(proc: subprocess.Popen, out: Path, sig: int = signal.SIGKILL) -> None:
+    """Send `sig` to the child once it has reported its blocking step (it is mid-stage: more to do)."""
     log = out.parent / f"{out.name}.log"
     deadline = time.monotonic() + 280
     while "blocked" not in log.read_text():
         assert proc.poll() is None, log.read_text()[-3000:]
         assert time.monotonic() < deadline, "the child never reached its blocking step"
         time.sleep(0.2)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+    os.kill(proc.pid, sig)
+    proc.wait(timeout=120)
 
 
 def weights(path: Path) -> dict[str, torch.Tensor]:
@@ -68,34 +74,62 @@ def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) 
         torch.testing.assert_close(value, b[key], rtol=1e-5, atol=1e-6, msg=key)
 
 
-def test_sft_killed_mid_stage_resumes_from_its_checkpoint(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    whole, cut = tmp_path / "whole", tmp_path / "cut"
-    straight = child("sft", whole, 8)
-    killed = child("sft", cut, 8, block_at=6)  # checkpoint-4 written, steps 5 and 6 done, then SIGKILL
-    kill_when_blocked(killed, cut)
-    finish(straight, whole)
+@pytest.fixture(scope="module")
+def sft_reference(tmp_path_factory) -> tuple[dict[int, float], Path]:  # type: ignore[no-untyped-def]
+    """An uninterrupted 8-step SFT run: its losses and its final model folder."""
+    whole = tmp_path_factory.mktemp("sft") / "whole"
+    finish(child("sft", whole, 8), whole)
+    return losses(whole), whole / "final"
+
+
+def test_sft_killed_mid_stage_resumes_from_its_checkpoint(tmp_path, sft_reference) -> None:  # type: ignore[no-untyped-def]
+    reference, reference_final = sft_reference
+    cut = tmp_path / "cut"
+    signal_when_blocked(child("sft", cut, 8, block_at=6), cut)  # checkpoint-4 written, steps 5, 6 done: SIGKILL
     assert (cut / "checkpoint-4" / "trainer_state.json").exists() and not (cut / "final").exists()
     before = losses(cut)
     assert max(before) == 6
+    mark_run(cut)
     resumed_log = finish(child("sft", cut, 8), cut)  # the same command again: resumes
-    after, reference = losses(cut), losses(whole)
-    assert sorted(after) == [5, 6, 7, 8]  # the log holds the resumed run only (the kill cut the first)
+    after = losses(cut)
+    assert sorted(after) == [5, 6, 7, 8]
     for step in after:  # what the uninterrupted run computed at the same step
         assert after[step] == pytest.approx(reference[step], rel=1e-5), (step, before, after, reference)
     assert after[5] == pytest.approx(before[5], rel=1e-5)  # the killed run's step 5, again
     assert after[5] < reference[1] - 0.5  # trained on: a fresh model scores about its step-1 loss
-    assert_same_weights(weights(cut / "final"), weights(whole / "final"))
+    assert_same_weights(weights(cut / "final"), weights(reference_final))
     assert "resuming at step 4 from" in resumed_log
-    print(f"sft losses: before the kill {before}, after resume {after}, uninterrupted {reference}")
+    print(f"sft SIGKILL: losses before the kill {before}, after resume {after}, uninterrupted {reference}")
+
+
+def test_sft_sigterm_saves_the_step_in_progress_and_resumes_from_it(tmp_path, sft_reference) -> None:  # type: ignore[no-untyped-def]
+    reference, reference_final = sft_reference
+    cut = tmp_path / "cut"
+    stopped = child("sft", cut, 8, block_at=5, pause=20)  # SIGTERM while step 5 is logged: step 6 ends it
+    signal_when_blocked(stopped, cut, signal.SIGTERM)
+    log = (tmp_path / "cut.log").read_text()
+    assert stopped.returncode != 0 and "KeyboardInterrupt" in log, log[-3000:]
+    assert f"sft: stopped on SIGTERM after step 6, saved in {cut / 'checkpoint-6'}" in log
+    assert (cut / "checkpoint-6" / "trainer_state.json").exists() and not (cut / "final").exists()
+    before = losses(cut)
+    mark_run(cut)
+    assert "resuming at step 6 from" in finish(child("sft", cut, 8), cut)
+    after = losses(cut)
+    assert sorted(after) == [7, 8]
+    for step in after:
+        assert after[step] == pytest.approx(reference[step], rel=1e-5), (step, before, after, reference)
+    assert_same_weights(weights(cut / "final"), weights(reference_final))
+    print(f"sft SIGTERM: losses before {before}, after resume {after}, uninterrupted {reference}")
 
 
 def test_grpo_killed_mid_stage_resumes_from_its_checkpoint(tmp_path) -> None:  # type: ignore[no-untyped-def]
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     straight = child("grpo", whole, 4)
     killed = child("grpo", cut, 4, block_at=3)  # checkpoint step-2 written, step 3 done, then SIGKILL
-    kill_when_blocked(killed, cut)
+    signal_when_blocked(killed, cut)
     finish(straight, whole)
     before = losses(cut)
+    mark_run(cut)
     assert "resumed at step 2" in finish(child("grpo", cut, 4), cut)
     after, reference = losses(cut), losses(whole)
     assert sorted(after) == [3, 4]
