@@ -105,7 +105,7 @@ def test_sft_killed_mid_stage_resumes_from_its_checkpoint(tmp_path, sft_referenc
 def test_sft_sigterm_saves_the_step_in_progress_and_resumes_from_it(tmp_path, sft_reference) -> None:  # type: ignore[no-untyped-def]
     reference, reference_final = sft_reference
     cut = tmp_path / "cut"
-    stopped = child("sft", cut, 8, block_at=5, pause=20)  # SIGTERM while step 5 is logged: step 6 ends it
+    stopped = child("sft", cut, 8, block_at=5, pause=10)  # SIGTERM while step 5 is logged: step 6 ends it
     signal_when_blocked(stopped, cut, signal.SIGTERM)
     log = (tmp_path / "cut.log").read_text()
     assert stopped.returncode != 0 and "KeyboardInterrupt" in log, log[-3000:]
