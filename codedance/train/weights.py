@@ -32,10 +32,16 @@ def _problems(info: dict[str, Any]) -> list[str]:
 def load_checked(cls: Any, path: str | Path, what_to_do: str, **kwargs: Any) -> Any:
     """``cls.from_pretrained(path)``, refused unless every tensor of the model came from `path`
     and every tensor of `path` went into the model. `what_to_do` ends the error's line."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its load report table: the error below says it in one line
     try:
         model, info = cls.from_pretrained(str(path), output_loading_info=True, **kwargs)
     except (OSError, ValueError, RuntimeError) as exc:
         raise CheckpointError(f"{path}: not a loadable model ({str(exc).splitlines()[0]}); {what_to_do}") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
     problems = _problems(info)
     if problems:
         raise CheckpointError(f"{path}: its weights do not load completely ({'; '.join(problems)}); {what_to_do}")
