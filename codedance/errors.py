@@ -4,6 +4,7 @@
       SettingsError(ValueError)   a setting or input that cannot work: bad option, preset, YAML
                                   file, override, output folder; demo, synth, world, config errors
       DataError                   benchmark data missing or unreadable (DataNotFoundError)
+        CheckpointError           a saved model or training checkpoint that does not load whole
       BackendError(RuntimeError)  a model server or judge failed (PolicyError..., JudgeError...)
 
 The command line catches `CodeDanceError` (and the sandbox's own `ServiceError` /
@@ -25,6 +26,11 @@ class SettingsError(CodeDanceError, ValueError):
 
 class DataError(CodeDanceError):
     """Input data that is missing or unreadable; the text names the file and where to get it."""
+
+
+class CheckpointError(DataError):
+    """A saved model or checkpoint whose weights do not fill the model; the text names the folder
+    and what to delete to go on."""
 
 
 class BackendError(CodeDanceError, RuntimeError):

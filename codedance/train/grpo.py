@@ -45,6 +45,7 @@ from codedance.train.encode import EncodedTrajectory, encode_trajectory
 from codedance.train.loss import clipped_surrogate, collate, loss_weights, token_logprobs
 from codedance.train.metrics import rollout_metrics
 from codedance.train.sampler import BatchedSampler, run_lockstep
+from codedance.train.weights import restore_weights
 from codedance.types import Task, Trajectory
 
 VISION_TOKENS = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
@@ -107,13 +108,14 @@ class GRPOTrainer:
         path = latest_checkpoint(self.out)
         if path is None:
             return 0
-        # through from_pretrained: the saved file's key names are the checkpoint format's, not the
-        # module's (transformers renames them on save), so a raw load_state_dict would match none
-        saved = type(self.model).from_pretrained(str(path))
-        self.model.load_state_dict(saved.state_dict())
+        # a checkpoint whose weights do not load whole is refused, not trained on from other weights
+        restore_weights(self.model, path, "delete that folder to resume from the checkpoint before it (or from the start)")
         self.step = load_training_state(path, self.optimizer)
         rows = [r for r in read_jsonl(self.out / "metrics.jsonl") if r.get("step", 0) <= self.step]
         (self.out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        for later in (self.out / "rollouts").glob("step-*.jsonl"):  # steps after the checkpoint run again
+            if later.stem.split("-")[1].isdigit() and int(later.stem.split("-")[1]) > self.step:
+                later.unlink()
         return self.step
 
     def step_tasks(self, step: int) -> list[Task]:

@@ -10,8 +10,14 @@ adds ``pixel_values`` / ``image_grid_thw`` (so TRL's own text preparation is ski
 
 Defaults (`codedance.train.config.SFTStage`) are the paper's Table 4: effective batch 128 (by
 gradient accumulation), lr 5e-5, warmup ratio 0.05; cosine decay (ms-swift's default; the paper
-does not say). `run_sft` resumes from the newest ``checkpoint-*`` under ``out_dir`` and writes its log lines (loss,
-token accuracy per logged step) to ``out_dir/sft_log.jsonl`` for the report. On the console,
+does not say). `run_sft` resumes from the newest complete ``checkpoint-*`` under ``out_dir``
+(`resumable_checkpoint`: weights, optimizer, scheduler, RNG and trainer state; one cut short by a
+kill while saving is passed over) and writes its log lines (loss, token accuracy per logged step)
+to ``out_dir/sft_log.jsonl`` for the report. The weights are restored through ``from_pretrained``
+and refused unless they load completely (`codedance.train.weights`): transformers' own resume
+loads the saved file by raw key names, which for Qwen2.5-VL match none of the model's, and only
+warns. SIGTERM or Ctrl-C ends SFT after the step in progress, saved as a checkpoint
+(`codedance.train.stopping`), then raises ``KeyboardInterrupt``. On the console,
 transformers' ``PrinterCallback`` (a raw dict per logged step) is removed through the Trainer's
 own ``remove_callback``; with ``log`` given, one short line per logged step takes its place.
 
@@ -31,7 +37,12 @@ from typing import Any
 
 from codedance.train.config import SFTStage
 from codedance.train.encode import EncodedTrajectory, encode_trajectory
+from codedance.train.stopping import stop_at_step_end, stop_requests
 from codedance.types import Trajectory
+
+# what transformers' Trainer writes into a checkpoint-N, trainer_state.json last (weights aside:
+# model.safetensors, or an index of shards)
+CHECKPOINT_FILES = ("config.json", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json")
 
 
 def quiet_libraries() -> None:
@@ -143,6 +154,47 @@ def step_lines(log: Callable[[str], None]) -> Any:
     return StepLines()
 
 
+def _complete(path: Path) -> bool:
+    """Whether the Trainer finished writing checkpoint `path` (every file there, the state parses)."""
+    if not all((path / name).is_file() for name in CHECKPOINT_FILES):
+        return False
+    if not any((path / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json")):
+        return False
+    try:
+        json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def resumable_checkpoint(out_dir: str | Path, log: Callable[[str], None] | None = None) -> Path | None:
+    """The newest ``checkpoint-N`` under `out_dir` that the Trainer finished writing, or None. The
+    Trainer writes a checkpoint in place, so a run killed while saving leaves one without its
+    trainer state: it is passed over (and said so) for the one before it, which the Trainer
+    deletes only after the next is complete."""
+    found = [p for p in Path(out_dir).glob("checkpoint-*") if p.name.split("-")[1].isdigit()]
+    for path in sorted(found, key=lambda p: int(p.name.split("-")[1]), reverse=True):
+        if _complete(path):
+            return path
+        if log is not None:
+            log(f"sft: {path} is incomplete (stopped while saving); passed over")
+    return None
+
+
+def _trainer_class() -> Any:
+    """TRL's ``SFTTrainer`` whose resume restores the weights through `restore_weights`."""
+    from trl import SFTTrainer
+
+    from codedance.train.weights import restore_weights
+
+    class CheckedSFTTrainer(SFTTrainer):
+        def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+            restore_weights(self.model, resume_from_checkpoint,
+                            "delete that folder to resume from the checkpoint before it (or from the start)")
+
+    return CheckedSFTTrainer
+
+
 def run_sft(model: Any, processor: Any, trajectories: Sequence[Trajectory], stage: SFTStage,
             out_dir: str | Path, *, max_length: int = 4096, callbacks: Sequence[Any] = (),
             log: Callable[[str], None] | None = None) -> SFTResult:
@@ -150,25 +202,37 @@ def run_sft(model: Any, processor: Any, trajectories: Sequence[Trajectory], stag
     ``out_dir/final``. See the module docstring."""
     from datasets import Dataset
     from transformers import PrinterCallback
-    from trl import SFTTrainer
 
     encoded = [e for e in encode_all(trajectories, processor, max_length) if sum(e.loss_mask) > 0]
     if not encoded:
         raise ValueError("no trajectory has model tokens to train on")
     dataset = Dataset.from_dict({"index": list(range(len(encoded)))})
     args = sft_arguments(stage, out_dir, len(encoded))
-    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset,
-                         data_collator=TrajectoryCollator(encoded, processor),
-                         processing_class=getattr(processor, "tokenizer", processor),
-                         callbacks=[*callbacks, *([step_lines(log)] if log else [])])
+    trainer = _trainer_class()(model=model, args=args, train_dataset=dataset,
+                               data_collator=TrajectoryCollator(encoded, processor),
+                               processing_class=getattr(processor, "tokenizer", processor),
+                               callbacks=[*callbacks, *([step_lines(log)] if log else [])])
     trainer.remove_callback(PrinterCallback)  # its raw dicts; ``log`` gives the readable line
-    checkpoints = sorted(Path(out_dir).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-    trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)
+    checkpoint = resumable_checkpoint(out_dir, log)
+    if checkpoint is not None and log is not None:
+        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+        last = [h["loss"] for h in state.get("log_history", []) if "loss" in h]
+        log(f"sft: resuming at step {state.get('global_step')} from {checkpoint}"
+            + (f" (last logged loss {float(last[-1]):.4f})" if last else ""))
+    with stop_requests() as stop:
+        trainer.add_callback(stop_at_step_end(stop))
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    step = int(trainer.state.global_step)
+    if stop.signal is not None and step < trainer.state.max_steps:
+        if log is not None:
+            log(f"sft: stopped on {stop.signal} after step {step}, saved in {Path(out_dir) / f'checkpoint-{step}'}")
+        raise KeyboardInterrupt
     final = Path(out_dir) / "final"
     trainer.save_model(str(final))
     processor.save_pretrained(final)
     logged = [_log_line(h) for h in trainer.state.log_history if "loss" in h]
     Path(out_dir, "sft_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in logged), encoding="utf-8")
     losses = tuple((int(r["step"]), r["loss"]) for r in logged if math.isfinite(r["loss"]))
-    return SFTResult(str(out_dir), int(trainer.state.global_step), len(encoded),
-                     sum(e.truncated for e in encoded), losses)
+    if stop.signal is not None:  # the signal came as the last step ended: the stage is done, stop after it
+        raise KeyboardInterrupt
+    return SFTResult(str(out_dir), step, len(encoded), sum(e.truncated for e in encoded), losses)

@@ -122,12 +122,15 @@ def save_policy(path: str | Path, model: Any, processor: Any) -> None:
 
 
 def load_policy(path: str | Path) -> tuple[Any, Any]:
-    """(model, processor) saved by `save_policy`."""
+    """(model, processor) saved by `save_policy`; weights that do not load whole are a
+    `CheckpointError` (`codedance.train.weights`)."""
     from transformers import Qwen2_5_VLForConditionalGeneration
 
     from codedance.train.processor import ImageTextProcessor
+    from codedance.train.weights import load_checked
 
-    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(path))
+    model = load_checked(Qwen2_5_VLForConditionalGeneration, path,
+                         "it is not a model this project saved; delete it and rerun the stage that wrote it")
     return model, ImageTextProcessor.from_pretrained(path)
 
 
