@@ -15,6 +15,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.tier("torch")
+
 # run as a script only (its folder is first on sys.path, so `helpers` is tests/train/helpers.py);
 # imports stay inside the functions, so collecting this file for doctests imports nothing
 

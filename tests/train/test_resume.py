@@ -21,6 +21,8 @@ pytest.importorskip("trl")
 
 from codedance.errors import CheckpointError
 
+pytestmark = pytest.mark.tier("torch")
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 CHILD = HERE / "resume_child.py"
