@@ -154,7 +154,7 @@ def build_report(out: Path, settings, tasks: Mapping[str, tuple[BenchmarkSpec, T
         episode = settings.episode
         results.append(BenchmarkResult(
             name=spec.name, title=spec.title, split=spec.split,
-            profile="no-tools" if settings.no_tools else episode.profile.name,
+            profile=settings.protocol,
             max_turns=1 if settings.no_tools else episode.max_turns, no_tools=settings.no_tools, judge=judge,
             expected=len(ids), headline=metrics.get(spec.headline), metrics=tuple(metrics.items()),
             breakdowns=breakdowns, not_produced=not_produced,
