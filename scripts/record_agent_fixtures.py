@@ -64,7 +64,7 @@ CASES: list[dict] = [
                                               '"{\\"bbox_2d\\": [1, 2, 100, 100]}"}</tool_call>']},
     {"id": "three-numbers", "replies": [zoom("[1, 2, 100]")]},
     {"id": "reversed-box", "replies": [zoom("[300, 200, 100, 50]")]},
-    {"id": "zero-width-box", "replies": [zoom("[50, 50, 50, 200]")]},
+    {"id": "zero-width-box", "replies": [zoom("[50, 50, 50, 200]"), ANSWER_B]},
     {"id": "truncated-call", "replies": [THINK + '<tool_call>\n{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [1']},
     {"id": "prose-then-answer", "replies": ["The answer is probably B.", ANSWER_B]},
     {"id": "truncated-thinking", "replies": ["<think>Let me look at every part of the image in turn, starting"] * 11},
