@@ -81,4 +81,4 @@ def test_eval_agent_replays_the_recorded_protocol(tmp_path, agent):
         errors = [v for k, v in record["metadata"] if k == "error"]
         assert bool(errors) == (theirs["status"] == "error"), (name, errors)
     report = (tmp_path / "run" / "report.md").read_text()
-    assert f"| {agent} | 11 |" in report, report
+    assert f"| {agent} | 11 |" in report and f"11 turns, profile {agent}" in report, report
