@@ -80,5 +80,7 @@ def test_eval_agent_replays_the_recorded_protocol(tmp_path, agent):
         assert record["answer"] == theirs["answer"], name
         errors = [v for k, v in record["metadata"] if k == "error"]
         assert bool(errors) == (theirs["status"] == "error"), (name, errors)
+    pages = "".join(p.read_text() for p in (tmp_path / "run" / "view").rglob("*.html"))
+    assert "&lt;tool_call&gt;" in pages  # the viewer shows each call as the model wrote it
     report = (tmp_path / "run" / "report.md").read_text()
     assert f"| {agent} | 11 |" in report and f"11 turns, profile {agent}" in report, report
