@@ -29,6 +29,7 @@ import sys
 import tempfile
 import types
 from pathlib import Path
+from typing import ClassVar
 
 PINNED = {"deepeyes": ("6c5e79671dbff958a6f9d44848ba2ca87854f0b0", "eval/eval_vstar.py")}
 IMAGES = Path(__file__).resolve().parents[1] / "tests" / "agents" / "fixtures" / "images"
@@ -102,8 +103,8 @@ def _helpers() -> types.ModuleType:
 class _Model:
     """Stands in for ``openai.OpenAI``: the case's replies in order, each request kept."""
 
-    replies: list[str] = []
-    requests: list[list[dict]] = []
+    replies: ClassVar[list[str]] = []
+    requests: ClassVar[list[list[dict]]] = []
 
     def __init__(self, **_: object) -> None:
         self.chat = types.SimpleNamespace(completions=types.SimpleNamespace(create=self.create))

@@ -41,6 +41,7 @@ import io
 from dataclasses import dataclass, replace
 
 from codedance.agents.base import AgentProfile
+from codedance.agents.episode import PeerEpisode
 from codedance.parsing import extract_think
 from codedance.prompts import PromptProfile
 from codedance.prompts.vision import VisionLimits, smart_resize
@@ -53,7 +54,6 @@ from codedance.types import (
     Message,
     StopReason,
     Task,
-    Trajectory,
     Turn,
 )
 
@@ -77,7 +77,7 @@ Return a json object with function name and arguments within <tool_call></tool_c
 **Example**:  
 <tool_call>  
 {"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [10, 20, 100, 200], "label": "the apple on the desk"}}  
-</tool_call>"""  # noqa: W291 - the trailing spaces are the authors' text
+</tool_call>"""
 INSTRUCTION = ("\nThink first, call **image_zoom_in_tool** if needed, then answer. Format strictly as:  "
                "<think>...</think>  <tool_call>...</tool_call> (if tools needed)  <answer>...</answer> ")
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -113,7 +113,7 @@ def read_box(body: str) -> tuple[object, object, object, object]:
     try:
         call = ast.literal_eval(body)
         left, top, right, bottom = call["arguments"]["bbox_2d"]
-    except Exception as exc:  # noqa: BLE001 - any unreadable call ends the episode, as in the source
+    except Exception as exc:
         raise ValueError(f"unreadable tool call: {type(exc).__name__}: {exc}") from exc
     return left, top, right, bottom
 
@@ -177,40 +177,16 @@ class ZoomRunner:
         pass
 
 
-class DeepEyesEpisode:
+class DeepEyesEpisode(PeerEpisode):
     """One DeepEyes episode, driven like `codedance.rollout.Episode`."""
 
+    agent = "deepeyes"
+
     def __init__(self, task: Task, config: EpisodeConfig) -> None:
-        self.task = task
-        self.config = config
-        self.prompt = (Message("system", (SYSTEM,)), Message("user", (*task.images, user_text(task))))
-        self._messages: list[Message] = list(self.prompt)
-        self._turns: list[Turn] = []
-        self._pending: tuple[str, Turn] | None = None
-        self._notes: list[tuple[str, str]] = []
-        self.stop_reason: StopReason | None = None
-        self.answer: str | None = None
+        super().__init__(task, config, (Message("system", (SYSTEM,)), Message("user", (*task.images, user_text(task)))))
 
-    @property
-    def done(self) -> bool:
-        return self.stop_reason is not None
-
-    @property
-    def turns(self) -> tuple[Turn, ...]:
-        return tuple(self._turns)
-
-    @property
-    def messages(self) -> tuple[Message, ...]:
-        return tuple(self._messages)
-
-    def _stop(self, reason: StopReason, turn: Turn | None) -> None:
-        if turn is not None:
-            self._turns.append(turn)
-        self.stop_reason = reason
-
-    def on_completion(self, completion) -> str | None:  # noqa: ANN001 - a `Completion`
-        if self.done or self._pending is not None:
-            raise RuntimeError("on_completion called on a finished episode or before on_result")
+    def on_completion(self, completion) -> str | None:
+        self._check_ready()
         text = completion.text
         self.answer = final_answer(text)
         answered = "</answer>" in text
@@ -236,10 +212,7 @@ class DeepEyesEpisode:
         return None
 
     def on_result(self, result: ExecResult) -> None:
-        if self._pending is None:
-            raise RuntimeError("on_result called with no code pending")
-        text, turn = self._pending
-        self._pending = None
+        text, turn = self._take_pending()
         if not result.ok:
             error = result.error.message if result.error else result.status.value
             self._notes.append(("error", f"tool failed: {error}"))
@@ -254,36 +227,6 @@ class DeepEyesEpisode:
             self._stop(StopReason.MAX_TURNS, turn)
         else:
             self._turns.append(turn)
-
-    def on_runner_error(self, error: BaseException) -> None:
-        if self._pending is None:
-            raise RuntimeError("on_runner_error called with no code pending")
-        _, turn = self._pending
-        self._pending = None
-        self._notes.append(("error", f"tool: {type(error).__name__}: {error}"))
-        self._stop(StopReason.SANDBOX_ERROR, turn)
-
-    def on_model_limit(self, error: BaseException) -> None:
-        from codedance.policy.base import ImageLimitError
-
-        self._notes.append(("error", f"model limit: {error}"))
-        self._stop(StopReason.IMAGE_LIMIT if isinstance(error, ImageLimitError) else StopReason.MAX_TOKENS, None)
-
-    def interrupt(self, error: BaseException) -> None:
-        if self.done:
-            return
-        pending = self._pending[1] if self._pending is not None else None
-        self._pending = None
-        self._notes.append(("error", f"interrupted: {type(error).__name__}: {error}".rstrip(": ")))
-        self._stop(StopReason.INTERRUPTED, pending)
-
-    def trajectory(self) -> Trajectory:
-        if self.stop_reason is None:
-            raise RuntimeError("the episode has not ended")
-        metadata = (("profile", self.config.profile.name), ("agent", "deepeyes"), *self.config.metadata,
-                    *self._notes)
-        return Trajectory(task_id=self.task.id, turns=tuple(self._turns), stop_reason=self.stop_reason,
-                          answer=self.answer, metadata=metadata, prompt=self.prompt)
 
 
 @dataclass(frozen=True)
