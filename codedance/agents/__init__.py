@@ -6,9 +6,10 @@ default) is CodeDance's own protocol with the run's prompt profile.
 
 from codedance.agents.base import CODEDANCE, CODEDANCE_PAPER, AgentProfile
 from codedance.agents.deepeyes import DEEPEYES
+from codedance.agents.deepeyesv2 import DEEPEYESV2
 from codedance.errors import SettingsError
 
-AGENTS: dict[str, AgentProfile] = {a.name: a for a in (CODEDANCE, CODEDANCE_PAPER, DEEPEYES)}
+AGENTS: dict[str, AgentProfile] = {a.name: a for a in (CODEDANCE, CODEDANCE_PAPER, DEEPEYES, DEEPEYESV2)}
 
 
 def get_agent(name: str) -> AgentProfile:

@@ -8,13 +8,16 @@ the peer's repository it follows.
 
 What an agent gives the episode drivers (`codedance.rollout.adrive_episode`, the batch driver):
 ``start(task, config)`` an episode object with the interface of `codedance.rollout.Episode`
-(``messages``, ``on_completion`` returning the action to run or None, ``on_result``, ...),
-``images_of(task, config)`` the images its tool works on, and ``runner(images)`` the tool that
-runs an action (None: the caller's sandbox runs it, as for CodeDance's Python code).
+(``messages``, ``on_completion`` returning the action to run or None, ``on_result``, ...; used
+when ``starts_episodes``), ``images_of(task, config)`` the images its tool works on,
+``runner(images, sandbox)`` the tool that runs an action (``sandbox`` makes the caller's sandbox
+for those images; ``uses_sandbox`` says whether one is needed at all), and ``stop``, the stop
+strings the protocol asks the model server for.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from codedance.prompts import get_profile
@@ -32,10 +35,17 @@ class AgentProfile:
     prompt_profile: str = ""
     summary: str = ""
 
+    stop: tuple[str, ...] = ()
+
     @property
     def uses_sandbox(self) -> bool:
         """True when actions are Python code for the caller's sandbox."""
         return True
+
+    @property
+    def starts_episodes(self) -> bool:
+        """False: `codedance.rollout.Episode` runs the protocol (the drivers' default)."""
+        return False
 
     def episode_config(self, config: EpisodeConfig) -> EpisodeConfig:
         """The run's episode settings under this protocol (its prompt profile, turn limit)."""
@@ -47,8 +57,13 @@ class AgentProfile:
     def start(self, task: Task, config: EpisodeConfig) -> Episode:
         return Episode(task, config)
 
-    def runner(self, images: tuple[Image, ...]) -> CodeRunner | None:
-        return None
+    def runner(self, images: tuple[Image, ...], sandbox: SandboxFactory | None) -> CodeRunner:
+        if sandbox is None:
+            raise ValueError(f"agent {self.name} runs code: give it a sandbox")
+        return sandbox(images)
+
+
+SandboxFactory = Callable[[tuple[Image, ...]], CodeRunner]
 
 
 CODEDANCE = AgentProfile(

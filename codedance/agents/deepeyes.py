@@ -40,7 +40,7 @@ import ast
 import io
 from dataclasses import dataclass, replace
 
-from codedance.agents.base import AgentProfile
+from codedance.agents.base import AgentProfile, SandboxFactory
 from codedance.agents.episode import PeerEpisode
 from codedance.parsing import extract_think
 from codedance.prompts import PromptProfile
@@ -237,6 +237,10 @@ class DeepEyesProfile(AgentProfile):
     def uses_sandbox(self) -> bool:
         return False
 
+    @property
+    def starts_episodes(self) -> bool:
+        return True
+
     def episode_config(self, config: EpisodeConfig) -> EpisodeConfig:
         profile = PromptProfile(name=self.name, system=SYSTEM, instruction=INSTRUCTION,
                                 user_template="Question: {question}\n{instruction}")
@@ -248,7 +252,7 @@ class DeepEyesProfile(AgentProfile):
     def start(self, task: Task, config: EpisodeConfig) -> DeepEyesEpisode:
         return DeepEyesEpisode(task, config)
 
-    def runner(self, images: tuple[Image, ...]) -> ZoomRunner:
+    def runner(self, images: tuple[Image, ...], sandbox: SandboxFactory | None = None) -> ZoomRunner:
         return ZoomRunner(images)
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Sequence
@@ -186,7 +187,7 @@ async def _episodes(policy: Policy, settings: EvalSettings, work: Sequence[tuple
 
     config = no_tools_config(settings.episode) if settings.no_tools else settings.episode
     agent = get_agent(settings.agent)
-    starter = None if agent.uses_sandbox else agent
+    starter = agent if agent.starts_episodes else None
     failures: list[tuple[str, str]] = []
     progress = BatchProgress(len(work) * settings.samples, "samples") if settings.progress and work else None
     chunk = max(16, 4 * settings.concurrency)
@@ -300,20 +301,22 @@ def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
             tasks[stub.id] = (spec, stub)
             if any(episode_key(stub.id, j) not in done for j in range(settings.samples)):
                 work.append((spec, item, n))
+    from codedance.agents import get_agent
+
+    agent = get_agent(settings.agent)
     pool = None
     if make_runner is None:
-        from codedance.agents import get_agent
-
-        agent = get_agent(settings.agent)
-        if not agent.uses_sandbox:
-            make_runner = agent.runner  # type: ignore[assignment]
-        elif settings.no_tools:
+        if settings.no_tools:
             make_runner = lambda images: NoToolRunner()
-        else:
+        elif agent.uses_sandbox:
             from codedance.sandbox.pool import SandboxPool
 
             pool = SandboxPool(timeout_s=settings.exec_timeout_s)
             make_runner = lambda images: pool.sandbox(images=images)
+    if agent.starts_episodes:  # the protocol's own tool, around the sandbox where it runs code
+        make_runner = functools.partial(agent.runner, sandbox=make_runner)  # type: ignore[assignment]
+    if agent.stop and hasattr(policy, "sampling"):  # the protocol's stop strings (an HTTP policy's)
+        policy.sampling = dataclasses.replace(policy.sampling, stop=agent.stop)  # type: ignore[attr-defined]
     try:
         _, stopped = asyncio.run(_episodes(policy, settings, work, make_runner, run))
     finally:

@@ -6,15 +6,19 @@ when the peer's loop recorded one."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from pathlib import Path
 
 import pytest
 
 from codedance.agents import get_agent
+from codedance.agents.deepeyesv2 import PRELUDE
 from codedance.policy import ScriptedPolicy, ScriptExhaustedError
 from codedance.policy.wire import message_json
+from codedance.prompts import image_from_bytes
 from codedance.rollout import EpisodeConfig, drive_episode
+from codedance.types import ExecResult, ExecStatus
 
 pytestmark = pytest.mark.tier("unit")
 
@@ -57,3 +61,38 @@ def test_the_deepeyes_fixture_covers_every_kind_of_reply():
              for p in m["parts"] if "image" in p}
     assert statuses == {"success", "error"} and len(crops) >= 10
     assert max(len(c["deepeyes"]["requests"]) for c in recorded) == 11  # its turn limit is reached
+
+
+class ScriptedTool:
+    """The session server's results of a recorded case (its stdout, stderr and images); keeps
+    every code it is given. A test double for the tool's outputs only: the code is not run."""
+
+    def __init__(self, results: list[dict]) -> None:
+        self.results, self.codes = results, []
+
+    def run(self, code: str) -> ExecResult:
+        self.codes.append(code)
+        if len(self.codes) == 1:  # the prelude
+            return ExecResult(ExecStatus.OK)
+        result = self.results[len(self.codes) - 2]
+        images = tuple(image_from_bytes((fc.FIXTURES / "images" / name).read_bytes()) for name in result["images"])
+        return ExecResult(ExecStatus.OK, stdout=result["stdout"], stderr=result["stderr"], images=images)
+
+    async def arun(self, code: str) -> ExecResult:
+        return self.run(code)
+
+
+@pytest.mark.parametrize("case", fc.cases("deepeyesv2"), ids=lambda c: c["id"])
+def test_deepeyesv2_matches_its_eval_loop(case):
+    agent = get_agent("deepeyesv2")
+    config = agent.episode_config(EpisodeConfig())
+    task = dataclasses.replace(fc.task_of(case), question=case["question"])
+    policy, tool = ScriptedPolicy(case["replies"]), ScriptedTool(case["tool"])
+    episode = agent.start(task, config)
+    drive_episode(episode, policy, agent.runner(agent.images_of(task, config), sandbox=lambda images: tool))
+    theirs = case["deepeyesv2"]
+    requests = fc.deltas([fc.normal([message_json(m) for m in seen]) for seen in policy.seen])
+    assert requests == theirs["requests"]
+    # the image_1 prelude runs before the first snippet (the source runs it before the first reply)
+    assert tool.codes == ([PRELUDE, *theirs["codes"]] if theirs["codes"] else [])
+    assert episode.answer == theirs["answer"] and theirs["status"] == "success"
