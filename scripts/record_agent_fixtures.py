@@ -194,7 +194,7 @@ class _Requests:
     """Stands in for ``requests`` in the loop: the model's replies and the session server's results
     are the case's; every model request's messages and every code sent to the server are kept."""
 
-    class exceptions:  # noqa: N801 - the attribute the loop catches
+    class exceptions:  # what the loop catches: requests.exceptions.RequestException
         RequestException = OSError
 
     def __init__(self, case: dict) -> None:
@@ -243,7 +243,7 @@ def record_deepeyesv2(git_dir: Path) -> list[dict]:
     import numpy as np
 
     commit, root = PINNED["deepeyesv2"]
-    show = lambda path: subprocess.run(["git", "--git-dir", str(git_dir), "show", f"{commit}:{root}/{path}"],  # noqa: E731
+    show = lambda path: subprocess.run(["git", "--git-dir", str(git_dir), "show", f"{commit}:{root}/{path}"],
                                        check=True, capture_output=True, text=True).stdout
     helpers = _helpers()
     sys.modules["autopep8"] = types.SimpleNamespace(fix_code=lambda code, options=None: code)  # type: ignore[assignment]
