@@ -1,9 +1,10 @@
 """Record what each peer's own evaluation loop does with scripted model replies, as test fixtures.
 
     .venv/bin/python scripts/record_agent_fixtures.py deepeyes GIT_DIR tests/agents/fixtures/deepeyes.jsonl
+    .venv/bin/python scripts/record_agent_fixtures.py deepeyesv2 GIT_DIR tests/agents/fixtures/deepeyesv2.jsonl
 
 ``GIT_DIR`` is a git repository (bare or not) of the peer holding the pinned commit below, for
-example ``git clone https://github.com/Visual-Agent/DeepEyes``. The peer's evaluation file is read
+example ``git clone https://github.com/Visual-Agent/DeepEyes`` (or ``.../DeepEyesV2``). The peer's evaluation file is read
 from that commit (``git show``) and run as it is; its parsing, tool and answer code run unchanged
 on the shared cases of `CASES` and the images of ``tests/agents/fixtures/images/`` (made by
 `write_images` when missing). ``tests/agents/test_agent_fixtures.py`` replays the same cases
@@ -18,6 +19,20 @@ SHA-256 of their RGB pixels plus size, as ``tests/agents/fixture_cases.py`` redu
 DeepEyes (``eval/eval_vstar.py``): the module is executed with ``sys.argv`` naming a model (so it
 does not ask a server for one) and a scratch save folder; its ``process`` runs each case. It also
 imports torch (unused by the loop; the CPU build is enough).
+
+DeepEyesV2 (its VLMEvalKit fork under ``evaluation/VLMEvalKit/vlmeval``): ``api/agent_utils.py``
+and ``api/prompt.py`` run whole; ``get_image_fmt_from_image_path`` and the agent-mode methods of
+``VLLMAPIWrapper`` (``prepare_itlist_agent``, ``prepare_inputs_agent``, ``prepare_payload``,
+``request_with_retry``, ``prepare_inputs_agent_turn``, ``generate_inner_agent``) are cut out of
+``api/vllm_api.py`` with ``ast`` and run as written on an object holding the constructor's
+defaults (``agent_try`` 10) and ``eval.sh``'s ``max_tokens``; VLMEvalKit's image functions
+(``resize_image_by_factor``, ``encode_image_to_base64``, ``decode_base64_to_image[_file]``) are cut
+out of ``smp/vlm.py``, and each case's image is stored with the last one as VLMEvalKit's
+``dump_image`` stores a TSV image. Stand-ins: ``requests`` answers both the model (the case's
+replies, as vLLM returns them: without the ``</code>`` stop string) and the session server (the
+case's ``tool`` results: stdout, stderr, images; the server itself,
+ChenShawn/MultiModal-Jupyter-Sandbox, is not run); ``autopep8.fix_code`` is the identity (the
+package is not installed here). The fixture also keeps every code the loop sent to the server.
 """
 
 from __future__ import annotations
