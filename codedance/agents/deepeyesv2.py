@@ -31,9 +31,9 @@ The protocol, as those files run it:
 
 Not reproduced, by design or for want of the code: ``autopep8.fix_code`` (aggressive level 2) after
 the re-indentation (a style pass; the recorder runs the files with it as the identity); the
-session server's own rendering (`MultiModal-Jupyter-Sandbox`: IPython tracebacks, a last
-expression's value printed to stdout, its 60 s limit) — codedance's sandbox runs the code, its
-stdout and its error text (the error's type and message) fill the same template; the whole-episode
+session server's own rendering (ChenShawn/MultiModal-Jupyter-Sandbox: IPython tracebacks, the
+value of a last expression printed to stdout, its 60 s limit) — codedance's sandbox runs the code,
+its stdout and its error text (the error's type and message) fill the same template; the whole-episode
 retries VLMEvalKit makes when an episode raises or answers nothing (5 tries).
 """
 

@@ -82,7 +82,7 @@ def eval_(
                                    rich_help_panel=opt.SERVER),
     retries: int = typer.Option(None, help="Retries of a failed model request (connection errors, 429, 5xx) [4]",
                                 rich_help_panel=opt.SERVER),
-    agent: str = typer.Option(None, help="The model family's own protocol: codedance, codedance-paper, deepeyes "
+    agent: str = typer.Option(None, help="The model family's own protocol: codedance, codedance-paper, deepeyes, deepeyesv2 "
                               "(docs/eval.md, reproduction cards) \\[codedance]", rich_help_panel=opt.RUN),
     print_config: opt.PrintConfig = False,
 ) -> None:
