@@ -87,6 +87,7 @@ CASES: list[dict] = [
     {"id": "truncated-thinking", "replies": ["<think>Let me look at every part of the image in turn, starting"] * 11},
     {"id": "close-tag-only", "replies": ["<think>done</think> B</answer>"]},
     {"id": "call-and-answer", "replies": [zoom("[0, 0, 50, 50]") + "\n<answer>C</answer>"]},
+    {"id": "bad-call-and-answer", "replies": [zoom("[300, 200, 100, 50]") + "\n<answer>C</answer>"]},
     {"id": "eleven-zooms", "replies": [zoom(f"[{i * 10}, {i * 5}, {i * 10 + 150}, {i * 5 + 120}]") for i in range(11)]},
 ]
 QUESTION = "What is the colour of the sign?"

@@ -21,8 +21,8 @@ The protocol, as that file runs it:
 - A reply with neither a tool call nor ``</answer>`` is dropped and the same conversation is
   asked again (the reply is kept in the trajectory, without feedback); a reply cut at the token
   limit is treated the same way.
-- Stops: ``</answer>`` in the reply; a call that cannot be read or cropped (the episode ends
-  there, ``format_error``); the 11th model call.
+- Stops: ``</answer>`` in the reply (a call in the same reply is still cropped); a call that
+  cannot be read or cropped (the episode ends there, ``format_error``); the 11th model call.
 - Answer: the text between ``<answer>`` and ``</answer>`` (stripped) when the last reply has both
   tags, else that whole reply.
 
@@ -157,6 +157,10 @@ def final_answer(text: str) -> str:
     return text
 
 
+def _answered(text: str) -> StopReason:
+    return StopReason.ANSWERED if "<answer>" in text else StopReason.FORMAT_ERROR
+
+
 class ZoomRunner:
     """The zoom-in tool on the episode's first image: a call body in, the crop (or the error) out."""
 
@@ -200,11 +204,11 @@ class DeepEyesEpisode(PeerEpisode):
                 self._notes.append(("error", str(exc)))
                 self._stop(StopReason.FORMAT_ERROR, turn)
                 return None
-        if answered:
-            self._stop(StopReason.ANSWERED if "<answer>" in text else StopReason.FORMAT_ERROR, turn)
-        elif body is not None:
+        if body is not None:  # cropped even beside an answer, as the source does (the episode ends after)
             self._pending = (text, turn)
             return body
+        if answered:
+            self._stop(_answered(text), turn)
         elif len(self._turns) + 1 >= MAX_CALLS:
             self._stop(StopReason.MAX_TURNS, turn)
         else:
@@ -223,7 +227,9 @@ class DeepEyesEpisode(PeerEpisode):
         self._messages.append(Message("assistant", (text,)))
         self._messages.append(Message("user", parts))
         turn = replace(turn, result=result, feedback_text=feedback, feedback_images=result.images)
-        if len(self._turns) + 1 >= MAX_CALLS:
+        if "</answer>" in text:
+            self._stop(_answered(text), turn)
+        elif len(self._turns) + 1 >= MAX_CALLS:
             self._stop(StopReason.MAX_TURNS, turn)
         else:
             self._turns.append(turn)
