@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/sandbox_bench.py            # full run (about 5 minutes)
     .venv/bin/python benchmarks/sandbox_bench.py --quick    # smaller counts, no 2048 run
+    .venv/bin/python benchmarks/sandbox_bench.py --quick --service-only   # local vs through the service
 
 Baselines (implemented here):
 - ``fresh``: a new ``python`` process per call that imports the imaging libraries and runs the
@@ -20,7 +21,9 @@ instance creation time; idle memory per live trajectory (PSS and USS from
 /proc/<pid>/smaps_rollup); CPU time per image step (all processes, from a cpuacct cgroup);
 throughput at 1, 2, 8 and 64 concurrent trajectories; and 2048 live trajectories held at once
 (memory, and none lost). Ratios are printed against the
-baselines. The trivial steps of codedance, ``exec`` and Jupyter are measured in rounds that take
+baselines. ``service``: the same sandbox through ``codedance sandbox serve`` (a server process on
+a Unix socket, `Sandbox(url=...)`), its trivial steps taking turns with the local ones, and its
+image steps; printed next to local with the difference and the ratio. The trivial steps of codedance, ``exec`` and Jupyter are measured in rounds that take
 turns (`measure_trivial`), so that a busy moment on a shared machine weighs on all three alike.
 Run as root for full isolation (and the CPU figure, which needs cgroup v1 cpuacct).
 """
@@ -403,17 +406,64 @@ def hold_many(service, image, n) -> dict:
     return {"n": len(sandboxes), "seconds_to_create": created_s, "system_mb_used": used, "mean_holder_pss_mb": pss, "lost": lost}
 
 
+def start_service(directory: str) -> tuple[subprocess.Popen, str]:
+    """``codedance sandbox serve`` on a socket in ``directory``; (its process, its url)."""
+    socket_path = os.path.join(directory, "sandbox.sock")
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    process = subprocess.Popen([sys.executable, "-c", "from codedance.cli import main; main()", "sandbox", "serve",
+                                "--socket", socket_path], stdout=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": root})  # fmt: skip
+    for line in process.stdout:
+        if line.startswith("serving sandboxes on "):
+            return process, f"unix://{socket_path}"
+    raise RuntimeError("codedance sandbox serve did not start")
+
+
+def controller_cpu_ms(instance, n: int, server_pid: int) -> float:
+    """CPU per paced trivial step of this process and the service's server process together
+    (the controller's side; the jail's processes are the same either way): less sensitive to a
+    busy host than latency."""
+
+    def used() -> float:
+        with open(f"/proc/{server_pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return time.process_time() + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    before = used()
+    latencies(instance.run, TRIVIAL, n, pause_s=MODEL_TURN_S)
+    return (used() - before) / n * 1000
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small counts; skips the 2048 run")
     parser.add_argument("--trajectories", type=int, default=2048, help="live trajectories to hold")
     parser.add_argument("--json", help="also write the figures to this JSON file")
+    parser.add_argument("--service-only", action="store_true",
+                        help="only local against through `codedance sandbox serve`")
     args = parser.parse_args()
     n_trivial, n_image = (50, 10) if args.quick else (300, 40)
     image = test_image()
-    results: dict[str, dict] = {name: {} for name in ("codedance", "exec", "jupyter", "fresh")}
+    results: dict[str, dict] = {name: {} for name in ("codedance", "exec", "jupyter", "fresh", "service")}
 
+    import tempfile
+
+    served_dir = tempfile.TemporaryDirectory()
+    served, url = start_service(served_dir.name)
     service = SandboxService()
+    if args.service_only:
+        instances = {"codedance": create("codedance", lambda w: Sandbox([image], service=service), image, results),
+                     "service": create("service", lambda w: Sandbox([image], url=url), image, results)}
+        measure_trivial(instances, n_trivial, results)
+        for name, instance in instances.items():
+            results[name].update(image_p50=p(latencies(instance.run, IMAGE_STEP, n_image), 0.5),
+                                 controller_cpu_ms=controller_cpu_ms(instance, n_trivial, served.pid))
+            instance.close()
+        service.close()
+        served.terminate()
+        served.wait(60)
+        report_service(results)
+        return
     cpu = {name: CpuMeter(name) for name in ("codedance", "exec")}
     cpu["codedance"].add(service._process.pid)
     print(service.isolation.describe(), flush=True)
@@ -425,7 +475,8 @@ def main() -> None:
 
     instances = {"codedance": create("codedance", lambda w: Sandbox([image], service=service), image, results),
                  "exec": create("exec", make_exec, image, results),
-                 "jupyter": create("jupyter", JupyterKernel, image, results)}
+                 "jupyter": create("jupyter", JupyterKernel, image, results),
+                 "service": create("service", lambda w: Sandbox([image], url=url), image, results)}
     measure_trivial(instances, n_trivial, results)
     for name, instance in instances.items():
         measure_steps(name, instance, n_image, results, cpu.get(name))
@@ -449,6 +500,8 @@ def main() -> None:
     if not args.quick:
         results["codedance"]["hold"] = hold_many(service, image, args.trajectories)
     service.close()
+    served.terminate()
+    served.wait(60)
     for meter in cpu.values():
         meter.close()
     report(results)
@@ -507,6 +560,25 @@ def report(results: dict) -> None:
             hold["n"] >= 2048 and hold["system_mb_used"] < 24 * 1024 and hold["lost"] == 0)
     print(f"\nGoals (paced: {MODEL_TURN_S * 1000:.0f} ms idle before each step, as a model's turn leaves):")
     for goal, met in checks.items():
+        print(f"- {goal}: {'met' if met else 'NOT met'}")
+    report_service(results)
+
+
+def report_service(results: dict) -> None:
+    """Local against through the service: the difference and the ratio, and the goals."""
+    local, served = results["codedance"], results["service"]
+    print("\n| figure | local | through the service | difference | ratio |\n|---|---|---|---|---|")
+    for label, key in (("trivial step p50, paced (ms)", "paced_p50"), ("trivial step p50, back to back (ms)", "trivial_p50"),
+                       ("image step p50 (ms)", "image_p50"), ("create instance (ms)", "create_ms"),
+                       ("controller CPU per paced trivial step, client + service (ms)", "controller_cpu_ms")):
+        if key not in local:
+            continue
+        a, b = local[key], served[key]
+        print(f"| {label} | {a:.2f} | {b:.2f} | {b - a:+.2f} | {b / a:.2f}× |")
+    print("\nGoals through the service:")
+    for goal, met in (("trivial step p50 (paced and back to back) <= local + 1 ms",
+                       max(served["paced_p50"] - local["paced_p50"], served["trivial_p50"] - local["trivial_p50"]) <= 1),
+                      ("image step p50 <= 1.1x local", served["image_p50"] <= 1.1 * local["image_p50"])):
         print(f"- {goal}: {'met' if met else 'NOT met'}")
 
 

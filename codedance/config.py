@@ -7,8 +7,10 @@ Each spec, in order, is merged into one nested mapping: a preset name (a file in
 read as YAML: ``grpo.steps=4``, ``skills=[counting, search]``). The mapping then fills the
 dataclass tree, starting from its defaults. Every problem is a `SettingsError` naming the file,
 the line or the key: an unknown key lists the known ones, a renamed key (a dataclass's ``RENAMED``
-mapping) names its new name, a value of the wrong type names the key and the type expected.
-`presets` and `preset_path` list and find the presets (``codedance presets ls``/``cp``). Only the standard library, PyYAML and `codedance.errors` are imported here.
+mapping) names its new name, a value of the wrong type names the key and the type expected, a
+number out of its field's range (`bounded`) names the key and the range. `presets` and
+`preset_path` list and find the presets (``codedance presets ls``/``cp``). Only the standard
+library, PyYAML and `codedance.errors` are imported here.
 
 Not handled: merging lists (a later spec replaces a list); environment variables.
 """
@@ -27,9 +29,29 @@ PRESETS = Path(__file__).resolve().parent / "presets"
 T = TypeVar("T")
 
 
-def not_resumed(default: Any) -> Any:
-    """A dataclass field that does not define a run (output folder, concurrency, ...)."""
-    return field(default=default, metadata={"resume": False})
+def not_resumed(default: Any, **bounds: float) -> Any:
+    """A dataclass field that does not define a run (output folder, concurrency, ...), with
+    `bounded`'s range when given."""
+    return field(default=default, metadata={"resume": False, "bounds": bounds})
+
+
+def bounded(default: Any, *, at_least: float | None = None, above: float | None = None,
+            at_most: float | None = None) -> Any:
+    """A numeric dataclass field whose value the loader range-checks (``sft.epochs: must be above
+    0, got -1``) before anything runs: a value no run can use is refused at load, not after
+    minutes of setup."""
+    bounds = {k: v for k, v in (("at_least", at_least), ("above", above), ("at_most", at_most)) if v is not None}
+    return field(default=default, metadata={"bounds": bounds})
+
+
+def _check_bounds(key: str, value: Any, bounds: dict[str, float]) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    low, over, high = bounds.get("at_least"), bounds.get("above"), bounds.get("at_most")
+    if (low is not None and value < low) or (over is not None and value <= over) or (high is not None and value > high):
+        parts = [f"at least {low:g}" if low is not None else "", f"above {over:g}" if over is not None else "",
+                 f"at most {high:g}" if high is not None else ""]
+        raise SettingsError(f"{key}: must be {' and '.join(p for p in parts if p)}, got {value!r}")
 
 
 def secret(default: Any) -> Any:
@@ -134,7 +156,8 @@ def build(base: T, data: Any, prefix: str = "") -> T:
     name = type(base).__name__
     if not isinstance(data, dict):
         raise SettingsError(f"{prefix.rstrip('.') or name}: expected a mapping of settings, got {data!r}")
-    known = {f.name for f in fields(base)}  # type: ignore[arg-type]
+    declared = {f.name: f for f in fields(base)}  # type: ignore[arg-type]
+    known = set(declared)
     renamed = getattr(type(base), "RENAMED", {})  # old key -> its new name, refused with that name
     old = sorted(set(data) & set(renamed))
     if old:
@@ -148,6 +171,7 @@ def build(base: T, data: Any, prefix: str = "") -> T:
         current = getattr(base, key)
         values[key] = (build(current, value, f"{prefix}{key}.") if is_dataclass(current)
                        else _leaf(prefix + key, current, value))
+        _check_bounds(prefix + key, values[key], declared[key].metadata.get("bounds", {}))
     try:
         return replace(base, **values)  # type: ignore[type-var]
     except (TypeError, ValueError) as exc:

@@ -61,7 +61,16 @@ from codedance.prompts import (
     split_placeholders,
     with_turn_limit,
 )
-from codedance.types import ExecResult, Image, Message, StopReason, Task, Trajectory, Turn
+from codedance.types import (
+    ExecResult,
+    ExecStatus,
+    Image,
+    Message,
+    StopReason,
+    Task,
+    Trajectory,
+    Turn,
+)
 
 MODEL_LIMITS = (ContextOverflowError, ImageLimitError)  # the server's refusals that end an episode
 
@@ -205,6 +214,9 @@ class Episode:
         """Record what the pending code produced and queue the observation for the model."""
         if self._pending is None:
             raise RuntimeError("on_result called with no code pending")
+        if result.status is ExecStatus.LOST:  # the sandbox service went away: the model did nothing wrong
+            self.on_runner_error(RuntimeError("; ".join(result.notes) or "the sandbox was lost"))
+            return
         completion, turn = self._pending
         self._pending = None
         index = len(self._turns)

@@ -112,6 +112,7 @@ class ExecStatus(str, Enum):
     CRASHED = "crashed"  # the step's process died (os._exit, abort, segfault, killed)
     OOM = "oom"  # out of memory (MemoryError or the memory limit's kill)
     REFUSED = "refused"  # the sandbox would not run or keep the step (threads left running, ...)
+    LOST = "lost"  # the sandbox service went away (killed, restarted, unreachable): the state is gone
 
 
 @dataclass(frozen=True)

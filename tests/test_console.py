@@ -22,6 +22,12 @@ def test_piped_output_is_wide_unless_columns_says_otherwise(monkeypatch):
     assert make_console().width == 100
 
 
+def test_scorer_names_are_not_read_as_emoji_codes(monkeypatch):
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    make_console().print("rule:relaxed: 5")
+    assert sys.stdout.getvalue().strip() == "rule:relaxed: 5"
+
+
 def test_a_piped_demo_table_keeps_its_words(tmp_path):
     env = {"PATH": "/usr/bin:/bin"}  # a clean environment
     out = subprocess.run([str(Path(sys.executable).parent / "codedance"), "demo", "--out", str(tmp_path / "d"),

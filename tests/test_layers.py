@@ -31,7 +31,7 @@ pytestmark = pytest.mark.tier("unit")
 
 PACKAGE = Path(__file__).resolve().parents[1] / "codedance"
 FLOORS = (
-    {"types", "errors", "python_ast"},
+    {"types", "errors", "python_ast", "messages", "progress"},
     {"config", "parsing", "sandbox", "prompts", "policy", "grading", "records", "task_records",
      "assets", "presets"},
     {"rollout", "rewards", "advantages", "world"},

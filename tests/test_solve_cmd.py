@@ -47,7 +47,7 @@ def test_solve_reports_an_unreachable_server_and_a_bad_image(tmp_path) -> None: 
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"garbage")
     result = runner.invoke(root, ["solve", "--model", "http://127.0.0.1:9", "--image", str(bad), "--question", "q"])
-    assert result.exit_code == 2 and "cannot be decoded" in result.output
+    assert result.exit_code == 2 and f"--image {bad}: not a readable image" in result.output
 
 
 def test_solve_saves_the_turns_done_before_a_server_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -103,3 +103,15 @@ def test_ctrl_c_keeps_the_finished_turns(tmp_path, monkeypatch) -> None:  # type
     (_, trajectory), = load_trajectories(out)
     assert trajectory.stop_reason is StopReason.INTERRUPTED and len(trajectory.tool_calls) == 1
     assert ("error", "interrupted: KeyboardInterrupt") in trajectory.metadata
+
+
+def test_solve_refuses_an_out_folder_that_holds_a_run(tmp_path):
+    image = tmp_path / "chart.png"
+    PILImage.new("RGB", (32, 24), (200, 30, 30)).save(image)
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "trajectories.jsonl").write_text("{}\n")
+    with ReplayServer(["<answer>1</answer>"]) as server:
+        result = CliRunner().invoke(root, ["solve", "--model", server.url, "--image", str(image), "--question", "q",
+                                           "--out", str(tmp_path / "s")])
+        assert server.requests == []
+    assert result.exit_code == 2 and "already holds a solve run" in result.output

@@ -1,7 +1,8 @@
 """The ``codedance`` command line: thin commands that parse options and call one library function.
 
 Commands are listed in pipeline order. Each lives in its own module; errors a person can act on
-print one line and exit with code 2 (`codedance.cli.console.user_errors`).
+print one line and exit with code 2 (`codedance.cli.console.user_errors`). An interrupted command
+(Ctrl-C or SIGTERM) keeps its finished work, closes its sandboxes and exits with code 130.
 """
 
 from __future__ import annotations
@@ -50,4 +51,11 @@ app.add_typer(presets_cmd.app, name="presets", rich_help_panel=TOOLS)
 
 
 def main() -> None:
+    from codedance.cli.console import interrupt_on_sigterm
+
+    interrupt_on_sigterm()
     app()
+
+
+if __name__ == "__main__":
+    main()

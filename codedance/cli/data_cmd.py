@@ -5,20 +5,21 @@
     codedance data verify data/cd-sft [--concurrency 8]
     codedance data stats data/cd-sft
 
-Every command resumes when rerun with the same ``--out``. Exit codes: 0 done; 2 on bad input
-(missing files, wrong columns, a folder of another import). See docs/data.md and
+Every command resumes when rerun with the same ``--out``. Exit codes: 0 done; 1 when an import
+kept no row at all (every row skipped: the wrong dataset?); 2 on bad input
+(missing files, wrong columns, a folder of another import, an option out of range: checked before
+any row is read or sandbox started); 130 when interrupted (Ctrl-C, SIGTERM). See docs/data.md and
 `codedance.data`.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import typer
 
-from codedance.cli.console import make_console
+from codedance.cli.console import make_console, user_errors
 from codedance.rollout import EXEC_TIMEOUT_S
 
 app = typer.Typer(help="Import, verify and describe the authors' released datasets.", no_args_is_help=True)
@@ -26,19 +27,23 @@ import_app = typer.Typer(help="Import a released dataset's parquet files.", no_a
 app.add_typer(import_app, name="import")
 
 
-class _Ticker:
-    """Progress as one line every few seconds (and at the end): rows done of the total."""
+class _Bar:
+    """rich's progress bar (done/total, elapsed, remaining) behind a callback that is told the
+    totals, started at the first call (the total is known only then)."""
 
-    def __init__(self, console, label: str, every_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-        self.console, self.label, self.every_s = console, label, every_s
-        self.last = 0.0
+    def __init__(self, label: str) -> None:
+        self.label, self.bar = label, None
 
-    def __call__(self, p) -> None:  # type: ignore[no-untyped-def]
-        now = time.monotonic()
-        if now - self.last >= self.every_s or p.done == p.total:
-            self.last = now
-            self.console.print(f"{self.label}: {p.done}/{p.total} rows (imported {p.imported}, "
-                               f"skipped {p.skipped} this run)")
+    def __call__(self, done: int, total: int) -> None:
+        from codedance.runs.batch import BatchProgress
+
+        if self.bar is None:
+            self.bar = BatchProgress(total, self.label, done=done)
+        self.bar.set(done)
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
 
 
 def _report(console, result, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -52,6 +57,24 @@ def _report(console, result, what: str) -> None:  # type: ignore[no-untyped-def]
             console.print(f"  {name}: {n}")
 
 
+def _nothing_imported(console, result) -> None:  # type: ignore[no-untyped-def]
+    """An import folder without one row is no dataset: say so and exit 1 instead of printing
+    the next step's command."""
+    if result.imported == 0:
+        console.print("[red]nothing imported:[/red] every row was skipped (the reasons are above); "
+                      "is it the right dataset for this import?")
+        raise typer.Exit(1)
+
+
+def _check_import(limit: int | None, val_fraction: float = 0.0) -> None:
+    from codedance.errors import SettingsError
+
+    if limit is not None and limit < 1:
+        raise SettingsError(f"--limit must be at least 1, got {limit}")
+    if not 0 <= val_fraction < 1:
+        raise SettingsError(f"--val-fraction must be at least 0 and below 1, got {val_fraction}")
+
+
 def _fail(console, exc: Exception) -> None:  # type: ignore[no-untyped-def]
     console.print(f"[red]error:[/red] {exc}")
     raise typer.Exit(2) from None
@@ -63,12 +86,12 @@ def _verify(console, out: Path, concurrency: int, tolerance: float, timeout_s: f
 
     from codedance.data.verify import ROW_VERDICTS, STEP_VERDICTS, verify_dir
 
-    def tick(done: int, total: int) -> None:
-        if done == total or done % 50 == 0:
-            console.print(f"verify: {done}/{total} trajectories")
-
-    result = verify_dir(out, concurrency=concurrency, tolerance=tolerance, timeout_s=timeout_s,
-                        limit=limit, progress=tick)
+    bar = _Bar("verify")
+    try:
+        result = verify_dir(out, concurrency=concurrency, tolerance=tolerance, timeout_s=timeout_s,
+                            limit=limit, progress=bar)
+    finally:
+        bar.stop()
     table = Table(title=f"re-execution in the sandbox ({result.ran} this run, {result.seconds:.1f} s)")
     table.add_column("level")
     table.add_column("verdict")
@@ -84,6 +107,7 @@ def _verify(console, out: Path, concurrency: int, tolerance: float, timeout_s: f
 
 
 @import_app.command("codedance-sft")
+@user_errors
 def import_sft_cmd(
     paths: list[Path] = typer.Argument(..., help="Parquet files or folders (the dataset's data/)"),
     out: Path = typer.Option(..., help="Output folder (rerun to resume)"),
@@ -96,13 +120,21 @@ def import_sft_cmd(
     """CodeDance-SFT → trajectory records (what `codedance sft --data OUT` trains on)."""
     from codedance.data.sft_import import import_sft
     from codedance.data.stream import InputError
+    from codedance.data.verify import check_options
 
+    _check_import(limit)
+    if verify:
+        check_options(concurrency=concurrency, tolerance=tolerance, timeout_s=timeout_s)
     console = make_console()
+    bar = _Bar("import")
     try:
-        result = import_sft(paths, out, progress=_Ticker(console, "import"), limit=limit)
+        result = import_sft(paths, out, progress=lambda p: bar(p.done, p.total), limit=limit)
     except (InputError, FileNotFoundError) as exc:
         _fail(console, exc)
+    finally:
+        bar.stop()
     _report(console, result, "codedance-sft")
+    _nothing_imported(console, result)
     console.print(f"train: codedance sft --data {out} --model MODEL --out runs/sft; "
                   f"ms-swift: codedance sft --data {out} --export-swift {out / 'swift.jsonl'}")
     if verify:
@@ -110,6 +142,7 @@ def import_sft_cmd(
 
 
 @import_app.command("codedance-rl")
+@user_errors
 def import_rl_cmd(
     paths: list[Path] = typer.Argument(..., help="Parquet files or folders (the dataset's data/)"),
     out: Path = typer.Option(..., help="Output folder (rerun to resume)"),
@@ -120,13 +153,18 @@ def import_rl_cmd(
     from codedance.data.rl_import import import_rl
     from codedance.data.stream import InputError
 
+    _check_import(limit, val_fraction)
     console = make_console()
+    bar = _Bar("import")
     try:
-        result = import_rl(paths, out, val_fraction=val_fraction, progress=_Ticker(console, "import"),
+        result = import_rl(paths, out, val_fraction=val_fraction, progress=lambda p: bar(p.done, p.total),
                            limit=limit)
     except (InputError, FileNotFoundError, ValueError, ImportError) as exc:
         _fail(console, exc)
+    finally:
+        bar.stop()
     _report(console, result, "codedance-rl")
+    _nothing_imported(console, result)
     rows = json.loads((out / "summary.json").read_text())["verl_rows"]
     console.print(f"verl parquet: train.parquet {rows['train']} rows, val.parquet {rows['val']} rows")
     if not rows["val"]:
@@ -137,6 +175,7 @@ def import_rl_cmd(
 
 
 @app.command("verify")
+@user_errors
 def verify_cmd(
     out: Path = typer.Argument(..., help="A codedance-sft import folder"),
     concurrency: int = typer.Option(2, help="Trajectories (and sandbox steps) at once"),
@@ -145,6 +184,9 @@ def verify_cmd(
     limit: int | None = typer.Option(None, help="Verify at most this many new trajectories"),
 ) -> None:
     """Re-execute imported trajectories turn by turn in the sandbox; compare with the recording."""
+    from codedance.data.verify import check_options
+
+    check_options(concurrency=concurrency, tolerance=tolerance, timeout_s=timeout_s, limit=limit)
     console = make_console()
     if not (out / "trajectories.jsonl").exists():
         _fail(console, FileNotFoundError(f"no {out / 'trajectories.jsonl'}: import with "

@@ -22,9 +22,10 @@ repository folder. ``--benchmarks paper`` runs the paper's eleven (the default).
 evaluates a Task JSONL (``codedance data import codedance-rl`` or ``codedance world gen``; only it
 unless ``--benchmarks`` names others), scored by the rule of each task's kind. Rerunning the same command
 resumes. Exit codes: 0 when every sample ran; 1 when samples failed (the most common reason and
-the failures file are printed; rerunning retries them) or the run stopped after consecutive
-connection failures; 2 on an error a person can act on before the run (missing data, bad
-settings, unreachable server).
+the failures file are printed; rerunning retries them), the run stopped after consecutive server
+failures (unreachable, or HTTP 429/5xx after retries), or the judge given never answered (the
+judged numbers are "not produced"); 2 on an error a person can act on before the run (missing
+data, bad settings, unreachable server); 130 when interrupted (Ctrl-C, SIGTERM).
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ def eval_(
                                 rich_help_panel=opt.RUN),
     samples: int = typer.Option(None, help="Samples per item (Avg@k, pass@k); needs --temperature > 0 [1]",
                                 rich_help_panel=opt.RUN),
-    stop_after: int = typer.Option(None, help="Stop after this many consecutive connection failures [10]",
+    stop_after: int = typer.Option(None, help="Stop after this many consecutive server failures (unreachable, "
+                                   "or 429/5xx after retries) [10]",
                                    rich_help_panel=opt.SERVER),
     retries: int = typer.Option(None, help="Retries of a failed model request (connection errors, 429, 5xx) [4]",
                                 rich_help_panel=opt.SERVER),
@@ -89,7 +91,7 @@ def eval_(
     """Run the benchmarks, score them and write the report into --out."""
     from codedance.eval.options import EvalConfig
     from codedance.eval.report import markdown
-    from codedance.eval.runner import run_eval
+    from codedance.eval.runner import load_data, run_eval
     from codedance.grading import JudgeClient
     from codedance.policy import PolicyError
 
@@ -110,6 +112,7 @@ def eval_(
     judge_client = None
     try:
         settings = cfg.run_settings()  # validates every setting before the server is contacted
+        loaded = load_data(settings)  # and the data (rows, columns, images)
         policy = server.policy(api_key)
         if not server.model:
             served = policy.list_models()
@@ -125,7 +128,7 @@ def eval_(
                       f"{'no tools' if cfg.no_tools else f'max {cfg.episode.max_turns} turns'}; scoring {cfg.scoring}; "
                       f"judge: {cfg.judge.model + ' at ' + cfg.judge.url if cfg.judge.url else 'none'}"
                       + (f"; {cfg.samples} samples per item" if cfg.samples > 1 else ""))
-        report = run_eval(policy, settings, out_dir, judge=judge_client,
+        report = run_eval(policy, settings, out_dir, judge=judge_client, loaded=loaded,
                           on_loaded=lambda spec, n: console.print(f"{spec.title}: {n} samples"))
         policy.close()
     except (OSError, ImportError) as exc:  # a data file that cannot be read, an optional library missing
@@ -136,7 +139,13 @@ def eval_(
             judge_client.close()
     console.print(markdown(report))
     console.print(f"report: {out_dir / 'report.html'}  trajectories: {out_dir / 'view' / 'index.html'}")
+    unjudged = [line for r in report.results for line in r.not_produced if "the judge did not answer" in line]
+    if unjudged:
+        console.print(f"[red]judged numbers not produced:[/red] the judge at {cfg.judge.url} did not answer; "
+                      f"start it and rerun the same command (only the unjudged samples are scored again)")
     failed = report.failed
+    if unjudged and not (report.stopped or failed):
+        raise typer.Exit(code=1)
     if report.stopped or failed:
         expected = sum(r.expected * r.samples_per_item for r in report.results)
         top = report.top_failure()

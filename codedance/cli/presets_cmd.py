@@ -46,5 +46,7 @@ def cp(name: str = typer.Argument(..., help="COMMAND/PRESET, e.g. train/tiny-cpu
         command, preset = owners[0], name
     if file.exists():
         raise SettingsError(f"{file} exists; choose another file")
+    if not file.parent.is_dir():
+        raise SettingsError(f"{file.parent} is not a folder; create it or choose another file")
     shutil.copyfile(preset_path(command, preset), file)
     make_console().print(f"copied {command}/{preset} to {file}")

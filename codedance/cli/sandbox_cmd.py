@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from codedance.cli.console import echo_untrusted, make_console, user_errors
+from codedance.cli.options import image_file
 from codedance.errors import SettingsError
 from codedance.rollout import EXEC_TIMEOUT_S
 
@@ -33,6 +34,7 @@ def check(
     from codedance.sandbox.promises import host_of
 
     console = make_console(stderr=as_json)
+    data = image_file(image) if image else None  # a bad image is the user's file, not a failed property
     try:
         normalize_requirement(require)
     except ValueError as exc:  # an unknown layer name
@@ -53,7 +55,6 @@ def check(
         console.print(f"[{colour}]{result.outcome:>7}[/{colour}]  {result.number}. {result.name} "
                       f"({result.seconds:.1f} s): {result.detail}")  # fmt: skip
 
-    data = image.read_bytes() if image else None
     results = check_sandbox(service=service, image=data, on_result=show)
     host = host_of(service)
     service.close()
@@ -107,8 +108,11 @@ def run(
         code = sys.stdin.read() if str(snippet) == "-" else snippet.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise SettingsError(f"cannot read the snippet {snippet}: {exc}") from None
+    if timeout <= 0:
+        raise SettingsError(f"--timeout must be above 0, got {timeout}")
+    images = [image_file(p) for p in image]
     try:
-        sandbox = Sandbox(images=image, timeout_s=timeout)
+        sandbox = Sandbox(images=images, timeout_s=timeout)
     except ValueError as exc:  # an --image that is not an image
         raise SettingsError(f"--image: {exc}") from None
     with sandbox:
@@ -145,3 +149,80 @@ def gc() -> None:
     swept = sweep()
     typer.echo(f"removed the leftovers of {len(swept)} dead sandbox service(s)"
                + (f": {', '.join(swept)}" if swept else ""))
+
+
+@app.command()
+@user_errors
+def serve(
+    socket_path: Path = typer.Option(Path("/run/codedance/sandbox.sock"), "--socket",
+                                     help="The Unix socket local clients connect to."),
+    allow_user: list[str] = typer.Option([], help="A local user (name or uid) allowed to use the service "
+                                         "(repeatable; root and the service's own user always are)."),
+    allow_group: list[str] = typer.Option([], help="A group whose members are allowed (repeatable)."),
+    socket_group: str = typer.Option(None, help="Make the socket file group-owned by this group, mode 0660 "
+                                     "(default: mode 0666; the allow-lists decide who is served)."),
+    tcp: str = typer.Option(None, help="Also listen on TCP at HOST:PORT, for clients on other hosts "
+                            "(needs --token-file)."),
+    token_file: Path = typer.Option(None, exists=True, dir_okay=False,
+                                    help="'NAME TOKEN' per line (mode 0600): the bearer tokens TCP clients show."),
+    tls_cert: Path = typer.Option(None, exists=True, dir_okay=False, help="Serve TCP over TLS with this certificate."),
+    tls_key: Path = typer.Option(None, exists=True, dir_okay=False, help="... and this private key."),
+    client_sandboxes: int = typer.Option(2048, min=1, help="Live sandboxes one client may hold."),
+    client_memory_mib: int = typer.Option(None, min=1, help="Sum of Limits.memory over one client's live "
+                                          "sandboxes, in MiB (default: no bound)."),
+    memory_total_mib: int = typer.Option(None, min=1, help="Memory of all trajectories together, in MiB "
+                                         "(default: 85 % of the host's or the container's)."),
+    require: str = typer.Option(None, help="Refuse to start below this isolation: 'full' or a comma list."),
+) -> None:
+    """Run the sandbox controller for this host: unprivileged trainers, eval and curate use it
+    with CODEDANCE_SANDBOX_URL=unix://SOCKET (or http(s)://HOST:PORT and CODEDANCE_SANDBOX_TOKEN)."""
+    import asyncio
+    import signal
+
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        raise SettingsError("`sandbox serve` needs aiohttp: pip install 'codedance[serve]'") from None
+    from codedance.sandbox import SandboxService
+    from codedance.sandbox.isolation import normalize_requirement
+    from codedance.sandbox.remote.peers import LocalPolicy, Tokens, gid_of, uid_of
+    from codedance.sandbox.remote.server import Listen, Quotas, SandboxServer, claim_socket_path
+    from codedance.sandbox.remote.server import serve as serve_forever
+
+    try:
+        normalize_requirement(require)
+        policy = LocalPolicy(frozenset(uid_of(u) for u in allow_user), frozenset(gid_of(g) for g in allow_group))
+        group = gid_of(socket_group) if socket_group else None
+        tokens = Tokens.read(token_file) if token_file else None
+    except (ValueError, OSError) as exc:
+        raise SettingsError(str(exc)) from None
+    host, port = None, 0
+    if tcp:
+        host, _, port_text = tcp.rpartition(":")
+        if not host or not port_text.isdigit():
+            raise SettingsError(f"--tcp {tcp!r}: expected HOST:PORT, e.g. 0.0.0.0:8765")
+        if tokens is None:
+            raise SettingsError("--tcp needs --token-file: TCP clients are known only by their token")
+        port = int(port_text)
+    if bool(tls_cert) != bool(tls_key):
+        raise SettingsError("--tls-cert and --tls-key go together")
+    quotas = Quotas(sandboxes=client_sandboxes, memory=client_memory_mib << 20 if client_memory_mib else None)
+    listen = Listen(str(socket_path), 0o660 if group is not None else 0o666, group, host, port,
+                    str(tls_cert) if tls_cert else None, str(tls_key) if tls_key else None)
+    socket_path.parent.mkdir(parents=True, exist_ok=True)
+    claim_socket_path(str(socket_path))  # a live service there: one line, before starting ours
+    service = SandboxService(memory_total=memory_total_mib << 20 if memory_total_mib else None)
+    try:
+        service.isolation.require(require)
+        server = SandboxServer(service, policy=policy, tokens=tokens, quotas=quotas)
+
+        async def main() -> None:
+            stop = asyncio.Event()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+            await serve_forever(server, listen, stop, on_ready=lambda urls: print(
+                f"{service.isolation.describe()}\nserving sandboxes on {' and '.join(urls)}", flush=True))
+
+        asyncio.run(main())
+    finally:
+        service.close()

@@ -54,7 +54,7 @@ class SolveConfig:
 
 
 @app.command()
-@user_errors
+@user_errors(interrupted="interrupted: the turns so far are saved in --out; solve does not resume (a rerun starts over)")
 def solve(
     overrides: opt.Overrides = None,
     config: list[str] = typer.Option([], "-c", "--config", metavar="FILE", help="A YAML file of settings (repeatable)."),
@@ -93,8 +93,10 @@ def solve(
     if not cfg.server.url or not image or not question:
         raise SettingsError("give the server, the image(s) and the question: --model URL --image FILE --question TEXT")
     out_dir = out or Path(f"solve-{time.strftime('%Y%m%d-%H%M%S')}")
+    if (out_dir / "trajectories.jsonl").exists():
+        raise SettingsError(f"--out {out_dir} already holds a solve run; give another folder (solve does not resume)")
     try:
-        images = tuple(image_from_bytes(p.read_bytes(), origin=f"input:{k}") for k, p in enumerate(image))
+        images = tuple(image_from_bytes(opt.image_file(p), origin=f"input:{k}") for k, p in enumerate(image))
         episode_config = cfg.episode.episode_config(profiles=cfg.profiles or None)  # a bad profile: before the server
         policy = cfg.server.policy(api_key, seed=cfg.seed, top_p=cfg.top_p)
         if not cfg.server.model:

@@ -4,7 +4,8 @@
     codedance verl train --preset cpu-smoke out_dir=runs/verl-cpu [steps=N] [hydra overrides...]
 
 GPU runs launch with ``scripts/train_verl.sh`` and a preset from ``codedance/presets/verl``.
-``train`` exits with verl's exit code, or 2 on a setting error. Needs the ``train`` extra.
+``train`` exits with verl's exit code, or 2 on a setting error; both exit 130 when interrupted
+(Ctrl-C, SIGTERM). Needs the ``train`` extra.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections import Counter
 from pathlib import Path
 
 import typer
+
+from codedance.cli.console import user_errors
 
 app = typer.Typer(help="RL on verl: data preparation and local runs.", no_args_is_help=True)
 
@@ -23,6 +26,7 @@ def _group() -> None:
 
 
 @app.command("prepare-data")
+@user_errors
 def prepare_data(
     out: Path = typer.Option(..., help="Folder for train.parquet and val.parquet."),
     n_train: int = typer.Option(2048, help="Training tasks from the synthetic world."),
@@ -44,6 +48,7 @@ def prepare_data(
 
 
 @app.command("train", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@user_errors
 def train(
     ctx: typer.Context,
     preset: str = typer.Option("cpu-smoke", help="Local preset: cpu-smoke (GRPO on the CPU backend)."),

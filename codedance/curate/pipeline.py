@@ -67,6 +67,7 @@ from codedance.curate.report import write_report
 from codedance.curate.sources import Item, check_sources, iter_items
 from codedance.curate.verification import verify
 from codedance.policy.base import PolicyError
+from codedance.progress import clock
 from codedance.records import (
     ImageStore,
     append_jsonl,
@@ -90,15 +91,17 @@ class CurateResult:
 
 
 class Progress:
-    """``stage: done/total`` lines on `stream`: ``done`` items with a record of the stage, of
-    ``total`` items that reached it, about every 5 % of the items read so far and at the end (the
-    total grows while the sources are still being read)."""
+    """One line on `stream` about every 5 % of the items read so far and at the end: items read
+    and finished, then ``stage done/total`` for each stage (``done`` items with a record of the
+    stage, of ``total`` that reached it; the totals grow while the sources are still being read),
+    and the elapsed time."""
 
     def __init__(self, stages: tuple[str, ...], stream: TextIO | None) -> None:
         self.stages, self.stream = stages, stream
         self.done = dict.fromkeys(stages, 0)
         self.total = dict.fromkeys(stages, 0)
         self.read = self.finished = 0
+        self.began = time.monotonic()
 
     def reached(self, stage: str) -> None:
         self.total[stage] += 1
@@ -113,8 +116,9 @@ class Progress:
 
     def show(self) -> None:
         if self.stream is not None:
-            for stage in self.stages:
-                print(f"{stage}: {self.done[stage]}/{self.total[stage]}", file=self.stream, flush=True)
+            stages = ", ".join(f"{stage} {self.done[stage]}/{self.total[stage]}" for stage in self.stages)
+            print(f"curate: {self.finished}/{self.read} items finished; {stages} "
+                  f"(elapsed {clock(time.monotonic() - self.began)})", file=self.stream, flush=True)
 
 
 def stage_path(out: Path, stage: str) -> Path:

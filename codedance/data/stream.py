@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Iterator, Sequence
 from pathlib import Path
 
+from codedance.messages import shorten
+
 
 class InputError(ValueError):
     """Bad input paths or columns; the message says what to pass instead."""
@@ -49,10 +51,15 @@ def parquet_files(paths: Sequence[str | Path]) -> list[Path]:
 
 def check_columns(files: Sequence[Path], required: Sequence[str]) -> None:
     """Raise `InputError` naming the first file that lacks one of `required`."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     for file in files:
-        names = set(pq.read_schema(file).names)
+        try:
+            names = set(pq.read_schema(file).names)
+        except (pa.ArrowException, OSError) as exc:  # not parquet, or cut short (an interrupted download)
+            raise InputError(f"{file} is not a readable parquet file ({shorten(str(exc), 120)}); "
+                             "a truncated download?") from None
         missing = [c for c in required if c not in names]
         if missing:
             raise InputError(f"{file} has no column {missing[0]!r} (columns: {sorted(names)}); "

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codedance.data import ledger
+from codedance.errors import SettingsError
 from codedance.prompts.profiles import NO_OUTPUT_HINT, RELEASE_REMINDER
 from codedance.records import ImageStore, trajectory_from_json
 from codedance.rollout import EXEC_TIMEOUT_S
@@ -224,6 +225,23 @@ def _count_lines(path: Path) -> int:
         return sum(1 for line in f if line.strip())
 
 
+def check_options(*, concurrency: int = 2, tolerance: float = 0.02, timeout_s: float = 15.0,
+                  limit: int | None = None) -> None:
+    """Refuse settings that cannot work (`SettingsError` naming the option) before a sandbox
+    starts: no concurrency would wait forever for a free slot, a negative one cannot make one."""
+    problems = []
+    if concurrency < 1:
+        problems.append(f"--concurrency must be at least 1, got {concurrency}")
+    if not 0 <= tolerance <= 1:
+        problems.append(f"--tolerance must be between 0 and 1, got {tolerance}")
+    if timeout_s <= 0:
+        problems.append(f"--timeout-s must be above 0, got {timeout_s}")
+    if limit is not None and limit < 1:
+        problems.append(f"--limit must be at least 1, got {limit}")
+    if problems:
+        raise SettingsError("; ".join(problems))
+
+
 async def averify_dir(out: str | Path, *, concurrency: int = 2, tolerance: float = 0.02,
                       timeout_s: float = EXEC_TIMEOUT_S, limit: int | None = None,
                       progress: Callable[[int, int], None] | None = None) -> VerifyResult:
@@ -231,6 +249,7 @@ async def averify_dir(out: str | Path, *, concurrency: int = 2, tolerance: float
     at most `concurrency` trajectories (and sandbox steps) at once."""
     from codedance.sandbox import SandboxPool
 
+    check_options(concurrency=concurrency, tolerance=tolerance, timeout_s=timeout_s, limit=limit)
     out = Path(out)
     records = out / "trajectories.jsonl"
     if not records.exists():

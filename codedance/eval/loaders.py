@@ -218,6 +218,36 @@ CONVERTERS: dict[str, Callable[[BenchmarkSpec, RawItem, int], Task]] = {
 }
 
 
+# columns each converter reads that no row can do without (``a|b``: either); the image is checked
+# apart (a TSV's ``image`` / ``image_path``, an export's ``image`` / ``images``)
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "countbench": ("question", "answer|number"), "pixmocount": ("label", "count|answer"),
+    "mcq": ("question", "answer", "A"), "hrbench": ("question", "answer", "A"), "chartqa": ("question", "answer"),
+    "charxiv": ("question", "answer", "grading_query"), "mathvista": ("question", "answer"),
+    "mathvision": ("question", "answer"), "mathverse": ("question", "answer"), "wemath": ("question", "answer"),
+    "tasks": (),
+}
+
+
+def check_items(spec: BenchmarkSpec, items: list[RawItem], source: str) -> None:
+    """Refuse a data file that cannot give one scorable sample, before a run folder is written:
+    no rows, a required column that no row has, rows without images, or a first row its
+    converter cannot read. ``source`` names the file in the `DataError`."""
+    if not items:
+        raise DataError(f"{spec.title}: {source} has no rows (is it the benchmark's file?)")
+    present = set().union(*(item.fields for item in items))
+    missing = [c for c in REQUIRED[spec.scorer] if not any(a in present for a in c.split("|"))]
+    if missing:
+        names = ", ".join(repr(c.replace("|", "' or '")) for c in missing)
+        raise DataError(f"{spec.title}: {source} has no column {names} (columns: {', '.join(sorted(present)) or 'none'})")
+    if spec.scorer != "tasks" and not any(item.images for item in items):
+        raise DataError(f"{spec.title}: {source} has no images (an 'image' column of base64 images, or 'image_path')")
+    try:
+        to_task(spec, items[0], 0, images=False)
+    except (DataError, ValueError, KeyError, SyntaxError) as exc:
+        raise DataError(f"{spec.title}: {source}, row 0 cannot be read: {exc}") from None
+
+
 def read_items(spec: BenchmarkSpec, *, lmu_dir: str | Path | None, path: str | Path | None = None,
                split: str = "", limit: int | None = None) -> list[RawItem]:
     """The benchmark's raw rows from ``path`` (TSV, HF export, MATH-V folder, or for ``tasks`` a

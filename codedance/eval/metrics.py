@@ -21,7 +21,7 @@ import json
 from collections import defaultdict
 from collections.abc import Sequence
 
-from codedance.eval.spec import BenchmarkSpec, SampleScore
+from codedance.eval.spec import JUDGE_UNREACHABLE, BenchmarkSpec, SampleScore
 from codedance.types import Task
 
 Breakdown = tuple[str, tuple[tuple[str, float | None, int], ...]]
@@ -127,9 +127,17 @@ def benchmark_metrics(spec: BenchmarkSpec, tasks: Sequence[Task], scores: Sequen
     }
     not_produced = ()
     if pending:
-        steps = sorted({s.pending for s in pending})
-        not_produced = ((f"accuracy: {len(pending)} of {len(scores)} samples need a judge ({', '.join(steps)}); "
-                        f"rerun with --judge URL"),)
+        unjudged = [s for s in pending if s.pending.startswith(JUDGE_UNREACHABLE)]
+        steps = sorted({s.pending for s in pending if s not in unjudged})
+        parts = []
+        if unjudged:  # --judge was given: telling the user to pass it would mislead
+            parts.append(f"accuracy: {len(unjudged)} of {len(scores)} samples were not judged: the judge did not "
+                         f"answer ({unjudged[0].pending.removeprefix(JUDGE_UNREACHABLE).strip(' ()')}); start it and "
+                         f"rerun the same command")
+        if steps:
+            parts.append(f"accuracy: {len(pending) - len(unjudged)} of {len(scores)} samples need a judge "
+                         f"({', '.join(steps)}); rerun with --judge URL")
+        not_produced = tuple(parts)
     breakdowns = [_by(by_id, scores, field, multi) for field, multi in BREAKDOWNS.get(spec.scorer, ())]
     if spec.scorer == "hrbench":
         averages, cycle_rows = hrbench_metrics(by_id, scores)

@@ -24,6 +24,7 @@ from codedance.eval.agent_stats import AgentSummary, agent_stats, group_rows, to
 from codedance.eval.intervals import bootstrap, outside, pass_at_k, wilson
 from codedance.eval.metrics import BREAKDOWNS, Breakdown, benchmark_metrics
 from codedance.eval.spec import BENCHMARKS, BenchmarkSpec, SampleScore
+from codedance.messages import shorten
 from codedance.runs.rundir import episode_key
 from codedance.types import Task, Trajectory
 
@@ -98,7 +99,7 @@ def _reason(error: str) -> str:
     kind, _, message = error.partition(": ")
     if kind == "UnreadableImage":
         return "UnreadableImage: image is not a readable image"
-    return f"{kind}: {message[:120]}"
+    return f"{kind}: {shorten(message, 120)}"
 
 
 def _group_fields(spec: BenchmarkSpec) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ never the benchmark.
 
 Settings are checked when `EvalSettings` is made (`check_settings`); the data is read before
 ``run.json`` is written. ``samples`` > 1 runs k samples per item (keys ``<task>#0`` ... ``#k-1``).
-``stop_after_connection_failures`` consecutive connection failures stop the episodes early (the
+``stop_after_connection_failures`` consecutive server failures (`codedance.runs.batch.server_fault`) stop the episodes early (the
 report says so; a rerun resumes). ``scoring`` is ``vlmevalkit`` or ``strict``
 (`codedance.eval.scoring`); changing it rescores the saved trajectories.
 No-tools mode (`no_tools_config`): one turn, a prompt without the code instruction, no sandbox.
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codedance.errors import DataError, SettingsError
-from codedance.eval.loaders import prepare_items, to_task
+from codedance.eval.loaders import check_items, prepare_items, to_task
 from codedance.eval.scoring import score_sample
 from codedance.eval.sources import RawItem
 from codedance.eval.spec import BenchmarkSpec, SampleScore
@@ -167,14 +167,22 @@ def claim_run(out: Path, settings: EvalSettings) -> RunDir:
     return run
 
 
-def _task_or_failure(spec: BenchmarkSpec, item: RawItem, n: int) -> tuple[str, Task | str]:
+def data_source(spec: BenchmarkSpec, settings: EvalSettings) -> str:
+    """The file or folder a benchmark is read from, as messages name it."""
+    path = dict(settings.data_paths).get(spec.name)
+    if path is not None:
+        return str(path)
+    return str(Path(settings.lmu_dir or ".") / f"{spec.vlmeval_name}.tsv")
+
+
+def _task_or_failure(spec: BenchmarkSpec, item: RawItem, n: int, source: str = "") -> tuple[str, Task | str]:
     """(task id, the task of one row or why its image cannot be used, naming the row and file)."""
     task_id = to_task(spec, item, n, images=False).id
     try:
         return task_id, to_task(spec, item, n)
     except (DataError, ValueError, OSError) as exc:
-        source = item.get("image_file") or item.get("image_path")
-        named = f" {source}" if source and len(source) < 200 else ""
+        image = item.get("image_file") or item.get("image_path")
+        named = f" {image}" if image and len(image) < 200 else f" of row {n} of {source}" if source else ""
         text = str(exc)
         reason = text.split("cannot be decoded: ", 1)[-1]
         return task_id, f"{task_id}: image{named} is not a readable image ({reason[:200]})"
@@ -196,7 +204,7 @@ async def _episodes(policy: Policy, settings: EvalSettings, work: Sequence[tuple
         for start in range(0, len(work), chunk):
             tasks = []
             for spec, item, n in work[start:start + chunk]:
-                task_id, task = _task_or_failure(spec, item, n)
+                task_id, task = _task_or_failure(spec, item, n, data_source(spec, settings))
                 if isinstance(task, Task):
                     tasks.append(task)
                     continue
@@ -273,23 +281,34 @@ def score_all(out: Path, tasks: dict[str, tuple[BenchmarkSpec, Task]], judge: Ju
     return scores
 
 
-def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
-             make_runner: RunnerFactory | None = None, judge: JudgeClient | None = None,
-             on_loaded: Callable[[BenchmarkSpec, int], None] | None = None):
-    """Run, score and report; returns the `EvalReport` (see ``codedance.eval.report``).
-
-    The data is read before ``run.json`` is written, so a wrong path leaves no run folder."""
-    from codedance.eval.report import build_report
-    from codedance.eval.report_files import write_report
-
-    out = Path(out_dir)
+def load_data(settings: EvalSettings) -> list[tuple[BenchmarkSpec, list[RawItem]]]:
+    """Each benchmark's raw rows, read and checked (`check_items`: rows, required columns,
+    images, a readable first row); a `DataError` names the file and what is wrong."""
     paths = dict(settings.data_paths)
     loaded = []
     for spec in settings.benchmarks:
         items = prepare_items(spec, lmu_dir=settings.lmu_dir, path=paths.get(spec.name), limit=settings.limit,
                               pixmo_cache=settings.pixmo_cache, fetch_images=settings.fetch_images,
                               split=settings.tasks_split)
+        check_items(spec, items, data_source(spec, settings))
         loaded.append((spec, items))
+    return loaded
+
+
+def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
+             make_runner: RunnerFactory | None = None, judge: JudgeClient | None = None,
+             on_loaded: Callable[[BenchmarkSpec, int], None] | None = None,
+             loaded: list[tuple[BenchmarkSpec, list[RawItem]]] | None = None):
+    """Run, score and report; returns the `EvalReport` (see ``codedance.eval.report``).
+
+    The data (``loaded``, or `load_data` here) is read and checked before ``run.json`` is
+    written, so wrong data leaves no run folder; the command line loads it before it contacts
+    the server."""
+    from codedance.eval.report import build_report
+    from codedance.eval.report_files import write_report
+
+    out = Path(out_dir)
+    loaded = load_data(settings) if loaded is None else loaded
     run = claim_run(out, settings)
     done = run.keys()
     work, tasks = [], {}

@@ -38,7 +38,7 @@ from codedance.eval.judge_steps import (
     mathverse_consistent,
 )
 from codedance.eval.scoring_vlmevalkit import verdict as vlmevalkit_verdict
-from codedance.eval.spec import SampleScore
+from codedance.eval.spec import JUDGE_UNREACHABLE, SampleScore
 from codedance.grading import (
     JudgeClient,
     JudgeError,
@@ -51,6 +51,7 @@ from codedance.grading import (
 from codedance.grading.check import check_math
 from codedance.grading.numbers import parse_number
 from codedance.grading.vlmeval_rules import wemath_letter
+from codedance.messages import shorten
 from codedance.types import AnswerKind, Task, Trajectory
 
 
@@ -154,9 +155,9 @@ def score_sample(key: str, task: Task, trajectory: Trajectory, judge: JudgeClien
             return result(correct, rule, how, pending, failure, **extras)
         return _strict(task, answer, judge, scorer, result)
     except JudgeUnavailableError as exc:
-        return result(None, False, "none", pending=f"judge unreachable ({str(exc)[:120]})")
+        return result(None, False, "none", pending=f"{JUDGE_UNREACHABLE} ({shorten(str(exc), 120)})")
     except JudgeError as exc:  # an HTTP error or an unparseable reply: 0 for this sample, counted
-        return result(False, False, "judge", failure=f"{type(exc).__name__}: {str(exc)[:200]}")
+        return result(False, False, "judge", failure=f"{type(exc).__name__}: {shorten(str(exc), 200)}")
 
 
 def _kind_rule(task: Task, answer: str, judge: JudgeClient | None, result) -> SampleScore:

@@ -76,8 +76,13 @@ def read_tsv(path: str | Path) -> list[RawItem]:
 
 
 def _tsv_rows(path: Path) -> Iterator[dict[str, str]]:
-    with open(path, encoding="utf-8", newline="") as f:
-        yield from csv.DictReader(f, delimiter="\t")
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            yield from csv.DictReader(f, delimiter="\t")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not a VLMEvalKit TSV file (not UTF-8 text at byte {exc.start})") from None
+    except csv.Error as exc:
+        raise DataError(f"{path}: not a VLMEvalKit TSV file ({exc})") from None
 
 
 def iter_tsv(path: str | Path) -> Iterator[RawItem]:

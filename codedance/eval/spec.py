@@ -18,6 +18,7 @@ from codedance.errors import SettingsError
 JUDGE_NONE = "none"  # the official metric is rule-based
 JUDGE_FALLBACK = "fallback"  # rule first; the judge extracts the answer where the rule fails
 JUDGE_ONLY = "only"  # the official metric is a judge verdict
+JUDGE_UNREACHABLE = "judge unreachable"  # a pending score's reason when --judge was given and never answered
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from codedance.messages import error_text
 from codedance.policy.base import (
     Completion,
     ContextOverflowError,
@@ -101,7 +102,7 @@ def _error_for(status: int, body: str, url: str, model: str) -> PolicyHTTPError:
         return ImageLimitError(f"too many images for the server at {url}: {body[:300]} (start vLLM with a "
                                f"larger --limit-mm-per-prompt, or lower the per-trajectory image cap)", status, body)
     if status in (400, 413, 422) and any(marker in lowered for marker in _OVERFLOW_MARKERS):
-        return ContextOverflowError(f"context overflow at {url}: {body[:500]}", status, body)
+        return ContextOverflowError(f"context overflow at {url}: {error_text(body, 500)}", status, body)
     if status == 404 or (status == 400 and "model" in lowered and "not exist" in lowered):
         if "model" in lowered:
             return ModelNotFoundError(
@@ -112,8 +113,8 @@ def _error_for(status: int, body: str, url: str, model: str) -> PolicyHTTPError:
             )
         return PolicyHTTPError(f"404 from {url}: is this an OpenAI-compatible /v1 endpoint?", status, body)
     if status in (401, 403):
-        return PolicyHTTPError(f"{status} from {url}: check the API key. {body[:300]}", status, body)
-    return PolicyHTTPError(f"HTTP {status} from {url}: {body[:500]}", status, body)
+        return PolicyHTTPError(f"{status} from {url}: check the API key. {error_text(body)}", status, body)
+    return PolicyHTTPError(f"HTTP {status} from {url}: {error_text(body, 500)}", status, body)
 
 
 def _token_ids_from_logprobs(content: list[Mapping[str, Any]]) -> tuple[int, ...]:

@@ -31,6 +31,7 @@ _STATUS_ERRORS = {
     ExecStatus.OOM: ("MemoryError", "The code ran out of memory."),
     ExecStatus.REFUSED: ("Refused", "The sandbox refused to run or keep this step."),
     ExecStatus.ERROR: ("Error", "The code raised an error."),
+    ExecStatus.LOST: ("SandboxLost", "The sandbox was lost; its variables and files are gone."),
 }
 
 

@@ -10,8 +10,9 @@ task, trajectory)`` is awaited first (synth verifies there) and the trajectory i
 it returns True. A rerun skips every key already saved (or every key in ``done``, when given:
 synth counts a task done once it has a verdict). An episode that raises
 (unreachable server, a runner that cannot start, ...) is logged to ``failures.jsonl`` and the
-batch goes on; a rerun tries it again. With ``stop_after`` set, that many consecutive
-`PolicyConnectionError`s (the server is gone; each already retried by the policy) stop the batch:
+batch goes on; a rerun tries it again. With ``stop_after`` set, that many consecutive server
+faults (`server_fault`: a `PolicyConnectionError`, or HTTP 429 / 5xx; each already retried by the
+policy, so the server is gone or overloaded) stop the batch:
 episodes not yet started are not run, ``BatchSummary.stopped`` says why, and a rerun resumes.
 ``on_trajectory`` / ``on_failure`` see each episode as it ends; `BatchProgress` is the progress
 bar every command shows (done/total, failures, elapsed and remaining time).
@@ -29,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from codedance.policy.base import Policy, PolicyConnectionError
+from codedance.messages import shorten
+from codedance.policy.base import Policy, PolicyConnectionError, PolicyHTTPError
 from codedance.rollout import CodeRunner, Episode, EpisodeConfig, EpisodeFactory, adrive_episode
 from codedance.runs.rundir import RunDir, episode_key
 from codedance.types import Image, Task, Trajectory
@@ -79,6 +81,10 @@ class BatchProgress:
     def done(self, *_: object) -> None:
         self.bar.advance(self.task)
 
+    def set(self, done: int) -> None:
+        """Show ``done`` finished (for loops that learn the count, not each episode)."""
+        self.bar.update(self.task, completed=done)
+
     def failed(self, *_: object) -> None:
         self.failures += 1
         self.bar.update(self.task, advance=1, failed=self.failures)
@@ -90,6 +96,14 @@ class BatchProgress:
 def finished_keys(out_dir: str | Path) -> set[str]:
     """Keys already in ``out_dir/trajectories.jsonl``."""
     return RunDir(out_dir).keys()
+
+
+def server_fault(exc: BaseException) -> bool:
+    """Whether an episode failed because of the server, not the sample: unreachable, or an
+    overload / server error still there after the policy's retries (a 503-answering server
+    would otherwise be retried sample after sample to the end)."""
+    return isinstance(exc, PolicyConnectionError) or (
+        isinstance(exc, PolicyHTTPError) and (exc.status == 429 or exc.status >= 500))
 
 
 async def arun_batch(
@@ -120,7 +134,7 @@ async def arun_batch(
     semaphore = asyncio.Semaphore(concurrency)
     failures: list[tuple[str, str]] = []
     finished = 0
-    down = 0  # consecutive connection failures
+    down = 0  # consecutive server faults
     stopped = ""
     started = time.monotonic()
     bar = BatchProgress(len(todo)) if progress and todo else None
@@ -150,9 +164,9 @@ async def arun_batch(
                 message = f"{type(exc).__name__}: {exc}"
                 failures.append((key, message))
                 run.fail(key, message)
-                down = down + 1 if isinstance(exc, PolicyConnectionError) else 0
+                down = down + 1 if server_fault(exc) else 0
                 if stop_after is not None and down >= stop_after and not stopped:
-                    stopped = f"{down} consecutive connection failures (last: {message[:200]})"
+                    stopped = f"{down} consecutive server failures (last: {shorten(message, 200)})"
                 if on_failure is not None:
                     on_failure(key, message)
                 if bar is not None:

@@ -10,7 +10,9 @@ running steps), ``service`` (the jailed zygote), ``runtime`` (the processes in t
 ``guards`` (rlimits, uids, seccomp), ``cgroups``, ``procs`` (pidfds), ``files`` (atomic working directories),
 ``capture`` (output and images), ``execution`` (running a snippet), ``remover`` (closed sandboxes'
 directories, off ``close()``), ``isolation`` (what the host
-allows), ``checks`` (the contract checks behind ``codedance sandbox check``).
+allows), ``checks`` (the contract checks behind ``codedance sandbox check``), ``remote`` (the
+sandbox service, ``codedance sandbox serve``, and its clients: ``Sandbox(url=...)``,
+``SandboxPool(url=...)``, ``CODEDANCE_SANDBOX_URL``).
 """
 
 import importlib

@@ -15,21 +15,21 @@ starts waiting, and when the group's charge crosses ``memory_total`` less a marg
 its last committed step answered (`Sandbox.memory_growth`: what its running step added, and
 anything after that answer or between steps; committed state is never taken; tmpfs files and
 the rest each count alone, so files a step deletes never hide what its holder takes as
-anonymous memory: red team, stop 24b) and makes it give memory back (`Sandbox.yield_memory`). The mark is lowered to what the trajectory holds after
+anonymous memory) and makes it give memory back (`Sandbox.yield_memory`). The mark is lowered to what the trajectory holds after
 each run, and whenever it is idle (a run's start, the idle freezer's look, the arbiter's): a
 holder replaced by a commit frees its memory only when it exits, after the mark was taken, and
-that is no credit to grow by (red team, stop 22). The measure leaves out kernel memory
+that is no credit to grow by. The measure leaves out kernel memory
 (`TrajectoryCgroup.memory_measure`: cgroup v1 does not tell its reclaimable cache, such as
 negative dentries, from what is not, such as the inodes of files that exist); a running step's
 kernel memory gained (when positive) is added only for ranking while the group is out of memory,
-when the kernel has already reclaimed what cache it could (red team, stop 22: a step filling
-the service with empty files, ~1 KiB of inode and dentry each, read as growing 3 MiB).
+when the kernel has already reclaimed what cache it could (otherwise a step filling
+the service with empty files, ~1 KiB of inode and dentry each, reads as growing).
 Who may be picked (`rank_victims`):
 - while the group is *out of memory*: any running step (ranked by its growth with kernel
   memory), and any idle trajectory grown past ``IDLE_FLOOR_BYTES`` (8 MiB, kernel memory left
   out; an honest idle trajectory shows at most 2.6 MiB, its fresh spare's pages), ranked together
-  by growth: several idle trajectories each keeping growth under 32 MiB no longer make a
-  neighbour's smaller step pay (red team, stop 21b);
+  by growth: several idle trajectories each keeping growth under 32 MiB do not make a
+  neighbour's smaller step pay;
 - while it is merely *nearly full* (what it holds less its file cache and kernel memory within
   the margin; nothing waits yet, nothing has been reclaimed, a write may fail with ENOMEM): only
   a trajectory grown past ``SLACK_BYTES`` (32 MiB), kernel memory left out.
@@ -51,15 +51,15 @@ freed nothing) is lost at once: its step took memory that outlives the step's pr
 memory its holder keeps or takes, while the step deleted committed files), which nets out in
 every measure by kind.
 While closed sandboxes' files are being removed in the background (`remover`) the arbiter waits
-for them, up to ``FREEING_WAIT_S`` each time it is woken, before it chooses anyone (review, stop
-25: an honest step was stopped for memory that was on its way back).
+for them, up to ``FREEING_WAIT_S`` each time it is woken, before it chooses anyone (an
+honest step is not stopped for memory that is on its way back).
 While the victim is rolled back (its files are freed only by the restore) the arbiter waits for
 it rather than choosing someone else (a run between those moments, "wait", too); if it is still
 the largest grower ``ESCALATE_S`` after that, with more than ``SLACK_BYTES`` of growth and at
 least 90 % of what it had (it gave nothing back: its holder, or a process stuck in the kernel,
 keeps it), every process of it is killed and the trajectory is lost (thawed after the kill, as
 its restore may have frozen it; no one else is chosen until its run has unwound and its
-processes have exited: red team, stop 24b). An answered step may be
+processes have exited). An answered step may be
 stopped until its files are being saved (the trajectory then frozen); its commit fails as
 ``oom`` and nothing of it is kept. A victim chosen again in a later `run` is stopped again (when the
 service is full of committed state, every growing step ends as ``oom``). While pressure remains
@@ -71,7 +71,7 @@ holder that takes longer than that to exit still gives what it frees as credit d
 Memory taken as shared memory (a memfd, an unlinked file: by a patched holder, or by its step
 into one the holder keeps) while the step deletes committed files nets out against them until
 the trajectory's restore waits (above): a neighbour's step that grew meanwhile may be stopped
-first (rolled back, never lost; review, stop 24).
+first (rolled back, never lost).
 Kernel cache a trajectory held at its mark and the kernel
 reclaims during a step offsets that step's kernel memory gained (never its other growth). A
 step filling the group with kernel memory alone while nobody faults (nothing waits; the group is
@@ -109,7 +109,7 @@ SLACK_BYTES = 32 << 20
 # growth an idle trajectory may show while the group is out of memory without being lost: an
 # honest one shows a fresh spare's pages, at most 2.6 MiB measured across numpy, PIL, matplotlib,
 # failing, timed-out, over-limit, 100 MiB-state and million-object steps
-# (benchmarks/sandbox_idle_growth.py, cgroup v1, stop 22); three times that, so noise is never
+# (benchmarks/sandbox_idle_growth.py, cgroup v1); three times that, so noise is never
 # taken for growth, and k hostile idle trajectories keep at most k x 8 MiB past a smaller step
 IDLE_FLOOR_BYTES = 8 << 20
 ESCALATE_S = 5.0  # a victim that gave nothing back this long after its step was stopped loses its holder
@@ -174,13 +174,14 @@ class OomArbiter:
         another running step freed from its own committed state (it deleted committed files) and
         needs back if it is rolled back: the service would then hold more than ``memory_total``
         once those rollbacks are done. Memory a step frees counts as committed until that step
-        commits (red team, stop 22: a neighbour committed what an honest failing step had freed,
-        whose restore then found no memory and lost the trajectory)."""
+        commits (otherwise a neighbour commits what an honest failing step has freed, whose
+        restore then finds no memory and loses the trajectory).
+        Pinned by `tests/sandbox/test_charged_restores.py::test_a_neighbour_cannot_commit_what_a_failing_step_freed`."""
         owed = sum(other.memory_owed() for other in running if other is not committing)
         if owed <= 0:
             return False
         # page tables counted, never the rest of kernel memory: page tables filled what a
-        # neighbour's rollback needed (red team, stop 24a), and counting all of v1's kernel
+        # neighbour's rollback needed, and counting all of v1's kernel
         # memory let a step's negative dentries, cache, refuse every neighbour's commit
         tables = page_tables()
         return grown + tables > 0 and self._memory.held() + tables + owed > self._memory.limit
@@ -197,7 +198,8 @@ class OomArbiter:
             # the kernel says "out of memory" once per episode and "charged past the threshold"
             # only when crossing it: while either holds, look again now and then
             # poll, not select: a controller holding over 1,024 descriptors (a pool of a few
-            # hundred sandboxes) would get a ValueError, and no arbiter (red team, stop 25)
+            # hundred sandboxes) would get a ValueError, and no arbiter
+            # pinned by `tests/sandbox/test_memory_arbiter.py::test_the_arbiter_runs_in_a_controller_that_holds_over_1024_descriptors`
             readable = wait_any((self._memory.event, self._stop),
                                 None if look_again is None else time.monotonic() + look_again)
             if self._stop in readable:
@@ -231,7 +233,7 @@ class OomArbiter:
             charged_past, nearly_full = self._memory.fullness()
             # a restore the full group refused tries again within FULL_RETRY_S: once the group is
             # charged below the margin again, its next try fits (counting it longer stopped an
-            # honest step in the moment between a victim's kill and that try: red team, stop 24b)
+            # honest step in the moment between a victim's kill and that try)
             out_of_memory = self._memory.under_oom() or (self._restores_waiting > 0 and charged_past)
             if not out_of_memory and not nearly_full:
                 return WATCH_S if charged_past else None  # cache or kernel memory: may be reclaimed

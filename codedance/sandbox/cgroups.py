@@ -239,7 +239,7 @@ class MemoryMeasure(NamedTuple):
     """A trajectory's memory by kind, in bytes (`TrajectoryCgroup.memory_measure`). Kept apart
     so that one kind shrinking never hides another growing: a step that deletes committed files
     while its patched holder allocates as much shows no net growth, yet its rollback must write
-    the files back into memory the holder took (red team, stop 24b)."""
+    the files back into memory the holder took."""
 
     other: int  # what the kernel cannot reclaim without swap besides tmpfs files and locked pages: anonymous memory above all
     files: int  # tmpfs files (shmem): the working directory
@@ -358,9 +358,9 @@ class TrajectoryCgroup:
         self._frozen = False
         self._doomed = False  # every process killed for good (`kill_for_good`): never frozen again
         # the frozen flag and the freezer's state change together: a run's thread, the idle
-        # freezer and the OOM arbiter's escalation may race (review, stop 24: a thaw between the
-        # flag and the write left the group frozen with the flag saying thawed, and its killed
-        # processes alive until the controller exited)
+        # freezer and the OOM arbiter's escalation may race (a thaw between the
+        # flag and the write would leave the group frozen with the flag saying thawed, and its
+        # killed processes alive until the controller exited)
         self._freeze_lock = threading.Lock()
         self._freezer: tuple[int, int, bytes, bytes, bytes] | None = None
         self._memory_files: tuple[int, int] | None = None

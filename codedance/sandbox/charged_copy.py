@@ -6,7 +6,7 @@ trajectory's group is still charged to the controller: measured). A restore writ
 controller was therefore charged to the controller, outside ``memory_total`` and unseen by the OOM
 arbiter: a hostile trajectory could commit files, fail steps that delete them, and so move its
 committed files out of its own charge, then fill the tmpfs pool until an honest neighbour's
-restore failed with ENOSPC and that neighbour was lost (red team, stop 21).
+restore failed with ENOSPC and that neighbour was lost.
 
 So a restore writes through a helper process: it creates the files and directories the restore
 puts back (one name at a time, relative to a directory descriptor the controller opened, with the
@@ -15,8 +15,8 @@ it copies each file's data between two descriptors (the store's file, opened by 
 read-only, and the new or rewritten one). It has joined the trajectory's memory cgroup for the
 restore (writing its own pid to the group's ``cgroup.procs``, about 0.1 ms) and goes back to the
 controller's group after. Pages, inodes and dentries it made stay charged to the trajectory (v1
-moves no charge with a process; red team, stop 23b: entries the controller re-created were
-charged to it, ~14 MiB per trajectory outside ``memory_total``). The helper is ours (root,
+moves no charge with a process: entries the controller re-created would be charged to the
+controller, outside ``memory_total``). The helper is ours (root,
 outside the jail, started with ``python -I -S`` on this file, which imports only the standard
 library); it resolves no path and is sent descriptors only by the controller. Every reply is
 awaited until the restore's deadline: a helper that has not answered by then (asleep in the
@@ -436,9 +436,10 @@ def _rank_self(oom_score_adj: int) -> None:
     """Take the holders' ``oom_score_adj`` (-1000 where allowed: with CAP_SYS_RESOURCE; else it
     stays at 0, as holders do): in a trajectory's group during a restore, a helper at 0 beside
     holders at -1000 would be the kernel's only OOM choice there, a root process outside the jail
-    killed for the trajectory (red team, stop 24). Done by the helper itself, before its first
+    killed for the trajectory. Done by the helper itself, before its first
     answer: the controller's thread that starts it may be acting as a trajectory (its file-system
-    uid), which /proc refuses (review, stop 24: seen on cgroup v2, helpers stayed at 0)."""
+    uid), which /proc refuses (the helper would stay at 0).
+    Pinned by `tests/sandbox/test_charged_restores.py::test_the_helper_ranks_with_the_holders_for_the_oom_killer`."""
     with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as handle:
         handle.write(str(oom_score_adj))
 

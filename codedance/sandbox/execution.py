@@ -21,7 +21,8 @@ SNIPPET_FILENAME = "<snippet>"
 # snippets up to this many characters are checked for doing nothing (`executes_nothing`) by the
 # controller; longer ones by the step that runs them, with its own CPU and memory: a parse holds
 # the controller's GIL, and 1 MiB of ``a;`` took seconds and ~0.9 GB there while every other
-# trajectory's controller thread waited (red team, stop 25)
+# trajectory's controller thread waited
+# pinned by `tests/sandbox/test_api.py::test_a_long_snippet_is_checked_for_doing_nothing_by_its_step_not_the_controller`
 CONTROLLER_PARSE_CHARS = 16_384
 
 

@@ -32,9 +32,8 @@ What makes it safe against a hostile trajectory (one whose processes race the co
 - **Every entry is counted** (of any type) against the entry limit, directories are bounded in
   depth, and files must belong to the trajectory's uid (a hard link to someone else's file is
   refused). A file with more than one name (hard links) is refused too: the store would keep a
-  copy per name and a restore write one (red team, stop 23: 1,000 links to one 256 KiB file took
-  250 MiB of the host's disk; a byte appended to a file with 300 links needed 300 MiB to roll
-  back). A file counts its length plus any space allocated past its end (``fallocate`` with
+  copy per name and a restore write one (a thousand links to one file take a thousand copies of the
+  host's disk; a byte appended to a file with n links needs n copies to roll back). A file counts its length plus any space allocated past its end (``fallocate`` with
   ``KEEP_SIZE``).
 - **After a restore the manifest is what the controller wrote** (``fstat`` of the files it
   created), never a re-scan of a directory the trajectory can change.
@@ -105,8 +104,9 @@ class DeadlinePassed(Exception):
 
 class _Clock:
     """Counts entries; every ``_CHECK_EVERY`` of them, raises `DeadlinePassed` past ``deadline``
-    and InterruptedError once ``stop()`` (the sandbox is closing: red team, stop 25, a restore
-    of half a million directories ran on for the run's whole recovery time after close())."""
+    and InterruptedError once ``stop()`` (the sandbox is closing: otherwise a restore
+    of half a million directories runs on for the run's whole recovery time after close()).
+    Pinned by `tests/sandbox/test_units.py::test_a_closing_sandboxs_checkpoint_and_restore_stop_walking`."""
 
     def __init__(self, deadline: float | None, stop: Callable[[], bool] | None = None):
         self.deadline, self.stop, self.count = deadline, stop, 0
@@ -179,7 +179,7 @@ def acting_as(owner: tuple[int, int] | None) -> Iterator[None]:
     Finalizers the cyclic garbage collector runs in this thread meanwhile run as root
     (`_collect_as_root`): any object of the controller's process may be collected in any thread,
     and a `Sandbox` dropped unclosed closed itself as the trajectory, could not remove its
-    cgroups and files, and left them (red team, stop 25)."""
+    cgroups and files, and left them."""
     if owner is None or os.geteuid() != 0:
         yield
         return
@@ -294,7 +294,7 @@ def remove(dir_fd: int, name: str, clock: _Clock | None = None, is_dir: bool = F
 
     Each directory is listed once, as it is emptied (a listing is held open per level while
     a subdirectory is removed, not started over: that cost one read of a whole batch of names per
-    subdirectory, and a wide tree of them 23× the time: red team, stop 26); an empty
+    subdirectory, and a wide tree of them many times the time); an empty
     subdirectory goes with one ``rmdir``. Entries that appear behind a listing (a subtree lifted
     to the top, or a process still writing) are found by listing again when the directory will
     not go."""
@@ -476,8 +476,9 @@ class StoreBudget:
     (the host's disk under ``TMPDIR``, not the memory-charged work root): entries and bytes.
     Each checkpoint claims its trajectory's new totals before it copies anything; a claim that
     does not fit refuses the commit (the trajectory is kept). Without it, n trajectories may keep
-    n × ``Limits.workdir_files`` entries there (red team, stop 23: ~1,550 trajectories of empty
-    files would use up this host's inodes, and then every checkpoint, and the host, fail)."""
+    n × ``Limits.workdir_files`` entries there (on a small disk, some
+    thousand trajectories of empty files use up the host's inodes, and then every checkpoint,
+    and the host, fail)."""
 
     SHARE = 0.5  # of the file system's free space and free inodes when the service starts
     NAME_ALLOWANCE = 64  # bytes a name takes in its directory, besides twice its length (see `cost`)
@@ -500,8 +501,8 @@ class StoreBudget:
         file system's own map of a large file, the store's own directory, and for each name its
         directory's space: 64 bytes plus twice the name's length (ext4 keeps 8 bytes plus the
         name per entry, and a split of an indexed directory leaves its blocks half full). File
-        lengths alone were not it (red team, stop 24b: 9,801 entries of one byte and long names
-        claimed 9,750 bytes and took 43 MB of the host's disk)."""
+        lengths alone are not it (thousands of one-byte entries with long names claim a few KB
+        and take tens of MB of the host's disk)."""
         block = self.block
         total = block
         for relative, entry in entries.items():
@@ -641,8 +642,9 @@ class WorkdirSnapshot:
         clock = _Clock(deadline, self.stop)
         self._remove_strays(clock, opened_up)
         # directories the first pass opened up are compared with their mode from before: an
-        # untouched read-only directory is not re-copied (red team, stop 23: a log the holder kept
-        # open in one then wrote to a removed file)
+        # untouched read-only directory is not re-copied (a log the holder keeps
+        # open in one would then write to a removed file)
+        # pinned by `tests/sandbox/test_contract.py::test_a_file_kept_open_in_a_read_only_directory_survives_a_rollback`
         modes_before = {os.fstat(fd).st_ino: mode for fd, mode in opened_up}
         children: dict[str, list[str]] = {}
         for relative in self.manifest:
@@ -692,16 +694,16 @@ class WorkdirSnapshot:
     def _remove_strays(self, clock: _Clock, opened_up: list[tuple[int, int]]) -> None:
         """First pass of a restore, over the whole tree: remove what the checkpoint does not have
         (new entries, replaced files, other kinds) and empty the files changed in place, so that
-        the copies of the second pass never need more memory than the checkpoint holds (red team,
-        stop 22: a step that deleted top-level files and wrote into a subdirectory, or emptied
-        one committed file and filled another, peaked at both while it was restored). Directories
+        the copies of the second pass never need more memory than the checkpoint holds (a
+        step that deleted top-level files and wrote into a subdirectory, or emptied one committed
+        file and filled another, would otherwise peak at both while it is restored). Directories
         whose mode changed are left to the second pass."""
         pending = [""]
         while pending:
             relative_dir = pending.pop()
             work_dir = self._enter(relative_dir, opened_up)
             try:  # each entry handled as it is listed: the controller holds no list of a directory
-                # (red team, stop 23: a million names cost it 390 MiB and ran 5 s past the deadline);
+                # (a list of a million names costs hundreds of MiB and seconds past the deadline);
                 # one that the listing misses as others are removed is the second pass's
                 with os.scandir(work_dir) as iterator:
                     for item in iterator:
@@ -717,7 +719,7 @@ class WorkdirSnapshot:
         relative = f"{relative_dir}/{item.name}" if relative_dir else item.name
         kept = self.manifest.get(relative)
         if kept is None:  # a name the checkpoint lacks goes without a look at what it is (a step
-            # makes directories faster than a restore removes them: red team, stop 26)
+            # can make directories faster than a restore that looks at each removes them)
             remove(work_dir, item.name, clock, is_dir=item.is_dir(follow_symlinks=False))
             return
         entry = Entry.of(item.stat(follow_symlinks=False))
@@ -757,7 +759,7 @@ class WorkdirSnapshot:
         Files the restore removes and rewrites in place count as needing all their data.
         Committed files whose inode is in ``held_open`` (kept open or mapped by the trajectory's
         processes: a deleted one freed nothing, and its copy is memory the rollback needs on top
-        of the committed state; review, stop 25: ``np.load(mmap_mode="r")``) are left out."""
+        of the committed state, e.g. ``np.load(mmap_mode="r")``) are left out."""
         by_dir: dict[str, list[str]] = {}
         for relative, entry in self.manifest.items():
             if entry.kind == "file" and entry.inode not in held_open:

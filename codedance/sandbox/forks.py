@@ -7,7 +7,7 @@ block's ``flock`` locks (`leftovers`), the channels to idle charged-copy helpers
 controller (multiprocessing's "fork" start method, DataLoader workers, a reward process) kept
 them: after the controller was SIGKILLed the watcher never woke (idle trajectories stayed frozen,
 their memory held), the helpers stayed, and ``codedance sandbox gc`` took the service for alive
-for as long as the child lived (red team, stop 24b).
+for as long as the child lived.
 
 How: one hook, registered once for the whole process (``os.register_at_fork`` cannot be undone,
 so never one per service): in the child of every ``os.fork()``, each descriptor held here is

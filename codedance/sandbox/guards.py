@@ -25,7 +25,7 @@ The seccomp filter (libseccomp through PyPI ``pyseccomp``) returns ``EPERM`` for
   ``F_NOTIFY`` (directory notification, the old interface to what inotify tells: a SIGIO for
   each read of a shared read-only tree showed which modules a neighbour imported and when the
   host read a file in ``/etc``) and ``F_SETLEASE`` (a lease left on a committed file made the
-  controller's checkpoint open fail halfway, and the trajectory was lost) (red team, stop 26);
+  controller's checkpoint open fail halfway, and the trajectory was lost);
 - kernel objects that outlive a process and escape the rollback: System V shared memory,
   semaphores and message queues, POSIX message queues;
 - other processes: ``prlimit64`` on any pid but 0 (itself; compared on all 64 bits, so no high
@@ -41,24 +41,24 @@ The seccomp filter (libseccomp through PyPI ``pyseccomp``) returns ``EPERM`` for
 - host-wide write-back: ``sync``, ``syncfs`` (``fsync`` of one's own files stays);
 - ``memfd_secret`` (its pages are taken out of the kernel's direct map, which fragments it for
   the whole host) and ``modify_ldt`` (a per-process descriptor table: attack surface nothing
-  here needs; Chrome's sandbox denies it too) (red team, stop 25);
+  here needs; Chrome's sandbox denies it too);
 - Linux AIO: ``io_setup``, ``io_destroy``, ``io_submit``, ``io_cancel``, ``io_getevents``,
   ``io_pgetevents`` (``fs.aio-max-nr`` is one counter for the whole host, not per namespace or
-  cgroup: one ``io_setup(32768)`` in a committed holder took all 65,536 slots of the host, red
-  team, stop 24; glibc's POSIX AIO uses threads, not these calls);
+  cgroup: one ``io_setup(32768)`` in a committed holder would take all 65,536 slots of the
+  host; glibc's POSIX AIO uses threads, not these calls);
 - watching files: ``inotify_init``, ``inotify_init1``, ``inotify_add_watch``, ``fanotify_init``,
   ``fanotify_mark`` (the jail's read-only trees, the Python installation and site-packages, are
-  the same inodes for every trajectory and the host: a watch there saw which modules a neighbour
-  imported, red team, stop 24);
+  the same inodes for every trajectory and the host: a watch there sees which modules a neighbour
+  imports);
 - ``prctl(PR_SET_DUMPABLE, ...)`` (the option compared on its low 32 bits, as the kernel reads an
   ``int``): a process made dumpable again that crashes would, where ``kernel.core_pattern`` is a
   pipe (apport, systemd-coredump), have the kernel run that root helper on the host, fed the
-  jailed process's memory (red team, stop 24); ``RLIMIT_CORE`` is also 1, the value at which the
+  jailed process's memory; ``RLIMIT_CORE`` is also 1, the value at which the
   kernel refuses piped dumps (a step may lower it to 0; it stays non-dumpable);
 - moving file pages into pipes: ``splice``, ``tee``, ``vmsplice``, ``sendfile`` (a pipe filled
   from a file holds references to its page-cache pages, which the kernel then cannot reclaim yet
   which the OOM arbiter counts as reclaimable cache: kept by a committed holder, 64 MiB per
-  trajectory went uncounted, red team, stop 23; ``shutil.copyfile`` falls back to read/write
+  trajectory go uncounted; ``shutil.copyfile`` falls back to read/write
   when its first ``sendfile`` fails; ``copy_file_range`` stays);
 - out-of-band data (``MSG_OOB``) on ``sendto``/``sendmsg``/``sendmmsg`` and their ``recv*``
   counterparts: nothing here needs it, and on unix sockets it has been a kernel attack surface
@@ -89,7 +89,7 @@ The seccomp filter (libseccomp through PyPI ``pyseccomp``) returns ``EPERM`` for
   timing a page stays (docs/sandbox.md);
 - extended attributes: ``setxattr``, ``lsetxattr``, ``fsetxattr``, ``setxattrat`` and their
   ``remove`` counterparts (a failing step's ``user.*`` attributes on a committed file survived its
-  rollback as kernel memory the OOM arbiter does not count: 560 MiB, red team, stop 23);
+  rollback as kernel memory the OOM arbiter does not count);
 - every system call newer than this libseccomp knows (numbers above the highest it can name, up
   to 511) returns ``ENOSYS``, as on an older kernel: a deny list cannot name what it does not know
   (``setxattrat``, 463, is one), and C libraries fall back when a new call is missing;

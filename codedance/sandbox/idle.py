@@ -66,5 +66,6 @@ class IdleFreezer:
                 else:  # it ran again (or is running): look again a delay after its last run
                     heapq.heappush(self._heap, (idle_since + self.delay_s, next(self._order), ref))
             # no reference kept while waiting: a sandbox its caller dropped stays collectable
-            # (red team, stop 25: the last one looked at lived on, unclosed, until the next)
+            # (a held reference kept the last one looked at alive, unclosed, until the next look)
+            # pinned by `tests/sandbox/test_api.py::test_a_dropped_idle_sandbox_is_not_kept_alive_by_the_idle_freezer`
             del sandbox

@@ -24,14 +24,25 @@ from typing import Self
 
 from codedance.sandbox.inputs import ImageInput
 from codedance.sandbox.sandbox import Sandbox
-from codedance.sandbox.service import SandboxService
+from codedance.sandbox.service import URL_ENV, SandboxService
 
 
 class SandboxPool:
     """Creates sandboxes on a private service; closing the pool closes all of them."""
 
+    def __new__(cls, *, service: SandboxService | None = None, url: str | None = None,
+                token: str | None = None, **options):
+        """A `RemotePool` on the sandbox service at ``url`` (default: ``CODEDANCE_SANDBOX_URL``
+        when no ``service`` is given); otherwise a pool on a service of this process."""
+        url = url or (os.environ.get(URL_ENV) if service is None else None)
+        if url:
+            from codedance.sandbox.remote.client import RemotePool
+
+            return RemotePool(url=url, token=token, **options)
+        return super().__new__(cls)
+
     def __init__(self, *, max_running: int | None = None, service: SandboxService | None = None,
-                 **sandbox_defaults):
+                 url: str | None = None, token: str | None = None, **sandbox_defaults):
         self.max_running = max_running or os.cpu_count() or 1
         self.service = service or SandboxService()
         self._owns_service = service is None

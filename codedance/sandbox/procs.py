@@ -90,8 +90,7 @@ def set_oom_score_adj(pid: int | None, value: int, pidfd: int | None = None) -> 
     """Tell the kernel's OOM killer how to rank ``pid`` (-1000: never; going below 0 needs
     CAP_SYS_RESOURCE, which a root inside a container may lack); whether it took. With the
     process's ``pidfd``, the file is opened first and written only if that process is still
-    alive then: the file was then its own, never a process given the pid after it exited (red
-    team, stop 25)."""
+    alive then: the file was then its own, never a process given the pid after it exited."""
     if pid is None:
         return False
     try:

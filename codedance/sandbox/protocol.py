@@ -19,7 +19,7 @@ The controller's side treats every byte from the jail as hostile:
 - **Descriptors are refused.** The controller's end of each sandbox's socket has
   ``SO_PASSRIGHTS`` off (Linux 6.16+, `refuse_passed_descriptors`): a step's ``SCM_RIGHTS`` fails
   with ``EPERM`` in the step, where before the kernel dropped them at the controller's receive and
-  released the files (inotify groups, big memfds) on the controller's thread (red team, stop 24).
+  released the files (inotify groups, big memfds) on the controller's thread.
 - `parse_result` checks a step's result against a typed schema and the sandbox's bounds (text
   lengths, note count, image count, PNG header, pixels and bytes): anything the honest runtime
   never sends is a `BadMessage`.

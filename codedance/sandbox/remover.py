@@ -2,13 +2,13 @@
 
 Why: a failed step may leave its working directory as large as the work root allows (half a
 million directories of mode 000, each opened up before it can be emptied), and ``close()``
-removed it before returning: 39 s of a `SandboxPool`'s caller waiting on one hostile trajectory
-(red team, stop 25). `Remover.discard` removes for up to ``INLINE_S`` and hands what is left to
+removed it before returning: 39 s of a `SandboxPool`'s caller waiting on one hostile trajectory.
+`Remover.discard` removes for up to ``INLINE_S`` and hands what is left to
 one daemon thread of the service, which removes it in the background, oldest first.
 
 Until they are removed the files stay charged to the service's memory, and the OOM arbiter waits
-for them (up to ``arbiter.FREEING_WAIT_S``) before it stops anyone's step (review, stop 25: an
-honest step was stopped for memory that was on its way back).
+for them (up to ``arbiter.FREEING_WAIT_S``) before it stops anyone's step (so that an
+honest step is not stopped for memory that is on its way back).
 
 Not handled: what the thread has not removed when the service closes is left to the service's
 own removal of its work root (an unmount, on a tmpfs work root) or, after a crash, to the sweep

@@ -267,8 +267,8 @@ def _fork_continuation() -> int:
     and the thread's identity is unchanged. An honest holder has one (a commit refuses a step
     that leaves threads, and checks the holder too), but this fork comes right after the step's
     reply, before that check, and a thread the snippet joined may not have ended in the kernel
-    yet (review, stop 26: in half of such forks on 3.11; a libc fork beside a thread waiting for
-    the GIL hung 1 child in 8): so the kernel's count is read first (``/proc/self/task``), waited
+    yet (often, on 3.11; a libc fork beside a thread waiting for the GIL can hang the child):
+    so the kernel's count is read first (``/proc/self/task``), waited
     for a few milliseconds, and ``os.fork()`` is used while it is not 1.
     Code a step runs that forks (``os.fork``, multiprocessing) gets the full after-fork work.
     Not run between steps, then: every library's after-fork hook (``random``'s re-seed,
@@ -444,8 +444,9 @@ def _remember_cwd() -> None:
 def _reenter_cwd() -> None:
     """A failed step that removed and re-created the directory the holder works in (``rmtree``
     of a committed ``chdir`` target) left the holder in a deleted directory, which the rollback
-    re-created under the same path: go back in by path (red team, stop 23: every relative path
-    failed from then on)."""
+    re-created under the same path: go back in by path (otherwise every relative path
+    fails from then on).
+    Pinned by `tests/sandbox/test_contract.py::test_the_holder_goes_back_into_its_directory_when_a_failed_step_re_created_it`."""
     try:
         here, there = os.stat("."), os.stat(_cwd)
         if (here.st_ino, here.st_dev) != (there.st_ino, there.st_dev):

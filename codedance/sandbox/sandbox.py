@@ -65,7 +65,7 @@ from codedance.sandbox.execution import CONTROLLER_PARSE_CHARS, executes_nothing
 from codedance.sandbox.inputs import ImageInput
 from codedance.sandbox.isolation import Isolation
 from codedance.sandbox.layout import Limits, seconds
-from codedance.sandbox.service import SandboxService, ServiceError, default_service
+from codedance.sandbox.service import URL_ENV, SandboxService, ServiceError, default_service
 from codedance.types import ExecResult, ExecStatus
 
 HOLDER_MESSAGE_BYTES = 64 << 10  # a holder only ever says "ready" and "step_done"
@@ -107,10 +107,21 @@ class Sandbox:
     '42\\n'
     """
 
+    def __new__(cls, images: Iterable[ImageInput] = (), *, service: SandboxService | None = None,
+                url: str | None = None, **options):
+        """A `RemoteSandbox` in the sandbox service at ``url`` (default: ``CODEDANCE_SANDBOX_URL``
+        when no ``service`` is given); otherwise a sandbox of this process's own service."""
+        url = url or (os.environ.get(URL_ENV) if service is None else None)
+        if url:
+            from codedance.sandbox.remote.client import RemoteSandbox
+
+            return RemoteSandbox(images, url=url, **options)
+        return super().__new__(cls)
+
     def __init__(self, images: Iterable[ImageInput] = (), *, timeout_s: float = 15.0,
                  limits: Limits | None = None, require: str | tuple[str, ...] | None = None,
                  service: SandboxService | None = None, executor: Executor | None = None,
-                 start_timeout_s: float = 30.0):
+                 start_timeout_s: float = 30.0, url: str | None = None):
         self.timeout_s = seconds("timeout_s", timeout_s)
         seconds("start_timeout_s", start_timeout_s)
         self.limits = limits or Limits()
@@ -246,8 +257,8 @@ class Sandbox:
         if not isinstance(code, str):
             raise TypeError(f"code must be a str, got {type(code).__name__}")
         # what runs, as it crosses the wire (UTF-8: a lone surrogate becomes "?"), is also what is
-        # judged for doing nothing (red team, stop 25: a constant holding one failed to parse
-        # here and was counted as doing something)
+        # judged for doing nothing (a constant holding one would fail to parse here and be
+        # counted as doing something)
         code = code.encode("utf-8", "replace").decode("utf-8")
         timeout = self.timeout_s if timeout_s is None else seconds("timeout_s", timeout_s)
         while not self._lock.acquire(timeout=0.05):
@@ -324,9 +335,8 @@ class Sandbox:
 
     def _lower_mark(self) -> None:
         """After each run, and whenever the trajectory is idle (`_settle_mark`), the mark is at
-        most what the trajectory holds: memory it gave up (red team, stop 21, when restores
-        were charged to the controller) or that a replaced holder held until it exited (red team,
-        stop 22) is no credit to grow by later.
+        most what the trajectory holds: memory it gave up or that a replaced holder held
+        until it exited is no credit to grow by later.
         Lowering never forgives growth: what is counted afterwards is at least what was before."""
         if self._cgroup is not None and self._memory_mark is not None and self._lost is None:
             now = self._cgroup.memory_measure()
@@ -378,7 +388,7 @@ class Sandbox:
         files): what its rollback would need back beyond what killing the step frees (0 without
         a memory cgroup or once over)."""
         # an answered step whose commit is refused is rolled back too: until then it owes what
-        # it freed before its answer moved the mark (review, stop 24)
+        # it freed before its answer moved the mark
         since = self._since_mark(self._mark_before_answer)
         return 0 if since is None else since[2]
 
@@ -413,7 +423,7 @@ class Sandbox:
                 self._memory_victim = self._memory_escalated = True
                 # its restore may have frozen it, and on v1 a frozen process acts on SIGKILL only
                 # once thawed: frozen, it kept its memory until the run's deadline and the whole
-                # service waited (red team, stop 24b); never frozen again after this, and the
+                # service waited; never frozen again after this, and the
                 # run's restore gives up as soon as it sees the escalation
                 self._cgroup.kill_for_good()
                 return "stopped"
@@ -435,7 +445,7 @@ class Sandbox:
         mark by as much as the restore still needs. Memory its step took in a form that outlives
         the step's processes (a memfd or unlinked file its holder holds, or the holder itself
         taking what the step freed, as shared memory) nets out against deleted files in every
-        measure by kind, and shows here (review, stop 24: a neighbour's honest step was stopped
+        measure by kind, and shows here (otherwise a neighbour's honest step is stopped
         for it); the arbiter makes such a trajectory pay first (`arbiter`)."""
         with contextlib.suppress(Exception):  # (a failure here only leaves the arbiter's ranking as it was)
             measure = self._cgroup.memory_measure(kept_open=False) if self._cgroup is not None else None
@@ -451,7 +461,7 @@ class Sandbox:
         not give the growth back (its holder grew)."""
         if self._memory_escalated:
             # (`_lose` hands its files to the remover at once: left charged until close(),
-            # neighbours' writes and forks failed, review, stop 24)
+            # neighbours' writes and forks would fail)
             return self._lose("the trajectory went on holding memory after its step was stopped for the "
                               "service's memory (its holder, or a process its step left, kept it)")
         if self._lost is not None or not result.rolled_back:
@@ -476,7 +486,8 @@ class Sandbox:
     def _executor_now(self) -> Executor | None:
         """The pool's bounded executor, or the loop's default once this sandbox is closing: a
         pool closes its sandboxes before it shuts its executor down, and a closed sandbox's
-        `run` and `close` need no bound (red team, stop 25: they raised RuntimeError there)."""
+        `run` and `close` need no bound (a shut-down executor raises RuntimeError).
+        Pinned by `tests/sandbox/test_api.py::test_a_pool_sandbox_used_after_its_pool_closed_says_it_is_closed`."""
         return None if self._closed else self._executor
 
     def _guarded_step(self, request: bytes, deadline: float, timeout: float) -> ExecResult:
@@ -621,8 +632,7 @@ class Sandbox:
     def _page_table_growth(self) -> int:
         """The page tables the answered step's process holds beyond its holder's, twice (its
         spare, forked from it, copies them): kernel memory that no reclaim gives back, which a
-        step made ~450 MiB of and committed into what a neighbour's rollback needed (red team,
-        stop 24a); v1 counts it with the rest of kernel memory, most of it cache."""
+        step made ~450 MiB of and committed into what a neighbour's rollback needed; v1 counts it with the rest of kernel memory, most of it cache."""
         step, holder = procs.page_table_bytes(self._step_pid), procs.page_table_bytes(self._holder_pid)
         return 2 * max(0, step - holder) if step is not None and holder is not None else 0
 
@@ -701,9 +711,10 @@ class Sandbox:
             self._kill_step()
         while True:
             # an unknown step may not have been forked yet when it was killed: the holder forks
-            # it a moment later, then waits for it and never reports (red team, stop 25: a run
-            # timed out right after a failure lost an honest trajectory); it is killed again
+            # it a moment later, then waits for it and never reports (a run
+            # timed out right after a failure would lose an honest trajectory); it is killed again
             # until the holder reports
+            # pinned by `tests/sandbox/test_hostile_holder.py::test_a_step_that_times_out_before_its_spare_is_forked_rolls_back_and_keeps_the_trajectory`
             look = self._recovery_deadline if known else min(self._recovery_deadline, time.monotonic() + UNKNOWN_STEP_LOOK_S)
             try:
                 done = self._receive(look)
@@ -822,8 +833,8 @@ class Sandbox:
     def _lose(self, why: str) -> ExecResult:
         """Give the trajectory up: kill all its processes and hand its working directory to the
         service's remover (a lost trajectory is out of the OOM arbiter's ranking, so the files a
-        failed step left there kept the service full until close(), and an honest neighbour paid:
-        red team, stop 26); later steps return crashed."""
+        failed step left there kept the service full until close(), and an honest neighbour paid); later steps return crashed.
+        Pinned by `tests/sandbox/test_hostile_holder.py::test_a_lost_trajectorys_files_go_at_once_not_at_close`."""
         self._lost = f"{why}; the trajectory's state is lost: start a new sandbox"
         self._kill_all(timeout_s=min(5.0, max(0.5, self._recovery_deadline - time.monotonic())))  # run's bound
         with contextlib.suppress(OSError):
@@ -869,7 +880,7 @@ class Sandbox:
     def begin_closing(self) -> None:
         """Refuse new runs and wake the one in flight (it returns ``crashed``, "closed while
         this step ran"); `close` then waits for it and releases everything. Nothing in a forked
-        child of the controller (the eventfd is shared: review, stop 24)."""
+        child of the controller (the eventfd is shared)."""
         if self._closed or os.getpid() != self._owner_pid:
             return
         self._closed = True
@@ -919,9 +930,10 @@ class Sandbox:
     def __del__(self) -> None:
         """A sandbox dropped unclosed is closed by `_close_dropped`'s thread, never here: the
         garbage collector runs this in whatever code allocated, with whatever locks it holds
-        and file-system identity it has (red team, stop 25: inside a neighbour's commit, holding
-        the store budget's lock that close() takes, it deadlocked every commit of the service;
-        inside a restore it ran as that trajectory and left its cgroups and files)."""
+        and file-system identity it has (inside a neighbour's commit, holding the store budget's
+        lock that close() takes, it would deadlock every commit of the service; inside a restore
+        it would run as that trajectory and leave its cgroups and files).
+        Pinned by `tests/sandbox/test_api.py::test_a_sandbox_dropped_unclosed_is_closed_by_a_thread_of_its_own_not_where_it_was_collected`."""
         try:
             if not self._released and os.getpid() == self._owner_pid:
                 _dropped.put(self)  # SimpleQueue.put is reentrant: safe wherever the collector ran

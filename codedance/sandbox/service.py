@@ -54,6 +54,7 @@ from codedance.sandbox.layout import SINGLE_THREADED, Limits
 from codedance.sandbox.remover import Remover
 from codedance.sandbox.thaw_on_exit import ThawOnExit
 
+URL_ENV = "CODEDANCE_SANDBOX_URL"  # a sandbox service's url: where `Sandbox`/`SandboxPool` create sandboxes
 CREATION_WAIT_S = 60.0  # the longest closing waits for sandboxes being created (their start takes ~30 s at most)
 INODE_BYTES = 128  # the work root's tmpfs has one inode slot per this many bytes of its size
 _ENV = {
@@ -169,7 +170,8 @@ class SandboxService:
         self._sandboxes: weakref.WeakSet = weakref.WeakSet()
         self._creating = 0  # sandboxes registered whose creation has not ended (`register`)
         # sandboxes registered and not yet released: the weak set forgets one the garbage
-        # collector found before its closing thread has closed it (review, stop 25)
+        # collector found before its closing thread has closed it
+        # pinned by `tests/sandbox/test_api.py::test_closing_a_service_waits_for_the_sandboxes_its_caller_dropped`
         self._unreleased = 0
         self._counts_changed = threading.Condition(self._lock)
         self._running: set = set()  # sandboxes with a run in progress (`running_changed`)
@@ -207,7 +209,7 @@ class SandboxService:
                              "unclosed, only a sweep run from this controller's own cgroup finds them")
 
         # the host's file table: the most trajectories of a service (one uid each, from its block)
-        # x their default pids.max x vm.max_map_count (red team, stop 24a)
+        # x their default pids.max x vm.max_map_count
         needed = file_table_needed(leftovers.UID_BLOCK, Limits().processes)
         note, file_table_why = file_table(needed, may_raise=may_raise_file_max(raise_file_max))
         if file_table_why:
@@ -223,9 +225,9 @@ class SandboxService:
             total += total // 4  # memory cgroups stop writes first and the arbiter decides
         # the pool's inode slots are shared, and each name takes one (a hard link too, for a
         # ~200 B dentry charged to the trajectory's memory cgroup): one slot per 128 bytes means
-        # no trajectory can take them all before its memory runs out and the arbiter decides (red
-        # team, stop 23: 4 Mi links took every slot with the service at 811 MiB of 2 GiB, and an
-        # honest neighbour's restore failed with ENOSPC)
+        # no trajectory can take them all before its memory runs out and the arbiter decides
+        # (with a fixed count, hard links alone took every slot with the service far from its
+        # memory limit, and an honest neighbour's restore failed with ENOSPC)
         inodes = total // INODE_BYTES
         self.work_on_tmpfs = mounts.mount_tmpfs(self.work_root, size_bytes=total, inodes=inodes) is None
         self.store_root = tempfile.mkdtemp(prefix=f"{name}-store-")
@@ -368,9 +370,10 @@ class SandboxService:
 
     def register(self, sandbox) -> None:
         """Remember a sandbox being created, so that closing the service closes it too; its
-        creation is in progress until `created` (closing waits for it: red team, stop 25, a
-        sandbox made while the service closed left the service's groups behind). ServiceError
-        once the service is closed."""
+        creation is in progress until `created` (closing waits for it: a sandbox
+        made while the service closed would leave the service's groups behind). ServiceError
+        once the service is closed.
+        Pinned by `tests/sandbox/test_api.py::test_closing_a_service_while_a_sandbox_is_being_made_leaves_nothing_behind`."""
         with self._lock:
             if self._closed:
                 raise ServiceError("the sandbox service is closed")
@@ -478,7 +481,7 @@ def default_memory_total() -> int:
     """85 % of what this controller may use: the host's memory, or less where the controller's
     own memory cgroup (or one above it: a container's) is limited. Past an outer limit the
     kernel's OOM killer would choose among the container's processes before the service's
-    arbiter could (red team, stop 21)."""
+    arbiter could."""
     available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     outer = cgroups.own_memory_limit()
     return int(0.85 * min(available, outer if outer is not None else available))

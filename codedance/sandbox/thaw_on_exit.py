@@ -3,8 +3,7 @@
 Why: the jail dies with its controller (bubblewrap's ``--die-with-parent``: every process of its
 PID namespace gets SIGKILL), but idle trajectories are frozen, and on cgroup v1 a frozen process
 does not act on a signal until it is thawed. Without this, a controller killed with SIGKILL left
-its idle trajectories frozen, holding their memory, until the next sweep of leftovers (red team,
-stop 23b).
+its idle trajectories frozen, holding their memory, until the next sweep of leftovers.
 
 How: a small watcher process (ours: root, outside the jail, ``python -I -S`` on this file, which
 imports only the standard library) blocks reading a pipe whose only write end the controller
@@ -61,7 +60,7 @@ class ThawOnExit:
 
     def __init__(self, service_freezer_dir: str):
         read_end, self._write_end = os.pipe()  # neither end is inherited by anyone else
-        forks.hold(self._write_end)  # nor by a forked child of the controller (red team, stop 24b)
+        forks.hold(self._write_end)  # nor by a forked child of the controller (`forks`)
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-I", "-S", __file__, str(read_end), service_freezer_dir],

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from codedance.config import load, merged, not_resumed, refuse_moved
+from codedance.config import bounded, load, merged, not_resumed, refuse_moved
 from codedance.errors import SettingsError
 from codedance.rewards.profiles import ABLATIONS, get_profile
 from codedance.rollout import EpisodeSettings
@@ -49,10 +49,10 @@ class TaskSpec:
 class RolloutSettings:
     """The trainer's own sampling limits (the episode's are `EpisodeSettings`)."""
 
-    max_tokens: int = 256  # per assistant turn
-    max_length: int = 3072  # whole trajectory, tokens (longer ones are cut, tail not trained)
-    min_pixels: int = 28 * 28  # the image the model's processor makes; the episode and sandbox
-    max_pixels: int = 112 * 112  # keep the task's images (`episode.min_pixels` / `max_pixels`)
+    max_tokens: int = bounded(256, at_least=1)  # per assistant turn
+    max_length: int = bounded(3072, at_least=1)  # whole trajectory, tokens (longer ones are cut, tail not trained)
+    min_pixels: int = bounded(28 * 28, at_least=1)  # the image the model's processor makes; the episode and sandbox
+    max_pixels: int = bounded(112 * 112, at_least=1)  # keep the task's images (`episode.min_pixels` / `max_pixels`)
 
 
 @dataclass(frozen=True)
@@ -60,16 +60,16 @@ class SFTStage:
     """TRL SFT on teacher trajectories. Paper (Table 4): batch 128, lr 5e-5, warmup 0.05."""
 
     tasks: TaskSpec = TaskSpec(n=270, seed=10_000)
-    rollouts_per_task: int = 1
+    rollouts_per_task: int = bounded(1, at_least=1)
     teacher: TeacherConfig = TeacherConfig()  # temperature, mistake_rate, seed, code_style
-    epochs: float = 3.0
-    batch_size: int = 128  # effective: per_device × accumulation
-    per_device_batch: int = 8
-    lr: float = 5e-5
-    warmup_ratio: float = 0.05
-    weight_decay: float = 0.0
-    max_steps: int = -1
-    logging_steps: int = 5
+    epochs: float = bounded(3.0, above=0)
+    batch_size: int = bounded(128, at_least=1)  # effective: per_device × accumulation
+    per_device_batch: int = bounded(8, at_least=1)
+    lr: float = bounded(5e-5, above=0)
+    warmup_ratio: float = bounded(0.05, at_least=0, at_most=1)
+    weight_decay: float = bounded(0.0, at_least=0)
+    max_steps: int = bounded(-1, at_least=-1)  # -1: epochs decide
+    logging_steps: int = bounded(5, at_least=1)
     gradient_checkpointing: bool = True  # TRL's default; off for tiny CPU models (~3x slower with it)
     seed: int = 0
 
@@ -79,23 +79,23 @@ class GRPOStage:
     """The small GRPO trainer. Paper: lr 1e-6, clip 0.2, no KL, G = 8, temperature 1."""
 
     tasks: TaskSpec = TaskSpec(n=270, seed=20_000)
-    steps: int = 20
-    prompts_per_step: int = 8
-    group_size: int = 8
-    lr: float = 1e-6
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    clip: float = 0.2
+    steps: int = bounded(20, at_least=1)
+    prompts_per_step: int = bounded(8, at_least=1)
+    group_size: int = bounded(8, at_least=1)
+    lr: float = bounded(1e-6, above=0)
+    weight_decay: float = bounded(0.0, at_least=0)
+    grad_clip: float = bounded(1.0, above=0)
+    clip: float = bounded(0.2, above=0)
     aggregation: str = "token-mean"  # or "seq-mean" (the paper's 1/|τ|)
-    kl_coef: float = 0.0
-    mini_batches: int = 1  # optimizer steps per rollout batch (paper: 1)
-    micro_batch: int = 8  # sequences per forward/backward (gradient accumulation)
-    temperature: float = 1.0
-    top_p: float = 1.0
+    kl_coef: float = bounded(0.0, at_least=0)
+    mini_batches: int = bounded(1, at_least=1)  # optimizer steps per rollout batch (paper: 1)
+    micro_batch: int = bounded(8, at_least=1)  # sequences per forward/backward (gradient accumulation)
+    temperature: float = bounded(1.0, at_least=0)
+    top_p: float = bounded(1.0, above=0, at_most=1)
     profile: str = "paper"
     profile_overrides: tuple[tuple[str, float], ...] = ()  # e.g. (("delta", 0.0),)
-    save_every: int = 5
-    keep_checkpoints: int = 2
+    save_every: int = bounded(5, at_least=0)  # 0: no checkpoints
+    keep_checkpoints: int = bounded(2, at_least=1)
     save_rollouts: bool = True
     seed: int = 0
 
@@ -103,7 +103,7 @@ class GRPOStage:
 @dataclass(frozen=True)
 class EvalStage:
     tasks: TaskSpec = TaskSpec(n=90, seed=90_000)
-    temperature: float = 0.0
+    temperature: float = bounded(0.0, at_least=0)
 
 
 @dataclass(frozen=True)
@@ -114,15 +114,15 @@ class TinyModel:
     norm, and the vision tower only when k covers every block (`codedance.train.smol.freeze_lower`),
     in SFT and GRPO alike."""
 
-    vocab_size: int = 1024
+    vocab_size: int = bounded(1024, at_least=1)
     tokenizer_split: str = "lines"  # "words" (GPT-2 style), "lines" (merges within a line), "lines-digits" (and digits alone)
-    hidden: int = 256
-    layers: int = 4
-    heads: int = 4
-    kv_heads: int = 2
-    intermediate: int = 512
-    vision_hidden: int = 64
-    train_layers: int = -1
+    hidden: int = bounded(256, at_least=1)
+    layers: int = bounded(4, at_least=1)
+    heads: int = bounded(4, at_least=1)
+    kv_heads: int = bounded(2, at_least=1)
+    intermediate: int = bounded(512, at_least=1)
+    vision_hidden: int = bounded(64, at_least=1)
+    train_layers: int = bounded(-1, at_least=-1)
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class PipelineConfig:
     sft: SFTStage = SFTStage()
     grpo: GRPOStage = GRPOStage()
     eval: EvalStage = EvalStage()
-    threads: int = not_resumed(2)
+    threads: int = not_resumed(2, at_least=1)
     ablation_profiles: tuple[str, ...] = ABLATIONS  # named profiles of codedance.rewards
 
     def __post_init__(self) -> None:

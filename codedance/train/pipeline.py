@@ -33,8 +33,9 @@ from typing import Any
 
 from codedance.config import dump
 from codedance.errors import CodeDanceError, SettingsError
+from codedance.progress import Eta
 from codedance.records import ImageStore, append_jsonl, trajectory_json
-from codedance.runs.batch import run_batch
+from codedance.runs.batch import BatchProgress, run_batch
 from codedance.runs.rundir import RunDir, episode_key, run_settings
 from codedance.train.config import GRPOStage, PipelineConfig, TaskSpec
 from codedance.types import Task, Trajectory
@@ -101,7 +102,7 @@ def teacher_trajectories(config: PipelineConfig, tasks: tuple[Task, ...], log: L
     timeout = config.episode.exec_timeout_s
     summary = run_batch(teacher.policy, tasks, lambda images: Sandbox(images=images, timeout_s=timeout), run,
                         episode_config(config), rollouts=sft.rollouts_per_task,
-                        concurrency=config.threads, progress=False)
+                        concurrency=config.threads)
     if summary.failures:
         key, error = summary.failures[0]
         raise CodeDanceError(f"teacher: {len(summary.failures)} episodes failed (first: {key}: {error}); "
@@ -138,8 +139,12 @@ def evaluate(model: Any, processor: Any, config: PipelineConfig, tasks: tuple[Ta
     model.eval()
     torch.manual_seed(config.eval.tasks.seed)
     sampler = make_sampler(model, processor, config.rollout, config.eval.temperature)
-    trajectories = run_lockstep(sampler, tasks, sandbox_factory(config.episode.exec_timeout_s),
-                                episode_config(config), threads=config.threads)
+    bar = BatchProgress(len(tasks), f"eval {name}")
+    try:
+        trajectories = run_lockstep(sampler, tasks, sandbox_factory(config.episode.exec_timeout_s),
+                                    episode_config(config), threads=config.threads, on_done=bar.set)
+    finally:
+        bar.stop()
     correct = [grade_trajectory(trajectory=t, task=task).correct for t, task in zip(trajectories, tasks, strict=True)]
     metrics = rollout_metrics(trajectories, tasks, correct)
     if config.sft.teacher.call_rate >= 0:  # the non-adaptive teacher's two decisions, exactly (`branch`)
@@ -241,9 +246,11 @@ def run_grpo_stage(config: PipelineConfig, name: str, stage: GRPOStage, log: Log
                           profiles=config.profiles or None, domains=stage_domains(stage.tasks), threads=config.threads)
     if trainer.resume():
         log(f"grpo-{name}: resumed at step {trainer.step}")
+    eta = Eta(stage.steps, trainer.step)
     trainer.train(on_step=lambda r: log(
-        f"grpo-{name} step {int(r['step'])}: acc {r['accuracy']:.3f} calls {r['calls']:.2f} "
-        f"reward {r['reward/total']:.3f} loss {r['loss']:.4f} ({r['rollout_s'] + r['update_s']:.0f}s)"))
+        f"grpo-{name} step {int(r['step'])}/{stage.steps}: acc {r['accuracy']:.3f} calls {r['calls']:.2f} "
+        f"reward {r['reward/total']:.3f} loss {r['loss']:.4f} ({r['rollout_s'] + r['update_s']:.0f}s; "
+        f"{eta.text(int(r['step']))})"))
     return evaluate(trainer.model, processor, config, stage_tasks(config.eval.tasks), f"after-grpo-{name}", log)
 
 

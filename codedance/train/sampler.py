@@ -103,8 +103,10 @@ RunnerFactory = Callable[[tuple[Image, ...]], Any]
 
 
 def run_lockstep(sampler: BatchedSampler, tasks: Sequence[Task], make_runner: RunnerFactory,
-                 config: EpisodeConfig = EpisodeConfig(), *, threads: int = 4) -> list[Trajectory]:
-    """One trajectory per entry of `tasks` (repeat a task for G rollouts), in order."""
+                 config: EpisodeConfig = EpisodeConfig(), *, threads: int = 4,
+                 on_done: Callable[[int], None] | None = None) -> list[Trajectory]:
+    """One trajectory per entry of `tasks` (repeat a task for G rollouts), in order;
+    ``on_done(n)`` hears how many have ended after each turn (a progress bar)."""
     episodes = [Episode(task, config) for task in tasks]
     runners: list[Any] = [None] * len(episodes)
     with ThreadPoolExecutor(max_workers=threads) as pool:
@@ -128,6 +130,8 @@ def run_lockstep(sampler: BatchedSampler, tasks: Sequence[Task], make_runner: Ru
                     else:
                         episodes[i].on_result(outcome)
                 active = [i for i in active if not episodes[i].done]
+                if on_done is not None:
+                    on_done(len(episodes) - len(active))
         finally:
             for runner in runners:
                 if runner is not None:

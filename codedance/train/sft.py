@@ -121,15 +121,24 @@ def _log_line(entry: dict[str, Any]) -> dict[str, float]:
 
 
 def step_lines(log: Callable[[str], None]) -> Any:
-    """A TrainerCallback that logs ``sft step N/M: loss L, token accuracy A`` per logged step."""
+    """A TrainerCallback that logs ``sft step N/M: loss L, token accuracy A (elapsed, ETA)`` per
+    logged step (`codedance.progress.Eta`, from the step this run began at)."""
     from transformers import TrainerCallback
 
+    from codedance.progress import Eta
+
     class StepLines(TrainerCallback):
+        eta: Eta | None = None
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.eta = Eta(state.max_steps, state.global_step)
+
         def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
             line = _log_line(logs or {})
             if "loss" in line:
                 accuracy = f", token accuracy {line['mean_token_accuracy']:.3f}" if "mean_token_accuracy" in line else ""
-                log(f"sft step {state.global_step}/{state.max_steps}: loss {line['loss']:.4f}{accuracy}")
+                timing = f" ({self.eta.text(state.global_step)})" if self.eta is not None else ""
+                log(f"sft step {state.global_step}/{state.max_steps}: loss {line['loss']:.4f}{accuracy}{timing}")
 
     return StepLines()
 

@@ -64,7 +64,7 @@ def test_dead_server_mid_run_stops_after_consecutive_failures_and_a_rerun_resume
                                                  "--stop-after", "3"))
         asked = len(server.requests)
     assert result.exit_code == 1, result.output
-    assert "stopped early: 3 consecutive connection failures" in result.output
+    assert "stopped early: 3 consecutive server failures" in result.output
     assert "3/12 samples failed" in result.output and "PolicyConnectionError" in result.output
     assert str(out / "failures.jsonl") in result.output.replace("\n", "")
     assert asked == 7  # 4 answered, 3 dropped, then nothing more was tried
@@ -242,3 +242,49 @@ def test_mathvision_testmini_end_to_end_with_code_and_a_judge(tmp_path, mathv_ro
     assert "<th>subject</th><th>level</th>" in index and "<th>exec status</th>" in index and ">ok 1<" in index
     ids = re.findall(r"href='mathvision_mini/(\d+)_0.html'", index)
     assert [int(i) for i in ids] == sorted(int(i) for i in golds)  # id order, not completion order
+
+
+def test_a_server_answering_503_trips_the_breaker_and_the_reason_is_whole(tmp_path, mathv_root):
+    golds = _golds(mathv_root, 12)
+    lock, served = threading.Lock(), []
+    shutting = "server is shutting down, " + "please try another replica " * 12
+
+    def overloaded(body):  # answers 4 samples right, then only 503 with a long OpenAI error body
+        with lock:
+            served.append(1)
+            if len(served) > 4:
+                return ServerReply(status=503, error=shutting)
+        return f"<answer>{_item_of(body, golds)['answer']}</answer>"
+
+    out = tmp_path / "run"
+    with ReplayServer(overloaded) as server:
+        result = CliRunner().invoke(cli(), [*_args(mathv_root, out, server.url, 12, "--concurrency", "1",
+                                                   "--stop-after", "3")])
+        asked = len(server.requests)
+    assert result.exit_code == 1, result.output
+    assert "stopped early: 3 consecutive server failures" in result.output
+    assert asked == 7  # 4 answered, 3 answered 503 (no retries here), then nothing more was tried
+    printed = " ".join(result.output.split())
+    assert "HTTP 503" in printed and "server is shutting down" in printed
+    assert '{"error"' not in printed and "…" in printed  # the message, cut between words
+
+
+def test_a_judge_that_never_answers_leaves_judged_numbers_not_produced_and_exit_1(tmp_path, fx):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    fx.tsv(tmp_path / "CharXiv_reasoning_val.tsv", [
+        {"index": str(i), "image": fx.png(), "question": f"CX{i}", "answer": "3", "inst_category": "3",
+         "grading_query": "Grade {PREDICTION} as JSON."} for i in range(3)])
+    with ReplayServer(lambda body: "<answer>3</answer>") as model:
+        result = CliRunner().invoke(cli(), ["eval", "--benchmarks", "charxiv", "--lmu-data", str(tmp_path),
+                                            "--out", str(tmp_path / "j"), "--model", model.url, "--judge", dead,
+                                            "--judge-model", "judge", "--retries", "0"])
+    assert result.exit_code == 1, result.output
+    printed = " ".join(result.output.split())
+    assert f"the judge at {dead} did not answer" in printed
+    md = (tmp_path / "j" / "report.md").read_text()
+    assert "3 of 3 samples were not judged: the judge did not answer" in md
+    assert "rerun with --judge URL" not in md

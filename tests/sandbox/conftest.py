@@ -15,23 +15,28 @@ from pathlib import Path
 import pytest
 
 from codedance.sandbox import Sandbox, SandboxService
+from codedance.sandbox.service import URL_ENV
 from codedance.types import ExecStatus
 
 
 @pytest.fixture(scope="session")
 def service():
+    if os.environ.get(URL_ENV):
+        pytest.skip(f"a test of this process's own service ({URL_ENV} is set: sandboxes are the service's)")
     svc = SandboxService()
     yield svc
     svc.close()
 
 
 @pytest.fixture
-def make(service):
-    """Create sandboxes on the shared service; all are closed after the test."""
+def make(request):
+    """Create sandboxes on the shared service (or, with CODEDANCE_SANDBOX_URL set, in the sandbox
+    service there: `test_service_remote.py` runs this suite so); all are closed after the test."""
     created = []
+    on = {} if os.environ.get(URL_ENV) else {"service": request.getfixturevalue("service")}
 
     def factory(images=(), **options):
-        sandbox = Sandbox(images, service=service, **options)
+        sandbox = Sandbox(images, **on, **options)
         created.append(sandbox)
         return sandbox
 
@@ -85,8 +90,9 @@ def assert_state_intact(sandbox, expected: str) -> None:
 
 def assert_only_holder_and_spare(sandbox) -> None:
     """No stray process: the cgroup holds the holder and at most its idle spare (its child), once
-    the holders replaced by the last commits (killed then, reaped lazily) have exited."""
-    if sandbox._cgroup is None:
+    the holders replaced by the last commits (killed then, reaped lazily) have exited. (Not seen
+    from a client of a sandbox service.)"""
+    if getattr(sandbox, "_cgroup", None) is None:
         return
     with sandbox._lock:  # the idle freezer reaps them too
         sandbox._reap_dying(time.monotonic() + 5.0)
@@ -96,3 +102,15 @@ def assert_only_holder_and_spare(sandbox) -> None:
     for pid in others:
         with open(f"/proc/{pid}/stat") as handle:
             assert int(handle.read().rsplit(")", 1)[1].split()[1]) == sandbox._holder_pid
+
+
+@pytest.fixture(autouse=True)
+def _no_descriptor_left_held():
+    """Every sandbox test lets go of what it held: a closed descriptor left in `forks`' set would be
+    replaced by /dev/null in every later forked child, whatever that number then names."""
+    from codedance.sandbox import forks
+
+    before = forks.held()
+    yield
+    stale = {fd for fd in forks.held() - before if not os.path.exists(f"/proc/self/fd/{fd}")}
+    assert stale == set(), f"descriptors closed while still held: {sorted(stale)}"

@@ -79,13 +79,13 @@ def test_bad_code_gets_a_clear_error_or_status(make):
     assert sb.run("print(kept)").stdout == "7\n"  # a refused timeout costs the trajectory nothing
     assert sb.run("# only a comment\npass").executed_nothing
     assert not sb.run("y = 1").executed_nothing
-    # judged as it runs: a lone surrogate crosses the wire as "?" (red team, stop 25)
+    # judged as it runs: a lone surrogate crosses the wire as "?"
     assert sb.run("'\udcff'").executed_nothing
 
 
 def test_a_long_snippet_is_checked_for_doing_nothing_by_its_step_not_the_controller(make, monkeypatch):
-    """Red team, stop 25: the controller parsed every snippet (up to 1 MiB) to tell whether it
-    did nothing, holding the GIL for seconds while every other trajectory's thread waited."""
+    """A controller parsing every snippet (up to 1 MiB) to tell whether it did nothing holds
+    the GIL for seconds while every other trajectory's thread waits."""
     from codedance.sandbox import sandbox as controller
     from codedance.sandbox.execution import CONTROLLER_PARSE_CHARS
 
@@ -102,8 +102,8 @@ def test_a_long_snippet_is_checked_for_doing_nothing_by_its_step_not_the_control
 
 
 def test_a_commit_past_the_services_store_budget_is_refused_and_the_trajectory_kept(service, make):
-    """The committed copies of all trajectories share one budget on the host's disk (red team,
-    stop 23); a commit that does not fit is refused, rolled back, with what to do."""
+    """The committed copies of all trajectories share one budget on the host's disk; a
+    commit that does not fit is refused, rolled back, with what to do."""
     roomy = make()
     assert roomy.run("open('a.txt', 'w').write('a')").ok  # claimed from the service's real budget
     real = service.store_budget
@@ -129,8 +129,8 @@ def test_a_run_timeout_over_a_week_is_refused_and_the_trajectory_kept(make):
 
 
 def test_code_too_long_for_a_request_is_refused_and_the_trajectory_kept(make):
-    """Model output is the input: a snippet over 1 MiB as UTF-8 (red team, stop 22: it lost the
-    trajectory, the jail's side refusing the stream) is refused unrun, with what to do."""
+    """Model output is the input: a snippet over 1 MiB as UTF-8 (the jail's side refuses the
+    stream, which would lose the trajectory) is refused unrun, with what to do."""
     sb = make()
     assert sb.run("kept = 7").ok
     for long in ("x = 1\n# " + "\u5b57" * 360_000, "x = 1\n# " + "a" * (1 << 20)):
@@ -148,7 +148,7 @@ def test_code_too_long_for_a_request_is_refused_and_the_trajectory_kept(make):
     {"limits": {"max_images": -1}},
 ])  # fmt: skip
 def test_bad_settings_are_refused_before_anything_starts(service, bad):
-    """(A timeout over a week overflowed poll() and lost the trajectory: red team, stop 23.)"""
+    """(A timeout over a week overflows poll() and would lose the trajectory.)"""
     with pytest.raises(ValueError, match="must be"):
         settings = {key: Limits(**value) if key == "limits" else value for key, value in bad.items()}
         Sandbox(service=service, **settings)
@@ -245,8 +245,8 @@ async def test_pool_bounds_running_steps(service):
 
 
 async def test_a_pool_sandbox_used_after_its_pool_closed_says_it_is_closed(service):
-    """Red team, stop 25: leaving a pool sandbox's ``async with`` after the pool had closed
-    raised RuntimeError (its executor was shut down); so did `arun`."""
+    """Leaving a pool sandbox's ``async with`` after the pool has closed, or `arun`, must not
+    raise RuntimeError from the pool's shut-down executor."""
     pool = SandboxPool(max_running=2, service=service)
     async with await pool.asandbox() as sb:
         assert (await sb.arun("x = 1")).ok
@@ -398,7 +398,7 @@ def test_a_forked_child_of_the_controller_never_closes_its_sandboxes_or_its_serv
     pid = os.fork()
     if pid == 0:
         try:  # what the child's exit runs (atexit: service.close; finalizers: Sandbox.close;
-            # a `with SandboxPool(...)` block: begin_closing first, review, stop 24)
+            # a `with SandboxPool(...)` block: begin_closing first)
             sandbox.begin_closing()
             sandbox.close()
             service.close()
@@ -414,8 +414,8 @@ def test_a_trajectory_killed_for_good_dies_even_frozen_and_never_freezes_again(m
     """The OOM arbiter's escalation (`kill_for_good`) on a trajectory a restore or the idle
     freezer has frozen: on v1 a frozen process acts on SIGKILL only once thawed, so the kill
     thaws it, and no later freeze (the run's restore, the idle freezer) may freeze its dying
-    processes again (review, stop 24: a thaw racing a freeze left them frozen, alive, holding
-    their memory until the controller exited)."""
+    processes again (a thaw racing a freeze would leave them frozen, alive, holding
+    their memory until the controller exits)."""
     sandbox = make()
     assert sandbox.run("x = 1").ok
     cgroup = sandbox._cgroup
@@ -431,9 +431,9 @@ def test_a_trajectory_killed_for_good_dies_even_frozen_and_never_freezes_again(m
 
 
 def test_a_sandbox_dropped_unclosed_is_closed_by_a_thread_of_its_own_not_where_it_was_collected():
-    """Red team, stop 25: the collector ran a dropped sandbox's close() inside whatever code
-    allocated: under the store budget's lock (a neighbour's commit), close() took that lock again
-    and every commit of the service hung. It is handed to a closing thread instead."""
+    """The collector runs a dropped sandbox's finalizer inside whatever code allocates: under
+    the store budget's lock (a neighbour's commit), a close() there takes that lock again and
+    every commit of the service hangs. It is handed to a closing thread instead."""
     import gc
 
     service = SandboxService()
@@ -468,8 +468,8 @@ def test_a_sandbox_dropped_unclosed_is_closed_by_a_thread_of_its_own_not_where_i
 
 
 def test_a_dropped_idle_sandbox_is_not_kept_alive_by_the_idle_freezer(service):
-    """Red team, stop 25: the idle freezer's thread held the last sandbox it froze, so one its
-    caller dropped lived on, unclosed, until the freezer looked at another."""
+    """An idle freezer's thread that holds the last sandbox it froze keeps one its caller
+    dropped alive, unclosed, until the freezer looks at another."""
     import gc
     import weakref
 
@@ -487,7 +487,7 @@ def test_a_dropped_idle_sandbox_is_not_kept_alive_by_the_idle_freezer(service):
 
 
 def test_closing_a_service_while_a_sandbox_is_being_made_leaves_nothing_behind():
-    """Red team, stop 25: a sandbox made from another thread while its service closed left the
+    """A sandbox made from another thread while its service closes must not leave the
     service's groups behind. Closing waits for creations in progress and closes what they
     made; a creation that starts once the service is closed raises ServiceError."""
     from codedance.sandbox import ServiceError
@@ -518,7 +518,7 @@ def test_closing_a_service_while_a_sandbox_is_being_made_leaves_nothing_behind()
 
 def test_a_live_sandbox_keeps_few_descriptors_open_in_the_controller(service):
     """2,048 live trajectories must fit in a controller's descriptors (20,000 here, as root
-    without CAP_SYS_RESOURCE to raise it): 9 each, as measured at stop 25, and never 10 (three
+    without CAP_SYS_RESOURCE to raise it): 9 each, as measured, and never 10 (three
     more, for the holder's memory group, made the benchmark's 2,048 run out); the half is room
     for a replaced holder's pidfd not yet reaped."""
     def open_now() -> int:
@@ -540,9 +540,9 @@ def test_a_live_sandbox_keeps_few_descriptors_open_in_the_controller(service):
 
 
 def test_closing_a_service_waits_for_the_sandboxes_its_caller_dropped():
-    """Review, stop 25: the garbage collector drops a dropped sandbox from the service's weak
-    set before its finalizer queues it to the closing thread, so a service closed right after
-    did not know it, did not wait for it, and left its own groups behind."""
+    """The garbage collector drops a dropped sandbox from the service's weak set before its
+    finalizer queues it to the closing thread: a service closed right after must still know
+    it and wait for it, or it leaves its own groups behind."""
     import gc
 
     from codedance.sandbox.cgroups import parent_directories

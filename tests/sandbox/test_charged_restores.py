@@ -1,7 +1,7 @@
-"""A restore's files are charged to the trajectory they belong to, not to the controller (red team,
-stop 21: restored files charged to the controller let a hostile trajectory move its committed
-files out of ``memory_total`` and fill the tmpfs pool until an honest neighbour's restore failed
-with ENOSPC and the neighbour was lost).
+"""A restore's files are charged to the trajectory they belong to, not to the controller
+(restored files charged to the controller let a hostile trajectory move its committed files out
+of ``memory_total`` and fill the tmpfs pool until an honest neighbour's restore fails with
+ENOSPC and the neighbour is lost).
 
 A service of its own (``memory_total`` 640 MiB) with cgroups, where restores are copied by a
 helper process that joins the trajectory's memory group (`charged_copy`; on v2 a leaf of the
@@ -66,8 +66,8 @@ def test_a_restored_file_is_charged_to_its_trajectory(make):
 
 
 def test_the_entries_a_restore_makes_again_are_charged_to_its_trajectory(make):
-    """Red team, stop 23b: only a restore's file data was charged to the trajectory; the inodes
-    of the files and directories it made again were charged to the controller (~1.4 KiB each,
+    """Not only a restore's file data is charged to the trajectory: the inodes of the files and
+    directories it makes again would otherwise be charged to the controller (~1.4 KiB each,
     ~14 MiB per trajectory at the default entry limit, outside ``memory_total``)."""
     sandbox = make(timeout_s=60)
     names = "[f'{i:04d}' + 'n' * 200 for i in range(5000)]"
@@ -88,7 +88,7 @@ def test_the_entries_a_restore_makes_again_are_charged_to_its_trajectory(make):
 
 
 def test_failing_steps_cannot_move_a_trajectorys_files_out_of_its_charge(jail, service, v1):
-    """The red team's attack: A commits 400 MiB, deletes it in a failing step (the rollback writes
+    """The attack: A commits 400 MiB, deletes it in a failing step (the rollback writes
     it back), then commits more. A is charged for what it holds, so its next commit past
     ``memory_total`` is stopped; B's honest rollback still finds room and B keeps its file."""
     a, b = jail(timeout_s=60, limits=Limits(memory=1 << 30)), jail(timeout_s=60)
@@ -274,7 +274,7 @@ def test_a_restore_removes_the_steps_files_before_it_copies_any_back(make):
     """An honest step deletes two committed 100 MiB files, writes 200 MiB into a subdirectory
     and fails. Copying the deleted files back before removing the new ones needed 400 MiB over
     the holder, past the trajectory's own 360 MiB: the kernel killed the copying helper and the
-    trajectory was lost (red team, stop 22). Removing first, the restore never needs more than
+    trajectory was lost. Removing first, the restore never needs more than
     the checkpoint holds."""
     sandbox = make(timeout_s=60, limits=Limits(memory=360 << 20))
     write = ("def write(name):\n    with open(name, 'wb') as f:\n"
@@ -289,7 +289,7 @@ def test_a_restore_removes_the_steps_files_before_it_copies_any_back(make):
 
 def test_closing_the_sandbox_interrupts_a_copy_waiting_for_memory(v1, group, tmp_path):
     """A restore waiting for a full service ends as soon as the sandbox is closed (its interrupt
-    eventfd), not at its deadline (red team, stop 22: close() waited 15 s per sandbox)."""
+    eventfd), not at its deadline (else close() waits the whole timeout per sandbox)."""
     path, copies = group
     _set(path, "memory.limit_in_bytes", 16 * MIB)
     _set(path, "memory.oom_control", 1)
@@ -312,7 +312,7 @@ def test_closing_the_sandbox_interrupts_a_copy_waiting_for_memory(v1, group, tmp
 
 def test_a_neighbour_cannot_commit_what_a_failing_step_freed(jail, service, v1):
     """B's step deletes its committed 200 MiB file and has not ended; A's step takes the freed
-    memory and answers. Committing A would leave B's rollback no room (red team, stop 22: B was
+    memory and answers. Committing A would leave B's rollback no room (B would be
     lost), so A's step ends as oom, rolled back, and B's rollback keeps its file."""
     a, b = jail(timeout_s=60, limits=Limits(memory=1 << 30)), jail(timeout_s=60, limits=Limits(memory=1 << 30))
     assert b.run("with open('big', 'wb') as f:\n    for _ in range(200): f.write(b'B' * (1 << 20))").ok
@@ -339,8 +339,7 @@ def test_a_neighbour_cannot_commit_what_a_failing_step_freed(jail, service, v1):
 def test_a_restore_empties_files_changed_in_place_before_it_copies_any_back(make):
     """An honest step empties committed 250 MiB ``a`` in place and writes 250 MiB into committed,
     empty ``b``, then fails. Rewriting ``a`` before emptying ``b`` held both, past the
-    trajectory's 480 MiB: the copying helper was killed and the trajectory lost (red team, stop
-    22, second pass). Files changed in place are emptied before anything is copied back."""
+    trajectory's 480 MiB: the copying helper was killed and the trajectory lost. Files changed in place are emptied before anything is copied back."""
     sandbox = make(timeout_s=60, limits=Limits(memory=480 << 20))
     fill = "def fill(name):\n    with open(name, 'wb') as f:\n        for _ in range(250): f.write(b'x' * (1 << 20))\n"
     assert sandbox.run(fill + "open('b', 'wb').close()\nfill('a')").ok
@@ -351,8 +350,8 @@ def test_a_restore_empties_files_changed_in_place_before_it_copies_any_back(make
 
 
 def test_the_helper_ranks_with_the_holders_for_the_oom_killer(make, service):
-    """Red team, stop 24: a helper in a trajectory's group during a restore, at oom_score_adj 0
-    beside a holder at -1000, was the kernel's only OOM choice there (a root process outside the
+    """A helper in a trajectory's group during a restore, at oom_score_adj 0 beside a holder at
+    -1000, would be the kernel's only OOM choice there (a root process outside the
     jail killed for the trajectory). Helpers get the holders' value (where the controller may
     lower it; else both stay at 0)."""
     sandbox = make(timeout_s=60)
@@ -371,7 +370,7 @@ def test_a_new_helper_gets_the_holders_oom_score_adj(group, tmp_path, monkeypatc
     """The same, wherever the controller lacks CAP_SYS_RESOURCE (holders then stay at 0, like
     helpers): with a value any root may set (raising needs no capability), a new helper takes
     it before its first answer, even when the thread that starts it acts as a trajectory (its
-    file-system uid, as a restore's thread does: review, stop 24, helpers stayed at 0 on v2)."""
+    file-system uid, as a restore's thread does, which /proc refuses to set it for)."""
     from codedance.sandbox import files, procs
 
     monkeypatch.setattr(procs, "HOLDER_OOM_SCORE_ADJ", 500)

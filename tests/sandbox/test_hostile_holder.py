@@ -1,5 +1,5 @@
 """A hostile holder: a committed step patches the runtime, then races the controller, forges
-messages and breaks the protocol. One test per class of the security review (issue 11).
+messages and breaks the protocol. One test per class of attack.
 
 Every sandbox here comes from the ``jail`` fixture (the jail's PID namespace and seccomp are
 asserted before any hostile code runs); ``scripts/run-tests.sh`` also runs the suite in a fresh
@@ -116,7 +116,7 @@ def _no_setuid_files(root, *, owned_by_root_only: bool = False) -> None:
 
 
 def test_symlink_swaps_during_restore_never_reach_the_host(jail, tmp_path):
-    """Class 1: the holder swaps a committed directory for a symlink to a host directory while
+    """The holder swaps a committed directory for a symlink to a host directory while
     the controller restores and checkpoints. Nothing on the host is written, read or deleted."""
     host, before = _host_dir(tmp_path)
     sandbox = jail(timeout_s=5.0)
@@ -146,7 +146,7 @@ def test_symlink_swaps_during_restore_never_reach_the_host(jail, tmp_path):
 
 
 def test_a_fifo_swapped_in_during_restore_does_not_block_the_controller(jail):
-    """Class 2: a FIFO in place of a committed file while the controller restores."""
+    """A FIFO in place of a committed file while the controller restores."""
     sandbox = jail(timeout_s=1.0, limits=Limits(recovery_s=3.0))
     assert sandbox.run("open('f', 'w').write('data')").ok
     action = "def ACTION():\n    try:\n        os.unlink('f'); os.mkfifo('f')\n    except OSError: pass\n"
@@ -160,7 +160,7 @@ def test_a_fifo_swapped_in_during_restore_does_not_block_the_controller(jail):
 
 
 def test_a_chatty_holder_cannot_extend_the_deadline(jail):
-    """Class 3: the holder drips bytes (and whole junk messages) forever: every run() still returns
+    """The holder drips bytes (and whole junk messages) forever: every run() still returns
     by timeout + recovery time; the trajectory is declared lost, its processes killed."""
     sandbox = jail(timeout_s=1.0, limits=Limits(recovery_s=2.0))
     action = "_sock = _socket_fd()\ndef ACTION():\n    os.write(_sock, b'\\x00')\n    import time; time.sleep(0.01)\n"
@@ -203,12 +203,12 @@ def test_a_holder_sending_junk_messages_loses_only_its_own_trajectory(jail):
     ("memfd_secret", 447, (0,)), ("modify_ldt", 154, (0, 0, 0)),
 ])  # fmt: skip
 def test_denied_kernel_surfaces(jail, name, number, args):
-    """Classes 4, 7 and 9: io_uring (which would bypass the socket rules), SysV and POSIX IPC
-    (which outlive close and cross trajectories), shutdown/setsockopt on the shared socket.
-    Red team, stop 24: Linux AIO (``fs.aio-max-nr`` is host-wide: one trajectory took all of
-    it), inotify and fanotify (a watch on the shared read-only trees saw a neighbour's imports;
-    ``fanotify_init`` with ``FAN_REPORT_FID``, which unprivileged processes may call).
-    Red team, stop 25: ``memfd_secret`` (fragments the host's direct map), ``modify_ldt``."""
+    """io_uring (which would bypass the socket rules), SysV and POSIX IPC (which outlive close
+    and cross trajectories), shutdown/setsockopt on the shared socket; Linux AIO
+    (``fs.aio-max-nr`` is host-wide: one trajectory can take all of it), inotify and fanotify (a
+    watch on the shared read-only trees sees a neighbour's imports; ``fanotify_init`` with
+    ``FAN_REPORT_FID``, which unprivileged processes may call); ``memfd_secret`` (fragments the
+    host's direct map), ``modify_ldt``."""
     sandbox = jail()
     code = (f"import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
             f"r = libc.syscall({number}, *[ctypes.c_long(a) for a in {args!r}])\n"
@@ -219,7 +219,7 @@ def test_denied_kernel_surfaces(jail, name, number, args):
 
 
 def test_file_pages_cannot_be_pinned_in_a_pipe_and_copies_still_work(jail):
-    """Red team, stop 23: a pipe filled from a file (splice, sendfile) holds page-cache pages that
+    """A pipe filled from a file (splice, sendfile) holds page-cache pages that
     the OOM arbiter counts as reclaimable; both are refused, and shutil's copy falls back to
     read/write."""
     sandbox = jail()
@@ -234,8 +234,8 @@ def test_file_pages_cannot_be_pinned_in_a_pipe_and_copies_still_work(jail):
 
 
 def test_a_failed_steps_extended_attributes_cannot_outlive_it(jail):
-    """Red team, stop 23: ``user.*`` attributes a failing step set on a committed file survived
-    the rollback as kernel memory the arbiter does not count; setting any is refused, through
+    """``user.*`` attributes a failing step sets on a committed file would survive the
+    rollback as kernel memory the arbiter does not count; setting any is refused, through
     the named calls and through ``setxattrat`` (463, newer than libseccomp here: every unnamed
     call number returns ENOSYS)."""
     sandbox = jail()
@@ -250,7 +250,7 @@ def test_a_failed_steps_extended_attributes_cannot_outlive_it(jail):
 
 
 def test_io_uring_cannot_open_a_network_socket(jail):
-    """Class 4, end to end: the route the review used (io_uring's socket op) stops at setup."""
+    """io_uring end to end: the route through io_uring's socket op stops at setup."""
     sandbox = jail()
     result = sandbox.run("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
                          "params = ctypes.create_string_buffer(120)\n"
@@ -278,9 +278,9 @@ def test_signal_driven_io_and_prlimit_on_the_holder_are_denied(jail):
 
 
 def test_a_lost_trajectorys_files_go_at_once_not_at_close(jail):
-    """Red team, stop 26: a lost trajectory kept its working directory (with whatever its failed
-    step left there) until close(), charged to the service while out of the OOM arbiter's
-    ranking, so an honest neighbour paid for it. Its files now go to the remover at once."""
+    """A lost trajectory's working directory (with whatever its failed step left there), kept
+    until close(), stays charged to the service while out of the OOM arbiter's ranking, and an
+    honest neighbour pays for it. Its files go to the remover at once."""
     sandbox = jail()
     patch = ("import sys, os\n_runtime = sys.modules['__main__']\n_real = _runtime._expect\n"
              "def _quit_on_resume(reader, op, stale=()):\n    if op == 'resume':\n        os._exit(0)\n"
@@ -298,9 +298,9 @@ def test_a_lost_trajectorys_files_go_at_once_not_at_close(jail):
 
 @x86_64
 def test_directory_notification_and_leases_are_denied(jail):
-    """Red team, stop 26: ``F_NOTIFY`` on the shared read-only trees sent a SIGIO for each read
-    there, a neighbour's imports and the host's reads of /etc included; a lease (``F_SETLEASE``)
-    left on a committed file made the checkpoint's open fail and the trajectory was lost. Both
+    """``F_NOTIFY`` on the shared read-only trees sends a SIGIO for each read there, a
+    neighbour's imports and the host's reads of /etc included; a lease (``F_SETLEASE``) left on
+    a committed file makes the checkpoint's open fail and the trajectory is lost. Both
     are refused (high bits in the command change nothing: the kernel reads an int); other
     ``fcntl`` commands work."""
     sandbox = jail()
@@ -316,7 +316,7 @@ def test_directory_notification_and_leases_are_denied(jail):
 
 @x86_64
 def test_no_step_can_make_itself_dumpable_again(jail):
-    """Red team, stop 24: ``prctl(PR_SET_DUMPABLE, 1)`` then a crash would, with a piped
+    """``prctl(PR_SET_DUMPABLE, 1)`` then a crash would, with a piped
     ``core_pattern`` (apport, systemd-coredump), have the kernel run a root helper on the host fed
     the step's memory. The option is refused (high bits in the register change nothing: the
     kernel reads an int), other ``prctl`` options work, and ``RLIMIT_CORE`` is 1 (the kernel's
@@ -340,8 +340,8 @@ def _kernel_at_least(major: int, minor: int) -> bool:
 
 
 def test_descriptors_sent_to_the_controller_are_refused(jail):
-    """Red team, stop 24: descriptors a step passes to the controller with ``SCM_RIGHTS`` were
-    dropped at its receive and released on its thread (inotify groups, big memfds). On Linux
+    """Descriptors a step passes to the controller with ``SCM_RIGHTS`` are dropped at its
+    receive and released on its thread (inotify groups, big memfds). On Linux
     6.16+ its end refuses them (``SO_PASSRIGHTS`` 0): the step's ``sendmsg`` fails with EPERM,
     nothing reaches the shared socket, and the step's own reply goes through."""
     if not _kernel_at_least(6, 16):
@@ -358,7 +358,7 @@ def test_descriptors_sent_to_the_controller_are_refused(jail):
 
 
 def test_fifos_and_links_are_counted_refused_and_rolled_back(jail):
-    """Class 5: special files are never committed, count against the entry limit, vanish on
+    """Special files are never committed, count against the entry limit, vanish on
     rollback, and leave later steps fast."""
     sandbox = jail(timeout_s=10.0)
     expected = prepare_state(sandbox)
@@ -417,7 +417,7 @@ FORGERIES = {
 
 @pytest.mark.parametrize("name", list(FORGERIES))
 def test_a_forged_reply_fails_its_step_and_keeps_the_trajectory(jail, name):
-    """Class 6: each forgery of a step's reply (once, by a patched runtime) comes back as a
+    """Each forgery of a step's reply (once, by a patched runtime) comes back as a
     failed, rolled-back step within its deadline: no exception out of run(), no descriptor leaked,
     no framing desynchronised (the next steps work and see the state from before)."""
     sandbox = jail(timeout_s=3.0, limits=Limits(recovery_s=3.0))
@@ -437,7 +437,7 @@ def test_a_forged_reply_fails_its_step_and_keeps_the_trajectory(jail, name):
 
 
 def test_ordinary_code_fails_the_step_not_the_trajectory(jail):
-    """Class 7: a 9 MB exception, images over the message budget, a tree nested past any path
+    """A 9 MB exception, images over the message budget, a tree nested past any path
     limit, and shutdown() on the shared socket: each is one failed (or trimmed) step."""
     sandbox = jail(timeout_s=20.0, limits=Limits(max_image_bytes=4 << 20, max_message=6 << 20))
     expected = prepare_state(sandbox)
@@ -459,7 +459,7 @@ def test_ordinary_code_fails_the_step_not_the_trajectory(jail):
 
 
 def test_nothing_of_the_trajectory_lives_outside_its_working_directory(jail):
-    """Class 8: output written to file descriptor 1 goes to a memfd, not to a host file."""
+    """Output written to file descriptor 1 goes to a memfd, not to a host file."""
     sandbox = jail()
     result = sandbox.run("import os\nfor _ in range(40): os.write(1, b'y' * (1 << 20))\nraise ValueError")
     assert result.status is ERROR and "bytes cut" in result.stdout
@@ -492,8 +492,8 @@ def test_a_holder_that_forks_extra_processes_cannot_commit_them(jail):
 def test_leftovers_of_a_killed_controller_are_swept(tmp_path):
     """A controller killed with SIGKILL leaves its directories and cgroups, and its idle
     trajectory frozen (on v1 a frozen process does not act on SIGKILL); the sweep thaws, kills and
-    removes them all (red team, stop 23b: it left the pids groups of frozen trajectories, and
-    then their lock, forever), and never touches a live service."""
+    removes them all (the pids groups of frozen trajectories, and then their lock, would
+    otherwise stay forever), and never touches a live service."""
     import subprocess
     import sys
 
@@ -531,8 +531,8 @@ def test_the_groups_of_a_controller_killed_in_another_cgroup_are_swept(tmp_path)
     """A controller that ran in another cgroup than the sweeping process (a shell, a systemd unit,
     a delegated scope: here a scratch group of this test's in each hierarchy) made its groups
     there; killed with SIGKILL, its groups are found through its lock's record and removed, and
-    its lock with them (review finding 8, stop 24: the sweep looked only under its own cgroup,
-    found nothing, and removed the lock: the groups were leaked for good)."""
+    its lock with them (a sweep that looks only under its own cgroup finds nothing and
+    removes the lock: the groups would be leaked for good)."""
     import secrets
     import subprocess
     import sys
@@ -590,10 +590,10 @@ def test_the_groups_of_a_controller_killed_in_another_cgroup_are_swept(tmp_path)
 
 
 def test_a_forked_child_of_a_killed_controller_keeps_neither_its_frozen_trajectories_nor_its_service(tmp_path):
-    """A plain os.fork() of the controller (multiprocessing's "fork", DataLoader workers) used to
+    """A plain os.fork() of the controller (multiprocessing's "fork", DataLoader workers) would
     inherit the thaw-on-exit watcher's pipe and the service's lock: with the controller SIGKILLed
-    and the child alive, the idle trajectory stayed frozen and ``gc`` took the service for alive
-    (red team, stop 24b). The child lets go of them (`forks`): the trajectory is thawed and dies,
+    and the child alive, the idle trajectory would stay frozen and ``gc`` take the service for
+    alive. The child lets go of them (`forks`): the trajectory is thawed and dies,
     and the sweep removes the service, while the child still lives."""
     import signal
     import subprocess
@@ -655,14 +655,14 @@ def _processes_left_in_groups_of(service_name: str, timeout_s: float) -> int:
 
 
 def test_two_services_never_share_a_uid_block():
-    from codedance.sandbox.leftovers import claim_uid_block
+    from codedance.sandbox.leftovers import claim_uid_block, release_uid_block
 
     claims = [claim_uid_block() for _ in range(4)]
     try:
         assert len({first for first, _ in claims}) == 4
     finally:
-        for _, fd in claims:
-            os.close(fd)
+        for _, fd in claims:  # not os.close: a number still held would be taken from later children
+            release_uid_block(fd)
 
 
 def test_the_holder_is_frozen_while_the_controller_restores(jail):
@@ -764,8 +764,8 @@ def test_files_written_during_a_step_are_memory_not_host_disk(jail):
 
 def test_the_step_is_the_oom_victim_from_its_first_statement(jail):
     """The step's oom_score_adj is 1000 before its code runs, so a child forked by its first
-    statement inherits it (red team, stop 20: it was set after the code was sent, and such a
-    child could escape and get a neighbour killed); the holder is never above 0."""
+    statement inherits it (set after the code was sent, such a child could
+    escape it and get a neighbour killed); the holder is never above 0."""
     sandbox = jail()
     code = ("import os\nr, w = os.pipe()\nif os.fork() == 0:\n"
             "    os.write(w, open('/proc/self/oom_score_adj', 'rb').read()); os._exit(0)\n"
@@ -796,7 +796,7 @@ def test_processes_racing_to_announce_themselves_are_bounded(jail):
     bounded number of them, and the step still runs."""
     sandbox = jail(timeout_s=10.0)
     # the race starts once a spare has its code (so the step the patch is in has been
-    # committed: racers alive while a commit is checked would refuse it, review stop 26)
+    # committed: racers alive while a commit is checked would refuse it)
     patch = (SOCKET_FD + "import struct, sys\n_runtime = sys.modules['__main__']\n_real = _runtime._expect\n"
              "def _racing(reader, op, stale=()):\n"
              "    body = _real(reader, op, stale)\n"
@@ -898,9 +898,9 @@ def _wait_until_code_is_queued(sandbox, timeout_s: float = 10.0) -> None:
 
 
 def test_close_wakes_a_run_whose_code_the_holder_never_reads(jail):
-    """Red team, stop 23: a spare that never reads its code blocked the send of a long snippet
-    until the run's deadline, and close() waited its whole 15 s; now the send watches the
-    sandbox's interrupt."""
+    """A spare that never reads its code blocks the send of a long snippet until the run's
+    deadline, and close() would wait the whole timeout; the send watches the sandbox's
+    interrupt."""
     sandbox = jail(timeout_s=120)
     assert sandbox.run(NEVER_READS_ITS_CODE).ok
     with ThreadPoolExecutor(1) as runs:
@@ -914,8 +914,8 @@ def test_close_wakes_a_run_whose_code_the_holder_never_reads(jail):
 
 
 def test_a_pool_wakes_every_run_before_it_closes_any(service):
-    """Red team, stop 23: `SandboxPool.close()` closed its sandboxes one after another, each
-    waiting for its own run: k blocked runs cost k waits."""
+    """`SandboxPool.close()` closing its sandboxes one after another, each waiting for its own
+    run, makes k blocked runs cost k waits."""
     pool = SandboxPool(max_running=4, service=service, timeout_s=120)
     sandboxes = [pool.sandbox() for _ in range(3)]
     if not all(sb.isolation.namespaces and sb.isolation.seccomp for sb in sandboxes):
@@ -935,10 +935,9 @@ def test_a_pool_wakes_every_run_before_it_closes_any(service):
 
 
 def test_a_step_that_times_out_before_its_spare_is_forked_rolls_back_and_keeps_the_trajectory(jail):
-    """Red team, stop 25: a run that timed out before the holder had forked its spare killed
-    "every process but the holder" while there was none; the spare forked a moment later, the
-    holder waited for it and never reported, and at the recovery deadline the trajectory was
-    lost. A holder slow to fork (here a committed step made it so) stands for that moment."""
+    """A run that times out before the holder has forked its spare kills "every process but
+    the holder" while there is none; the spare forks a moment later, the holder waits for it
+    and never reports, and at the recovery deadline the trajectory would be lost. A holder slow to fork (here a committed step made it so) stands for that moment."""
     sandbox = jail(limits=Limits(recovery_s=10.0))
     slow = (RUNTIME_FORK + "import time\ndef _slow_fork():\n    time.sleep(0.4)\n    return _fork()\n"
             "_runtime._fork_continuation = _slow_fork\nx = 41")
@@ -949,3 +948,4 @@ def test_a_step_that_times_out_before_its_spare_is_forked_rolls_back_and_keeps_t
     assert time.monotonic() - started < 0.1 + 6.0, "the holder was waited for until the recovery deadline (10 s)"
     after = sandbox.run("print(x)", timeout_s=5)
     assert after.ok and after.stdout == "41\n", after
+

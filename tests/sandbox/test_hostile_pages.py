@@ -148,8 +148,8 @@ def _in_child(body) -> list:
     os.close(write_end)
     with os.fdopen(read_end, "rb") as handle:
         answer = handle.read().decode()
-    os.waitpid(pid, 0)
-    assert answer, "the child failed before it answered"
+    _, status = os.waitpid(pid, 0)
+    assert answer, f"the child failed before it answered (wait status {status:#x})"
     return ast.literal_eval(answer)
 
 

@@ -1,7 +1,7 @@
 """When all trajectories together reach ``memory_total``, the trajectory that grew most gives
-memory back, never an honest neighbour (red team, stop 20, findings 2 and 3: the kernel's OOM
-killer, which ranks by RSS, killed a neighbour's running step or idle holder for another
-trajectory's tmpfs files).
+memory back, never an honest neighbour (the kernel's OOM killer,
+which ranks by RSS, kills a neighbour's running step or idle holder for another trajectory's
+tmpfs files).
 
 A service of its own here (``memory_total`` 640 MiB, each trajectory allowed 600 MiB: memory is
 overcommitted, as when a pool runs many trajectories). Hostile code runs only in sandboxes from
@@ -51,9 +51,9 @@ def service():
 
 
 def test_no_trajectory_can_take_every_inode_slot_of_the_work_root_before_its_memory(service):
-    """Red team, stop 23: every name on the work root's tmpfs takes an inode slot, a hard link
-    for ~200 B of the trajectory's kernel memory; 4 Mi links took every slot of the pool with the
-    service at 811 MiB of 2 GiB, and an honest neighbour's restore then failed. Filling the
+    """Every name on the work root's tmpfs takes an inode slot, a hard link for ~200 B of the
+    trajectory's kernel memory; with too many slots, links alone take every slot of the pool
+    with the service far from full, and an honest neighbour's restore then fails. Filling the
     slots must cost more memory than the service has, so the arbiter decides first."""
     if not service.work_on_tmpfs:
         pytest.skip("the work root is not a tmpfs here")
@@ -66,7 +66,7 @@ def test_the_largest_growers_come_first_idle_ones_past_a_floor_and_only_past_the
     growths = [("a", 10 * mib, 10 * mib, True), ("b", 300 * mib, 300 * mib, True), ("c", 200 * mib, 200 * mib, False)]
     assert rank_victims(growths, out_of_memory=True) == ["b", "c", "a"]
     assert rank_victims(growths, out_of_memory=False) == ["b", "c"]  # nearly full: past the slack only
-    # out of memory, idle growth past the floor ranks with running steps (red team, stop 21b)
+    # out of memory, idle growth past the floor ranks with running steps
     assert rank_victims([("a", -5, 0, True), ("idle", 20 * mib, 20 * mib, False)], out_of_memory=True) == ["idle", "a"]
     assert rank_victims([("a", 22 * mib, 22 * mib, True), ("idle", 20 * mib, 20 * mib, False)],
                         out_of_memory=True) == ["a", "idle"]
@@ -78,7 +78,7 @@ def test_the_largest_growers_come_first_idle_ones_past_a_floor_and_only_past_the
                         out_of_memory=False) == ["a"]
     assert rank_victims([], out_of_memory=True) == []
     assert idle_floor(True) == IDLE_FLOOR_BYTES < SLACK_BYTES == idle_floor(False)
-    # kernel memory (inodes of empty files: red team, stop 22) ranks a running step only while
+    # kernel memory (inodes of empty files) ranks a running step only while
     # out of memory (the kernel has reclaimed its cache); never an idle one, nor while nearly full
     kernel = [("files", 3 * mib, 400 * mib, True), ("honest", 40 * mib, 41 * mib, True)]
     assert rank_victims(kernel, out_of_memory=True) == ["files", "honest"]
@@ -180,9 +180,9 @@ def test_a_holder_that_keeps_memory_after_its_step_is_stopped_loses_its_trajecto
 
 def test_a_step_child_in_its_own_process_group_is_stopped_with_the_step(jail):
     """A's step forks a child that leaves the step's process group and allocates more than the
-    service has: the arbiter stops every process of A's step, not only its group (red team, stop
-    21: the child kept the memory, waiting in the kernel's OOM wait where no freezer reaches it,
-    and every trajectory stalled until A's recovery deadline); B's state survives."""
+    service has: the arbiter stops every process of A's step, not only its group (else
+    the child keeps the memory, waiting in the kernel's OOM wait where no freezer reaches it,
+    and every trajectory stalls until A's recovery deadline); B's state survives."""
     a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
     assert b.run(NEIGHBOUR_STATE).stdout == "262144000\n"
     result = a.run("import os, numpy as np\npid = os.fork()\nif pid == 0:\n    os.setpgid(0, 0)\n"
@@ -210,8 +210,8 @@ def test_growth_after_answering_is_charged_to_the_trajectory_that_grew(jail):
     """A step patches its runtime to allocate right after its answer (while the controller
     commits it): that growth is not committed state, so when the service runs out A pays (its
     step, if stopped before its files were saved; else its trajectory, grown outside any step),
-    not B's honest running step (red team, stop 21: the commit's mark laundered it, and B's step
-    was killed)."""
+    not B's honest running step (a mark taken at the commit must not launder A's
+    growth)."""
     a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
     result_b, result_a = _while_running(b, _neighbour_holding(150), lambda: a.run(GROW_AFTER_ANSWERING))
     assert result_b.status is ExecStatus.OK and result_b.stdout == "B done 1\n", result_b
@@ -248,8 +248,8 @@ def test_idle_trajectories_each_keeping_under_the_slack_pay_before_a_smaller_run
     """Three patched holders each keep ~27 MiB between steps (under the 32 MiB slack, past the
     8 MiB floor); a neighbour's committed state brings the service within ~10 MiB of full (its
     next spare's fork needs some); an honest step then allocates 20 MiB: an idle grower pays
-    (lost), the honest step finishes and the neighbour's state survives (red team, stop 21b, idle_slack_sum.py: the honest step was
-    stopped, as idle growth within the slack was never charged)."""
+    (lost), the honest step finishes and the neighbour's state survives (if idle growth within the slack is never charged,
+    the honest step is stopped)."""
     attackers = [jail(timeout_s=60, limits=LIMITS) for _ in range(3)]
     honest, filler = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
     for attacker in attackers:
@@ -275,7 +275,7 @@ def test_idle_trajectories_each_keeping_under_the_slack_pay_before_a_smaller_run
 def test_the_default_memory_total_respects_the_controllers_own_cgroup_limit():
     """Under an outer memory limit (a container's), the service's default ``memory_total`` is
     85 % of it, not of the host's memory: otherwise the outer limit is reached first and the
-    kernel's OOM killer, not the arbiter, chooses (red team, stop 21)."""
+    kernel's OOM killer, not the arbiter, chooses."""
     import subprocess
     import sys
 
@@ -302,8 +302,8 @@ def test_the_default_memory_total_respects_the_controllers_own_cgroup_limit():
 def test_a_restore_is_no_credit_to_grow_by(jail):
     """A commits 300 MiB of files, then a step deletes them and fails, and the rollback writes
     them back. A's next growth must still count in full, so A, not B's honest running step, pays
-    when the service runs out (red team, stop 21: restores were charged to the controller, A's
-    mark kept the deleted files, and B was chosen; restores are now charged to A)."""
+    when the service runs out (with restores charged to the controller, A's mark would keep
+    the deleted files and B be chosen; restores are charged to A)."""
     a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
     assert a.run("chunk = b'x' * (1 << 20)\nfor i in range(3):\n    with open(f'f{i}', 'wb') as f:\n"
                  "        for _ in range(100): f.write(chunk)").ok
@@ -319,7 +319,7 @@ def test_a_step_holding_the_service_through_writes_alone_is_stopped(jail):
     """A's running step holds most of the service in files written with ``write()`` alone (no
     page fault, so no process waits and the kernel reports no OOM); B's honest step then writes a
     64 MiB file: it must not fail with ENOMEM: crossing the "nearly full" threshold wakes the
-    arbiter, which stops A (red team, stop 21)."""
+    arbiter, which stops A."""
     a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
     result_a, result_b = _while_running(
         a, "chunk = b'x' * (1 << 20)\nfor i in range(560):\n    with open(f'f{i}', 'wb') as f: f.write(chunk)\n"
@@ -333,8 +333,8 @@ def test_a_step_holding_the_service_through_writes_alone_is_stopped(jail):
 
 def test_kernel_cache_a_stopped_step_leaves_does_not_lose_the_trajectory(jail):
     """A step makes ~45 MiB of negative dentries (kernel cache that outlives it), then grows past
-    what the service has left: it is stopped and rolled back, and the trajectory goes on (red
-    team, stop 21b: the dentries counted as growth its holder kept, and the trajectory was lost)."""
+    what the service has left: it is stopped and rolled back, and the trajectory goes on (the
+    dentries must not count as growth its holder kept, which would lose the trajectory)."""
     a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
     assert a.run("state = 'kept'").ok
     assert b.run(NEIGHBOUR_STATE).ok
@@ -386,8 +386,8 @@ print(n, 'files')
 def test_a_step_filling_memory_with_empty_files_is_stopped_not_its_running_neighbour(jail):
     """A's step creates empty files (inodes and dentries: kernel memory, none of it reclaimable
     while the files exist) until the service is full, while B's honest step holds 40 MiB: A's
-    step ends as oom and B's finishes (red team, stop 22, kmem_files_bypass_arbiter.py: kernel
-    memory was left out of the measure, A's growth read 3 MiB and B paid)."""
+    step ends as oom and B's finishes (with kernel
+    memory left out of the measure, A's growth reads a few MiB and B pays)."""
     a, b, filler = (jail(timeout_s=60, limits=LIMITS) for _ in range(3))
     # committed state leaves ~200 MiB: fewer files fill it
     assert filler.run(f"import numpy as np\nbig = np.ones({(_headroom(filler.service) >> 20) - 200} << 20, np.uint8)").ok
@@ -402,8 +402,8 @@ def test_a_step_filling_memory_with_empty_files_is_stopped_not_its_running_neigh
 def test_a_replaced_holders_memory_is_no_credit_to_grow_by(jail):
     """A commits 300 MiB, then commits ``del big``: the holder that step replaced frees the
     300 MiB only once it has exited, after A's mark was taken. A's next step grows ~350 MiB while
-    B's honest step holds 200 MiB: A's step pays, not B's (red team, stop 22,
-    growth_credit_via_commit.py: A's growth read -300 MiB until its next run ended, and B paid)."""
+    B's honest step holds 200 MiB: A's step pays, not B's (with the
+    replaced holder's memory as credit, A's growth reads -300 MiB until its next run ends)."""
     a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
     assert a.run("import numpy as np\nbig = np.ones(300 << 20, np.uint8)").ok
     assert a.run("del big").ok
@@ -466,10 +466,10 @@ def ACTION():  # once A's step has deleted A's 200 MiB of committed files, take 
 def test_a_holder_taking_what_its_step_freed_pays_itself_and_the_service_goes_on(jail, service):
     """A commits 200 MiB of files; its patched holder allocates as much as soon as they are gone;
     A's next step deletes them and fails, so A's restore needs 200 MiB back from a full service.
-    Each kind of memory counts alone, so the deleted files do not hide the holder's growth (red
-    team, stop 24b: A's net growth read ~0, and B's honest running step paid), and the arbiter's
-    kill of A's every process is not held up by the freeze of A's restore (on v1 it waited for
-    A's run deadline while the whole service waited, and E, whose restore waited too, was lost).
+    Each kind of memory counts alone, so the deleted files do not hide the holder's growth (a
+    net measure reads ~0, and B's honest running step pays), and the arbiter's kill of A's every
+    process is not held up by the freeze of A's restore (on v1 a frozen process ignores SIGKILL:
+    the whole service would wait for A's run deadline, and E, whose restore waits too, be lost).
     B and E keep everything; A is lost within seconds."""
     a, b, e, filler = (jail(timeout_s=30, limits=LIMITS) for _ in range(4))
     assert e.run("open('data', 'wb').write(b'e' * (30 << 20))").ok
@@ -524,7 +524,7 @@ def test_a_rollback_that_would_hold_more_than_its_committed_state_loses_that_tra
 
 
 def test_an_honest_rollback_of_a_file_its_holder_keeps_mapped_is_not_taken_for_one_past_its_state(jail, service):
-    """Review, stop 25: A keeps a committed file mapped (``np.load(mmap_mode="r")``); A's next
+    """A keeps a committed file mapped (``np.load(mmap_mode="r")``); A's next
     step deletes it (freeing nothing: the holder maps it) and fails while B's honest step has
     filled the service. A's restore needs a new copy beyond what A holds below its mark, yet
     that is no memory A's step took: A's step is rolled back, not its trajectory lost (the rule
@@ -565,8 +565,8 @@ while page_tables() < TARGET:  # one page a GiB apart: two table pages each, and
 def test_a_commit_of_page_tables_cannot_take_what_a_neighbours_rollback_needs(jail, service):
     """B's running step deleted its 150 MiB committed file (owed to its rollback); A's step fills
     what that freed with page tables alone: kernel memory, which no reclaim gives back. A's commit
-    counts it and is refused (red team, stop 24a: it committed, then sat idle out of the arbiter's
-    reach, and B's restore found no memory and B was lost). B's rollback gets its file back."""
+    counts it and is refused (else it commits, then sits idle out of the arbiter's
+    reach, and B's restore finds no memory and B is lost). B's rollback gets its file back."""
     a, b, filler = (jail(timeout_s=30, limits=LIMITS) for _ in range(3))
     assert b.run("open('big', 'wb').write(b'b' * (150 << 20))").ok
     assert a.run("x = 1").ok
@@ -589,7 +589,7 @@ def test_a_commit_of_page_tables_cannot_take_what_a_neighbours_rollback_needs(ja
 def test_a_steps_kernel_cache_does_not_refuse_a_neighbours_commits(jail, service):
     """B's step deletes its 150 MiB committed file (owed to its rollback), then fills what that
     freed with negative dentries (kernel cache) and stays running: A's trivial steps still commit
-    (review, stop 24: counting all of v1's kernel memory in the owed check refused every one)."""
+    (counting all of v1's kernel memory in the owed check would refuse every one)."""
     a, b, filler = (jail(timeout_s=60, limits=LIMITS) for _ in range(3))
     assert b.run("open('big', 'wb').write(b'b' * (150 << 20))").ok
     assert a.run("x = 1").ok
@@ -611,9 +611,9 @@ def test_a_steps_kernel_cache_does_not_refuse_a_neighbours_commits(jail, service
 
 
 def test_the_arbiter_runs_in_a_controller_that_holds_over_1024_descriptors():
-    """Red team, stop 25: the arbiter waited in ``select()``, which refuses descriptors of 1,024
-    and above; in a controller holding that many (a pool of a few hundred sandboxes) a new
-    service had no arbiter thread while the kernel's OOM killer was off for its parent group."""
+    """An arbiter waiting in ``select()``, which refuses descriptors of 1,024 and above, dies
+    in a controller holding that many (a pool of a few hundred sandboxes): a new service would
+    have no arbiter thread while the kernel's OOM killer was off for its parent group."""
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -641,10 +641,10 @@ def test_the_arbiter_runs_in_a_controller_that_holds_over_1024_descriptors():
 
 
 def test_a_step_waits_for_a_closed_sandboxs_files_rather_than_pay_for_them(make, service, monkeypatch):
-    """Review, stop 25: close() leaves a huge working directory to the background remover, whose
-    files stay charged until removed; the arbiter stopped an honest step for that memory. It
-    waits for them instead, and the step runs once they are gone. (Removal is fast since stop 26,
-    ~300,000 directories a second: a tree that takes seconds would not fit in this service, so
+    """close() leaves a huge working directory to the background remover, whose files stay
+    charged until removed; the arbiter must not stop an honest step for that memory. It waits
+    for them instead, and the step runs once they are gone. (Removal is fast, ~300,000
+    directories a second: a tree that takes seconds would not fit in this service, so
     the remover's thread is made to start 2 s late, and close() hands it everything.)"""
     from codedance.sandbox import remover
 

@@ -217,7 +217,8 @@ def test_sparse_files_are_kept_sparse(tmp_path):
 
 
 def test_the_stores_of_all_trajectories_share_one_budget(tmp_path):
-    """Red team, stop 23: the stores (on the host's disk) had no bound across trajectories."""
+    """The stores (on the host's disk) need a bound across trajectories, or together they fill
+    the host's disk."""
     budget = StoreBudget(entries=5, size=1 << 20)
     snapshots = []
     for name in ("a", "b"):
@@ -239,9 +240,9 @@ def test_the_stores_of_all_trajectories_share_one_budget(tmp_path):
 
 
 def test_a_commits_claim_on_the_store_budget_covers_what_its_store_takes_on_disk(tmp_path):
-    """Red team, stop 24b: the claim was the files' lengths, 9,750 bytes for a store of 43 MB
-    (9,801 one-byte files with long names). Now each entry claims whole blocks and its name's
-    room: at least what the store's file system really uses (st_blocks, summed over the store)."""
+    """A claim of the files' lengths alone is a few KB for a store of tens of MB (thousands of
+    one-byte files with long names). Each entry claims whole blocks and its name's room: at
+    least what the store's file system really uses (st_blocks, summed over the store)."""
     work = tmp_path / "work"
     work.mkdir()
     for d in range(12):
@@ -271,7 +272,8 @@ def test_a_commits_claim_on_the_store_budget_covers_what_its_store_takes_on_disk
 
 
 def test_space_allocated_past_a_files_end_counts_against_the_byte_limit(tmp_path):
-    """Red team, stop 23: ``fallocate(FALLOC_FL_KEEP_SIZE)`` kept 200 MiB under a 64 MiB limit."""
+    """Without counting it, ``fallocate(FALLOC_FL_KEEP_SIZE)`` keeps 200 MiB under a 64 MiB
+    limit."""
     work = tmp_path / "work"
     work.mkdir()
     snapshot = WorkdirSnapshot(str(work), str(tmp_path / "s"), protected=frozenset(), owner=None,
@@ -290,7 +292,7 @@ def test_space_allocated_past_a_files_end_counts_against_the_byte_limit(tmp_path
     (lambda w: os.symlink("/etc", w / "link"), "symlink"),
     (lambda w: os.mkfifo(w / "fifo"), "FIFO"),
     (lambda w: socket.socket(socket.AF_UNIX).bind(str(w / "sock")), "socket"),
-    (lambda w: ((w / "a").write_text("x"), os.link(w / "a", w / "b")), "2 names"),  # red team, stop 23
+    (lambda w: ((w / "a").write_text("x"), os.link(w / "a", w / "b")), "2 names"),  # hard links: a copy per name
 ])  # fmt: skip
 def test_only_files_and_directories_are_kept(tmp_path, make_it, match):
     work = tmp_path / "work"
@@ -361,8 +363,8 @@ def test_removing_a_tree_deeper_than_the_path_limit(tmp_path):
 
 
 def test_removing_a_wide_tree_lists_each_directory_once(tmp_path, monkeypatch):
-    """Red team, stop 26: the removal listed a directory again from the start after each
-    subdirectory it removed (a wide tree took 23x the time). Now one listing per directory
+    """A removal that lists a directory again from the start after each subdirectory it
+    removes takes many times the time on a wide tree. One listing per directory
     (empty subdirectories need none), the levels' descriptors bounded, whatever the shape."""
     from codedance.sandbox import files
 
@@ -400,7 +402,7 @@ def test_removing_a_wide_tree_lists_each_directory_once(tmp_path, monkeypatch):
 
 
 def test_a_step_is_forked_with_libc_only_while_the_kernel_counts_one_thread():
-    """Review, stop 26: the spare is forked right after the step's reply, and a thread the
+    """The spare is forked right after the step's reply, and a thread the
     snippet joined may not have ended in the kernel yet; libc's fork beside a live thread can
     hang the child, so `runtime._one_thread` reads the kernel's count (in a process of its own:
     this one runs the tests' service threads)."""
@@ -507,8 +509,8 @@ def test_executes_nothing_never_raises_on_pathological_code():
 
 def test_a_listed_pid_is_killed_only_while_it_is_in_that_group():
     """What `codedance sandbox gc` and the trajectories' kills rely on: a pid read from a group's
-    list is signalled only if the process is still in that group (red team, stop 23: the sweep
-    killed by pid number, and a pid can be reused by then)."""
+    list is signalled only if the process is still in that group (a sweep that
+    kills by pid number may hit another process: a pid can be reused by then)."""
     from codedance.sandbox import cgroups
 
     child = subprocess.Popen(["sleep", "60"])
@@ -622,9 +624,9 @@ def _recorded_lock(tmp_path: Path, name: str, directories: list[str], mode: int 
 def test_the_sweep_finds_a_dead_services_groups_where_its_lock_records_them(tmp_path, monkeypatch):
     """A dead service's groups under another cgroup than the sweeping process's (its controller
     ran in a shell, a systemd unit, a delegated scope) are found through its lock's record: the
-    process left in them is killed, and the groups and the lock are removed (review finding 8,
-    stop 24: the sweep looked only under its own groups, found nothing, called that "none left"
-    and removed the lock, leaking the groups and their processes for good)."""
+    process left in them is killed, and the groups and the lock are removed (a sweep that looks
+    only under its own groups finds nothing, calls that "none left" and removes the lock,
+    leaking the groups and their processes for good)."""
     from codedance.sandbox import cgroups, leftovers
 
     monkeypatch.setattr(leftovers, "_locks_dir", lambda: str(tmp_path))
@@ -779,9 +781,9 @@ def test_acting_as_limits_this_thread_to_the_owners_rights(tmp_path):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching the file-system identity needs root")
 def test_a_collection_while_acting_as_a_trajectory_runs_its_finalizers_as_root(tmp_path):
-    """Red team, stop 25: the cyclic garbage collector runs finalizers in whichever thread
-    allocates, and a `Sandbox` dropped unclosed closed itself inside a neighbour's restore as
-    that trajectory: its cgroups and files could not be removed and were left for good. A
+    """The cyclic garbage collector runs finalizers in whichever thread allocates: a `Sandbox`
+    dropped unclosed would close itself inside a neighbour's restore as that trajectory, and its
+    cgroups and files could not be removed and would be left for good. A
     collection there runs as root, then the thread acts as the trajectory again; nesting puts
     back the identity from before."""
     import gc
@@ -847,9 +849,9 @@ def test_directories_that_lock_their_owner_out_are_restored(tmp_path):
 
 @pytest.mark.parametrize("unread", ["answer", "request"])
 def test_a_copying_helper_ends_quietly_when_the_controller_dies_mid_request(unread):
-    """Red team, stop 24: a controller that died with the helper's answer unread (or its own
-    request unanswered) left the helper's next receive or answer failing with ECONNRESET or
-    EPIPE, and `charged_copy.serve` printed a traceback; both end it as end of file does."""
+    """A controller that dies with the helper's answer unread (or its own request unanswered)
+    leaves the helper's next receive or answer failing with ECONNRESET or EPIPE; both end
+    `charged_copy.serve` as end of file does, with no traceback."""
     from codedance.sandbox import charged_copy
 
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -930,8 +932,8 @@ class _FakeSysctl:
 
 
 def test_a_low_fs_file_max_is_raised_as_root_and_noted_else_reported_with_what_to_run():
-    """Red team, stop 24a: fs.file-max is host-wide, and one trajectory could hold ~2.1 M file
-    objects (files mapped, then closed), 85 % of a host's. Where raising is allowed (root, and
+    """fs.file-max is host-wide, and one trajectory can hold millions of file objects (files
+    mapped, then closed), most of a host's default. Where raising is allowed (root, and
     asked: tests/sandbox/test_file_max.py) it is raised and said so in the notes, else the value
     and what to run are reported; it is never lowered, and one high enough is left alone."""
     from codedance.sandbox.isolation import (
@@ -1020,8 +1022,8 @@ def test_the_zygote_imports_none_of_the_controller_and_the_public_names_still_re
 
 
 def test_a_closing_sandboxs_checkpoint_and_restore_stop_walking(tmp_path):
-    """Red team, stop 25: a restore walked half a million directories a failed step left for
-    the run's whole recovery time after close(); the walk stops once ``stop()`` says so."""
+    """A restore walking half a million directories a failed step left would run for the run's
+    whole recovery time after close(); the walk stops once ``stop()`` says so."""
     work, store = tmp_path / "work", tmp_path / "store"
     work.mkdir()
     (work / "kept.txt").write_text("kept")
@@ -1042,8 +1044,8 @@ def test_a_closing_sandboxs_checkpoint_and_restore_stop_walking(tmp_path):
 
 
 def test_the_remover_takes_a_huge_tree_off_close_and_stops_with_its_service(tmp_path):
-    """Red team, stop 25: close() removed a hostile step's 500,000 directories before returning
-    (39 s); what does not go within the inline time is removed in the background."""
+    """close() must not wait while a hostile step's 500,000 directories are removed (tens of
+    seconds); what does not go within the inline time is removed in the background."""
     from codedance.sandbox.remover import Remover
 
     def tree(name: str) -> Path:

@@ -59,7 +59,7 @@ def test_estimator_and_sandbox_metrics(run):
         assert math.isfinite(m[f"codedance/{key}"]), key
     assert m["codedance/a_seq_abs_mean"] > 0
     statuses = {k: v for k, v in m.items() if k.startswith("codedance/calls_") and k != "codedance/calls_per_traj"}
-    assert set(statuses) == {f"codedance/calls_{s}" for s in ("ok", "error", "timeout", "crashed", "oom", "refused")}
+    assert set(statuses) == {f"codedance/calls_{s}" for s in ("ok", "error", "timeout", "crashed", "oom", "refused", "lost")}
     n_traj = 2 * 2  # train_batch_size x rollout.n
     assert sum(statuses.values()) == pytest.approx(m["codedance/calls_per_traj"] * n_traj)
     assert statuses["codedance/calls_ok"] >= 2  # each group's scripted rollout ran its snippet

@@ -1,0 +1,162 @@
+"""SIGTERM (what ``timeout``, Slurm and Kubernetes send) stops a long command as Ctrl-C does:
+finished work kept, sandboxes closed, nothing left in the temporary directory or the cgroup
+hierarchies, exit code 130. Each test runs the real ``codedance`` entry point in a subprocess and
+signals it mid-run."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import glob
+import io
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from PIL import Image as PILImage
+
+from codedance.policy.replay_server import ReplayServer
+
+pytestmark = pytest.mark.tier("integration")
+
+ROOT = Path(__file__).resolve().parents[1]
+ENTRY = [sys.executable, "-c", "from codedance.cli import main; main()"]
+
+
+def start(args: list[str]) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "CODEDANCE_KEEP_FILE_MAX": "1", "COLUMNS": "120"}
+    return subprocess.Popen([*ENTRY, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def wait_for_lines(process: subprocess.Popen, path: Path, n: int = 1, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while lines(path) < n:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"no record in {path} after {timeout_s} s"
+        time.sleep(0.1)
+
+
+def leftovers(pid: int) -> list[str]:
+    """What a sandbox service of controller ``pid`` would leave: its folders and lock in the
+    temporary directory, its cgroups."""
+    return (glob.glob(os.path.join(tempfile.gettempdir(), f"codedance-{pid}-*"))
+            + glob.glob(f"/sys/fs/cgroup/*/codedance-{pid}-*") + glob.glob(f"/sys/fs/cgroup/*/*/codedance-{pid}-*"))
+
+
+def terminate(process: subprocess.Popen) -> tuple[int, str]:
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    return process.returncode, err
+
+
+def test_sigterm_stops_demo_like_ctrl_c(tmp_path):
+    out = tmp_path / "demo"
+    process = start(["demo", "--out", str(out), "--tasks", "60", "--rollouts", "2"])
+    wait_for_lines(process, out / "trajectories.jsonl")
+    assert leftovers(process.pid), "the demo's sandbox service should be running"
+    code, err = terminate(process)
+    assert code == 130, err
+    assert "interrupted: finished work is saved" in err and "Traceback" not in err
+    assert 0 < lines(out / "trajectories.jsonl") < 120
+    assert leftovers(process.pid) == []
+
+
+def _vstar_tsv(path: Path, n: int) -> Path:
+    buffer = io.BytesIO()
+    PILImage.new("RGB", (32, 24), (200, 30, 30)).save(buffer, format="PNG")
+    image = base64.b64encode(buffer.getvalue()).decode()
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f, delimiter="\t")
+        writer.writerow(["index", "question", "A", "B", "answer", "category", "image"])
+        for i in range(n):
+            writer.writerow([i, "Which colour is the square?", "red", "blue", "A", "color", image])
+    return path
+
+
+def test_sigterm_stops_eval_like_ctrl_c(tmp_path):
+    def slow(body):
+        time.sleep(0.2)
+        return "<answer>A</answer>"
+
+    data = _vstar_tsv(tmp_path / "vstar.tsv", 60)
+    out = tmp_path / "run"
+    with ReplayServer(slow) as server:
+        process = start(["eval", "--model", server.url, "--benchmarks", "vstar", "--data", f"vstar={data}",
+                         "--concurrency", "2", "--out", str(out)])
+        wait_for_lines(process, out / "trajectories.jsonl", 2)
+        code, err = terminate(process)
+    assert code == 130, err
+    assert "interrupted: finished work is saved" in err and "Traceback" not in err
+    assert 2 <= lines(out / "trajectories.jsonl") < 60
+    assert leftovers(process.pid) == []
+
+
+def test_sigterm_stops_solve_which_does_not_claim_to_resume(tmp_path):
+    image = tmp_path / "chart.png"
+    PILImage.new("RGB", (32, 24), (200, 30, 30)).save(image)
+    asked = []
+
+    def slow(body):
+        asked.append(1)
+        time.sleep(8)
+        return "<answer>A</answer>"
+
+    out = tmp_path / "solve"
+    with ReplayServer(slow) as server:
+        process = start(["solve", "--model", server.url, "--image", str(image), "--question", "q", "--out", str(out)])
+        deadline = time.monotonic() + 120
+        while not asked:
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.1)
+        code, err = terminate(process)
+    assert code == 130, err
+    assert "solve does not resume" in err and "rerun the same command to resume" not in err
+    assert leftovers(process.pid) == []
+
+
+def test_sigterm_stops_data_verify_like_ctrl_c(tmp_path):
+    from typer.testing import CliRunner
+
+    from codedance.cli import app
+    from tests.data.fixtures import SFT_SCHEMA, SIZE_OK, USER, code, picture, response, write
+
+    slow = code("import time\ntime.sleep(1)\nprint(input_image.size)")
+    rows = [{"messages": [{"role": "user", "content": USER}, {"role": "assistant", "content": slow},
+                          {"role": "user", "content": response(SIZE_OK)},
+                          {"role": "assistant", "content": "<answer>64x48</answer>"}], "images": [picture(seed=i)]}
+            for i in range(20)]
+    write(rows, SFT_SCHEMA, tmp_path / "train-0.parquet")
+    out = tmp_path / "sft"
+    assert CliRunner().invoke(app, ["data", "import", "codedance-sft", str(tmp_path / "train-0.parquet"),
+                                    "--out", str(out)]).exit_code == 0
+    process = start(["data", "verify", str(out), "--concurrency", "2"])
+    wait_for_lines(process, out / "verify.jsonl")
+    code_, err = terminate(process)
+    assert code_ == 130, err
+    assert "interrupted: finished work is saved" in err and "Traceback" not in err
+    assert 1 <= lines(out / "verify.jsonl") < 20
+    assert leftovers(process.pid) == []
+
+
+def test_sigkill_leaves_only_what_the_next_sandbox_start_sweeps(tmp_path):
+    from codedance.sandbox import Sandbox
+
+    out = tmp_path / "demo"
+    process = start(["demo", "--out", str(out), "--tasks", "60", "--rollouts", "2"])
+    wait_for_lines(process, out / "trajectories.jsonl")
+    process.kill()
+    process.communicate(timeout=60)
+    assert leftovers(process.pid), "a SIGKILL cannot clean up: the service's folders stay"
+    with Sandbox() as sandbox:  # its start sweeps what dead services left, before it returns
+        assert leftovers(process.pid) == []
+        assert sandbox.run("print(1)").ok
