@@ -8,8 +8,8 @@ the peer's repository it follows.
 
 What an agent gives the episode drivers (`codedance.rollout.adrive_episode`, the batch driver):
 ``start(task, config)`` an episode object with the interface of `codedance.rollout.Episode`
-(``messages``, ``on_completion`` returning the action to run or None, ``on_result``, ...; used
-when ``starts_episodes``), ``images_of(task, config)`` the images its tool works on,
+(``messages``, ``on_completion`` returning the action to run or None, ``on_result``, ...),
+``images_of(task, config)`` the images its tool works on,
 ``runner(images, sandbox)`` the tool that runs an action (``sandbox`` makes the caller's sandbox
 for those images; ``uses_sandbox`` says whether one is needed at all), and ``stop``, the stop
 strings the protocol asks the model server for.
@@ -41,11 +41,6 @@ class AgentProfile:
     def uses_sandbox(self) -> bool:
         """True when actions are Python code for the caller's sandbox."""
         return True
-
-    @property
-    def starts_episodes(self) -> bool:
-        """False: `codedance.rollout.Episode` runs the protocol (the drivers' default)."""
-        return False
 
     def episode_config(self, config: EpisodeConfig) -> EpisodeConfig:
         """The run's episode settings under this protocol (its prompt profile, turn limit)."""

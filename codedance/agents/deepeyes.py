@@ -243,10 +243,6 @@ class DeepEyesProfile(AgentProfile):
     def uses_sandbox(self) -> bool:
         return False
 
-    @property
-    def starts_episodes(self) -> bool:
-        return True
-
     def episode_config(self, config: EpisodeConfig) -> EpisodeConfig:
         profile = PromptProfile(name=self.name, system=SYSTEM, instruction=INSTRUCTION,
                                 user_template="Question: {question}\n{instruction}")

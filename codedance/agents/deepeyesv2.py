@@ -298,10 +298,6 @@ class DeepEyesV2Episode(PeerEpisode):
 class DeepEyesV2Profile(AgentProfile):
     """The DeepEyesV2 protocol (see the module docstring)."""
 
-    @property
-    def starts_episodes(self) -> bool:
-        return True
-
     def episode_config(self, config: EpisodeConfig) -> EpisodeConfig:
         profile = PromptProfile(name=self.name, system=SYSTEM, instruction=USER_TEMPLATE.split("{question}")[1],
                                 user_template="{question}{instruction}")

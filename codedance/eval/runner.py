@@ -195,7 +195,6 @@ async def _episodes(policy: Policy, settings: EvalSettings, work: Sequence[tuple
 
     config = no_tools_config(settings.episode) if settings.no_tools else settings.episode
     agent = get_agent(settings.agent)
-    starter = agent if agent.starts_episodes else None
     failures: list[tuple[str, str]] = []
     progress = BatchProgress(len(work) * settings.samples, "samples") if settings.progress and work else None
     chunk = max(16, 4 * settings.concurrency)
@@ -219,7 +218,7 @@ async def _episodes(policy: Policy, settings: EvalSettings, work: Sequence[tuple
                 concurrency=settings.concurrency, progress=False,
                 on_trajectory=progress.done if progress else None,
                 on_failure=progress.failed if progress else None,
-                stop_after=settings.stop_after_connection_failures, agent=starter)
+                stop_after=settings.stop_after_connection_failures, agent=agent)
             failures += list(summary.failures)
             if summary.stopped:
                 stopped = summary.stopped
@@ -332,8 +331,7 @@ def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
 
             pool = SandboxPool(timeout_s=settings.exec_timeout_s)
             make_runner = lambda images: pool.sandbox(images=images)
-    if agent.starts_episodes:  # the protocol's own tool, around the sandbox where it runs code
-        make_runner = functools.partial(agent.runner, sandbox=make_runner)  # type: ignore[assignment]
+    make_runner = functools.partial(agent.runner, sandbox=make_runner)  # the protocol's tool (or the sandbox)
     if agent.stop and hasattr(policy, "sampling"):  # the protocol's stop strings (an HTTP policy's)
         policy.sampling = dataclasses.replace(policy.sampling, stop=agent.stop)  # type: ignore[attr-defined]
     try:
