@@ -33,9 +33,7 @@ class AgentProfile:
 
     name: str
     prompt_profile: str = ""
-    summary: str = ""
-
-    stop: tuple[str, ...] = ()
+    stop: tuple[str, ...] = ()  # stop strings sent with every request (none: the run's sampling)
 
     @property
     def uses_sandbox(self) -> bool:
@@ -61,8 +59,5 @@ class AgentProfile:
 SandboxFactory = Callable[[tuple[Image, ...]], CodeRunner]
 
 
-CODEDANCE = AgentProfile(
-    name="codedance", summary="CodeDance's release protocol (the run's prompt profile; release by default)")
-CODEDANCE_PAPER = AgentProfile(
-    name="codedance-paper", prompt_profile="paper",
-    summary="CodeDance's paper protocol (Table 10 prompt, <interpreter> feedback)")
+CODEDANCE = AgentProfile(name="codedance")  # the run's prompt profile (release by default)
+CODEDANCE_PAPER = AgentProfile(name="codedance-paper", prompt_profile="paper")  # Table 10 prompt, <interpreter>

@@ -185,6 +185,7 @@ class DeepEyesEpisode(PeerEpisode):
     """One DeepEyes episode, driven like `codedance.rollout.Episode`."""
 
     agent = "deepeyes"
+    source = SOURCE
 
     def __init__(self, task: Task, config: EpisodeConfig) -> None:
         super().__init__(task, config, (Message("system", (SYSTEM,)), Message("user", (*task.images, user_text(task)))))
@@ -258,4 +259,4 @@ class DeepEyesProfile(AgentProfile):
         return ZoomRunner(images)
 
 
-DEEPEYES = DeepEyesProfile(name="deepeyes", summary=f"DeepEyes zoom-in tool calls ({SOURCE})")
+DEEPEYES = DeepEyesProfile(name="deepeyes")

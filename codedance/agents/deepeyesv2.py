@@ -249,6 +249,7 @@ class DeepEyesV2Episode(PeerEpisode):
     """One DeepEyesV2 episode, driven like `codedance.rollout.Episode`."""
 
     agent = "deepeyesv2"
+    source = SOURCE
 
     def __init__(self, task: Task, config: EpisodeConfig) -> None:
         images = tuple(model_image(sandbox_image(i)) for i in task.images)
@@ -315,4 +316,4 @@ class DeepEyesV2Profile(AgentProfile):
         return PreludeRunner(sandbox(images))
 
 
-DEEPEYESV2 = DeepEyesV2Profile(name="deepeyesv2", stop=STOP, summary=f"DeepEyesV2, code only ({SOURCE})")
+DEEPEYESV2 = DeepEyesV2Profile(name="deepeyesv2", stop=STOP)

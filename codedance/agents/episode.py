@@ -8,9 +8,11 @@ from codedance.types import Message, StopReason, Task, Trajectory, Turn
 
 
 class PeerEpisode:
-    """Turns, messages, stop reason and answer of one episode; ``agent`` names the protocol."""
+    """Turns, messages, stop reason and answer of one episode; ``agent`` names the protocol and
+    ``source`` the peer's file it follows (both kept in the trajectory's metadata)."""
 
     agent = ""
+    source = ""
 
     def __init__(self, task: Task, config: EpisodeConfig, prompt: tuple[Message, ...]) -> None:
         self.task = task
@@ -72,7 +74,7 @@ class PeerEpisode:
     def trajectory(self) -> Trajectory:
         if self.stop_reason is None:
             raise RuntimeError("the episode has not ended")
-        metadata = (("profile", self.config.profile.name), ("agent", self.agent), *self.config.metadata,
-                    *self._notes)
+        metadata = (("profile", self.config.profile.name), ("agent", self.agent), ("agent_source", self.source),
+                    *self.config.metadata, *self._notes)
         return Trajectory(task_id=self.task.id, turns=tuple(self._turns), stop_reason=self.stop_reason,
                           answer=self.answer, metadata=metadata, prompt=self.prompt)

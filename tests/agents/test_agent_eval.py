@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from codedance.agents.deepeyes import SOURCE as DEEPEYES_SOURCE
 from codedance.cli import app
 from codedance.config import load
 from codedance.eval.options import EvalConfig
@@ -90,6 +91,7 @@ def test_eval_agent_replays_the_recorded_protocol(tmp_path, agent):
         assert fc.deltas(by_case[name]) == theirs["requests"], name
         record = records[f"vstar/{n}"]
         assert record["answer"] == theirs["answer"], name
+        assert ["agent_source", DEEPEYES_SOURCE] in record["metadata"]
         errors = [v for k, v in record["metadata"] if k == "error"]
         assert bool(errors) == (theirs["status"] == "error"), (name, errors)
     pages = "".join(p.read_text() for p in (tmp_path / "run" / "view").rglob("*.html"))
