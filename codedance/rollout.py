@@ -333,7 +333,20 @@ async def arun_episode(
     policy: Policy, task: Task, sandbox: CodeRunner, config: EpisodeConfig = EpisodeConfig()
 ) -> Trajectory:
     """`run_episode` on an asyncio loop: ``policy.acomplete`` and ``sandbox.arun``."""
-    episode = Episode(task, config)
+    return await adrive_episode(Episode(task, config), policy, sandbox)
+
+
+class EpisodeFactory(Protocol):
+    """Starts episodes of another protocol (``codedance.agents``): ``start`` returns an object
+    with `Episode`'s driving interface, ``images_of`` the images its runner works on."""
+
+    def images_of(self, task: Task, config: EpisodeConfig) -> tuple[Image, ...]: ...
+
+    def start(self, task: Task, config: EpisodeConfig) -> Episode: ...
+
+
+async def adrive_episode(episode: Episode, policy: Policy, sandbox: CodeRunner) -> Trajectory:
+    """Drive ``episode`` (an `Episode`, or one with its interface) to its end on an asyncio loop."""
     while not episode.done:
         try:
             completion = await policy.acomplete(episode.messages)

@@ -35,7 +35,7 @@ FLOORS = (
     {"config", "parsing", "sandbox", "prompts", "policy", "grading", "records", "task_records",
      "assets", "presets"},
     {"rollout", "rewards", "advantages", "world"},
-    {"runs", "teacher", "sft_records"},
+    {"runs", "teacher", "sft_records", "agents"},
     {"demo", "synth", "eval", "train"},
     {"integrations", "data"},  # data writes the verl parquet through integrations.verl's row format
     {"curate"},  # the data engine: reads tables as the data importer does

@@ -84,6 +84,8 @@ def eval_(
                                    rich_help_panel=opt.SERVER),
     retries: int = typer.Option(None, help="Retries of a failed model request (connection errors, 429, 5xx) [4]",
                                 rich_help_panel=opt.SERVER),
+    agent: str = typer.Option(None, help="The model family's own protocol: codedance, codedance-paper, deepeyes, deepeyesv2 "
+                              "(docs/eval.md, reproduction cards) \\[codedance]", rich_help_panel=opt.RUN),
     print_config: opt.PrintConfig = False,
 ) -> None:
     """Run the benchmarks, score them and write the report into --out."""
@@ -104,7 +106,8 @@ def eval_(
                       episode__exec_timeout_s=exec_timeout, profiles=text(profiles), no_tools=no_tools,
                       limit=limit, samples=samples, scoring=scoring, judge__url=judge, judge__model=judge_model,
                       data=list(data) or None, lmu_data=text(lmu_data), pixmo_cache=text(pixmo_cache),
-                      fetch_images=fetch_images, concurrency=concurrency, stop_after=stop_after)
+                      fetch_images=fetch_images, concurrency=concurrency, stop_after=stop_after,
+                      agent=agent)
     server, out_dir = cfg.server, Path(cfg.out)
     judge_client = None
     try:

@@ -44,6 +44,7 @@ class EvalConfig:
     fetch_images: bool = False
     concurrency: int = not_resumed(64)
     stop_after: int = not_resumed(10)
+    agent: str = "codedance"  # the protocol (`codedance.agents`): codedance, codedance-paper, deepeyes, deepeyesv2
 
     def lmu_dir(self) -> Path:
         return Path(self.lmu_data or os.environ.get("LMUData", "~/LMUData")).expanduser()
@@ -73,9 +74,11 @@ class EvalConfig:
         specs = parse_benchmarks(names) if names else ()
         if self.tasks and get_spec("tasks") not in specs:
             specs += (get_spec("tasks"),)
+        from codedance.agents import get_agent
+
+        episode = get_agent(self.agent).episode_config(self.episode.episode_config(profiles=self.profiles or None))
         return EvalSettings(
-            benchmarks=specs, tasks_split=self.tasks_split,
-            episode=self.episode.episode_config(profiles=self.profiles or None),
+            benchmarks=specs, tasks_split=self.tasks_split, agent=self.agent, episode=episode,
             no_tools=self.no_tools, limit=self.limit, concurrency=self.concurrency,
             exec_timeout_s=self.episode.exec_timeout_s, lmu_dir=str(lmu), data_paths=tuple(pairs),
             pixmo_cache=self.pixmo_cache or str(lmu / "pixmo_cache"), fetch_images=self.fetch_images,

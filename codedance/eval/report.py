@@ -155,7 +155,7 @@ def build_report(out: Path, settings, tasks: Mapping[str, tuple[BenchmarkSpec, T
         episode = settings.episode
         results.append(BenchmarkResult(
             name=spec.name, title=spec.title, split=spec.split,
-            profile="no-tools" if settings.no_tools else episode.profile.name,
+            profile=settings.protocol,
             max_turns=1 if settings.no_tools else episode.max_turns, no_tools=settings.no_tools, judge=judge,
             expected=len(ids), headline=metrics.get(spec.headline), metrics=tuple(metrics.items()),
             breakdowns=breakdowns, not_produced=not_produced,
@@ -212,9 +212,10 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def provenance(r: BenchmarkResult) -> str:
-    """The one-line label every number carries: scoring mode, judge and turn budget."""
+    """The one-line label every number carries: scoring mode, judge, turn budget and the
+    protocol (agent and prompt profile)."""
     k = f", Avg@{r.samples_per_item}" if r.samples_per_item > 1 else ""
-    return f"scoring {r.scoring}, judge {r.judge or 'none'}, {r.max_turns} turns{k}"
+    return f"scoring {r.scoring}, judge {r.judge or 'none'}, {r.max_turns} turns{k}, profile {r.profile}"
 
 
 def tables(report: EvalReport) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -342,7 +343,8 @@ def compare_markdown(reports: Sequence[dict], labels: Sequence[str], allow_incom
     provenance_rows = []
     for label, rep in zip(labels, reports, strict=True):
         kinds = sorted({f"scoring {r.get('scoring', '?')}, judge {r.get('judge') or 'none'}, "
-                        f"{r['max_turns']} turns, k={r.get('samples_per_item', 1)}" for r in rep["results"]})
+                        f"{r['max_turns']} turns, k={r.get('samples_per_item', 1)}, profile {r.get('profile', '?')}"
+                        for r in rep["results"]})
         provenance_rows.append(f"- {label}: {'; '.join(kinds)}")
     lines += ["", *provenance_rows]
     if refused:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Sequence
@@ -97,6 +98,7 @@ class EvalSettings:
     temperature: float = 0.0
     stop_after_connection_failures: int = 10
     tasks_split: str = ""  # the ``tasks`` source's split ('' = every row)
+    agent: str = "codedance"  # the protocol (`codedance.agents`); ``episode`` is already under it
 
     def __post_init__(self) -> None:
         check_settings(self)
@@ -105,14 +107,28 @@ class EvalSettings:
         """The settings a resumed run must share with the first one."""
         return {"model": self.model, "sampling": self.sampling, "no_tools": self.no_tools,
                 "max_turns": self.episode.max_turns, "profile": self.episode.profile.name,
-                "profile_fields": dataclasses.asdict(self.episode.profile)}
+                "profile_fields": dataclasses.asdict(self.episode.profile),
+                **({"agent": self.agent} if self.agent != "codedance" else {})}
+
+    @property
+    def protocol(self) -> str:
+        """What the report names next to every number: the agent profile and the prompt profile."""
+        profile = "no-tools" if self.no_tools else self.episode.profile.name
+        if self.agent == "codedance" or self.agent == profile:
+            return profile
+        return f"{self.agent}/{profile}"
 
 
 def check_settings(settings: EvalSettings) -> None:
     """Reject impossible settings (`SettingsError` with the option to fix) before anything runs."""
+    from codedance.agents import AGENTS
     from codedance.eval.scoring import SCORING_MODES
 
     problems = []
+    if settings.agent not in AGENTS:
+        problems.append(f"--agent must be one of {', '.join(AGENTS)}, got {settings.agent!r}")
+    elif settings.no_tools and settings.agent != "codedance":
+        problems.append(f"--no-tools is a codedance baseline; drop --agent {settings.agent} or --no-tools")
     if settings.concurrency < 1:
         problems.append(f"--concurrency must be at least 1, got {settings.concurrency}")
     if settings.limit is not None and settings.limit < 1:
@@ -175,7 +191,10 @@ def _task_or_failure(spec: BenchmarkSpec, item: RawItem, n: int, source: str = "
 async def _episodes(policy: Policy, settings: EvalSettings, work: Sequence[tuple[BenchmarkSpec, RawItem, int]],
                     make_runner: RunnerFactory, run: RunDir) -> tuple[list[tuple[str, str]], str]:
     """Run the missing samples; (failures of this run, why the run stopped early or "")."""
+    from codedance.agents import get_agent
+
     config = no_tools_config(settings.episode) if settings.no_tools else settings.episode
+    agent = get_agent(settings.agent)
     failures: list[tuple[str, str]] = []
     progress = BatchProgress(len(work) * settings.samples, "samples") if settings.progress and work else None
     chunk = max(16, 4 * settings.concurrency)
@@ -199,7 +218,7 @@ async def _episodes(policy: Policy, settings: EvalSettings, work: Sequence[tuple
                 concurrency=settings.concurrency, progress=False,
                 on_trajectory=progress.done if progress else None,
                 on_failure=progress.failed if progress else None,
-                stop_after=settings.stop_after_connection_failures)
+                stop_after=settings.stop_after_connection_failures, agent=agent)
             failures += list(summary.failures)
             if summary.stopped:
                 stopped = summary.stopped
@@ -300,15 +319,21 @@ def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
             tasks[stub.id] = (spec, stub)
             if any(episode_key(stub.id, j) not in done for j in range(settings.samples)):
                 work.append((spec, item, n))
+    from codedance.agents import get_agent
+
+    agent = get_agent(settings.agent)
     pool = None
     if make_runner is None:
         if settings.no_tools:
             make_runner = lambda images: NoToolRunner()
-        else:
+        elif agent.uses_sandbox:
             from codedance.sandbox.pool import SandboxPool
 
             pool = SandboxPool(timeout_s=settings.exec_timeout_s)
             make_runner = lambda images: pool.sandbox(images=images)
+    make_runner = functools.partial(agent.runner, sandbox=make_runner)  # the protocol's tool (or the sandbox)
+    if agent.stop and hasattr(policy, "sampling"):  # the protocol's stop strings (an HTTP policy's)
+        policy.sampling = dataclasses.replace(policy.sampling, stop=agent.stop)  # type: ignore[attr-defined]
     try:
         _, stopped = asyncio.run(_episodes(policy, settings, work, make_runner, run))
     finally:

@@ -32,7 +32,7 @@ from typing import Protocol
 
 from codedance.messages import shorten
 from codedance.policy.base import Policy, PolicyConnectionError, PolicyHTTPError
-from codedance.rollout import CodeRunner, EpisodeConfig, arun_episode
+from codedance.rollout import CodeRunner, Episode, EpisodeConfig, EpisodeFactory, adrive_episode
 from codedance.runs.rundir import RunDir, episode_key
 from codedance.types import Image, Task, Trajectory
 
@@ -121,8 +121,10 @@ async def arun_batch(
     stop_after: int | None = None,
     after: After | None = None,
     done: Collection[str] | None = None,
+    agent: EpisodeFactory | None = None,
 ) -> BatchSummary:
-    """Run and save every (task, rollout) not yet in the run; see the module docstring."""
+    """Run and save every (task, rollout) not yet in the run; see the module docstring.
+    ``agent`` starts the episodes of another protocol (``codedance.agents``); None: `Episode`."""
     run = run if isinstance(run, RunDir) else RunDir(run)
     run.path.mkdir(parents=True, exist_ok=True)
     policy_for: PolicyFor = (lambda t, k: policy) if hasattr(policy, "acomplete") else policy  # type: ignore[assignment,return-value]
@@ -144,9 +146,10 @@ async def arun_batch(
                 return
             runner = None
             try:
-                images = config.images_of(task)
+                images = agent.images_of(task, config) if agent is not None else config.images_of(task)
                 runner = await asyncio.to_thread(make_runner, images)
-                trajectory = await arun_episode(policy_for(task, k), task, runner, config)
+                episode = agent.start(task, config) if agent is not None else Episode(task, config)
+                trajectory = await adrive_episode(episode, policy_for(task, k), runner)
                 await asyncio.to_thread(runner.close)
                 runner = None
                 if after is None or await after(key, task, trajectory):
