@@ -30,7 +30,7 @@ ENTRY = [sys.executable, "-c", "from codedance.cli import main; main()"]
 
 def start(args: list[str]) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "CODEDANCE_KEEP_FILE_MAX": "1", "COLUMNS": "120"}
+           "COLUMNS": "120"}
     return subprocess.Popen([*ENTRY, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -146,6 +146,24 @@ def test_sigterm_stops_data_verify_like_ctrl_c(tmp_path):
     assert "interrupted: finished work is saved" in err and "Traceback" not in err
     assert 1 <= lines(out / "verify.jsonl") < 20
     assert leftovers(process.pid) == []
+
+
+def test_sigterm_stops_synth_like_ctrl_c_and_a_rerun_resumes(tmp_path):
+    out = tmp_path / "synth"
+    args = ["synth", "--n", "200", "--out", str(out), "--skills", "counting"]
+    process = start(args)
+    wait_for_lines(process, out / "trajectories.jsonl")  # one accepted: the rerun below needs no more
+    code, err = terminate(process)
+    assert code == 130, err
+    assert "Traceback" not in err
+    tried = lines(out / "verdicts.jsonl")
+    assert 0 < tried < 410  # stopped before its budget of 2·n + 10 tasks
+    assert leftovers(process.pid) == []
+    again = start([*args[:2], "1", *args[3:]])  # the same run asked for less: resumed, nothing redone
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
+    assert lines(out / "verdicts.jsonl") == tried
+    assert leftovers(again.pid) == []
 
 
 def test_sigkill_leaves_only_what_the_next_sandbox_start_sweeps(tmp_path):

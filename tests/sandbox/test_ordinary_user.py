@@ -44,7 +44,7 @@ def _run_as_user(user: pwd.struct_passwd, home: Path, argv: list[str], timeout_s
         target.mkdir(exist_ok=True)
     python_path = ":".join(str(target) for _, target in binds)
     env = ["env", "-i", "PATH=/usr/bin:/bin", f"HOME={home}", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1",
-           f"PYTHONPATH={python_path}", "CODEDANCE_KEEP_FILE_MAX=1"]
+           f"PYTHONPATH={python_path}"]
     user_command = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups",
                     *env, PYTHON, *argv]  # fmt: skip
     script = f'{mounts} && cd {shlex.quote(str(project))} && exec "$@"'
