@@ -45,6 +45,7 @@ from codedance.train.encode import EncodedTrajectory, encode_trajectory
 from codedance.train.loss import clipped_surrogate, collate, loss_weights, token_logprobs
 from codedance.train.metrics import rollout_metrics
 from codedance.train.sampler import BatchedSampler, run_lockstep
+from codedance.train.stopping import stop_requests
 from codedance.train.weights import restore_weights
 from codedance.types import Task, Trajectory
 
@@ -220,13 +221,28 @@ class GRPOTrainer:
             save_checkpoint(self.out, self.step, self.model, self.processor, self.optimizer, self.stage.keep_checkpoints)
         return row
 
-    def train(self, steps: int | None = None, on_step: Callable[[dict[str, float]], None] | None = None) -> None:
-        """Run until ``steps`` (default: the stage's) total steps, then save a final checkpoint."""
+    def train(self, steps: int | None = None, on_step: Callable[[dict[str, float]], None] | None = None,
+              log: Callable[[str], None] = print) -> None:
+        """Run until ``steps`` (default: the stage's) total steps, then save a final checkpoint.
+
+        A SIGTERM or Ctrl-C (`codedance.train.stopping`) lets the step in progress finish; that step
+        is then saved as a checkpoint and ``KeyboardInterrupt`` raised, so a rerun resumes after it
+        (`tests/train/test_resume.py::test_grpo_sigterm_saves_the_step_in_progress_and_resumes_from_it`).
+        A second signal interrupts at once: the steps since the last checkpoint are lost."""
         target = self.stage.steps if steps is None else steps
-        while self.step < target:
-            row = self.train_step()
-            if on_step is not None:
-                on_step(row)
+        with stop_requests() as stop:
+            while self.step < target:
+                row = self.train_step()
+                if on_step is not None:
+                    on_step(row)
+                if stop.signal is not None:
+                    self._save_unless_saved()
+                    log(f"grpo: stopped on {stop.signal} after step {self.step}, saved in "
+                        f"{self.out / 'checkpoints' / f'step-{self.step}'}")
+                    raise KeyboardInterrupt
+        self._save_unless_saved()
+
+    def _save_unless_saved(self) -> None:
         if latest_checkpoint(self.out) is None or latest_checkpoint(self.out).name != f"step-{self.step}":
             save_checkpoint(self.out, self.step, self.model, self.processor, self.optimizer, self.stage.keep_checkpoints)
 

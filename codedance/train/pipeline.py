@@ -250,7 +250,7 @@ def run_grpo_stage(config: PipelineConfig, name: str, stage: GRPOStage, log: Log
     trainer.train(on_step=lambda r: log(
         f"grpo-{name} step {int(r['step'])}/{stage.steps}: acc {r['accuracy']:.3f} calls {r['calls']:.2f} "
         f"reward {r['reward/total']:.3f} loss {r['loss']:.4f} ({r['rollout_s'] + r['update_s']:.0f}s; "
-        f"{eta.text(int(r['step']))})"))
+        f"{eta.text(int(r['step']))})"), log=log)
     return evaluate(trainer.model, processor, config, stage_tasks(config.eval.tasks), f"after-grpo-{name}", log)
 
 

@@ -1,10 +1,10 @@
-"""Stop SFT at a step boundary on SIGTERM or Ctrl-C, with a checkpoint of that step.
+"""Stop SFT or GRPO at a step boundary on SIGTERM or Ctrl-C, with a checkpoint of that step.
 
 What ``timeout``, Slurm and Kubernetes send first is SIGTERM, then SIGKILL after a grace period.
 While `stop_requests` is active (the main thread only), the first SIGTERM or SIGINT only records
-the request; the Trainer callback `StopAtStepEnd` then has the step in progress finish and be
-saved as a checkpoint before training ends, and `run_sft` raises ``KeyboardInterrupt`` (the
-command line's "interrupted", rerun to resume). A second signal raises ``KeyboardInterrupt`` at
+the request; the Trainer callback `StopAtStepEnd` (SFT) or `GRPOTrainer.train` then has the step
+in progress finish and be saved as a checkpoint before training ends, and ``KeyboardInterrupt``
+is raised (the command line's "interrupted", rerun to resume). A second signal raises ``KeyboardInterrupt`` at
 once (the steps since the last checkpoint are lost, as with SIGKILL). The previous handlers come
 back when the block ends. Pinned by ``tests/train/test_resume.py``.
 """

@@ -77,7 +77,8 @@ def grpo(out: Path, steps: int, block_at: int) -> None:
                           ref_model=ref, make_runner=lambda images: FakeRunner(images), threads=1)
     if trainer.resume():
         print(f"resumed at step {trainer.step}", flush=True)
-    trainer.train(on_step=lambda row: report(int(row["step"]), float(row["loss"]), block_at))
+    trainer.train(on_step=lambda row: report(int(row["step"]), float(row["loss"]), block_at),
+                  log=lambda line: print(line, flush=True))
 
 
 if __name__ == "__main__":

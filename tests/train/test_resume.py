@@ -147,6 +147,23 @@ def test_grpo_killed_mid_stage_resumes_from_its_checkpoint(tmp_path) -> None:  #
     print(f"grpo losses: before the kill {before}, after resume {after}, uninterrupted {reference}")
 
 
+def test_grpo_sigterm_saves_the_step_in_progress_and_resumes_from_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    straight = child("grpo", whole, 4)
+    stopped = child("grpo", cut, 4, block_at=3, pause=10)  # SIGTERM while step 3 reports: step 3 is saved
+    signal_when_blocked(stopped, cut, signal.SIGTERM)
+    finish(straight, whole)
+    log = (tmp_path / "cut.log").read_text()
+    assert stopped.returncode != 0 and "KeyboardInterrupt" in log, log[-3000:]
+    assert f"grpo: stopped on SIGTERM after step 3, saved in {cut / 'checkpoints' / 'step-3'}" in log
+    mark_run(cut)
+    assert "resumed at step 3" in finish(child("grpo", cut, 4), cut)
+    after, reference = losses(cut), losses(whole)
+    assert sorted(after) == [4]
+    assert after[4] == pytest.approx(reference[4], rel=1e-5, abs=1e-7), (after, reference)
+    assert_same_weights(weights(cut / "checkpoints" / "step-4"), weights(whole / "checkpoints" / "step-4"))
+
+
 def drop_tensors(folder: Path, prefix: str) -> None:
     """Rewrite ``folder/model.safetensors`` without the tensors whose names start with `prefix`."""
     from safetensors.torch import load_file, save_file
