@@ -84,6 +84,12 @@ def test_data_verify_and_import_refuse_options_out_of_range(tmp_path):
         refused(["data", "import", kind, str(png), "--out", str(tmp_path / "p")], "not a readable parquet file")
 
 
+def test_data_verify_refuses_a_record_it_cannot_read_before_any_sandbox(tmp_path):
+    (tmp_path / "trajectories.jsonl").write_text('{"schema": 1}\n{}\n')
+    refused(["data", "verify", str(tmp_path)], "trajectories.jsonl, line 1: not a trajectory record (no key")
+    assert not (tmp_path / "verify.jsonl").exists()
+
+
 def test_an_import_that_keeps_no_row_fails_without_a_next_step(tmp_path):
     from tests.data.fixtures import RL_SCHEMA, rl_rows, write
 

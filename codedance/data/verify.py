@@ -43,11 +43,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codedance.data import ledger
-from codedance.errors import SettingsError
+from codedance.errors import DataError, SettingsError
 from codedance.prompts.profiles import NO_OUTPUT_HINT, RELEASE_REMINDER
 from codedance.records import ImageStore, trajectory_from_json
 from codedance.rollout import EXEC_TIMEOUT_S
-from codedance.types import ExecResult, Image, Trajectory
+from codedance.types import SCHEMA_VERSION, ExecResult, Image, Trajectory
 
 VERDICTS = "verify.jsonl"
 SUMMARY = "verify_summary.json"
@@ -242,6 +242,26 @@ def check_options(*, concurrency: int = 2, tolerance: float = 0.02, timeout_s: f
         raise SettingsError("; ".join(problems))
 
 
+RECORD_FIELDS = ("key", "task_id", "turns", "stop_reason", "answer", "metadata", "prompt")
+
+
+def check_records(records: Path) -> None:
+    """Every record of ``trajectories.jsonl`` is one this version reads, before any sandbox starts;
+    else `DataError` naming the file and line. A line that is not JSON at all is passed over, as
+    `ledger.iter_jsonl` does (the torn last line of an interrupted import)."""
+    with open(records, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            missing = [name for name in RECORD_FIELDS if not isinstance(record, dict) or name not in record]
+            if missing or record.get("schema") != SCHEMA_VERSION:
+                what = f"no {', '.join(missing)}" if missing else f"schema {record.get('schema')!r}, not {SCHEMA_VERSION}"
+                raise DataError(f"{records}, line {number}: not a trajectory record ({what}); "
+                                "import the data again with `codedance data import`")
+
+
 async def averify_dir(out: str | Path, *, concurrency: int = 2, tolerance: float = 0.02,
                       timeout_s: float = EXEC_TIMEOUT_S, limit: int | None = None,
                       progress: Callable[[int, int], None] | None = None) -> VerifyResult:
@@ -254,6 +274,7 @@ async def averify_dir(out: str | Path, *, concurrency: int = 2, tolerance: float
     records = out / "trajectories.jsonl"
     if not records.exists():
         raise FileNotFoundError(f"no {records}: run `codedance data import codedance-sft ... --out {out}` first")
+    check_records(records)
     start = time.perf_counter()
     done = ledger.keys(out / VERDICTS)
     total = _count_lines(records)
