@@ -48,9 +48,9 @@ RESUMABLE = "interrupted: finished work is saved; rerun the same command to resu
 
 
 def user_errors(command: Callable[..., Any] | None = None, *, interrupted: str = RESUMABLE) -> Any:
-    """Wrap a command: an error a person can act on (`codedance.errors.CodeDanceError`, and the
-    sandbox's own `ServiceError` / `SandboxUnavailable`) prints one line ``error: ...`` on stderr
-    and exits with code 2; Ctrl-C (and SIGTERM, `interrupt_on_sigterm`) prints what was kept and
+    """Wrap a command: an error a person can act on (`codedance.errors.CodeDanceError`, the
+    sandbox's `ServiceError` / `SandboxUnavailable` included) prints one line ``error: ...`` on
+    stderr and exits with code 2; Ctrl-C (and SIGTERM, `interrupt_on_sigterm`) prints what was kept and
     exits with `INTERRUPTED` (130). Anything else is a bug and keeps its traceback.
     ``@user_errors(interrupted=TEXT)``: what a command that does not resume prints instead."""
     from codedance.errors import CodeDanceError
@@ -60,12 +60,9 @@ def user_errors(command: Callable[..., Any] | None = None, *, interrupted: str =
 
     @functools.wraps(command)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
-        from codedance.sandbox.isolation import SandboxUnavailable
-        from codedance.sandbox.service import ServiceError
-
         try:
             return command(*args, **kwargs)
-        except (CodeDanceError, ServiceError, SandboxUnavailable) as exc:
+        except CodeDanceError as exc:
             make_console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:

@@ -20,6 +20,7 @@ import asyncio
 import time
 from dataclasses import dataclass, replace
 
+from codedance.errors import BackendError
 from codedance.policy.base import Completion, PolicyConnectionError, PolicyHTTPError
 from codedance.policy.openai_chat import OpenAIChatPolicy
 from codedance.policy.server_config import ServerConfig
@@ -27,7 +28,7 @@ from codedance.prompts import bound_text
 from codedance.types import Message
 
 
-class EndpointDown(RuntimeError):
+class EndpointDown(BackendError):
     """The endpoint's circuit breaker is open: too many consecutive failed requests."""
 
 

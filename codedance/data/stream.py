@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Iterator, Sequence
 from pathlib import Path
 
+from codedance.errors import SettingsError
 from codedance.messages import shorten
 
 
-class InputError(ValueError):
+class InputError(SettingsError):
     """Bad input paths or columns; the message says what to pass instead."""
 
 

@@ -25,6 +25,8 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from codedance.errors import CodeDanceError
+
 LAYERS = ("namespaces", "users", "seccomp", "cgroups", "rlimits")
 
 HOW_TO_GET = {
@@ -38,7 +40,7 @@ HOW_TO_GET = {
 }
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(CodeDanceError, RuntimeError):
     """The host cannot provide the isolation that was required."""
 
 

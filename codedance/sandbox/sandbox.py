@@ -58,6 +58,7 @@ from concurrent.futures import Executor
 from dataclasses import replace
 from typing import Self
 
+from codedance.errors import CodeDanceError
 from codedance.sandbox import files, layout, procs, protocol
 from codedance.sandbox.arbiter import SLACK_BYTES
 from codedance.sandbox.cgroups import MemoryMeasure, TrajectoryCgroup
@@ -95,7 +96,7 @@ class _StoppedForMemory(Exception):
     """The OOM arbiter stopped an answered step before any of its files were saved."""
 
 
-class SandboxClosed(RuntimeError):
+class SandboxClosed(CodeDanceError, RuntimeError):
     """The sandbox was closed; create a new one to run more code."""
 
 

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import codedance
+from codedance.errors import CodeDanceError
 from codedance.sandbox import cgroups, leftovers, mounts
 from codedance.sandbox.arbiter import OomArbiter
 from codedance.sandbox.charged_copy import ChargedCopies, LocalWriter
@@ -67,7 +68,7 @@ _ENV = {
 }
 
 
-class ServiceError(RuntimeError):
+class ServiceError(CodeDanceError, RuntimeError):
     """The zygote could not be started or stopped answering."""
 
 

@@ -26,13 +26,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from codedance.errors import SettingsError
 from codedance.policy.transformers_qwen import chat_template_messages
 from codedance.types import Image, Message, Trajectory
 
 IMAGE_PAD = "<|image_pad|>"
 
 
-class TemplateMismatch(ValueError):
+class TemplateMismatch(SettingsError):
     """The chat template does not render an assistant turn as ``text + end-of-turn``."""
 
 
