@@ -59,12 +59,12 @@ from dataclasses import replace
 from typing import Self
 
 from codedance.sandbox import files, layout, procs, protocol
-from codedance.sandbox.arbiter import SLACK_BYTES
 from codedance.sandbox.cgroups import MemoryMeasure, TrajectoryCgroup
-from codedance.sandbox.execution import CONTROLLER_PARSE_CHARS, executes_nothing
 from codedance.sandbox.inputs import ImageInput
 from codedance.sandbox.isolation import Isolation
+from codedance.sandbox.jail.execution import CONTROLLER_PARSE_CHARS, executes_nothing
 from codedance.sandbox.layout import Limits, seconds
+from codedance.sandbox.memory.arbiter import SLACK_BYTES
 from codedance.sandbox.service import URL_ENV, SandboxService, ServiceError, default_service
 from codedance.types import ExecResult, ExecStatus
 

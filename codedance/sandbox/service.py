@@ -38,8 +38,6 @@ from dataclasses import replace
 
 import codedance
 from codedance.sandbox import cgroups, leftovers, mounts
-from codedance.sandbox.arbiter import OomArbiter
-from codedance.sandbox.charged_copy import ChargedCopies, LocalWriter
 from codedance.sandbox.files import StoreBudget, remove_tree
 from codedance.sandbox.idle import IdleFreezer
 from codedance.sandbox.isolation import (
@@ -51,6 +49,8 @@ from codedance.sandbox.isolation import (
     seccomp_problem,
 )
 from codedance.sandbox.layout import SINGLE_THREADED, Limits
+from codedance.sandbox.memory.arbiter import OomArbiter
+from codedance.sandbox.memory.charged_copy import ChargedCopies, LocalWriter
 from codedance.sandbox.remover import Remover
 from codedance.sandbox.thaw_on_exit import ThawOnExit
 
@@ -137,7 +137,7 @@ def _bwrap_command(work_root: str, control_fd: int, as_root: bool, inputs_root: 
     if as_root:
         command += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
                     "--cap-add", "CAP_SYS_ADMIN"]  # the zygote's /proc remount only (guards.hide_other_processes)
-    command += ["--", sys.executable, "-m", "codedance.sandbox.runtime", "--control-fd", str(control_fd)]
+    command += ["--", sys.executable, "-m", "codedance.sandbox.jail.runtime", "--control-fd", str(control_fd)]
     # as root each trajectory has its own uid; otherwise its own mount view (`private_view`)
     return command + (["--hide-processes"] if as_root else ["--private-views", work_root])
 
@@ -295,7 +295,7 @@ class SandboxService:
             command = _bwrap_command(self.work_root, fd, self.as_root, self.inputs_root)
             env = None
         else:
-            command = [sys.executable, "-m", "codedance.sandbox.runtime", "--control-fd", str(fd)]
+            command = [sys.executable, "-m", "codedance.sandbox.jail.runtime", "--control-fd", str(fd)]
             env = {**_ENV, "HOME": self.work_root, "MPLCONFIGDIR": os.path.join(self.store_root, "mpl"),
                    "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self._process = self._start_in_keeper_thread(

@@ -21,7 +21,7 @@ import uuid
 import pytest
 
 from codedance.sandbox import Limits, SandboxService, cgroups
-from codedance.sandbox.charged_copy import ChargedCopies
+from codedance.sandbox.memory.charged_copy import ChargedCopies
 from codedance.types import ExecStatus
 
 pytestmark = pytest.mark.tier("integration")
@@ -139,7 +139,7 @@ def _set(group_dir: str, name: str, value: int) -> None:
 def test_a_retried_create_takes_its_own_earlier_entry_and_follows_no_link(tmp_path):
     """A helper's create whose answer did not fit a full group is tried again: the entry it made
     the first time is taken as made (the trajectory is frozen meanwhile), never a link."""
-    from codedance.sandbox.charged_copy import _make
+    from codedance.sandbox.memory.charged_copy import _make
 
     (tmp_path / "file").write_text("partial")
     (tmp_path / "dir").mkdir()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from codedance.sandbox import Limits, SandboxService
-from codedance.sandbox.arbiter import (
+from codedance.sandbox.memory.arbiter import (
     ESCALATE_S,
     IDLE_FLOOR_BYTES,
     SLACK_BYTES,
