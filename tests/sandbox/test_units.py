@@ -742,13 +742,13 @@ def test_lone_surrogates_and_chunk_floods_are_refused():
 
 
 def test_a_directory_in_place_of_a_lock_does_not_stop_services(tmp_path, monkeypatch):
-    from codedance.sandbox import leftovers
+    from codedance.sandbox import forks, leftovers
 
     monkeypatch.setattr(leftovers, "_locks_dir", lambda: str(tmp_path))
     (tmp_path / "codedance-1-00000000.lock").mkdir()
     assert leftovers.sweep() == []
     name, fd = leftovers.claim_service_name()
-    os.close(fd)
+    forks.close(fd)  # held for forked children: closed through `forks`
     assert name.startswith("codedance-")
 
 
