@@ -50,6 +50,7 @@ from codedance.sandbox.isolation import (
 )
 from codedance.sandbox.layout import SINGLE_THREADED, Limits
 from codedance.sandbox.memory.arbiter import OomArbiter
+from codedance.sandbox.memory.cgroup_memory import arbitrate_oom
 from codedance.sandbox.memory.charged_copy import ChargedCopies, LocalWriter
 from codedance.sandbox.remover import Remover
 from codedance.sandbox.thaw_on_exit import ThawOnExit
@@ -252,7 +253,7 @@ class SandboxService:
         ``memory_total`` (cgroup v1; see ``arbiter``); None where the kernel decides."""
         if self.cgroup_layout is None:
             return None
-        memory = cgroups.arbitrate_oom(self.cgroup_layout, self.memory_total)
+        memory = arbitrate_oom(self.cgroup_layout.version, self.cgroup_layout.memory_parent, self.memory_total)
         return None if memory is None else OomArbiter(memory, sandboxes=self._live_sandboxes, freeing=self.remover.busy)
 
     def _live_sandboxes(self) -> list:

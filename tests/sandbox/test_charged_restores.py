@@ -21,6 +21,7 @@ import uuid
 import pytest
 
 from codedance.sandbox import Limits, SandboxService, cgroups
+from codedance.sandbox.memory import cgroup_memory
 from codedance.sandbox.memory.charged_copy import ChargedCopies
 from codedance.types import ExecStatus
 
@@ -77,7 +78,7 @@ def test_the_entries_a_restore_makes_again_are_charged_to_its_trajectory(make):
         if sandbox._cgroup.layout.version == 1:
             with open(os.path.join(sandbox._cgroup.memory_dir, "memory.kmem.usage_in_bytes")) as handle:
                 return int(handle.read())
-        return cgroups._stat_value(open(os.path.join(sandbox._cgroup.memory_dir, "memory.stat"), "rb").read(), b"slab")
+        return cgroup_memory.stat_value(open(os.path.join(sandbox._cgroup.memory_dir, "memory.stat"), "rb").read(), b"slab")
 
     before = kernel_memory()
     undone = sandbox.run("import shutil\nshutil.rmtree('d')\nraise ValueError('undo the removal')")
@@ -208,7 +209,7 @@ def _held(service) -> int:
     for name in ("memory.usage_in_bytes", "memory.stat", "memory.kmem.usage_in_bytes"):
         with open(os.path.join(service.cgroup_layout.memory_parent, name), "rb") as handle:
             texts.append(handle.read())
-    return cgroups.unreclaimable(1, *texts, prefix=b"total_")
+    return cgroup_memory.unreclaimable(1, *texts, prefix=b"total_")
 
 
 def _commit_files_up_to(sandbox, service, target: int) -> None:

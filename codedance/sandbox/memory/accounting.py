@@ -14,8 +14,9 @@ from __future__ import annotations
 import contextlib
 
 from codedance.sandbox import procs
-from codedance.sandbox.cgroups import MemoryMeasure, TrajectoryCgroup
+from codedance.sandbox.cgroups import TrajectoryCgroup
 from codedance.sandbox.files import WorkdirSnapshot
+from codedance.sandbox.memory.cgroup_memory import MemoryMeasure
 
 
 class TrajectoryMemory:
