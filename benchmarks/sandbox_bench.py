@@ -335,7 +335,7 @@ def freeze_cost_ms(service, image, n: int) -> float | None:
 
 FORK_FLOOR = textwrap.dedent("""\
     import gc, json, os, select, time
-    from codedance.sandbox.hooks import preload
+    from codedance.sandbox.jail.hooks import preload
     preload()
     gc.collect(); gc.freeze()
     forks, exits = [], []

@@ -152,6 +152,20 @@ def test_no_circle_between_the_modules_of_a_package() -> None:
     assert circles(siblings) == []
 
 
+def test_the_jail_imports_nothing_of_the_controller() -> None:
+    """The zygote, holders and steps (``codedance.sandbox.jail``) import only each other, the wire
+    format and modules outside the sandbox: a controller module in the zygote is memory whose page
+    tables every step's fork copies, and its at-fork hooks run in every step."""
+    jail, allowed = "codedance.sandbox.jail", {"codedance.sandbox.protocol"}
+    reached = sorted(f"{module} imports {imported}" for module, imports in graph().items()
+                     if module == jail or module.startswith(jail + ".")
+                     for imported in imports
+                     if room_of(imported) == "sandbox" and imported not in allowed
+                     and not (imported == jail or imported.startswith(jail + ".")))
+    assert any(module.startswith(jail + ".") for module in graph()), "the jail subpackage moved: update this test"
+    assert reached == []
+
+
 def test_the_graph_reads_relative_and_submodule_imports(tmp_path) -> None:
     """The reader itself: a circle made only of relative and ``from package import module`` imports
     is found, and a name that is not a module counts as an import of its package."""

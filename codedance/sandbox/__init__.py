@@ -4,21 +4,22 @@
     with Sandbox(images=["chart.png"], timeout_s=15) as sb:
         r = sb.run("print(input_image.size)")
 
-Modules: ``sandbox`` (the per-trajectory controller), ``layout`` (its limits, directories and
-holder request), ``protocol`` (the wire format), ``inputs`` (the input images), ``pool`` (many trajectories, bounded
-running steps), ``service`` (the jailed zygote), ``runtime`` (the processes in the jail), ``hooks`` (preloading and capture points),
-``guards`` (rlimits, uids, seccomp), ``cgroups``, ``procs`` (pidfds), ``files`` (atomic working directories),
-``capture`` (output and images), ``execution`` (running a snippet), ``remover`` (closed sandboxes'
-directories, off ``close()``), ``isolation`` (what the host
-allows), ``checks`` (the contract checks behind ``codedance sandbox check``), ``remote`` (the
-sandbox service, ``codedance sandbox serve``, and its clients: ``Sandbox(url=...)``,
-``SandboxPool(url=...)``, ``CODEDANCE_SANDBOX_URL``).
+Subpackages: ``jail`` (what runs inside the jail: the zygote, holders and steps; ``python -m
+codedance.sandbox.jail.runtime``), ``memory`` (who pays when the service runs out of memory: growth
+accounting, the arbiter, charged restores), ``remote`` (the sandbox service, ``codedance sandbox serve``, and its
+clients: ``Sandbox(url=...)``, ``SandboxPool(url=...)``, ``CODEDANCE_SANDBOX_URL``). Modules of the
+controller: ``sandbox`` (one trajectory), ``layout`` (its limits, directories and holder request),
+``protocol`` (the wire format, shared with the jail), ``inputs`` (the input images), ``pool`` (many
+trajectories, bounded running steps), ``service`` (the jailed zygote), ``cgroups``, ``procs``
+(pidfds), ``files`` (atomic working directories), ``remover`` (closed sandboxes' directories, off
+``close()``), ``isolation`` (what the host allows), ``checks`` (the contract checks behind
+``codedance sandbox check``). Layout: README.md beside this file.
 """
 
 import importlib
 
 # where each public name lives; loaded on first use (PEP 562), so that the zygote, which runs
-# ``python -m codedance.sandbox.runtime``, imports none of the controller (asyncio, threads'
+# ``python -m codedance.sandbox.jail.runtime``, imports none of the controller (asyncio, threads'
 # executors, cgroups...): every module it holds is anonymous memory that each step's fork copies
 # the page tables of, and each at-fork hook a module registers runs in every forked step
 _PUBLIC = {"LAYERS": "isolation", "Isolation": "isolation", "SandboxUnavailable": "isolation",

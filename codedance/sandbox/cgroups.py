@@ -21,12 +21,9 @@ that: a process sleeping in the kernel's OOM wait never freezes, but dies of SIG
 (``kill_members`` is one such round, safe from another thread). Not handled: hosts where the controller may not write cgroups (the sandbox then
 runs without this layer and says so).
 
-``arbitrate_oom`` (cgroup v1 only) switches the kernel's OOM killer off at the service's parent
-group and returns the descriptors the service's OOM arbiter (``arbiter``) waits on; each
-trajectory's own group keeps the kernel's killer (a child group would inherit the switch), so a
-trajectory over its own limit still loses only its step. ``memory_measure`` is what the
-arbiter compares: the group's charge less its file cache (which the kernel can reclaim) and less
-kernel memory, and that kernel memory apart.
+``memory_measure`` is what the OOM arbiter compares (read as ``memory.cgroup_memory`` says): the
+group's charge less its file cache (which the kernel can reclaim) and less kernel memory, and
+that kernel memory apart.
 """
 
 from __future__ import annotations
@@ -39,8 +36,14 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
 
+from codedance.sandbox.memory.cgroup_memory import (
+    UNRECLAIMABLE_FILES,
+    MemoryMeasure,
+    read_bytes,
+    stat_value,
+    unreclaimable,
+)
 from codedance.sandbox.thaw_on_exit import thaw
 
 _ROOT = "/sys/fs/cgroup"
@@ -206,133 +209,6 @@ def detect_layout(service_name: str, memory_total: int | None = None) -> tuple[C
 def _write(path: str, value: str) -> None:
     with open(path, "w") as handle:
         handle.write(value)
-
-
-# what `unreclaimable` reads: usage, stat and (v1) the kernel memory counter
-_UNRECLAIMABLE_FILES = {1: ("memory.usage_in_bytes", "memory.stat", "memory.kmem.usage_in_bytes"),
-                        2: ("memory.current", "memory.stat")}
-
-
-def unreclaimable(version: int, usage: bytes, stat: bytes, kmem: bytes = b"0", prefix: bytes = b"") -> int:
-    """A memory group's charge less its file cache and its kernel memory (v1: the kmem counter;
-    v2: reclaimable slab only), from the texts of its files; ``prefix`` b"total_" for v1's
-    hierarchical figures."""
-    left_out = int(kmem) if version == 1 else 0
-    names = {prefix + b"active_file", prefix + b"inactive_file"} | ({b"slab_reclaimable"} if version == 2 else set())
-    for line in stat.splitlines():
-        name, _, value = line.partition(b" ")
-        if name in names:
-            left_out += int(value)
-    return int(usage) - left_out
-
-
-def _stat_value(stat: bytes, name: bytes) -> int:
-    """One figure of a ``memory.stat`` text (0 where it is not listed)."""
-    for line in stat.splitlines():
-        key, _, value = line.partition(b" ")
-        if key == name:
-            return int(value)
-    return 0
-
-
-class MemoryMeasure(NamedTuple):
-    """A trajectory's memory by kind, in bytes (`TrajectoryCgroup.memory_measure`). Kept apart
-    so that one kind shrinking never hides another growing: a step that deletes committed files
-    while its patched holder allocates as much shows no net growth, yet its rollback must write
-    the files back into memory the holder took."""
-
-    other: int  # what the kernel cannot reclaim without swap besides tmpfs files and locked pages: anonymous memory above all
-    files: int  # tmpfs files (shmem): the working directory
-    kernel: int  # v1: kernel memory, left out of the two above; v2: 0 (only reclaimable slab is left out)
-
-    @property
-    def held(self) -> int:
-        """Unreclaimable memory: ``other`` and ``files``."""
-        return self.other + self.files
-
-    def lowered_to(self, now: MemoryMeasure) -> MemoryMeasure:
-        """Each kind at most what ``now`` shows."""
-        return MemoryMeasure(*(min(mark, current) for mark, current in zip(self, now, strict=True)))
-
-    def growth_since(self, mark: MemoryMeasure) -> tuple[int, int, int]:
-        """(unreclaimable growth, the same plus the kernel memory gained, net unreclaimable
-        memory freed) since ``mark``: each kind's growth counts alone (when positive); what was
-        freed net is what a rollback would need back beyond what killing the step frees."""
-        grown = max(0, self.other - mark.other) + max(0, self.files - mark.files)
-        return grown, grown + max(0, self.kernel - mark.kernel), max(0, mark.held - self.held)
-
-
-def _read_bytes(path: str) -> bytes:
-    with open(path, "rb") as handle:
-        return handle.read()
-
-
-class ServiceMemory:
-    """The service's parent memory group as the OOM arbiter watches it (cgroup v1): the kernel's
-    OOM killer switched off there, and one eventfd the kernel signals when the group runs out of
-    memory or its charge crosses ``limit - margin``. Descriptors are kept open; `close` them."""
-
-    def __init__(self, layout: CgroupLayout, limit: int):
-        self.limit = limit
-        self.margin = max(16 << 20, limit // 32)
-        directory = layout.memory_parent
-        self.event = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
-        self._fds = [self.event]
-        try:
-            self._oom = self._open(os.path.join(directory, "memory.oom_control"))
-            self._usage = self._open(os.path.join(directory, "memory.usage_in_bytes"))
-            self._stat = self._open(os.path.join(directory, "memory.stat"))
-            self._kmem = self._open(os.path.join(directory, "memory.kmem.usage_in_bytes"))
-            control = os.path.join(directory, "cgroup.event_control")
-            _write(control, f"{self.event} {self._oom}")
-            _write(control, f"{self.event} {self._usage} {limit - self.margin}")
-            _write(os.path.join(directory, "memory.oom_control"), "1")
-        except OSError:
-            self.close()
-            raise
-
-    def _open(self, path: str) -> int:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        self._fds.append(fd)
-        return fd
-
-    def under_oom(self) -> bool:
-        """Whether processes of the group wait for memory now."""
-        for line in os.pread(self._oom, 4096, 0).splitlines():
-            name, _, value = line.partition(b" ")
-            if name == b"under_oom":
-                return value.strip() != b"0"
-        return False
-
-    def fullness(self) -> tuple[bool, bool]:
-        """(charged within ``margin`` of the limit, what the group holds less its file cache and
-        kernel memory (see `TrajectoryCgroup.memory_measure`) within it: nearly full, writes
-        to files may soon fail with ENOMEM without anyone waiting)."""
-        usage = os.pread(self._usage, 64, 0)
-        held = unreclaimable(1, usage, os.pread(self._stat, 8192, 0), os.pread(self._kmem, 64, 0), prefix=b"total_")
-        return int(usage) >= self.limit - self.margin, held >= self.limit - self.margin
-
-    def held(self) -> int:
-        """What the group holds less its file cache and kernel memory (as `fullness` measures)."""
-        return unreclaimable(1, os.pread(self._usage, 64, 0), os.pread(self._stat, 8192, 0),
-                             os.pread(self._kmem, 64, 0), prefix=b"total_")
-
-    def close(self) -> None:
-        for fd in self._fds:
-            os.close(fd)
-        self._fds = []
-
-
-def arbitrate_oom(layout: CgroupLayout, limit: int) -> ServiceMemory | None:
-    """Switch the kernel's OOM killer off for the service's parent memory group and watch it
-    (`ServiceMemory`); None where this is not possible (cgroup v2 has no such switch; or the
-    files are not writable)."""
-    if layout.version != 1:
-        return None
-    try:
-        return ServiceMemory(layout, limit)
-    except OSError:
-        return None
 
 
 class TrajectoryCgroup:
@@ -526,7 +402,7 @@ class TrajectoryCgroup:
         (`ServiceMemory`), as nobody can reclaim them.
         ``kept_open``: through descriptors kept for the thread that runs steps (a few preads,
         ~8 µs); other threads read by path."""
-        names = _UNRECLAIMABLE_FILES[self.layout.version]
+        names = UNRECLAIMABLE_FILES[self.layout.version]
         try:
             if kept_open:
                 if self._memory_files is None:
@@ -534,10 +410,10 @@ class TrajectoryCgroup:
                         os.open(os.path.join(self.memory_dir, name), os.O_RDONLY | os.O_CLOEXEC) for name in names)
                 texts = [os.pread(fd, 8192, 0) for fd in self._memory_files]
             else:
-                texts = [_read_bytes(os.path.join(self.memory_dir, name)) for name in names]
+                texts = [read_bytes(os.path.join(self.memory_dir, name)) for name in names]
             held = unreclaimable(self.layout.version, *texts)
-            files = _stat_value(texts[1], b"shmem")
-            other = max(0, held - files - _stat_value(texts[1], b"unevictable"))
+            files = stat_value(texts[1], b"shmem")
+            other = max(0, held - files - stat_value(texts[1], b"unevictable"))
             return MemoryMeasure(other, files, int(texts[2]) if self.layout.version == 1 else 0)
         except (OSError, ValueError):
             return None

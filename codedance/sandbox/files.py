@@ -56,7 +56,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from codedance.sandbox.charged_copy import LocalWriter
+from codedance.sandbox.memory.charged_copy import LocalWriter
 
 MAX_DEPTH = 32  # directory levels a committed working directory may have
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

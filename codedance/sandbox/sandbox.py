@@ -60,12 +60,13 @@ from typing import Self
 
 from codedance.errors import CodeDanceError
 from codedance.sandbox import files, layout, procs, protocol
-from codedance.sandbox.arbiter import SLACK_BYTES
-from codedance.sandbox.cgroups import MemoryMeasure, TrajectoryCgroup
-from codedance.sandbox.execution import CONTROLLER_PARSE_CHARS, executes_nothing
+from codedance.sandbox.cgroups import TrajectoryCgroup
 from codedance.sandbox.inputs import ImageInput
 from codedance.sandbox.isolation import Isolation
+from codedance.sandbox.jail.execution import CONTROLLER_PARSE_CHARS, executes_nothing
 from codedance.sandbox.layout import Limits, seconds
+from codedance.sandbox.memory.accounting import TrajectoryMemory
+from codedance.sandbox.memory.arbiter import SLACK_BYTES
 from codedance.sandbox.service import URL_ENV, SandboxService, ServiceError, default_service
 from codedance.types import ExecResult, ExecStatus
 
@@ -147,15 +148,7 @@ class Sandbox:
         self._step_lock = threading.Lock()
         self._step_phase = "idle"  # "started" (a step's processes may be stopped), "answered"
         self.runs = 0  # how many `run` calls have started (the arbiter acts once per run)
-        # (unreclaimable bytes, kernel bytes) when the last committed step answered, lowered to
-        # what it holds after each run and while idle (a replaced holder exits after the mark):
-        # growth since counts, idle growth and growth after answering included (only a patched
-        # runtime does either)
-        self._memory_mark: MemoryMeasure | None = None
-        self._mark_before_answer: MemoryMeasure | None = None  # put back if the answered step is not committed
-        self._restore_excess = 0  # while a restore waits for memory: see `restore_excess`
-        self._memory_victim = False  # the arbiter stopped this run's step
-        self._memory_escalated = False  # ... and then killed its holder too
+        self._memory = TrajectoryMemory()  # its growth since the last committed step answered
         self._dying: dict[int, int] = {}  # replaced holders, killed, not yet seen gone: pid -> pidfd
         self._awaiting_new_process = True  # the holder's "ready" or a spare's announcement may come
         self._recovery_deadline = 0.0
@@ -197,6 +190,7 @@ class Sandbox:
         if self.service.cgroup_layout is not None:
             self._cgroup = TrajectoryCgroup(self.service.cgroup_layout, memory_bytes=self.limits.memory,
                                             max_processes=self.limits.processes, cpus=self.limits.cpus)
+            self._memory.cgroup = self._cgroup
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         ours.setblocking(False)  # every send and receive has a deadline
         # the jail's descriptors stay in the jail: none is released on the controller's thread
@@ -229,7 +223,7 @@ class Sandbox:
                 self._holder_oom_score_adj = procs.HOLDER_OOM_SCORE_ADJ
         if not self._resume(time.monotonic() + start_timeout_s):  # the holder forks its first spare only now
             raise ServiceError("the sandbox's holder exited right after starting")
-        self._mark_memory()
+        self._memory.set_mark()
         layers = ready.body.get("layers", {})
         base = self.service.isolation
         missing = dict(base.missing)
@@ -280,7 +274,7 @@ class Sandbox:
             started = time.monotonic()
             self._wake_from_idle()
             self._settle_mark()  # before any code runs: a replaced holder's exit is no credit to it
-            self._memory_victim = self._memory_escalated = False
+            self._memory.victim = self._memory.escalated = False
             self.runs += 1
             self._recovery_deadline = started + timeout + self.limits.recovery_s
             self.service.running_changed(self, True)
@@ -288,7 +282,7 @@ class Sandbox:
                 result = self._guarded_step(request, started + timeout, timeout)
             finally:
                 self.service.running_changed(self, False)
-            if self._memory_victim:
+            if self._memory.victim:
                 result = self._after_yielding_memory(result)
             self._lower_mark()
             # a long snippet is parsed by its step, not here (`CONTROLLER_PARSE_CHARS`): the step's
@@ -324,25 +318,17 @@ class Sandbox:
         finally:
             self._lock.release()
 
-    # ----------------------------------------------------------------- memory (see ``arbiter``)
+    # ----------------------------------------------------------------- memory (``memory.accounting``, ``memory.arbiter``)
     @property
     def running(self) -> bool:
         """Whether a `run` is in progress (its step may be growing)."""
         return self._lock.locked()
 
-    def _mark_memory(self) -> None:
-        if self._cgroup is not None:
-            self._memory_mark = self._cgroup.memory_measure()
-
     def _lower_mark(self) -> None:
-        """After each run, and whenever the trajectory is idle (`_settle_mark`), the mark is at
-        most what the trajectory holds: memory it gave up or that a replaced holder held
-        until it exited is no credit to grow by later.
-        Lowering never forgives growth: what is counted afterwards is at least what was before."""
-        if self._cgroup is not None and self._memory_mark is not None and self._lost is None:
-            now = self._cgroup.memory_measure()
-            if now is not None:
-                self._memory_mark = self._memory_mark.lowered_to(now)
+        """The mark lowered to what the trajectory holds (`TrajectoryMemory.lower_mark`) while
+        its state lives."""
+        if self._lost is None:
+            self._memory.lower_mark()
 
     def _settle_mark(self) -> None:
         """(No step running: `_lock` held.) Forget replaced holders that have exited and lower
@@ -366,40 +352,25 @@ class Sandbox:
         """Every process killed for the service's memory (`yield_memory` with
         ``whole_trajectory``), and not all of it given back yet: its run still unwinding (its
         restore giving up), or some of its processes not yet gone."""
-        if not self._memory_escalated or self._released or self._cgroup is None:
+        if not self._memory.escalated or self._released or self._cgroup is None:
             return False
         return self.running or bool(self._cgroup.pids())
 
     def memory_growth(self) -> int | None:
-        """Unreclaimable memory (anonymous and tmpfs files, each kind counted alone: files
-        deleted never offset what a holder allocates; kernel memory left out) gained since the
-        last committed step answered (what the running step added, and anything after that
-        answer or between steps); None without a memory cgroup or once over."""
+        """Unreclaimable memory gained since the last committed step answered (what the running
+        step added, and anything after that answer or between steps); None without a memory
+        cgroup or once over (`TrajectoryMemory.growths`)."""
         growths = self.memory_growths()
         return None if growths is None else growths[0]
 
     def memory_growths(self) -> tuple[int, int] | None:
-        """(`memory_growth`, the same plus the kernel memory gained, when positive: inodes and
-        dentries, page tables, buffers, some of it cache the kernel can reclaim); None as there."""
-        since = self._since_mark()
-        return None if since is None else since[:2]
+        """(`memory_growth`, the same plus the kernel memory gained; `TrajectoryMemory.growths`)."""
+        return self._memory.growths() if self.alive else None
 
     def memory_owed(self) -> int:
-        """Unreclaimable memory held less than at the mark (the running step deleted committed
-        files): what its rollback would need back beyond what killing the step frees (0 without
-        a memory cgroup or once over)."""
-        # an answered step whose commit is refused is rolled back too: until then it owes what
-        # it freed before its answer moved the mark
-        since = self._since_mark(self._mark_before_answer)
-        return 0 if since is None else since[2]
-
-    def _since_mark(self, mark: MemoryMeasure | None = None) -> tuple[int, int, int] | None:
-        """`MemoryMeasure.growth_since` the mark (or ``mark``)."""
-        mark, cgroup = mark or self._memory_mark, self._cgroup
-        if cgroup is None or mark is None or not self.alive:
-            return None
-        now = cgroup.memory_measure(kept_open=False)
-        return None if now is None else now.growth_since(mark)
+        """What the running step's rollback would need back beyond what killing the step frees
+        (`TrajectoryMemory.owed`); 0 once over."""
+        return self._memory.owed() if self.alive else 0
 
     def yield_memory(self, idle_past: int, *, whole_trajectory: bool = False) -> str:
         """Give memory back to the service (called by its OOM arbiter, from another thread):
@@ -421,7 +392,7 @@ class Sandbox:
                 self._lock.release()
         with self._step_lock:  # every process but the holder (a step's children in any process group)
             if whole_trajectory:
-                self._memory_victim = self._memory_escalated = True
+                self._memory.victim = self._memory.escalated = True
                 # its restore may have frozen it, and on v1 a frozen process acts on SIGKILL only
                 # once thawed: frozen, it kept its memory until the run's deadline and the whole
                 # service waited; never frozen again after this, and the
@@ -430,37 +401,24 @@ class Sandbox:
                 return "stopped"
             if self._step_phase not in ("started", "answered"):
                 return "wait"  # being committed (frozen: it cannot grow), or a run's first or last moments
-            self._memory_victim = True
+            self._memory.victim = True
             self._cgroup.kill_members(except_pid=self._holder_pid)
             return "stopped"
 
     def restore_excess(self) -> int:
         """While this trajectory's restore waits for the full service: how much more than its
-        committed state it would hold once restored (what the restore still needs, less what
-        it holds under its mark: `_measure_restore_excess`); 0 otherwise."""
-        return self._restore_excess
+        committed state it would hold once restored (`TrajectoryMemory.measure_restore_excess`);
+        0 otherwise."""
+        return self._memory.restore_excess
 
     def _measure_restore_excess(self) -> None:
-        """(The restore's thread, when the full service first refuses a write.) An honest
-        rollback needs back what its step freed of the committed state, no more: held below the
-        mark by as much as the restore still needs. Memory its step took in a form that outlives
-        the step's processes (a memfd or unlinked file its holder holds, or the holder itself
-        taking what the step freed, as shared memory) nets out against deleted files in every
-        measure by kind, and shows here (otherwise a neighbour's honest step is stopped
-        for it); the arbiter makes such a trajectory pay first (`arbiter`)."""
-        with contextlib.suppress(Exception):  # (a failure here only leaves the arbiter's ranking as it was)
-            measure = self._cgroup.memory_measure(kept_open=False) if self._cgroup is not None else None
-            if measure is None or self._memory_mark is None:
-                return
-            # the trajectory's only process now is its holder (the step and what it left are dead)
-            held_open = procs.open_inodes(self._holder_pid, self._files.device)
-            needed = self._files.bytes_to_restore(self._recovery_deadline, frozenset(held_open))
-            self._restore_excess = needed - max(0, self._memory_mark.held - measure.held)
+        """(The restore's thread, when the full service first refuses a write.)"""
+        self._memory.measure_restore_excess(self._holder_pid, self._files, self._recovery_deadline)
 
     def _after_yielding_memory(self, result: ExecResult) -> ExecResult:
         """The arbiter stopped this run's step: say so; lose the trajectory if the rollback did
         not give the growth back (its holder grew)."""
-        if self._memory_escalated:
+        if self._memory.escalated:
             # (`_lose` hands its files to the remover at once: left charged until close(),
             # neighbours' writes and forks would fail)
             return self._lose("the trajectory went on holding memory after its step was stopped for the "
@@ -597,11 +555,10 @@ class Sandbox:
         the arbiter may still stop it until its files are being saved (`_claim_commit`). False if
         the arbiter has stopped it already."""
         with self._step_lock:
-            if self._memory_victim:
+            if self._memory.victim:
                 return False
             self._step_phase = "answered"
-            self._mark_before_answer = self._memory_mark
-            self._mark_memory()
+            self._memory.answered()
             return True
 
     def _try_commit(self, result: ExecResult) -> ExecResult:
@@ -609,7 +566,7 @@ class Sandbox:
         holder. A step the OOM arbiter stopped before anything of it was saved fails as oom."""
         try:
             problem = self._commit_problem()
-            if problem is None and self.service.commit_takes_what_is_owed(self, self._step_growth(),
+            if problem is None and self.service.commit_takes_what_is_owed(self, self._memory.step_growth(),
                                                                           self._page_table_growth):
                 return self._fail(ExecStatus.OOM, OWED_TO_ROLLBACK)
             if problem is None and self._claim_commit():
@@ -623,25 +580,15 @@ class Sandbox:
         result = replace(result, status=ExecStatus.REFUSED, notes=result.notes + (problem,))
         return self._fail(ExecStatus.REFUSED, None, result)
 
-    def _step_growth(self) -> int:
-        """What the answered step grew (its mark at the answer less the one before; kernel
-        memory left out: most of it is cache, such as negative dentries)."""
-        if self._memory_mark is None or self._mark_before_answer is None:
-            return 0
-        return self._memory_mark.growth_since(self._mark_before_answer)[0]
-
     def _page_table_growth(self) -> int:
-        """The page tables the answered step's process holds beyond its holder's, twice (its
-        spare, forked from it, copies them): kernel memory that no reclaim gives back, which a
-        step made ~450 MiB of and committed into what a neighbour's rollback needed; v1 counts it with the rest of kernel memory, most of it cache."""
-        step, holder = procs.page_table_bytes(self._step_pid), procs.page_table_bytes(self._holder_pid)
-        return 2 * max(0, step - holder) if step is not None and holder is not None else 0
+        """`TrajectoryMemory.page_table_growth` of the answered step."""
+        return TrajectoryMemory.page_table_growth(self._step_pid, self._holder_pid)
 
     def _claim_commit(self) -> bool:
         """From now on the OOM arbiter leaves the step alone (its files are being saved, the
         trajectory frozen); False if it has stopped it already."""
         with self._step_lock:
-            if self._memory_victim:
+            if self._memory.victim:
                 return False
             self._step_phase = "committing"
             return True
@@ -684,7 +631,8 @@ class Sandbox:
         with self._step_lock:
             self._holder_pid, self._holder_pidfd = self._step_pid, self._step_pidfd
             self._step_pid = self._step_pidfd = None
-            self._step_phase, self._mark_before_answer = "idle", None
+            self._step_phase = "idle"
+            self._memory.committed()
         procs.set_oom_score_adj(self._holder_pid, self._holder_oom_score_adj, self._holder_pidfd)
         procs.kill_pidfd(old_pidfd)  # on cgroup v1 it dies once thawed
         self._thaw()
@@ -775,7 +723,7 @@ class Sandbox:
         except (files.DeadlinePassed, files.SnapshotBroken, OSError) as exc:
             raise _Lost(f"the working directory could not be restored ({exc})") from None
         finally:
-            self._restore_excess = 0
+            self._memory.restore_excess = 0
             self._thaw()
         if not self._resume(self._recovery_deadline):
             raise _Lost("the sandbox's holder process is gone after a failed step")
@@ -795,7 +743,7 @@ class Sandbox:
     def _escalated(self) -> bool:
         """The OOM arbiter has killed every process of the trajectory (it is lost): a restore or
         freeze in progress stops rather than wait for memory or for processes that are dying."""
-        return self._memory_escalated
+        return self._memory.escalated
 
     def _thaw(self) -> None:
         if self._cgroup is not None:
@@ -828,8 +776,7 @@ class Sandbox:
                 self._reader.forget(self._step_pid)
             self._step_pid = self._step_pidfd = None
             self._step_phase = "idle"
-            if self._mark_before_answer is not None:  # answered, then failed (refused): not committed
-                self._memory_mark, self._mark_before_answer = self._mark_before_answer, None
+            self._memory.not_committed()  # answered, then failed (refused)
 
     def _lose(self, why: str) -> ExecResult:
         """Give the trajectory up: kill all its processes and hand its working directory to the

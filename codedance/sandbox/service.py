@@ -39,8 +39,6 @@ from dataclasses import replace
 import codedance
 from codedance.errors import CodeDanceError
 from codedance.sandbox import cgroups, leftovers, mounts
-from codedance.sandbox.arbiter import OomArbiter
-from codedance.sandbox.charged_copy import ChargedCopies, LocalWriter
 from codedance.sandbox.files import StoreBudget, remove_tree
 from codedance.sandbox.idle import IdleFreezer
 from codedance.sandbox.isolation import (
@@ -52,6 +50,9 @@ from codedance.sandbox.isolation import (
     seccomp_problem,
 )
 from codedance.sandbox.layout import SINGLE_THREADED, Limits
+from codedance.sandbox.memory.arbiter import OomArbiter
+from codedance.sandbox.memory.cgroup_memory import arbitrate_oom
+from codedance.sandbox.memory.charged_copy import ChargedCopies, LocalWriter
 from codedance.sandbox.remover import Remover
 from codedance.sandbox.thaw_on_exit import ThawOnExit
 
@@ -138,7 +139,7 @@ def _bwrap_command(work_root: str, control_fd: int, as_root: bool, inputs_root: 
     if as_root:
         command += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
                     "--cap-add", "CAP_SYS_ADMIN"]  # the zygote's /proc remount only (guards.hide_other_processes)
-    command += ["--", sys.executable, "-m", "codedance.sandbox.runtime", "--control-fd", str(control_fd)]
+    command += ["--", sys.executable, "-m", "codedance.sandbox.jail.runtime", "--control-fd", str(control_fd)]
     # as root each trajectory has its own uid; otherwise its own mount view (`private_view`)
     return command + (["--hide-processes"] if as_root else ["--private-views", work_root])
 
@@ -253,7 +254,7 @@ class SandboxService:
         ``memory_total`` (cgroup v1; see ``arbiter``); None where the kernel decides."""
         if self.cgroup_layout is None:
             return None
-        memory = cgroups.arbitrate_oom(self.cgroup_layout, self.memory_total)
+        memory = arbitrate_oom(self.cgroup_layout.version, self.cgroup_layout.memory_parent, self.memory_total)
         return None if memory is None else OomArbiter(memory, sandboxes=self._live_sandboxes, freeing=self.remover.busy)
 
     def _live_sandboxes(self) -> list:
@@ -296,7 +297,7 @@ class SandboxService:
             command = _bwrap_command(self.work_root, fd, self.as_root, self.inputs_root)
             env = None
         else:
-            command = [sys.executable, "-m", "codedance.sandbox.runtime", "--control-fd", str(fd)]
+            command = [sys.executable, "-m", "codedance.sandbox.jail.runtime", "--control-fd", str(fd)]
             env = {**_ENV, "HOME": self.work_root, "MPLCONFIGDIR": os.path.join(self.store_root, "mpl"),
                    "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self._process = self._start_in_keeper_thread(

@@ -87,7 +87,7 @@ def test_a_long_snippet_is_checked_for_doing_nothing_by_its_step_not_the_control
     """A controller parsing every snippet (up to 1 MiB) to tell whether it did nothing holds
     the GIL for seconds while every other trajectory's thread waits."""
     from codedance.sandbox import sandbox as controller
-    from codedance.sandbox.execution import CONTROLLER_PARSE_CHARS
+    from codedance.sandbox.jail.execution import CONTROLLER_PARSE_CHARS
 
     parsed = []
     real = controller.executes_nothing

@@ -21,7 +21,8 @@ import uuid
 import pytest
 
 from codedance.sandbox import Limits, SandboxService, cgroups
-from codedance.sandbox.charged_copy import ChargedCopies
+from codedance.sandbox.memory import cgroup_memory
+from codedance.sandbox.memory.charged_copy import ChargedCopies
 from codedance.types import ExecStatus
 
 pytestmark = pytest.mark.tier("integration")
@@ -77,7 +78,7 @@ def test_the_entries_a_restore_makes_again_are_charged_to_its_trajectory(make):
         if sandbox._cgroup.layout.version == 1:
             with open(os.path.join(sandbox._cgroup.memory_dir, "memory.kmem.usage_in_bytes")) as handle:
                 return int(handle.read())
-        return cgroups._stat_value(open(os.path.join(sandbox._cgroup.memory_dir, "memory.stat"), "rb").read(), b"slab")
+        return cgroup_memory.stat_value(open(os.path.join(sandbox._cgroup.memory_dir, "memory.stat"), "rb").read(), b"slab")
 
     before = kernel_memory()
     undone = sandbox.run("import shutil\nshutil.rmtree('d')\nraise ValueError('undo the removal')")
@@ -139,7 +140,7 @@ def _set(group_dir: str, name: str, value: int) -> None:
 def test_a_retried_create_takes_its_own_earlier_entry_and_follows_no_link(tmp_path):
     """A helper's create whose answer did not fit a full group is tried again: the entry it made
     the first time is taken as made (the trajectory is frozen meanwhile), never a link."""
-    from codedance.sandbox.charged_copy import _make
+    from codedance.sandbox.memory.charged_copy import _make
 
     (tmp_path / "file").write_text("partial")
     (tmp_path / "dir").mkdir()
@@ -208,7 +209,7 @@ def _held(service) -> int:
     for name in ("memory.usage_in_bytes", "memory.stat", "memory.kmem.usage_in_bytes"):
         with open(os.path.join(service.cgroup_layout.memory_parent, name), "rb") as handle:
             texts.append(handle.read())
-    return cgroups.unreclaimable(1, *texts, prefix=b"total_")
+    return cgroup_memory.unreclaimable(1, *texts, prefix=b"total_")
 
 
 def _commit_files_up_to(sandbox, service, target: int) -> None:

@@ -22,7 +22,7 @@ import time
 import matplotlib
 import pytest
 
-from codedance.sandbox import guards
+from codedance.sandbox.jail import guards
 
 pytestmark = pytest.mark.tier("integration")
 

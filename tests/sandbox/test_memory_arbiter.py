@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from codedance.sandbox import Limits, SandboxService
-from codedance.sandbox.arbiter import (
+from codedance.sandbox.memory.arbiter import (
     ESCALATE_S,
     IDLE_FLOOR_BYTES,
     SLACK_BYTES,
@@ -237,7 +237,7 @@ AFTER_THE_HOLDER_HELD = "import os, time\nwhile not os.path.exists('held'): time
 def _headroom(service) -> int:
     """``memory_total`` less what the service's group holds but its file cache (kernel memory
     counted: at most what allocations can still get without the arbiter)."""
-    from codedance.sandbox.cgroups import unreclaimable
+    from codedance.sandbox.memory.cgroup_memory import unreclaimable
 
     usage, stat = (Path(service.cgroup_layout.memory_parent, name).read_bytes()
                    for name in ("memory.usage_in_bytes", "memory.stat"))
@@ -434,7 +434,7 @@ def test_an_honest_steps_kernel_cache_does_not_make_it_pay(jail):
 
 
 def test_unreclaimable_leaves_out_file_cache_and_kernel_memory():
-    from codedance.sandbox.cgroups import unreclaimable
+    from codedance.sandbox.memory.cgroup_memory import unreclaimable
 
     stat = b"cache 15\nrss 3\nactive_file 10\ninactive_file 5\ntotal_active_file 12\ntotal_inactive_file 6\n"
     assert unreclaimable(1, b"100\n", stat, b"20\n") == 65

@@ -20,8 +20,6 @@ import numpy as np
 import pytest
 
 from codedance.sandbox import protocol
-from codedance.sandbox.capture import BoundedText, ImageCollector, array_to_image
-from codedance.sandbox.execution import describe_failure, executes_nothing, run_snippet
 from codedance.sandbox.files import (
     LimitExceeded,
     StoreBudget,
@@ -29,6 +27,8 @@ from codedance.sandbox.files import (
     WorkdirSnapshot,
     remove_tree,
 )
+from codedance.sandbox.jail.capture import BoundedText, ImageCollector, array_to_image
+from codedance.sandbox.jail.execution import describe_failure, executes_nothing, run_snippet
 from codedance.sandbox.layout import Limits
 
 pytestmark = pytest.mark.tier("integration")
@@ -406,7 +406,7 @@ def test_a_step_is_forked_with_libc_only_while_the_kernel_counts_one_thread():
     snippet joined may not have ended in the kernel yet; libc's fork beside a live thread can
     hang the child, so `runtime._one_thread` reads the kernel's count (in a process of its own:
     this one runs the tests' service threads)."""
-    code = ("import threading\nfrom codedance.sandbox import runtime\nassert runtime._one_thread()\n"
+    code = ("import threading\nfrom codedance.sandbox.jail import runtime\nassert runtime._one_thread()\n"
             "stop = threading.Event()\nthread = threading.Thread(target=stop.wait)\nthread.start()\n"
             "assert not runtime._one_thread(wait_s=0.01)\nstop.set()\nthread.join()\n"
             "assert runtime._one_thread(wait_s=1.0)\nprint('ok')")
@@ -742,13 +742,13 @@ def test_lone_surrogates_and_chunk_floods_are_refused():
 
 
 def test_a_directory_in_place_of_a_lock_does_not_stop_services(tmp_path, monkeypatch):
-    from codedance.sandbox import leftovers
+    from codedance.sandbox import forks, leftovers
 
     monkeypatch.setattr(leftovers, "_locks_dir", lambda: str(tmp_path))
     (tmp_path / "codedance-1-00000000.lock").mkdir()
     assert leftovers.sweep() == []
     name, fd = leftovers.claim_service_name()
-    os.close(fd)
+    forks.close(fd)  # held for forked children: closed through `forks`
     assert name.startswith("codedance-")
 
 
@@ -852,7 +852,7 @@ def test_a_copying_helper_ends_quietly_when_the_controller_dies_mid_request(unre
     """A controller that dies with the helper's answer unread (or its own request unanswered)
     leaves the helper's next receive or answer failing with ECONNRESET or EPIPE; both end
     `charged_copy.serve` as end of file does, with no traceback."""
-    from codedance.sandbox import charged_copy
+    from codedance.sandbox.memory import charged_copy
 
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     home = os.open(os.devnull, os.O_WRONLY)  # "leaving the group" writes here
@@ -1005,11 +1005,11 @@ def test_the_service_reports_the_file_table_in_its_isolation(monkeypatch):
 def test_the_zygote_imports_none_of_the_controller_and_the_public_names_still_resolve():
     """Every module the zygote holds is memory whose page tables each step's fork copies, and
     each at-fork hook a module registers runs in every forked step: the package's public names
-    load on first use, so ``python -m codedance.sandbox.runtime`` imports no controller module."""
-    probe = ("import sys, codedance.sandbox.runtime\n"
+    load on first use, so ``python -m codedance.sandbox.jail.runtime`` imports no controller module."""
+    probe = ("import sys, codedance.sandbox.jail.runtime\n"
              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('asyncio', 'concurrent')"
              " or m in ('codedance.sandbox.sandbox', 'codedance.sandbox.service', 'codedance.sandbox.pool',"
-             " 'codedance.sandbox.cgroups', 'codedance.sandbox.forks')))\n"
+             " 'codedance.sandbox.cgroups', 'codedance.sandbox.forks') or m.startswith('codedance.sandbox.memory')))\n"
              "import codedance.sandbox as package\n"
              "print(package.Sandbox.__module__, package.SandboxPool.__module__, package.Limits.__module__)\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

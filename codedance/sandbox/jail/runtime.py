@@ -1,7 +1,7 @@
 """The processes inside the jail: the zygote, each trajectory's holder, and each step.
 
 Fork chain (``docs/sandbox.md``):
-- The **zygote** (``python -m codedance.sandbox.runtime --control-fd N``) imports numpy, PIL,
+- The **zygote** (``python -m codedance.sandbox.jail.runtime --control-fd N``) imports numpy, PIL,
   cv2 and matplotlib (Agg) once, installs the capture hooks, ``gc.freeze()``s, then serves spawn
   requests on its control socket (SOCK_SEQPACKET; each request carries the trajectory's socket
   as a passed file descriptor). It never runs user code and never sees trajectory traffic.
@@ -39,7 +39,7 @@ import threading
 import time
 
 from codedance.sandbox import protocol
-from codedance.sandbox.hooks import Hooks, preload
+from codedance.sandbox.jail.hooks import Hooks, preload
 
 _LIBC = ctypes.CDLL(None)
 _LIBC_FORK = ctypes.PyDLL(None, use_errno=True).fork  # PyDLL: the GIL stays held, as in os.fork()
@@ -48,7 +48,7 @@ _MAX_CONTROL_MESSAGE = 1 << 16
 
 
 def zygote_main(control_fd: int, hide_processes: bool = False, private_views: str | None = None) -> None:
-    from codedance.sandbox import guards, private_view
+    from codedance.sandbox.jail import guards, private_view
 
     hidden: bool | str = False  # True, or why not
     if hide_processes:  # only ever inside bwrap's own mount namespace
@@ -93,7 +93,7 @@ def protocol_send_packet(sock: socket.socket, body: dict) -> None:
 
 
 def _holder_main(fd: int, request: dict, pristine_builtins: dict) -> None:
-    from codedance.sandbox import guards, private_view
+    from codedance.sandbox.jail import guards, private_view
 
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.closerange(3, fd)
@@ -320,7 +320,7 @@ class _PreparedStep:
     this is undone or replaced by the next spare, so doing it early changes nothing observable."""
 
     def __init__(self, namespace: dict, limits: dict, workdir: str, pristine_builtins: dict):
-        from codedance.sandbox import capture
+        from codedance.sandbox.jail import capture
 
         self.namespace, self.limits, self.workdir = namespace, limits, workdir
         self.pristine_builtins = pristine_builtins
@@ -340,7 +340,7 @@ class _PreparedStep:
     def run(self, conn: socket.socket, code: str) -> None:
         """Run the snippet and send its result; returns only if it succeeded (a failed step
         waits to be killed)."""
-        from codedance.sandbox import capture, execution
+        from codedance.sandbox.jail import capture, execution
 
         os.setpgid(0, 0)  # its own group from now on (an idle spare stays in its parent's group)
         Hooks.collector = self.collector
@@ -390,7 +390,7 @@ class _PreparedStep:
     def _collect(self) -> dict:
         import matplotlib.pyplot as plt
 
-        from codedance.sandbox import capture
+        from codedance.sandbox.jail import capture
 
         _LIBC.fflush(None)
         for stream, handle in zip((self.out, self.err), self.captured):

@@ -5,7 +5,7 @@ sit in no process's RSS, and the kernel's OOM killer ranks processes by RSS. Whe
 trajectories together reach ``memory_total`` it would kill whichever process is largest: an
 honest neighbour's running step, or an idle neighbour's holder (its whole state), for another
 trajectory's files. So where it can (cgroup v1) the service switches the kernel's killer off at
-its parent group (`cgroups.arbitrate_oom`; each trajectory's own group keeps it, so a trajectory
+its parent group (`cgroup_memory.arbitrate_oom`; each trajectory's own group keeps it, so a trajectory
 over its *own* limit still loses only its step) and this thread decides instead.
 
 While the parent group is out of memory, processes that allocate wait (a page fault sleeps; a
@@ -97,7 +97,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from codedance.sandbox.cgroups import ServiceMemory
+from codedance.sandbox.memory.cgroup_memory import ServiceMemory
 from codedance.sandbox.protocol import wait_any
 
 SETTLE_S = 0.005  # between two looks at the group while a victim gives its memory back

@@ -91,7 +91,7 @@ def preload() -> dict:
     # runtime._drop_open_fonts)
     matplotlib.font_manager._get_font.cache_clear()
     Hooks.install()
-    from codedance.sandbox import capture, execution, guards  # noqa: F401  (capture, execution: imported once)
+    from codedance.sandbox.jail import capture, execution, guards  # noqa: F401  (capture, execution: imported once)
 
     try:
         import pyseccomp  # (imported here once, not in every holder)
