@@ -45,3 +45,7 @@ class CheckpointError(DataError):
 
 class BackendError(CodeDanceError, RuntimeError):
     """A model server or judge that failed or answered something unusable."""
+
+
+class SandboxClosed(CodeDanceError, RuntimeError):
+    """A sandbox used after it was closed; create a new one to run more code."""

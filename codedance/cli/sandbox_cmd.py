@@ -185,9 +185,9 @@ def serve(
         raise SettingsError("`sandbox serve` needs aiohttp: pip install 'codedance[serve]'") from None
     from codedance.sandbox import SandboxService
     from codedance.sandbox.isolation import normalize_requirement
-    from codedance.sandbox.remote.peers import LocalPolicy, Tokens, gid_of, uid_of
-    from codedance.sandbox.remote.server import Listen, Quotas, SandboxServer, claim_socket_path
-    from codedance.sandbox.remote.server import serve as serve_forever
+    from codedance.sandbox.serving.peers import LocalPolicy, Tokens, gid_of, uid_of
+    from codedance.sandbox.serving.server import Listen, Quotas, SandboxServer, claim_socket_path
+    from codedance.sandbox.serving.server import serve as serve_forever
 
     try:
         normalize_requirement(require)

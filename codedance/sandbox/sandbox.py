@@ -58,16 +58,16 @@ from concurrent.futures import Executor
 from dataclasses import replace
 from typing import Self
 
-from codedance.errors import CodeDanceError
+from codedance.errors import SandboxClosed
 from codedance.sandbox import files, layout, procs, protocol
 from codedance.sandbox.cgroups import TrajectoryCgroup
 from codedance.sandbox.inputs import ImageInput
 from codedance.sandbox.isolation import Isolation
 from codedance.sandbox.jail.execution import CONTROLLER_PARSE_CHARS, executes_nothing
 from codedance.sandbox.layout import Limits, seconds
-from codedance.sandbox.memory.accounting import TrajectoryMemory
 from codedance.sandbox.memory.arbiter import SLACK_BYTES
 from codedance.sandbox.service import URL_ENV, SandboxService, ServiceError, default_service
+from codedance.sandbox.trajectory_memory import TrajectoryMemory
 from codedance.types import ExecResult, ExecStatus
 
 HOLDER_MESSAGE_BYTES = 64 << 10  # a holder only ever says "ready" and "step_done"
@@ -95,10 +95,6 @@ class _Closing(Exception):
 
 class _StoppedForMemory(Exception):
     """The OOM arbiter stopped an answered step before any of its files were saved."""
-
-
-class SandboxClosed(CodeDanceError, RuntimeError):
-    """The sandbox was closed; create a new one to run more code."""
 
 
 class Sandbox:
@@ -318,7 +314,7 @@ class Sandbox:
         finally:
             self._lock.release()
 
-    # ----------------------------------------------------------------- memory (``memory.accounting``, ``memory.arbiter``)
+    # ---------------------------------------------------------------- memory (``trajectory_memory``, ``memory.arbiter``)
     @property
     def running(self) -> bool:
         """Whether a `run` is in progress (its step may be growing)."""

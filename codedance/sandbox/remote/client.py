@@ -30,11 +30,11 @@ from urllib.parse import urlsplit
 
 import httpcore
 
+from codedance.errors import SandboxClosed
 from codedance.sandbox.inputs import ImageInput, _as_bytes
 from codedance.sandbox.isolation import Isolation, SandboxUnavailable, normalize_requirement
 from codedance.sandbox.layout import Limits, seconds
 from codedance.sandbox.remote import wire
-from codedance.sandbox.sandbox import SandboxClosed
 from codedance.sandbox.service import ServiceError
 from codedance.types import ExecResult, ExecStatus
 

@@ -34,9 +34,9 @@ from codedance.sandbox.inputs import MAX_INPUT_BYTES
 from codedance.sandbox.isolation import SandboxUnavailable
 from codedance.sandbox.layout import seconds
 from codedance.sandbox.remote import wire
-from codedance.sandbox.remote.peers import LocalPolicy, Tokens, peer_of
 from codedance.sandbox.sandbox import Sandbox, SandboxClosed
 from codedance.sandbox.service import SandboxService, ServiceError
+from codedance.sandbox.serving.peers import LocalPolicy, Tokens, peer_of
 from codedance.types import ExecResult, ExecStatus
 
 BEAT_S = 1.0  # between two heartbeats of a session stream
