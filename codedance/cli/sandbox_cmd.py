@@ -151,6 +151,25 @@ def gc() -> None:
                + (f": {', '.join(swept)}" if swept else ""))
 
 
+def _ceiling(pairs: list[str]):  # type: ignore[no-untyped-def]
+    """`Limits` from ``--ceiling NAME=VALUE`` pairs, the rest at their defaults."""
+    from codedance.sandbox.remote.wire import limits_from
+
+    fields = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        try:
+            if not sep:
+                raise ValueError("expected NAME=VALUE")
+            fields[name] = float(value) if name in ("cpus", "recovery_s") else int(value)
+        except ValueError as exc:
+            raise SettingsError(f"--ceiling {pair!r}: {exc}") from None
+    try:
+        return limits_from(fields)
+    except (ValueError, TypeError) as exc:
+        raise SettingsError(f"--ceiling: {exc}") from None
+
+
 @app.command()
 @user_errors
 def serve(
@@ -173,6 +192,8 @@ def serve(
     memory_total_mib: int = typer.Option(None, min=1, help="Memory of all trajectories together, in MiB "
                                          "(default: 85 % of the host's or the container's)."),
     require: str = typer.Option(None, help="Refuse to start below this isolation: 'full' or a comma list."),
+    ceiling: list[str] = typer.Option([], help="Raise the largest Limits a client may ask, as NAME=VALUE "
+                                      "(repeatable, e.g. memory=8589934592; default: Limits' defaults)."),
 ) -> None:
     """Run the sandbox controller for this host: unprivileged trainers, eval and curate use it
     with CODEDANCE_SANDBOX_URL=unix://SOCKET (or http(s)://HOST:PORT and CODEDANCE_SANDBOX_TOKEN)."""
@@ -206,7 +227,8 @@ def serve(
         port = int(port_text)
     if bool(tls_cert) != bool(tls_key):
         raise SettingsError("--tls-cert and --tls-key go together")
-    quotas = Quotas(sandboxes=client_sandboxes, memory=client_memory_mib << 20 if client_memory_mib else None)
+    quotas = Quotas(sandboxes=client_sandboxes, memory=client_memory_mib << 20 if client_memory_mib else None,
+                    ceiling=_ceiling(ceiling))
     listen = Listen(str(socket_path), 0o660 if group is not None else 0o666, group, host, port,
                     str(tls_cert) if tls_cert else None, str(tls_key) if tls_key else None)
     socket_path.parent.mkdir(parents=True, exist_ok=True)

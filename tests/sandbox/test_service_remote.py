@@ -247,6 +247,25 @@ def test_a_client_over_its_quota_is_refused_and_another_client_is_not(served):
         assert all(sandbox.run("print(1)").ok for sandbox in small)
 
 
+def test_limits_above_the_ceiling_and_oversized_steps_are_refused_in_one_line(served):
+    """A client's `Limits` are the host's processes, CPUs and disk: above the service's ceiling
+    (the defaults unless the operator raises them) a creation is refused, never clamped; a step's
+    request over its cap is refused before its body is read."""
+    with SandboxPool(url=served.tcp, token=TOKEN) as pool, \
+            pytest.raises(ValueError, match=r"Limits.processes = 2000 is above this service's ceiling \(32\)"):
+        pool.sandbox(limits=Limits(processes=2000))
+    connection = Connection(served.tcp, TOKEN)
+    try:
+        sandbox = RemoteSandbox(connection=connection)
+        body = {"code": "#" * (5 << 20), "timeout_s": 5.0, "seq": 1}
+        status, text = connection.call("POST", f"/v1/sandboxes/{sandbox._id}/run", body, timeout_s=60)
+        assert status == 413, text
+        sandbox._seq = 1
+        assert sandbox.run("print(1)").stdout == "1\n"
+    finally:
+        connection.close()
+
+
 # ------------------------------------------------------------------ faults
 def test_the_service_killed_mid_step_gives_lost_at_once_and_a_restart_is_picked_up(fresh, tmp_path):
     server = fresh()

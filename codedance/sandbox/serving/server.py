@@ -25,14 +25,14 @@ import os
 import secrets
 import socket
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from aiohttp import web
 
 from codedance.sandbox.inputs import MAX_INPUT_BYTES
 from codedance.sandbox.isolation import SandboxUnavailable
-from codedance.sandbox.layout import seconds
+from codedance.sandbox.layout import Limits, seconds
 from codedance.sandbox.remote import wire
 from codedance.sandbox.sandbox import Sandbox, SandboxClosed
 from codedance.sandbox.service import SandboxService, ServiceError
@@ -42,6 +42,9 @@ from codedance.types import ExecResult, ExecStatus
 BEAT_S = 1.0  # between two heartbeats of a session stream
 TCP_UNACKED_S = 30.0  # a TCP client's session ends when its beats go unacknowledged this long
 MAX_BODY_BYTES = 2 * MAX_INPUT_BYTES  # a creation request's images
+# a step's request: its code (at most a few MiB in any rollout) and a few fields; read no further
+# (aiohttp's buffer and the unpacked copy would hold MAX_BODY_BYTES twice per request otherwise)
+MAX_RUN_BODY_BYTES = 4 << 20
 WORKERS = 4096  # the most blocking sandbox calls (runs, creations, closes) at once; threads start as needed
 SESSION_ENDED = "the client's session ended (its connection closed): the sandbox was closed"
 
@@ -52,6 +55,25 @@ class Quotas:
 
     sandboxes: int = 2048  # live sandboxes
     memory: int | None = None  # the sum of their ``Limits.memory`` (each enforced by its cgroup)
+    # the largest `Limits` a client may ask, field by field (a client's processes, CPUs and disk
+    # are the host's): a request above it is refused, never clamped
+    ceiling: Limits = field(default_factory=Limits)
+
+
+def above_ceiling(limits: Limits, ceiling: Limits) -> str | None:
+    """The first field of `limits` above `ceiling`, said in one line; None when none is.
+
+    >>> above_ceiling(Limits(processes=2000), Limits()) is not None
+    True
+    >>> above_ceiling(Limits(memory=1 << 30), Limits()) is None
+    True
+    """
+    for name in (f.name for f in fields(Limits)):
+        asked, most = getattr(limits, name), getattr(ceiling, name)
+        if asked > most:
+            return (f"Limits.{name} = {asked} is above this service's ceiling ({most}): ask for less, or "
+                    f"ask its operator to raise it (codedance sandbox serve --ceiling {name}=VALUE)")
+    return None
 
 
 class _Client:
@@ -186,6 +208,8 @@ class SandboxServer:
             if not isinstance(images, list) or not all(isinstance(i, bytes) for i in images):
                 raise ValueError("images must be a list of image bytes (the client reads files itself)")
             limits = wire.limits_from(body["limits"])
+            if (why := above_ceiling(limits, self.quotas.ceiling)) is not None:
+                raise ValueError(why)
             options = {"timeout_s": seconds("timeout_s", body["timeout_s"]), "limits": limits,
                        "require": body["require"], "start_timeout_s": body["start_timeout_s"]}  # fmt: skip
         except (ValueError, TypeError, KeyError) as exc:
@@ -232,6 +256,10 @@ class SandboxServer:
     async def _run(self, request: web.Request) -> web.Response:
         client = self._client(request)
         entry = self._entry(request, client)
+        if request.content_length is None or request.content_length > MAX_RUN_BODY_BYTES:
+            raise web.HTTPRequestEntityTooLarge(max_size=MAX_RUN_BODY_BYTES, actual_size=request.content_length or 0,
+                                                text=f"a step's request must give its length and hold at most "
+                                                     f"{MAX_RUN_BODY_BYTES >> 20} MiB")
         try:
             body = wire.unpack(await request.read())
             code, timeout_s, seq = body["code"], body["timeout_s"], body["seq"]
