@@ -74,10 +74,13 @@ def _denied(h: Host) -> Verdict:
 
 
 def _independent(h: Host) -> Verdict:
-    if h.root or h.seccomp:  # the filter refuses scheduling any process but the caller
-        return Verdict(HOLDS)
-    return Verdict(BOUNDED, "trajectories share a uid and no seccomp filter refuses it: a step can lower any "
-                   "jailed process's CPU priority, affinity or scheduling class, a neighbour's toward its timeout")
+    if not (h.root or h.seccomp):
+        return Verdict(BOUNDED, "trajectories share a uid and no seccomp filter refuses it: a step can lower any "
+                       "jailed process's CPU priority, affinity or scheduling class, a neighbour's toward its timeout")
+    if not h.tmpfs:
+        return Verdict(BOUNDED, "trajectories share the controller's temporary file system: a step that fills it "
+                       "makes a neighbour's next commit fail, and that neighbour's state is lost")
+    return Verdict(HOLDS)  # the filter refuses scheduling any process but the caller
 
 
 def _memory(h: Host) -> Verdict:
