@@ -84,9 +84,10 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     args = parser.parse_args()
 
-    from codedance.eval.runner import EvalSettings, run_eval
-    from codedance.eval.spec import parse_benchmarks
+    from codedance.eval.options import EvalConfig
+    from codedance.eval.runner import run_eval
     from codedance.policy import OpenAIChatPolicy, RetrySettings
+    from codedance.policy.server_config import ServerConfig
 
     server = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -94,9 +95,11 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             _tsv(Path(tmp) / "CountBenchQA.tsv", args.samples)
             policy = OpenAIChatPolicy(url, "scripted", retry=RetrySettings(max_retries=0))
-            settings = EvalSettings(benchmarks=parse_benchmarks("countbench"), model="scripted", no_tools=True,
-                                    concurrency=args.concurrency, lmu_dir=tmp, progress=False)
-            run_eval(policy, dataclasses.replace(settings, limit=8), Path(tmp) / "warm-up")  # imports, pools
+            config = EvalConfig(benchmarks="countbench", server=ServerConfig(url=url, model="scripted"), out=tmp,
+                                no_tools=True, concurrency=args.concurrency, lmu_data=tmp)
+            settings = config.run_settings(progress=False)
+            warm_up = dataclasses.replace(config, limit=8).run_settings(progress=False)
+            run_eval(policy, warm_up, Path(tmp) / "warm-up")  # imports, pools
             server_cpu0, cpu0, wall0 = _cpu_seconds(server.pid), time.process_time(), time.perf_counter()
             report = run_eval(policy, settings, Path(tmp) / "run")
             wall = time.perf_counter() - wall0

@@ -2,10 +2,12 @@
 
     codedance data import codedance-sft CodeDance-SFT/data --out data/cd-sft [--verify]
     codedance data import codedance-rl CodeDance-RL/data --out data/cd-rl
-    codedance data verify data/cd-sft [--concurrency 8]
+    codedance data verify data/cd-sft [--concurrency 8 | concurrency=8] [-c FILE.yaml] [--print-config]
     codedance data stats data/cd-sft
 
-Every command resumes when rerun with the same ``--out``. Exit codes: 0 done; 1 when an import
+Settings of import and verify are `codedance.data.options` trees through the one loader
+(``-c FILE.yaml``, ``key=value``, ``--print-config``); the flags are sugar for their keys and win
+over files and overrides. Every command resumes when rerun with the same ``--out``. Exit codes: 0 done; 1 when an import
 kept no row at all (every row skipped: the wrong dataset?); 2 on bad input
 (missing files, wrong columns, a folder of another import, an option out of range: checked before
 any row is read or sandbox started); 130 when interrupted (Ctrl-C, SIGTERM). See docs/data.md and
@@ -16,11 +18,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
+from codedance.cli import options as opt
 from codedance.cli.console import make_console, user_errors
-from codedance.rollout import EXEC_TIMEOUT_S
 
 app = typer.Typer(help="Import, verify and describe the authors' released datasets.", no_args_is_help=True)
 import_app = typer.Typer(help="Import a released dataset's parquet files.", no_args_is_help=True)
@@ -66,13 +69,8 @@ def _nothing_imported(console, result) -> None:  # type: ignore[no-untyped-def]
         raise typer.Exit(1)
 
 
-def _check_import(limit: int | None, val_fraction: float = 0.0) -> None:
-    from codedance.errors import SettingsError
-
-    if limit is not None and limit < 1:
-        raise SettingsError(f"--limit must be at least 1, got {limit}")
-    if not 0 <= val_fraction < 1:
-        raise SettingsError(f"--val-fraction must be at least 0 and below 1, got {val_fraction}")
+def _text(path: Path | None) -> str | None:
+    return None if path is None else str(path)
 
 
 def _fail(console, exc: Exception) -> None:  # type: ignore[no-untyped-def]
@@ -106,29 +104,41 @@ def _verify(console, out: Path, concurrency: int, tolerance: float, timeout_s: f
     console.print(f"per-trajectory verdicts: {out / 'verify.jsonl'}; totals: {out / 'verify_summary.json'}")
 
 
+PATHS = Annotated[list[str] | None, typer.Argument(
+    metavar="PATH... [KEY=VALUE]...", show_default=False,
+    help="Parquet files or folders (the dataset's data/), then settings, e.g. limit=100 (all: --print-config)")]
+
+
 @import_app.command("codedance-sft")
 @user_errors
 def import_sft_cmd(
-    paths: list[Path] = typer.Argument(..., help="Parquet files or folders (the dataset's data/)"),
-    out: Path = typer.Option(..., help="Output folder (rerun to resume)"),
-    verify: bool = typer.Option(False, "--verify", help="Then re-execute every trajectory in the sandbox"),
-    limit: int | None = typer.Option(None, help="Import at most this many new rows"),
-    concurrency: int = typer.Option(2, help="--verify: trajectories (and sandbox steps) at once"),
-    tolerance: float = typer.Option(0.02, help="--verify: mean absolute pixel difference allowed (0-1)"),
-    timeout_s: float = typer.Option(EXEC_TIMEOUT_S, help="--verify: seconds per snippet (the release: 15)"),
+    items: PATHS = None,
+    config: opt.Presets = None,
+    out: Path = typer.Option(None, help="Output folder (rerun to resume)"),
+    verify: bool = typer.Option(None, "--verify", help="Then re-execute every trajectory in the sandbox",
+                                show_default=False),
+    limit: int = typer.Option(None, help="Import at most this many new rows \\[all]"),
+    concurrency: int = typer.Option(None, help="--verify: trajectories (and sandbox steps) at once [2]"),
+    tolerance: float = typer.Option(None, help="--verify: mean absolute pixel difference allowed (0-1) [0.02]"),
+    timeout_s: float = typer.Option(None, help="--verify: seconds per snippet (the release: 15) [15]"),
+    print_config: opt.PrintConfig = False,
 ) -> None:
     """CodeDance-SFT → trajectory records (what `codedance sft --data OUT` trains on)."""
+    from codedance.data.options import SftImportConfig
     from codedance.data.sft_import import import_sft
     from codedance.data.stream import InputError
-    from codedance.data.verify import check_options
 
-    _check_import(limit)
-    if verify:
-        check_options(concurrency=concurrency, tolerance=tolerance, timeout_s=timeout_s)
     console = make_console()
+    paths, overrides = opt.split_positionals(items)
+    cfg = opt.resolve(SftImportConfig, config, overrides, print_config=print_config, console=console,
+                      command="data", paths=paths or None, out=_text(out), verify=verify, limit=limit,
+                      concurrency=concurrency, tolerance=tolerance, timeout_s=timeout_s)
+    cfg.check()
+    out = Path(cfg.out)
     bar = _Bar("import")
     try:
-        result = import_sft(paths, out, progress=lambda p: bar(p.done, p.total), limit=limit)
+        result = import_sft([Path(p) for p in cfg.paths], out, progress=lambda p: bar(p.done, p.total),
+                            limit=cfg.limit)
     except (InputError, FileNotFoundError) as exc:
         _fail(console, exc)
     finally:
@@ -137,28 +147,35 @@ def import_sft_cmd(
     _nothing_imported(console, result)
     console.print(f"train: codedance sft --data {out} --model MODEL --out runs/sft; "
                   f"ms-swift: codedance sft --data {out} --export-swift {out / 'swift.jsonl'}")
-    if verify:
-        _verify(console, out, concurrency, tolerance, timeout_s, None)
+    if cfg.verify:
+        _verify(console, out, cfg.concurrency, cfg.tolerance, cfg.timeout_s, None)
 
 
 @import_app.command("codedance-rl")
 @user_errors
 def import_rl_cmd(
-    paths: list[Path] = typer.Argument(..., help="Parquet files or folders (the dataset's data/)"),
-    out: Path = typer.Option(..., help="Output folder (rerun to resume)"),
-    val_fraction: float = typer.Option(0.005, help="Share of rows held out for val.parquet (by key hash)"),
-    limit: int | None = typer.Option(None, help="Import at most this many new rows"),
+    items: PATHS = None,
+    config: opt.Presets = None,
+    out: Path = typer.Option(None, help="Output folder (rerun to resume)"),
+    val_fraction: float = typer.Option(None, help="Share of rows held out for val.parquet (by key hash) [0.005]"),
+    limit: int = typer.Option(None, help="Import at most this many new rows \\[all]"),
+    print_config: opt.PrintConfig = False,
 ) -> None:
     """CodeDance-RL → Task JSONL plus verl's train.parquet / val.parquet."""
+    from codedance.data.options import RlImportConfig
     from codedance.data.rl_import import import_rl
     from codedance.data.stream import InputError
 
-    _check_import(limit, val_fraction)
     console = make_console()
+    paths, overrides = opt.split_positionals(items)
+    cfg = opt.resolve(RlImportConfig, config, overrides, print_config=print_config, console=console,
+                      command="data", paths=paths or None, out=_text(out), val_fraction=val_fraction, limit=limit)
+    cfg.check()
+    out = Path(cfg.out)
     bar = _Bar("import")
     try:
-        result = import_rl(paths, out, val_fraction=val_fraction, progress=lambda p: bar(p.done, p.total),
-                           limit=limit)
+        result = import_rl([Path(p) for p in cfg.paths], out, val_fraction=cfg.val_fraction,
+                           progress=lambda p: bar(p.done, p.total), limit=cfg.limit)
     except (InputError, FileNotFoundError, ValueError, ImportError) as exc:
         _fail(console, exc)
     finally:
@@ -177,21 +194,33 @@ def import_rl_cmd(
 @app.command("verify")
 @user_errors
 def verify_cmd(
-    out: Path = typer.Argument(..., help="A codedance-sft import folder"),
-    concurrency: int = typer.Option(2, help="Trajectories (and sandbox steps) at once"),
-    tolerance: float = typer.Option(0.02, help="Mean absolute pixel difference allowed (0-1)"),
-    timeout_s: float = typer.Option(EXEC_TIMEOUT_S, help="Seconds per snippet (the release: 15)"),
-    limit: int | None = typer.Option(None, help="Verify at most this many new trajectories"),
+    items: list[str] | None = typer.Argument(
+        None, metavar="DIR [KEY=VALUE]...", show_default=False,
+        help="A codedance-sft import folder, then settings, e.g. concurrency=8 (all: --print-config)"),
+    config: opt.Presets = None,
+    concurrency: int = typer.Option(None, help="Trajectories (and sandbox steps) at once [2]"),
+    tolerance: float = typer.Option(None, help="Mean absolute pixel difference allowed (0-1) [0.02]"),
+    timeout_s: float = typer.Option(None, help="Seconds per snippet (the release: 15) [15]"),
+    limit: int = typer.Option(None, help="Verify at most this many new trajectories \\[all]"),
+    print_config: opt.PrintConfig = False,
 ) -> None:
     """Re-execute imported trajectories turn by turn in the sandbox; compare with the recording."""
-    from codedance.data.verify import check_options
+    from codedance.data.options import VerifyConfig
+    from codedance.errors import SettingsError
 
-    check_options(concurrency=concurrency, tolerance=tolerance, timeout_s=timeout_s, limit=limit)
     console = make_console()
+    folders, overrides = opt.split_positionals(items)
+    if len(folders) > 1:
+        raise SettingsError(f"give one import folder, got {len(folders)}: {' '.join(folders)}")
+    cfg = opt.resolve(VerifyConfig, config, overrides, print_config=print_config, console=console,
+                      command="data", out=folders[0] if folders else None, concurrency=concurrency,
+                      tolerance=tolerance, timeout_s=timeout_s, limit=limit)
+    cfg.check()
+    out = Path(cfg.out)
     if not (out / "trajectories.jsonl").exists():
         _fail(console, FileNotFoundError(f"no {out / 'trajectories.jsonl'}: import with "
                                          f"`codedance data import codedance-sft PATH --out {out}` first"))
-    _verify(console, out, concurrency, tolerance, timeout_s, limit)
+    _verify(console, out, cfg.concurrency, cfg.tolerance, cfg.timeout_s, cfg.limit)
 
 
 @app.command("stats")

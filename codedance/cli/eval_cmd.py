@@ -121,7 +121,7 @@ def eval_(
             policy.model = served[0]
         settings = dataclasses.replace(
             settings, episode=dataclasses.replace(settings.episode, metadata=(("model", policy.model),)),
-            model=policy.model, sampling=f"temperature={server.temperature},max_tokens={server.max_tokens}")
+            model=policy.model)
         if cfg.judge.url:
             judge_client = JudgeClient(dataclasses.replace(cfg.judge, api_key=api_key))
         console.print(f"model [bold]{policy.model}[/bold] at {policy.base_url}; "

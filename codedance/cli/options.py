@@ -90,12 +90,37 @@ def resolve(kind: type[T], presets: list[str] | None, overrides: list[str] | Non
     """The settings of ``kind`` from the presets and files, then the overrides, then the flags
     (None: not given). With ``--print-config`` they are printed as YAML and the command ends."""
     from codedance.config import dump, load
+    from codedance.errors import SettingsError
 
-    settings = load(kind, [*(presets or ()), *(overrides or ())], command=command, **flags)
+    try:
+        settings = load(kind, [*(presets or ()), *(overrides or ())], command=command, **flags)
+    except SettingsError as exc:
+        raise SettingsError(_as_flag(str(exc), flags)) from None
     if print_config:
         console.print(dump(settings), end="", markup=False, highlight=False)
         raise typer.Exit(0)
     return settings
+
+
+def _as_flag(message: str, flags: dict[str, Any]) -> str:
+    """A loader error about a top-level key the person gave as a flag names the flag they typed
+    (``--concurrency must be at least 1, got 0``, not ``concurrency: must be ...``)."""
+    key, sep, rest = message.partition(": ")
+    if sep and "__" not in key and flags.get(key) is not None:
+        return f"--{key.replace('_', '-')} {rest}"
+    return message
+
+
+def split_positionals(items: list[str] | None) -> tuple[list[str], list[str]]:
+    """(positional arguments, ``key=value`` overrides) of a command whose positional arguments
+    are files: an item is an override when it starts with a setting's name and ``=``
+    (``limit=5``, ``server.url=...``); a path such as ``data/a=b.parquet`` stays a path."""
+    import re
+
+    positionals, overrides = [], []
+    for item in items or ():
+        (overrides if re.match(r"[A-Za-z_][\w.]*=", item) else positionals).append(item)
+    return positionals, overrides
 
 
 def vllm_extras(plain_openai: bool | None) -> bool | None:

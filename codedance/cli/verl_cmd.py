@@ -1,9 +1,10 @@
 """``codedance verl``: prepare data for RL on verl, and run a local preset (see docs/verl.md).
 
-    codedance verl prepare-data --out data/verl
+    codedance verl prepare-data --out data/verl [-c FILE.yaml] [n_train=N ...] [--print-config]
     codedance verl train --preset cpu-smoke out_dir=runs/verl-cpu [steps=N] [hydra overrides...]
 
-GPU runs launch with ``scripts/train_verl.sh`` and a preset from ``codedance/presets/verl``.
+``prepare-data``'s settings are `codedance.integrations.verl.data.PrepareDataConfig` through the
+one loader; its flags are sugar for the keys. GPU runs launch with ``scripts/train_verl.sh`` and a preset from ``codedance/presets/verl``.
 ``train`` exits with verl's exit code, or 2 on a setting error; both exit 130 when interrupted
 (Ctrl-C, SIGTERM). Needs the ``train`` extra.
 """
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import typer
 
-from codedance.cli.console import user_errors
+from codedance.cli import options as opt
+from codedance.cli.console import make_console, user_errors
 
 app = typer.Typer(help="RL on verl: data preparation and local runs.", no_args_is_help=True)
 
@@ -28,21 +30,28 @@ def _group() -> None:
 @app.command("prepare-data")
 @user_errors
 def prepare_data(
-    out: Path = typer.Option(..., help="Folder for train.parquet and val.parquet."),
-    n_train: int = typer.Option(2048, help="Training tasks from the synthetic world."),
-    n_val: int = typer.Option(128, help="Validation tasks (seeds after the training ones)."),
-    seed: int = typer.Option(0, help="First seed."),
-    skills: str = typer.Option("", help="Comma-separated skills (default: all)."),
+    overrides: opt.Overrides = None,
+    config: opt.Presets = None,
+    out: Path = typer.Option(None, help="Folder for train.parquet and val.parquet."),
+    n_train: int = typer.Option(None, help="Training tasks from the synthetic world. [2048]"),
+    n_val: int = typer.Option(None, help="Validation tasks (seeds after the training ones). [128]"),
+    seed: int = typer.Option(None, help="First seed. [0]"),
+    skills: str = typer.Option(None, help="Comma-separated skills \\[all]."),
+    print_config: opt.PrintConfig = False,
 ) -> None:
     """Write the synthetic world's tasks as verl parquet files with their images."""
-    from codedance.integrations.verl.data import prepare_world
+    from codedance.integrations.verl.data import PrepareDataConfig, prepare_world
     from codedance.world import task_cycle
 
-    names = [s.strip() for s in skills.split(",") if s.strip()] or None
-    train, val = prepare_world(out, n_train=n_train, n_val=n_val, seed=seed, skills=names)
-    typer.echo(f"wrote {train} ({n_train} tasks) and {val} ({n_val} tasks)")
+    cfg = opt.resolve(PrepareDataConfig, config, overrides, print_config=print_config, console=make_console(),
+                      command="verl-data", out=None if out is None else str(out), n_train=n_train, n_val=n_val,
+                      seed=seed, skills=skills)
+    cfg.check()
+    names = cfg.skill_names()
+    train, val = prepare_world(cfg.out, n_train=cfg.n_train, n_val=cfg.n_val, seed=cfg.seed, skills=names)
+    typer.echo(f"wrote {train} ({cfg.n_train} tasks) and {val} ({cfg.n_val} tasks)")
     cycle = task_cycle(names)
-    for split, n in (("train", n_train), ("val", n_val)):
+    for split, n in (("train", cfg.n_train), ("val", cfg.n_val)):
         mix = Counter(f"{cycle[i % len(cycle)][0]}/{cycle[i % len(cycle)][1].value}" for i in range(n))
         typer.echo(f"{split} by skill/difficulty: " + ", ".join(f"{k} {v}" for k, v in sorted(mix.items())))
 

@@ -59,17 +59,28 @@ def accuracy(
     seed: int = typer.Option(None, help="First seed \\[1000].", rich_help_panel=opt.RUN),
     rollouts: int = typer.Option(None, help="Rollouts per task \\[2].", rich_help_panel=opt.RUN),
     skills: opt.Skills = None,
+    out: Path = typer.Option(None, metavar="DIR", help="Run folder, resumed if it holds this run "
+                             "\\[runs/teacher-accuracy].", rich_help_panel=opt.RUN),
+    concurrency: opt.Episodes = None,
     temperature: opt.TeacherTemperature = None,
     mistake_rate: opt.MistakeRate = None,
     print_config: opt.PrintConfig = False,
 ) -> None:
     """Measure the teacher through the real sandbox; print accuracy per skill and difficulty.
-    Settings are `codedance.teacher.accuracy.AccuracyConfig` (the flags are sugar for its keys)."""
+    Settings are `codedance.teacher.accuracy.AccuracyConfig` (the flags are sugar for its keys);
+    the episodes go to a run folder, and a rerun with the same settings resumes it."""
     from codedance.teacher.accuracy import AccuracyConfig, measure_config
 
     console = make_console()
     cfg = opt.resolve(AccuracyConfig, config, overrides, print_config=print_config, console=console,
                       command="world-accuracy", n=n, seed=seed, rollouts=rollouts,
-                      skills=None if skills in (None, "all") else skills,
-                      teacher__temperature=temperature, teacher__mistake_rate=mistake_rate)
-    console.print(measure_config(cfg).table())  # an unknown skill: WorldError, one line, exit 2
+                      skills=None if skills in (None, "all") else skills, out=None if out is None else str(out),
+                      concurrency=concurrency, teacher__temperature=temperature, teacher__mistake_rate=mistake_rate)
+    report = measure_config(cfg)  # an unknown skill: WorldError, one line, exit 2
+    console.print(report.table())
+    console.print(f"run folder: {report.out_dir}", markup=False, highlight=False)
+    if report.failures:
+        key, error = report.failures[0]
+        console.print(f"[red]{len(report.failures)} episodes failed[/red] (first: {key}: {error}); "
+                      f"rerun the same command to retry them")
+        raise typer.Exit(1)

@@ -5,23 +5,26 @@ The episode knobs are the shared `codedance.rollout.EpisodeSettings` (with the p
 budget, 10). ``tasks`` adds a Task JSONL (``codedance data import codedance-rl``, ``codedance world
 gen``; ``tasks_split``: one split of it) as the benchmark ``tasks``; ``benchmarks`` left empty is
 the paper's eleven without ``tasks`` and none besides it with ``tasks``.
-`EvalConfig.run_settings` turns the tree into the runner's `EvalSettings`, which checks every
-value before a server is contacted or a folder written. Not here: the API key (a
+`EvalConfig.run_settings` checks every value before a server is contacted or a folder written
+and resolves the tree into `EvalSettings` (benchmark specs, the agent's episode, data paths), a
+view that reads every other value through the config. Not here: the API key (a
 secret is never printed by ``--print-config`` nor saved with the run; ``--api-key`` /
 ``$OPENAI_API_KEY``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from codedance.config import not_resumed
 from codedance.errors import SettingsError
+from codedance.eval.spec import BenchmarkSpec
 from codedance.grading import JUDGE_SERVER
 from codedance.policy.server_config import ServerConfig
-from codedance.rollout import EVAL_MAX_TURNS, EpisodeSettings
+from codedance.rollout import EVAL_MAX_TURNS, EpisodeConfig, EpisodeSettings
 
 
 @dataclass(frozen=True)
@@ -49,10 +52,11 @@ class EvalConfig:
     def lmu_dir(self) -> Path:
         return Path(self.lmu_data or os.environ.get("LMUData", "~/LMUData")).expanduser()
 
-    def run_settings(self):  # -> EvalSettings
-        """The runner's `EvalSettings` (every value checked; nothing contacted or written)."""
-        from codedance.eval.runner import EvalSettings
-        from codedance.eval.spec import get_spec, parse_benchmarks
+    def check(self) -> None:
+        """Refuse every value no run can use (one `SettingsError` naming the options to fix)
+        before a server is contacted or a folder written."""
+        from codedance.agents import get_agent
+        from codedance.eval.scoring import SCORING_MODES
 
         if not self.server.url or not self.out:
             raise SettingsError("give the model server and the run folder: --model URL --out DIR "
@@ -63,24 +67,102 @@ class EvalConfig:
                                 f"least 0 (got {s.max_tokens}, {s.timeout_s}, {s.retries})")
         if self.limit is not None and (not isinstance(self.limit, int) or isinstance(self.limit, bool)):
             raise SettingsError(f"limit: expected a whole number, got {self.limit!r}")
+        get_agent(self.agent)  # an unknown agent is refused naming the known ones
+        problems = []
+        if self.no_tools and self.agent != "codedance":
+            problems.append(f"--no-tools is a codedance baseline; drop --agent {self.agent} or --no-tools")
+        if self.concurrency < 1:
+            problems.append(f"--concurrency must be at least 1, got {self.concurrency}")
+        if self.limit is not None and self.limit < 1:
+            problems.append(f"--limit must be at least 1, got {self.limit}")
+        if self.samples < 1:
+            problems.append(f"--samples must be at least 1, got {self.samples}")
+        if self.samples > 1 and s.temperature <= 0:
+            problems.append(f"--samples {self.samples} needs --temperature above 0 (at 0 every sample is the same)")
+        if s.temperature < 0:
+            problems.append(f"--temperature must be at least 0, got {s.temperature}")
+        if self.episode.exec_timeout_s <= 0:
+            problems.append(f"--exec-timeout must be above 0, got {self.episode.exec_timeout_s}")
+        if self.scoring not in SCORING_MODES:
+            problems.append(f"--scoring must be one of {', '.join(SCORING_MODES)}, got {self.scoring!r}")
+        if self.stop_after < 1:
+            problems.append(f"--stop-after must be at least 1, got {self.stop_after}")
+        if problems:
+            raise SettingsError("; ".join(problems))
+
+    def run_settings(self, *, progress: bool = True) -> EvalSettings:
+        """This tree resolved for the runner (every value checked; nothing contacted or written)."""
+        from codedance.agents import get_agent
+        from codedance.eval.spec import get_spec, parse_benchmarks
+
+        self.check()
         pairs = [("tasks", str(Path(self.tasks).expanduser()))] if self.tasks else []
         for value in self.data:
             name, sep, path = value.partition("=")
             if not sep:
                 raise SettingsError(f"--data expects NAME=PATH, got {value!r}")
             pairs.append((get_spec(name).name, str(Path(path).expanduser())))
-        lmu = self.lmu_dir()
         names = self.benchmarks or ("" if self.tasks else "paper")
         specs = parse_benchmarks(names) if names else ()
         if self.tasks and get_spec("tasks") not in specs:
             specs += (get_spec("tasks"),)
-        from codedance.agents import get_agent
-
+        if not specs:
+            raise SettingsError("no benchmarks given")
         episode = get_agent(self.agent).episode_config(self.episode.episode_config(profiles=self.profiles or None))
-        return EvalSettings(
-            benchmarks=specs, tasks_split=self.tasks_split, agent=self.agent, episode=episode,
-            no_tools=self.no_tools, limit=self.limit, concurrency=self.concurrency,
-            exec_timeout_s=self.episode.exec_timeout_s, lmu_dir=str(lmu), data_paths=tuple(pairs),
-            pixmo_cache=self.pixmo_cache or str(lmu / "pixmo_cache"), fetch_images=self.fetch_images,
-            scoring=self.scoring, samples=self.samples, temperature=s.temperature,
-            stop_after_connection_failures=self.stop_after)
+        return EvalSettings(self, benchmarks=specs, episode=episode, data_paths=tuple(pairs),
+                            model=self.server.model, progress=progress)
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """An `EvalConfig` resolved for the runner: the benchmark specs, the episode under the agent's
+    protocol, the data paths and the served model's name. Every other value is the config's own
+    (read through it), so a run has one set of fields and defaults. Made by
+    `EvalConfig.run_settings`, which checks the config first."""
+
+    config: EvalConfig
+    benchmarks: tuple[BenchmarkSpec, ...]
+    episode: EpisodeConfig
+    data_paths: tuple[tuple[str, str], ...] = ()
+    model: str = ""  # the served model (the server's first when ``server.model`` is '')
+    progress: bool = True
+
+    no_tools = property(lambda self: self.config.no_tools)
+    limit = property(lambda self: self.config.limit)
+    concurrency = property(lambda self: self.config.concurrency)
+    samples = property(lambda self: self.config.samples)
+    scoring = property(lambda self: self.config.scoring)
+    agent = property(lambda self: self.config.agent)
+    tasks_split = property(lambda self: self.config.tasks_split)
+    fetch_images = property(lambda self: self.config.fetch_images)
+    stop_after_connection_failures = property(lambda self: self.config.stop_after)
+    exec_timeout_s = property(lambda self: self.config.episode.exec_timeout_s)
+    temperature = property(lambda self: self.config.server.temperature)
+
+    @property
+    def lmu_dir(self) -> str:
+        return str(self.config.lmu_dir())
+
+    @property
+    def pixmo_cache(self) -> str:
+        return self.config.pixmo_cache or str(self.config.lmu_dir() / "pixmo_cache")
+
+    @property
+    def sampling(self) -> str:
+        return f"temperature={self.config.server.temperature},max_tokens={self.config.server.max_tokens}"
+
+    def identity(self) -> dict[str, object]:
+        """The settings a resumed run must share with the first one (``run.json``'s ``settings``;
+        `tests/eval/test_runner.py::test_a_run_folder_written_by_an_earlier_version_resumes`)."""
+        return {"model": self.model, "sampling": self.sampling, "no_tools": self.no_tools,
+                "max_turns": self.episode.max_turns, "profile": self.episode.profile.name,
+                "profile_fields": dataclasses.asdict(self.episode.profile),
+                **({"agent": self.agent} if self.agent != "codedance" else {})}
+
+    @property
+    def protocol(self) -> str:
+        """What the report names next to every number: the agent profile and the prompt profile."""
+        profile = "no-tools" if self.no_tools else self.episode.profile.name
+        if self.agent == "codedance" or self.agent == profile:
+            return profile
+        return f"{self.agent}/{profile}"

@@ -17,8 +17,8 @@ does not hold 800 decoded 8K images at once; the raw rows (compressed bytes) sta
 image that cannot be decoded fails its row (logged to ``failures.jsonl`` naming the row and file),
 never the benchmark.
 
-Settings are checked when `EvalSettings` is made (`check_settings`); the data is read before
-``run.json`` is written. ``samples`` > 1 runs k samples per item (keys ``<task>#0`` ... ``#k-1``).
+Settings are checked when `EvalConfig.run_settings` makes the `EvalSettings`; the data is read
+before ``run.json`` is written. ``samples`` > 1 runs k samples per item (keys ``<task>#0`` ... ``#k-1``).
 ``stop_after_connection_failures`` consecutive server failures (`codedance.runs.batch.server_fault`) stop the episodes early (the
 report says so; a rerun resumes). ``scoring`` is ``vlmevalkit`` or ``strict``
 (`codedance.eval.scoring`); changing it rescores the saved trajectories.
@@ -34,11 +34,11 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
-from codedance.errors import DataError, SettingsError
+from codedance.errors import DataError
 from codedance.eval.loaders import check_items, prepare_items, to_task
+from codedance.eval.options import EvalSettings
 from codedance.eval.scoring import score_sample
 from codedance.eval.sources import RawItem
 from codedance.eval.spec import BenchmarkSpec, SampleScore
@@ -46,7 +46,7 @@ from codedance.grading import JudgeClient
 from codedance.policy.base import Policy
 from codedance.prompts import PromptProfile
 from codedance.records import ImageStore, append_jsonl, read_jsonl, trajectory_from_json
-from codedance.rollout import EVAL_MAX_TURNS, EXEC_TIMEOUT_S, EpisodeConfig
+from codedance.rollout import EpisodeConfig
 from codedance.runs.batch import BatchProgress, RunnerFactory, arun_batch
 from codedance.runs.rundir import RunDir, episode_key
 from codedance.types import ExecResult, Image, Task, Trajectory
@@ -74,81 +74,6 @@ class NoToolRunner:
 
     def close(self) -> None:
         pass
-
-
-@dataclass(frozen=True)
-class EvalSettings:
-    """Everything that defines a run. ``data_paths`` maps benchmark names to files/folders."""
-
-    benchmarks: tuple[BenchmarkSpec, ...]
-    episode: EpisodeConfig = EpisodeConfig(max_turns=EVAL_MAX_TURNS)
-    model: str = ""
-    sampling: str = ""
-    no_tools: bool = False
-    limit: int | None = None
-    concurrency: int = 64
-    exec_timeout_s: float = EXEC_TIMEOUT_S
-    lmu_dir: str | None = None
-    data_paths: tuple[tuple[str, str], ...] = ()
-    pixmo_cache: str | None = None
-    fetch_images: bool = False
-    progress: bool = True
-    scoring: str = "vlmevalkit"
-    samples: int = 1
-    temperature: float = 0.0
-    stop_after_connection_failures: int = 10
-    tasks_split: str = ""  # the ``tasks`` source's split ('' = every row)
-    agent: str = "codedance"  # the protocol (`codedance.agents`); ``episode`` is already under it
-
-    def __post_init__(self) -> None:
-        check_settings(self)
-
-    def identity(self) -> dict[str, object]:
-        """The settings a resumed run must share with the first one."""
-        return {"model": self.model, "sampling": self.sampling, "no_tools": self.no_tools,
-                "max_turns": self.episode.max_turns, "profile": self.episode.profile.name,
-                "profile_fields": dataclasses.asdict(self.episode.profile),
-                **({"agent": self.agent} if self.agent != "codedance" else {})}
-
-    @property
-    def protocol(self) -> str:
-        """What the report names next to every number: the agent profile and the prompt profile."""
-        profile = "no-tools" if self.no_tools else self.episode.profile.name
-        if self.agent == "codedance" or self.agent == profile:
-            return profile
-        return f"{self.agent}/{profile}"
-
-
-def check_settings(settings: EvalSettings) -> None:
-    """Reject impossible settings (`SettingsError` with the option to fix) before anything runs."""
-    from codedance.agents import AGENTS
-    from codedance.eval.scoring import SCORING_MODES
-
-    problems = []
-    if settings.agent not in AGENTS:
-        problems.append(f"--agent must be one of {', '.join(AGENTS)}, got {settings.agent!r}")
-    elif settings.no_tools and settings.agent != "codedance":
-        problems.append(f"--no-tools is a codedance baseline; drop --agent {settings.agent} or --no-tools")
-    if settings.concurrency < 1:
-        problems.append(f"--concurrency must be at least 1, got {settings.concurrency}")
-    if settings.limit is not None and settings.limit < 1:
-        problems.append(f"--limit must be at least 1, got {settings.limit}")
-    if settings.samples < 1:
-        problems.append(f"--samples must be at least 1, got {settings.samples}")
-    if settings.samples > 1 and settings.temperature <= 0:
-        problems.append(f"--samples {settings.samples} needs --temperature above 0 (at 0 every sample is the same)")
-    if settings.temperature < 0:
-        problems.append(f"--temperature must be at least 0, got {settings.temperature}")
-    if settings.exec_timeout_s <= 0:
-        problems.append(f"--exec-timeout must be above 0, got {settings.exec_timeout_s}")
-    if settings.scoring not in SCORING_MODES:
-        problems.append(f"--scoring must be one of {', '.join(SCORING_MODES)}, got {settings.scoring!r}")
-    if settings.stop_after_connection_failures < 1:
-        problems.append(f"--stop-after must be at least 1, got {settings.stop_after_connection_failures}")
-    if not settings.benchmarks:
-        problems.append("no benchmarks given")
-    if problems:
-        raise SettingsError("; ".join(problems))
 
 
 class _Dimensions(ImageStore):
@@ -268,12 +193,11 @@ def score_all(out: Path, tasks: dict[str, tuple[BenchmarkSpec, Task]], judge: Ju
     def one(item: tuple[str, Trajectory]) -> SampleScore:
         key, trajectory = item
         spec, task = tasks[trajectory.task_id]
-        score = dataclasses.replace(score_sample(key, task, trajectory, judge, spec.scorer, settings_mode),
+        score = dataclasses.replace(score_sample(key, task, trajectory, judge, spec.scorer, mode),
                                     trajectory_digest=digests[key])
         append_jsonl(out / "scores.jsonl", dataclasses.asdict(score))
         return score
 
-    settings_mode = mode
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         for score in pool.map(one, todo):
             scores[score.key] = score

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from codedance.config import load
@@ -40,4 +38,4 @@ def test_a_peer_protocol_brings_its_own_turn_limit_and_prompt_and_is_part_of_the
 
 def test_no_tools_is_refused_with_a_peer_protocol():
     with pytest.raises(SettingsError, match="--no-tools is a codedance baseline"):
-        dataclasses.replace(settings("agent=deepeyes"), no_tools=True)
+        settings("agent=deepeyes", "no_tools=true")

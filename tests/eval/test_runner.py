@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import pytest
 
-from codedance.eval.runner import EvalSettings, run_eval
-from codedance.eval.spec import parse_benchmarks
+from codedance.eval.options import EvalConfig, EvalSettings
+from codedance.eval.runner import run_eval
 from codedance.grading import JUDGE_SERVER, JudgeClient
 from codedance.policy import OpenAIChatPolicy, RetrySettings, SamplingParams
 from codedance.policy.replay_server import ReplayServer, ServerReply
+from codedance.policy.server_config import ServerConfig
+from codedance.prompts import get_profile
 from codedance.records import read_jsonl
 
 pytestmark = pytest.mark.tier("integration")
@@ -84,9 +86,10 @@ def lmu(tmp_path, fx):
 
 
 def settings(lmu, **kw) -> EvalSettings:
-    base = {"benchmarks": parse_benchmarks("vstar,chartqa,hrbench4k,charxiv"), "model": "scripted",
-                "concurrency": 4, "lmu_dir": str(lmu), "progress": False}
-    return EvalSettings(**{**base, **kw})
+    """The run of ``codedance eval --model scripted ...`` with ``kw`` as config keys."""
+    base = {"benchmarks": "vstar,chartqa,hrbench4k,charxiv", "concurrency": 4, "lmu_data": str(lmu),
+            "out": "run", "server": ServerConfig(url="http://scripted/v1", model="scripted")}
+    return EvalConfig(**{**base, **kw}).run_settings(progress=False)
 
 
 def policy(server) -> OpenAIChatPolicy:
@@ -127,7 +130,7 @@ def test_eval_end_to_end_then_resume_with_judge(lmu, tmp_path):
 
 def test_interrupted_run_loses_and_repeats_nothing(lmu, tmp_path):
     out = tmp_path / "run"
-    s = settings(lmu, benchmarks=parse_benchmarks("vstar,chartqa"))
+    s = settings(lmu, benchmarks="vstar,chartqa")
 
     def flaky(body):
         return ServerReply(status=500, error="boom") if "CQ2" in user_text(body) else model_script(body)
@@ -152,16 +155,34 @@ def test_interrupted_run_loses_and_repeats_nothing(lmu, tmp_path):
 
 def test_rerun_with_other_settings_is_refused(lmu, tmp_path):
     out = tmp_path / "run"
-    s = settings(lmu, benchmarks=parse_benchmarks("vstar"), limit=1)
+    s = settings(lmu, benchmarks="vstar", limit=1)
     with ReplayServer(model_script) as server:
         run_eval(policy(server), s, out)
         with pytest.raises(ValueError, match="other settings"):
-            run_eval(policy(server), settings(lmu, benchmarks=parse_benchmarks("vstar"), limit=1, no_tools=True), out)
+            run_eval(policy(server), settings(lmu, benchmarks="vstar", limit=1, no_tools=True), out)
+
+
+def test_a_run_folder_written_by_an_earlier_version_resumes(lmu, tmp_path):
+    """``run.json`` as ``codedance eval`` has always written it (this literal shape is the resume
+    contract of every run folder on disk): a rerun asks the server nothing and reports the same."""
+    out = tmp_path / "run"
+    s = settings(lmu, benchmarks="vstar,chartqa", limit=2)
+    with ReplayServer(model_script) as server:
+        first = run_eval(policy(server), s, out)
+    (out / "run.json").write_text(json.dumps({
+        "kind": "eval",
+        "settings": {"model": "scripted", "sampling": "temperature=0.0,max_tokens=2048", "no_tools": False,
+                     "max_turns": 10, "profile": "release", "profile_fields": asdict(get_profile("release"))},
+        "benchmarks": ["chartqa", "vstar"], "limit": 2}, indent=1))
+    with ReplayServer(model_script) as server:
+        again = run_eval(policy(server), s, out)
+        assert server.requests == []
+    assert [r.headline for r in again.results] == [r.headline for r in first.results]
 
 
 def test_no_tools_mode_one_turn_no_code_instruction(lmu, tmp_path):
     with ReplayServer(lambda body: OK_CODE) as server:
-        report = run_eval(policy(server), settings(lmu, benchmarks=parse_benchmarks("vstar"), no_tools=True), tmp_path / "r")
+        report = run_eval(policy(server), settings(lmu, benchmarks="vstar", no_tools=True), tmp_path / "r")
         assert all("write executable Python" not in user_text(b) for b in server.requests)
         assert len(server.requests) == 4
     r = report.result("vstar")

@@ -91,8 +91,9 @@ def test_temperature_zero_makes_no_mistakes():
         teacher.policy(replace(generate("counting", "easy", 0), metadata=(("skill", "x"),)))
 
 
-def test_measured_accuracy_per_cell():
-    report = measure(task_set(3 * len(skills()), seed=500), TeacherConfig(temperature=1.0, mistake_rate=0.5))
+def test_measured_accuracy_per_cell(tmp_path):
+    report = measure(task_set(3 * len(skills()), seed=500), TeacherConfig(temperature=1.0, mistake_rate=0.5),
+                     run=tmp_path / "run")
     assert len(report.cells) == 3 * len(skills())
     for cell in report.cells:
         assert cell.accuracy >= 0.5, cell

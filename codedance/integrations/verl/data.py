@@ -1,4 +1,5 @@
-"""Tasks into verl's RL parquet, images included: `task_row`, `write_parquet`, `prepare_world`.
+"""Tasks into verl's RL parquet, images included: `task_row`, `write_parquet`, `prepare_world`
+(its command's settings: `PrepareDataConfig`).
 
 One row per task, in the columns verl 0.9.1's ``RLHFDataset`` reads:
 
@@ -18,8 +19,11 @@ their task fields), videos. Needs pandas and pyarrow (the ``train`` extra); no v
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from codedance.config import bounded
+from codedance.errors import SettingsError
 from codedance.integrations.verl.tasks import TASK_KEY, task_fields
 from codedance.types import Task
 
@@ -52,6 +56,24 @@ def write_parquet(tasks: Iterable[Task], path: str | Path, *, domain: str = "gen
     path.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_parquet(path, index=False)
     return len(rows)
+
+
+@dataclass(frozen=True)
+class PrepareDataConfig:
+    """``codedance verl prepare-data`` for the one loader (`codedance.config`)."""
+
+    out: str = ""  # the folder of train.parquet and val.parquet
+    n_train: int = bounded(2048, at_least=1)  # training tasks from the synthetic world
+    n_val: int = bounded(128, at_least=1)  # validation tasks (seeds after the training ones)
+    seed: int = 0  # the first seed
+    skills: str = ""  # comma-separated skills ('' = all)
+
+    def check(self) -> None:
+        if not self.out:
+            raise SettingsError("give the output folder: --out DIR (or out=DIR)")
+
+    def skill_names(self) -> list[str] | None:
+        return [s.strip() for s in self.skills.split(",") if s.strip()] or None
 
 
 def prepare_world(out_dir: str | Path, *, n_train: int, n_val: int, seed: int = 0,

@@ -42,3 +42,18 @@ def test_rlhf_dataset_reads_rows_and_task_round_trips(tmp_path):
     assert [i.to_pil().convert("RGB").tobytes() for i in task.images] == [
         i.to_pil().convert("RGB").tobytes() for i in expected.images]
     assert item["agent_name"] == "codedance"
+
+
+def test_prepare_data_is_on_the_one_loader(tmp_path):
+    mine = tmp_path / "data.yaml"
+    mine.write_text("n_val: 4\nskills: counting\n")
+    result = CliRunner().invoke(app, ["prepare-data", "-c", str(mine), "n_train=5", "--seed", "3", "--out", "o",
+                                      "--print-config"])
+    assert result.exit_code == 0, result.output
+    assert all(line in result.output for line in ("out: o", "n_train: 5", "n_val: 4", "seed: 3", "skills: counting"))
+    for args, words in ((["--out", "o", "--n-train", "0"], "--n-train must be at least 1, got 0"),
+                        (["n_val=0", "out=o"], "n_val: must be at least 1, got 0"),
+                        ([], "give the output folder")):
+        refused = CliRunner().invoke(app, ["prepare-data", *args])
+        assert refused.exit_code == 2 and words in refused.output, refused.output
+    assert not (tmp_path / "o").exists()
