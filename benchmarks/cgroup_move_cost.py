@@ -55,8 +55,10 @@ def main() -> None:
                 write(os.path.join(groups[move % 2], "cgroup.procs"), str(sleeper.pid))
                 times.append((time.perf_counter() - started) * 1000)
             times.sort()
-            print(f"{spacing * 1000:4.0f} ms apart: median {statistics.median(times):.3f} ms, "
-                  f"90th percentile {times[int(0.9 * len(times))]:.3f} ms")
+            print(
+                f"{spacing * 1000:4.0f} ms apart: median {statistics.median(times):.3f} ms, "
+                f"90th percentile {times[int(0.9 * len(times))]:.3f} ms"
+            )
     finally:
         sleeper.kill()
         sleeper.wait()

@@ -49,7 +49,9 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--in-flight", type=int, default=64)
     parser.add_argument("--skill", default="counting")
-    parser.add_argument("--repeats", type=int, default=3, help="Alternate runs of each; the fastest counts.")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="Alternate runs of each; the fastest counts."
+    )
     args = parser.parse_args()
 
     from codedance.curate import parse_config, run_curate
@@ -58,7 +60,9 @@ def main() -> None:
     from codedance.policy.base import SamplingParams
     from codedance.policy.openai_chat import OpenAIChatPolicy
 
-    server = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         url = server.stdout.readline().strip()
         source = {"kind": "world", "skills": [args.skill], "n": args.items, "seed": 1000}
@@ -96,8 +100,16 @@ def main() -> None:
         def curate() -> float:
             with tempfile.TemporaryDirectory() as tmp:
                 endpoint = {"url": url, "max_in_flight": args.in_flight}
-                raw = {"out": tmp, "stages": ["filter"], "sources": [source], "filter": {"k": args.k, "judge": "never"},
-                       "endpoints": {"weak": {**endpoint, "model": "weak"}, "strong": {**endpoint, "model": "strong"}}}
+                raw = {
+                    "out": tmp,
+                    "stages": ["filter"],
+                    "sources": [source],
+                    "filter": {"k": args.k, "judge": "never"},
+                    "endpoints": {
+                        "weak": {**endpoint, "model": "weak"},
+                        "strong": {**endpoint, "model": "strong"},
+                    },
+                }
                 start = time.perf_counter()
                 result = run_curate(parse_config(raw), stream=None)
                 seconds = time.perf_counter() - start
@@ -113,12 +125,16 @@ def main() -> None:
     with_source = (curate_s - base_s) / len(items)
     realistic = 2 * args.k / args.in_flight * 1.0  # seconds of wall time per item at 1 s latency
     print(f"items {len(items)} ({args.skill}), requests {n_requests}, in flight {args.in_flight}")
-    print(f"baseline (client alone): {base_s:.2f} s; curate filter stage: {curate_s:.2f} s, of which "
-          f"{load_s:.2f} s reading the source; without it, ratio {(curate_s - load_s) / base_s:.2f}")
-    print(f"harness overhead per item: {per_item * 1000:.1f} ms = {100 * per_item / realistic:.1f} % of the "
-          f"{realistic * 1000:.0f} ms an item costs at 1 s model latency (goal < 5 %); counting the source "
-          f"(streamed, so it overlaps the requests and the figure above is a lower bound): "
-          f"{with_source * 1000:.1f} ms = {100 * with_source / realistic:.1f} %")
+    print(
+        f"baseline (client alone): {base_s:.2f} s; curate filter stage: {curate_s:.2f} s, of which "
+        f"{load_s:.2f} s reading the source; without it, ratio {(curate_s - load_s) / base_s:.2f}"
+    )
+    print(
+        f"harness overhead per item: {per_item * 1000:.1f} ms = {100 * per_item / realistic:.1f} % of the "
+        f"{realistic * 1000:.0f} ms an item costs at 1 s model latency (goal < 5 %); counting the source "
+        f"(streamed, so it overlaps the requests and the figure above is a lower bound): "
+        f"{with_source * 1000:.1f} ms = {100 * with_source / realistic:.1f} %"
+    )
 
 
 if __name__ == "__main__":

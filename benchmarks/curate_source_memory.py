@@ -33,8 +33,13 @@ from data_import_memory import (  # the sibling benchmark's noise PNGs and VmHWM
     noise,
 )
 
-IMPORTS = "import json, sys\nimport numpy, PIL.Image, pyarrow.parquet\nimport codedance.curate.pipeline\n"
-CHILD_CURATE = HWM + IMPORTS + """
+IMPORTS = (
+    "import json, sys\nimport numpy, PIL.Image, pyarrow.parquet\nimport codedance.curate.pipeline\n"
+)
+CHILD_CURATE = (
+    HWM
+    + IMPORTS
+    + """
 from codedance.curate import parse_config, run_curate
 base = hwm()
 endpoint = {"url": sys.argv[2], "max_in_flight": 16, "max_retries": 0}
@@ -44,13 +49,18 @@ raw = {"out": sys.argv[3], "stages": ["filter"], "filter": {"k": 1, "judge": "ne
 result = run_curate(parse_config(raw), stream=None)
 print(json.dumps({"peak_kb": hwm(), "base_kb": base, "items": result.items}))
 """
-CHILD_LOAD = HWM + IMPORTS + """
+)
+CHILD_LOAD = (
+    HWM
+    + IMPORTS
+    + """
 from pathlib import Path
 from codedance.curate.sources import load_items
 base = hwm()
 items, _ = load_items([{"kind": "table", "path": sys.argv[1], "answer_kind": "count"}], Path("."))
 print(json.dumps({"peak_kb": hwm(), "base_kb": base, "items": len(items)}))
 """
+)
 SERVER = """
 import collections, sys
 from codedance.policy.replay_server import ReplayServer
@@ -69,8 +79,14 @@ def make(path: Path, rows: int, side: int) -> None:
     schema = pa.schema([("question", pa.string()), ("answer", pa.string()), ("image", image)])
     with pq.ParquetWriter(path, schema) as writer:
         for start in range(0, rows, 100):
-            batch = [{"question": f"How many dots are in picture {i}?", "answer": str(i % 7),
-                      "image": {"bytes": noise(side, i, "PNG"), "path": None}} for i in range(start, min(rows, start + 100))]
+            batch = [
+                {
+                    "question": f"How many dots are in picture {i}?",
+                    "answer": str(i % 7),
+                    "image": {"bytes": noise(side, i, "PNG"), "path": None},
+                }
+                for i in range(start, min(rows, start + 100))
+            ]
             writer.write_table(pa.Table.from_pylist(batch, schema=schema))
 
 
@@ -80,7 +96,9 @@ def main() -> None:
     parser.add_argument("--scale", type=int, default=4)
     parser.add_argument("--side", type=int, default=256)
     args = parser.parse_args()
-    server = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     mb = 1024
     working: dict[str, list[float]] = {"curate": [], "load": []}
     try:
@@ -98,14 +116,18 @@ def main() -> None:
                 c, b = ((r["peak_kb"] - r["base_kb"]) / mb for r in (curate, load))
                 working["curate"].append(c)
                 working["load"].append(b)
-                print(f"{rows} rows, {size_mb:.0f} MB: curate (streamed, filter stage, {seconds:.0f} s) working peak "
-                      f"{c:.0f} MB; load everything {b:.0f} MB; ratio streamed / loaded {c / b:.2f}")
+                print(
+                    f"{rows} rows, {size_mb:.0f} MB: curate (streamed, filter stage, {seconds:.0f} s) working peak "
+                    f"{c:.0f} MB; load everything {b:.0f} MB; ratio streamed / loaded {c / b:.2f}"
+                )
     finally:
         server.stdin.close()
         server.wait(timeout=10)
     grow = {k: v[1] / v[0] for k, v in working.items()}
-    print(f"from {args.rows} to {args.rows * args.scale} rows: streamed peak x{grow['curate']:.2f}, "
-          f"loaded peak x{grow['load']:.2f} (flat is x1, proportional is x{args.scale})")
+    print(
+        f"from {args.rows} to {args.rows * args.scale} rows: streamed peak x{grow['curate']:.2f}, "
+        f"loaded peak x{grow['load']:.2f} (flat is x1, proportional is x{args.scale})"
+    )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,9 @@ from pathlib import Path
 
 # VmHWM (this process image's peak RSS), not ru_maxrss: Linux carries ru_maxrss over fork and exec
 HWM = "def hwm():\n    return int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1])\n"
-CHILD_IMPORT = HWM + """
+CHILD_IMPORT = (
+    HWM
+    + """
 import json, sys, time
 import numpy, PIL.Image, pyarrow.parquet
 from codedance.data.sft_import import import_sft
@@ -42,7 +44,10 @@ r = import_sft([sys.argv[1]], sys.argv[2])
 print(json.dumps({"peak_kb": hwm(), "base_kb": base,
                   "seconds": time.perf_counter() - t, "imported": r.imported, "rows": r.rows}))
 """
-CHILD_BASELINE = HWM + """
+)
+CHILD_BASELINE = (
+    HWM
+    + """
 import json, sys
 import numpy, PIL.Image, pyarrow.parquet as pq
 base = hwm()
@@ -50,6 +55,7 @@ rows = pq.read_table(sys.argv[1]).to_pylist()
 print(json.dumps({"peak_kb": hwm(), "base_kb": base,
                   "rows": len(rows)}))
 """
+)
 
 
 def noise(side: int, seed: int, fmt: str) -> bytes:
@@ -58,7 +64,9 @@ def noise(side: int, seed: int, fmt: str) -> bytes:
 
     pixels = np.random.default_rng(seed).integers(0, 256, (side, side, 3), dtype=np.uint8)
     buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format=fmt, **({"quality": 95} if fmt == "JPEG" else {"compress_level": 1}))
+    Image.fromarray(pixels).save(
+        buffer, format=fmt, **({"quality": 95} if fmt == "JPEG" else {"compress_level": 1})
+    )
     return buffer.getvalue()
 
 
@@ -66,25 +74,42 @@ def make(path: Path, rows: int, side: int, jpeg_share: float) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = pa.schema([("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
-                        ("images", pa.list_(pa.binary()))])
+    schema = pa.schema(
+        [
+            ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+            ("images", pa.list_(pa.binary())),
+        ]
+    )
     code = "<think>crop</think>\n<code>\n```python\ninput_image.crop((0, 0, 50, 50))\n```\n</code>"
     with pq.ParquetWriter(path, schema) as writer:
         for start in range(0, rows, 100):
             batch = []
             for i in range(start, min(rows, start + 100)):
                 fmt = "JPEG" if i < jpeg_share * rows else "PNG"
-                batch.append({"messages": [
-                    {"role": "user", "content": f"<image>Question {i}?"},
-                    {"role": "assistant", "content": code},
-                    {"role": "user", "content": "<tool_response>\nOutput image:\n<image>\n</tool_response>"},
-                    {"role": "assistant", "content": "<think>seen</think>\n<answer>3</answer>"}],
-                    "images": [noise(side, 2 * i, fmt), noise(side, 2 * i + 1, "PNG")]})
+                batch.append(
+                    {
+                        "messages": [
+                            {"role": "user", "content": f"<image>Question {i}?"},
+                            {"role": "assistant", "content": code},
+                            {
+                                "role": "user",
+                                "content": "<tool_response>\nOutput image:\n<image>\n</tool_response>",
+                            },
+                            {
+                                "role": "assistant",
+                                "content": "<think>seen</think>\n<answer>3</answer>",
+                            },
+                        ],
+                        "images": [noise(side, 2 * i, fmt), noise(side, 2 * i + 1, "PNG")],
+                    }
+                )
             writer.write_table(pa.Table.from_pylist(batch, schema=schema))
 
 
 def child(code: str, *args: str) -> dict:
-    run = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
+    run = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=True
+    )
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
@@ -99,16 +124,22 @@ def main() -> None:
         t = time.perf_counter()
         make(data, args.rows, args.side, args.jpeg_share)
         size_mb = os.path.getsize(data) / 1e6
-        print(f"input: {data.name}, {size_mb:.0f} MB, {args.rows} rows (made in {time.perf_counter() - t:.0f} s)")
+        print(
+            f"input: {data.name}, {size_mb:.0f} MB, {args.rows} rows (made in {time.perf_counter() - t:.0f} s)"
+        )
         ours = child(CHILD_IMPORT, str(data), str(Path(tmp) / "out"))
         base = child(CHILD_BASELINE, str(data))
     mb = 1024
-    print(f"import:   peak RSS {ours['peak_kb'] / mb:.0f} MB (interpreter and modules {ours['base_kb'] / mb:.0f} MB, "
-          f"working {(ours['peak_kb'] - ours['base_kb']) / mb:.0f} MB); {ours['imported']}/{ours['rows']} rows "
-          f"in {ours['seconds']:.1f} s = {ours['rows'] / ours['seconds']:.1f} rows/s")
+    print(
+        f"import:   peak RSS {ours['peak_kb'] / mb:.0f} MB (interpreter and modules {ours['base_kb'] / mb:.0f} MB, "
+        f"working {(ours['peak_kb'] - ours['base_kb']) / mb:.0f} MB); {ours['imported']}/{ours['rows']} rows "
+        f"in {ours['seconds']:.1f} s = {ours['rows'] / ours['seconds']:.1f} rows/s"
+    )
     print(f"baseline: read_table + to_pylist peak RSS {base['peak_kb'] / mb:.0f} MB")
-    print(f"ratio import / baseline peak: {ours['peak_kb'] / base['peak_kb']:.2f}; "
-          f"import peak / input size: {ours['peak_kb'] / mb / size_mb:.2f}")
+    print(
+        f"ratio import / baseline peak: {ours['peak_kb'] / base['peak_kb']:.2f}; "
+        f"import peak / input size: {ours['peak_kb'] / mb / size_mb:.2f}"
+    )
 
 
 if __name__ == "__main__":

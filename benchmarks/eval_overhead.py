@@ -89,18 +89,30 @@ def main() -> None:
     from codedance.policy import OpenAIChatPolicy, RetrySettings
     from codedance.policy.server_config import ServerConfig
 
-    server = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         url = server.stdout.readline().strip()  # type: ignore[union-attr]
         with tempfile.TemporaryDirectory() as tmp:
             _tsv(Path(tmp) / "CountBenchQA.tsv", args.samples)
             policy = OpenAIChatPolicy(url, "scripted", retry=RetrySettings(max_retries=0))
-            config = EvalConfig(benchmarks="countbench", server=ServerConfig(url=url, model="scripted"), out=tmp,
-                                no_tools=True, concurrency=args.concurrency, lmu_data=tmp)
+            config = EvalConfig(
+                benchmarks="countbench",
+                server=ServerConfig(url=url, model="scripted"),
+                out=tmp,
+                no_tools=True,
+                concurrency=args.concurrency,
+                lmu_data=tmp,
+            )
             settings = config.run_settings(progress=False)
             warm_up = dataclasses.replace(config, limit=8).run_settings(progress=False)
             run_eval(policy, warm_up, Path(tmp) / "warm-up")  # imports, pools
-            server_cpu0, cpu0, wall0 = _cpu_seconds(server.pid), time.process_time(), time.perf_counter()
+            server_cpu0, cpu0, wall0 = (
+                _cpu_seconds(server.pid),
+                time.process_time(),
+                time.perf_counter(),
+            )
             report = run_eval(policy, settings, Path(tmp) / "run")
             wall = time.perf_counter() - wall0
             cpu, server_cpu = time.process_time() - cpu0, _cpu_seconds(server.pid) - server_cpu0
@@ -122,15 +134,25 @@ def main() -> None:
     rate = args.samples / wall
     episode_cpu, episode_wall = cpu - fixed_cpu, wall - fixed_wall
     capacity = args.samples / episode_cpu
-    print(f"samples: {args.samples}, concurrency {args.concurrency}, zero-latency replay server (own process)")
-    print(f"codedance eval end to end:      {rate:8.1f} samples/s ({wall:.2f} s, of which {fixed_wall:.2f} s "
-          f"fixed: loading, report, plots, viewer; {fixed_cpu:.2f} s CPU)")
-    print(f"episodes: our CPU per sample    {1000 * episode_cpu / args.samples:8.2f} ms -> capacity {capacity:.0f} "
-          f"samples/s on one core (goal >= 200: {'met' if capacity >= 200 else 'NOT met'})")
-    print(f"episodes: share of wall time    {episode_cpu / episode_wall:8.0%} in our code, "
-          f"{server_cpu / episode_wall:.0%} in the server")
-    print(f"baseline, bare httpx requests:  {baseline:8.1f} requests/s; episodes / baseline = "
-          f"{args.samples / episode_wall / baseline:.2f}")
+    print(
+        f"samples: {args.samples}, concurrency {args.concurrency}, zero-latency replay server (own process)"
+    )
+    print(
+        f"codedance eval end to end:      {rate:8.1f} samples/s ({wall:.2f} s, of which {fixed_wall:.2f} s "
+        f"fixed: loading, report, plots, viewer; {fixed_cpu:.2f} s CPU)"
+    )
+    print(
+        f"episodes: our CPU per sample    {1000 * episode_cpu / args.samples:8.2f} ms -> capacity {capacity:.0f} "
+        f"samples/s on one core (goal >= 200: {'met' if capacity >= 200 else 'NOT met'})"
+    )
+    print(
+        f"episodes: share of wall time    {episode_cpu / episode_wall:8.0%} in our code, "
+        f"{server_cpu / episode_wall:.0%} in the server"
+    )
+    print(
+        f"baseline, bare httpx requests:  {baseline:8.1f} requests/s; episodes / baseline = "
+        f"{args.samples / episode_wall / baseline:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -48,9 +48,15 @@ def main() -> None:
     words = " ".join(["count the red dots in the picture"] * (args.tokens // 7))
     text = tok.apply_chat_template(
         [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": words}]}],
-        tokenize=False, add_generation_prompt=True)
-    batch = processor([text], images=[Image.from_pil(PILImage.new("RGB", (224, 224), "red"), "input:0")])
-    print(f"row: {batch['input_ids'].shape[1]} tokens, train_layers 8 of {len(model.model.language_model.layers)}")
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    batch = processor(
+        [text], images=[Image.from_pil(PILImage.new("RGB", (224, 224), "red"), "input:0")]
+    )
+    print(
+        f"row: {batch['input_ids'].shape[1]} tokens, train_layers 8 of {len(model.model.language_model.layers)}"
+    )
 
     freeze_lower(model, 8)
     for p in model.model.visual.parameters():  # as before: the vision tower trainable

@@ -18,12 +18,23 @@ from codedance.rewards.group import compute_batch_rewards
 from codedance.types import ExecResult, ExecStatus, StopReason, Trajectory, Turn
 
 
-def synthetic_batch(*, prompts: int = 256, group: int = 8, turns: int = 6, tokens: int = 64,
-                    feedback: int = 32, seed: int = 0):
+def synthetic_batch(
+    *,
+    prompts: int = 256,
+    group: int = 8,
+    turns: int = 6,
+    tokens: int = 64,
+    feedback: int = 32,
+    seed: int = 0,
+):
     """(trajectories, correct, group_ids, turn_spans, loss_mask) of a reproducible fake batch."""
     rng = np.random.default_rng(seed)
-    results = (ExecResult(ExecStatus.OK), ExecResult(ExecStatus.ERROR),
-               ExecResult(ExecStatus.TIMEOUT), ExecResult(ExecStatus.OK, executed_nothing=True))
+    results = (
+        ExecResult(ExecStatus.OK),
+        ExecResult(ExecStatus.ERROR),
+        ExecResult(ExecStatus.TIMEOUT),
+        ExecResult(ExecStatus.OK, executed_nothing=True),
+    )
     code = Turn("<think>look closer</think><code>\n```python\ncrop()\n```\n</code>")
     answer = Turn("<think>done</think><answer>7</answer>")
     trajectories, group_ids = [], []
@@ -42,7 +53,7 @@ def synthetic_batch(*, prompts: int = 256, group: int = 8, turns: int = 6, token
         row, pos = [], 0
         for _ in t.turns:
             row.append((pos, pos + tokens))
-            mask[i, pos:pos + tokens] = 1
+            mask[i, pos : pos + tokens] = 1
             pos += tokens + feedback
         spans.append(row)
     return trajectories, correct, group_ids, spans, mask
@@ -54,8 +65,9 @@ def run(*, profile: str = "paper", tokens: int = 64, repeats: int = 5) -> float:
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
-        batch = compute_batch_rewards(trajectories=trajectories, correct=correct,
-                                      group_ids=group_ids, profile=profile)
+        batch = compute_batch_rewards(
+            trajectories=trajectories, correct=correct, group_ids=group_ids, profile=profile
+        )
         batch_token_advantages(batch, turn_spans=spans, loss_mask=mask)
         best = min(best, time.perf_counter() - start)
     return best
@@ -68,8 +80,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     seconds = run(profile=args.profile, tokens=args.tokens, repeats=args.repeats)
-    print(f"rewards + advantages, 2048 trajectories x 6 turns, profile {args.profile}: "
-          f"{seconds * 1000:.1f} ms (target <= 100 ms)")
+    print(
+        f"rewards + advantages, 2048 trajectories x 6 turns, profile {args.profile}: "
+        f"{seconds * 1000:.1f} ms (target <= 100 ms)"
+    )
 
 
 if __name__ == "__main__":

@@ -49,10 +49,14 @@ class InstantRunner:
         return self.result
 
 
-async def _level(url: str, concurrency: int, episodes: int, config: EpisodeConfig) -> tuple[float, int]:
+async def _level(
+    url: str, concurrency: int, episodes: int, config: EpisodeConfig
+) -> tuple[float, int]:
     policy = OpenAIChatPolicy(url, "scripted")
     image = Image.from_pil(PILImage.new("RGB", (300, 200), "white"), origin="input:0")
-    tasks = [Task(id=str(i), question="How many?", images=(image,), answer="7") for i in range(episodes)]
+    tasks = [
+        Task(id=str(i), question="How many?", images=(image,), answer="7") for i in range(episodes)
+    ]
     semaphore = asyncio.Semaphore(concurrency)
 
     async def one(task: Task) -> int:
@@ -80,9 +84,13 @@ def main() -> None:
     config = EpisodeConfig(max_turns=args.turns)
     try:
         for level in args.levels:
-            episodes = max(level, min(args.episodes_per_level, 16 if level == 1 else args.episodes_per_level))
+            episodes = max(
+                level, min(args.episodes_per_level, 16 if level == 1 else args.episodes_per_level)
+            )
             elapsed, turns = asyncio.run(_level(url, level, episodes, config))
-            print(f"concurrency {level:4d}: {episodes} episodes, {turns} turns, {1000 * elapsed / turns:.2f} ms per turn")
+            print(
+                f"concurrency {level:4d}: {episodes} episodes, {turns} turns, {1000 * elapsed / turns:.2f} ms per turn"
+            )
     finally:
         stop.set()
         server.join(timeout=5)

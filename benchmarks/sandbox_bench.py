@@ -57,7 +57,9 @@ FAILING = "y = [0] * 1000\nraise ValueError('boom')"
 KEPT_FILE = "open('notes.txt', 'w').write('kept')"  # committed before FAILING_REWRITE runs
 FAILING_REWRITE = "open('notes.txt', 'w').write('changed')\nraise ValueError('boom')"  # codedance restores the file
 ROUNDS = 6  # rounds in which the designs take turns at the trivial step (`measure_trivial`)
-MODEL_TURN_S = 0.025  # idle time before each "paced" step: a (very fast) model writing its next turn
+MODEL_TURN_S = (
+    0.025  # idle time before each "paced" step: a (very fast) model writing its next turn
+)
 PRELUDE = ("import numpy, cv2, matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot\n"
            "from PIL import Image\ninput_image = Image.open('input_image.jpg')\n")  # fmt: skip
 
@@ -80,7 +82,9 @@ def memory_of(pid: int) -> tuple[float, float]:
             parts = line.split()
             if parts and parts[0].rstrip(":") in ("Pss", "Private_Clean", "Private_Dirty"):
                 values[parts[0].rstrip(":")] = int(parts[1]) / 1024
-    return values.get("Pss", 0.0), values.get("Private_Clean", 0.0) + values.get("Private_Dirty", 0.0)
+    return values.get("Pss", 0.0), values.get("Private_Clean", 0.0) + values.get(
+        "Private_Dirty", 0.0
+    )
 
 
 def descendants(pid: int) -> list[int]:
@@ -181,7 +185,12 @@ class FreshProcess:
         self.workdir = workdir
 
     def run(self, code: str) -> bool:
-        done = subprocess.run([sys.executable, "-c", PRELUDE + code], cwd=self.workdir, check=False, capture_output=True)
+        done = subprocess.run(
+            [sys.executable, "-c", PRELUDE + code],
+            cwd=self.workdir,
+            check=False,
+            capture_output=True,
+        )
         return done.returncode == 0
 
     def close(self) -> None:
@@ -243,13 +252,17 @@ def measure_trivial(instances: dict, n: int, results) -> None:
     times = {name: ([], []) for name in instances}
     names = list(instances)
     for round_ in range(ROUNDS):
-        for name in names[round_ % len(names):] + names[: round_ % len(names)]:
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
             back_to_back, paced = times[name]
             back_to_back += latencies(instances[name].run, TRIVIAL, n // ROUNDS)
             paced += latencies(instances[name].run, TRIVIAL, n // ROUNDS, pause_s=MODEL_TURN_S)
     for name, (back_to_back, paced) in times.items():
-        results[name].update(trivial_p50=p(back_to_back, 0.5), trivial_p99=p(back_to_back, 0.99),
-                             paced_p50=p(paced, 0.5), paced_p99=p(paced, 0.99))
+        results[name].update(
+            trivial_p50=p(back_to_back, 0.5),
+            trivial_p99=p(back_to_back, 0.99),
+            paced_p50=p(paced, 0.5),
+            paced_p99=p(paced, 0.99),
+        )
 
 
 def measure_steps(name, instance, n_image, results, cpu_meter=None) -> None:
@@ -262,8 +275,12 @@ def measure_steps(name, instance, n_image, results, cpu_meter=None) -> None:
     failed = latencies(instance.run, FAILING, max(5, n_image // 2))
     instance.run(KEPT_FILE)
     rewrote = latencies(instance.run, FAILING_REWRITE, max(5, n_image // 2))
-    results[name].update(image_p50=p(image_times, 0.5), image_p99=p(image_times, 0.99), failed_p50=p(failed, 0.5),
-                         failed_rewrite_p50=p(rewrote, 0.5))
+    results[name].update(
+        image_p50=p(image_times, 0.5),
+        image_p99=p(image_times, 0.99),
+        failed_p50=p(failed, 0.5),
+        failed_rewrite_p50=p(rewrote, 0.5),
+    )
 
 
 def _workdir(image: bytes) -> str:
@@ -368,8 +385,13 @@ def fork_floor_ms(n: int) -> dict:
     and the exit of a killed copy (the replaced holder) until its parent could reap it. Back to
     back both fall inside the next step's latency on two cores; paced, the idle time hides them."""
     code = f"N = {n}\n" + FORK_FLOOR
-    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                            cwd=os.path.join(os.path.dirname(__file__), "..")).stdout
+    output = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=os.path.join(os.path.dirname(__file__), ".."),
+    ).stdout
     return json.loads(output)
 
 
@@ -391,7 +413,10 @@ def hold_many(service, image, n) -> dict:
     with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
         for start in range(0, n, 128):  # stop early rather than push a shared machine into OOM
             if available_mb() < 3 * 1024:
-                print(f"stopping at {len(sandboxes)} trajectories: under 3 GiB of memory left", flush=True)
+                print(
+                    f"stopping at {len(sandboxes)} trajectories: under 3 GiB of memory left",
+                    flush=True,
+                )
                 break
             sandboxes += list(pool.map(add_one, range(start, min(n, start + 128))))
     created_s = time.perf_counter() - started
@@ -403,7 +428,13 @@ def hold_many(service, image, n) -> dict:
     pss = sum(trajectory_memory(sb)[0] for sb in sample) / len(sample)
     for sb in sandboxes:
         sb.close()
-    return {"n": len(sandboxes), "seconds_to_create": created_s, "system_mb_used": used, "mean_holder_pss_mb": pss, "lost": lost}
+    return {
+        "n": len(sandboxes),
+        "seconds_to_create": created_s,
+        "system_mb_used": used,
+        "mean_holder_pss_mb": pss,
+        "lost": lost,
+    }
 
 
 def start_service(directory: str) -> tuple[subprocess.Popen, str]:
@@ -439,12 +470,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small counts; skips the 2048 run")
     parser.add_argument("--trajectories", type=int, default=2048, help="live trajectories to hold")
     parser.add_argument("--json", help="also write the figures to this JSON file")
-    parser.add_argument("--service-only", action="store_true",
-                        help="only local against through `codedance sandbox serve`")
+    parser.add_argument(
+        "--service-only",
+        action="store_true",
+        help="only local against through `codedance sandbox serve`",
+    )
     args = parser.parse_args()
     n_trivial, n_image = (50, 10) if args.quick else (300, 40)
     image = test_image()
-    results: dict[str, dict] = {name: {} for name in ("codedance", "exec", "jupyter", "fresh", "service")}
+    results: dict[str, dict] = {
+        name: {} for name in ("codedance", "exec", "jupyter", "fresh", "service")
+    }
 
     import tempfile
 
@@ -452,12 +488,18 @@ def main() -> None:
     served, url = start_service(served_dir.name)
     service = SandboxService()
     if args.service_only:
-        instances = {"codedance": create("codedance", lambda w: Sandbox([image], service=service), image, results),
-                     "service": create("service", lambda w: Sandbox([image], url=url), image, results)}
+        instances = {
+            "codedance": create(
+                "codedance", lambda w: Sandbox([image], service=service), image, results
+            ),
+            "service": create("service", lambda w: Sandbox([image], url=url), image, results),
+        }
         measure_trivial(instances, n_trivial, results)
         for name, instance in instances.items():
-            results[name].update(image_p50=p(latencies(instance.run, IMAGE_STEP, n_image), 0.5),
-                                 controller_cpu_ms=controller_cpu_ms(instance, n_trivial, served.pid))
+            results[name].update(
+                image_p50=p(latencies(instance.run, IMAGE_STEP, n_image), 0.5),
+                controller_cpu_ms=controller_cpu_ms(instance, n_trivial, served.pid),
+            )
             instance.close()
         service.close()
         served.terminate()
@@ -473,17 +515,23 @@ def main() -> None:
         cpu["exec"].add(worker.process.pid)
         return worker
 
-    instances = {"codedance": create("codedance", lambda w: Sandbox([image], service=service), image, results),
-                 "exec": create("exec", make_exec, image, results),
-                 "jupyter": create("jupyter", JupyterKernel, image, results),
-                 "service": create("service", lambda w: Sandbox([image], url=url), image, results)}
+    instances = {
+        "codedance": create(
+            "codedance", lambda w: Sandbox([image], service=service), image, results
+        ),
+        "exec": create("exec", make_exec, image, results),
+        "jupyter": create("jupyter", JupyterKernel, image, results),
+        "service": create("service", lambda w: Sandbox([image], url=url), image, results),
+    }
     measure_trivial(instances, n_trivial, results)
     for name, instance in instances.items():
         measure_steps(name, instance, n_image, results, cpu.get(name))
     for name in ("exec", "jupyter"):
         pid = instances[name].process.pid if name == "exec" else instances[name].pid
         for label in ("trivial", "image"):
-            results[name][f"idle_pss_mb_{label}"], results[name][f"idle_uss_mb_{label}"] = memory_of(pid)
+            results[name][f"idle_pss_mb_{label}"], results[name][f"idle_uss_mb_{label}"] = (
+                memory_of(pid)
+            )
     for instance in instances.values():
         instance.close()
     fresh = create("fresh", FreshProcess, image, results)
@@ -495,7 +543,9 @@ def main() -> None:
 
     for concurrency in (1, 2, 8, 64):
         steps = max(concurrency, 40 if args.quick else 160)
-        results["codedance"][f"throughput_{concurrency}"] = asyncio.run(throughput(service, image, concurrency, steps))
+        results["codedance"][f"throughput_{concurrency}"] = asyncio.run(
+            throughput(service, image, concurrency, steps)
+        )
         results["exec"][f"throughput_{concurrency}"] = throughput_exec(image, concurrency, steps)
     if not args.quick:
         results["codedance"]["hold"] = hold_many(service, image, args.trajectories)
@@ -511,21 +561,25 @@ def main() -> None:
 
 
 def report(results: dict) -> None:
-    rows = [("trivial step p50, paced (ms)", "paced_p50"), ("trivial step p99, paced (ms)", "paced_p99"),
-            ("trivial step p50, back to back (ms)", "trivial_p50"),
-            ("trivial step p99, back to back (ms)", "trivial_p99"),
-            ("image step p50 (ms)", "image_p50"), ("image step p99 (ms)", "image_p99"),
-            ("failed step p50 (ms)", "failed_p50"),
-            ("failed step that rewrote a committed file p50 (ms)", "failed_rewrite_p50"),
-            ("create instance (ms)", "create_ms"),
-            ("freeze + thaw per commit or restore (ms)", "freeze_ms"),
-            ("fork of a preloaded process, until the child runs (ms)", "fork_ms"),
-            ("exit of a killed preloaded process (ms)", "exit_ms"),
-            ("CPU per image step (ms)", "cpu_ms_per_image_step"),
-            ("idle PSS after a trivial step (MB)", "idle_pss_mb_trivial"),
-            ("idle USS after a trivial step (MB)", "idle_uss_mb_trivial"),
-            ("idle PSS after an image step (MB)", "idle_pss_mb_image"),
-            ("idle USS after an image step (MB)", "idle_uss_mb_image")]
+    rows = [
+        ("trivial step p50, paced (ms)", "paced_p50"),
+        ("trivial step p99, paced (ms)", "paced_p99"),
+        ("trivial step p50, back to back (ms)", "trivial_p50"),
+        ("trivial step p99, back to back (ms)", "trivial_p99"),
+        ("image step p50 (ms)", "image_p50"),
+        ("image step p99 (ms)", "image_p99"),
+        ("failed step p50 (ms)", "failed_p50"),
+        ("failed step that rewrote a committed file p50 (ms)", "failed_rewrite_p50"),
+        ("create instance (ms)", "create_ms"),
+        ("freeze + thaw per commit or restore (ms)", "freeze_ms"),
+        ("fork of a preloaded process, until the child runs (ms)", "fork_ms"),
+        ("exit of a killed preloaded process (ms)", "exit_ms"),
+        ("CPU per image step (ms)", "cpu_ms_per_image_step"),
+        ("idle PSS after a trivial step (MB)", "idle_pss_mb_trivial"),
+        ("idle USS after a trivial step (MB)", "idle_uss_mb_trivial"),
+        ("idle PSS after an image step (MB)", "idle_pss_mb_image"),
+        ("idle USS after an image step (MB)", "idle_uss_mb_image"),
+    ]
     rows += [(f"image steps/s, {c} concurrent", f"throughput_{c}") for c in (1, 2, 8, 64)]  # fmt: skip
     names = ["codedance", "exec", "jupyter", "fresh"]
     print(f"\n| figure | {' | '.join(names)} | codedance / exec | codedance / jupyter |")
@@ -557,8 +611,11 @@ def report(results: dict) -> None:
     }  # fmt: skip
     if hold:
         checks["2048 live within 24 GiB, none lost"] = (
-            hold["n"] >= 2048 and hold["system_mb_used"] < 24 * 1024 and hold["lost"] == 0)
-    print(f"\nGoals (paced: {MODEL_TURN_S * 1000:.0f} ms idle before each step, as a model's turn leaves):")
+            hold["n"] >= 2048 and hold["system_mb_used"] < 24 * 1024 and hold["lost"] == 0
+        )
+    print(
+        f"\nGoals (paced: {MODEL_TURN_S * 1000:.0f} ms idle before each step, as a model's turn leaves):"
+    )
     for goal, met in checks.items():
         print(f"- {goal}: {'met' if met else 'NOT met'}")
     report_service(results)
@@ -568,17 +625,29 @@ def report_service(results: dict) -> None:
     """Local against through the service: the difference and the ratio, and the goals."""
     local, served = results["codedance"], results["service"]
     print("\n| figure | local | through the service | difference | ratio |\n|---|---|---|---|---|")
-    for label, key in (("trivial step p50, paced (ms)", "paced_p50"), ("trivial step p50, back to back (ms)", "trivial_p50"),
-                       ("image step p50 (ms)", "image_p50"), ("create instance (ms)", "create_ms"),
-                       ("controller CPU per paced trivial step, client + service (ms)", "controller_cpu_ms")):
+    for label, key in (
+        ("trivial step p50, paced (ms)", "paced_p50"),
+        ("trivial step p50, back to back (ms)", "trivial_p50"),
+        ("image step p50 (ms)", "image_p50"),
+        ("create instance (ms)", "create_ms"),
+        ("controller CPU per paced trivial step, client + service (ms)", "controller_cpu_ms"),
+    ):
         if key not in local:
             continue
         a, b = local[key], served[key]
         print(f"| {label} | {a:.2f} | {b:.2f} | {b - a:+.2f} | {b / a:.2f}× |")
     print("\nGoals through the service:")
-    for goal, met in (("trivial step p50 (paced and back to back) <= local + 1 ms",
-                       max(served["paced_p50"] - local["paced_p50"], served["trivial_p50"] - local["trivial_p50"]) <= 1),
-                      ("image step p50 <= 1.1x local", served["image_p50"] <= 1.1 * local["image_p50"])):
+    for goal, met in (
+        (
+            "trivial step p50 (paced and back to back) <= local + 1 ms",
+            max(
+                served["paced_p50"] - local["paced_p50"],
+                served["trivial_p50"] - local["trivial_p50"],
+            )
+            <= 1,
+        ),
+        ("image step p50 <= 1.1x local", served["image_p50"] <= 1.1 * local["image_p50"]),
+    ):
         print(f"- {goal}: {'met' if met else 'NOT met'}")
 
 

@@ -30,14 +30,18 @@ STEPS = {
     "print": "print('hello')",
     "numpy": "import numpy as np\na = np.random.rand(2000, 2000)\nb = a @ a.T\nprint(float(b.trace()))",
     "numpy big temp": "import numpy as np\nt = np.ones(200 << 20, np.uint8)\ns = int(t.sum())\ndel t\nprint(s)",
-    "PIL": ("from PIL import Image, ImageDraw, ImageFilter\nim = Image.new('RGB', (2048, 2048), 'white')\n"
-            "d = ImageDraw.Draw(im)\nfor i in range(200): d.line((0, i * 10, 2047, 2047 - i * 10), fill='red')\n"
-            "im = im.filter(ImageFilter.GaussianBlur(3)).resize((1024, 1024)).rotate(30)\n"
-            "im.crop((100, 100, 700, 700)).save('crop.png')\nprint(im.size)"),
-    "matplotlib": ("import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt, numpy as np\n"
-                   "fig, ax = plt.subplots(figsize=(8, 6))\nax.plot(np.sin(np.linspace(0, 20, 10000)))\n"
-                   "ax.imshow(np.random.rand(512, 512))\nfig.savefig('plot.png', dpi=150)\nplt.close(fig)\n"
-                   "print('saved')"),
+    "PIL": (
+        "from PIL import Image, ImageDraw, ImageFilter\nim = Image.new('RGB', (2048, 2048), 'white')\n"
+        "d = ImageDraw.Draw(im)\nfor i in range(200): d.line((0, i * 10, 2047, 2047 - i * 10), fill='red')\n"
+        "im = im.filter(ImageFilter.GaussianBlur(3)).resize((1024, 1024)).rotate(30)\n"
+        "im.crop((100, 100, 700, 700)).save('crop.png')\nprint(im.size)"
+    ),
+    "matplotlib": (
+        "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt, numpy as np\n"
+        "fig, ax = plt.subplots(figsize=(8, 6))\nax.plot(np.sin(np.linspace(0, 20, 10000)))\n"
+        "ax.imshow(np.random.rand(512, 512))\nfig.savefig('plot.png', dpi=150)\nplt.close(fig)\n"
+        "print('saved')"
+    ),
     "error": "import numpy as np\nx = np.ones(50 << 20, np.uint8)\nraise ValueError('on purpose')",
     "keep 100 MiB": "import numpy as np\nkept = np.ones(100 << 20, np.uint8)\nprint(kept.size)",
     "free state": "del kept\nimport gc\ngc.collect()\nprint('freed')",
@@ -63,7 +67,9 @@ def readings(sandbox: Sandbox) -> list[int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=4, help="fresh trajectories, each running every step")
+    parser.add_argument(
+        "--rounds", type=int, default=4, help="fresh trajectories, each running every step"
+    )
     args = parser.parse_args()
     service = SandboxService(memory_total=4 << 30)
     if service.cgroup_layout is None:
@@ -72,17 +78,23 @@ def main() -> None:
     try:
         for round_ in range(args.rounds):
             image = Image.radial_gradient("L").resize((1024, 768)).convert("RGB")
-            with Sandbox([image], service=service, limits=Limits(memory=512 << 20), timeout_s=60) as sandbox:
+            with Sandbox(
+                [image], service=service, limits=Limits(memory=512 << 20), timeout_s=60
+            ) as sandbox:
                 seen = {"created": readings(sandbox)}
                 for name, code in STEPS.items():
                     result = sandbox.run(code, timeout_s=2 if name == "timeout" else None)
                     assert result.ok != (name in FAILING), (name, result)
                     seen[name] = readings(sandbox)
             for name, values in seen.items():
-                worst[name] = [max(a, b) for a, b in zip(worst.get(name, values), values, strict=True)]
+                worst[name] = [
+                    max(a, b) for a, b in zip(worst.get(name, values), values, strict=True)
+                ]
                 for moment, value in zip(MOMENTS_S, values, strict=True):
                     if value > 1 << 20:
-                        print(f"round {round_} {name:>15} +{moment * 1000:4.0f} ms: {value / (1 << 20):6.2f} MiB")
+                        print(
+                            f"round {round_} {name:>15} +{moment * 1000:4.0f} ms: {value / (1 << 20):6.2f} MiB"
+                        )
     finally:
         service.close()
     print("\nlargest growth (MiB) at", ", ".join(f"+{m * 1000:g} ms" for m in MOMENTS_S))

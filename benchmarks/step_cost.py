@@ -45,7 +45,11 @@ def main() -> None:
         memory_dir = next(d for d in sandbox._cgroup.directories() if "/memory/" in d)
         for _ in range(WARM_UP):
             sandbox.run(code)
-        faults_before, jail_before, controller_before = faults(memory_dir), meter.seconds(), time.process_time()
+        faults_before, jail_before, controller_before = (
+            faults(memory_dir),
+            meter.seconds(),
+            time.process_time(),
+        )
         latencies = []
         for _ in range(STEPS):
             started = time.perf_counter()
@@ -53,8 +57,10 @@ def main() -> None:
             latencies.append(time.perf_counter() - started)
         jail = (meter.seconds() - jail_before) / STEPS * 1000
         controller = (time.process_time() - controller_before) / STEPS * 1000
-        print(f"p50 {statistics.median(latencies) * 1000:.2f} ms, jail CPU {jail:.2f} ms/step, "
-              f"controller CPU {controller:.2f} ms/step, {(faults(memory_dir) - faults_before) / STEPS:.0f} faults/step")
+        print(
+            f"p50 {statistics.median(latencies) * 1000:.2f} ms, jail CPU {jail:.2f} ms/step, "
+            f"controller CPU {controller:.2f} ms/step, {(faults(memory_dir) - faults_before) / STEPS:.0f} faults/step"
+        )
     finally:
         sandbox.close()
         service.close()

@@ -29,8 +29,13 @@ def batch(rng: np.random.Generator, prompts: int = 256, group: int = 8):
     for p in range(prompts):
         for _ in range(group):
             n_calls = 0 if rng.random() < 1 / 3 else int(rng.integers(1, 5))
-            turns = tuple(Turn(CODE, result=ExecResult(ExecStatus.ERROR if rng.random() < 0.08 else ExecStatus.OK))
-                          for _ in range(n_calls))
+            turns = tuple(
+                Turn(
+                    CODE,
+                    result=ExecResult(ExecStatus.ERROR if rng.random() < 0.08 else ExecStatus.OK),
+                )
+                for _ in range(n_calls)
+            )
             trajectories.append(Trajectory(f"p{p}", turns + (ANSWER,), StopReason.ANSWERED, "1"))
             correct.append(bool(rng.random() < 0.6))
             groups.append(f"p{p}")
@@ -38,17 +43,26 @@ def batch(rng: np.random.Generator, prompts: int = 256, group: int = 8):
 
 
 def magnitudes(profile: str, trajectories, correct, groups) -> dict[str, float]:
-    b = compute_batch_rewards(trajectories=trajectories, correct=correct, group_ids=groups, profile=profile)
+    b = compute_batch_rewards(
+        trajectories=trajectories, correct=correct, group_ids=groups, profile=profile
+    )
     prof = b.profile
     seq, turns = profile_advantages(b)
-    cells: dict[str, list[float]] = {"failed call": [], "ok call": [], "answer turn": [], "tool-free": []}
+    cells: dict[str, list[float]] = {
+        "failed call": [],
+        "ok call": [],
+        "answer turn": [],
+        "tool-free": [],
+    }
     for t, adv in zip(trajectories, turns, strict=True):
         w = prof.turn_weight * np.asarray(adv)
         if t.n_calls == 0:
             cells["tool-free"].append(float(w[0]))
             continue
         for turn, a in zip(t.turns, w, strict=True):
-            kind = {"failed": "failed call", "ok": "ok call", "none": "answer turn"}[turn.call_outcome.value]
+            kind = {"failed": "failed call", "ok": "ok call", "none": "answer turn"}[
+                turn.call_outcome.value
+            ]
             cells[kind].append(float(a))
     out = {"mean |A_seq|": float(np.mean(np.abs(seq)))}
     out.update({f"w·A_turn, {k}": float(np.mean(v)) for k, v in cells.items()})

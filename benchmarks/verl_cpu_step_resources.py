@@ -34,10 +34,21 @@ def tree_memory(root: psutil.Process) -> tuple[int, int]:
 
 
 def main(argv: list[str]) -> int:
-    out = Path(argv[0]) if argv and "=" not in argv[0] else Path(tempfile.mkdtemp(prefix="verl-cpu-"))
+    out = (
+        Path(argv[0]) if argv and "=" not in argv[0] else Path(tempfile.mkdtemp(prefix="verl-cpu-"))
+    )
     extra = [a for a in argv if "=" in a]
-    cmd = [sys.executable, "-c", "from codedance.cli import main; main()", "verl", "train", "--preset",
-           "cpu-smoke", f"out_dir={out}", *extra]
+    cmd = [
+        sys.executable,
+        "-c",
+        "from codedance.cli import main; main()",
+        "verl",
+        "train",
+        "--preset",
+        "cpu-smoke",
+        f"out_dir={out}",
+        *extra,
+    ]
     started = time.perf_counter()
     process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     root = psutil.Process(process.pid)
@@ -47,10 +58,18 @@ def main(argv: list[str]) -> int:
         peak_pss, peak_rss = max(peak_pss, pss), max(peak_rss, rss)
         time.sleep(0.5)
     wall = time.perf_counter() - started
-    steps = [json.loads(line)["data"].get("timing_s/step") for line in (out / "metrics.jsonl").read_text().splitlines()
-             ] if (out / "metrics.jsonl").exists() else []
-    print(f"exit {process.returncode}; wall {wall:.1f} s; verl timing_s/step {steps}; "
-          f"peak PSS {peak_pss / 2**30:.2f} GiB; peak RSS {peak_rss / 2**30:.2f} GiB; out {out}")
+    steps = (
+        [
+            json.loads(line)["data"].get("timing_s/step")
+            for line in (out / "metrics.jsonl").read_text().splitlines()
+        ]
+        if (out / "metrics.jsonl").exists()
+        else []
+    )
+    print(
+        f"exit {process.returncode}; wall {wall:.1f} s; verl timing_s/step {steps}; "
+        f"peak PSS {peak_pss / 2**30:.2f} GiB; peak RSS {peak_rss / 2**30:.2f} GiB; out {out}"
+    )
     return process.returncode
 
 

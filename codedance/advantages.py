@@ -38,8 +38,9 @@ SCALES = ("group", "batch", "none")
 
 def _group_index(group_ids: Sequence[Hashable] | np.ndarray) -> np.ndarray:
     labels: dict[Hashable, int] = {}
-    return np.fromiter((labels.setdefault(g, len(labels)) for g in group_ids), dtype=np.int64,
-                       count=len(group_ids))
+    return np.fromiter(
+        (labels.setdefault(g, len(labels)) for g in group_ids), dtype=np.int64, count=len(group_ids)
+    )
 
 
 def grpo_advantages(rewards, group_ids, *, scale: str = "group", eps: float = 1e-6) -> np.ndarray:
@@ -54,7 +55,9 @@ def grpo_advantages(rewards, group_ids, *, scale: str = "group", eps: float = 1e
         raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
     r = np.asarray(rewards, dtype=np.float64)
     if r.ndim != 1 or len(group_ids) != r.shape[0]:
-        raise ValueError(f"rewards (B,) and group_ids (B,) must match, got {r.shape} and {len(group_ids)}")
+        raise ValueError(
+            f"rewards (B,) and group_ids (B,) must match, got {r.shape} and {len(group_ids)}"
+        )
     if not np.all(np.isfinite(r)):
         raise ValueError("rewards must be finite")
     idx = _group_index(group_ids)
@@ -78,8 +81,13 @@ def grpo_advantages(rewards, group_ids, *, scale: str = "group", eps: float = 1e
     return centered
 
 
-def turn_advantages(returns: Sequence[np.ndarray], *, include: Sequence[np.ndarray] | None = None,
-                    fallback: str = "zero", eps: float = 1e-8) -> tuple[np.ndarray, ...]:
+def turn_advantages(
+    returns: Sequence[np.ndarray],
+    *,
+    include: Sequence[np.ndarray] | None = None,
+    fallback: str = "zero",
+    eps: float = 1e-8,
+) -> tuple[np.ndarray, ...]:
     """Batch-normalized turn advantages. returns[i]: (n_i,) R_turn per assistant turn of
     trajectory i; include[i]: (n_i,) bool, which turns enter the statistics (default all).
     → tuple of (n_i,) arrays; excluded turns get 0.
@@ -93,11 +101,16 @@ def turn_advantages(returns: Sequence[np.ndarray], *, include: Sequence[np.ndarr
     if fallback not in ("zero", "raw"):
         raise ValueError(f"fallback must be 'zero' or 'raw', got {fallback!r}")
     rets = [np.asarray(x, dtype=np.float64).reshape(-1) for x in returns]
-    masks = ([np.ones(x.shape[0], dtype=bool) for x in rets] if include is None
-             else [np.asarray(m, dtype=bool).reshape(-1) for m in include])
+    masks = (
+        [np.ones(x.shape[0], dtype=bool) for x in rets]
+        if include is None
+        else [np.asarray(m, dtype=bool).reshape(-1) for m in include]
+    )
     if len(masks) != len(rets) or any(m.shape != x.shape for m, x in zip(masks, rets, strict=True)):
         raise ValueError("include must have one (n_i,) mask per returns[i]")
-    values = np.concatenate([x[m] for x, m in zip(rets, masks, strict=True)]) if rets else np.zeros(0)
+    values = (
+        np.concatenate([x[m] for x, m in zip(rets, masks, strict=True)]) if rets else np.zeros(0)
+    )
     if values.size == 0:
         return tuple(np.zeros_like(x) for x in rets)
     mu, sigma = float(values.mean()), float(values.std())
@@ -118,14 +131,21 @@ def spans_from_mask(mask_row) -> list[tuple[int, int]]:
     >>> spans_from_mask([0, 1, 1, 0, 0, 1, 0, 1])
     [(1, 3), (5, 6), (7, 8)]
     """
-    m = np.concatenate([[0], np.asarray(mask_row, dtype=np.int8).reshape(-1) != 0, [0]]).astype(np.int8)
+    m = np.concatenate([[0], np.asarray(mask_row, dtype=np.int8).reshape(-1) != 0, [0]]).astype(
+        np.int8
+    )
     edges = np.flatnonzero(np.diff(m))
     return [(int(s), int(e)) for s, e in zip(edges[::2], edges[1::2], strict=True)]
 
 
-def token_advantages(seq_adv, turn_adv: Sequence[np.ndarray] | None,
-                     turn_spans: Sequence[Sequence[tuple[int, int]]], loss_mask, *,
-                     turn_weight: float = 1.0) -> np.ndarray:
+def token_advantages(
+    seq_adv,
+    turn_adv: Sequence[np.ndarray] | None,
+    turn_spans: Sequence[Sequence[tuple[int, int]]],
+    loss_mask,
+    *,
+    turn_weight: float = 1.0,
+) -> np.ndarray:
     """Per-token advantages. seq_adv: (B,); turn_adv[i]: (n_i,) or None (no turn term);
     turn_spans[i]: n_i [start, end) token spans of trajectory i's assistant turns; loss_mask:
     (B, L) 0/1 → (B, L) float32: seq_adv[i] + turn_weight·turn_adv[i][m] on turn m's tokens,
@@ -138,19 +158,25 @@ def token_advantages(seq_adv, turn_adv: Sequence[np.ndarray] | None,
     seq = np.asarray(seq_adv, dtype=np.float64)
     mask = np.asarray(loss_mask)
     if mask.ndim != 2 or seq.shape != (mask.shape[0],) or len(turn_spans) != mask.shape[0]:
-        raise ValueError(f"need seq_adv (B,), turn_spans [B], loss_mask (B, L); got {seq.shape}, "
-                         f"{len(turn_spans)}, {mask.shape}")
+        raise ValueError(
+            f"need seq_adv (B,), turn_spans [B], loss_mask (B, L); got {seq.shape}, "
+            f"{len(turn_spans)}, {mask.shape}"
+        )
     batch, length = mask.shape
     turn_part = np.zeros((batch, length), dtype=np.float64)
     covered = np.zeros((batch, length), dtype=bool)
     for i, spans in enumerate(turn_spans):
         values = None if turn_adv is None else np.asarray(turn_adv[i], dtype=np.float64)
         if values is not None and values.shape != (len(spans),):
-            raise ValueError(f"trajectory {i}: {len(spans)} turn spans but {values.shape} turn advantages")
+            raise ValueError(
+                f"trajectory {i}: {len(spans)} turn spans but {values.shape} turn advantages"
+            )
         end_prev = 0
         for m, (start, end) in enumerate(spans):
             if not 0 <= start <= end <= length or start < end_prev:
-                raise ValueError(f"trajectory {i}: span {m} {(start, end)} is out of order or range")
+                raise ValueError(
+                    f"trajectory {i}: span {m} {(start, end)} is out of order or range"
+                )
             covered[i, start:end] = True
             if values is not None:
                 turn_part[i, start:end] = values[m]
@@ -171,15 +197,20 @@ def profile_advantages(batch: BatchRewards) -> tuple[np.ndarray, tuple[np.ndarra
     if profile.turn_weight == 0.0:
         return seq, None
     include = batch.turn_is_call if profile.turn_scope == "call_turns" else None
-    return seq, turn_advantages(batch.turn_returns, include=include, fallback=profile.turn_std_fallback)
+    return seq, turn_advantages(
+        batch.turn_returns, include=include, fallback=profile.turn_std_fallback
+    )
 
 
-def batch_token_advantages(batch: BatchRewards, *, turn_spans: Sequence[Sequence[tuple[int, int]]],
-                           loss_mask) -> np.ndarray:
+def batch_token_advantages(
+    batch: BatchRewards, *, turn_spans: Sequence[Sequence[tuple[int, int]]], loss_mask
+) -> np.ndarray:
     """(B, L) float32 token advantages of a `BatchRewards` under its profile: A_seq by
     ``adv_scale``, A_turn over ``turn_scope`` with ``turn_std_fallback``, weight ``turn_weight``."""
     seq, turns = profile_advantages(batch)
-    return token_advantages(seq, turns, turn_spans, loss_mask, turn_weight=batch.profile.turn_weight)
+    return token_advantages(
+        seq, turns, turn_spans, loss_mask, turn_weight=batch.profile.turn_weight
+    )
 
 
 @dataclass(frozen=True)
@@ -204,7 +235,9 @@ class Push:
         return self.p_call * (1.0 - self.p_call) * self.delta
 
 
-def first_turn_pushes(batches: Sequence[BatchRewards], labels: Sequence[Sequence[str]]) -> dict[str, Push]:
+def first_turn_pushes(
+    batches: Sequence[BatchRewards], labels: Sequence[Sequence[str]]
+) -> dict[str, Push]:
     """`Push` per label of the first assistant turn's advantage, each batch's advantages under
     its own profile (A_turn's statistics are per batch, as in training), pooled over the
     batches. labels[b]: one label per trajectory of batches[b] (e.g. its item's difficulty).
@@ -231,8 +264,11 @@ def first_turn_pushes(batches: Sequence[BatchRewards], labels: Sequence[Sequence
         seq, turns = profile_advantages(batch)
         weight = batch.profile.turn_weight
         seq_parts.append(seq)
-        turn_parts.append([weight * float(t[0]) if t.size else 0.0 for t in turns] if turns is not None
-                          else [0.0] * len(batch_labels))
+        turn_parts.append(
+            [weight * float(t[0]) if t.size else 0.0 for t in turns]
+            if turns is not None
+            else [0.0] * len(batch_labels)
+        )
         call_parts.append([bool(c.size) and bool(c[0]) for c in batch.turn_is_call])
         all_labels.extend(batch_labels)
     seq_all = np.concatenate(seq_parts) if seq_parts else np.zeros(0)
@@ -243,11 +279,17 @@ def first_turn_pushes(batches: Sequence[BatchRewards], labels: Sequence[Sequence
         rows = np.array([x == label for x in all_labels])
         called, direct = rows & calls, rows & ~calls
 
-        def gap(values: np.ndarray, called: np.ndarray = called, direct: np.ndarray = direct) -> float:
+        def gap(
+            values: np.ndarray, called: np.ndarray = called, direct: np.ndarray = direct
+        ) -> float:
             if not called.any() or not direct.any():
                 return float("nan")
             return float(values[called].mean() - values[direct].mean())
 
-        out[label] = Push(n=int(rows.sum()), p_call=float(calls[rows].mean()),
-                          delta_seq=gap(seq_all), delta_turn=gap(turn_all))
+        out[label] = Push(
+            n=int(rows.sum()),
+            p_call=float(calls[rows].mean()),
+            delta_seq=gap(seq_all),
+            delta_turn=gap(turn_all),
+        )
     return out

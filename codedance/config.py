@@ -35,12 +35,21 @@ def not_resumed(default: Any, **bounds: float) -> Any:
     return field(default=default, metadata={"resume": False, "bounds": bounds})
 
 
-def bounded(default: Any, *, at_least: float | None = None, above: float | None = None,
-            at_most: float | None = None) -> Any:
+def bounded(
+    default: Any,
+    *,
+    at_least: float | None = None,
+    above: float | None = None,
+    at_most: float | None = None,
+) -> Any:
     """A numeric dataclass field whose value the loader range-checks (``sft.epochs: must be above
     0, got -1``) before anything runs: a value no run can use is refused at load, not after
     minutes of setup."""
-    bounds = {k: v for k, v in (("at_least", at_least), ("above", above), ("at_most", at_most)) if v is not None}
+    bounds = {
+        k: v
+        for k, v in (("at_least", at_least), ("above", above), ("at_most", at_most))
+        if v is not None
+    }
     return field(default=default, metadata={"bounds": bounds})
 
 
@@ -48,9 +57,16 @@ def _check_bounds(key: str, value: Any, bounds: dict[str, float]) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return
     low, over, high = bounds.get("at_least"), bounds.get("above"), bounds.get("at_most")
-    if (low is not None and value < low) or (over is not None and value <= over) or (high is not None and value > high):
-        parts = [f"at least {low:g}" if low is not None else "", f"above {over:g}" if over is not None else "",
-                 f"at most {high:g}" if high is not None else ""]
+    if (
+        (low is not None and value < low)
+        or (over is not None and value <= over)
+        or (high is not None and value > high)
+    ):
+        parts = [
+            f"at least {low:g}" if low is not None else "",
+            f"above {over:g}" if over is not None else "",
+            f"at most {high:g}" if high is not None else "",
+        ]
         raise SettingsError(f"{key}: must be {' and '.join(p for p in parts if p)}, got {value!r}")
 
 
@@ -69,7 +85,9 @@ def preset_path(command: str, name: str) -> Path:
     path = PRESETS / command / f"{name}.yaml"
     if not path.is_file():
         known = ", ".join(presets(command).get(command, [])) or "none"
-        raise SettingsError(f"unknown {command} preset {name!r}; known: {known} (codedance presets ls)")
+        raise SettingsError(
+            f"unknown {command} preset {name!r}; known: {known} (codedance presets ls)"
+        )
     return path
 
 
@@ -82,7 +100,9 @@ def read_yaml(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        raise SettingsError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+        raise SettingsError(
+            f"{path}{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})"
+        ) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -137,13 +157,23 @@ def _leaf(key: str, current: Any, value: Any) -> Any:
             return value
         raise SettingsError(f"{key}: expected true or false, got {value!r}")
     try:
-        if isinstance(current, float) and isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        if (
+            isinstance(current, float)
+            and isinstance(value, (int, float, str))
+            and not isinstance(value, bool)
+        ):
             return float(value)
-        if isinstance(current, int) and isinstance(value, (int, str)) and not isinstance(value, bool):
+        if (
+            isinstance(current, int)
+            and isinstance(value, (int, str))
+            and not isinstance(value, bool)
+        ):
             return int(value)
     except ValueError:
-        raise SettingsError(f"{key}: expected a {'number' if isinstance(current, float) else 'whole number'}, "
-                            f"got {value!r}") from None
+        raise SettingsError(
+            f"{key}: expected a {'number' if isinstance(current, float) else 'whole number'}, "
+            f"got {value!r}"
+        ) from None
     if isinstance(current, (int, float)) and not isinstance(value, (int, float)):
         raise SettingsError(f"{key}: expected a number, got {value!r}")
     if isinstance(current, str) and not isinstance(value, str):
@@ -155,7 +185,9 @@ def build(base: T, data: Any, prefix: str = "") -> T:
     """`base` (a dataclass instance) with the values of the mapping `data`, recursively."""
     name = type(base).__name__
     if not isinstance(data, dict):
-        raise SettingsError(f"{prefix.rstrip('.') or name}: expected a mapping of settings, got {data!r}")
+        raise SettingsError(
+            f"{prefix.rstrip('.') or name}: expected a mapping of settings, got {data!r}"
+        )
     declared = {f.name: f for f in fields(base)}  # type: ignore[arg-type]
     known = set(declared)
     renamed = getattr(type(base), "RENAMED", {})  # old key -> its new name, refused with that name
@@ -165,12 +197,17 @@ def build(base: T, data: Any, prefix: str = "") -> T:
     unknown = set(data) - known
     if unknown:
         keys = ", ".join(prefix + k for k in sorted(unknown))
-        raise SettingsError(f"unknown setting(s) {keys}; known: {', '.join(prefix + k for k in sorted(known))}")
+        raise SettingsError(
+            f"unknown setting(s) {keys}; known: {', '.join(prefix + k for k in sorted(known))}"
+        )
     values = {}
     for key, value in data.items():
         current = getattr(base, key)
-        values[key] = (build(current, value, f"{prefix}{key}.") if is_dataclass(current)
-                       else _leaf(prefix + key, current, value))
+        values[key] = (
+            build(current, value, f"{prefix}{key}.")
+            if is_dataclass(current)
+            else _leaf(prefix + key, current, value)
+        )
         _check_bounds(prefix + key, values[key], declared[key].metadata.get("bounds", {}))
     try:
         return replace(base, **values)  # type: ignore[type-var]
@@ -180,8 +217,12 @@ def build(base: T, data: Any, prefix: str = "") -> T:
         raise SettingsError(f"{prefix.rstrip('.') or name}: {exc}") from None
 
 
-def load(cls: type[T] | T, specs: list[str] | tuple[str, ...] = (), command: str | None = None,
-         **given: Any) -> T:
+def load(
+    cls: type[T] | T,
+    specs: list[str] | tuple[str, ...] = (),
+    command: str | None = None,
+    **given: Any,
+) -> T:
     """A ``cls`` from its defaults, then ``specs`` in order, then ``given`` (explicit options,
     ``None`` values skipped; dotted keys may be written with ``__``)."""
     data = merged(list(specs), command)
@@ -220,7 +261,9 @@ def dump(config: Any) -> str:
 
     def plain(v: Any) -> Any:
         if is_dataclass(v) and not isinstance(v, type):
-            return {f.name: plain(getattr(v, f.name)) for f in fields(v) if not f.metadata.get("secret")}
+            return {
+                f.name: plain(getattr(v, f.name)) for f in fields(v) if not f.metadata.get("secret")
+            }
         if isinstance(v, dict):
             return {k: plain(x) for k, x in v.items()}
         if isinstance(v, (tuple, list)):

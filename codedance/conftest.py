@@ -26,7 +26,9 @@ _WORDS = re.compile(r"[\w:+\-.\[\]\\/]+")
 
 collect_ignore_glob = [] if importlib.util.find_spec("verl") else ["integrations/verl/*"]
 collect_ignore_glob += [] if importlib.util.find_spec("trl") else ["train/sft.py"]
-collect_ignore_glob += ["integrations/vlmeval_adapter.py"] if not importlib.util.find_spec("vlmeval") else []
+collect_ignore_glob += (
+    ["integrations/vlmeval_adapter.py"] if not importlib.util.find_spec("vlmeval") else []
+)
 
 
 def doctest_tier(path: Path) -> str:

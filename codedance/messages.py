@@ -32,9 +32,11 @@ def error_text(body: str, width: int = 300) -> str:
     except ValueError:
         return shorten(body, width)
     error = data.get("error") if isinstance(data, dict) else None
-    for value in ((error or {}).get("message") if isinstance(error, dict) else error,
-                  data.get("message") if isinstance(data, dict) else None,
-                  data.get("detail") if isinstance(data, dict) else None):
+    for value in (
+        (error or {}).get("message") if isinstance(error, dict) else error,
+        data.get("message") if isinstance(data, dict) else None,
+        data.get("detail") if isinstance(data, dict) else None,
+    ):
         if isinstance(value, str) and value.strip():
             return shorten(value, width)
     return shorten(body, width)

@@ -99,7 +99,9 @@ _CODE_TAG_UNFENCED = re.compile(r"<code>(.*?)</code>", re.DOTALL)
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _FENCE = re.compile(r"```(?:python|py|Python)[ \t]*\n(.*?)```", re.DOTALL)
-_UNCLOSED_FENCE = re.compile(r"(?:<code>\s*)?```(?:python|py|Python)[ \t]*\n(?:(?!```).)*\Z", re.DOTALL)
+_UNCLOSED_FENCE = re.compile(
+    r"(?:<code>\s*)?```(?:python|py|Python)[ \t]*\n(?:(?!```).)*\Z", re.DOTALL
+)
 
 
 def extract_think(text: str) -> str | None:
@@ -153,7 +155,9 @@ def _snippets(text: str) -> list[_Snippet]:
         tagged_spans.append(m.span())
     for m in _CODE_TAG_UNFENCED.finditer(text):
         if not any(a <= m.start() < b for a, b in tagged_spans):
-            found.append(_Snippet(m.start(), m.group(1), CodeForm.CODE_TAG, FormatReason.UNFENCED_CODE))
+            found.append(
+                _Snippet(m.start(), m.group(1), CodeForm.CODE_TAG, FormatReason.UNFENCED_CODE)
+            )
             tagged_spans.append(m.span())
     for m in _TOOL_CALL.finditer(text):
         code, problem = _tool_call_code(m.group(1))
@@ -259,7 +263,9 @@ def message_verdict(text: str) -> FormatVerdict:
     return parse_message(text).verdict
 
 
-def format_errors(texts: tuple[str, ...] | list[str], *, domain: str = "general") -> tuple[str, ...]:
+def format_errors(
+    texts: tuple[str, ...] | list[str], *, domain: str = "general"
+) -> tuple[str, ...]:
     """The release's format rule over a whole episode's assistant texts (joined by newlines;
     feedback excluded); an empty tuple means the format is fine. Reasons are `FormatReason` values.
 

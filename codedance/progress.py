@@ -23,12 +23,16 @@ class Eta:
     """Elapsed time since the stage (re)started at step ``start`` of ``total``, and the time left
     at this run's pace (a resumed stage's earlier steps do not count toward the pace)."""
 
-    def __init__(self, total: int, start: int = 0, now: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, total: int, start: int = 0, now: Callable[[], float] = time.monotonic
+    ) -> None:
         self.total, self.start, self.now = total, start, now
         self.began = now()
 
     def text(self, done: int) -> str:
         elapsed = self.now() - self.began
         ran = done - self.start
-        left = clock(elapsed / ran * max(0, self.total - done)) if ran > 0 and self.total > 0 else "?"
+        left = (
+            clock(elapsed / ran * max(0, self.total - done)) if ran > 0 and self.total > 0 else "?"
+        )
         return f"elapsed {clock(elapsed)}, ETA {left}"

@@ -18,7 +18,9 @@ import contextlib
 import sys
 import threading
 
-_AFFECTED = (3, 11, 5) <= sys.version_info[:3] <= (3, 11, 7) or (3, 12, 0) <= sys.version_info[:3] <= (3, 12, 1)
+_AFFECTED = (3, 11, 5) <= sys.version_info[:3] <= (3, 11, 7) or (3, 12, 0) <= sys.version_info[
+    :3
+] <= (3, 12, 1)
 _LOCK = threading.RLock() if _AFFECTED else contextlib.nullcontext()
 
 

@@ -134,17 +134,25 @@ class EpisodeSettings:
         if self.exec_timeout_s <= 0:
             raise SettingsError(f"exec_timeout_s must be above 0, got {self.exec_timeout_s}")
         if not 0 < self.min_pixels <= self.max_pixels:
-            raise SettingsError(f"need 0 < min_pixels <= max_pixels, got {self.min_pixels}, {self.max_pixels}")
+            raise SettingsError(
+                f"need 0 < min_pixels <= max_pixels, got {self.min_pixels}, {self.max_pixels}"
+            )
 
-    def episode_config(self, metadata: tuple[tuple[str, str], ...] = (),
-                       profiles: str | None = None) -> EpisodeConfig:
+    def episode_config(
+        self, metadata: tuple[tuple[str, str], ...] = (), profiles: str | None = None
+    ) -> EpisodeConfig:
         """The `EpisodeConfig` of these settings (an unknown prompt profile raises here);
         ``profiles`` is a YAML file of user prompt profiles to find ``prompt_profile`` in."""
         vision = VisionLimits(min_pixels=self.min_pixels, max_pixels=self.max_pixels)
         profile = get_profile(self.prompt_profile, profiles)
-        return EpisodeConfig(max_turns=self.max_turns, profile=profile, vision=vision,
-                             feedback=FeedbackLimits(vision=vision), inject_turn_limit=self.inject_turn_limit,
-                             metadata=metadata)
+        return EpisodeConfig(
+            max_turns=self.max_turns,
+            profile=profile,
+            vision=vision,
+            feedback=FeedbackLimits(vision=vision),
+            inject_turn_limit=self.inject_turn_limit,
+            metadata=metadata,
+        )
 
 
 class Episode:
@@ -214,13 +222,17 @@ class Episode:
         """Record what the pending code produced and queue the observation for the model."""
         if self._pending is None:
             raise RuntimeError("on_result called with no code pending")
-        if result.status is ExecStatus.LOST:  # the sandbox service went away: the model did nothing wrong
+        if (
+            result.status is ExecStatus.LOST
+        ):  # the sandbox service went away: the model did nothing wrong
             self.on_runner_error(RuntimeError("; ".join(result.notes) or "the sandbox was lost"))
             return
         completion, turn = self._pending
         self._pending = None
         index = len(self._turns)
-        feedback = render_feedback(result, self.config.profile, self.config.feedback, self._images_shown, index)
+        feedback = render_feedback(
+            result, self.config.profile, self.config.feedback, self._images_shown, index
+        )
         limit = self.config.inject_turn_limit and index + 2 == self.config.max_turns
         if limit:
             feedback = with_turn_limit(feedback, self.config.profile)
@@ -289,7 +301,10 @@ class Episode:
 
 
 def drive_episode(
-    episode: Episode, policy: Policy, sandbox: CodeRunner, on_turn: Callable[[Turn], None] | None = None
+    episode: Episode,
+    policy: Policy,
+    sandbox: CodeRunner,
+    on_turn: Callable[[Turn], None] | None = None,
 ) -> None:
     """Drive `episode` to its end with blocking calls, calling ``on_turn`` with each turn as it is
     recorded. Exceptions other than the stop reasons above propagate with ``episode`` as it stood
@@ -321,7 +336,9 @@ def _report_turns(episode: Episode, seen: int, on_turn: Callable[[Turn], None] |
     return len(turns)
 
 
-def run_episode(policy: Policy, task: Task, sandbox: CodeRunner, config: EpisodeConfig = EpisodeConfig()) -> Trajectory:
+def run_episode(
+    policy: Policy, task: Task, sandbox: CodeRunner, config: EpisodeConfig = EpisodeConfig()
+) -> Trajectory:
     """Run one episode to its end with blocking calls. `sandbox` should hold
     `EpisodeConfig.images_of` the task (the images as the model sees them)."""
     episode = Episode(task, config)

@@ -86,7 +86,9 @@ def image_paths(record: SFTRecord, store: ImageStore, base: Path | None = None) 
     return [Path(os.path.relpath(p, base.resolve())).as_posix() for p in paths]
 
 
-def record_json(record: SFTRecord, store: ImageStore, base: Path | None = None) -> dict[str, object]:
+def record_json(
+    record: SFTRecord, store: ImageStore, base: Path | None = None
+) -> dict[str, object]:
     """The canonical (= ms-swift) JSON form; images go to `store`, named relative to `base`."""
     return {"messages": record.messages_json(), "images": image_paths(record, store, base)}
 
@@ -103,16 +105,26 @@ def _blocks(content: str) -> list[dict[str, str]]:
 
 def trl_json(record: SFTRecord, store: ImageStore, base: Path | None = None) -> dict[str, object]:
     """TRL's conversational vision form (content blocks; see the module docstring)."""
-    return {"messages": [{"role": m.role, "content": _blocks(m.content)} for m in record.messages],
-            "images": image_paths(record, store, base)}
+    return {
+        "messages": [{"role": m.role, "content": _blocks(m.content)} for m in record.messages],
+        "images": image_paths(record, store, base),
+    }
 
 
 FORMATS: dict[str, Callable[[SFTRecord, ImageStore, Path | None], dict[str, object]]] = {
-    "canonical": record_json, "swift": record_json, "trl": trl_json}
+    "canonical": record_json,
+    "swift": record_json,
+    "trl": trl_json,
+}
 
 
-def write_records(records: Iterable[SFTRecord], path: str | Path, fmt: str = "swift",
-                  images: str | Path | None = None, absolute: bool = False) -> int:
+def write_records(
+    records: Iterable[SFTRecord],
+    path: str | Path,
+    fmt: str = "swift",
+    images: str | Path | None = None,
+    absolute: bool = False,
+) -> int:
     """Write `records` as JSONL in format `fmt` (``canonical``, ``swift`` or ``trl``) to `path`,
     images under `images` (default ``path.parent/images``), named relative to ``path.parent``
     (absolute with `absolute`); return how many."""
@@ -124,7 +136,12 @@ def write_records(records: Iterable[SFTRecord], path: str | Path, fmt: str = "sw
     n = 0
     with open(out, "w", encoding="utf-8") as f:
         for record in records:
-            f.write(json.dumps(FORMATS[fmt](record, store, None if absolute else out.parent),
-                               ensure_ascii=False) + "\n")
+            f.write(
+                json.dumps(
+                    FORMATS[fmt](record, store, None if absolute else out.parent),
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
             n += 1
     return n

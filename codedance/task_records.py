@@ -31,9 +31,17 @@ _FIX = "write it with `codedance data import codedance-rl ... --out DIR` or `cod
 
 def task_fields(task: Task, domain: str, split: str) -> dict:
     """Every field of a line but ``key`` and ``images``."""
-    return {"id": task.id, "question": task.question, "answer": task.answer, "kind": task.kind.value,
-            "choices": [list(c) for c in task.choices], "source": task.source,
-            "metadata": [list(m) for m in task.metadata], "domain": domain, "split": split}
+    return {
+        "id": task.id,
+        "question": task.question,
+        "answer": task.answer,
+        "kind": task.kind.value,
+        "choices": [list(c) for c in task.choices],
+        "source": task.source,
+        "metadata": [list(m) for m in task.metadata],
+        "domain": domain,
+        "split": split,
+    }
 
 
 def task_json(task: Task, store: ImageStore, *, key: str, domain: str, split: str) -> dict:
@@ -50,9 +58,16 @@ def _pairs(value: object) -> tuple[tuple[str, str], ...]:
 def task_from_fields(record: dict, images: tuple[Image, ...]) -> tuple[Task, str, str]:
     """(`Task`, domain, split) of a line's fields and its decoded `images`. Raises `KeyError`,
     `ValueError` or `TypeError` on a record that is not a task."""
-    task = Task(id=str(record["id"]), question=record["question"], images=images, answer=str(record["answer"]),
-                kind=AnswerKind(record["kind"]), choices=_pairs(record.get("choices", ())),
-                source=record.get("source", ""), metadata=_pairs(record.get("metadata", ())))
+    task = Task(
+        id=str(record["id"]),
+        question=record["question"],
+        images=images,
+        answer=str(record["answer"]),
+        kind=AnswerKind(record["kind"]),
+        choices=_pairs(record.get("choices", ())),
+        source=record.get("source", ""),
+        metadata=_pairs(record.get("metadata", ())),
+    )
     return task, record.get("domain", "general"), record.get("split", "train")
 
 
@@ -60,7 +75,9 @@ def task_from_json(record: dict, base: Path) -> tuple[Task, str, str]:
     """(`Task`, domain, split) from one line; image paths are relative to `base`. Raises
     `KeyError`, `ValueError`, `TypeError` or `OSError` on a record that is not a task."""
     paths = record["images"] if "images" in record else [record["image"]]
-    images = tuple(Image.from_png((base / p).read_bytes(), origin=f"input:{i}") for i, p in enumerate(paths))
+    images = tuple(
+        Image.from_png((base / p).read_bytes(), origin=f"input:{i}") for i, p in enumerate(paths)
+    )
     return task_from_fields(record, images)
 
 
@@ -89,13 +106,16 @@ def iter_tasks(path: str | Path) -> Iterator[tuple[Task, str, str]]:
                     raise TypeError(f"expected an object, got {type(record).__name__}")
                 yield task_from_json(record, path.parent)
             except KeyError as exc:
-                raise DataError(f"{path} line {number}: not a task record (no {exc}); {_FIX}") from None
+                raise DataError(
+                    f"{path} line {number}: not a task record (no {exc}); {_FIX}"
+                ) from None
             except (ValueError, TypeError, OSError) as exc:
                 raise DataError(f"{path} line {number}: not a usable task ({exc})") from None
 
 
-def load_tasks(path: str | Path, split: str | None = None, limit: int | None = None
-               ) -> list[tuple[Task, str, str]]:
+def load_tasks(
+    path: str | Path, split: str | None = None, limit: int | None = None
+) -> list[tuple[Task, str, str]]:
     """The tasks of a Task JSONL file (or of ``tasks.jsonl`` in a folder), optionally one split
     and at most the first ``limit`` of it; `DataError` when that leaves none."""
     tasks: list[tuple[Task, str, str]] = []
@@ -106,6 +126,8 @@ def load_tasks(path: str | Path, split: str | None = None, limit: int | None = N
                 break
     if not tasks:
         which = f" in split {split!r}" if split else ""
-        raise DataError(f"no tasks{which} in {tasks_file(path)}" + (
-            " (import with --val-fraction above 0 for a val split)" if split == "val" else ""))
+        raise DataError(
+            f"no tasks{which} in {tasks_file(path)}"
+            + (" (import with --val-fraction above 0 for a val split)" if split == "val" else "")
+        )
     return tasks

@@ -112,7 +112,9 @@ class ExecStatus(str, Enum):
     CRASHED = "crashed"  # the step's process died (os._exit, abort, segfault, killed)
     OOM = "oom"  # out of memory (MemoryError or the memory limit's kill)
     REFUSED = "refused"  # the sandbox would not run or keep the step (threads left running, ...)
-    LOST = "lost"  # the sandbox service went away (killed, restarted, unreachable): the state is gone
+    LOST = (
+        "lost"  # the sandbox service went away (killed, restarted, unreachable): the state is gone
+    )
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,9 @@ class StopReason(str, Enum):
     FORMAT_ERROR = "format_error"
     SANDBOX_ERROR = "sandbox_error"
     IMAGE_LIMIT = "image_limit"  # the server refused more images per prompt
-    INTERRUPTED = "interrupted"  # the caller stopped it (server error, Ctrl-C); what was done is kept
+    INTERRUPTED = (
+        "interrupted"  # the caller stopped it (server error, Ctrl-C); what was done is kept
+    )
 
 
 @dataclass(frozen=True)

@@ -106,8 +106,14 @@ def feedback_text(turn: dict) -> str:
 
     status = ExecStatus(turn["status"])
     images = tuple(Image.from_png(_png(), f"turn:0:{k}") for k in range(turn.get("images", 0)))
-    error = None if status is ExecStatus.OK else ExecError(
-        "ZeroDivisionError" if status is ExecStatus.ERROR else "TimeoutError", "division by zero")
+    error = (
+        None
+        if status is ExecStatus.OK
+        else ExecError(
+            "ZeroDivisionError" if status is ExecStatus.ERROR else "TimeoutError",
+            "division by zero",
+        )
+    )
     result = ExecResult(status, stdout=turn.get("stdout", ""), images=images, error=error)
     return render_feedback(result, RELEASE).text.replace(IMAGE_PLACEHOLDER, IMAGE)
 
@@ -148,7 +154,14 @@ def _score(module: types.ModuleType, case: dict, text: str, extra: dict) -> dict
     if case["scorer"] == "release":
         fn = module.compute_score_math if case["domain"] == "math" else module.compute_score_default
         out = fn(text, case["gold"], extra)
-        keys = ("score", "acc", "format_r", "tool_success_rate", "tool_reward_component", "tool_step")
+        keys = (
+            "score",
+            "acc",
+            "format_r",
+            "tool_success_rate",
+            "tool_reward_component",
+            "tool_step",
+        )
         verdict = {k: _clean(out[k]) for k in keys}
     else:
         fn = module.compute_score_math if case["domain"] == "math" else module.compute_score
@@ -159,7 +172,9 @@ def _score(module: types.ModuleType, case: dict, text: str, extra: dict) -> dict
 
 THINK = "<think>Count the coins.</think>"
 CODE = THINK + "<code>\n```python\nprint(count(input_image))\n```\n</code>"
-CROP = THINK + "<code>\n```python\ncrop = input_image.crop((0, 0, 32, 32))\ncrop.show()\n```\n</code>"
+CROP = (
+    THINK + "<code>\n```python\ncrop = input_image.crop((0, 0, 32, 32))\ncrop.show()\n```\n</code>"
+)
 
 
 def answer(text: str = "7") -> str:
@@ -167,7 +182,12 @@ def answer(text: str = "7") -> str:
 
 
 def call(status: str = "ok", text: str = CODE, **extra: object) -> dict:
-    return {"text": text, "status": status, "stdout": "RESULT: 7" if status == "ok" else "", **extra}
+    return {
+        "text": text,
+        "status": status,
+        "stdout": "RESULT: 7" if status == "ok" else "",
+        **extra,
+    }
 
 
 def say(text: str) -> dict:
@@ -187,13 +207,27 @@ def _release_general() -> list[tuple[str, list[dict], bool, list[str]]]:
         ("failed then ok call, wrong", [call("error"), call(), say(answer("6"))], False, [NO]),
         ("ok then failed call, right", [call(), call("error"), say(answer())], True, [YES]),
         ("timeout, right", [call("timeout"), say(answer())], True, [YES]),
-        ("three calls, one failed, right", [call(), call("error"), call(), say(answer())], True, [YES]),
+        (
+            "three calls, one failed, right",
+            [call(), call("error"), call(), say(answer())],
+            True,
+            [YES],
+        ),
         ("unbalanced think", [call(), say("<think>so<answer>7</answer>")], True, [YES]),
         ("untagged boxed answer", [call(), say(THINK + r"\boxed{7}")], True, [NO]),
-        ("answer of 1000 characters", [say(THINK + "<answer>" + "7" * 1000 + "</answer>")], True, [YES]),
+        (
+            "answer of 1000 characters",
+            [say(THINK + "<answer>" + "7" * 1000 + "</answer>")],
+            True,
+            [YES],
+        ),
         ("note, answered after", [call(), noted, say(answer())], True, [NO]),
-        ("note after a failed call, answered", [call(), {**call("error"), "limit_note": True}, say(answer())],
-         True, [NO]),
+        (
+            "note after a failed call, answered",
+            [call(), {**call("error"), "limit_note": True}, say(answer())],
+            True,
+            [NO],
+        ),
         ("note, code again after (not run)", [call(), noted, say(CODE)], False, [NO]),
         ("note, untagged boxed after", [call(), noted, say(THINK + r"\boxed{7}")], True, [NO]),
         ("note, wrong answer after", [call("error"), noted, say(answer("6"))], False, [NO]),
@@ -209,15 +243,28 @@ def _release_math() -> list[tuple[str, list[dict], bool, list[str]]]:
         ("one call, right", [call(), say(answer())], True, []),
         ("failed call, wrong", [call("error"), say(answer("6"))], False, [FALSE]),
         ("ok then failed call, right", [call(), call("error"), say(answer())], True, []),
-        ("answer before its think", [call(), say("<answer>7</answer><think>done</think>")], True, []),
+        (
+            "answer before its think",
+            [call(), say("<answer>7</answer><think>done</think>")],
+            True,
+            [],
+        ),
         ("tool_call after the last think", [say(answer() + " tool_call")], True, []),
         ("untagged boxed answer", [call(), say(THINK + r"\boxed{7}")], True, []),
         ("note, answered after", [call(), noted, say(answer())], True, []),
         ("note, code with think after (not run)", [call(), noted, say(CODE)], False, []),
-        ("note, code without think after (not run)", [call(), noted,
-                                                      say("<code>\n```python\nprint(1)\n```\n</code>")],
-         False, [FALSE]),
-        ("note after a failed call, wrong", [call("error"), noted, say(answer("6"))], False, [FALSE]),
+        (
+            "note, code without think after (not run)",
+            [call(), noted, say("<code>\n```python\nprint(1)\n```\n</code>")],
+            False,
+            [FALSE],
+        ),
+        (
+            "note after a failed call, wrong",
+            [call("error"), noted, say(answer("6"))],
+            False,
+            [FALSE],
+        ),
     ]
 
 
@@ -233,9 +280,18 @@ def _deepeyes_general() -> list[tuple[str, list[dict], bool, list[str]]]:
         ("failed then image call, right", [call("error"), crop, say(answer())], True, [YES]),
         ("two images in two calls, right", [crop, crop, say(answer())], True, [YES]),
         ("two images in one call, right", [call(text=CROP, images=2), say(answer())], True, [YES]),
-        ("image call, unbalanced think, right", [crop, say("<think>so<answer>7</answer>")], True, [YES]),
-        ("answer of 1000 characters, image", [crop, say(THINK + "<answer>" + "7" * 1000 + "</answer>")],
-         True, [YES]),
+        (
+            "image call, unbalanced think, right",
+            [crop, say("<think>so<answer>7</answer>")],
+            True,
+            [YES],
+        ),
+        (
+            "answer of 1000 characters, image",
+            [crop, say(THINK + "<answer>" + "7" * 1000 + "</answer>")],
+            True,
+            [YES],
+        ),
     ]
 
 
@@ -248,7 +304,12 @@ def _deepeyes_math() -> list[tuple[str, list[dict], bool, list[str]]]:
         ("image call, right", [crop, say(boxed)], True, []),
         ("printing call, right", [call(), say(boxed)], True, []),
         ("image call, wrong", [crop, say(THINK + r"<answer>\boxed{6}</answer>")], False, [FALSE]),
-        ("image call, unbalanced think, right", [crop, say(r"<think>so<answer>\boxed{7}</answer>")], True, []),
+        (
+            "image call, unbalanced think, right",
+            [crop, say(r"<think>so<answer>\boxed{7}</answer>")],
+            True,
+            [],
+        ),
         ("failed call, right", [call("error"), say(boxed)], True, []),
     ]
 
@@ -256,19 +317,34 @@ def _deepeyes_math() -> list[tuple[str, list[dict], bool, list[str]]]:
 def cases() -> list[dict]:
     """The shared episodes (see the module docstring), with the gold answer 7."""
     out = []
-    for scorer, domain, rows in (("release", "general", _release_general()), ("release", "math", _release_math()),
-                                 ("deepeyes", "general", _deepeyes_general()),
-                                 ("deepeyes", "math", _deepeyes_math())):
+    for scorer, domain, rows in (
+        ("release", "general", _release_general()),
+        ("release", "math", _release_math()),
+        ("deepeyes", "general", _deepeyes_general()),
+        ("deepeyes", "math", _deepeyes_math()),
+    ):
         for n, (note, turns, correct, judge) in enumerate(rows, 1):
-            out.append({"scorer": scorer, "domain": domain, "id": f"{scorer}-{domain}-{n}", "note": note,
-                        "gold": "7", "turns": turns, "correct": correct, "judge": judge,
-                        "response": response(turns)})
+            out.append(
+                {
+                    "scorer": scorer,
+                    "domain": domain,
+                    "id": f"{scorer}-{domain}-{n}",
+                    "note": note,
+                    "gold": "7",
+                    "turns": turns,
+                    "correct": correct,
+                    "judge": judge,
+                    "response": response(turns),
+                }
+            )
     return out
 
 
 def main() -> None:
     if len(sys.argv) != 3:
-        raise SystemExit("usage: record_reward_verdicts.py /path/to/CodeDance@62f8c6f /path/to/DeepEyes@6c5e796")
+        raise SystemExit(
+            "usage: record_reward_verdicts.py /path/to/CodeDance@62f8c6f /path/to/DeepEyes@6c5e796"
+        )
     scorers = load_scorers(Path(sys.argv[1]), Path(sys.argv[2]))
     counts: dict[str, int] = {}
     for case in cases():

@@ -87,8 +87,10 @@ def load_vlmevalkit(root: Path) -> dict:
     file.get_pred_file_format = lambda: "xlsx"  # type: ignore[attr-defined]
     sys.modules["vlmeval.smp.file"] = file
     misc_src = (vm / "smp" / "misc.py").read_text(encoding="utf-8")
-    misc_src = misc_src.replace("from huggingface_hub.utils._cache_manager import _scan_cached_repo",
-                                "_scan_cached_repo = None").replace("from sty import fg", "fg = None")
+    misc_src = misc_src.replace(
+        "from huggingface_hub.utils._cache_manager import _scan_cached_repo",
+        "_scan_cached_repo = None",
+    ).replace("from sty import fg", "fg = None")
     misc = _exec_source("vlmeval.smp.misc", misc_src, str(vm / "smp" / "misc.py"))
     from vlmeval.smp import vlm
 
@@ -98,26 +100,45 @@ def load_vlmevalkit(root: Path) -> dict:
                 setattr(smp, key, value)
     import vlmeval.utils.matching_util as matching
 
-    for key in ("can_infer", "can_infer_lego", "can_infer_option", "can_infer_text", "can_infer_sequence"):
+    for key in (
+        "can_infer",
+        "can_infer_lego",
+        "can_infer_option",
+        "can_infer_text",
+        "can_infer_sequence",
+    ):
         setattr(utils, key, getattr(matching, key))
-    utils.track_progress_rich = lambda fn, tasks, **k: [fn(**t) if isinstance(t, dict) else fn(*t) for t in tasks]
+    utils.track_progress_rich = lambda fn, tasks, **k: [
+        fn(**t) if isinstance(t, dict) else fn(*t) for t in tasks
+    ]
     try:
         import timeout_decorator  # noqa: F401
     except ImportError:
         stub = types.ModuleType("timeout_decorator")
-        stub.timeout = lambda *a, **k: (lambda fn: fn)  # type: ignore[attr-defined]
+        stub.timeout = lambda *a, **k: lambda fn: fn  # type: ignore[attr-defined]
         sys.modules["timeout_decorator"] = stub
     import vlmeval.dataset.utils.multiple_choice as mc
     import vlmeval.dataset.utils.vqa_eval as vqa
     from vlmeval.dataset.utils import mathv, mathverse, mathvista, wemath
 
     charxiv_ns = {"json": json, "Any": object, "Dict": dict, "pd": pd}
-    countbench_ns = {"load": lambda d: d, "dump": lambda *a: None, "d2df": misc.d2df,
-                     "get_intermediate_file_path": lambda *a, **k: "unused"}
+    countbench_ns = {
+        "load": lambda d: d,
+        "dump": lambda *a: None,
+        "d2df": misc.d2df,
+        "get_intermediate_file_path": lambda *a, **k: "unused",
+    }
     return {
-        "mathvista": mathvista, "mathv": mathv, "mathverse": mathverse, "mc": mc, "vqa": vqa, "wemath": wemath,
+        "mathvista": mathvista,
+        "mathv": mathv,
+        "mathverse": mathverse,
+        "mc": mc,
+        "vqa": vqa,
+        "wemath": wemath,
         "charxiv_auxeval": _cut(vm / "dataset" / "charxiv.py", "auxeval", charxiv_ns),
-        "countbench_evaluate": _cut(vm / "dataset" / "image_vqa.py", "CountBenchQA.evaluate", countbench_ns),
+        "countbench_evaluate": _cut(
+            vm / "dataset" / "image_vqa.py", "CountBenchQA.evaluate", countbench_ns
+        ),
     }
 
 
@@ -153,10 +174,16 @@ def score(vk: dict, case: dict) -> dict:
     elif bench in ("vstar", "hrbench") or (bench == "wemath" and judge is not None):
         item = pd.Series({**row, "prediction": pred, "GT": row["answer"]})
         random.seed(0)
-        out = vk["mc"].eval_vanilla(judge, item, dataset_name={"wemath": "WeMath"}.get(bench, "VStarBench"))
+        out = vk["mc"].eval_vanilla(
+            judge, item, dataset_name={"wemath": "WeMath"}.get(bench, "VStarBench")
+        )
         result = float(out["hit"])
         if "randomly generate" in out["log"]:
-            return {"score": None, "random_fallback": True, "judge_calls": judge.calls if judge else 0}
+            return {
+                "score": None,
+                "random_fallback": True,
+                "judge_calls": judge.calls if judge else 0,
+            }
     elif bench == "wemath":
         frame = pd.DataFrame([{**row, "prediction": pred}])
         result = float(bool(vk["wemath"].load_and_process_data(frame)["joker"].iloc[0]))
@@ -168,10 +195,18 @@ def score(vk: dict, case: dict) -> dict:
             result = None
         else:
             out = aux(judge, line)
-            result = float(bool(module.post_check(pd.Series({**line.to_dict(), "res": out["res"]}), prefetch=False)))
+            result = float(
+                bool(
+                    module.post_check(
+                        pd.Series({**line.to_dict(), "res": out["res"]}), prefetch=False
+                    )
+                )
+            )
     elif bench == "mathverse":
         extract = vk["mathverse"].MathVerse_auxeval_extract(judge, line)["extract"]
-        verdict = vk["mathverse"].MathVerse_auxeval_score(judge, pd.Series({**line.to_dict(), "extract": extract}))
+        verdict = vk["mathverse"].MathVerse_auxeval_score(
+            judge, pd.Series({**line.to_dict(), "extract": extract})
+        )
         result = float(bool(verdict["score"]))
     elif bench == "charxiv":
         result = float(vk["charxiv_auxeval"](judge, line)["score"])
@@ -182,21 +217,59 @@ def score(vk: dict, case: dict) -> dict:
 
 def _mcq_rows(bench: str) -> list[dict]:
     colours = {"A": "red", "B": "blue", "C": "white", "D": "black"}
-    base = {"question": "What is the color of the umbrella?", "category": "direct_attributes", **colours}
+    base = {
+        "question": "What is the color of the umbrella?",
+        "category": "direct_attributes",
+        **colours,
+    }
     if bench == "hrbench":
         base |= {"category": "single", "cycle_category": "c0"}
-    return [{**base, "index": "0", "answer": "B"}, {**base, "index": "1", "answer": "D"},
-            {**base, "index": "2", "answer": "A", "A": "2", "B": "3", "C": "4", "D": "5",
-             "question": "How many cups are on the table?"}]
+    return [
+        {**base, "index": "0", "answer": "B"},
+        {**base, "index": "1", "answer": "D"},
+        {
+            **base,
+            "index": "2",
+            "answer": "A",
+            "A": "2",
+            "B": "3",
+            "C": "4",
+            "D": "5",
+            "question": "How many cups are on the table?",
+        },
+    ]
 
 
 _MCQ_PREDICTIONS = [
-    "B", "(B)", "B.", "**B**", "b", "the answer is b", "The answer is black", "The answer is definitely blue",
-    "The answer is a blue umbrella", "blue", "Blue.", "It is blue", "red or blue", "A or B",
+    "B",
+    "(B)",
+    "B.",
+    "**B**",
+    "b",
+    "the answer is b",
+    "The answer is black",
+    "The answer is definitely blue",
+    "The answer is a blue umbrella",
+    "blue",
+    "Blue.",
+    "It is blue",
+    "red or blue",
+    "A or B",
     "Looking closely at the image, the umbrella appears to be blue.",
-    ("Answer: B\nExplanation: the umbrella near the top left corner of the photo is blue, a person holds it"), "The answer is A. No wait, the answer is B.",
-    "The answer is (A) or (B)", "I think it is C, but it could also be D. Final answer: C", "There are 4.", "4",
-    "Cannot determine the answer", "Z", "D) black", "Option D", "none of them", "",
+    (
+        "Answer: B\nExplanation: the umbrella near the top left corner of the photo is blue, a person holds it"
+    ),
+    "The answer is A. No wait, the answer is B.",
+    "The answer is (A) or (B)",
+    "I think it is C, but it could also be D. Final answer: C",
+    "There are 4.",
+    "4",
+    "Cannot determine the answer",
+    "Z",
+    "D) black",
+    "Option D",
+    "none of them",
+    "",
 ]
 
 
@@ -207,120 +280,337 @@ def _mcq_cases(bench: str) -> list[dict]:
         row = rows[2] if pred in ("There are 4.", "4") else rows[n % 2]
         cases.append({"benchmark": bench, "row": row, "prediction": pred})
     judge_row = rows[0]
-    for pred, replies in (("it looks bluish to me", ["B"]), ("it looks bluish to me", ["The answer is B"]),
-                          ("a kind of crimson", ["Z"]), ("it is the dark one, like the night sky", ["D"]),
-                          ("no idea", ["A", "B"]), ("azure", [None, "B"])):
-        cases.append({"benchmark": bench, "row": judge_row, "prediction": pred, "judge_replies": replies})
+    for pred, replies in (
+        ("it looks bluish to me", ["B"]),
+        ("it looks bluish to me", ["The answer is B"]),
+        ("a kind of crimson", ["Z"]),
+        ("it is the dark one, like the night sky", ["D"]),
+        ("no idea", ["A", "B"]),
+        ("azure", [None, "B"]),
+    ):
+        cases.append(
+            {"benchmark": bench, "row": judge_row, "prediction": pred, "judge_replies": replies}
+        )
     return cases
 
 
 def cases() -> list[dict]:
     """The messy cases, ≥ 20 per benchmark (see the module docstring)."""
     out: list[dict] = []
-    for pred, gold in (("3", "3"), ("13", "3"), ("There are 3 dogs.", "3"), ("three", "3"), ("3.0", "3"),
-                       ("33", "3"), ("2", "3"), ("1,200", "1200"), ("1200", "1200"), ("12", "12"),
-                       ("5 or 6", "5"), ("15", "5"), ("five", "5"), ("", "4"), ("4 apples", "4"), (" 7 ", "7"),
-                       ("seven (7)", "7"), ("10", "1"), ("0", "0"), ("None", "0"), ("I count 8.", "8")):
-        out.append({"benchmark": "countbench", "row": {"index": "0", "question": "How many?", "answer": gold},
-                    "prediction": pred})
+    for pred, gold in (
+        ("3", "3"),
+        ("13", "3"),
+        ("There are 3 dogs.", "3"),
+        ("three", "3"),
+        ("3.0", "3"),
+        ("33", "3"),
+        ("2", "3"),
+        ("1,200", "1200"),
+        ("1200", "1200"),
+        ("12", "12"),
+        ("5 or 6", "5"),
+        ("15", "5"),
+        ("five", "5"),
+        ("", "4"),
+        ("4 apples", "4"),
+        (" 7 ", "7"),
+        ("seven (7)", "7"),
+        ("10", "1"),
+        ("0", "0"),
+        ("None", "0"),
+        ("I count 8.", "8"),
+    ):
+        out.append(
+            {
+                "benchmark": "countbench",
+                "row": {"index": "0", "question": "How many?", "answer": gold},
+                "prediction": pred,
+            }
+        )
     out += _mcq_cases("vstar") + _mcq_cases("hrbench")
-    for pred, gold in (("12.4", "12"), ("12.7", "12"), ("Yes", "Yes"), ("yes", "Yes"), (" yes ", "Yes"),
-                       ("45%", "0.45"), ("0.45", "45%"), ("0.0", "0"), ("0", "0"), ("Cable TV", "Cable TV "),
-                       ("Cable TV", "[Cable TV]"), ("b", "['a', 'b']"), ("2,000", "2000"), ("2000", "2000"),
-                       ("1e3", "1000"), ("1_000", "1000"), ("nan", "5"), ("-5", "5"), ("5.2", "-5"),
-                       ("2019", "[2018, 2019]"), ("19%", "19"), ("Brazil", "brazil"), ("", "3")):
-        out.append({"benchmark": "chartqa", "row": {"index": "0", "question": "Q?", "answer": gold, "split": "human"},
-                    "prediction": pred})
-    wemath_row = {"index": "0", "ID": "1", "key": "2steps_1", "question": "What is the area?", "A": "4 cm",
-                  "B": "6 cm", "C": "8 cm", "D": "10 cm", "answer": "B", "knowledge concept": "area"}
-    for pred in ("B", "(B)", "**B**", "The answer is B", "6 cm", "Answer: B", "Answer: C. 8 cm", "<Answer>: <<B>>",
-                 "Answer: (B)", "B. 6 cm", "b", "Answer", "answer: B", "The Answer is B.", "\\boxed{B}",
-                 "Answer: \\boxed{B}", "A or B", "Answer: B\nAnswer: C", "..B", "H", ""):
+    for pred, gold in (
+        ("12.4", "12"),
+        ("12.7", "12"),
+        ("Yes", "Yes"),
+        ("yes", "Yes"),
+        (" yes ", "Yes"),
+        ("45%", "0.45"),
+        ("0.45", "45%"),
+        ("0.0", "0"),
+        ("0", "0"),
+        ("Cable TV", "Cable TV "),
+        ("Cable TV", "[Cable TV]"),
+        ("b", "['a', 'b']"),
+        ("2,000", "2000"),
+        ("2000", "2000"),
+        ("1e3", "1000"),
+        ("1_000", "1000"),
+        ("nan", "5"),
+        ("-5", "5"),
+        ("5.2", "-5"),
+        ("2019", "[2018, 2019]"),
+        ("19%", "19"),
+        ("Brazil", "brazil"),
+        ("", "3"),
+    ):
+        out.append(
+            {
+                "benchmark": "chartqa",
+                "row": {"index": "0", "question": "Q?", "answer": gold, "split": "human"},
+                "prediction": pred,
+            }
+        )
+    wemath_row = {
+        "index": "0",
+        "ID": "1",
+        "key": "2steps_1",
+        "question": "What is the area?",
+        "A": "4 cm",
+        "B": "6 cm",
+        "C": "8 cm",
+        "D": "10 cm",
+        "answer": "B",
+        "knowledge concept": "area",
+    }
+    for pred in (
+        "B",
+        "(B)",
+        "**B**",
+        "The answer is B",
+        "6 cm",
+        "Answer: B",
+        "Answer: C. 8 cm",
+        "<Answer>: <<B>>",
+        "Answer: (B)",
+        "B. 6 cm",
+        "b",
+        "Answer",
+        "answer: B",
+        "The Answer is B.",
+        "\\boxed{B}",
+        "Answer: \\boxed{B}",
+        "A or B",
+        "Answer: B\nAnswer: C",
+        "..B",
+        "H",
+        "",
+    ):
         out.append({"benchmark": "wemath", "row": wemath_row, "prediction": pred})
-    for pred, replies in (("(B)", []), ("It is 6 cm long", ["B"]), ("no idea", ["Z"]), ("maybe 7", ["C"])):
-        out.append({"benchmark": "wemath", "row": wemath_row, "prediction": pred, "judge_replies": replies})
-    mv_mc = {"index": "0", "question": "Hint: Please answer the question and provide the correct option letter.\n"
-             "Question: What fraction is shaded?\nChoices:\n(A) 1/4\n(B) 3/8\n(C) 1/2\n(D) 2/3",
-             "answer": "1/2", "answer_option": "C", "choices": "['1/4', '3/8', '1/2', '2/3']",
-             "question_type": "multi_choice", "answer_type": "text", "precision": "", "task": "figure question answering",
-             "skills": "['arithmetic reasoning']"}
-    mv_int = {**mv_mc, "question": "How many bars are above 10?", "answer": "4", "answer_option": "", "choices": "[]",
-              "question_type": "free_form", "answer_type": "integer"}
+    for pred, replies in (
+        ("(B)", []),
+        ("It is 6 cm long", ["B"]),
+        ("no idea", ["Z"]),
+        ("maybe 7", ["C"]),
+    ):
+        out.append(
+            {"benchmark": "wemath", "row": wemath_row, "prediction": pred, "judge_replies": replies}
+        )
+    mv_mc = {
+        "index": "0",
+        "question": "Hint: Please answer the question and provide the correct option letter.\n"
+        "Question: What fraction is shaded?\nChoices:\n(A) 1/4\n(B) 3/8\n(C) 1/2\n(D) 2/3",
+        "answer": "1/2",
+        "answer_option": "C",
+        "choices": "['1/4', '3/8', '1/2', '2/3']",
+        "question_type": "multi_choice",
+        "answer_type": "text",
+        "precision": "",
+        "task": "figure question answering",
+        "skills": "['arithmetic reasoning']",
+    }
+    mv_int = {
+        **mv_mc,
+        "question": "How many bars are above 10?",
+        "answer": "4",
+        "answer_option": "",
+        "choices": "[]",
+        "question_type": "free_form",
+        "answer_type": "integer",
+    }
     mv_zero = {**mv_int, "answer": "0"}
-    mv_float = {**mv_int, "question": "How much? (Unit: $)", "answer": "1.45", "answer_type": "float", "precision": "2"}
-    mv_list = {**mv_int, "question": "Between which two years?", "answer": "[2007, 2008]", "answer_type": "list"}
-    for row, pred in ((mv_mc, "C"), (mv_mc, "(C) 1/2"), (mv_mc, "1/2"), (mv_mc, "B"), (mv_mc, "The answer is a"),
-                      (mv_mc, "the answer is c"), (mv_mc, "I think C or D"), (mv_int, "4"), (mv_int, "5"),
-                      (mv_int, "4.0"), (mv_int, "four"), (mv_int, " 4 "), (mv_zero, "0"), (mv_float, "1.45"),
-                      (mv_float, "1.449"), (mv_float, "1.4500001"), (mv_float, "1.450"), (mv_float, "$1.45"),
-                      (mv_list, "[2007, 2008]"), (mv_int, "There are 4 bars.")):
+    mv_float = {
+        **mv_int,
+        "question": "How much? (Unit: $)",
+        "answer": "1.45",
+        "answer_type": "float",
+        "precision": "2",
+    }
+    mv_list = {
+        **mv_int,
+        "question": "Between which two years?",
+        "answer": "[2007, 2008]",
+        "answer_type": "list",
+    }
+    for row, pred in (
+        (mv_mc, "C"),
+        (mv_mc, "(C) 1/2"),
+        (mv_mc, "1/2"),
+        (mv_mc, "B"),
+        (mv_mc, "The answer is a"),
+        (mv_mc, "the answer is c"),
+        (mv_mc, "I think C or D"),
+        (mv_int, "4"),
+        (mv_int, "5"),
+        (mv_int, "4.0"),
+        (mv_int, "four"),
+        (mv_int, " 4 "),
+        (mv_zero, "0"),
+        (mv_float, "1.45"),
+        (mv_float, "1.449"),
+        (mv_float, "1.4500001"),
+        (mv_float, "1.450"),
+        (mv_float, "$1.45"),
+        (mv_list, "[2007, 2008]"),
+        (mv_int, "There are 4 bars."),
+    ):
         out.append({"benchmark": "mathvista", "row": row, "prediction": pred})
-    for row, pred, replies in ((mv_int, "There are 4 bars.", ["4"]), (mv_float, "about 1.449 dollars", ["1.449"]),
-                               (mv_float, "Luca needs $1.45.", ["1.45"]), (mv_mc, "I would go with 1/2", ["C"]),
-                               (mv_mc, "hmm", [None, None, "D"]), (mv_zero, "0", ["0"]), (mv_list, "2007 and 2008",
-                                                                                          ["[2007, 2008]"]),
-                               (mv_int, "no idea", [None, None, None, None, None])):
-        out.append({"benchmark": "mathvista", "row": row, "prediction": pred, "judge_replies": replies})
-    mvi_mc = {"index": "0", "question": "Which picture shows the kittens?\n<image1>", "answer": "D",
-              "choices": "['A', 'B', 'C', 'D', 'E']", "category": "logic", "level": "2"}
+    for row, pred, replies in (
+        (mv_int, "There are 4 bars.", ["4"]),
+        (mv_float, "about 1.449 dollars", ["1.449"]),
+        (mv_float, "Luca needs $1.45.", ["1.45"]),
+        (mv_mc, "I would go with 1/2", ["C"]),
+        (mv_mc, "hmm", [None, None, "D"]),
+        (mv_zero, "0", ["0"]),
+        (mv_list, "2007 and 2008", ["[2007, 2008]"]),
+        (mv_int, "no idea", [None, None, None, None, None]),
+    ):
+        out.append(
+            {"benchmark": "mathvista", "row": row, "prediction": pred, "judge_replies": replies}
+        )
+    mvi_mc = {
+        "index": "0",
+        "question": "Which picture shows the kittens?\n<image1>",
+        "answer": "D",
+        "choices": "['A', 'B', 'C', 'D', 'E']",
+        "category": "logic",
+        "level": "2",
+    }
     mvi_mc_text = {**mvi_mc, "choices": "['$3$', '$4$', '$5$', '$6$', '$7$']", "answer": "B"}
-    mvi_free = {"index": "1", "question": "How many digits?", "answer": "6", "choices": "[]", "category": "counting",
-                "level": "1"}
+    mvi_free = {
+        "index": "1",
+        "question": "How many digits?",
+        "answer": "6",
+        "choices": "[]",
+        "category": "counting",
+        "level": "1",
+    }
     mvi_frac = {**mvi_free, "answer": "\\frac{1}{2}"}
     mvi_sqrt = {**mvi_free, "answer": "2\\sqrt{3}"}
     mvi_pair = {**mvi_free, "answer": "(3,-4)"}
-    for row, pred in ((mvi_mc, "D"), (mvi_mc, "(D)"), (mvi_mc, "d"), (mvi_mc, "B"), (mvi_mc, "The answer is E"),
-                      (mvi_mc, "The answer is E because D is too small"), (mvi_mc_text, "4"), (mvi_mc_text, "$4$"),
-                      (mvi_free, "6"), (mvi_free, "6.0"), (mvi_free, "6 cm"), (mvi_free, "x = 6"), (mvi_free, "six"),
-                      (mvi_free, "12/2"), (mvi_free, "2^3"), (mvi_frac, "0.5"), (mvi_frac, "1/2"), (mvi_frac, "\\frac12"),
-                      (mvi_sqrt, "\\sqrt{12}"), (mvi_sqrt, "2\\sqrt{3}"), (mvi_sqrt, "2 \\sqrt{3}"), (mvi_pair, "(3,-4)"),
-                      (mvi_pair, "(3, -4)"), (mvi_free, "1,000")):
+    for row, pred in (
+        (mvi_mc, "D"),
+        (mvi_mc, "(D)"),
+        (mvi_mc, "d"),
+        (mvi_mc, "B"),
+        (mvi_mc, "The answer is E"),
+        (mvi_mc, "The answer is E because D is too small"),
+        (mvi_mc_text, "4"),
+        (mvi_mc_text, "$4$"),
+        (mvi_free, "6"),
+        (mvi_free, "6.0"),
+        (mvi_free, "6 cm"),
+        (mvi_free, "x = 6"),
+        (mvi_free, "six"),
+        (mvi_free, "12/2"),
+        (mvi_free, "2^3"),
+        (mvi_frac, "0.5"),
+        (mvi_frac, "1/2"),
+        (mvi_frac, "\\frac12"),
+        (mvi_sqrt, "\\sqrt{12}"),
+        (mvi_sqrt, "2\\sqrt{3}"),
+        (mvi_sqrt, "2 \\sqrt{3}"),
+        (mvi_pair, "(3,-4)"),
+        (mvi_pair, "(3, -4)"),
+        (mvi_free, "1,000"),
+    ):
         out.append({"benchmark": "mathvision", "row": row, "prediction": pred})
-    for row, pred, replies in ((mvi_free, "The answer is 6", ["6"]), (mvi_free, "six", ["6"]),
-                               (mvi_sqrt, "\\sqrt{12}", ["\\sqrt{12}"]), (mvi_mc, "B", ["D"]),
-                               (mvi_mc_text, "it is four", ["4"]), (mvi_mc_text, "it is four", ["B"]),
-                               (mvi_free, "no idea", [None, None, None, None, None])):
-        out.append({"benchmark": "mathvision", "row": row, "prediction": pred, "judge_replies": replies})
-    mverse = {"index": "0", "question": "As shown, find BC.", "question_for_eval": "Circle O, BAC = 60. BC = ?",
-              "answer": "C", "problem_version": "Vision Only", "question_type": "multi-choice",
-              "metadata": "{'subject': 'plane geometry', 'subfield': 'length'}"}
+    for row, pred, replies in (
+        (mvi_free, "The answer is 6", ["6"]),
+        (mvi_free, "six", ["6"]),
+        (mvi_sqrt, "\\sqrt{12}", ["\\sqrt{12}"]),
+        (mvi_mc, "B", ["D"]),
+        (mvi_mc_text, "it is four", ["4"]),
+        (mvi_mc_text, "it is four", ["B"]),
+        (mvi_free, "no idea", [None, None, None, None, None]),
+    ):
+        out.append(
+            {"benchmark": "mathvision", "row": row, "prediction": pred, "judge_replies": replies}
+        )
+    mverse = {
+        "index": "0",
+        "question": "As shown, find BC.",
+        "question_for_eval": "Circle O, BAC = 60. BC = ?",
+        "answer": "C",
+        "problem_version": "Vision Only",
+        "question_type": "multi-choice",
+        "metadata": "{'subject': 'plane geometry', 'subfield': 'length'}",
+    }
     mverse_free = {**mverse, "answer": "2\\sqrt{3}", "question_type": "free-form"}
-    for row, pred, replies in ((mverse, "C", ["C"]), (mverse, "C", ["C."]), (mverse, "The answer is C", ["C", "1"]),
-                               (mverse, "B", ["B", "0"]), (mverse, "B", ["B", "Judgement: 1"]),
-                               (mverse, "B", ["B", "1."]), (mverse, "B", ["B", "**1**"]),
-                               (mverse, "B", ["B", "1\nBecause both are C.", "0"]),
-                               (mverse, "x", ["x", "no", "no", "no", "no", "no"]), (mverse, "x", [None, "C"]),
-                               (mverse_free, "2√3", ["2√3", "1"]), (mverse_free, "2\\sqrt{3}", ["2\\sqrt{3}"]),
-                               (mverse_free, "about 3.46", ["3.46", " 1 "]), (mverse_free, "3.46", ["3.46", "0"]),
-                               (mverse_free, "sqrt 12", ["sqrt 12", "1"]), (mverse, "C", ["null", "0"]),
-                               (mverse_free, "hmm", [None, None, None, None, None, "x", "0"]),
-                               (mverse, "D", ["D", "0\n"]), (mverse, "C", [" C "]),
-                               (mverse_free, "2sqrt3", ["2sqrt3", "yes", "1"])):
-        out.append({"benchmark": "mathverse", "row": row, "prediction": pred, "judge_replies": replies})
-    cx = {"index": "0", "question": "What is the peak?", "answer": "3.5", "inst_category": "3",
-          "grading_query": "Compare. Model answer: {PREDICTION}. Reply with JSON."}
-    for pred, replies in (("3.5", ['{"extracted_answer": "3.5", "score": 1}']),
-                          ("3", ['{"extracted_answer": "3", "score": 0}']),
-                          ("3.4", ['{"extracted_answer":"3.4","score":0.5}']),
-                          ("3.5", ['```json\n{"extracted_answer": "3.5", "score": 1}\n```']),
-                          ("3.5", ['{"score": 1}']), ("3.5", ['{"extracted_answer": "3.5"}']),
-                          ("3.5", ["not json", '{"extracted_answer": "3.5", "score": 1}']),
-                          ("3.5", ["{'extracted_answer': '3.5', 'score': 1}"]), ("3.5", ['[1, 0]']),
-                          ("3.5", ['{"extracted_answer": "3.5", "score": 1} thanks']),
-                          ("3.5", ['{"extracted_answer": "3.5", "score": true}']),
-                          ("3.5", [None, '{"extracted_answer": "3.5", "score": 1}']),
-                          ("3.5", ["no"] * 10), ("3.5", ["no"] * 9 + ['{"extracted_answer": "3.5", "score": 1}']),
-                          ("3.5", ['  {"extracted_answer": "3.5", "score": 1}\n']), ("three and a half",
-                                                                                   ['{"extracted_answer": "3.5", "score": 1.0}']),
-                          ("3.5", ['{"extracted_answer": null, "score": 0}']), ("3.5", ['{"score": 1, "extracted_answer": 3.5, "x": 2}']),
-                          ("3.5", ['"{\\"score\\": 1}"']), ("3.5", ['{"extracted_answer": "3.5", "score": 0.25}'])):
-        out.append({"benchmark": "charxiv", "row": cx, "prediction": pred, "judge_replies": replies})
+    for row, pred, replies in (
+        (mverse, "C", ["C"]),
+        (mverse, "C", ["C."]),
+        (mverse, "The answer is C", ["C", "1"]),
+        (mverse, "B", ["B", "0"]),
+        (mverse, "B", ["B", "Judgement: 1"]),
+        (mverse, "B", ["B", "1."]),
+        (mverse, "B", ["B", "**1**"]),
+        (mverse, "B", ["B", "1\nBecause both are C.", "0"]),
+        (mverse, "x", ["x", "no", "no", "no", "no", "no"]),
+        (mverse, "x", [None, "C"]),
+        (mverse_free, "2√3", ["2√3", "1"]),
+        (mverse_free, "2\\sqrt{3}", ["2\\sqrt{3}"]),
+        (mverse_free, "about 3.46", ["3.46", " 1 "]),
+        (mverse_free, "3.46", ["3.46", "0"]),
+        (mverse_free, "sqrt 12", ["sqrt 12", "1"]),
+        (mverse, "C", ["null", "0"]),
+        (mverse_free, "hmm", [None, None, None, None, None, "x", "0"]),
+        (mverse, "D", ["D", "0\n"]),
+        (mverse, "C", [" C "]),
+        (mverse_free, "2sqrt3", ["2sqrt3", "yes", "1"]),
+    ):
+        out.append(
+            {"benchmark": "mathverse", "row": row, "prediction": pred, "judge_replies": replies}
+        )
+    cx = {
+        "index": "0",
+        "question": "What is the peak?",
+        "answer": "3.5",
+        "inst_category": "3",
+        "grading_query": "Compare. Model answer: {PREDICTION}. Reply with JSON.",
+    }
+    for pred, replies in (
+        ("3.5", ['{"extracted_answer": "3.5", "score": 1}']),
+        ("3", ['{"extracted_answer": "3", "score": 0}']),
+        ("3.4", ['{"extracted_answer":"3.4","score":0.5}']),
+        ("3.5", ['```json\n{"extracted_answer": "3.5", "score": 1}\n```']),
+        ("3.5", ['{"score": 1}']),
+        ("3.5", ['{"extracted_answer": "3.5"}']),
+        ("3.5", ["not json", '{"extracted_answer": "3.5", "score": 1}']),
+        ("3.5", ["{'extracted_answer': '3.5', 'score': 1}"]),
+        ("3.5", ["[1, 0]"]),
+        ("3.5", ['{"extracted_answer": "3.5", "score": 1} thanks']),
+        ("3.5", ['{"extracted_answer": "3.5", "score": true}']),
+        ("3.5", [None, '{"extracted_answer": "3.5", "score": 1}']),
+        ("3.5", ["no"] * 10),
+        ("3.5", ["no"] * 9 + ['{"extracted_answer": "3.5", "score": 1}']),
+        ("3.5", ['  {"extracted_answer": "3.5", "score": 1}\n']),
+        ("three and a half", ['{"extracted_answer": "3.5", "score": 1.0}']),
+        ("3.5", ['{"extracted_answer": null, "score": 0}']),
+        ("3.5", ['{"score": 1, "extracted_answer": 3.5, "x": 2}']),
+        ("3.5", ['"{\\"score\\": 1}"']),
+        ("3.5", ['{"extracted_answer": "3.5", "score": 0.25}']),
+    ):
+        out.append(
+            {"benchmark": "charxiv", "row": cx, "prediction": pred, "judge_replies": replies}
+        )
     return out
 
 
 def main() -> None:
     if len(sys.argv) != 2:
-        raise SystemExit("usage: record_vlmevalkit_verdicts.py /path/to/VLMEvalKit (a checkout of e8e78f0)")
+        raise SystemExit(
+            "usage: record_vlmevalkit_verdicts.py /path/to/VLMEvalKit (a checkout of e8e78f0)"
+        )
     vk = load_vlmevalkit(Path(sys.argv[1]))
     counts: dict[str, int] = {}
     for case in cases():

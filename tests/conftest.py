@@ -39,7 +39,9 @@ os.environ.pop("CODEDANCE_RAISE_FILE_MAX", None)
 
 ROOT = Path(__file__).resolve().parent
 _DECLARED = re.compile(r"""pytest\.mark\.tier\(\s*["'](\w+)["']\s*\)""")
-_MODULE_TIER = re.compile(r"""^pytestmark\s*=.*?pytest\.mark\.tier\(\s*["'](\w+)["']""", re.MULTILINE)
+_MODULE_TIER = re.compile(
+    r"""^pytestmark\s*=.*?pytest\.mark\.tier\(\s*["'](\w+)["']""", re.MULTILINE
+)
 
 
 def declared_tiers(path: Path) -> set[str]:
@@ -47,10 +49,14 @@ def declared_tiers(path: Path) -> set[str]:
     found = set(_DECLARED.findall(path.read_text(encoding="utf-8")))
     if not found:
         rel = path.resolve().relative_to(ROOT).as_posix()
-        raise pytest.UsageError(f"tests/{rel} declares no test tier: add "
-                                f'pytestmark = pytest.mark.tier("unit") (or integration, torch, verl) below its imports')
+        raise pytest.UsageError(
+            f"tests/{rel} declares no test tier: add "
+            f'pytestmark = pytest.mark.tier("unit") (or integration, torch, verl) below its imports'
+        )
     if unknown := found - set(TIER_NAMES):
-        raise pytest.UsageError(f"tests/{path.name}: unknown tier {sorted(unknown)}; the tiers are {TIER_NAMES}")
+        raise pytest.UsageError(
+            f"tests/{path.name}: unknown tier {sorted(unknown)}; the tiers are {TIER_NAMES}"
+        )
     return found
 
 

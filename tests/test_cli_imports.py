@@ -28,10 +28,26 @@ print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & heavy)))
 """
 
 
-@pytest.mark.parametrize("args", [[], ["--help"], ["train", "--help"], ["sft", "--help"], ["verl", "--help"],
-                                  ["eval", "--help"], ["data", "import", "codedance-rl", "--help"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--help"],
+        ["train", "--help"],
+        ["sft", "--help"],
+        ["verl", "--help"],
+        ["eval", "--help"],
+        ["data", "import", "codedance-rl", "--help"],
+    ],
+)
 def test_the_command_line_imports_no_heavy_library_for_help(args):
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args), json.dumps(HEAVY)], capture_output=True,
-                         text=True, env=env, timeout=120, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(args), json.dumps(HEAVY)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
+    ).stdout
     assert json.loads(out.strip().splitlines()[-1]) == []

@@ -30,9 +30,25 @@ def test_scorer_names_are_not_read_as_emoji_codes(monkeypatch):
 
 def test_a_piped_demo_table_keeps_its_words(tmp_path):
     env = {"PATH": "/usr/bin:/bin"}  # a clean environment
-    out = subprocess.run([str(Path(sys.executable).parent / "codedance"), "demo", "--out", str(tmp_path / "d"),
-                          "--tasks", "3", "--rollouts", "1", "--skills", "counting"],
-                         capture_output=True, text=True, env=env, timeout=300, check=True).stdout
+    out = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "codedance"),
+            "demo",
+            "--out",
+            str(tmp_path / "d"),
+            "--tasks",
+            "3",
+            "--rollouts",
+            "1",
+            "--skills",
+            "counting",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=True,
+    ).stdout
     assert "counting" in out and "medium" in out and "…" not in out
 
 
@@ -60,7 +76,10 @@ def test_bad_input_is_one_line_and_exit_2_in_every_command(tmp_path):
         (["train", "grpo.steps=abc"], "grpo.steps"),
         (["train", "--preset", "nope"], "unknown train preset"),
         (["train", "--stage", "grpo"], "--stage"),
-        (["sft", "--data", str(tmp_path / "empty"), "--export-swift", str(tmp_path / "x.jsonl")], "no trajectories"),
+        (
+            ["sft", "--data", str(tmp_path / "empty"), "--export-swift", str(tmp_path / "x.jsonl")],
+            "no trajectories",
+        ),
         (["sft", "--data", str(tmp_path), "-c", "nope", "--print-config"], "unknown train preset"),
     ]
     runner = CliRunner()
@@ -68,7 +87,10 @@ def test_bad_input_is_one_line_and_exit_2_in_every_command(tmp_path):
         result = runner.invoke(app, args)
         assert result.exit_code == 2, (args, result.output)
         assert words in result.output and "Traceback" not in result.output, (args, result.output)
-        assert result.output.strip().startswith("error:") and len(result.output.strip().splitlines()) <= 3, result.output
+        assert (
+            result.output.strip().startswith("error:")
+            and len(result.output.strip().splitlines()) <= 3
+        ), result.output
 
 
 def test_sft_refuses_a_model_path_that_does_not_exist(tmp_path):
@@ -79,9 +101,17 @@ def test_sft_refuses_a_model_path_that_does_not_exist(tmp_path):
     from codedance.types import StopReason, Trajectory, Turn
 
     data = tmp_path / "data"
-    append_jsonl(data / "trajectories.jsonl", trajectory_json(
-        Trajectory("t", (Turn("<answer>1</answer>", answer="1"),), StopReason.ANSWERED), ImageStore(data / "images"), "t#0"))
-    result = CliRunner().invoke(app, ["sft", "--data", str(data), "--model", str(tmp_path / "runs" / "nope")])
+    append_jsonl(
+        data / "trajectories.jsonl",
+        trajectory_json(
+            Trajectory("t", (Turn("<answer>1</answer>", answer="1"),), StopReason.ANSWERED),
+            ImageStore(data / "images"),
+            "t#0",
+        ),
+    )
+    result = CliRunner().invoke(
+        app, ["sft", "--data", str(data), "--model", str(tmp_path / "runs" / "nope")]
+    )
     assert result.exit_code == 2 and "no such folder" in result.output
 
 
@@ -93,8 +123,20 @@ def test_sft_takes_presets_files_and_overrides_like_train(tmp_path):
 
     spec = tmp_path / "mine.yaml"
     spec.write_text("sft:\n  lr: 0.003\n")
-    result = CliRunner().invoke(app, ["sft", "--data", str(tmp_path), "-c", "tiny-cpu", "-c", str(spec),
-                                      "sft.epochs=7", "--print-config"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "sft",
+            "--data",
+            str(tmp_path),
+            "-c",
+            "tiny-cpu",
+            "-c",
+            str(spec),
+            "sft.epochs=7",
+            "--print-config",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "lr: 0.003" in result.output and "epochs: 7" in result.output
 
@@ -109,9 +151,14 @@ def test_a_models_words_and_a_snippets_output_are_shown_as_text_never_markup_or_
     from codedance.types import ExecResult, ExecStatus, FormatVerdict, Turn
 
     hostile = "[/bold] [link=https://evil.example]click[/link] \x1b]0;retitled\x07 \x1b[2J\r\x9b"
-    turn = Turn(text="t", think=hostile, code="print(1)  " + hostile, answer=hostile,
-                verdict=FormatVerdict(ok=False, reasons=(hostile,)),
-                result=ExecResult(ExecStatus.OK, stdout=hostile))
+    turn = Turn(
+        text="t",
+        think=hostile,
+        code="print(1)  " + hostile,
+        answer=hostile,
+        verdict=FormatVerdict(ok=False, reasons=(hostile,)),
+        result=ExecResult(ExecStatus.OK, stdout=hostile),
+    )
     buffer = io.StringIO()
     print_turn(turn, 1, Console(file=buffer, width=400, color_system=None), {})
     shown = buffer.getvalue()

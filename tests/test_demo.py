@@ -36,10 +36,13 @@ def test_demo_writes_a_complete_run(run):
     assert overall["n"] == 18 and overall["accuracy"] >= 0.8
     by_diff = {r["difficulty"]: r for r in metrics["rows"] if r["skill"] == "all"}
     assert by_diff["easy"]["tool_share"] == 0 and by_diff["hard"]["tool_share"] == 1
-    assert by_diff["easy"]["avg_turns"] < by_diff["medium"]["avg_turns"] < by_diff["hard"]["avg_turns"]
+    assert (
+        by_diff["easy"]["avg_turns"] < by_diff["medium"]["avg_turns"] < by_diff["hard"]["avg_turns"]
+    )
     for t in metrics["trajectories"]:
         assert t["reward"]["total"] == pytest.approx(
-            t["reward"]["accuracy"] + t["reward"]["format"] + t["reward"]["sequence_tool"])
+            t["reward"]["accuracy"] + t["reward"]["format"] + t["reward"]["sequence_tool"]
+        )
         if t["calls"] == 0:
             assert t["reward"]["sequence_tool"] == 0
 
@@ -62,7 +65,9 @@ def test_bad_settings_are_refused_before_the_folder_is_written(tmp_path):
         DemoConfig(tasks=0)
     out = tmp_path / "late"
     out.mkdir()
-    (out / "run.json").write_text('{"kind": "demo", "settings": {"tasks": 99}}')  # a claim, no results
+    (out / "run.json").write_text(
+        '{"kind": "demo", "settings": {"tasks": 99}}'
+    )  # a claim, no results
     again = run_demo(DemoConfig(tasks=1, rollouts=1, out=str(out)), progress=False)
     assert again.episodes_run == 1  # the empty claim was replaced, not a refusal
 
@@ -91,15 +96,28 @@ def test_report_images_exist(run):
 def test_report_renders_in_headless_chromium(run):
     _, result = run
     page = f"file://{result.out_dir}/report.html"
-    common = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files"]
-    dom = subprocess.run([*common, "--dump-dom", page], capture_output=True, text=True, timeout=120,
-                         check=False).stdout  # the DOM is checked below
+    common = [
+        "chromium",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--allow-file-access-from-files",
+    ]
+    dom = subprocess.run(
+        [*common, "--dump-dom", page], capture_output=True, text=True, timeout=120, check=False
+    ).stdout  # the DOM is checked below
     assert '<table id="summary">' in dom and dom.count("<tr") >= 10
     shot = f"{result.out_dir}/report.png"
-    subprocess.run([*common, f"--screenshot={shot}", "--window-size=1200,1400", page],
-                   capture_output=True, timeout=120, check=True)
+    subprocess.run(
+        [*common, f"--screenshot={shot}", "--window-size=1200,1400", page],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     import numpy as np
     from PIL import Image
 
     img = np.asarray(Image.open(shot).convert("RGB"))
-    assert img.shape[0] >= 1000 and len(np.unique(img.reshape(-1, 3), axis=0)) > 50  # plot colours rendered
+    assert (
+        img.shape[0] >= 1000 and len(np.unique(img.reshape(-1, 3), axis=0)) > 50
+    )  # plot colours rendered

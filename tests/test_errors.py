@@ -14,8 +14,16 @@ import pytest
 pytestmark = pytest.mark.tier("unit")
 
 PACKAGE = Path(__file__).resolve().parents[1] / "codedance"
-INTERNAL = {"ProtocolError", "LimitExceeded", "SnapshotBroken", "DeadlinePassed", "OpsUnparseable",
-            "BoxesUnparseable", "ProgramUnparseable", "Unmappable"}
+INTERNAL = {
+    "ProtocolError",
+    "LimitExceeded",
+    "SnapshotBroken",
+    "DeadlinePassed",
+    "OpsUnparseable",
+    "BoxesUnparseable",
+    "ProgramUnparseable",
+    "Unmappable",
+}
 # read in a child interpreter: `tests/test_layers.py` says why a parse here could fail
 READ = """
 import ast, json, sys
@@ -32,9 +40,23 @@ print(json.dumps(found))
 
 def exception_classes() -> dict[str, tuple[list[str], str]]:
     """Class name -> (base names, file) for every class deriving from an exception by name."""
-    classes = json.loads(subprocess.run([sys.executable, "-c", READ, str(PACKAGE)], capture_output=True,
-                                        text=True, timeout=120, check=True).stdout)
-    exceptions = {"Exception", "ValueError", "RuntimeError", "OSError", "FileNotFoundError", "KeyError"}
+    classes = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", READ, str(PACKAGE)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
+    )
+    exceptions = {
+        "Exception",
+        "ValueError",
+        "RuntimeError",
+        "OSError",
+        "FileNotFoundError",
+        "KeyError",
+    }
     changed = True
     while changed:
         changed = False
@@ -55,10 +77,22 @@ def test_every_exception_is_in_the_tree_or_named_internal() -> None:
             if name not in tree and set(bases) & tree:
                 tree.add(name)
                 changed = True
-    internal = set(INTERNAL) | {name for name in classes if name.startswith("_")}  # private: module-local
+    internal = set(INTERNAL) | {
+        name for name in classes if name.startswith("_")
+    }  # private: module-local
     for name, (bases, _) in classes.items():  # subclasses of an internal one are internal
         if set(bases) & INTERNAL:
             internal.add(name)
-    outside = sorted(f"{file}: {name}" for name, (_, file) in classes.items() if name not in tree | internal)
-    assert outside == [], "derive these from codedance.errors (or name them internal there and here)"
-    assert {"ServiceError", "SandboxUnavailable", "SandboxClosed", "EndpointDown", "InputError"} <= tree
+    outside = sorted(
+        f"{file}: {name}" for name, (_, file) in classes.items() if name not in tree | internal
+    )
+    assert outside == [], (
+        "derive these from codedance.errors (or name them internal there and here)"
+    )
+    assert {
+        "ServiceError",
+        "SandboxUnavailable",
+        "SandboxClosed",
+        "EndpointDown",
+        "InputError",
+    } <= tree

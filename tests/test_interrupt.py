@@ -29,16 +29,23 @@ ENTRY = [sys.executable, "-c", "from codedance.cli import main; main()"]
 
 
 def start(args: list[str]) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "COLUMNS": "120"}
-    return subprocess.Popen([*ENTRY, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "COLUMNS": "120",
+    }
+    return subprocess.Popen(
+        [*ENTRY, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
 
 
 def lines(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def wait_for_lines(process: subprocess.Popen, path: Path, n: int = 1, timeout_s: float = 120) -> None:
+def wait_for_lines(
+    process: subprocess.Popen, path: Path, n: int = 1, timeout_s: float = 120
+) -> None:
     deadline = time.monotonic() + timeout_s
     while lines(path) < n:
         assert process.poll() is None, process.communicate()
@@ -49,8 +56,11 @@ def wait_for_lines(process: subprocess.Popen, path: Path, n: int = 1, timeout_s:
 def leftovers(pid: int) -> list[str]:
     """What a sandbox service of controller ``pid`` would leave: its folders and lock in the
     temporary directory, its cgroups."""
-    return (glob.glob(os.path.join(tempfile.gettempdir(), f"codedance-{pid}-*"))
-            + glob.glob(f"/sys/fs/cgroup/*/codedance-{pid}-*") + glob.glob(f"/sys/fs/cgroup/*/*/codedance-{pid}-*"))
+    return (
+        glob.glob(os.path.join(tempfile.gettempdir(), f"codedance-{pid}-*"))
+        + glob.glob(f"/sys/fs/cgroup/*/codedance-{pid}-*")
+        + glob.glob(f"/sys/fs/cgroup/*/*/codedance-{pid}-*")
+    )
 
 
 def terminate(process: subprocess.Popen) -> tuple[int, str]:
@@ -91,8 +101,21 @@ def test_sigterm_stops_eval_like_ctrl_c(tmp_path):
     data = _vstar_tsv(tmp_path / "vstar.tsv", 60)
     out = tmp_path / "run"
     with ReplayServer(slow) as server:
-        process = start(["eval", "--model", server.url, "--benchmarks", "vstar", "--data", f"vstar={data}",
-                         "--concurrency", "2", "--out", str(out)])
+        process = start(
+            [
+                "eval",
+                "--model",
+                server.url,
+                "--benchmarks",
+                "vstar",
+                "--data",
+                f"vstar={data}",
+                "--concurrency",
+                "2",
+                "--out",
+                str(out),
+            ]
+        )
         wait_for_lines(process, out / "trajectories.jsonl", 2)
         code, err = terminate(process)
     assert code == 130, err
@@ -113,7 +136,19 @@ def test_sigterm_stops_solve_which_does_not_claim_to_resume(tmp_path):
 
     out = tmp_path / "solve"
     with ReplayServer(slow) as server:
-        process = start(["solve", "--model", server.url, "--image", str(image), "--question", "q", "--out", str(out)])
+        process = start(
+            [
+                "solve",
+                "--model",
+                server.url,
+                "--image",
+                str(image),
+                "--question",
+                "q",
+                "--out",
+                str(out),
+            ]
+        )
         deadline = time.monotonic() + 120
         while not asked:
             assert process.poll() is None and time.monotonic() < deadline, process.communicate()
@@ -131,14 +166,36 @@ def test_sigterm_stops_data_verify_like_ctrl_c(tmp_path):
     from tests.data.fixtures import SFT_SCHEMA, SIZE_OK, USER, code, picture, response, write
 
     slow = code("import time\ntime.sleep(1)\nprint(input_image.size)")
-    rows = [{"messages": [{"role": "user", "content": USER}, {"role": "assistant", "content": slow},
-                          {"role": "user", "content": response(SIZE_OK)},
-                          {"role": "assistant", "content": "<answer>64x48</answer>"}], "images": [picture(seed=i)]}
-            for i in range(20)]
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": USER},
+                {"role": "assistant", "content": slow},
+                {"role": "user", "content": response(SIZE_OK)},
+                {"role": "assistant", "content": "<answer>64x48</answer>"},
+            ],
+            "images": [picture(seed=i)],
+        }
+        for i in range(20)
+    ]
     write(rows, SFT_SCHEMA, tmp_path / "train-0.parquet")
     out = tmp_path / "sft"
-    assert CliRunner().invoke(app, ["data", "import", "codedance-sft", str(tmp_path / "train-0.parquet"),
-                                    "--out", str(out)]).exit_code == 0
+    assert (
+        CliRunner()
+        .invoke(
+            app,
+            [
+                "data",
+                "import",
+                "codedance-sft",
+                str(tmp_path / "train-0.parquet"),
+                "--out",
+                str(out),
+            ],
+        )
+        .exit_code
+        == 0
+    )
     process = start(["data", "verify", str(out), "--concurrency", "2"])
     wait_for_lines(process, out / "verify.jsonl")
     code_, err = terminate(process)
@@ -152,14 +209,18 @@ def test_sigterm_stops_synth_like_ctrl_c_and_a_rerun_resumes(tmp_path):
     out = tmp_path / "synth"
     args = ["synth", "--n", "200", "--out", str(out), "--skills", "counting"]
     process = start(args)
-    wait_for_lines(process, out / "trajectories.jsonl")  # one accepted: the rerun below needs no more
+    wait_for_lines(
+        process, out / "trajectories.jsonl"
+    )  # one accepted: the rerun below needs no more
     code, err = terminate(process)
     assert code == 130, err
     assert "Traceback" not in err
     tried = lines(out / "verdicts.jsonl")
     assert 0 < tried < 410  # stopped before its budget of 2·n + 10 tasks
     assert leftovers(process.pid) == []
-    again = start([*args[:2], "1", *args[3:]])  # the same run asked for less: resumed, nothing redone
+    again = start(
+        [*args[:2], "1", *args[3:]]
+    )  # the same run asked for less: resumed, nothing redone
     _, err = again.communicate(timeout=300)
     assert again.returncode == 0, err
     assert lines(out / "verdicts.jsonl") == tried

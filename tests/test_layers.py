@@ -32,8 +32,18 @@ pytestmark = pytest.mark.tier("unit")
 PACKAGE = Path(__file__).resolve().parents[1] / "codedance"
 FLOORS = (
     {"types", "errors", "python_ast", "messages", "progress"},
-    {"config", "parsing", "sandbox", "prompts", "policy", "grading", "records", "task_records",
-     "assets", "presets"},
+    {
+        "config",
+        "parsing",
+        "sandbox",
+        "prompts",
+        "policy",
+        "grading",
+        "records",
+        "task_records",
+        "assets",
+        "presets",
+    },
     {"rollout", "rewards", "advantages", "world"},
     {"runs", "teacher", "sft_records", "agents"},
     {"demo", "synth", "eval", "train"},
@@ -61,7 +71,9 @@ def imported_modules(name: str, path: Path, modules: set[str]) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            base = (
+                package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            )
             source = ".".join([*base, node.module] if node.module else base)
             for alias in node.names:
                 submodule = f"{source}.{alias.name}"
@@ -77,8 +89,13 @@ def read_graph(package: Path) -> dict[str, list[str]]:
 
 def read_graph_apart(package: Path) -> dict[str, list[str]]:
     """`read_graph` in a child interpreter whose only thread parses."""
-    out = subprocess.run([sys.executable, __file__, str(package)], capture_output=True, text=True,
-                         timeout=120, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, __file__, str(package)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     return json.loads(out)
 
 
@@ -93,8 +110,12 @@ def room_of(module: str) -> str:
 
 def edges() -> set[tuple[str, str, str]]:
     """(importing room, imported room, importing module) for every import of another room."""
-    return {(room_of(a), room_of(b), a) for a, imports in graph().items() for b in imports
-            if room_of(a) != room_of(b) and "." in a and "." in b}
+    return {
+        (room_of(a), room_of(b), a)
+        for a, imports in graph().items()
+        for b in imports
+        if room_of(a) != room_of(b) and "." in a and "." in b
+    }
 
 
 def circles(nodes: dict[str, set[str]]) -> list[list[str]]:
@@ -127,14 +148,21 @@ def circles(nodes: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_every_room_has_a_floor() -> None:
-    rooms = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
-             if (p.suffix == ".py" and p.stem != "__init__") or (p.is_dir() and (p / "__init__.py").exists())}
+    rooms = {
+        p.stem if p.is_file() else p.name
+        for p in PACKAGE.iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__")
+        or (p.is_dir() and (p / "__init__.py").exists())
+    }
     assert rooms - set(FLOOR) == set(), "give the new room a floor in FLOORS"
 
 
 def test_no_import_runs_back_up() -> None:
-    up = sorted(f"{module}: {a} (floor {FLOOR[a]}) imports {b} (floor {FLOOR[b]})"
-                for a, b, module in edges() if a in FLOOR and FLOOR[b] > FLOOR[a])
+    up = sorted(
+        f"{module}: {a} (floor {FLOOR[a]}) imports {b} (floor {FLOOR[b]})"
+        for a, b, module in edges()
+        if a in FLOOR and FLOOR[b] > FLOOR[a]
+    )
     assert up == []
 
 
@@ -148,10 +176,11 @@ def test_no_circle_between_rooms() -> None:
 def parts_of(package: str) -> dict[str, set[str]]:
     """The imports between the parts of ``package`` (its modules and subpackages, a subpackage
     standing for everything below it); the package's own ``__init__`` is left out."""
+
     def part(module: str) -> str | None:
         if not module.startswith(package + "."):
             return None
-        return package + "." + module[len(package) + 1:].split(".")[0]
+        return package + "." + module[len(package) + 1 :].split(".")[0]
 
     found: dict[str, set[str]] = {}
     for a, imports in graph().items():
@@ -174,12 +203,18 @@ def test_the_jail_imports_nothing_of_the_controller() -> None:
     format and modules outside the sandbox: a controller module in the zygote is memory whose page
     tables every step's fork copies, and its at-fork hooks run in every step."""
     jail, allowed = "codedance.sandbox.jail", {"codedance.sandbox.protocol"}
-    reached = sorted(f"{module} imports {imported}" for module, imports in graph().items()
-                     if module == jail or module.startswith(jail + ".")
-                     for imported in imports
-                     if room_of(imported) == "sandbox" and imported not in allowed
-                     and not (imported == jail or imported.startswith(jail + ".")))
-    assert any(module.startswith(jail + ".") for module in graph()), "the jail subpackage moved: update this test"
+    reached = sorted(
+        f"{module} imports {imported}"
+        for module, imports in graph().items()
+        if module == jail or module.startswith(jail + ".")
+        for imported in imports
+        if room_of(imported) == "sandbox"
+        and imported not in allowed
+        and not (imported == jail or imported.startswith(jail + "."))
+    )
+    assert any(module.startswith(jail + ".") for module in graph()), (
+        "the jail subpackage moved: update this test"
+    )
     assert reached == []
 
 

@@ -27,7 +27,9 @@ class Scripted:
             question = next(m for m in messages if m.role == "user")
             j = next(v for q, v in self.turns_of.items() if q in question.text)
             asked = sum(m.role == "assistant" for m in messages)
-            replies.append(Completion(text="<answer>1</answer>" if asked >= j else CODE, finish_reason="stop"))
+            replies.append(
+                Completion(text="<answer>1</answer>" if asked >= j else CODE, finish_reason="stop")
+            )
         return replies
 
 
@@ -35,7 +37,12 @@ def test_run_lockstep_reports_episodes_ended_after_each_turn():
     tasks = tuple({t.question: t for t in task_set(24, 0, ["counting"])}.values())[:3]
     assert len(tasks) == 3
     seen: list[int] = []
-    trajectories = run_lockstep(Scripted(tasks), tasks, lambda images: Sandbox(images=images), threads=2,
-                                on_done=seen.append)
+    trajectories = run_lockstep(
+        Scripted(tasks),
+        tasks,
+        lambda images: Sandbox(images=images),
+        threads=2,
+        on_done=seen.append,
+    )
     assert [len(t.turns) for t in trajectories] == [1, 2, 3]
     assert seen == [1, 2, 3]

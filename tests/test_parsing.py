@@ -52,12 +52,17 @@ def test_hermes_tool_call_with_dict_and_string_arguments() -> None:
 def test_bad_and_unknown_tool_calls_are_flagged_and_not_run() -> None:
     bad = parse_message("<think>t</think><tool_call>{not json</tool_call>")
     assert bad.code is None and FormatReason.BAD_TOOL_CALL.value in bad.verdict.reasons
-    other = parse_message('<think>t</think><tool_call>{"name": "search", "arguments": {"q": 1}}</tool_call>')
+    other = parse_message(
+        '<think>t</think><tool_call>{"name": "search", "arguments": {"q": 1}}</tool_call>'
+    )
     assert other.code is None and FormatReason.UNKNOWN_TOOL.value in other.verdict.reasons
 
 
 def test_bare_fence_is_the_fallback_form() -> None:
-    assert extract_code("<think>t</think>```python\nprint(4)\n```") == ("print(4)\n", CodeForm.FENCE)
+    assert extract_code("<think>t</think>```python\nprint(4)\n```") == (
+        "print(4)\n",
+        CodeForm.FENCE,
+    )
     assert extract_code("```bash\nls\n```") == (None, None)
 
 
@@ -81,7 +86,9 @@ def test_unfenced_code_tag_runs_but_is_flagged() -> None:
 def test_unclosed_fence_is_no_code() -> None:
     m = parse_message("<think>t</think><code>\n```python\nprint(6)")
     assert m.code is None
-    assert {FormatReason.UNCLOSED_CODE.value, FormatReason.NO_ACTION.value} <= set(m.verdict.reasons)
+    assert {FormatReason.UNCLOSED_CODE.value, FormatReason.NO_ACTION.value} <= set(
+        m.verdict.reasons
+    )
 
 
 def test_answer_and_its_problems() -> None:
@@ -117,7 +124,10 @@ def test_boxed_is_a_scoring_fallback_and_a_format_error() -> None:
 
 
 def test_empty_and_prose_only_messages() -> None:
-    assert parse_message("").verdict.reasons == (FormatReason.EMPTY.value, FormatReason.NO_THINK.value)
+    assert parse_message("").verdict.reasons == (
+        FormatReason.EMPTY.value,
+        FormatReason.NO_THINK.value,
+    )
     assert FormatReason.NO_ACTION.value in reasons("<think>hmm</think> I am not sure.")
 
 
@@ -130,5 +140,7 @@ def test_empty_and_prose_only_messages() -> None:
         (("<think>a</think><answer>1",), (FormatReason.UNCLOSED_ANSWER.value,)),
     ],
 )
-def test_format_errors_is_the_release_rule(texts: tuple[str, ...], expected: tuple[str, ...]) -> None:
+def test_format_errors_is_the_release_rule(
+    texts: tuple[str, ...], expected: tuple[str, ...]
+) -> None:
     assert format_errors(texts) == expected

@@ -42,7 +42,11 @@ def ok(**kwargs: object) -> ExecResult:
 
 def test_release_prompt_names_the_preloaded_image_and_table_10_instruction() -> None:
     system, user = prompt_messages("<image>How many cats?", (png(28, 28),), RELEASE)
-    assert system.role == "system" and "`input_image`" in system.text and "'input_image.jpg'" in system.text
+    assert (
+        system.role == "system"
+        and "`input_image`" in system.text
+        and "'input_image.jpg'" in system.text
+    )
     assert isinstance(user.parts[0], Image) and user.images == (user.parts[0],)
     assert user.text.startswith("How many cats?\nThink step-by-step within <think></think>.")
     assert "<answer></answer>" in user.text and "<image>" not in user.text
@@ -94,7 +98,12 @@ def test_error_feedback_has_type_message_last_frames_and_rollback() -> None:
 
 
 @pytest.mark.parametrize(
-    "status, name", [(ExecStatus.TIMEOUT, "TimeoutError"), (ExecStatus.CRASHED, "ProcessCrashed"), (ExecStatus.OOM, "MemoryError")]
+    "status, name",
+    [
+        (ExecStatus.TIMEOUT, "TimeoutError"),
+        (ExecStatus.CRASHED, "ProcessCrashed"),
+        (ExecStatus.OOM, "MemoryError"),
+    ],
 )
 def test_failures_without_exception_name_the_status(status: ExecStatus, name: str) -> None:
     text = render_feedback(ExecResult(status=status, notes=("killed at 15 s",)), PAPER).text
@@ -130,7 +139,9 @@ def test_turn_limit_text_follows_the_feedback() -> None:
     assert fb.text.index("</tool_response>") < fb.text.index("Turn limit reached.")
 
 
-def _release_smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+def _release_smart_resize(
+    height: int, width: int, factor: int, min_pixels: int, max_pixels: int
+) -> tuple[int, int]:
     """qwen-vl-utils' rule as written there, to compare against."""
     h_bar = max(factor, round(height / factor) * factor)
     w_bar = max(factor, round(width / factor) * factor)
@@ -145,7 +156,9 @@ def _release_smart_resize(height: int, width: int, factor: int, min_pixels: int,
     return h_bar, w_bar
 
 
-@pytest.mark.parametrize("size", [(1, 1), (27, 29), (480, 640), (1080, 1920), (4000, 6000), (33, 3000)])
+@pytest.mark.parametrize(
+    "size", [(1, 1), (27, 29), (480, 640), (1080, 1920), (4000, 6000), (33, 3000)]
+)
 def test_smart_resize_matches_qwen_vl_utils(size: tuple[int, int]) -> None:
     limits = VisionLimits(min_pixels=256 * 28 * 28, max_pixels=1280 * 28 * 28)
     h, w = smart_resize(*size, limits)
@@ -171,7 +184,9 @@ def test_fit_image_reuses_its_result_for_equal_bytes_only() -> None:
     a, b = Image.from_pil(pil, origin="input:0"), Image.from_pil(pil, origin="input:0")
     assert a is not b and fit_image(a) is fit_image(b)  # G rollouts of one task: one resize
     assert fit_image(a).size == (308, 196)
-    other = fit_image(Image.from_pil(PILImage.new("RGB", (301, 199), (10, 20, 31)), origin="input:0"))
+    other = fit_image(
+        Image.from_pil(PILImage.new("RGB", (301, 199), (10, 20, 31)), origin="input:0")
+    )
     assert other is not fit_image(a) and other.to_pil().getpixel((0, 0)) == (10, 20, 31)
     assert fit_image(a, VisionLimits(max_pixels=50 * 28 * 28)).size == (224, 140)
     assert fit_image(Image.from_pil(pil, origin="input:1")).origin == "input:1"
@@ -191,9 +206,14 @@ def test_image_from_bytes_reads_jpeg_and_refuses_garbage() -> None:
 
 def test_user_profiles_from_yaml(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "profiles.yaml"
-    path.write_text("terse:\n  base: paper\n  feedback_open: '<obs>'\n  feedback_close: '</obs>'\nterser:\n  base: terse\n  show_frames: false\n")
+    path.write_text(
+        "terse:\n  base: paper\n  feedback_open: '<obs>'\n  feedback_close: '</obs>'\nterser:\n  base: terse\n  show_frames: false\n"
+    )
     profiles = load_profiles(path)
-    assert profiles["terser"].feedback_open == "<obs>" and profiles["terser"].instruction == PAPER.instruction
+    assert (
+        profiles["terser"].feedback_open == "<obs>"
+        and profiles["terser"].instruction == PAPER.instruction
+    )
     assert get_profile("terse", path).system == "" and get_profile("release") is RELEASE
     path.write_text("bad:\n  feedbak_open: x\n")
     with pytest.raises(ValueError, match="feedbak_open"):
@@ -205,9 +225,15 @@ def test_user_profiles_from_yaml(tmp_path) -> None:  # type: ignore[no-untyped-d
 def test_conversation_rebuilds_what_the_model_saw() -> None:
     prompt = prompt_messages("Q", (png(28, 28),), PAPER)
     fb = render_feedback(ok(stdout="x", images=(png(56, 56),)), PAPER)
-    turn = Turn(text="<think>a</think><code>```python\nx\n```</code>", feedback_text=fb.text, feedback_images=fb.images)
+    turn = Turn(
+        text="<think>a</think><code>```python\nx\n```</code>",
+        feedback_text=fb.text,
+        feedback_images=fb.images,
+    )
     final = Turn(text="<think>b</think><answer>1</answer>")
-    trajectory = Trajectory(task_id="t", turns=(turn, final), stop_reason=StopReason.ANSWERED, prompt=prompt)
+    trajectory = Trajectory(
+        task_id="t", turns=(turn, final), stop_reason=StopReason.ANSWERED, prompt=prompt
+    )
     messages = conversation(trajectory)
     assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]
     assert messages[2].images == fb.images and IMAGE_PLACEHOLDER not in messages[2].text

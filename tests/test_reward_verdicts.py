@@ -26,24 +26,41 @@ from codedance.types import ExecResult, ExecStatus, Image, StopReason, Trajector
 
 pytestmark = pytest.mark.tier("unit")
 
-CASES = [json.loads(line) for line in (Path(__file__).parent / "fixtures" / "reward_verdicts.jsonl")
-         .read_text(encoding="utf-8").splitlines()]
+CASES = [
+    json.loads(line)
+    for line in (Path(__file__).parent / "fixtures" / "reward_verdicts.jsonl")
+    .read_text(encoding="utf-8")
+    .splitlines()
+]
 
 
 def trajectory(case: dict) -> Trajectory:
     turns = []
     for m, t in enumerate(case["turns"]):
-        result = ExecResult(ExecStatus(t["status"]), stdout=t.get("stdout", "")) if t["status"] else None
+        result = (
+            ExecResult(ExecStatus(t["status"]), stdout=t.get("stdout", "")) if t["status"] else None
+        )
         shown = tuple(Image(png=b"", origin=f"turn:{m}:{k}") for k in range(t.get("images", 0)))
-        turns.append(Turn(t["text"], result=result, feedback_images=shown,
-                          feedback_has_turn_limit=bool(t.get("limit_note"))))
+        turns.append(
+            Turn(
+                t["text"],
+                result=result,
+                feedback_images=shown,
+                feedback_has_turn_limit=bool(t.get("limit_note")),
+            )
+        )
     answered = "</answer>" in case["turns"][-1]["text"]
     return Trajectory("q", tuple(turns), StopReason.ANSWERED if answered else StopReason.MAX_TURNS)
 
 
 def score(case: dict, profile) -> tuple:
-    batch = compute_batch_rewards(trajectories=[trajectory(case)], correct=[case["correct"]], group_ids=["g"],
-                                  domains=case["domain"], profile=profile)
+    batch = compute_batch_rewards(
+        trajectories=[trajectory(case)],
+        correct=[case["correct"]],
+        group_ids=["g"],
+        domains=case["domain"],
+        profile=profile,
+    )
     return batch.breakdowns[0], batch.turn_returns[0], batch.turn_is_call[0]
 
 
@@ -54,7 +71,9 @@ def test_the_fixture_covers_both_scorers_domains_and_the_turn_limit_note():
     assert sum(any(t.get("images") for t in c["turns"]) for c in CASES) >= 8
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c["scorer"] == "release"], ids=lambda c: c["id"])
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c["scorer"] == "release"], ids=lambda c: c["id"]
+)
 def test_release_profile_agrees_with_the_release_scorer(case):
     verdict = case["verdict"]
     reward, _, _ = score(case, "release")
@@ -64,10 +83,12 @@ def test_release_profile_agrees_with_the_release_scorer(case):
     assert reward.sequence_tool == pytest.approx(verdict["tool_reward_component"]), case["note"]
     steps = verdict["tool_step"][:-1]  # its last entry is never normalized
     assert included.tolist() == [m < len(steps) for m in range(len(returns))], case["note"]
-    assert returns[included].tolist() == pytest.approx(steps[:int(included.sum())]), case["note"]
+    assert returns[included].tolist() == pytest.approx(steps[: int(included.sum())]), case["note"]
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c["scorer"] == "deepeyes"], ids=lambda c: c["id"])
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c["scorer"] == "deepeyes"], ids=lambda c: c["id"]
+)
 def test_deepeyes_profile_agrees_with_deepeyes_reward(case):
     reward, _, _ = score(case, "deepeyes")
     assert reward.total == pytest.approx(case["verdict"]["score"]), case["note"]

@@ -62,7 +62,9 @@ def test_sign_flip() -> None:
     assert sign_flip_mu() == pytest.approx(mu_star)
     assert difficulty_scale(mu_star) == pytest.approx(0.0, abs=1e-12)
     assert difficulty_scale(mu_star - 1e-3) > 0 > difficulty_scale(mu_star + 1e-3)
-    assert difficulty_scale(7 / 8) < 0 < difficulty_scale(6 / 8)  # G = 8: only 7 or 8 right suppress
+    assert (
+        difficulty_scale(7 / 8) < 0 < difficulty_scale(6 / 8)
+    )  # G = 8: only 7 or 8 right suppress
     with pytest.raises(ValueError):
         sign_flip_mu(delta=0.0)
 
@@ -82,9 +84,13 @@ def test_sequence_tool_reward_by_hand() -> None:
     assert sequence_tool_reward(False, 3, 4, 0.0) == pytest.approx(0.5 * d0 * 0.75)
     d1 = sig(-2) - 0.2  # μ = 1: negative, suppresses tool use on easy prompts
     assert sequence_tool_reward(True, 1, 1, 1.0) == pytest.approx(d1) and d1 < 0
-    assert sequence_tool_reward(True, 1, 2, 0.25, prefactors=(0.5, 1.5), form="tanh") == pytest.approx(
-        1.5 * ((1 + math.tanh(4 * 0.25)) / 2 - 0.2) * 0.5)
-    assert sequence_tool_reward(True, 0, 0, 0.0) == 0.0 and sequence_tool_reward(False, 0, 0, 1.0) == 0.0
+    assert sequence_tool_reward(
+        True, 1, 2, 0.25, prefactors=(0.5, 1.5), form="tanh"
+    ) == pytest.approx(1.5 * ((1 + math.tanh(4 * 0.25)) / 2 - 0.2) * 0.5)
+    assert (
+        sequence_tool_reward(True, 0, 0, 0.0) == 0.0
+        and sequence_tool_reward(False, 0, 0, 1.0) == 0.0
+    )
     for bad in ((3, 2), (-1, 2), (0, -1)):
         with pytest.raises(ValueError):
             sequence_tool_reward(True, bad[0], bad[1], 0.5)
@@ -103,8 +109,14 @@ def test_turn_returns_by_hand() -> None:
 
 
 def test_call_counting_rules() -> None:
-    t = traj(OK, ExecResult(ExecStatus.ERROR), EMPTY, ExecResult(ExecStatus.OOM),
-             ExecResult(ExecStatus.REFUSED), ExecResult(ExecStatus.CRASHED))
+    t = traj(
+        OK,
+        ExecResult(ExecStatus.ERROR),
+        EMPTY,
+        ExecResult(ExecStatus.OOM),
+        ExecResult(ExecStatus.REFUSED),
+        ExecResult(ExecStatus.CRASHED),
+    )
     # the turn whose feedback carries the turn-limit note ran its code: it is a call
     limit = Turn(CODE, result=OK, feedback_has_turn_limit=True)
     t = replace(t, turns=t.turns[:-1] + (limit, ANSWER))
@@ -117,12 +129,16 @@ def test_call_counting_rules() -> None:
 
 
 def test_format_rules() -> None:
-    assert format_errors(["<think>a</think><code>c</code>", "<think>b</think><answer>1</answer>"]) == ()
+    assert (
+        format_errors(["<think>a</think><code>c</code>", "<think>b</think><answer>1</answer>"])
+        == ()
+    )
     assert format_errors(["<think>a</think>"]) == (FormatReason.NO_ANSWER.value,)
     assert format_errors(["</answer><answer>"]) == (FormatReason.NO_ANSWER.value,)
     assert format_errors(["<answer>1</answer>"], domain="math") == ()
     assert format_errors(["<think>a</think><answer>1</answer> tool_call"], domain="math") == (
-        FormatReason.TOOL_CALL_AFTER_THINK.value,)
+        FormatReason.TOOL_CALL_AFTER_THINK.value,
+    )
     with pytest.raises(ValueError):
         format_errors([""], domain="poetry")
 
@@ -144,13 +160,16 @@ def test_paper_profile_group_by_hand() -> None:
 
 
 def test_release_profile_group_by_hand() -> None:
-    out = compute_group_rewards(trajectories=group4(), correct=[True, True, False, False], profile="release")
+    out = compute_group_rewards(
+        trajectories=group4(), correct=[True, True, False, False], profile="release"
+    )
     mu = (1 + 1 - 0.2 + 0) / 4  # the group mean of the score, format penalty included
     d = (1 + math.tanh(4 * (0.5 - mu))) / 2 - 0.2
     assert [b.sequence_tool for b in out] == pytest.approx([1.5 * d, 0.0, 0.0, 0.5 * d])
     assert [b.total for b in out] == pytest.approx([1 + 1.5 * d, 1.0, -0.2, 0.5 * d])
-    math_out = compute_group_rewards(trajectories=group4(), correct=[True, True, False, False],
-                                     profile="release", domain="math")
+    math_out = compute_group_rewards(
+        trajectories=group4(), correct=[True, True, False, False], profile="release", domain="math"
+    )
     mu_m = (1.2 + 1.2 - 0.4 + 0) / 4
     d_m = (1 + math.tanh(4 * (0.5 - mu_m))) / 2 - 0.2
     assert [b.total for b in math_out] == pytest.approx([1.2 + 2.0 * d_m, 1.2, -0.4, 1.0 * d_m])
@@ -163,15 +182,23 @@ def test_baseline_profiles() -> None:
     # DeepEyes: 0.8·acc + 0.2·(−1 on a format error) + 1.2 when correct and an image came back
     deepeyes = compute_group_rewards(trajectories=group4(), correct=verdicts, profile="deepeyes")
     assert [b.total for b in deepeyes] == pytest.approx([0.8, 0.8, -0.2, 0.0])  # calls only printed
-    shown = replace(traj(OK), turns=(replace(Turn(CODE, result=OK), feedback_images=(PIXEL,)), ANSWER))
+    shown = replace(
+        traj(OK), turns=(replace(Turn(CODE, result=OK), feedback_images=(PIXEL,)), ANSWER)
+    )
     (cropped,) = compute_group_rewards(trajectories=[shown], correct=[True], profile="deepeyes")
     assert cropped.total == pytest.approx(0.8 + 1.2)
     failed_call = traj(ExecResult(ExecStatus.ERROR))
-    only_failed = compute_group_rewards(trajectories=[failed_call], correct=[True], profile="deepeyes")
+    only_failed = compute_group_rewards(
+        trajectories=[failed_call], correct=[True], profile="deepeyes"
+    )
     assert only_failed[0].total == pytest.approx(0.8)  # a failed call earns no bonus
     # DeepEyes' math scorer: 1.2·acc + 0.4·(−1 on a format error), no tool bonus
-    deepeyes_math = compute_group_rewards(trajectories=group4() + [shown], correct=verdicts + [True],
-                                          profile="deepeyes", domain="math")
+    deepeyes_math = compute_group_rewards(
+        trajectories=group4() + [shown],
+        correct=verdicts + [True],
+        profile="deepeyes",
+        domain="math",
+    )
     assert [b.total for b in deepeyes_math] == pytest.approx([1.2, 1.2, -0.4, 0.0, 1.2])
     paper_math = compute_group_rewards(trajectories=group4(), correct=verdicts, domain="math")
     assert [b.total for b in paper_math] == pytest.approx([1.2 + 0.3, 1.2, -0.4, 0.15])
@@ -195,12 +222,17 @@ def test_release_reads_the_turn_limit_note_as_a_tool_response() -> None:
     unanswered = replace(noted, turns=(noted_call, Turn(CODE)), stop_reason=StopReason.MAX_TURNS)
     (silent,) = compute_group_rewards(trajectories=[unanswered], correct=[False], profile="release")
     assert (silent.accuracy, silent.format) == (0.0, 0.0)  # one answer pair: the note's
-    (math_release,) = compute_group_rewards(trajectories=[noted], correct=[True], profile="release",
-                                            domain="math")
+    (math_release,) = compute_group_rewards(
+        trajectories=[noted], correct=[True], profile="release", domain="math"
+    )
     assert math_release.accuracy == 1.2  # its math scorer reads the last answer: unaffected
-    (math_silent,) = compute_group_rewards(trajectories=[unanswered], correct=[True], profile="release",
-                                           domain="math")
-    assert (math_silent.accuracy, math_silent.format) == (0.0, -0.4)  # no answer after its last </think>
+    (math_silent,) = compute_group_rewards(
+        trajectories=[unanswered], correct=[True], profile="release", domain="math"
+    )
+    assert (math_silent.accuracy, math_silent.format) == (
+        0.0,
+        -0.4,
+    )  # no answer after its last </think>
     (paper,) = compute_group_rewards(trajectories=[noted], correct=[True])
     assert (paper.accuracy, paper.format) == (1.0, 0.0)
     (paper_silent,) = compute_group_rewards(trajectories=[unanswered], correct=[False])
@@ -208,19 +240,36 @@ def test_release_reads_the_turn_limit_note_as_a_tool_response() -> None:
 
 
 def test_release_counts_the_note_as_one_more_successful_call() -> None:
-    failed_then_noted = replace(traj(OK), turns=(
-        Turn(CODE, result=ExecResult(ExecStatus.ERROR)),
-        replace(Turn(CODE, result=OK), feedback_has_turn_limit=True), ANSWER))
+    failed_then_noted = replace(
+        traj(OK),
+        turns=(
+            Turn(CODE, result=ExecResult(ExecStatus.ERROR)),
+            replace(Turn(CODE, result=OK), feedback_has_turn_limit=True),
+            ANSWER,
+        ),
+    )
     plain = traj(OK)
-    batch = compute_batch_rewards(trajectories=[failed_then_noted, plain], correct=[False, True],
-                                  group_ids=["g", "g"], profile="release")
+    batch = compute_batch_rewards(
+        trajectories=[failed_then_noted, plain],
+        correct=[False, True],
+        group_ids=["g", "g"],
+        profile="release",
+    )
     mu = (-0.2 + 1.0) / 2
     d = (1 + math.tanh(4 * (0.5 - mu))) / 2 - 0.2
-    assert batch.breakdowns[0].sequence_tool == pytest.approx(0.5 * d * 2 / 3)  # (1 + note) / (2 + note)
-    assert batch.turn_is_call[0].tolist() == [True, True, True]  # the answer turn holds the note's step
+    assert batch.breakdowns[0].sequence_tool == pytest.approx(
+        0.5 * d * 2 / 3
+    )  # (1 + note) / (2 + note)
+    assert batch.turn_is_call[0].tolist() == [
+        True,
+        True,
+        True,
+    ]  # the answer turn holds the note's step
     assert batch.turn_is_call[1].tolist() == [True, False]
     assert dict(batch.breakdowns[0].metrics)["n_total"] == 2.0  # logged calls: the one definition
-    paper = compute_batch_rewards(trajectories=[failed_then_noted], correct=[False], group_ids=["g"])
+    paper = compute_batch_rewards(
+        trajectories=[failed_then_noted], correct=[False], group_ids=["g"]
+    )
     assert paper.turn_is_call[0].tolist() == [True, True, False]
 
 
@@ -233,8 +282,13 @@ def test_named_ablations() -> None:
 def test_delta_zero_and_weights() -> None:
     all_right = [traj(OK)] * 4
     suppressed = compute_group_rewards(trajectories=all_right, correct=[True] * 4)
-    assert suppressed[0].sequence_tool == pytest.approx(sig(-2) - 0.2) and suppressed[0].sequence_tool < 0
-    free = compute_group_rewards(trajectories=all_right, correct=[True] * 4, profile=get_profile("paper", delta=0.0))
+    assert (
+        suppressed[0].sequence_tool == pytest.approx(sig(-2) - 0.2)
+        and suppressed[0].sequence_tool < 0
+    )
+    free = compute_group_rewards(
+        trajectories=all_right, correct=[True] * 4, profile=get_profile("paper", delta=0.0)
+    )
     assert free[0].sequence_tool == pytest.approx(sig(-2)) and free[0].sequence_tool > 0
     logged_only = get_profile("paper", weights=(("accuracy", 1.0), ("format", 1.0), ("tool", 0.0)))
     out = compute_group_rewards(trajectories=all_right, correct=[True] * 4, profile=logged_only)
@@ -271,13 +325,24 @@ def test_errors_raise() -> None:
 
 def test_batch_keeps_order_and_groups() -> None:
     trajs = [traj(OK, task="a"), traj(task="b"), traj(task="a"), traj(OK, task="b")]
-    batch = compute_batch_rewards(trajectories=trajs, correct=[True, False, False, True], group_ids=["a", "b", "a", "b"])
+    batch = compute_batch_rewards(
+        trajectories=trajs, correct=[True, False, False, True], group_ids=["a", "b", "a", "b"]
+    )
     d = sig(0.0) - 0.2  # both groups have μ = 0.5
     assert batch.rewards.tolist() == pytest.approx([1 + d, 0.0, 0.0, 1 + d])
-    assert [m.tolist() for m in batch.turn_is_call] == [[True, False], [False], [False], [True, False]]
+    assert [m.tolist() for m in batch.turn_is_call] == [
+        [True, False],
+        [False],
+        [False],
+        [True, False],
+    ]
     with pytest.raises(ValueError, match="mixes domains"):
-        compute_batch_rewards(trajectories=trajs, correct=[True] * 4, group_ids=["a", "b", "a", "b"],
-                              domains=["math", "general", "general", "general"])
+        compute_batch_rewards(
+            trajectories=trajs,
+            correct=[True] * 4,
+            group_ids=["a", "b", "a", "b"],
+            domains=["math", "general", "general", "general"],
+        )
 
 
 def test_import_does_not_pull_torch() -> None:
@@ -285,13 +350,19 @@ def test_import_does_not_pull_torch() -> None:
     import sys
 
     code = "import sys, codedance.rewards, codedance.advantages, codedance.grading; print('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        == "False"
+    )
 
 
 try:
     from hypothesis import given, settings
     from hypothesis import strategies as st
 except ImportError:  # pragma: no cover - hypothesis is a dev extra
+
     def test_properties_need_hypothesis() -> None:
         pytest.skip("hypothesis is not installed")
 else:
@@ -314,7 +385,11 @@ else:
     @given(gamma=st.floats(0.5, 10), delta=st.floats(0.01, 0.99), eps=st.floats(1e-3, 0.5))
     def test_d_sign_flip(gamma: float, delta: float, eps: float) -> None:
         star = sign_flip_mu(gamma, delta)
-        assert difficulty_scale(star - eps, gamma, delta) > 0 > difficulty_scale(star + eps, gamma, delta)
+        assert (
+            difficulty_scale(star - eps, gamma, delta)
+            > 0
+            > difficulty_scale(star + eps, gamma, delta)
+        )
 
     @no_db
     @given(correct=st.booleans(), mu=st.floats(0, 1))
@@ -325,5 +400,7 @@ else:
     @given(failed=st.lists(st.booleans(), max_size=8), beta=st.floats(0, 1))
     def test_turn_returns_recursion(failed: list[bool], beta: float) -> None:
         got = turn_returns(failed, beta=beta)
-        expected = [sum(-0.5 * f * beta**k for k, f in enumerate(failed[m:])) for m in range(len(failed))]
+        expected = [
+            sum(-0.5 * f * beta**k for k, f in enumerate(failed[m:])) for m in range(len(failed))
+        ]
         assert got.tolist() == pytest.approx(expected, abs=1e-12)

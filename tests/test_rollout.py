@@ -69,7 +69,9 @@ def test_direct_answer_over_http() -> None:
 
 def test_code_then_answer_and_the_trajectory_is_what_the_server_received() -> None:
     script = [
-        ServerReply(text=code("print(input_image.size)"), token_ids=(11, 12), logprobs=(-0.5, -0.25)),
+        ServerReply(
+            text=code("print(input_image.size)"), token_ids=(11, 12), logprobs=(-0.5, -0.25)
+        ),
         ServerReply(text=answer("308"), token_ids=(13,), logprobs=(-0.1,)),
     ]
     with ReplayServer(script) as server, sandbox_for(TASK) as sb:
@@ -87,7 +89,9 @@ def test_code_then_answer_and_the_trajectory_is_what_the_server_received() -> No
 
 
 def test_error_feedback_lets_the_model_correct_itself() -> None:
-    policy = ScriptedPolicy([code("x = 1"), code("x = 5\ny = x / 0"), code("print(x + 1)"), answer("2")])
+    policy = ScriptedPolicy(
+        [code("x = 1"), code("x = 5\ny = x / 0"), code("print(x + 1)"), answer("2")]
+    )
     with sandbox_for(TASK) as sb:
         trajectory = run_episode(policy, TASK, sb)
     _, failed, fixed, _ = trajectory.turns
@@ -148,7 +152,10 @@ def test_a_broken_sandbox_stops_with_sandbox_error() -> None:
 
 
 def test_drive_episode_reports_each_turn_as_it_ends_and_keeps_them_on_a_server_error() -> None:
-    script = [code("print(input_image.size)"), ServerReply(status=400, error="GPU fell over (scripted)")]
+    script = [
+        code("print(input_image.size)"),
+        ServerReply(status=400, error="GPU fell over (scripted)"),
+    ]
     seen: list[tuple[str | None, int]] = []
     episode = Episode(TASK)
     with ReplayServer(script) as server, sandbox_for(TASK) as sb:
@@ -171,7 +178,11 @@ def test_interrupt_keeps_the_pending_code_without_a_result_and_ignores_a_finishe
     assert episode.on_completion(Completion(text=code("print(1)"))).strip() == "print(1)"
     episode.interrupt(KeyboardInterrupt())
     (turn,) = episode.trajectory().turns
-    assert turn.code.strip() == "print(1)" and turn.result is None and episode.stop_reason is StopReason.INTERRUPTED
+    assert (
+        turn.code.strip() == "print(1)"
+        and turn.result is None
+        and episode.stop_reason is StopReason.INTERRUPTED
+    )
     done = Episode(TASK)
     done.on_completion(Completion(text=answer("3")))
     done.interrupt(KeyboardInterrupt())
@@ -180,7 +191,9 @@ def test_interrupt_keeps_the_pending_code_without_a_result_and_ignores_a_finishe
 
 def test_code_and_answer_in_one_turn_answers_without_running() -> None:
     with sandbox_for(TASK) as sb:
-        trajectory = run_episode(ScriptedPolicy([code("print(1)") + "<answer>3</answer>"]), TASK, sb)
+        trajectory = run_episode(
+            ScriptedPolicy([code("print(1)") + "<answer>3</answer>"]), TASK, sb
+        )
     assert trajectory.stop_reason is StopReason.ANSWERED and trajectory.tool_calls == ()
     assert not trajectory.turns[0].verdict.ok
 
@@ -201,7 +214,9 @@ async def test_concurrent_async_episodes_over_http() -> None:
         question = body["messages"][1]["content"][-1]["text"].split("\n")[0]
         return code(f"print({question!r}[::-1])") if assistant_turns == 0 else answer(question)
 
-    tasks = [Task(id=f"t{i}", question=f"item {i}", images=TASK.images, answer=str(i)) for i in range(6)]
+    tasks = [
+        Task(id=f"t{i}", question=f"item {i}", images=TASK.images, answer=str(i)) for i in range(6)
+    ]
     with ReplayServer(reply) as server:
         policy = OpenAIChatPolicy(server.url, "scripted", retry=FAST)
 

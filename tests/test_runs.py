@@ -30,16 +30,31 @@ def make_runner(images: tuple[Image, ...]) -> Sandbox:
 
 
 async def test_batch_writes_resumes_and_isolates_failures(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    broken = Task(id="broken", question="q", images=(Image(png=b"\x89PNG\r\n\x1a\n" + b"\0" * 20, width=1, height=1),), answer="")
-    tasks = [Task(id=f"t{i}", question="colour?", images=(PICTURE,), answer="green") for i in range(3)] + [broken]
+    broken = Task(
+        id="broken",
+        question="q",
+        images=(Image(png=b"\x89PNG\r\n\x1a\n" + b"\0" * 20, width=1, height=1),),
+        answer="",
+    )
+    tasks = [
+        Task(id=f"t{i}", question="colour?", images=(PICTURE,), answer="green") for i in range(3)
+    ] + [broken]
     with ReplayServer(reply) as server:
-        policy = OpenAIChatPolicy(server.url, "scripted", retry=RetrySettings(max_retries=1, backoff_s=0.0))
-        first = await arun_batch(policy, tasks, make_runner, tmp_path, rollouts=2, concurrency=3, progress=False)
+        policy = OpenAIChatPolicy(
+            server.url, "scripted", retry=RetrySettings(max_retries=1, backoff_s=0.0)
+        )
+        first = await arun_batch(
+            policy, tasks, make_runner, tmp_path, rollouts=2, concurrency=3, progress=False
+        )
         requests_after_first = len(server.requests)
-        again = await arun_batch(policy, tasks, make_runner, tmp_path, rollouts=2, concurrency=3, progress=False)
+        again = await arun_batch(
+            policy, tasks, make_runner, tmp_path, rollouts=2, concurrency=3, progress=False
+        )
         await policy.aclose()
     assert (first.finished, first.skipped, len(first.failures)) == (6, 0, 2)
-    assert all(key.startswith("broken#") and "cannot be decoded" in error for key, error in first.failures)
+    assert all(
+        key.startswith("broken#") and "cannot be decoded" in error for key, error in first.failures
+    )
     assert (again.finished, again.skipped, len(again.failures)) == (0, 6, 2)
     assert len(server.requests) == requests_after_first  # nothing finished was redone
     assert finished_keys(tmp_path) == {f"t{i}#{k}" for i in range(3) for k in range(2)}
@@ -61,7 +76,14 @@ async def test_saved_trajectory_loads_back_equal(tmp_path) -> None:  # type: ign
     with ReplayServer(reply) as server:
         policy = OpenAIChatPolicy(server.url, "scripted")
         task = Task(id="one", question="colour?", images=(PICTURE,), answer="green")
-        await arun_batch(policy, [task], make_runner, tmp_path, progress=False, on_trajectory=lambda k, t: saved.append(t))
+        await arun_batch(
+            policy,
+            [task],
+            make_runner,
+            tmp_path,
+            progress=False,
+            on_trajectory=lambda k, t: saved.append(t),
+        )
         await policy.aclose()
     assert load_trajectories(tmp_path)[0][1] == saved[0]
 

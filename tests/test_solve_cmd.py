@@ -26,15 +26,33 @@ def test_solve_prints_the_episode_and_writes_html_and_record(tmp_path) -> None: 
     with ReplayServer(SCRIPT, model_names=("codedance-7b",)) as server:
         result = CliRunner().invoke(
             root,
-            ["solve", "--model", server.url, "--image", str(picture), "--question", "Which colour?", "--out", str(out)],
+            [
+                "solve",
+                "--model",
+                server.url,
+                "--image",
+                str(picture),
+                "--question",
+                "Which colour?",
+                "--out",
+                str(out),
+            ],
         )
         assert server.requests[0]["model"] == "codedance-7b"  # found through /v1/models
     assert result.exit_code == 0, result.output
-    assert "codedance-7b" in result.output and "(20, 20)" in result.output and "answered" in result.output
+    assert (
+        "codedance-7b" in result.output
+        and "(20, 20)" in result.output
+        and "answered" in result.output
+    )
     page = (out / "trajectory.html").read_text()
-    assert page.count("data:image/png;base64,") == 2 and "Which colour?" in page and "&lt;answer&gt;red" in page
+    assert (
+        page.count("data:image/png;base64,") == 2
+        and "Which colour?" in page
+        and "&lt;answer&gt;red" in page
+    )
     assert (out / "turn1_image0.png").exists() and (out / "input_0.png").exists()
-    (_, trajectory), = load_trajectories(out)
+    ((_, trajectory),) = load_trajectories(out)
     assert trajectory.stop_reason is StopReason.ANSWERED and trajectory.answer == "red"
 
 
@@ -42,11 +60,26 @@ def test_solve_reports_an_unreachable_server_and_a_bad_image(tmp_path) -> None: 
     picture = tmp_path / "in.png"
     PILImage.new("RGB", (30, 30)).save(picture)
     runner = CliRunner()
-    result = runner.invoke(root, ["solve", "--model", "http://127.0.0.1:9", "--image", str(picture), "--question", "q", "--out", str(tmp_path / "o")])
+    result = runner.invoke(
+        root,
+        [
+            "solve",
+            "--model",
+            "http://127.0.0.1:9",
+            "--image",
+            str(picture),
+            "--question",
+            "q",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert result.exit_code == 2 and "cannot reach" in result.output
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"garbage")
-    result = runner.invoke(root, ["solve", "--model", "http://127.0.0.1:9", "--image", str(bad), "--question", "q"])
+    result = runner.invoke(
+        root, ["solve", "--model", "http://127.0.0.1:9", "--image", str(bad), "--question", "q"]
+    )
     assert result.exit_code == 2 and f"--image {bad}: not a readable image" in result.output
 
 
@@ -57,22 +90,50 @@ def test_solve_saves_the_turns_done_before_a_server_error(tmp_path) -> None:  # 
     script = [SCRIPT[0], ServerReply(status=400, error="GPU fell over (scripted)")]
     with ReplayServer(script, model_names=("m",)) as server:
         result = CliRunner().invoke(
-            root, ["solve", "--model", server.url, "--image", str(picture), "--question", "q", "--out", str(out)]
+            root,
+            [
+                "solve",
+                "--model",
+                server.url,
+                "--image",
+                str(picture),
+                "--question",
+                "q",
+                "--out",
+                str(out),
+            ],
         )
     assert result.exit_code == 2 and "GPU fell over" in result.output
-    assert result.output.index("(20, 20)") < result.output.index("stop: interrupted")  # turn 1 shown
-    (_, trajectory), = load_trajectories(out)
+    assert result.output.index("(20, 20)") < result.output.index(
+        "stop: interrupted"
+    )  # turn 1 shown
+    ((_, trajectory),) = load_trajectories(out)
     assert trajectory.stop_reason is StopReason.INTERRUPTED and len(trajectory.tool_calls) == 1
-    assert (out / "turn1_image0.png").exists() and "GPU fell over" in (out / "trajectory.html").read_text()
+    assert (out / "turn1_image0.png").exists() and "GPU fell over" in (
+        out / "trajectory.html"
+    ).read_text()
 
 
 def test_solve_settings_come_from_files_and_overrides(tmp_path) -> None:  # type: ignore[no-untyped-def]
     mine = tmp_path / "solve.yaml"
     mine.write_text("server:\n  url: http://m/v1\n  max_tokens: 4096\nepisode:\n  max_turns: 4\n")
-    result = CliRunner().invoke(root, ["solve", "-c", str(mine), "episode.prompt_profile=paper", "--max-turns", "3",
-                                       "--print-config"])
+    result = CliRunner().invoke(
+        root,
+        [
+            "solve",
+            "-c",
+            str(mine),
+            "episode.prompt_profile=paper",
+            "--max-turns",
+            "3",
+            "--print-config",
+        ],
+    )
     assert result.exit_code == 0, result.output
-    assert all(s in result.output for s in ("url: http://m/v1", "max_tokens: 4096", "max_turns: 3", "paper"))
+    assert all(
+        s in result.output
+        for s in ("url: http://m/v1", "max_tokens: 4096", "max_turns: 3", "paper")
+    )
     bad = CliRunner().invoke(root, ["solve", "server.colour=red"])
     assert bad.exit_code == 2 and "server.colour" in bad.output
     bad = CliRunner().invoke(root, ["solve", "--model", "http://127.0.0.1:9/v1"])
@@ -97,10 +158,21 @@ def test_ctrl_c_keeps_the_finished_turns(tmp_path, monkeypatch) -> None:  # type
     out = tmp_path / "out"
     with ReplayServer(SCRIPT, model_names=("m",)) as server:
         result = CliRunner().invoke(
-            root, ["solve", "--model", server.url, "--image", str(picture), "--question", "q", "--out", str(out)]
+            root,
+            [
+                "solve",
+                "--model",
+                server.url,
+                "--image",
+                str(picture),
+                "--question",
+                "q",
+                "--out",
+                str(out),
+            ],
         )
     assert result.exit_code == 130 and "stop: interrupted" in result.output
-    (_, trajectory), = load_trajectories(out)
+    ((_, trajectory),) = load_trajectories(out)
     assert trajectory.stop_reason is StopReason.INTERRUPTED and len(trajectory.tool_calls) == 1
     assert ("error", "interrupted: KeyboardInterrupt") in trajectory.metadata
 
@@ -111,7 +183,19 @@ def test_solve_refuses_an_out_folder_that_holds_a_run(tmp_path):
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "trajectories.jsonl").write_text("{}\n")
     with ReplayServer(["<answer>1</answer>"]) as server:
-        result = CliRunner().invoke(root, ["solve", "--model", server.url, "--image", str(image), "--question", "q",
-                                           "--out", str(tmp_path / "s")])
+        result = CliRunner().invoke(
+            root,
+            [
+                "solve",
+                "--model",
+                server.url,
+                "--image",
+                str(image),
+                "--question",
+                "q",
+                "--out",
+                str(tmp_path / "s"),
+            ],
+        )
         assert server.requests == []
     assert result.exit_code == 2 and "already holds a solve run" in result.output

@@ -22,7 +22,9 @@ def test_canonical_record_flags_model_turns_and_places_images() -> None:
     assert isinstance(record, SFTRecord)
     assert [m.loss for m in record.messages] == [m.role == "assistant" for m in conversation(t)]
     assert [m.content for m in record.messages if m.loss] == [turn.text for turn in t.turns]
-    assert [i.sha256 for i in record.images] == [i.sha256 for m in conversation(t) for i in m.images]
+    assert [i.sha256 for i in record.images] == [
+        i.sha256 for m in conversation(t) for i in m.images
+    ]
     assert sum(m.content.count("<image>") for m in record.messages) == len(record.images) == 2
 
 
@@ -34,8 +36,12 @@ def test_swift_and_trl_exports_hold_the_same_conversation(tmp_path) -> None:  # 
     trl = [json.loads(x) for x in (tmp_path / "trl.jsonl").read_text().splitlines()]
     for record, s, t in zip(records, swift, trl):
         assert [(m["role"], m["content"], m["loss"]) for m in s["messages"]] == [
-            (m.role, m.content, m.loss) for m in record.messages]
-        joined = ["".join("<image>" if b["type"] == "image" else b["text"] for b in m["content"]) for m in t["messages"]]
+            (m.role, m.content, m.loss) for m in record.messages
+        ]
+        joined = [
+            "".join("<image>" if b["type"] == "image" else b["text"] for b in m["content"])
+            for m in t["messages"]
+        ]
         assert joined == [m.content for m in record.messages]
         assert s["images"] == t["images"] and len(s["images"]) == len(record.images)
         for path, image in zip(s["images"], record.images):

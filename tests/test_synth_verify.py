@@ -44,23 +44,46 @@ def test_teacher_trajectory_passes_and_each_tampering_is_rejected() -> None:
             code_turn = next(i for i, t in enumerate(good.turns) if t.result is not None)
             turns = list(good.turns)
             shown = turns[code_turn].result
-            turns[code_turn] = replace(turns[code_turn], result=replace(shown, stdout=shown.stdout + "9\n"))
+            turns[code_turn] = replace(
+                turns[code_turn], result=replace(shown, stdout=shown.stdout + "9\n")
+            )
             lied = replace(good, turns=tuple(turns))
             wrong = replace(good, answer="ZZZZ")
-            outside = await _episode(pool, task, ScriptedPolicy([_code("print(a[-4:30, 0:20].shape)"), answer]))
-            past = await _episode(pool, task, ScriptedPolicy(
-                [_code(f"print(input_image.crop((10, 10, {w + 5}, 40)).size)"), answer]))
-            thin = await _episode(pool, task, ScriptedPolicy([_code("print(a[5:6, 0:40].mean())"), answer]))
+            outside = await _episode(
+                pool, task, ScriptedPolicy([_code("print(a[-4:30, 0:20].shape)"), answer])
+            )
+            past = await _episode(
+                pool,
+                task,
+                ScriptedPolicy(
+                    [_code(f"print(input_image.crop((10, 10, {w + 5}, 40)).size)"), answer]
+                ),
+            )
+            thin = await _episode(
+                pool, task, ScriptedPolicy([_code("print(a[5:6, 0:40].mean())"), answer])
+            )
             looping = await _episode(pool, task, ScriptedPolicy([_code("print(1)")] * 6))
-            return {name: await averify(task, t, pool, CONFIG) for name, t in [
-                ("good", good), ("lied", lied), ("wrong", wrong), ("outside", outside), ("past", past),
-                ("thin", thin), ("looping", looping)]}
+            return {
+                name: await averify(task, t, pool, CONFIG)
+                for name, t in [
+                    ("good", good),
+                    ("lied", lied),
+                    ("wrong", wrong),
+                    ("outside", outside),
+                    ("past", past),
+                    ("thin", thin),
+                    ("looping", looping),
+                ]
+            }
 
     v = asyncio.run(main())
     assert v["good"].accepted and v["good"].crops >= 1, v["good"]
     assert v["lied"].reason == "output_mismatch" and "stdout" in v["lied"].detail
     assert v["wrong"].reason == "wrong_answer"
-    assert v["outside"].reason == "box_outside" and f"(0, -4, 20, 30) in a {w}x{h}" in v["outside"].detail
+    assert (
+        v["outside"].reason == "box_outside"
+        and f"(0, -4, 20, 30) in a {w}x{h}" in v["outside"].detail
+    )
     assert v["past"].reason == "box_outside" and f"(10, 10, {w + 5}, 40)" in v["past"].detail
     assert v["thin"].reason == "box_degenerate" and "(0, 5, 40, 6)" in v["thin"].detail
     assert v["looping"].reason == "not_answered" and "max_turns" in v["looping"].detail
@@ -69,9 +92,11 @@ def test_teacher_trajectory_passes_and_each_tampering_is_rejected() -> None:
 def test_instrumented_code_computes_the_same_and_records_only_image_sized_crops() -> None:
     task = generate("charts", "medium", 1)
     size = Episode(task, CONFIG).images[0].size
-    code = ("import numpy as np\nimg = np.asarray(input_image.convert('RGB'))\nsmall = img[::2, ::2]\n"
-            "print(img[3:50, 7:90].sum(), small[1:4, 2:5].sum(), img[2:9, 4:8, 0].sum(), img[:, 5:].shape)\n"
-            "class K:\n    __x = 1\n    def f(self):\n        return img[0:2, 0:3].shape\nprint(K().f())\n")
+    code = (
+        "import numpy as np\nimg = np.asarray(input_image.convert('RGB'))\nsmall = img[::2, ::2]\n"
+        "print(img[3:50, 7:90].sum(), small[1:4, 2:5].sum(), img[2:9, 4:8, 0].sum(), img[:, 5:].shape)\n"
+        "class K:\n    __x = 1\n    def f(self):\n        return img[0:2, 0:3].shape\nprint(K().f())\n"
+    )
 
     async def main() -> tuple[str, str, str]:
         async with SandboxPool(max_running=1) as pool:
@@ -91,7 +116,11 @@ def test_instrumented_code_computes_the_same_and_records_only_image_sized_crops(
     assert stdout == original and original
     w, h = size
     assert sorted(parse_boxes(stderr), key=lambda b: (b.x0, b.y0)) == [
-        Box(0, 0, 3, 2, w, h), Box(4, 2, 8, 9, w, h), Box(5, 0, w, h, w, h), Box(7, 3, 90, 50, w, h)]
+        Box(0, 0, 3, 2, w, h),
+        Box(4, 2, 8, 9, w, h),
+        Box(5, 0, w, h, w, h),
+        Box(7, 3, 90, 50, w, h),
+    ]
 
 
 def test_box_rules() -> None:

@@ -16,7 +16,9 @@ pytestmark = pytest.mark.tier("unit")
 
 def load_conftest():  # type: ignore[no-untyped-def]
     """tests/conftest.py as a module of its own (pytest's import mode gives it no importable name)."""
-    spec = importlib.util.spec_from_file_location("tests_conftest", Path(__file__).parent / "conftest.py")
+    spec = importlib.util.spec_from_file_location(
+        "tests_conftest", Path(__file__).parent / "conftest.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -34,7 +36,9 @@ def test_the_default_unit_run_skips_the_other_tiers_only() -> None:
 
 def test_every_tier_is_imported_without_an_expression_or_when_named() -> None:
     for tier in ("unit", "integration", "torch", "verl"):
-        assert may_select(run(""), [tier]) and may_select(run("unit or torch or verl or integration"), [tier])
+        assert may_select(run(""), [tier]) and may_select(
+            run("unit or torch or verl or integration"), [tier]
+        )
     assert not may_select(run("integration and not slow"), ["torch"])
     assert may_select(run("not unit"), ["verl"]) and not may_select(run("not unit"), ["unit"])
 
@@ -49,8 +53,10 @@ def test_other_marks_are_tried_both_ways() -> None:
 def test_doctests_take_the_tier_of_their_heavy_package() -> None:
     assert doctest_tier(PACKAGE / "integrations" / "verl" / "reward.py") == "verl"
     assert doctest_tier(PACKAGE / "train" / "grpo.py") == "torch"
-    assert doctest_tier(PACKAGE / "rewards" / "core.py") == "unit" and doctest_tier(PACKAGE / "types.py") == "unit"
-
+    assert (
+        doctest_tier(PACKAGE / "rewards" / "core.py") == "unit"
+        and doctest_tier(PACKAGE / "types.py") == "unit"
+    )
 
 
 def test_a_module_below_tests_declares_its_tier_or_collection_stops() -> None:
@@ -70,8 +76,13 @@ def test_a_module_without_a_tier_is_refused(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(conftest, "ROOT", tmp_path)
     undeclared = tmp_path / "test_new.py"
     undeclared.write_text("def test_x():\n    pass\n")
-    with pytest.raises(pytest.UsageError, match=r'declares no test tier: add pytestmark = pytest.mark.tier\("unit"\)'):
+    with pytest.raises(
+        pytest.UsageError,
+        match=r'declares no test tier: add pytestmark = pytest.mark.tier\("unit"\)',
+    ):
         conftest.declared_tiers(undeclared)
-    undeclared.write_text("pytestmark = pytest.mark.tier" + '("fast")\n')  # split: this file is read too
+    undeclared.write_text(
+        "pytestmark = pytest.mark.tier" + '("fast")\n'
+    )  # split: this file is read too
     with pytest.raises(pytest.UsageError, match="unknown tier"):
         conftest.declared_tiers(undeclared)

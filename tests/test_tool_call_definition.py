@@ -48,8 +48,15 @@ def trajectory() -> Trajectory:
 
 def test_types_define_the_call(trajectory: Trajectory) -> None:
     assert [turn.call_outcome for turn in trajectory.turns] == [
-        CallOutcome.OK, CallOutcome.FAILED, CallOutcome.NONE]
-    assert (trajectory.n_calls, trajectory.n_successful_calls, len(trajectory.tool_calls)) == (2, 1, 2)
+        CallOutcome.OK,
+        CallOutcome.FAILED,
+        CallOutcome.NONE,
+    ]
+    assert (trajectory.n_calls, trajectory.n_successful_calls, len(trajectory.tool_calls)) == (
+        2,
+        1,
+        2,
+    )
 
 
 def test_rewards_count_the_call_after_the_note(trajectory: Trajectory) -> None:
@@ -80,11 +87,19 @@ def test_verl_metrics_agree(trajectory: Trajectory) -> None:
     from codedance.integrations.verl.record import RolloutRecord, TurnRecord
     from codedance.integrations.verl.reward import group_rewards
 
-    turns = tuple(TurnRecord(t.text, (3 * m, 3 * m + 2), status=t.result.status.value if t.result else None,
-                             injected_turn_limit=t.feedback_has_turn_limit)
-                  for m, t in enumerate(trajectory.turns))
+    turns = tuple(
+        TurnRecord(
+            t.text,
+            (3 * m, 3 * m + 2),
+            status=t.result.status.value if t.result else None,
+            injected_turn_limit=t.feedback_has_turn_limit,
+        )
+        for m, t in enumerate(trajectory.turns)
+    )
     record = RolloutRecord("t", turns, trajectory.stop_reason.value, trajectory.answer)
-    assert [t.call_outcome for t in record.trajectory().turns] == [t.call_outcome for t in trajectory.turns]
+    assert [t.call_outcome for t in record.trajectory().turns] == [
+        t.call_outcome for t in trajectory.turns
+    ]
     batch = group_rewards([record], [1.0], ["g"])
     assert batch.turn_returns[0].tolist() == pytest.approx([-0.1, -0.5, 0.0])
     metrics = _metrics(batch, [record])

@@ -32,7 +32,9 @@ def refused(args: list[str], words: str) -> str:
     text = result.output.strip()
     assert result.exit_code == 2, (args, result.output)
     assert text.count("error:") == 1, (args, text)
-    error = " ".join(text[text.index("error:"):].split())  # one message, however the console wraps it
+    error = " ".join(
+        text[text.index("error:") :].split()
+    )  # one message, however the console wraps it
     assert words in error, (args, text)
     assert "Traceback" not in text, text
     assert set(leftovers()) <= before, args
@@ -53,13 +55,16 @@ def tsv(path: Path, header: list[str], rows: list[list[object]]) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("override", "words"), [
-    ("sft.epochs=-1", "sft.epochs: must be above 0, got -1"),
-    ("sft.per_device_batch=0", "sft.per_device_batch: must be at least 1"),
-    ("grpo.steps=0", "grpo.steps: must be at least 1"),
-    ("grpo.top_p=1.5", "grpo.top_p: must be above 0 and at most 1"),
-    ("threads=0", "threads: must be at least 1"),
-])
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        ("sft.epochs=-1", "sft.epochs: must be above 0, got -1"),
+        ("sft.per_device_batch=0", "sft.per_device_batch: must be at least 1"),
+        ("grpo.steps=0", "grpo.steps: must be at least 1"),
+        ("grpo.top_p=1.5", "grpo.top_p: must be above 0 and at most 1"),
+        ("threads=0", "threads: must be at least 1"),
+    ],
+)
 def test_train_and_sft_range_check_every_number_at_load(tmp_path, override, words):
     refused(["train", override], words)
     refused(["sft", "--data", str(tmp_path), override], words)
@@ -67,26 +72,64 @@ def test_train_and_sft_range_check_every_number_at_load(tmp_path, override, word
 
 def test_data_verify_and_import_refuse_options_out_of_range(tmp_path):
     (tmp_path / "trajectories.jsonl").write_text("")
-    refused(["data", "verify", str(tmp_path), "--concurrency", "0"], "--concurrency must be at least 1, got 0")
-    refused(["data", "verify", str(tmp_path), "--concurrency", "-2"], "--concurrency must be at least 1, got -2")
+    refused(
+        ["data", "verify", str(tmp_path), "--concurrency", "0"],
+        "--concurrency must be at least 1, got 0",
+    )
+    refused(
+        ["data", "verify", str(tmp_path), "--concurrency", "-2"],
+        "--concurrency must be at least 1, got -2",
+    )
     refused(["data", "verify", str(tmp_path), "--tolerance", "2"], "--tolerance")
     refused(["data", "verify", str(tmp_path), "--limit", "0"], "--limit")
     missing = str(tmp_path / "none.parquet")
-    refused(["data", "import", "codedance-sft", missing, "--out", str(tmp_path / "o"), "--verify",
-             "--concurrency", "0"], "--concurrency must be at least 1")
-    refused(["data", "import", "codedance-sft", missing, "--out", str(tmp_path / "o"), "--limit", "0"], "--limit")
-    refused(["data", "import", "codedance-rl", missing, "--out", str(tmp_path / "o"), "--val-fraction", "1"],
-            "--val-fraction")
+    refused(
+        [
+            "data",
+            "import",
+            "codedance-sft",
+            missing,
+            "--out",
+            str(tmp_path / "o"),
+            "--verify",
+            "--concurrency",
+            "0",
+        ],
+        "--concurrency must be at least 1",
+    )
+    refused(
+        ["data", "import", "codedance-sft", missing, "--out", str(tmp_path / "o"), "--limit", "0"],
+        "--limit",
+    )
+    refused(
+        [
+            "data",
+            "import",
+            "codedance-rl",
+            missing,
+            "--out",
+            str(tmp_path / "o"),
+            "--val-fraction",
+            "1",
+        ],
+        "--val-fraction",
+    )
     assert not (tmp_path / "o").exists()
     png = tmp_path / "chart.png"
     PILImage.new("RGB", (8, 8)).save(png)
     for kind in ("codedance-sft", "codedance-rl"):
-        refused(["data", "import", kind, str(png), "--out", str(tmp_path / "p")], "not a readable parquet file")
+        refused(
+            ["data", "import", kind, str(png), "--out", str(tmp_path / "p")],
+            "not a readable parquet file",
+        )
 
 
 def test_data_verify_refuses_a_record_it_cannot_read_before_any_sandbox(tmp_path):
     (tmp_path / "trajectories.jsonl").write_text('{"schema": 1}\n{}\n')
-    refused(["data", "verify", str(tmp_path)], "trajectories.jsonl, line 1: not a trajectory record (no key")
+    refused(
+        ["data", "verify", str(tmp_path)],
+        "trajectories.jsonl, line 1: not a trajectory record (no key",
+    )
     assert not (tmp_path / "verify.jsonl").exists()
 
 
@@ -95,8 +138,17 @@ def test_an_import_that_keeps_no_row_fails_without_a_next_step(tmp_path):
 
     rows, _ = rl_rows()
     write(rows, RL_SCHEMA, tmp_path / "rl.parquet")
-    result = CliRunner().invoke(app, ["data", "import", "codedance-sft", str(tmp_path / "rl.parquet"),
-                                      "--out", str(tmp_path / "o")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "data",
+            "import",
+            "codedance-sft",
+            str(tmp_path / "rl.parquet"),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert result.exit_code == 1, result.output
     assert "nothing imported" in result.output and "codedance sft --data" not in result.output
 
@@ -115,8 +167,20 @@ def test_a_bad_image_is_named_as_the_users_file(tmp_path):
     refused(["sandbox", "run", str(snippet), "-i", str(bad)], words)
     refused(["sandbox", "run", str(snippet), "--timeout", "0"], "--timeout must be above 0")
     with ReplayServer(["<answer>1</answer>"]) as server:
-        refused(["solve", "--model", server.url, "--image", str(bad), "--question", "q", "--out", str(tmp_path / "s")],
-                words)
+        refused(
+            [
+                "solve",
+                "--model",
+                server.url,
+                "--image",
+                str(bad),
+                "--question",
+                "q",
+                "--out",
+                str(tmp_path / "s"),
+            ],
+            words,
+        )
         assert server.requests == []
 
 
@@ -124,10 +188,20 @@ def test_eval_refuses_data_that_cannot_give_a_scorable_sample(tmp_path):
     image = png_b64()
     good = ["index", "question", "A", "B", "answer", "category", "image"]
     cases = {
-        "no answer": (tsv(tmp_path / "a.tsv", [c for c in good if c != "answer"],
-                          [[i, "q", "red", "blue", "c", image] for i in range(8)]), "has no column 'answer'"),
-        "no image": (tsv(tmp_path / "b.tsv", good[:-1], [[i, "q", "red", "blue", "A", "c"] for i in range(8)]),
-                     "has no images"),
+        "no answer": (
+            tsv(
+                tmp_path / "a.tsv",
+                [c for c in good if c != "answer"],
+                [[i, "q", "red", "blue", "c", image] for i in range(8)],
+            ),
+            "has no column 'answer'",
+        ),
+        "no image": (
+            tsv(
+                tmp_path / "b.tsv", good[:-1], [[i, "q", "red", "blue", "A", "c"] for i in range(8)]
+            ),
+            "has no images",
+        ),
         "no rows": (tsv(tmp_path / "c.tsv", good, []), "has no rows"),
     }
     garbage = tmp_path / "lmu" / "ChartQA_TEST.tsv"
@@ -137,22 +211,62 @@ def test_eval_refuses_data_that_cannot_give_a_scorable_sample(tmp_path):
         common = ["eval", "--model", server.url, "--concurrency", "2"]
         for name, (path, words) in cases.items():
             out = tmp_path / name.replace(" ", "-")
-            text = refused([*common, "--benchmarks", "vstar", "--data", f"vstar={path}", "--out", str(out)],
-                           f"{path} {words}")
+            text = refused(
+                [*common, "--benchmarks", "vstar", "--data", f"vstar={path}", "--out", str(out)],
+                f"{path} {words}",
+            )
             assert "model scripted at" not in text  # the server was not asked for its models either
             assert not out.exists(), name
-        refused([*common, "--benchmarks", "chartqa", "--lmu-data", str(garbage.parent), "--out", str(tmp_path / "g")],
-                f"{garbage}: not a VLMEvalKit TSV file")
+        refused(
+            [
+                *common,
+                "--benchmarks",
+                "chartqa",
+                "--lmu-data",
+                str(garbage.parent),
+                "--out",
+                str(tmp_path / "g"),
+            ],
+            f"{garbage}: not a VLMEvalKit TSV file",
+        )
         assert server.requests == []  # the data is checked before the server is asked anything
 
 
 def test_an_eval_row_with_a_corrupt_image_fails_naming_its_file_and_row(tmp_path):
-    rows = [[i, "q", "red", "blue", "A", "c", png_b64() if i != 1 else base64.b64encode(b"junk").decode()]
-            for i in range(3)]
-    data = tsv(tmp_path / "v.tsv", ["index", "question", "A", "B", "answer", "category", "image"], rows)
+    rows = [
+        [
+            i,
+            "q",
+            "red",
+            "blue",
+            "A",
+            "c",
+            png_b64() if i != 1 else base64.b64encode(b"junk").decode(),
+        ]
+        for i in range(3)
+    ]
+    data = tsv(
+        tmp_path / "v.tsv", ["index", "question", "A", "B", "answer", "category", "image"], rows
+    )
     with ReplayServer(lambda body: "<answer>A</answer>") as server:
-        result = CliRunner().invoke(app, ["eval", "--model", server.url, "--benchmarks", "vstar", "--data",
-                                          f"vstar={data}", "--out", str(tmp_path / "r"), "--no-tools"])
+        result = CliRunner().invoke(
+            app,
+            [
+                "eval",
+                "--model",
+                server.url,
+                "--benchmarks",
+                "vstar",
+                "--data",
+                f"vstar={data}",
+                "--out",
+                str(tmp_path / "r"),
+                "--no-tools",
+            ],
+        )
     assert result.exit_code == 1, result.output
     failures = (tmp_path / "r" / "failures.jsonl").read_text()
-    assert f"vstar/1: image of row 1 of {data} is not a readable image (no image format Pillow reads)" in failures
+    assert (
+        f"vstar/1: image of row 1 of {data} is not a readable image (no image format Pillow reads)"
+        in failures
+    )

@@ -9,7 +9,9 @@ from codedance.agents.deepeyes import DEEPEYES
 from codedance.agents.deepeyesv2 import DEEPEYESV2
 from codedance.errors import SettingsError
 
-AGENTS: dict[str, AgentProfile] = {a.name: a for a in (CODEDANCE, CODEDANCE_PAPER, DEEPEYES, DEEPEYESV2)}
+AGENTS: dict[str, AgentProfile] = {
+    a.name: a for a in (CODEDANCE, CODEDANCE_PAPER, DEEPEYES, DEEPEYESV2)
+}
 
 
 def get_agent(name: str) -> AgentProfile:

@@ -42,7 +42,11 @@ class AgentProfile:
 
     def episode_config(self, config: EpisodeConfig) -> EpisodeConfig:
         """The run's episode settings under this protocol (its prompt profile, turn limit)."""
-        return replace(config, profile=get_profile(self.prompt_profile)) if self.prompt_profile else config
+        return (
+            replace(config, profile=get_profile(self.prompt_profile))
+            if self.prompt_profile
+            else config
+        )
 
     def images_of(self, task: Task, config: EpisodeConfig) -> tuple[Image, ...]:
         return config.images_of(task)
@@ -60,4 +64,6 @@ SandboxFactory = Callable[[tuple[Image, ...]], CodeRunner]
 
 
 CODEDANCE = AgentProfile(name="codedance")  # the run's prompt profile (release by default)
-CODEDANCE_PAPER = AgentProfile(name="codedance-paper", prompt_profile="paper")  # Table 10 prompt, <interpreter>
+CODEDANCE_PAPER = AgentProfile(
+    name="codedance-paper", prompt_profile="paper"
+)  # Table 10 prompt, <interpreter>

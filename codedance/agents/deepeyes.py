@@ -78,12 +78,16 @@ Return a json object with function name and arguments within <tool_call></tool_c
 <tool_call>  
 {"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [10, 20, 100, 200], "label": "the apple on the desk"}}  
 </tool_call>"""
-INSTRUCTION = ("\nThink first, call **image_zoom_in_tool** if needed, then answer. Format strictly as:  "
-               "<think>...</think>  <tool_call>...</tool_call> (if tools needed)  <answer>...</answer> ")
+INSTRUCTION = (
+    "\nThink first, call **image_zoom_in_tool** if needed, then answer. Format strictly as:  "
+    "<think>...</think>  <tool_call>...</tool_call> (if tools needed)  <answer>...</answer> "
+)
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 CALL_RESPONSE_OPEN, CALL_RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
 MAX_CALLS = 11  # its loop stops once 11 replies were asked for
-CROP_LIMITS = VisionLimits(factor=28, min_pixels=4 * 28 * 28, max_pixels=16384 * 28 * 28, max_ratio=float("inf"))
+CROP_LIMITS = VisionLimits(
+    factor=28, min_pixels=4 * 28 * 28, max_pixels=16384 * 28 * 28, max_ratio=float("inf")
+)
 
 
 def user_text(task: Task) -> str:
@@ -188,7 +192,11 @@ class DeepEyesEpisode(PeerEpisode):
     source = SOURCE
 
     def __init__(self, task: Task, config: EpisodeConfig) -> None:
-        super().__init__(task, config, (Message("system", (SYSTEM,)), Message("user", (*task.images, user_text(task)))))
+        super().__init__(
+            task,
+            config,
+            (Message("system", (SYSTEM,)), Message("user", (*task.images, user_text(task)))),
+        )
 
     def on_completion(self, completion) -> str | None:
         self._check_ready()
@@ -205,7 +213,9 @@ class DeepEyesEpisode(PeerEpisode):
                 self._notes.append(("error", str(exc)))
                 self._stop(StopReason.FORMAT_ERROR, turn)
                 return None
-        if body is not None:  # cropped even beside an answer, as the source does (the episode ends after)
+        if (
+            body is not None
+        ):  # cropped even beside an answer, as the source does (the episode ends after)
             self._pending = (text, turn)
             return body
         if answered:
@@ -245,8 +255,12 @@ class DeepEyesProfile(AgentProfile):
         return False
 
     def episode_config(self, config: EpisodeConfig) -> EpisodeConfig:
-        profile = PromptProfile(name=self.name, system=SYSTEM, instruction=INSTRUCTION,
-                                user_template="Question: {question}\n{instruction}")
+        profile = PromptProfile(
+            name=self.name,
+            system=SYSTEM,
+            instruction=INSTRUCTION,
+            user_template="Question: {question}\n{instruction}",
+        )
         return replace(config, max_turns=MAX_CALLS, profile=profile, inject_turn_limit=False)
 
     def images_of(self, task: Task, config: EpisodeConfig) -> tuple[Image, ...]:
@@ -255,7 +269,9 @@ class DeepEyesProfile(AgentProfile):
     def start(self, task: Task, config: EpisodeConfig) -> DeepEyesEpisode:
         return DeepEyesEpisode(task, config)
 
-    def runner(self, images: tuple[Image, ...], sandbox: SandboxFactory | None = None) -> ZoomRunner:
+    def runner(
+        self, images: tuple[Image, ...], sandbox: SandboxFactory | None = None
+    ) -> ZoomRunner:
         return ZoomRunner(images)
 
 

@@ -20,7 +20,9 @@ class PeerEpisode:
         self.prompt = prompt
         self._messages: list[Message] = list(prompt)
         self._turns: list[Turn] = []
-        self._pending: tuple[str, Turn] | None = None  # (the reply as it goes back to the model, its turn)
+        self._pending: tuple[str, Turn] | None = (
+            None  # (the reply as it goes back to the model, its turn)
+        )
         self._notes: list[tuple[str, str]] = []
         self.stop_reason: StopReason | None = None
         self.answer: str | None = None
@@ -61,7 +63,10 @@ class PeerEpisode:
         from codedance.policy.base import ImageLimitError
 
         self._notes.append(("error", f"model limit: {error}"))
-        self._stop(StopReason.IMAGE_LIMIT if isinstance(error, ImageLimitError) else StopReason.MAX_TOKENS, None)
+        self._stop(
+            StopReason.IMAGE_LIMIT if isinstance(error, ImageLimitError) else StopReason.MAX_TOKENS,
+            None,
+        )
 
     def interrupt(self, error: BaseException) -> None:
         if self.done:
@@ -74,7 +79,18 @@ class PeerEpisode:
     def trajectory(self) -> Trajectory:
         if self.stop_reason is None:
             raise RuntimeError("the episode has not ended")
-        metadata = (("profile", self.config.profile.name), ("agent", self.agent), ("agent_source", self.source),
-                    *self.config.metadata, *self._notes)
-        return Trajectory(task_id=self.task.id, turns=tuple(self._turns), stop_reason=self.stop_reason,
-                          answer=self.answer, metadata=metadata, prompt=self.prompt)
+        metadata = (
+            ("profile", self.config.profile.name),
+            ("agent", self.agent),
+            ("agent_source", self.source),
+            *self.config.metadata,
+            *self._notes,
+        )
+        return Trajectory(
+            task_id=self.task.id,
+            turns=tuple(self._turns),
+            stop_reason=self.stop_reason,
+            answer=self.answer,
+            metadata=metadata,
+            prompt=self.prompt,
+        )

@@ -22,7 +22,9 @@ PIPED_WIDTH = 160
 INTERRUPTED = 130  # the exit code of an interrupted command, SIGINT (Ctrl-C) and SIGTERM alike
 # control characters but newline and tab (C0, DEL, C1), shown as escapes: text a model or a
 # snippet wrote could otherwise move the cursor, retitle the window or rewrite earlier lines
-_CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0))}
+_CONTROLS = {
+    code: f"\\x{code:02x}" for code in (*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0))
+}
 
 
 def untrusted(text: str) -> str:
@@ -63,7 +65,9 @@ def user_errors(command: Callable[..., Any] | None = None, *, interrupted: str =
         try:
             return command(*args, **kwargs)
         except CodeDanceError as exc:
-            make_console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+            make_console(stderr=True).print(
+                f"[red]error:[/red] {escape(str(exc))}", highlight=False
+            )
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             make_console(stderr=True).print(interrupted, markup=False, highlight=False)

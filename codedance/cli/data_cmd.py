@@ -25,7 +25,9 @@ import typer
 from codedance.cli import options as opt
 from codedance.cli.console import make_console, user_errors
 
-app = typer.Typer(help="Import, verify and describe the authors' released datasets.", no_args_is_help=True)
+app = typer.Typer(
+    help="Import, verify and describe the authors' released datasets.", no_args_is_help=True
+)
 import_app = typer.Typer(help="Import a released dataset's parquet files.", no_args_is_help=True)
 app.add_typer(import_app, name="import")
 
@@ -51,8 +53,10 @@ class _Bar:
 
 def _report(console, result, what: str) -> None:  # type: ignore[no-untyped-def]
     skipped = sum(result.skipped.values())
-    console.print(f"{what}: {result.imported} imported, {skipped} skipped of {result.rows} rows read "
-                  f"({result.total} in the input; {result.ran} this run, {result.seconds:.1f} s) → {result.out}")
+    console.print(
+        f"{what}: {result.imported} imported, {skipped} skipped of {result.rows} rows read "
+        f"({result.total} in the input; {result.ran} this run, {result.seconds:.1f} s) → {result.out}"
+    )
     for reason, n in result.skipped.items():
         console.print(f"  skipped {n}: {reason}")
     for name, n in result.conventions.items():
@@ -64,8 +68,10 @@ def _nothing_imported(console, result) -> None:  # type: ignore[no-untyped-def]
     """An import folder without one row is no dataset: say so and exit 1 instead of printing
     the next step's command."""
     if result.imported == 0:
-        console.print("[red]nothing imported:[/red] every row was skipped (the reasons are above); "
-                      "is it the right dataset for this import?")
+        console.print(
+            "[red]nothing imported:[/red] every row was skipped (the reasons are above); "
+            "is it the right dataset for this import?"
+        )
         raise typer.Exit(1)
 
 
@@ -78,35 +84,59 @@ def _fail(console, exc: Exception) -> None:  # type: ignore[no-untyped-def]
     raise typer.Exit(2) from None
 
 
-def _verify(console, out: Path, concurrency: int, tolerance: float, timeout_s: float,  # type: ignore[no-untyped-def]
-            limit: int | None) -> None:
+def _verify(
+    console,
+    out: Path,
+    concurrency: int,
+    tolerance: float,
+    timeout_s: float,  # type: ignore[no-untyped-def]
+    limit: int | None,
+) -> None:
     from rich.table import Table
 
     from codedance.data.verify import ROW_VERDICTS, STEP_VERDICTS, verify_dir
 
     bar = _Bar("verify")
     try:
-        result = verify_dir(out, concurrency=concurrency, tolerance=tolerance, timeout_s=timeout_s,
-                            limit=limit, progress=bar)
+        result = verify_dir(
+            out,
+            concurrency=concurrency,
+            tolerance=tolerance,
+            timeout_s=timeout_s,
+            limit=limit,
+            progress=bar,
+        )
     finally:
         bar.stop()
-    table = Table(title=f"re-execution in the sandbox ({result.ran} this run, {result.seconds:.1f} s)")
+    table = Table(
+        title=f"re-execution in the sandbox ({result.ran} this run, {result.seconds:.1f} s)"
+    )
     table.add_column("level")
     table.add_column("verdict")
     table.add_column("count", justify="right")
-    for level, counts, order in (("trajectory", result.rows, ROW_VERDICTS), ("step", result.steps, STEP_VERDICTS)):
+    for level, counts, order in (
+        ("trajectory", result.rows, ROW_VERDICTS),
+        ("step", result.steps, STEP_VERDICTS),
+    ):
         for verdict in order:
             if counts.get(verdict):
                 table.add_row(level, verdict, str(counts[verdict]))
     for kind, n in result.divergence.items():
         table.add_row("divergence", kind, str(n))
     console.print(table)
-    console.print(f"per-trajectory verdicts: {out / 'verify.jsonl'}; totals: {out / 'verify_summary.json'}")
+    console.print(
+        f"per-trajectory verdicts: {out / 'verify.jsonl'}; totals: {out / 'verify_summary.json'}"
+    )
 
 
-PATHS = Annotated[list[str] | None, typer.Argument(
-    metavar="PATH... [KEY=VALUE]...", show_default=False,
-    help="Parquet files or folders (the dataset's data/), then settings, e.g. limit=100 (all: --print-config)")]
+PATHS = Annotated[
+    list[str] | None,
+    typer.Argument(
+        metavar="PATH... [KEY=VALUE]...",
+        show_default=False,
+        help="Parquet files or folders (the dataset's data/), then settings, e.g. limit=100 (all: --print-config)",
+    ),
+]
 
 
 @import_app.command("codedance-sft")
@@ -115,12 +145,19 @@ def import_sft_cmd(
     items: PATHS = None,
     config: opt.Presets = None,
     out: Path = typer.Option(None, help="Output folder (rerun to resume)"),
-    verify: bool = typer.Option(None, "--verify", help="Then re-execute every trajectory in the sandbox",
-                                show_default=False),
+    verify: bool = typer.Option(
+        None, "--verify", help="Then re-execute every trajectory in the sandbox", show_default=False
+    ),
     limit: int = typer.Option(None, help="Import at most this many new rows \\[all]"),
-    concurrency: int = typer.Option(None, help="--verify: trajectories (and sandbox steps) at once [2]"),
-    tolerance: float = typer.Option(None, help="--verify: mean absolute pixel difference allowed (0-1) [0.02]"),
-    timeout_s: float = typer.Option(None, help="--verify: seconds per snippet (the release: 15) [15]"),
+    concurrency: int = typer.Option(
+        None, help="--verify: trajectories (and sandbox steps) at once [2]"
+    ),
+    tolerance: float = typer.Option(
+        None, help="--verify: mean absolute pixel difference allowed (0-1) [0.02]"
+    ),
+    timeout_s: float = typer.Option(
+        None, help="--verify: seconds per snippet (the release: 15) [15]"
+    ),
     print_config: opt.PrintConfig = False,
 ) -> None:
     """CodeDance-SFT → trajectory records (what `codedance sft --data OUT` trains on)."""
@@ -130,23 +167,41 @@ def import_sft_cmd(
 
     console = make_console()
     paths, overrides = opt.split_positionals(items)
-    cfg = opt.resolve(SftImportConfig, config, overrides, print_config=print_config, console=console,
-                      command="data", paths=paths or None, out=_text(out), verify=verify, limit=limit,
-                      concurrency=concurrency, tolerance=tolerance, timeout_s=timeout_s)
+    cfg = opt.resolve(
+        SftImportConfig,
+        config,
+        overrides,
+        print_config=print_config,
+        console=console,
+        command="data",
+        paths=paths or None,
+        out=_text(out),
+        verify=verify,
+        limit=limit,
+        concurrency=concurrency,
+        tolerance=tolerance,
+        timeout_s=timeout_s,
+    )
     cfg.check()
     out = Path(cfg.out)
     bar = _Bar("import")
     try:
-        result = import_sft([Path(p) for p in cfg.paths], out, progress=lambda p: bar(p.done, p.total),
-                            limit=cfg.limit)
+        result = import_sft(
+            [Path(p) for p in cfg.paths],
+            out,
+            progress=lambda p: bar(p.done, p.total),
+            limit=cfg.limit,
+        )
     except (InputError, FileNotFoundError) as exc:
         _fail(console, exc)
     finally:
         bar.stop()
     _report(console, result, "codedance-sft")
     _nothing_imported(console, result)
-    console.print(f"train: codedance sft --data {out} --model MODEL --out runs/sft; "
-                  f"ms-swift: codedance sft --data {out} --export-swift {out / 'swift.jsonl'}")
+    console.print(
+        f"train: codedance sft --data {out} --model MODEL --out runs/sft; "
+        f"ms-swift: codedance sft --data {out} --export-swift {out / 'swift.jsonl'}"
+    )
     if cfg.verify:
         _verify(console, out, cfg.concurrency, cfg.tolerance, cfg.timeout_s, None)
 
@@ -157,7 +212,9 @@ def import_rl_cmd(
     items: PATHS = None,
     config: opt.Presets = None,
     out: Path = typer.Option(None, help="Output folder (rerun to resume)"),
-    val_fraction: float = typer.Option(None, help="Share of rows held out for val.parquet (by key hash) [0.005]"),
+    val_fraction: float = typer.Option(
+        None, help="Share of rows held out for val.parquet (by key hash) [0.005]"
+    ),
     limit: int = typer.Option(None, help="Import at most this many new rows \\[all]"),
     print_config: opt.PrintConfig = False,
 ) -> None:
@@ -168,14 +225,29 @@ def import_rl_cmd(
 
     console = make_console()
     paths, overrides = opt.split_positionals(items)
-    cfg = opt.resolve(RlImportConfig, config, overrides, print_config=print_config, console=console,
-                      command="data", paths=paths or None, out=_text(out), val_fraction=val_fraction, limit=limit)
+    cfg = opt.resolve(
+        RlImportConfig,
+        config,
+        overrides,
+        print_config=print_config,
+        console=console,
+        command="data",
+        paths=paths or None,
+        out=_text(out),
+        val_fraction=val_fraction,
+        limit=limit,
+    )
     cfg.check()
     out = Path(cfg.out)
     bar = _Bar("import")
     try:
-        result = import_rl([Path(p) for p in cfg.paths], out, val_fraction=cfg.val_fraction,
-                           progress=lambda p: bar(p.done, p.total), limit=cfg.limit)
+        result = import_rl(
+            [Path(p) for p in cfg.paths],
+            out,
+            val_fraction=cfg.val_fraction,
+            progress=lambda p: bar(p.done, p.total),
+            limit=cfg.limit,
+        )
     except (InputError, FileNotFoundError, ValueError, ImportError) as exc:
         _fail(console, exc)
     finally:
@@ -183,23 +255,34 @@ def import_rl_cmd(
     _report(console, result, "codedance-rl")
     _nothing_imported(console, result)
     rows = json.loads((out / "summary.json").read_text())["verl_rows"]
-    console.print(f"verl parquet: train.parquet {rows['train']} rows, val.parquet {rows['val']} rows")
+    console.print(
+        f"verl parquet: train.parquet {rows['train']} rows, val.parquet {rows['val']} rows"
+    )
     if not rows["val"]:
-        console.print("[yellow]val.parquet is empty: raise --val-fraction (verl validates on it)[/yellow]")
-    console.print(f"verl: DATA={out} bash scripts/train_verl.sh codedance/presets/verl/single_node_8gpu.yaml; "
-                  f"tasks: {out / 'tasks.jsonl'}; prompt profile: --profiles {out / 'profiles.yaml'} "
-                  "--profile codedance-rl")
+        console.print(
+            "[yellow]val.parquet is empty: raise --val-fraction (verl validates on it)[/yellow]"
+        )
+    console.print(
+        f"verl: DATA={out} bash scripts/train_verl.sh codedance/presets/verl/single_node_8gpu.yaml; "
+        f"tasks: {out / 'tasks.jsonl'}; prompt profile: --profiles {out / 'profiles.yaml'} "
+        "--profile codedance-rl"
+    )
 
 
 @app.command("verify")
 @user_errors
 def verify_cmd(
     items: list[str] | None = typer.Argument(
-        None, metavar="DIR [KEY=VALUE]...", show_default=False,
-        help="A codedance-sft import folder, then settings, e.g. concurrency=8 (all: --print-config)"),
+        None,
+        metavar="DIR [KEY=VALUE]...",
+        show_default=False,
+        help="A codedance-sft import folder, then settings, e.g. concurrency=8 (all: --print-config)",
+    ),
     config: opt.Presets = None,
     concurrency: int = typer.Option(None, help="Trajectories (and sandbox steps) at once [2]"),
-    tolerance: float = typer.Option(None, help="Mean absolute pixel difference allowed (0-1) [0.02]"),
+    tolerance: float = typer.Option(
+        None, help="Mean absolute pixel difference allowed (0-1) [0.02]"
+    ),
     timeout_s: float = typer.Option(None, help="Seconds per snippet (the release: 15) [15]"),
     limit: int = typer.Option(None, help="Verify at most this many new trajectories \\[all]"),
     print_config: opt.PrintConfig = False,
@@ -212,14 +295,29 @@ def verify_cmd(
     folders, overrides = opt.split_positionals(items)
     if len(folders) > 1:
         raise SettingsError(f"give one import folder, got {len(folders)}: {' '.join(folders)}")
-    cfg = opt.resolve(VerifyConfig, config, overrides, print_config=print_config, console=console,
-                      command="data", out=folders[0] if folders else None, concurrency=concurrency,
-                      tolerance=tolerance, timeout_s=timeout_s, limit=limit)
+    cfg = opt.resolve(
+        VerifyConfig,
+        config,
+        overrides,
+        print_config=print_config,
+        console=console,
+        command="data",
+        out=folders[0] if folders else None,
+        concurrency=concurrency,
+        tolerance=tolerance,
+        timeout_s=timeout_s,
+        limit=limit,
+    )
     cfg.check()
     out = Path(cfg.out)
     if not (out / "trajectories.jsonl").exists():
-        _fail(console, FileNotFoundError(f"no {out / 'trajectories.jsonl'}: import with "
-                                         f"`codedance data import codedance-sft PATH --out {out}` first"))
+        _fail(
+            console,
+            FileNotFoundError(
+                f"no {out / 'trajectories.jsonl'}: import with "
+                f"`codedance data import codedance-sft PATH --out {out}` first"
+            ),
+        )
     _verify(console, out, cfg.concurrency, cfg.tolerance, cfg.timeout_s, cfg.limit)
 
 

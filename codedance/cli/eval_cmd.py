@@ -48,25 +48,57 @@ def eval_(
     overrides: opt.Overrides = None,
     config: opt.Presets = None,
     model: opt.Model = None,
-    out: Path = typer.Option(None, "--out", help="Run folder (rerun the same command to resume)", rich_help_panel=opt.RUN),
-    benchmarks: str = typer.Option(None, help="Comma-separated names, 'paper' (the eleven) or 'all' \\[paper]",
-                                   rich_help_panel=opt.RUN),
-    tasks: Path = typer.Option(None, metavar="PATH", help="A Task JSONL or import folder to evaluate (tasks_split=val: "
-                               "one split)", rich_help_panel=DATA),
+    out: Path = typer.Option(
+        None, "--out", help="Run folder (rerun the same command to resume)", rich_help_panel=opt.RUN
+    ),
+    benchmarks: str = typer.Option(
+        None,
+        help="Comma-separated names, 'paper' (the eleven) or 'all' \\[paper]",
+        rich_help_panel=opt.RUN,
+    ),
+    tasks: Path = typer.Option(
+        None,
+        metavar="PATH",
+        help="A Task JSONL or import folder to evaluate (tasks_split=val: one split)",
+        rich_help_panel=DATA,
+    ),
     model_name: opt.ModelName = None,
     max_turns: opt.MaxTurns = None,
-    concurrency: int = typer.Option(None, help="Samples in flight at once [64]", rich_help_panel=opt.RUN),
-    limit: int = typer.Option(None, help="First N samples of each benchmark \\[all]", rich_help_panel=opt.RUN),
-    no_tools: bool = typer.Option(None, "--no-tools", help="Answer directly, one turn, no code (baseline)",
-                                  rich_help_panel=opt.RUN, show_default=False),
-    judge: str = typer.Option(None, help="OpenAI-compatible judge URL for judge-based metrics", rich_help_panel=opt.RUN),
-    judge_model: str = typer.Option(None, help="Judge model name \\[Qwen/Qwen2.5-72B-Instruct]", rich_help_panel=opt.RUN),
-    data: list[str] = typer.Option([], "--data", help="NAME=PATH: a TSV, HF export or MATH-V folder",
-                                   rich_help_panel=DATA),
-    lmu_data: Path = typer.Option(None, help="VLMEvalKit data folder \\[$LMUData or ~/LMUData]", rich_help_panel=DATA),
-    pixmo_cache: Path = typer.Option(None, help="PixmoCount image cache \\[<lmu-data>/pixmo_cache]", rich_help_panel=DATA),
-    fetch_images: bool = typer.Option(None, "--fetch-images", help="Download PixmoCount images missing from the cache",
-                                      rich_help_panel=DATA, show_default=False),
+    concurrency: int = typer.Option(
+        None, help="Samples in flight at once [64]", rich_help_panel=opt.RUN
+    ),
+    limit: int = typer.Option(
+        None, help="First N samples of each benchmark \\[all]", rich_help_panel=opt.RUN
+    ),
+    no_tools: bool = typer.Option(
+        None,
+        "--no-tools",
+        help="Answer directly, one turn, no code (baseline)",
+        rich_help_panel=opt.RUN,
+        show_default=False,
+    ),
+    judge: str = typer.Option(
+        None, help="OpenAI-compatible judge URL for judge-based metrics", rich_help_panel=opt.RUN
+    ),
+    judge_model: str = typer.Option(
+        None, help="Judge model name \\[Qwen/Qwen2.5-72B-Instruct]", rich_help_panel=opt.RUN
+    ),
+    data: list[str] = typer.Option(
+        [], "--data", help="NAME=PATH: a TSV, HF export or MATH-V folder", rich_help_panel=DATA
+    ),
+    lmu_data: Path = typer.Option(
+        None, help="VLMEvalKit data folder \\[$LMUData or ~/LMUData]", rich_help_panel=DATA
+    ),
+    pixmo_cache: Path = typer.Option(
+        None, help="PixmoCount image cache \\[<lmu-data>/pixmo_cache]", rich_help_panel=DATA
+    ),
+    fetch_images: bool = typer.Option(
+        None,
+        "--fetch-images",
+        help="Download PixmoCount images missing from the cache",
+        rich_help_panel=DATA,
+        show_default=False,
+    ),
     profile: opt.Profile = None,
     profiles: opt.Profiles = None,
     temperature: opt.Temperature = None,
@@ -75,17 +107,33 @@ def eval_(
     request_timeout: opt.RequestTimeout = None,
     api_key: opt.ApiKey = "EMPTY",
     plain_openai: opt.PlainOpenai = None,
-    scoring: str = typer.Option(None, help="vlmevalkit (VLMEvalKit's rules per sample) or strict \\[vlmevalkit]",
-                                rich_help_panel=opt.RUN),
-    samples: int = typer.Option(None, help="Samples per item (Avg@k, pass@k); needs --temperature > 0 [1]",
-                                rich_help_panel=opt.RUN),
-    stop_after: int = typer.Option(None, help="Stop after this many consecutive server failures (unreachable, "
-                                   "or 429/5xx after retries) [10]",
-                                   rich_help_panel=opt.SERVER),
-    retries: int = typer.Option(None, help="Retries of a failed model request (connection errors, 429, 5xx) [4]",
-                                rich_help_panel=opt.SERVER),
-    agent: str = typer.Option(None, help="The model family's own protocol: codedance, codedance-paper, deepeyes, deepeyesv2 "
-                              "(docs/eval.md, reproduction cards) \\[codedance]", rich_help_panel=opt.RUN),
+    scoring: str = typer.Option(
+        None,
+        help="vlmevalkit (VLMEvalKit's rules per sample) or strict \\[vlmevalkit]",
+        rich_help_panel=opt.RUN,
+    ),
+    samples: int = typer.Option(
+        None,
+        help="Samples per item (Avg@k, pass@k); needs --temperature > 0 [1]",
+        rich_help_panel=opt.RUN,
+    ),
+    stop_after: int = typer.Option(
+        None,
+        help="Stop after this many consecutive server failures (unreachable, "
+        "or 429/5xx after retries) [10]",
+        rich_help_panel=opt.SERVER,
+    ),
+    retries: int = typer.Option(
+        None,
+        help="Retries of a failed model request (connection errors, 429, 5xx) [4]",
+        rich_help_panel=opt.SERVER,
+    ),
+    agent: str = typer.Option(
+        None,
+        help="The model family's own protocol: codedance, codedance-paper, deepeyes, deepeyesv2 "
+        "(docs/eval.md, reproduction cards) \\[codedance]",
+        rich_help_panel=opt.RUN,
+    ),
     print_config: opt.PrintConfig = False,
 ) -> None:
     """Run the benchmarks, score them and write the report into --out."""
@@ -97,17 +145,41 @@ def eval_(
 
     console = make_console()
     text = lambda v: None if v is None else str(v)
-    cfg = opt.resolve(EvalConfig, config, overrides, print_config=print_config, console=console, command="eval",
-                      benchmarks=benchmarks, out=text(out), tasks=text(tasks), server__url=model,
-                      server__model=model_name, server__temperature=temperature, server__max_tokens=max_tokens,
-                      server__timeout_s=request_timeout, server__retries=retries,
-                      server__vllm_extras=opt.vllm_extras(plain_openai), episode__max_turns=max_turns,
-                      episode__prompt_profile=profile,
-                      episode__exec_timeout_s=exec_timeout, profiles=text(profiles), no_tools=no_tools,
-                      limit=limit, samples=samples, scoring=scoring, judge__url=judge, judge__model=judge_model,
-                      data=list(data) or None, lmu_data=text(lmu_data), pixmo_cache=text(pixmo_cache),
-                      fetch_images=fetch_images, concurrency=concurrency, stop_after=stop_after,
-                      agent=agent)
+    cfg = opt.resolve(
+        EvalConfig,
+        config,
+        overrides,
+        print_config=print_config,
+        console=console,
+        command="eval",
+        benchmarks=benchmarks,
+        out=text(out),
+        tasks=text(tasks),
+        server__url=model,
+        server__model=model_name,
+        server__temperature=temperature,
+        server__max_tokens=max_tokens,
+        server__timeout_s=request_timeout,
+        server__retries=retries,
+        server__vllm_extras=opt.vllm_extras(plain_openai),
+        episode__max_turns=max_turns,
+        episode__prompt_profile=profile,
+        episode__exec_timeout_s=exec_timeout,
+        profiles=text(profiles),
+        no_tools=no_tools,
+        limit=limit,
+        samples=samples,
+        scoring=scoring,
+        judge__url=judge,
+        judge__model=judge_model,
+        data=list(data) or None,
+        lmu_data=text(lmu_data),
+        pixmo_cache=text(pixmo_cache),
+        fetch_images=fetch_images,
+        concurrency=concurrency,
+        stop_after=stop_after,
+        agent=agent,
+    )
     server, out_dir = cfg.server, Path(cfg.out)
     judge_client = None
     try:
@@ -120,29 +192,51 @@ def eval_(
                 raise PolicyError(f"{policy.base_url}/models lists no models")
             policy.model = served[0]
         settings = dataclasses.replace(
-            settings, episode=dataclasses.replace(settings.episode, metadata=(("model", policy.model),)),
-            model=policy.model)
+            settings,
+            episode=dataclasses.replace(settings.episode, metadata=(("model", policy.model),)),
+            model=policy.model,
+        )
         if cfg.judge.url:
             judge_client = JudgeClient(dataclasses.replace(cfg.judge, api_key=api_key))
-        console.print(f"model [bold]{policy.model}[/bold] at {policy.base_url}; "
-                      f"{'no tools' if cfg.no_tools else f'max {cfg.episode.max_turns} turns'}; scoring {cfg.scoring}; "
-                      f"judge: {cfg.judge.model + ' at ' + cfg.judge.url if cfg.judge.url else 'none'}"
-                      + (f"; {cfg.samples} samples per item" if cfg.samples > 1 else ""))
-        report = run_eval(policy, settings, out_dir, judge=judge_client, loaded=loaded,
-                          on_loaded=lambda spec, n: console.print(f"{spec.title}: {n} samples"))
+        console.print(
+            f"model [bold]{policy.model}[/bold] at {policy.base_url}; "
+            f"{'no tools' if cfg.no_tools else f'max {cfg.episode.max_turns} turns'}; scoring {cfg.scoring}; "
+            f"judge: {cfg.judge.model + ' at ' + cfg.judge.url if cfg.judge.url else 'none'}"
+            + (f"; {cfg.samples} samples per item" if cfg.samples > 1 else "")
+        )
+        report = run_eval(
+            policy,
+            settings,
+            out_dir,
+            judge=judge_client,
+            loaded=loaded,
+            on_loaded=lambda spec, n: console.print(f"{spec.title}: {n} samples"),
+        )
         policy.close()
-    except (OSError, ImportError) as exc:  # a data file that cannot be read, an optional library missing
+    except (
+        OSError,
+        ImportError,
+    ) as exc:  # a data file that cannot be read, an optional library missing
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(code=2) from exc
     finally:
         if judge_client is not None:
             judge_client.close()
     console.print(markdown(report))
-    console.print(f"report: {out_dir / 'report.html'}  trajectories: {out_dir / 'view' / 'index.html'}")
-    unjudged = [line for r in report.results for line in r.not_produced if "the judge did not answer" in line]
+    console.print(
+        f"report: {out_dir / 'report.html'}  trajectories: {out_dir / 'view' / 'index.html'}"
+    )
+    unjudged = [
+        line
+        for r in report.results
+        for line in r.not_produced
+        if "the judge did not answer" in line
+    ]
     if unjudged:
-        console.print(f"[red]judged numbers not produced:[/red] the judge at {cfg.judge.url} did not answer; "
-                      f"start it and rerun the same command (only the unjudged samples are scored again)")
+        console.print(
+            f"[red]judged numbers not produced:[/red] the judge at {cfg.judge.url} did not answer; "
+            f"start it and rerun the same command (only the unjudged samples are scored again)"
+        )
     failed = report.failed
     if unjudged and not (report.stopped or failed):
         raise typer.Exit(code=1)
@@ -151,16 +245,23 @@ def eval_(
         top = report.top_failure()
         reason = f"; most common: {top[0]} ({top[1]}x)" if top else ""
         if report.stopped:
-            console.print(f"[red]stopped early:[/red] {report.stopped}; finished samples are saved, "
-                          f"rerun the same command to resume")
-        console.print(f"[red]{failed}/{expected} samples failed[/red]{reason}; see {out_dir / 'failures.jsonl'}; "
-                      f"rerun the same command to retry them")
+            console.print(
+                f"[red]stopped early:[/red] {report.stopped}; finished samples are saved, "
+                f"rerun the same command to resume"
+            )
+        console.print(
+            f"[red]{failed}/{expected} samples failed[/red]{reason}; see {out_dir / 'failures.jsonl'}; "
+            f"rerun the same command to retry them"
+        )
         raise typer.Exit(code=1)
 
 
-def report(runs: list[Path] = typer.Argument(..., help="Run folders (or report.json files)"),
-           allow_incomplete: bool = typer.Option(False, "--allow-incomplete",
-                                                 help="Show deltas between incomplete and complete runs")) -> None:
+def report(
+    runs: list[Path] = typer.Argument(..., help="Run folders (or report.json files)"),
+    allow_incomplete: bool = typer.Option(
+        False, "--allow-incomplete", help="Show deltas between incomplete and complete runs"
+    ),
+) -> None:
     """Compare runs side by side: accuracy (with 95 % intervals), turns and execution success,
     deltas vs the first and whether each accuracy delta lies outside both intervals."""
     from codedance.eval.report import compare_markdown, load_report

@@ -26,22 +26,32 @@ def check(
     extracted = extract_answer(prediction)
     answer = extracted.text if extracted.text is not None else prediction
     if any("=" not in c for c in choice or []):
-        raise SettingsError(f"--choice expects LETTER=TEXT, got {[c for c in choice or [] if '=' not in c]}")
+        raise SettingsError(
+            f"--choice expects LETTER=TEXT, got {[c for c in choice or [] if '=' not in c]}"
+        )
     choices = dict(c.split("=", 1) for c in (choice or [])) or None
     try:
         ok = check_answer(answer, gold, kind, choices)
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
-    make_console().print(f"{'correct' if ok else 'wrong'}: answer {answer!r} (from {extracted.source}), "
-                         f"gold {gold!r}, kind {kind}", markup=False, highlight=False)
+    make_console().print(
+        f"{'correct' if ok else 'wrong'}: answer {answer!r} (from {extracted.source}), "
+        f"gold {gold!r}, kind {kind}",
+        markup=False,
+        highlight=False,
+    )
     raise typer.Exit(0 if ok else 1)
 
 
 @app.command()
 @user_errors
 def judge(
-    question: str = typer.Argument(...), gold: str = typer.Argument(...), prediction: str = typer.Argument(...),
-    base_url: str = typer.Option("http://127.0.0.1:8000/v1", help="OpenAI-compatible server, ending in /v1."),
+    question: str = typer.Argument(...),
+    gold: str = typer.Argument(...),
+    prediction: str = typer.Argument(...),
+    base_url: str = typer.Option(
+        "http://127.0.0.1:8000/v1", help="OpenAI-compatible server, ending in /v1."
+    ),
     model: str = typer.Option("Qwen/Qwen2.5-72B-Instruct", help="Judge model name on that server."),
 ) -> None:
     """Ask the LLM judge whether PREDICTION matches GOLD for QUESTION."""
@@ -49,7 +59,10 @@ def judge(
 
     from codedance.grading import JUDGE_SERVER, JudgeClient
 
-    with JudgeClient(replace(JUDGE_SERVER, url=base_url, model=model)) as client:  # JudgeError: one line, exit 2
+    with JudgeClient(
+        replace(JUDGE_SERVER, url=base_url, model=model)
+    ) as client:  # JudgeError: one line, exit 2
         verdict = client.judge(question=question, gold=gold, prediction=prediction)
-    make_console().print("Judgement: 1" if verdict else "Judgement: 0", markup=False, highlight=False)
-
+    make_console().print(
+        "Judgement: 1" if verdict else "Judgement: 0", markup=False, highlight=False
+    )

@@ -26,47 +26,124 @@ T = TypeVar("T")
 RUN, TEACHER, SERVER, EPISODE = "Run", "Teacher and episode", "Model server", "Episode"
 
 # the one config shape
-Overrides = Annotated[list[str] | None, typer.Argument(
-    metavar="[KEY=VALUE]...", help="Settings, e.g. episode.max_turns=8 (all of them: --print-config)", show_default=False)]
-Presets = Annotated[list[str] | None, typer.Option(
-    "-c", "--config", metavar="SPEC", help="A preset name or YAML file (repeatable).", show_default=False)]
-PrintConfig = Annotated[bool, typer.Option("--print-config", help="Print the resolved settings and exit.")]
+Overrides = Annotated[
+    list[str] | None,
+    typer.Argument(
+        metavar="[KEY=VALUE]...",
+        help="Settings, e.g. episode.max_turns=8 (all of them: --print-config)",
+        show_default=False,
+    ),
+]
+Presets = Annotated[
+    list[str] | None,
+    typer.Option(
+        "-c",
+        "--config",
+        metavar="SPEC",
+        help="A preset name or YAML file (repeatable).",
+        show_default=False,
+    ),
+]
+PrintConfig = Annotated[
+    bool, typer.Option("--print-config", help="Print the resolved settings and exit.")
+]
 
 # the world commands: the run and the expert teacher
-Skills = Annotated[str | None, typer.Option(
-    help="Comma list of skills (see `codedance world list`) \\[all].", rich_help_panel=RUN)]
-TeacherSeed = Annotated[int | None, typer.Option(
-    help="Seed of the tasks and of the teacher's sampling [0].", rich_help_panel=RUN)]
-Episodes = Annotated[int | None, typer.Option(
-    "--concurrency", help="Episodes (and sandbox steps) at once [2].", rich_help_panel=RUN)]
-TeacherTemperature = Annotated[float | None, typer.Option(
-    "--temperature", help="Teacher temperature; 0: no first mistakes [1.0].", rich_help_panel=TEACHER)]
-MistakeRate = Annotated[float | None, typer.Option(
-    help="Chance of a noticed-and-corrected first mistake on hard tasks [0.5].", rich_help_panel=TEACHER)]
-TurnBudget = Annotated[int | None, typer.Option(
-    "--max-turns", help="Turn budget per episode [6].", rich_help_panel=TEACHER)]
+Skills = Annotated[
+    str | None,
+    typer.Option(
+        help="Comma list of skills (see `codedance world list`) \\[all].", rich_help_panel=RUN
+    ),
+]
+TeacherSeed = Annotated[
+    int | None,
+    typer.Option(help="Seed of the tasks and of the teacher's sampling [0].", rich_help_panel=RUN),
+]
+Episodes = Annotated[
+    int | None,
+    typer.Option(
+        "--concurrency", help="Episodes (and sandbox steps) at once [2].", rich_help_panel=RUN
+    ),
+]
+TeacherTemperature = Annotated[
+    float | None,
+    typer.Option(
+        "--temperature",
+        help="Teacher temperature; 0: no first mistakes [1.0].",
+        rich_help_panel=TEACHER,
+    ),
+]
+MistakeRate = Annotated[
+    float | None,
+    typer.Option(
+        help="Chance of a noticed-and-corrected first mistake on hard tasks [0.5].",
+        rich_help_panel=TEACHER,
+    ),
+]
+TurnBudget = Annotated[
+    int | None,
+    typer.Option("--max-turns", help="Turn budget per episode [6].", rich_help_panel=TEACHER),
+]
 
 # the served-model commands: the server and the episode
-Model = Annotated[str | None, typer.Option(
-    "--model", help="Model server URL, e.g. http://localhost:8000/v1", rich_help_panel=SERVER)]
-ModelName = Annotated[str | None, typer.Option(
-    help="Served model name \\[the server's first]", rich_help_panel=SERVER)]
-Temperature = Annotated[float | None, typer.Option(help="Sampling temperature [0.0]", rich_help_panel=SERVER)]
-MaxTokens = Annotated[int | None, typer.Option(help="Tokens per model call [2048]", rich_help_panel=SERVER)]
-RequestTimeout = Annotated[float | None, typer.Option(help="Seconds per model request [300]", rich_help_panel=SERVER)]
-ApiKey = Annotated[str, typer.Option(
-    envvar="OPENAI_API_KEY", help="Bearer token, if the server wants one", rich_help_panel=SERVER)]
-PlainOpenai = Annotated[bool | None, typer.Option(
-    "--plain-openai", help="Send no vLLM/SGLang-only request fields", rich_help_panel=SERVER, show_default=False)]
+Model = Annotated[
+    str | None,
+    typer.Option(
+        "--model", help="Model server URL, e.g. http://localhost:8000/v1", rich_help_panel=SERVER
+    ),
+]
+ModelName = Annotated[
+    str | None,
+    typer.Option(help="Served model name \\[the server's first]", rich_help_panel=SERVER),
+]
+Temperature = Annotated[
+    float | None, typer.Option(help="Sampling temperature [0.0]", rich_help_panel=SERVER)
+]
+MaxTokens = Annotated[
+    int | None, typer.Option(help="Tokens per model call [2048]", rich_help_panel=SERVER)
+]
+RequestTimeout = Annotated[
+    float | None, typer.Option(help="Seconds per model request [300]", rich_help_panel=SERVER)
+]
+ApiKey = Annotated[
+    str,
+    typer.Option(
+        envvar="OPENAI_API_KEY",
+        help="Bearer token, if the server wants one",
+        rich_help_panel=SERVER,
+    ),
+]
+PlainOpenai = Annotated[
+    bool | None,
+    typer.Option(
+        "--plain-openai",
+        help="Send no vLLM/SGLang-only request fields",
+        rich_help_panel=SERVER,
+        show_default=False,
+    ),
+]
 
-MaxTurns = Annotated[int | None, typer.Option(
-    help="Model calls per episode at most (the paper evaluates with 10) [10]", rich_help_panel=EPISODE)]
-Profile = Annotated[str | None, typer.Option(
-    help="Prompt profile: release, release-eval, paper, or one from --profiles \\[release]", rich_help_panel=EPISODE)]
-Profiles = Annotated[Path | None, typer.Option(
-    metavar="FILE", help="YAML file of user prompt profiles", rich_help_panel=EPISODE)]
-ExecTimeout = Annotated[float | None, typer.Option(
-    help="Seconds per code execution [15]", rich_help_panel=EPISODE)]
+MaxTurns = Annotated[
+    int | None,
+    typer.Option(
+        help="Model calls per episode at most (the paper evaluates with 10) [10]",
+        rich_help_panel=EPISODE,
+    ),
+]
+Profile = Annotated[
+    str | None,
+    typer.Option(
+        help="Prompt profile: release, release-eval, paper, or one from --profiles \\[release]",
+        rich_help_panel=EPISODE,
+    ),
+]
+Profiles = Annotated[
+    Path | None,
+    typer.Option(metavar="FILE", help="YAML file of user prompt profiles", rich_help_panel=EPISODE),
+]
+ExecTimeout = Annotated[
+    float | None, typer.Option(help="Seconds per code execution [15]", rich_help_panel=EPISODE)
+]
 
 
 def image_file(path: Path, option: str = "--image") -> bytes:
@@ -81,12 +158,22 @@ def image_file(path: Path, option: str = "--image") -> bytes:
     except OSError as exc:
         raise SettingsError(f"{option} {path}: cannot read it ({exc.strerror or exc})") from None
     except ValueError as exc:
-        raise SettingsError(f"{option} {path}: not a readable image ({str(exc).split('cannot be decoded: ', 1)[-1]})") from None
+        raise SettingsError(
+            f"{option} {path}: not a readable image ({str(exc).split('cannot be decoded: ', 1)[-1]})"
+        ) from None
     return data
 
 
-def resolve(kind: type[T], presets: list[str] | None, overrides: list[str] | None, *, print_config: bool,
-            console: Console, command: str | None = None, **flags: Any) -> T:
+def resolve(
+    kind: type[T],
+    presets: list[str] | None,
+    overrides: list[str] | None,
+    *,
+    print_config: bool,
+    console: Console,
+    command: str | None = None,
+    **flags: Any,
+) -> T:
     """The settings of ``kind`` from the presets and files, then the overrides, then the flags
     (None: not given). With ``--print-config`` they are printed as YAML and the command ends."""
     from codedance.config import dump, load

@@ -10,12 +10,18 @@ import typer
 
 from codedance.cli.console import make_console, user_errors
 
-app = typer.Typer(help="List the presets of every command, or copy one to edit.", no_args_is_help=True)
+app = typer.Typer(
+    help="List the presets of every command, or copy one to edit.", no_args_is_help=True
+)
 
 
 @app.command("ls")
 @user_errors
-def ls(command: str = typer.Argument(None, help="Only this command's presets (demo, train, verl, ...).")) -> None:
+def ls(
+    command: str = typer.Argument(
+        None, help="Only this command's presets (demo, train, verl, ...)."
+    ),
+) -> None:
     """List presets per command, with the first line of each (its command)."""
     from codedance.config import preset_path, presets
 
@@ -30,8 +36,14 @@ def ls(command: str = typer.Argument(None, help="Only this command's presets (de
 
 @app.command("cp")
 @user_errors
-def cp(name: str = typer.Argument(..., help="COMMAND/PRESET, e.g. train/tiny-cpu (or a unique preset name)."),
-       file: Path = typer.Argument(..., help="Where to write the copy (an existing file is not replaced).")) -> None:
+def cp(
+    name: str = typer.Argument(
+        ..., help="COMMAND/PRESET, e.g. train/tiny-cpu (or a unique preset name)."
+    ),
+    file: Path = typer.Argument(
+        ..., help="Where to write the copy (an existing file is not replaced)."
+    ),
+) -> None:
     """Copy a preset to FILE; run it with ``-c FILE`` (or ``--config FILE`` for train)."""
     from codedance.config import preset_path, presets
     from codedance.errors import SettingsError
@@ -41,8 +53,10 @@ def cp(name: str = typer.Argument(..., help="COMMAND/PRESET, e.g. train/tiny-cpu
     else:
         owners = [c for c, items in presets().items() if name in items]
         if len(owners) != 1:
-            raise SettingsError(f"preset {name!r} is {'ambiguous' if owners else 'unknown'}; "
-                                "name it as COMMAND/PRESET (codedance presets ls)")
+            raise SettingsError(
+                f"preset {name!r} is {'ambiguous' if owners else 'unknown'}; "
+                "name it as COMMAND/PRESET (codedance presets ls)"
+            )
         command, preset = owners[0], name
     if file.exists():
         raise SettingsError(f"{file} exists; choose another file")

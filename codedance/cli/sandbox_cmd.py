@@ -20,10 +20,17 @@ app = typer.Typer(help="The transactional code sandbox.", no_args_is_help=True)
 @app.command()
 @user_errors
 def check(
-    image: Path = typer.Option(None, exists=True, dir_okay=False,
-                               help="Image to give the sandboxes (default: the bundled example)."),
-    require: str = typer.Option(None, help="Refuse to run below this isolation: 'full' or a comma list "
-                                "of namespaces,users,seccomp,cgroups,rlimits."),
+    image: Path = typer.Option(
+        None,
+        exists=True,
+        dir_okay=False,
+        help="Image to give the sandboxes (default: the bundled example).",
+    ),
+    require: str = typer.Option(
+        None,
+        help="Refuse to run below this isolation: 'full' or a comma list "
+        "of namespaces,users,seccomp,cgroups,rlimits.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON lines."),
 ) -> None:
     """Check every sandbox property on this host, print the isolation level achieved and which
@@ -34,7 +41,9 @@ def check(
     from codedance.sandbox.promises import host_of
 
     console = make_console(stderr=as_json)
-    data = image_file(image) if image else None  # a bad image is the user's file, not a failed property
+    data = (
+        image_file(image) if image else None
+    )  # a bad image is the user's file, not a failed property
     try:
         normalize_requirement(require)
     except ValueError as exc:  # an unknown layer name
@@ -86,7 +95,11 @@ def show_promises(console, host, results, as_json: bool) -> list[str]:
                               "check": number, "outcome": result.outcome if result else None,
                               "claimed": verdict.claimed}), flush=True)  # fmt: skip
             continue
-        colour = "red" if failed and verdict.claimed else ("green" if verdict.state != "does not hold" else "yellow")
+        colour = (
+            "red"
+            if failed and verdict.claimed
+            else ("green" if verdict.state != "does not hold" else "yellow")
+        )
         console.print(f"  [{colour}]{verdict.state}[/{colour}]: {name} ({checked})"
                       + (f": {verdict.why}" if verdict.why else ""))  # fmt: skip
     return broken
@@ -96,8 +109,9 @@ def show_promises(console, host, results, as_json: bool) -> list[str]:
 @user_errors
 def run(
     snippet: Path = typer.Argument(..., help="Python file to run ('-' for standard input)."),
-    image: list[Path] = typer.Option([], "--image", "-i", exists=True, dir_okay=False,
-                                     help="Input image (repeatable)."),
+    image: list[Path] = typer.Option(
+        [], "--image", "-i", exists=True, dir_okay=False, help="Input image (repeatable)."
+    ),
     timeout: float = typer.Option(EXEC_TIMEOUT_S, help="Wall-clock limit in seconds."),
     out: Path = typer.Option(None, help="Directory to save the returned images in."),
 ) -> None:
@@ -133,7 +147,9 @@ def run(
         for index, returned in enumerate(result.images):
             path = out / f"image_{index}.png"
             path.write_bytes(returned.png)
-            echo_untrusted(f"image {index}: {returned.width}x{returned.height} from {returned.origin} -> {path}")
+            echo_untrusted(
+                f"image {index}: {returned.width}x{returned.height} from {returned.origin} -> {path}"
+            )
     elif result.images:
         typer.echo(f"{len(result.images)} image(s) returned (pass --out DIR to save them)")
     raise typer.Exit(0 if result.ok else 1)
@@ -147,8 +163,10 @@ def gc() -> None:
     from codedance.sandbox.leftovers import sweep
 
     swept = sweep()
-    typer.echo(f"removed the leftovers of {len(swept)} dead sandbox service(s)"
-               + (f": {', '.join(swept)}" if swept else ""))
+    typer.echo(
+        f"removed the leftovers of {len(swept)} dead sandbox service(s)"
+        + (f": {', '.join(swept)}" if swept else "")
+    )
 
 
 def _ceiling(pairs: list[str]):  # type: ignore[no-untyped-def]
@@ -173,27 +191,60 @@ def _ceiling(pairs: list[str]):  # type: ignore[no-untyped-def]
 @app.command()
 @user_errors
 def serve(
-    socket_path: Path = typer.Option(Path("/run/codedance/sandbox.sock"), "--socket",
-                                     help="The Unix socket local clients connect to."),
-    allow_user: list[str] = typer.Option([], help="A local user (name or uid) allowed to use the service "
-                                         "(repeatable; root and the service's own user always are)."),
-    allow_group: list[str] = typer.Option([], help="A group whose members are allowed (repeatable)."),
-    socket_group: str = typer.Option(None, help="Make the socket file group-owned by this group, mode 0660 "
-                                     "(default: mode 0666; the allow-lists decide who is served)."),
-    tcp: str = typer.Option(None, help="Also listen on TCP at HOST:PORT, for clients on other hosts "
-                            "(needs --token-file)."),
-    token_file: Path = typer.Option(None, exists=True, dir_okay=False,
-                                    help="'NAME TOKEN' per line (mode 0600): the bearer tokens TCP clients show."),
-    tls_cert: Path = typer.Option(None, exists=True, dir_okay=False, help="Serve TCP over TLS with this certificate."),
-    tls_key: Path = typer.Option(None, exists=True, dir_okay=False, help="... and this private key."),
+    socket_path: Path = typer.Option(
+        Path("/run/codedance/sandbox.sock"),
+        "--socket",
+        help="The Unix socket local clients connect to.",
+    ),
+    allow_user: list[str] = typer.Option(
+        [],
+        help="A local user (name or uid) allowed to use the service "
+        "(repeatable; root and the service's own user always are).",
+    ),
+    allow_group: list[str] = typer.Option(
+        [], help="A group whose members are allowed (repeatable)."
+    ),
+    socket_group: str = typer.Option(
+        None,
+        help="Make the socket file group-owned by this group, mode 0660 "
+        "(default: mode 0666; the allow-lists decide who is served).",
+    ),
+    tcp: str = typer.Option(
+        None,
+        help="Also listen on TCP at HOST:PORT, for clients on other hosts (needs --token-file).",
+    ),
+    token_file: Path = typer.Option(
+        None,
+        exists=True,
+        dir_okay=False,
+        help="'NAME TOKEN' per line (mode 0600): the bearer tokens TCP clients show.",
+    ),
+    tls_cert: Path = typer.Option(
+        None, exists=True, dir_okay=False, help="Serve TCP over TLS with this certificate."
+    ),
+    tls_key: Path = typer.Option(
+        None, exists=True, dir_okay=False, help="... and this private key."
+    ),
     client_sandboxes: int = typer.Option(2048, min=1, help="Live sandboxes one client may hold."),
-    client_memory_mib: int = typer.Option(None, min=1, help="Sum of Limits.memory over one client's live "
-                                          "sandboxes, in MiB (default: no bound)."),
-    memory_total_mib: int = typer.Option(None, min=1, help="Memory of all trajectories together, in MiB "
-                                         "(default: 85 % of the host's or the container's)."),
-    require: str = typer.Option(None, help="Refuse to start below this isolation: 'full' or a comma list."),
-    ceiling: list[str] = typer.Option([], help="Raise the largest Limits a client may ask, as NAME=VALUE "
-                                      "(repeatable, e.g. memory=8589934592; default: Limits' defaults)."),
+    client_memory_mib: int = typer.Option(
+        None,
+        min=1,
+        help="Sum of Limits.memory over one client's live sandboxes, in MiB (default: no bound).",
+    ),
+    memory_total_mib: int = typer.Option(
+        None,
+        min=1,
+        help="Memory of all trajectories together, in MiB "
+        "(default: 85 % of the host's or the container's).",
+    ),
+    require: str = typer.Option(
+        None, help="Refuse to start below this isolation: 'full' or a comma list."
+    ),
+    ceiling: list[str] = typer.Option(
+        [],
+        help="Raise the largest Limits a client may ask, as NAME=VALUE "
+        "(repeatable, e.g. memory=8589934592; default: Limits' defaults).",
+    ),
 ) -> None:
     """Run the sandbox controller for this host: unprivileged trainers, eval and curate use it
     with CODEDANCE_SANDBOX_URL=unix://SOCKET (or http(s)://HOST:PORT and CODEDANCE_SANDBOX_TOKEN)."""
@@ -203,7 +254,9 @@ def serve(
     try:
         import aiohttp  # noqa: F401
     except ImportError:
-        raise SettingsError("`sandbox serve` needs aiohttp: pip install 'codedance[serve]'") from None
+        raise SettingsError(
+            "`sandbox serve` needs aiohttp: pip install 'codedance[serve]'"
+        ) from None
     from codedance.sandbox import SandboxService
     from codedance.sandbox.isolation import normalize_requirement
     from codedance.sandbox.serving.peers import LocalPolicy, Tokens, gid_of, uid_of
@@ -212,7 +265,9 @@ def serve(
 
     try:
         normalize_requirement(require)
-        policy = LocalPolicy(frozenset(uid_of(u) for u in allow_user), frozenset(gid_of(g) for g in allow_group))
+        policy = LocalPolicy(
+            frozenset(uid_of(u) for u in allow_user), frozenset(gid_of(g) for g in allow_group)
+        )
         group = gid_of(socket_group) if socket_group else None
         tokens = Tokens.read(token_file) if token_file else None
     except (ValueError, OSError) as exc:
@@ -223,14 +278,26 @@ def serve(
         if not host or not port_text.isdigit():
             raise SettingsError(f"--tcp {tcp!r}: expected HOST:PORT, e.g. 0.0.0.0:8765")
         if tokens is None:
-            raise SettingsError("--tcp needs --token-file: TCP clients are known only by their token")
+            raise SettingsError(
+                "--tcp needs --token-file: TCP clients are known only by their token"
+            )
         port = int(port_text)
     if bool(tls_cert) != bool(tls_key):
         raise SettingsError("--tls-cert and --tls-key go together")
-    quotas = Quotas(sandboxes=client_sandboxes, memory=client_memory_mib << 20 if client_memory_mib else None,
-                    ceiling=_ceiling(ceiling))
-    listen = Listen(str(socket_path), 0o660 if group is not None else 0o666, group, host, port,
-                    str(tls_cert) if tls_cert else None, str(tls_key) if tls_key else None)
+    quotas = Quotas(
+        sandboxes=client_sandboxes,
+        memory=client_memory_mib << 20 if client_memory_mib else None,
+        ceiling=_ceiling(ceiling),
+    )
+    listen = Listen(
+        str(socket_path),
+        0o660 if group is not None else 0o666,
+        group,
+        host,
+        port,
+        str(tls_cert) if tls_cert else None,
+        str(tls_key) if tls_key else None,
+    )
     socket_path.parent.mkdir(parents=True, exist_ok=True)
     claim_socket_path(str(socket_path))  # a live service there: one line, before starting ours
     service = SandboxService(memory_total=memory_total_mib << 20 if memory_total_mib else None)
@@ -242,8 +309,15 @@ def serve(
             stop = asyncio.Event()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 asyncio.get_running_loop().add_signal_handler(signum, stop.set)
-            await serve_forever(server, listen, stop, on_ready=lambda urls: print(
-                f"{service.isolation.describe()}\nserving sandboxes on {' and '.join(urls)}", flush=True))
+            await serve_forever(
+                server,
+                listen,
+                stop,
+                on_ready=lambda urls: print(
+                    f"{service.isolation.describe()}\nserving sandboxes on {' and '.join(urls)}",
+                    flush=True,
+                ),
+            )
 
         asyncio.run(main())
     finally:

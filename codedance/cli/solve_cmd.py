@@ -47,17 +47,23 @@ class SolveConfig:
     question and the output folder are the command's own arguments."""
 
     server: ServerConfig = field(default_factory=ServerConfig)
-    episode: EpisodeSettings = field(default_factory=lambda: EpisodeSettings(max_turns=EVAL_MAX_TURNS))
+    episode: EpisodeSettings = field(
+        default_factory=lambda: EpisodeSettings(max_turns=EVAL_MAX_TURNS)
+    )
     profiles: str = ""  # a YAML file of user prompt profiles
     top_p: float = 1.0
     seed: int | None = None
 
 
 @app.command()
-@user_errors(interrupted="interrupted: the turns so far are saved in --out; solve does not resume (a rerun starts over)")
+@user_errors(
+    interrupted="interrupted: the turns so far are saved in --out; solve does not resume (a rerun starts over)"
+)
 def solve(
     overrides: opt.Overrides = None,
-    config: list[str] = typer.Option([], "-c", "--config", metavar="FILE", help="A YAML file of settings (repeatable)."),
+    config: list[str] = typer.Option(
+        [], "-c", "--config", metavar="FILE", help="A YAML file of settings (repeatable)."
+    ),
     model: opt.Model = None,
     image: list[Path] = typer.Option([], "--image", help="Input image (repeat for several)"),
     question: str = typer.Option("", "--question", help="The question to answer"),
@@ -71,10 +77,12 @@ def solve(
     seed: int = typer.Option(None, help="Sampling seed \\[none]", rich_help_panel=opt.SERVER),
     exec_timeout: opt.ExecTimeout = None,
     request_timeout: opt.RequestTimeout = None,
-    max_pixels: int = typer.Option(None, help="Largest image area sent to the model [16384·28·28]",
-                                   rich_help_panel=opt.EPISODE),
-    min_pixels: int = typer.Option(None, help="Smallest image area sent to the model [4·28·28]",
-                                   rich_help_panel=opt.EPISODE),
+    max_pixels: int = typer.Option(
+        None, help="Largest image area sent to the model [16384·28·28]", rich_help_panel=opt.EPISODE
+    ),
+    min_pixels: int = typer.Option(
+        None, help="Smallest image area sent to the model [4·28·28]", rich_help_panel=opt.EPISODE
+    ),
     api_key: opt.ApiKey = "EMPTY",
     plain_openai: opt.PlainOpenai = None,
     out: Path | None = typer.Option(None, help="Output folder (default: ./solve-<time>)"),
@@ -82,22 +90,43 @@ def solve(
 ) -> None:
     """Run one think -> execute -> feedback episode and show it."""
     console = make_console()
-    cfg = opt.resolve(SolveConfig, config, overrides, print_config=print_config, console=console,
-                      server__url=model, server__model=model_name, server__temperature=temperature,
-                      server__max_tokens=max_tokens, server__timeout_s=request_timeout,
-                      server__vllm_extras=opt.vllm_extras(plain_openai), episode__prompt_profile=profile,
-                      episode__max_turns=max_turns,
-                      episode__exec_timeout_s=exec_timeout, episode__max_pixels=max_pixels,
-                      episode__min_pixels=min_pixels, profiles=None if profiles is None else str(profiles),
-                      top_p=top_p, seed=seed)
+    cfg = opt.resolve(
+        SolveConfig,
+        config,
+        overrides,
+        print_config=print_config,
+        console=console,
+        server__url=model,
+        server__model=model_name,
+        server__temperature=temperature,
+        server__max_tokens=max_tokens,
+        server__timeout_s=request_timeout,
+        server__vllm_extras=opt.vllm_extras(plain_openai),
+        episode__prompt_profile=profile,
+        episode__max_turns=max_turns,
+        episode__exec_timeout_s=exec_timeout,
+        episode__max_pixels=max_pixels,
+        episode__min_pixels=min_pixels,
+        profiles=None if profiles is None else str(profiles),
+        top_p=top_p,
+        seed=seed,
+    )
     if not cfg.server.url or not image or not question:
-        raise SettingsError("give the server, the image(s) and the question: --model URL --image FILE --question TEXT")
+        raise SettingsError(
+            "give the server, the image(s) and the question: --model URL --image FILE --question TEXT"
+        )
     out_dir = out or Path(f"solve-{time.strftime('%Y%m%d-%H%M%S')}")
     if (out_dir / "trajectories.jsonl").exists():
-        raise SettingsError(f"--out {out_dir} already holds a solve run; give another folder (solve does not resume)")
+        raise SettingsError(
+            f"--out {out_dir} already holds a solve run; give another folder (solve does not resume)"
+        )
     try:
-        images = tuple(image_from_bytes(opt.image_file(p), origin=f"input:{k}") for k, p in enumerate(image))
-        episode_config = cfg.episode.episode_config(profiles=cfg.profiles or None)  # a bad profile: before the server
+        images = tuple(
+            image_from_bytes(opt.image_file(p), origin=f"input:{k}") for k, p in enumerate(image)
+        )
+        episode_config = cfg.episode.episode_config(
+            profiles=cfg.profiles or None
+        )  # a bad profile: before the server
         policy = cfg.server.policy(api_key, seed=cfg.seed, top_p=cfg.top_p)
         if not cfg.server.model:
             served = policy.list_models()
@@ -111,7 +140,9 @@ def solve(
         raise typer.Exit(code=2) from exc
     from codedance.sandbox import Sandbox
 
-    console.print(f"model [bold]{policy.model}[/bold] at {policy.base_url}, profile {config.profile.name}")
+    console.print(
+        f"model [bold]{policy.model}[/bold] at {policy.base_url}, profile {config.profile.name}"
+    )
     episode = Episode(task, config)
     paths = save_input_images(episode.prompt, out_dir)
 
@@ -126,7 +157,7 @@ def solve(
             drive_episode(episode, policy, sandbox, on_turn=show)
     except BaseException as exc:  # a server error or Ctrl-C: keep what was done, then report it
         episode.interrupt(exc)
-        for turn in episode.turns[len(paths_by_turn):]:
+        for turn in episode.turns[len(paths_by_turn) :]:
             show(turn)
         raise
     finally:
@@ -137,7 +168,12 @@ def solve(
 
 def _save(trajectory: Trajectory, out_dir: Path, question: str, console: Console) -> None:
     print_ending(trajectory, console)
-    (out_dir / "trajectory.html").write_text(render_html(trajectory, title=question), encoding="utf-8")
+    (out_dir / "trajectory.html").write_text(
+        render_html(trajectory, title=question), encoding="utf-8"
+    )
     key = episode_key(trajectory.task_id, 0)
-    append_jsonl(out_dir / "trajectories.jsonl", trajectory_json(trajectory, ImageStore(out_dir / "images"), key))
+    append_jsonl(
+        out_dir / "trajectories.jsonl",
+        trajectory_json(trajectory, ImageStore(out_dir / "images"), key),
+    )
     console.print(f"saved {out_dir / 'trajectory.html'}")

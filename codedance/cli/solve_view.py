@@ -26,14 +26,18 @@ def save_input_images(trajectory_prompt: tuple[Message, ...], out_dir: Path) -> 
     """Write the task's images as ``input_<k>.png``; returns id(image) -> path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     images = [image for message in trajectory_prompt for image in message.images]
-    return {id(image): _write(image.png, out_dir / f"input_{k}.png") for k, image in enumerate(images)}
+    return {
+        id(image): _write(image.png, out_dir / f"input_{k}.png") for k, image in enumerate(images)
+    }
 
 
 def save_turn_images(turn: Turn, number: int, out_dir: Path) -> dict[int, Path]:
     """Write one turn's feedback images as ``turn<m>_image<k>.png``; returns id(image) -> path."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    return {id(image): _write(image.png, out_dir / f"turn{number}_image{k}.png")
-            for k, image in enumerate(turn.feedback_images)}
+    return {
+        id(image): _write(image.png, out_dir / f"turn{number}_image{k}.png")
+        for k, image in enumerate(turn.feedback_images)
+    }
 
 
 def _write(data: bytes, path: Path) -> Path:
@@ -49,22 +53,38 @@ def print_turn(turn: Turn, number: int, console: Console, image_paths: dict[int,
     if turn.think:
         console.print(Panel(Text(untrusted(turn.think)), title="think", border_style="cyan"))
     if turn.code:
-        console.print(Panel(Syntax(untrusted(turn.code), "python", line_numbers=True), title="code", border_style="magenta"))
+        console.print(
+            Panel(
+                Syntax(untrusted(turn.code), "python", line_numbers=True),
+                title="code",
+                border_style="magenta",
+            )
+        )
     if turn.result is not None:
         r = turn.result
         style = "green" if r.ok else "red"
         body = r.stdout.strip() or "(no output)"
         if r.error is not None:
             body += f"\n{r.error.type}: {r.error.message}"
-        console.print(Panel(Text(untrusted(body)), title=f"{r.status.value} in {r.duration_s:.2f}s", border_style=style))
+        console.print(
+            Panel(
+                Text(untrusted(body)),
+                title=f"{r.status.value} in {r.duration_s:.2f}s",
+                border_style=style,
+            )
+        )
     for image in turn.feedback_images:
         console.print(f"  image {image.width}x{image.height} -> {image_paths.get(id(image), '?')}")
     if turn.feedback_has_turn_limit:
         console.print("  [yellow](turn limit message sent)[/yellow]")
     if turn.answer is not None:
-        console.print(Panel(Text(untrusted(turn.answer)), title="answer", border_style="bold green"))
+        console.print(
+            Panel(Text(untrusted(turn.answer)), title="answer", border_style="bold green")
+        )
     if not turn.verdict.ok:
-        console.print(f"  [yellow]format: {escape(untrusted(', '.join(turn.verdict.reasons)))}[/yellow]")
+        console.print(
+            f"  [yellow]format: {escape(untrusted(', '.join(turn.verdict.reasons)))}[/yellow]"
+        )
 
 
 def print_ending(trajectory: Trajectory, console: Console) -> None:
@@ -78,7 +98,9 @@ def print_ending(trajectory: Trajectory, console: Console) -> None:
 def render_html(trajectory: Trajectory, title: str = "") -> str:
     """A standalone HTML page of the whole conversation (`codedance.runs.html`), images inline."""
     meta = ", ".join(f"{html.escape(k)}={html.escape(v)}" for k, v in trajectory.metadata)
-    summary = (f"<p>stop reason: <b>{trajectory.stop_reason.value}</b>; answer: "
-               f"<b>{html.escape(str(trajectory.answer))}</b>; turns: {len(trajectory.turns)}; tool calls: "
-               f"{trajectory.n_calls} ({trajectory.n_successful_calls} ok); {meta}</p>")
+    summary = (
+        f"<p>stop reason: <b>{trajectory.stop_reason.value}</b>; answer: "
+        f"<b>{html.escape(str(trajectory.answer))}</b>; turns: {len(trajectory.turns)}; tool calls: "
+        f"{trajectory.n_calls} ({trajectory.n_successful_calls} ok); {meta}</p>"
+    )
     return conversation_page(trajectory, data_url, title or trajectory.task_id, summary)

@@ -35,24 +35,36 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Train the policy: SFT then GRPO on the synthetic world, on CPU.")
 
 
-def load_cli_config(preset: str | None, config: Path | list[str] | None, overrides: list[str] | None,
-                    tasks: Path | None = None) -> PipelineConfig:
+def load_cli_config(
+    preset: str | None,
+    config: Path | list[str] | None,
+    overrides: list[str] | None,
+    tasks: Path | None = None,
+) -> PipelineConfig:
     """The `PipelineConfig` of ``--preset`` then ``--config`` (files or preset names), then what
     ``--tasks`` sets, then the ``key=value`` overrides; a bad setting is a `SettingsError` (one
     line, exit 2, through `user_errors`)."""
     from codedance.errors import SettingsError
     from codedance.train.config import load_config
 
-    specs = ([preset] if preset else []) + ([str(config)] if isinstance(config, Path) else list(config or []))
+    specs = ([preset] if preset else []) + (
+        [str(config)] if isinstance(config, Path) else list(config or [])
+    )
     given = []
     if tasks is not None:
-        given += [f"grpo.tasks.file={tasks}", "grpo.tasks.split=train", f"eval.tasks.file={tasks}",
-                  "eval.tasks.split=val"]
+        given += [
+            f"grpo.tasks.file={tasks}",
+            "grpo.tasks.split=train",
+            f"eval.tasks.file={tasks}",
+            "eval.tasks.split=val",
+        ]
         profiles = (tasks if tasks.is_dir() else tasks.parent) / "profiles.yaml"
         if profiles.is_file():
             given.append(f"profiles={profiles}")
     try:
-        return load_config(specs, given + list(overrides or []))  # key=value refines what --tasks set
+        return load_config(
+            specs, given + list(overrides or [])
+        )  # key=value refines what --tasks set
     except SettingsError:
         raise
     except ValueError as exc:
@@ -60,30 +72,61 @@ def load_cli_config(preset: str | None, config: Path | list[str] | None, overrid
 
 
 def print_table(console: Console, evals: dict[str, dict[str, float]]) -> None:
-    keys = ("accuracy", "accuracy/easy", "accuracy/hard", "calls", "calls/easy", "calls/hard", "exec_success")
+    keys = (
+        "accuracy",
+        "accuracy/easy",
+        "accuracy/hard",
+        "calls",
+        "calls/easy",
+        "calls/hard",
+        "exec_success",
+    )
     table = Table(title="held-out tasks (in run order)")
     table.add_column("stage", no_wrap=True)
     for key in keys:
         table.add_column(key, no_wrap=True)
     for name, m in evals.items():
-        table.add_row(name, *(f"{m[k]:.3f}" if isinstance(m.get(k), float) and m[k] == m[k] else "–" for k in keys))
+        table.add_row(
+            name,
+            *(f"{m[k]:.3f}" if isinstance(m.get(k), float) and m[k] == m[k] else "–" for k in keys),
+        )
     console.print(table)
 
 
 @app.command()
 @user_errors
 def train(
-    overrides: list[str] = typer.Argument(None, metavar="[KEY=VALUE]...", help="Settings, e.g. grpo.steps=4"),
-    config: list[str] = typer.Option([], "-c", "--config", metavar="SPEC",
-                                     help="A preset name or YAML file (repeatable); default: the tiny-cpu preset."),
-    preset: str = typer.Option(None, help="A preset name in codedance/presets/train (the same as -c NAME)."),
-    tasks: Path = typer.Option(None, metavar="PATH", help="A Task JSONL or import folder: GRPO on its train "
-                               "split, held-out eval on its val split (the SFT teacher stays on the world)."),
-    ablation: bool = typer.Option(False, "--ablation", help="GRPO under each ablation reward profile"),
+    overrides: list[str] = typer.Argument(
+        None, metavar="[KEY=VALUE]...", help="Settings, e.g. grpo.steps=4"
+    ),
+    config: list[str] = typer.Option(
+        [],
+        "-c",
+        "--config",
+        metavar="SPEC",
+        help="A preset name or YAML file (repeatable); default: the tiny-cpu preset.",
+    ),
+    preset: str = typer.Option(
+        None, help="A preset name in codedance/presets/train (the same as -c NAME)."
+    ),
+    tasks: Path = typer.Option(
+        None,
+        metavar="PATH",
+        help="A Task JSONL or import folder: GRPO on its train "
+        "split, held-out eval on its val split (the SFT teacher stays on the world).",
+    ),
+    ablation: bool = typer.Option(
+        False, "--ablation", help="GRPO under each ablation reward profile"
+    ),
     stage: str = typer.Option("all", help="all, or sft (stop after SFT)"),
-    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved settings and exit."),
-    seeds: int = typer.Option(0, help="with --ablation: each profile's GRPO for seeds 0..N-1 "
-                                      "and ablation.md with 95 % intervals over them"),
+    print_config: bool = typer.Option(
+        False, "--print-config", help="Print the resolved settings and exit."
+    ),
+    seeds: int = typer.Option(
+        0,
+        help="with --ablation: each profile's GRPO for seeds 0..N-1 "
+        "and ablation.md with 95 % intervals over them",
+    ),
 ) -> None:
     from codedance.config import dump
     from codedance.errors import SettingsError
@@ -105,7 +148,9 @@ def train(
         torch.set_num_threads(cfg.threads)
         quiet_libraries()
     except ImportError:
-        raise SettingsError("training needs the train extra: pip install 'codedance[train]'") from None
+        raise SettingsError(
+            "training needs the train extra: pip install 'codedance[train]'"
+        ) from None
     from codedance.train.pipeline import run_ablation, run_pipeline, run_sft_stage
     from codedance.train.report import write_report
 
@@ -115,7 +160,9 @@ def train(
 
         run_seeds(cfg, seeds, log)
         console.print((Path(cfg.out_dir) / "ablation.md").read_text(encoding="utf-8"), markup=False)
-        console.print(f"summary: {Path(cfg.out_dir) / 'ablation.md'}, curves: {Path(cfg.out_dir) / 'curves.png'}")
+        console.print(
+            f"summary: {Path(cfg.out_dir) / 'ablation.md'}, curves: {Path(cfg.out_dir) / 'curves.png'}"
+        )
         return
     if stage == "sft":
         run_sft_stage(cfg, log)

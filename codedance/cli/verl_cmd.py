@@ -43,24 +43,42 @@ def prepare_data(
     from codedance.integrations.verl.data import PrepareDataConfig, prepare_world
     from codedance.world import task_cycle
 
-    cfg = opt.resolve(PrepareDataConfig, config, overrides, print_config=print_config, console=make_console(),
-                      command="verl-data", out=None if out is None else str(out), n_train=n_train, n_val=n_val,
-                      seed=seed, skills=skills)
+    cfg = opt.resolve(
+        PrepareDataConfig,
+        config,
+        overrides,
+        print_config=print_config,
+        console=make_console(),
+        command="verl-data",
+        out=None if out is None else str(out),
+        n_train=n_train,
+        n_val=n_val,
+        seed=seed,
+        skills=skills,
+    )
     cfg.check()
     names = cfg.skill_names()
-    train, val = prepare_world(cfg.out, n_train=cfg.n_train, n_val=cfg.n_val, seed=cfg.seed, skills=names)
+    train, val = prepare_world(
+        cfg.out, n_train=cfg.n_train, n_val=cfg.n_val, seed=cfg.seed, skills=names
+    )
     typer.echo(f"wrote {train} ({cfg.n_train} tasks) and {val} ({cfg.n_val} tasks)")
     cycle = task_cycle(names)
     for split, n in (("train", cfg.n_train), ("val", cfg.n_val)):
-        mix = Counter(f"{cycle[i % len(cycle)][0]}/{cycle[i % len(cycle)][1].value}" for i in range(n))
-        typer.echo(f"{split} by skill/difficulty: " + ", ".join(f"{k} {v}" for k, v in sorted(mix.items())))
+        mix = Counter(
+            f"{cycle[i % len(cycle)][0]}/{cycle[i % len(cycle)][1].value}" for i in range(n)
+        )
+        typer.echo(
+            f"{split} by skill/difficulty: " + ", ".join(f"{k} {v}" for k, v in sorted(mix.items()))
+        )
 
 
 @app.command("train", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @user_errors
 def train(
     ctx: typer.Context,
-    preset: str = typer.Option("cpu-smoke", help="Local preset: cpu-smoke (GRPO on the CPU backend)."),
+    preset: str = typer.Option(
+        "cpu-smoke", help="Local preset: cpu-smoke (GRPO on the CPU backend)."
+    ),
 ) -> None:
     """Build a preset's tiny model and data, then run GRPO steps with verl's main_ppo.
     Arguments: out_dir=DIR (required), steps=N (default 1), and Hydra overrides."""

@@ -37,16 +37,29 @@ def gen(
     from codedance.errors import SettingsError
     from codedance.world import task_set
 
-    tasks = task_set(n, seed, None if skills == "all" else skills.split(","))  # WorldError: one line, exit 2
+    tasks = task_set(
+        n, seed, None if skills == "all" else skills.split(",")
+    )  # WorldError: one line, exit 2
     if out.exists() and not out.is_dir():
         raise SettingsError(f"--out {out} is a file; give a folder")
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "tasks.jsonl", "w") as f:
         for t in tasks:
             (out / f"{t.id}.png").write_bytes(t.images[0].png)
-            f.write(json.dumps({"id": t.id, "question": t.question, "answer": t.answer,
-                                "kind": t.kind.value, "choices": [list(c) for c in t.choices],
-                                "image": f"{t.id}.png", "metadata": dict(t.metadata)}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "id": t.id,
+                        "question": t.question,
+                        "answer": t.answer,
+                        "kind": t.kind.value,
+                        "choices": [list(c) for c in t.choices],
+                        "image": f"{t.id}.png",
+                        "metadata": dict(t.metadata),
+                    }
+                )
+                + "\n"
+            )
     make_console().print(f"{len(tasks)} tasks in {out}", markup=False, highlight=False)
 
 
@@ -55,12 +68,20 @@ def gen(
 def accuracy(
     overrides: opt.Overrides = None,
     config: opt.Presets = None,
-    n: int = typer.Option(None, help="Tasks per run (cycling over skills × difficulties) \\[36].", rich_help_panel=opt.RUN),
+    n: int = typer.Option(
+        None,
+        help="Tasks per run (cycling over skills × difficulties) \\[36].",
+        rich_help_panel=opt.RUN,
+    ),
     seed: int = typer.Option(None, help="First seed \\[1000].", rich_help_panel=opt.RUN),
     rollouts: int = typer.Option(None, help="Rollouts per task \\[2].", rich_help_panel=opt.RUN),
     skills: opt.Skills = None,
-    out: Path = typer.Option(None, metavar="DIR", help="Run folder, resumed if it holds this run "
-                             "\\[runs/teacher-accuracy].", rich_help_panel=opt.RUN),
+    out: Path = typer.Option(
+        None,
+        metavar="DIR",
+        help="Run folder, resumed if it holds this run \\[runs/teacher-accuracy].",
+        rich_help_panel=opt.RUN,
+    ),
     concurrency: opt.Episodes = None,
     temperature: opt.TeacherTemperature = None,
     mistake_rate: opt.MistakeRate = None,
@@ -72,15 +93,29 @@ def accuracy(
     from codedance.teacher.accuracy import AccuracyConfig, measure_config
 
     console = make_console()
-    cfg = opt.resolve(AccuracyConfig, config, overrides, print_config=print_config, console=console,
-                      command="world-accuracy", n=n, seed=seed, rollouts=rollouts,
-                      skills=None if skills in (None, "all") else skills, out=None if out is None else str(out),
-                      concurrency=concurrency, teacher__temperature=temperature, teacher__mistake_rate=mistake_rate)
+    cfg = opt.resolve(
+        AccuracyConfig,
+        config,
+        overrides,
+        print_config=print_config,
+        console=console,
+        command="world-accuracy",
+        n=n,
+        seed=seed,
+        rollouts=rollouts,
+        skills=None if skills in (None, "all") else skills,
+        out=None if out is None else str(out),
+        concurrency=concurrency,
+        teacher__temperature=temperature,
+        teacher__mistake_rate=mistake_rate,
+    )
     report = measure_config(cfg)  # an unknown skill: WorldError, one line, exit 2
     console.print(report.table())
     console.print(f"run folder: {report.out_dir}", markup=False, highlight=False)
     if report.failures:
         key, error = report.failures[0]
-        console.print(f"[red]{len(report.failures)} episodes failed[/red] (first: {key}: {error}); "
-                      f"rerun the same command to retry them")
+        console.print(
+            f"[red]{len(report.failures)} episodes failed[/red] (first: {key}: {error}); "
+            f"rerun the same command to retry them"
+        )
         raise typer.Exit(1)

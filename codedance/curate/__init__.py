@@ -13,4 +13,12 @@ export), `report`. See docs/curate.md.
 from codedance.curate.config import CurateConfig, CurateError, load_config, parse_config
 from codedance.curate.pipeline import CurateResult, plan, run_curate
 
-__all__ = ["CurateConfig", "CurateError", "CurateResult", "load_config", "parse_config", "plan", "run_curate"]
+__all__ = [
+    "CurateConfig",
+    "CurateError",
+    "CurateResult",
+    "load_config",
+    "parse_config",
+    "plan",
+    "run_curate",
+]

@@ -78,8 +78,11 @@ def json_list(reply: str, error: type[ValueError]) -> list[Any]:
 def numbers(entry: object, key: str, count: int) -> tuple[int, ...] | None:
     """``entry[key]`` as `count` rounded numbers, or None when it is not that."""
     value = entry.get(key) if isinstance(entry, dict) else None
-    if (not isinstance(value, list) or len(value) != count
-            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
+    if (
+        not isinstance(value, list)
+        or len(value) != count
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    ):
         return None
     return tuple(round(v) for v in value)
 
@@ -120,43 +123,58 @@ def box_problem(box: Box, size: tuple[int, int], question: str, config: AtomicCo
 
 def propose_messages(task: Task, image: Image, prompts: Any = None) -> tuple[Message, ...]:
     """The Table 6 request for `task`'s first image as the model sees it (`Episode.images`)."""
-    text = render("propose_boxes", prompts, question=task.question, width=image.width, height=image.height)
+    text = render(
+        "propose_boxes", prompts, question=task.question, width=image.width, height=image.height
+    )
     return (Message("user", (image, text)),)
 
 
 def _crop_turn(box: Box, name: str, why: str) -> str:
-    return (f"<think>{why} The {box.label} is at ({box.x1}, {box.y1}, {box.x2}, {box.y2}); I crop it and "
-            f"zoom in {ZOOM}x to read it.</think>\n<code>\n```python\n"
-            f"{name} = input_image.crop(({box.x1}, {box.y1}, {box.x2}, {box.y2}))\n"
-            f"print('{box.label}:', {name}.size)\n"
-            f"{name}.resize(({name}.width * {ZOOM}, {name}.height * {ZOOM})).show()\n```\n</code>")
+    return (
+        f"<think>{why} The {box.label} is at ({box.x1}, {box.y1}, {box.x2}, {box.y2}); I crop it and "
+        f"zoom in {ZOOM}x to read it.</think>\n<code>\n```python\n"
+        f"{name} = input_image.crop(({box.x1}, {box.y1}, {box.x2}, {box.y2}))\n"
+        f"print('{box.label}:', {name}.size)\n"
+        f"{name}.resize(({name}.width * {ZOOM}, {name}.height * {ZOOM})).show()\n```\n</code>"
+    )
 
 
 def annotate_turn(boxes: list[Box]) -> str:
     """A drawing turn: outline and label every box on a copy of the whole image, then show it."""
-    draw = "".join(f"draw.rectangle(({b.x1}, {b.y1}, {b.x2}, {b.y2}), outline=(255, 0, 0), width=3)\n"
-                   f"draw.text(({b.x1}, max(0, {b.y1} - 12)), {b.label!r}, fill=(255, 0, 0))\n" for b in boxes)
-    return ("<think>First I mark the candidate regions on the whole image to see where they lie.</think>\n"
-            "<code>\n```python\nfrom PIL import ImageDraw\nmarked = input_image.convert('RGB').copy()\n"
-            f"draw = ImageDraw.Draw(marked)\n{draw}print('marked', {len(boxes)}, 'regions on', marked.size)\n"
-            "marked.show()\n```\n</code>")
+    draw = "".join(
+        f"draw.rectangle(({b.x1}, {b.y1}, {b.x2}, {b.y2}), outline=(255, 0, 0), width=3)\n"
+        f"draw.text(({b.x1}, max(0, {b.y1} - 12)), {b.label!r}, fill=(255, 0, 0))\n"
+        for b in boxes
+    )
+    return (
+        "<think>First I mark the candidate regions on the whole image to see where they lie.</think>\n"
+        "<code>\n```python\nfrom PIL import ImageDraw\nmarked = input_image.convert('RGB').copy()\n"
+        f"draw = ImageDraw.Draw(marked)\n{draw}print('marked', {len(boxes)}, 'regions on', marked.size)\n"
+        "marked.show()\n```\n</code>"
+    )
 
 
-def code_turns(boxes: list[Box], difficulty: str, max_boxes: int, annotate: bool = False) -> list[str]:
+def code_turns(
+    boxes: list[Box], difficulty: str, max_boxes: int, annotate: bool = False
+) -> list[str]:
     """The scripted code turns of a trajectory (see the module docstring); with `annotate`, a
     drawing turn (`annotate_turn`) comes first."""
     first = [annotate_turn(boxes[:max_boxes])] if annotate else []
     if difficulty == "medium":
         return [*first, _crop_turn(boxes[0], "crop", "The answer depends on a small detail.")]
     used = boxes[:max_boxes]
-    turns = first + [_crop_turn(b, f"crop{i}", "I check this region first." if i == 0 else "Next region.")
-                     for i, b in enumerate(used)]
+    turns = first + [
+        _crop_turn(b, f"crop{i}", "I check this region first." if i == 0 else "Next region.")
+        for i, b in enumerate(used)
+    ]
     last = f"crop{len(used) - 1}"
-    turns.append("<think>The details are faint; I raise the contrast of the last crop.</think>\n<code>\n"
-                 "```python\nfrom PIL import ImageOps\n"
-                 f"sharp = ImageOps.autocontrast({last}.convert('RGB'))\n"
-                 f"print('contrast range:', sharp.getextrema())\n"
-                 f"sharp.resize(({last}.width * {ZOOM * 2}, {last}.height * {ZOOM * 2})).show()\n```\n</code>")
+    turns.append(
+        "<think>The details are faint; I raise the contrast of the last crop.</think>\n<code>\n"
+        "```python\nfrom PIL import ImageOps\n"
+        f"sharp = ImageOps.autocontrast({last}.convert('RGB'))\n"
+        f"print('contrast range:', sharp.getextrema())\n"
+        f"sharp.resize(({last}.width * {ZOOM * 2}, {last}.height * {ZOOM * 2})).show()\n```\n</code>"
+    )
     return turns
 
 
@@ -178,8 +196,16 @@ class AtomicPolicy:
         return await self.strong.ask(messages)
 
 
-async def crop_trajectory(task: Task, boxes: list[Box], difficulty: str, strong: Asker, sandbox: Any,
-                          episode: EpisodeConfig, config: AtomicConfig, annotate: bool = False) -> Trajectory:
+async def crop_trajectory(
+    task: Task,
+    boxes: list[Box],
+    difficulty: str,
+    strong: Asker,
+    sandbox: Any,
+    episode: EpisodeConfig,
+    config: AtomicConfig,
+    annotate: bool = False,
+) -> Trajectory:
     """Run the atomic trajectory of `task` in `sandbox` (which holds the model-sized images)."""
     policy = AtomicPolicy(code_turns(boxes, difficulty, config.max_boxes, annotate), strong)
     return await arun_episode(policy, task, sandbox, episode)

@@ -58,7 +58,10 @@ STAGES = ("inspect", "filter", "atomic", "verify")
 DEFAULT_STAGES = ("filter", "atomic", "verify")
 ROLES = ("weak", "strong", "judge")
 JUDGE_MODES = ("never", "undecided", "fallback")
-MOVED = {"atomic.max_turns": "episode.max_turns", "verify.exec_timeout_s": "episode.exec_timeout_s"}  # old -> new
+MOVED = {
+    "atomic.max_turns": "episode.max_turns",
+    "verify.exec_timeout_s": "episode.exec_timeout_s",
+}  # old -> new
 
 
 class CurateError(SettingsError):
@@ -113,7 +116,9 @@ class InspectConfig:
 
 @dataclass(frozen=True)
 class CurateConfig:
-    out: Path = field(default=Path("runs/curate"), metadata={"resume": False})  # not_resumed, for a Path
+    out: Path = field(
+        default=Path("runs/curate"), metadata={"resume": False}
+    )  # not_resumed, for a Path
     endpoints: dict[str, ServerConfig] = field(default_factory=dict)
     sources: tuple[dict[str, Any], ...] = ()
     stages: tuple[str, ...] = not_resumed(DEFAULT_STAGES)
@@ -124,7 +129,9 @@ class CurateConfig:
     episode: EpisodeSettings = EpisodeSettings()
     prompts: Path | None = None
     sandboxes: int = not_resumed(4)
-    base: Path = field(default=Path("."), metadata={"resume": False})  # the YAML's folder: relative paths
+    base: Path = field(
+        default=Path("."), metadata={"resume": False}
+    )  # the YAML's folder: relative paths
 
 
 def _check(config: CurateConfig) -> None:
@@ -138,14 +145,20 @@ def _check(config: CurateConfig) -> None:
     if f.judge not in JUDGE_MODES:
         raise CurateError(f"filter.judge must be one of {', '.join(JUDGE_MODES)}, got {f.judge!r}")
     if not 0.0 < config.atomic.max_box_area <= 1.0:
-        raise CurateError(f"atomic.max_box_area must be within (0, 1], got {config.atomic.max_box_area}")
+        raise CurateError(
+            f"atomic.max_box_area must be within (0, 1], got {config.atomic.max_box_area}"
+        )
     if config.sandboxes < 1:
         raise CurateError(f"sandboxes must be at least 1, got {config.sandboxes}")
     for role, e in config.endpoints.items():
         if not e.url or not e.model:
-            raise CurateError(f"endpoints.{role} needs url and model ({{url: http://HOST:PORT/v1, model: NAME}})")
+            raise CurateError(
+                f"endpoints.{role} needs url and model ({{url: http://HOST:PORT/v1, model: NAME}})"
+            )
         if e.max_in_flight < 1 or e.breaker_failures < 1:
-            raise CurateError(f"endpoints.{role}: max_in_flight and breaker_failures must be at least 1")
+            raise CurateError(
+                f"endpoints.{role}: max_in_flight and breaker_failures must be at least 1"
+            )
 
 
 def _roles_needed(config: CurateConfig) -> set[str]:
@@ -167,42 +180,72 @@ def parse_config(raw: object, base: Path = Path(".")) -> CurateConfig:
             raise CurateError(f"the config needs '{key}' (see docs/curate.md for an example)")
     endpoints_raw = raw["endpoints"] or {}
     if not isinstance(endpoints_raw, dict):
-        raise CurateError("endpoints must map roles (weak, strong, judge) to {url: ..., model: ...}")
+        raise CurateError(
+            "endpoints must map roles (weak, strong, judge) to {url: ..., model: ...}"
+        )
     extra = sorted(set(endpoints_raw) - set(ROLES))
     if extra:
-        raise CurateError(f"endpoints: unknown role(s) {', '.join(extra)}; roles are {', '.join(ROLES)}")
+        raise CurateError(
+            f"endpoints: unknown role(s) {', '.join(extra)}; roles are {', '.join(ROLES)}"
+        )
     stages = raw.get("stages") or list(DEFAULT_STAGES)
     if isinstance(stages, str):  # stages=filter,atomic on the command line
         stages = [s.strip() for s in stages.split(",") if s.strip()]
     bad = [s for s in stages if s not in STAGES] if isinstance(stages, list) else [stages]
     if bad:
-        raise CurateError(f"unknown stage(s) {', '.join(map(str, bad))}; choose from {', '.join(STAGES)}")
+        raise CurateError(
+            f"unknown stage(s) {', '.join(map(str, bad))}; choose from {', '.join(STAGES)}"
+        )
     sources = raw["sources"]
-    if not isinstance(sources, list) or not sources or not all(isinstance(s, dict) for s in sources):
+    if (
+        not isinstance(sources, list)
+        or not sources
+        or not all(isinstance(s, dict) for s in sources)
+    ):
         raise CurateError("sources must be a non-empty list of mappings, each with a 'kind'")
-    plain = {k: v for k, v in raw.items() if k not in ("endpoints", "sources", "stages", "out", "prompts")}
+    plain = {
+        k: v
+        for k, v in raw.items()
+        if k not in ("endpoints", "sources", "stages", "out", "prompts")
+    }
     try:
         refuse_moved(raw, MOVED)
     except SettingsError as exc:
         raise CurateError(str(exc)) from None
     if "base" in plain:
-        raise CurateError("unknown setting base: relative paths resolve from the YAML file's folder")
+        raise CurateError(
+            "unknown setting base: relative paths resolve from the YAML file's folder"
+        )
     try:
         config = build(CurateConfig(), plain)
-        endpoints = {r: build(ENDPOINT, endpoints_raw[r], f"endpoints.{r}.") for r in ROLES if r in endpoints_raw}
+        endpoints = {
+            r: build(ENDPOINT, endpoints_raw[r], f"endpoints.{r}.")
+            for r in ROLES
+            if r in endpoints_raw
+        }
     except SettingsError as exc:
         raise CurateError(str(exc)) from None
     prompts = raw.get("prompts")
     config = CurateConfig(
-        out=base / str(raw["out"]), endpoints=endpoints, sources=tuple(sources),
-        stages=tuple(s for s in STAGES if s in stages), filter=config.filter, atomic=config.atomic,
-        verify=config.verify, inspect=config.inspect, episode=config.episode,
+        out=base / str(raw["out"]),
+        endpoints=endpoints,
+        sources=tuple(sources),
+        stages=tuple(s for s in STAGES if s in stages),
+        filter=config.filter,
+        atomic=config.atomic,
+        verify=config.verify,
+        inspect=config.inspect,
+        episode=config.episode,
         prompts=None if prompts is None else base / str(prompts),
-        sandboxes=config.sandboxes, base=base)
+        sandboxes=config.sandboxes,
+        base=base,
+    )
     missing = sorted(_roles_needed(config) - set(endpoints))
     if missing:
-        raise CurateError(f"endpoints: the stages {', '.join(config.stages)} need {', '.join(missing)} "
-                          f"(each as {{url: ..., model: ...}})")
+        raise CurateError(
+            f"endpoints: the stages {', '.join(config.stages)} need {', '.join(missing)} "
+            f"(each as {{url: ..., model: ...}})"
+        )
     _check(config)
     return config
 
@@ -214,7 +257,9 @@ def load_config(specs: str | Path | list[str] | tuple[str, ...]) -> CurateConfig
     files = [Path(s) for s in specs if "=" not in s and (s.endswith((".yaml", ".yml")) or "/" in s)]
     for path in files:
         if not path.is_file():
-            raise CurateError(f"no config file at {path}; write one (docs/curate.md has an example)")
+            raise CurateError(
+                f"no config file at {path}; write one (docs/curate.md has an example)"
+            )
     return parse_config(merged(specs, command="curate"), files[-1].parent if files else Path("."))
 
 

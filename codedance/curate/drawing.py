@@ -41,8 +41,13 @@ from codedance.curate.templates import render
 from codedance.rollout import EpisodeConfig, arun_episode
 from codedance.types import Image, Message, Task, Trajectory
 
-SHAPES = {"point": ("point_2d", 2), "line": ("line_2d", 4), "box": ("bbox_2d", 4), "mask": ("bbox_2d", 4),
-          "zoom": ("bbox_2d", 4)}
+SHAPES = {
+    "point": ("point_2d", 2),
+    "line": ("line_2d", 4),
+    "box": ("bbox_2d", 4),
+    "mask": ("bbox_2d", 4),
+    "zoom": ("bbox_2d", 4),
+}
 ZOOM_RANGE = (1.5, 4.0)
 DOT = 6  # the radius of a plotted point, px
 
@@ -60,8 +65,12 @@ class Op:
 
     def as_dict(self) -> dict[str, Any]:
         key = SHAPES[self.op][0]
-        return {"op": self.op, "label": self.label, key: list(self.at),
-                **({"factor": self.factor} if self.op == "zoom" else {})}
+        return {
+            "op": self.op,
+            "label": self.label,
+            key: list(self.at),
+            **({"factor": self.factor} if self.op == "zoom" else {}),
+        }
 
 
 def parse_ops(reply: str) -> list[Op]:
@@ -70,7 +79,9 @@ def parse_ops(reply: str) -> list[Op]:
     for entry in json_list(reply, OpsUnparseable):
         kind = entry.get("op") if isinstance(entry, dict) else None
         if kind not in SHAPES:
-            raise OpsUnparseable(f"unknown op {kind!r} (known: {', '.join(SHAPES)}): {str(entry)[:120]!r}")
+            raise OpsUnparseable(
+                f"unknown op {kind!r} (known: {', '.join(SHAPES)}): {str(entry)[:120]!r}"
+            )
         key, count = SHAPES[kind]
         at = numbers(entry, key, count)
         if at is None:
@@ -102,7 +113,9 @@ def _problem(op: Op, size: tuple[int, int], question: str, config: AtomicConfig)
     return None
 
 
-def op_problems(ops: list[Op], size: tuple[int, int], question: str, config: AtomicConfig) -> list[str | None]:
+def op_problems(
+    ops: list[Op], size: tuple[int, int], question: str, config: AtomicConfig
+) -> list[str | None]:
     """Why each of `ops` is implausible (None: kept), in order (see the module docstring)."""
     seen: set[tuple[str, tuple[int, ...]]] = set()
     problems: list[str | None] = []
@@ -117,12 +130,16 @@ def op_problems(ops: list[Op], size: tuple[int, int], question: str, config: Ato
 
 
 def propose_messages(task: Task, image: Image, prompts: Any = None) -> tuple[Message, ...]:
-    text = render("propose_ops", prompts, question=task.question, width=image.width, height=image.height)
+    text = render(
+        "propose_ops", prompts, question=task.question, width=image.width, height=image.height
+    )
     return (Message("user", (image, text)),)
 
 
-SETUP = ("import math\nfrom PIL import Image, ImageDraw, ImageEnhance\n"
-         "canvas = input_image.convert('RGB').copy()\ndraw = ImageDraw.Draw(canvas)\n")
+SETUP = (
+    "import math\nfrom PIL import Image, ImageDraw, ImageEnhance\n"
+    "canvas = input_image.convert('RGB').copy()\ndraw = ImageDraw.Draw(canvas)\n"
+)
 
 
 def op_code(op: Op, name: str) -> str:
@@ -131,29 +148,39 @@ def op_code(op: Op, name: str) -> str:
     label = repr(op.label)
     if op.op == "point":
         x, y = op.at
-        return (f"draw.ellipse(({x - DOT}, {y - DOT}, {x + DOT}, {y + DOT}), fill=(255, 0, 0))\n"
-                f"draw.text(({x + DOT + 2}, {max(0, y - DOT)}), {label}, fill=(255, 0, 0))\n"
-                f"print({label}, 'at', ({x}, {y}))\n")
+        return (
+            f"draw.ellipse(({x - DOT}, {y - DOT}, {x + DOT}, {y + DOT}), fill=(255, 0, 0))\n"
+            f"draw.text(({x + DOT + 2}, {max(0, y - DOT)}), {label}, fill=(255, 0, 0))\n"
+            f"print({label}, 'at', ({x}, {y}))\n"
+        )
     if op.op == "line":
         x1, y1, x2, y2 = op.at
-        return (f"draw.line(({x1}, {y1}, {x2}, {y2}), fill=(0, 0, 255), width=3)\n"
-                f"print({label}, 'length:', round(math.dist(({x1}, {y1}), ({x2}, {y2})), 1), 'px')\n")
+        return (
+            f"draw.line(({x1}, {y1}, {x2}, {y2}), fill=(0, 0, 255), width=3)\n"
+            f"print({label}, 'length:', round(math.dist(({x1}, {y1}), ({x2}, {y2})), 1), 'px')\n"
+        )
     x1, y1, x2, y2 = op.at
     if op.op == "box":
-        return (f"draw.rectangle(({x1}, {y1}, {x2}, {y2}), outline=(255, 0, 0), width=3)\n"
-                f"draw.text(({x1}, {max(0, y1 - 12)}), {label}, fill=(255, 0, 0))\n"
-                f"print({label}, 'box:', {x2 - x1}, 'x', {y2 - y1}, 'px')\n")
+        return (
+            f"draw.rectangle(({x1}, {y1}, {x2}, {y2}), outline=(255, 0, 0), width=3)\n"
+            f"draw.text(({x1}, {max(0, y1 - 12)}), {label}, fill=(255, 0, 0))\n"
+            f"print({label}, 'box:', {x2 - x1}, 'x', {y2 - y1}, 'px')\n"
+        )
     if op.op == "mask":
-        return ("keep = Image.new('L', canvas.size, 0)\n"
-                f"ImageDraw.Draw(keep).rectangle(({x1}, {y1}, {x2}, {y2}), fill=255)\n"
-                "canvas = Image.composite(canvas, ImageEnhance.Brightness(canvas).enhance(0.3), keep)\n"
-                "draw = ImageDraw.Draw(canvas)\n"
-                f"print({label}, 'kept:', round({(x2 - x1) * (y2 - y1)} / (canvas.width * canvas.height), 3), "
-                "'of the image')\n")
+        return (
+            "keep = Image.new('L', canvas.size, 0)\n"
+            f"ImageDraw.Draw(keep).rectangle(({x1}, {y1}, {x2}, {y2}), fill=255)\n"
+            "canvas = Image.composite(canvas, ImageEnhance.Brightness(canvas).enhance(0.3), keep)\n"
+            "draw = ImageDraw.Draw(canvas)\n"
+            f"print({label}, 'kept:', round({(x2 - x1) * (y2 - y1)} / (canvas.width * canvas.height), 3), "
+            "'of the image')\n"
+        )
     factor = op.factor
-    return (f"{name} = input_image.crop(({x1}, {y1}, {x2}, {y2}))\n"
-            f"{name} = {name}.resize((round({name}.width * {factor}), round({name}.height * {factor})))\n"
-            f"print({label}, 'zoomed {factor}x:', {name}.size)\n{name}.show()\n")
+    return (
+        f"{name} = input_image.crop(({x1}, {y1}, {x2}, {y2}))\n"
+        f"{name} = {name}.resize((round({name}.width * {factor}), round({name}.height * {factor})))\n"
+        f"print({label}, 'zoomed {factor}x:', {name}.size)\n{name}.show()\n"
+    )
 
 
 def _turn(why: str, code: str) -> str:
@@ -161,11 +188,13 @@ def _turn(why: str, code: str) -> str:
 
 
 def _why(op: Op) -> str:
-    return {"point": f"I mark the {op.label} to locate it precisely.",
-            "line": f"I draw the {op.label} and measure it.",
-            "box": f"I outline the {op.label} to see where it lies.",
-            "mask": f"I dim everything but the {op.label} to focus on it.",
-            "zoom": f"I enlarge the {op.label} to read its details."}[op.op]
+    return {
+        "point": f"I mark the {op.label} to locate it precisely.",
+        "line": f"I draw the {op.label} and measure it.",
+        "box": f"I outline the {op.label} to see where it lies.",
+        "mask": f"I dim everything but the {op.label} to focus on it.",
+        "zoom": f"I enlarge the {op.label} to read its details.",
+    }[op.op]
 
 
 def draw_turns(ops: list[Op], difficulty: str, max_ops: int) -> list[str]:
@@ -182,8 +211,15 @@ def draw_turns(ops: list[Op], difficulty: str, max_ops: int) -> list[str]:
     return turns
 
 
-async def draw_trajectory(task: Task, ops: list[Op], difficulty: str, strong: Asker, sandbox: Any,
-                          episode: EpisodeConfig, config: AtomicConfig) -> Trajectory:
+async def draw_trajectory(
+    task: Task,
+    ops: list[Op],
+    difficulty: str,
+    strong: Asker,
+    sandbox: Any,
+    episode: EpisodeConfig,
+    config: AtomicConfig,
+) -> Trajectory:
     """Run the drawing trajectory of `task` in `sandbox` (which holds the model-sized images)."""
     policy = AtomicPolicy(draw_turns(ops, difficulty, config.max_boxes), strong)
     return await arun_episode(policy, task, sandbox, episode)

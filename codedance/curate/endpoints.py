@@ -41,8 +41,13 @@ class EndpointStats:
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
-        return {"requests": self.requests, "failures": self.failures, "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens, "seconds": round(self.seconds, 3)}
+        return {
+            "requests": self.requests,
+            "failures": self.failures,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "seconds": round(self.seconds, 3),
+        }
 
 
 class Endpoint:
@@ -62,7 +67,9 @@ class Endpoint:
             self._policies[temperature] = replace(self.config, temperature=temperature).policy()
         return self._policies[temperature]
 
-    async def ask(self, messages: tuple[Message, ...], temperature: float | None = None) -> Completion:
+    async def ask(
+        self, messages: tuple[Message, ...], temperature: float | None = None
+    ) -> Completion:
         """One completion; raises `EndpointDown` when the breaker is open, `PolicyError` otherwise."""
         if self.down_reason:
             raise EndpointDown(self.down_reason)
@@ -83,8 +90,10 @@ class Endpoint:
                 if server_side:
                     self._consecutive_failures += 1
                     if self._consecutive_failures >= self.config.breaker_failures:
-                        self.down_reason = (f"endpoint {self.role} ({self.config.url}) is down: "
-                                            f"{self._consecutive_failures} consecutive failures, last: {exc}")
+                        self.down_reason = (
+                            f"endpoint {self.role} ({self.config.url}) is down: "
+                            f"{self._consecutive_failures} consecutive failures, last: {exc}"
+                        )
                 raise
             except Exception:
                 self.stats.failures += 1
@@ -109,7 +118,9 @@ class Counted:
         self.endpoint = endpoint
         self.calls = 0
 
-    async def ask(self, messages: tuple[Message, ...], temperature: float | None = None) -> Completion:
+    async def ask(
+        self, messages: tuple[Message, ...], temperature: float | None = None
+    ) -> Completion:
         self.calls += 1
         return await self.endpoint.ask(messages, temperature)
 
@@ -125,4 +136,3 @@ def error_text(exc: BaseException, limit: int = 200) -> str:
 
 def endpoints_from(configs: dict[str, ServerConfig]) -> dict[str, Endpoint]:
     return {role: Endpoint(role, c) for role, c in configs.items()}
-

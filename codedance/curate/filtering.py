@@ -42,7 +42,9 @@ JUDGE_MODES = ("never", "undecided", "fallback")
 
 def direct_messages(item: Item, prompts: Any = None) -> tuple[Message, ...]:
     images = model_images(item.task.images, VisionLimits())
-    return (Message("user", (*images, render("direct_answer", prompts, question=item.task.question))),)
+    return (
+        Message("user", (*images, render("direct_answer", prompts, question=item.task.question))),
+    )
 
 
 class _Judged:
@@ -54,7 +56,9 @@ class _Judged:
 
     def wanted(self) -> bool:
         return self.judge is not None and (
-            self.mode == "fallback" or (self.mode == "undecided" and self.item.task.kind in UNDECIDED_KINDS))
+            self.mode == "fallback"
+            or (self.mode == "undecided" and self.item.task.kind in UNDECIDED_KINDS)
+        )
 
     async def verdict(self, answer: str) -> JudgeReply:
         assert self.judge is not None
@@ -64,19 +68,34 @@ class _Judged:
         return await self._asked[key]
 
 
-async def _samples(endpoint: Asker, item: Item, messages: tuple[Message, ...], config: FilterConfig,
-                   judged: _Judged) -> list[dict[str, Any]]:
+async def _samples(
+    endpoint: Asker,
+    item: Item,
+    messages: tuple[Message, ...],
+    config: FilterConfig,
+    judged: _Judged,
+) -> list[dict[str, Any]]:
     async def one() -> dict[str, Any]:
         try:
             completion = await endpoint.ask(messages, temperature=config.temperature)
         except PolicyError as exc:
             return {"error": error_text(exc)}
         grade = grade_response(response=completion.text, task=item.task)
-        sample = {"text": completion.text, "answer": grade.answer, "correct": grade.correct, "graded_by": "rule"}
+        sample = {
+            "text": completion.text,
+            "answer": grade.answer,
+            "correct": grade.correct,
+            "graded_by": "rule",
+        }
         if grade.correct or not grade.answer or not judged.wanted():
             return sample
         verdict = await judged.verdict(grade.answer)
-        return {**sample, "correct": verdict.correct, "graded_by": "judge", "judge": verdict.as_dict()}
+        return {
+            **sample,
+            "correct": verdict.correct,
+            "graded_by": "judge",
+            "judge": verdict.as_dict(),
+        }
 
     return list(await asyncio.gather(*(one() for _ in range(config.k))))
 
@@ -91,8 +110,14 @@ def keeps_easy(key: str, share: float) -> bool:
     return int(key[:8], 16) / 0x100000000 < share
 
 
-async def classify(item: Item, weak: Asker, strong: Asker, config: FilterConfig, prompts: Any = None,
-                   judge: Asker | None = None) -> dict[str, Any]:
+async def classify(
+    item: Item,
+    weak: Asker,
+    strong: Asker,
+    config: FilterConfig,
+    prompts: Any = None,
+    judge: Asker | None = None,
+) -> dict[str, Any]:
     """The filter record of `item` (see the module docstring); `EndpointDown` propagates.
     `judge` None grades by the rules only."""
     record: dict[str, Any] = {"key": item.key, "source": item.source}
@@ -109,4 +134,8 @@ async def classify(item: Item, weak: Asker, strong: Asker, config: FilterConfig,
     record["strong_rate"] = strong_rate = _rate(record["strong"])
     if strong_rate is None:
         return {**record, "difficulty": None, "reason": "no_valid_samples"}
-    return {**record, "difficulty": "medium" if strong_rate >= config.medium_threshold else "hard", "reason": ""}
+    return {
+        **record,
+        "difficulty": "medium" if strong_rate >= config.medium_threshold else "hard",
+        "reason": "",
+    }

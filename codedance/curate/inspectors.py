@@ -46,15 +46,34 @@ async def _ask(vlm: Endpoint, item: Item, template: str, prompts: Any, **values:
     return (await vlm.ask((Message("user", (*images, text)),), temperature=0.0)).text
 
 
-async def inspect_item(item: Item, vlm: Endpoint, config: InspectConfig, prompts: Any = None) -> dict[str, Any]:
+async def inspect_item(
+    item: Item, vlm: Endpoint, config: InspectConfig, prompts: Any = None
+) -> dict[str, Any]:
     """The inspect record of `item`: replies, verdicts and the drop reason ('' when kept)."""
     record: dict[str, Any] = {"key": item.key, "source": item.source, "reason": "", "calls": 0}
     checks = []
     if config.image:
-        checks.append(("image", "image_informativeness", ("True", "False"), "False", "uninformative_image", {}))
+        checks.append(
+            (
+                "image",
+                "image_informativeness",
+                ("True", "False"),
+                "False",
+                "uninformative_image",
+                {},
+            )
+        )
     if config.question:
-        checks.append(("question", "question_validation", ("GOOD", "BAD"), "BAD", "bad_question",
-                       {"question": item.task.question, "answer": item.task.answer}))
+        checks.append(
+            (
+                "question",
+                "question_validation",
+                ("GOOD", "BAD"),
+                "BAD",
+                "bad_question",
+                {"question": item.task.question, "answer": item.task.answer},
+            )
+        )
     for name, template, allowed, bad, reason, values in checks:
         record["calls"] += 1
         try:
@@ -64,7 +83,11 @@ async def inspect_item(item: Item, vlm: Endpoint, config: InspectConfig, prompts
         verdict = parse_word(reply, allowed)
         record[name] = {"reply": reply[:300], "verdict": verdict}
         if verdict is None:
-            return {**record, "reason": "inspector_unparseable", "detail": f"{name}: {reply[:120]!r}"}
+            return {
+                **record,
+                "reason": "inspector_unparseable",
+                "detail": f"{name}: {reply[:120]!r}",
+            }
         if verdict == bad:
             return {**record, "reason": reason}
     return record

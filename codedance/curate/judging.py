@@ -25,7 +25,11 @@ class JudgeReply:
     detail: str = ""
 
     def as_dict(self) -> dict[str, object]:
-        return {"verdict": self.correct, "reply": self.reply, **({"problem": self.problem} if self.problem else {})}
+        return {
+            "verdict": self.correct,
+            "reply": self.reply,
+            **({"problem": self.problem} if self.problem else {}),
+        }
 
 
 async def ask_judge(judge: Asker, task: Task, prediction: str) -> JudgeReply:

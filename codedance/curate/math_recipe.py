@@ -72,9 +72,11 @@ def split_revision(reply: str) -> Revision:
     for match in _CODE_TAG.finditer(reply):
         fenced = _FENCED.match(match.group(1))
         if fenced is None or not fenced.group(1).strip():
-            raise ProgramUnparseable(f"snippet {len(steps) + 1} is not one non-empty ```python block: "
-                                     f"{match.group(1)[:120]!r}")
-        text = reply[position:match.start()]
+            raise ProgramUnparseable(
+                f"snippet {len(steps) + 1} is not one non-empty ```python block: "
+                f"{match.group(1)[:120]!r}"
+            )
+        text = reply[position : match.start()]
         claim = _CLAIM.match(reply, match.end())
         position = claim.end() if claim else match.end()
         steps.append(Step(text.strip(), fenced.group(1).strip(), claim.group(1) if claim else None))
@@ -141,7 +143,9 @@ class RevisionPolicy:
         done = sum(m.role == "assistant" for m in messages)
         steps = self.revision.steps
         if self.diverged_at is None and done:
-            self.agreed.append(self.runner.last is not None and agrees(steps[done - 1].claimed, self.runner.last))
+            self.agreed.append(
+                self.runner.last is not None and agrees(steps[done - 1].claimed, self.runner.last)
+            )
             if not self.agreed[-1]:
                 self.diverged_at = done - 1
         if self.diverged_at is None:
@@ -154,8 +158,9 @@ class RevisionPolicy:
         return await self.strong.ask(messages)
 
 
-async def math_trajectory(task: Task, strong: Asker, sandbox: Any, episode: EpisodeConfig,
-                          prompts: Any = None) -> tuple[Trajectory, str, dict[str, Any]]:
+async def math_trajectory(
+    task: Task, strong: Asker, sandbox: Any, episode: EpisodeConfig, prompts: Any = None
+) -> tuple[Trajectory, str, dict[str, Any]]:
     """(trajectory, the chain of thought, the revision's record) for `task`; `ProgramUnparseable`
     when the revision has no usable snippet. `sandbox` holds the model-sized images."""
     images = episode.images_of(task)
@@ -166,6 +171,9 @@ async def math_trajectory(task: Task, strong: Asker, sandbox: Any, episode: Epis
     runner = _Watched(sandbox)
     policy = RevisionPolicy(revision, strong, runner)
     trajectory = await arun_episode(policy, task, runner, episode)
-    record = {"steps": [{"text": s.text, "code": s.code, "claimed": s.claimed} for s in revision.steps],
-              "agreed": policy.agreed, "diverged_at": policy.diverged_at}
+    record = {
+        "steps": [{"text": s.text, "code": s.code, "claimed": s.claimed} for s in revision.steps],
+        "agreed": policy.agreed,
+        "diverged_at": policy.diverged_at,
+    }
     return trajectory, cot, record

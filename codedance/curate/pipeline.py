@@ -116,9 +116,15 @@ class Progress:
 
     def show(self) -> None:
         if self.stream is not None:
-            stages = ", ".join(f"{stage} {self.done[stage]}/{self.total[stage]}" for stage in self.stages)
-            print(f"curate: {self.finished}/{self.read} items finished; {stages} "
-                  f"(elapsed {clock(time.monotonic() - self.began)})", file=self.stream, flush=True)
+            stages = ", ".join(
+                f"{stage} {self.done[stage]}/{self.total[stage]}" for stage in self.stages
+            )
+            print(
+                f"curate: {self.finished}/{self.read} items finished; {stages} "
+                f"(elapsed {clock(time.monotonic() - self.began)})",
+                file=self.stream,
+                flush=True,
+            )
 
 
 def stage_path(out: Path, stage: str) -> Path:
@@ -142,29 +148,52 @@ class ItemRef:
 class _Stages:
     """The per-item functions of each stage, sharing endpoints, sandbox pool and image store."""
 
-    def __init__(self, config: CurateConfig, endpoints: dict[str, Endpoint], pool: Any, store: ImageStore) -> None:
+    def __init__(
+        self, config: CurateConfig, endpoints: dict[str, Endpoint], pool: Any, store: ImageStore
+    ) -> None:
         self.config, self.endpoints, self.pool, self.store = config, endpoints, pool, store
         self.episode = config.episode.episode_config()
 
     async def inspect(self, item: Item) -> dict[str, Any]:
-        return await inspect_item(item, self.endpoints["strong"], self.config.inspect, self.config.prompts)
+        return await inspect_item(
+            item, self.endpoints["strong"], self.config.inspect, self.config.prompts
+        )
 
     async def filter(self, item: Item) -> dict[str, Any]:
         judge = Counted(self.endpoints["judge"]) if self.config.filter.judge != "never" else None
-        record = await classify(item, self.endpoints["weak"], self.endpoints["strong"], self.config.filter,
-                                self.config.prompts, judge)
-        record["calls"] = len(record["weak"]) + len(record.get("strong", ())) + (judge.calls if judge else 0)
+        record = await classify(
+            item,
+            self.endpoints["weak"],
+            self.endpoints["strong"],
+            self.config.filter,
+            self.config.prompts,
+            judge,
+        )
+        record["calls"] = (
+            len(record["weak"]) + len(record.get("strong", ())) + (judge.calls if judge else 0)
+        )
         return record
 
     async def atomic(self, item: Item, filtered: dict[str, Any]) -> dict[str, Any]:
         difficulty = filtered["difficulty"]
-        record: dict[str, Any] = {"key": item.key, "source": item.source, "difficulty": difficulty,
-                                  "reason": "", "calls": 0}
+        record: dict[str, Any] = {
+            "key": item.key,
+            "source": item.source,
+            "difficulty": difficulty,
+            "reason": "",
+            "calls": 0,
+        }
         if difficulty == "easy":
             solved = [s for s in filtered["weak"] if s.get("correct")]
-            reply = min(solved, key=lambda s: s.get("graded_by") != "rule")["text"]  # a rule-graded one first
+            reply = min(solved, key=lambda s: s.get("graded_by") != "rule")[
+                "text"
+            ]  # a rule-graded one first
             trajectory = direct_trajectory(item.task, reply, self.episode)
-            return {**record, "kind": "direct", "trajectory": trajectory_json(trajectory, self.store, item.key)}
+            return {
+                **record,
+                "kind": "direct",
+                "trajectory": trajectory_json(trajectory, self.store, item.key),
+            }
         if item.recipe == "math":
             return await self._math(item, record)
         if item.recipe not in ("crop", "annotate", "draw"):
@@ -175,66 +204,138 @@ class _Stages:
         """The crop, annotate and draw recipes: a proposal, rule checks, the trajectory."""
         strong = Counted(self.endpoints["strong"])
         record["kind"] = item.recipe
-        images = self.episode.images_of(item.task)  # sized for the model once (costly for big images)
+        images = self.episode.images_of(
+            item.task
+        )  # sized for the model once (costly for big images)
         size, question, rules = images[0].size, item.task.question, self.config.atomic
         draws = item.recipe == "draw"
         try:
-            messages = (draw_messages if draws else propose_messages)(item.task, images[0], self.config.prompts)
+            messages = (draw_messages if draws else propose_messages)(
+                item.task, images[0], self.config.prompts
+            )
             reply = (await strong.ask(messages)).text
             proposed: list[Any] = parse_ops(reply) if draws else parse_boxes(reply)
         except PolicyError as exc:
-            return {**record, "reason": "proposal_error", "detail": error_text(exc), "calls": strong.calls}
+            return {
+                **record,
+                "reason": "proposal_error",
+                "detail": error_text(exc),
+                "calls": strong.calls,
+            }
         except (BoxesUnparseable, OpsUnparseable) as exc:
-            return {**record, "reason": "ops_unparseable" if draws else "boxes_unparseable", "detail": str(exc),
-                    "calls": strong.calls}
-        problems = (op_problems(proposed, size, question, rules) if draws
-                    else [box_problem(b, size, question, rules) for b in proposed])
-        record["ops" if draws else "boxes"] = [{**p.as_dict(), "problem": why or ""}
-                                               for p, why in zip(proposed, problems, strict=True)]
+            return {
+                **record,
+                "reason": "ops_unparseable" if draws else "boxes_unparseable",
+                "detail": str(exc),
+                "calls": strong.calls,
+            }
+        problems = (
+            op_problems(proposed, size, question, rules)
+            if draws
+            else [box_problem(b, size, question, rules) for b in proposed]
+        )
+        record["ops" if draws else "boxes"] = [
+            {**p.as_dict(), "problem": why or ""} for p, why in zip(proposed, problems, strict=True)
+        ]
         kept = [p for p, why in zip(proposed, problems, strict=True) if why is None]
         if not kept:
-            return {**record, "reason": "no_plausible_op" if draws else "no_plausible_box", "calls": strong.calls}
-        sandbox = await self.pool.asandbox(images=images, timeout_s=self.config.episode.exec_timeout_s)
+            return {
+                **record,
+                "reason": "no_plausible_op" if draws else "no_plausible_box",
+                "calls": strong.calls,
+            }
+        sandbox = await self.pool.asandbox(
+            images=images, timeout_s=self.config.episode.exec_timeout_s
+        )
         try:
             if draws:
-                trajectory = await draw_trajectory(item.task, kept, difficulty, strong, sandbox, self.episode, rules)
+                trajectory = await draw_trajectory(
+                    item.task, kept, difficulty, strong, sandbox, self.episode, rules
+                )
             else:
-                trajectory = await crop_trajectory(item.task, kept, difficulty, strong, sandbox, self.episode,
-                                                   rules, annotate=item.recipe == "annotate")
+                trajectory = await crop_trajectory(
+                    item.task,
+                    kept,
+                    difficulty,
+                    strong,
+                    sandbox,
+                    self.episode,
+                    rules,
+                    annotate=item.recipe == "annotate",
+                )
         except PolicyError as exc:
-            return {**record, "reason": "trajectory_error", "detail": error_text(exc), "calls": strong.calls}
+            return {
+                **record,
+                "reason": "trajectory_error",
+                "detail": error_text(exc),
+                "calls": strong.calls,
+            }
         finally:
             await asyncio.to_thread(sandbox.close)
-        return {**record, "calls": strong.calls, "trajectory": trajectory_json(trajectory, self.store, item.key)}
+        return {
+            **record,
+            "calls": strong.calls,
+            "trajectory": trajectory_json(trajectory, self.store, item.key),
+        }
 
     async def _math(self, item: Item, record: dict[str, Any]) -> dict[str, Any]:
         strong = Counted(self.endpoints["strong"])
         record["kind"] = "math"
-        sandbox = await self.pool.asandbox(images=self.episode.images_of(item.task),
-                                           timeout_s=self.config.episode.exec_timeout_s)
+        sandbox = await self.pool.asandbox(
+            images=self.episode.images_of(item.task), timeout_s=self.config.episode.exec_timeout_s
+        )
         try:
-            trajectory, cot, revision = await math_trajectory(item.task, strong, sandbox, self.episode,
-                                                             self.config.prompts)
+            trajectory, cot, revision = await math_trajectory(
+                item.task, strong, sandbox, self.episode, self.config.prompts
+            )
         except PolicyError as exc:
-            return {**record, "reason": "trajectory_error", "detail": error_text(exc),
-                    "calls": strong.calls}
+            return {
+                **record,
+                "reason": "trajectory_error",
+                "detail": error_text(exc),
+                "calls": strong.calls,
+            }
         except ProgramUnparseable as exc:
-            return {**record, "reason": "program_unparseable", "detail": str(exc), "calls": strong.calls}
+            return {
+                **record,
+                "reason": "program_unparseable",
+                "detail": str(exc),
+                "calls": strong.calls,
+            }
         finally:
             await asyncio.to_thread(sandbox.close)
-        return {**record, "cot": cot, "revision": revision, "calls": strong.calls,
-                "trajectory": trajectory_json(trajectory, self.store, item.key)}
+        return {
+            **record,
+            "cot": cot,
+            "revision": revision,
+            "calls": strong.calls,
+            "trajectory": trajectory_json(trajectory, self.store, item.key),
+        }
 
     async def verify(self, item: Item, atomic: dict[str, Any]) -> dict[str, Any]:
         trajectory = trajectory_from_json(atomic["trajectory"], self.store)
         settings = self.config.verify
         judge = Counted(self.endpoints["judge"]) if "judge" in self.endpoints else None
-        verdict = await verify(item.task, trajectory, self.pool, self.episode, judge if settings.judge else None,
-                               self.config.episode.exec_timeout_s, cross_checker=judge if settings.cross_check else None,
-                               prompts=self.config.prompts)
+        verdict = await verify(
+            item.task,
+            trajectory,
+            self.pool,
+            self.episode,
+            judge if settings.judge else None,
+            self.config.episode.exec_timeout_s,
+            cross_checker=judge if settings.cross_check else None,
+            prompts=self.config.prompts,
+        )
         calls = judge.calls if judge is not None else 0
-        return {"key": item.key, "source": item.source, "difficulty": atomic["difficulty"],
-                "reason": verdict.reason, "detail": verdict.detail, "graded_by": verdict.graded_by, "calls": calls}
+        return {
+            "key": item.key,
+            "source": item.source,
+            "difficulty": atomic["difficulty"],
+            "reason": verdict.reason,
+            "detail": verdict.detail,
+            "graded_by": verdict.graded_by,
+            "calls": calls,
+        }
 
 
 def _relative(record: dict[str, Any], out: Path) -> dict[str, Any]:
@@ -251,8 +352,13 @@ def export(config: CurateConfig, items: list[ItemRef], store: ImageStore) -> int
     for item in items:
         if item.key in accepted and item.key in atomic:
             trajectory = trajectory_from_json(atomic[item.key]["trajectory"], store)
-            meta = {"key": item.key, "source": item.source, "task_id": item.task_id,
-                    "difficulty": atomic[item.key]["difficulty"], "kind": atomic[item.key].get("kind", "")}
+            meta = {
+                "key": item.key,
+                "source": item.source,
+                "task_id": item.task_id,
+                "difficulty": atomic[item.key]["difficulty"],
+                "kind": atomic[item.key].get("kind", ""),
+            }
             rows.append((canonical_record(trajectory), meta))
     for name, fmt in (("sft", "canonical"), ("swift", "swift"), ("trl", "trl")):
         tmp = out / f"{name}.jsonl.tmp"
@@ -276,18 +382,26 @@ class _Flow:
     def __init__(self, config: CurateConfig, stages: _Stages, progress: Progress) -> None:
         self.config, self.stages, self.progress = config, stages, progress
         out = config.out
-        self.records = {s: {r["key"]: r for r in read_jsonl(stage_path(out, s))} for s in STAGE_ORDER}
-        self.writing = asyncio.Lock()  # one writer; the fsync runs off the event loop (~3 ms a record)
+        self.records = {
+            s: {r["key"]: r for r in read_jsonl(stage_path(out, s))} for s in STAGE_ORDER
+        }
+        self.writing = (
+            asyncio.Lock()
+        )  # one writer; the fsync runs off the event loop (~3 ms a record)
         self.down = ""
         self.samples: dict[bool, list[Item]] = {True: [], False: []}
 
-    async def _record(self, stage: str, item: Item, fn: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+    async def _record(
+        self, stage: str, item: Item, fn: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> dict[str, Any]:
         record = {"key": item.key, "task_id": item.task.id, **(await fn())}
         async with self.writing:
             await asyncio.to_thread(append_jsonl, stage_path(self.config.out, stage), record)
         return record
 
-    async def _stage(self, stage: str, item: Item, fn: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any] | None:
+    async def _stage(
+        self, stage: str, item: Item, fn: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> dict[str, Any] | None:
         """The item's record of `stage` (kept in memory only until the item is done), or None."""
         have = self.records[stage].pop(item.key, None)
         if stage not in self.config.stages:
@@ -309,7 +423,9 @@ class _Flow:
             atomic = await self._stage("atomic", item, lambda: s.atomic(item, filtered))
             if atomic is None or atomic.get("reason"):
                 return self._done(item, atomic)
-            return self._done(item, await self._stage("verify", item, lambda: s.verify(item, atomic)), final=True)
+            return self._done(
+                item, await self._stage("verify", item, lambda: s.verify(item, atomic)), final=True
+            )
         except EndpointDown as exc:
             self.down = self.down or str(exc)
 
@@ -362,8 +478,14 @@ async def arun_curate(config: CurateConfig, stream: TextIO | None = sys.stderr) 
     width = max([e.max_in_flight for e in config.endpoints.values()] + [1]) + config.sandboxes
     source_counts: dict[str, int] = {}
     progress = Progress(config.stages, stream)
-    needs_sandbox = "atomic" in config.stages or "verify" in config.stages  # starting one costs ~1 s
-    async with SandboxPool(max_running=config.sandboxes) if needs_sandbox else contextlib.nullcontext() as pool:
+    needs_sandbox = (
+        "atomic" in config.stages or "verify" in config.stages
+    )  # starting one costs ~1 s
+    async with (
+        SandboxPool(max_running=config.sandboxes)
+        if needs_sandbox
+        else contextlib.nullcontext() as pool
+    ):
         flow = _Flow(config, _Stages(config, endpoints, pool, store), progress)
         try:
             refs = await flow.run(iter_items(config.sources, config.base, source_counts), width)
@@ -395,13 +517,20 @@ def plan(config: CurateConfig) -> dict[str, Any]:
     writes nothing; a run directory holding another run is refused as the run would refuse it."""
     run_dir(config).check()
     check_sources(config.sources)
-    records = {s: {r["key"]: (bool(r.get("reason")), r.get("difficulty")) for r in read_jsonl(stage_path(config.out, s))}
-               for s in STAGE_ORDER}  # (dropped, difficulty) by key: no replies or trajectories
+    records = {
+        s: {
+            r["key"]: (bool(r.get("reason")), r.get("difficulty"))
+            for r in read_jsonl(stage_path(config.out, s))
+        }
+        for s in STAGE_ORDER
+    }  # (dropped, difficulty) by key: no replies or trajectories
     pending = dict.fromkeys(STAGE_ORDER, 0)
     judged = atomic_requests = items = 0
     cost = {"crop": 2, "annotate": 2, "draw": 2, "math": 2 + config.episode.max_turns, "none": 0}
     source_counts: dict[str, int] = {}
-    for item in iter_items(config.sources, config.base, source_counts):  # streamed: only counts kept
+    for item in iter_items(
+        config.sources, config.base, source_counts
+    ):  # streamed: only counts kept
         items += 1
         for stage in STAGE_ORDER:
             record = records[stage].get(item.key)
@@ -411,20 +540,36 @@ def plan(config: CurateConfig) -> dict[str, Any]:
                 pending[stage] += 1
                 if stage == "filter":
                     judged += config.filter.judge == "fallback" or (
-                        config.filter.judge == "undecided" and item.task.kind in UNDECIDED_KINDS)
-                if stage == "atomic" and records["filter"].get(item.key, (False, None))[1] != "easy":
+                        config.filter.judge == "undecided" and item.task.kind in UNDECIDED_KINDS
+                    )
+                if (
+                    stage == "atomic"
+                    and records["filter"].get(item.key, (False, None))[1] != "easy"
+                ):
                     atomic_requests += cost[item.recipe]
     k = config.filter.k
     budget = {"weak": 0, "strong": 0, "judge": 0}
     if "inspect" in config.stages:
-        budget["strong"] += (int(config.inspect.image) + int(config.inspect.question)) * pending["inspect"]
+        budget["strong"] += (int(config.inspect.image) + int(config.inspect.question)) * pending[
+            "inspect"
+        ]
     if "filter" in config.stages:
         budget["weak"] += k * pending["filter"]
         budget["strong"] += k * pending["filter"]
         budget["judge"] += 2 * k * judged  # at most one per distinct rejected answer
     if "atomic" in config.stages:  # crop: boxes + the final turn; math: CoT + revision (+ the turns
-        budget["strong"] += atomic_requests  # the strong model writes once the claims fail: <= max_turns)
+        budget["strong"] += (
+            atomic_requests  # the strong model writes once the claims fail: <= max_turns)
+        )
     if "verify" in config.stages:  # grading only when the rules reject; the cross-check always
-        budget["judge"] += (int(config.verify.judge) + int(config.verify.cross_check)) * pending["verify"]
-    return {"items": items, "sources": source_counts, "stages": list(config.stages),
-            "done": {s: len(r) for s, r in records.items()}, "request_budget": budget, "out": str(config.out)}
+        budget["judge"] += (int(config.verify.judge) + int(config.verify.cross_check)) * pending[
+            "verify"
+        ]
+    return {
+        "items": items,
+        "sources": source_counts,
+        "stages": list(config.stages),
+        "done": {s: len(r) for s, r in records.items()},
+        "request_budget": budget,
+        "out": str(config.out),
+    }

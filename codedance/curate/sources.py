@@ -52,8 +52,12 @@ class Item:
 def _world(spec: dict[str, Any], base: Path) -> Iterable[Task]:
     from codedance.world import task_set
 
-    return task_set(int(spec.get("n", 12)), int(spec.get("seed", 0)), spec.get("skills"),
-                    spec.get("difficulties") or ("easy", "medium", "hard"))
+    return task_set(
+        int(spec.get("n", 12)),
+        int(spec.get("seed", 0)),
+        spec.get("skills"),
+        spec.get("difficulties") or ("easy", "medium", "hard"),
+    )
 
 
 def _benchmark(spec: dict[str, Any], base: Path) -> Iterable[Task]:
@@ -63,8 +67,11 @@ def _benchmark(spec: dict[str, Any], base: Path) -> Iterable[Task]:
     if "name" not in spec or "path" not in spec:
         raise CurateError("a benchmark source needs 'name' (see `codedance eval list`) and 'path'")
     limit = spec.get("limit")
-    return load_benchmark(get_spec(str(spec["name"])), path=base / str(spec["path"]),
-                          limit=None if limit is None else int(limit))
+    return load_benchmark(
+        get_spec(str(spec["name"])),
+        path=base / str(spec["path"]),
+        limit=None if limit is None else int(limit),
+    )
 
 
 def _table(spec: dict[str, Any], base: Path) -> Iterator[Task]:
@@ -72,7 +79,9 @@ def _table(spec: dict[str, Any], base: Path) -> Iterator[Task]:
     from codedance.eval.sources import DataNotFoundError, iter_export, iter_tsv
 
     if "path" not in spec:
-        raise CurateError("a table source needs 'path' (a JSONL, JSON, parquet or TSV file or folder)")
+        raise CurateError(
+            "a table source needs 'path' (a JSONL, JSON, parquet or TSV file or folder)"
+        )
     path = base / str(spec["path"])
     if not path.exists():
         raise CurateError(f"table source: {path} does not exist")
@@ -81,20 +90,30 @@ def _table(spec: dict[str, Any], base: Path) -> Iterator[Task]:
     try:
         kind = AnswerKind(spec.get("answer_kind", "text"))
     except ValueError:
-        raise CurateError(f"answer_kind must be one of {', '.join(k.value for k in AnswerKind)}") from None
+        raise CurateError(
+            f"answer_kind must be one of {', '.join(k.value for k in AnswerKind)}"
+        ) from None
     rows = iter_tsv(path) if path.suffix == ".tsv" else iter_export(path, (image_key,))
     name = spec.get("name", path.stem)
     try:
         for n, item in enumerate(rows):
             question, answer = item.fields.get(q_key), item.fields.get(a_key)
             if not question or answer is None or not item.images:
-                raise CurateError(f"{path} row {n}: needs '{q_key}', '{a_key}' and an image in '{image_key}'")
+                raise CurateError(
+                    f"{path} row {n}: needs '{q_key}', '{a_key}' and an image in '{image_key}'"
+                )
             try:
                 images = tuple(to_image(b, f"input:{i}") for i, b in enumerate(item.images))
             except Unmappable as exc:
                 raise CurateError(f"{path} row {n}: {exc}") from None
-            yield Task(id=str(item.fields.get(id_key, n)), question=question, images=images, answer=answer,
-                       kind=kind, source=str(name))
+            yield Task(
+                id=str(item.fields.get(id_key, n)),
+                question=question,
+                images=images,
+                answer=answer,
+                kind=kind,
+                source=str(name),
+            )
     except DataNotFoundError as exc:
         raise CurateError(f"table source {path}: {exc}") from None
 
@@ -115,7 +134,9 @@ def item_key(task: Task) -> str:
     return digest.hexdigest()[:16]
 
 
-def iter_items(specs: Iterable[dict[str, Any]], base: Path, counts: dict[str, int]) -> Iterator[Item]:
+def iter_items(
+    specs: Iterable[dict[str, Any]], base: Path, counts: dict[str, int]
+) -> Iterator[Item]:
     """All sources' items, one at a time, deduplicated; per-source counts (``read``,
     ``duplicates``) go into `counts` as they are read. What is kept across the stream is the set
     of item keys (16 hex digits each), so memory stays flat in the number of items."""
@@ -139,10 +160,14 @@ def check_sources(specs: Iterable[dict[str, Any]]) -> None:
     """The kind and recipe of every source, before anything is read."""
     for i, spec in enumerate(specs):
         if spec.get("kind") not in SOURCES:
-            raise CurateError(f"sources[{i}]: unknown kind {spec.get('kind')!r}; known: {', '.join(SOURCES)}")
+            raise CurateError(
+                f"sources[{i}]: unknown kind {spec.get('kind')!r}; known: {', '.join(SOURCES)}"
+            )
         if spec.get("recipe", "crop") not in RECIPES:
-            raise CurateError(f"sources[{i}]: unknown recipe {spec.get('recipe')!r}; "
-                              f"choose from {', '.join(RECIPES)}")
+            raise CurateError(
+                f"sources[{i}]: unknown recipe {spec.get('recipe')!r}; "
+                f"choose from {', '.join(RECIPES)}"
+            )
 
 
 def load_items(specs: Iterable[dict[str, Any]], base: Path) -> tuple[list[Item], dict[str, int]]:

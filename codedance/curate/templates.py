@@ -24,5 +24,7 @@ def render(name: str, override: Path | None = None, **values: object) -> str:
     try:
         return Template(path.read_text(encoding="utf-8")).substitute(values).strip()
     except (KeyError, ValueError) as exc:
-        raise CurateError(f"prompt template {path}: placeholder {exc} has no value; "
-                          f"available: {', '.join('$' + k for k in values)}") from None
+        raise CurateError(
+            f"prompt template {path}: placeholder {exc} has no value; "
+            f"available: {', '.join('$' + k for k in values)}"
+        ) from None

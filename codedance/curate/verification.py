@@ -40,9 +40,19 @@ from codedance.types import Image, Message, StopReason, Task, Trajectory
 if TYPE_CHECKING:  # pragma: no cover
     from codedance.sandbox.pool import SandboxPool
 
-REASONS = ("not_answered", "bad_format", "noop_code", "duplicate_turn", "wrong_answer",
-           "judge_unparseable", "judge_error", "output_mismatch", "replay_error", "inconsistent_reasoning",
-           "cross_check_unparseable")
+REASONS = (
+    "not_answered",
+    "bad_format",
+    "noop_code",
+    "duplicate_turn",
+    "wrong_answer",
+    "judge_unparseable",
+    "judge_error",
+    "output_mismatch",
+    "replay_error",
+    "inconsistent_reasoning",
+    "cross_check_unparseable",
+)
 
 
 @dataclass(frozen=True)
@@ -69,11 +79,15 @@ def structural_problem(trajectory: Trajectory) -> Verdict | None:
         r = turn.result
         if r is None:
             continue
-        if r.executed_nothing or (r.ok and not r.stdout.strip() and not r.stderr.strip() and not r.images):
+        if r.executed_nothing or (
+            r.ok and not r.stdout.strip() and not r.stderr.strip() and not r.images
+        ):
             return Verdict("noop_code", f"turn {i}: the code produced no output and no image")
         signature = (" ".join((turn.code or "").split()), observable(r))
         if signature in seen:
-            return Verdict("duplicate_turn", f"turn {i} repeats turn {seen[signature]} with the same result")
+            return Verdict(
+                "duplicate_turn", f"turn {i} repeats turn {seen[signature]} with the same result"
+            )
         seen[signature] = i
     return None
 
@@ -83,17 +97,26 @@ async def grade(task: Task, trajectory: Trajectory, judge: Asker | None) -> Verd
     if grade_trajectory(trajectory=trajectory, task=task).correct:
         return Verdict(graded_by="rule")
     if judge is None or not trajectory.answer:
-        return Verdict("wrong_answer", f"answered {trajectory.answer!r}, gold {task.answer!r}", "rule")
+        return Verdict(
+            "wrong_answer", f"answered {trajectory.answer!r}, gold {task.answer!r}", "rule"
+        )
     judged = await ask_judge(judge, task, trajectory.answer)
     if judged.problem:
         return Verdict(judged.problem, judged.detail, "judge")
     if not judged.correct:
-        return Verdict("wrong_answer", f"judge: {trajectory.answer!r} is not {task.answer!r}", "judge")
+        return Verdict(
+            "wrong_answer", f"judge: {trajectory.answer!r} is not {task.answer!r}", "judge"
+        )
     return Verdict(graded_by="judge")
 
 
-async def replay(task: Task, trajectory: Trajectory, pool: SandboxPool, episode: EpisodeConfig,
-                 exec_timeout_s: float) -> Verdict | None:
+async def replay(
+    task: Task,
+    trajectory: Trajectory,
+    pool: SandboxPool,
+    episode: EpisodeConfig,
+    exec_timeout_s: float,
+) -> Verdict | None:
     """Check 5: re-run the snippets in a fresh sandbox; None when every result is reproduced."""
     steps = recorded_steps(trajectory)
     if not steps:
@@ -126,13 +149,28 @@ async def cross_check(trajectory: Trajectory, judge: Asker, prompts: Any = None)
     word = parse_word(reply, ("CONSISTENT", "INCONSISTENT"))
     if word is None:
         return Verdict("cross_check_unparseable", f"{reply[:120]!r}", "judge")
-    return Verdict("inconsistent_reasoning", "the judge found the reasoning at odds with the images",
-                   "judge") if word == "INCONSISTENT" else None
+    return (
+        Verdict(
+            "inconsistent_reasoning",
+            "the judge found the reasoning at odds with the images",
+            "judge",
+        )
+        if word == "INCONSISTENT"
+        else None
+    )
 
 
-async def verify(task: Task, trajectory: Trajectory, pool: SandboxPool, episode: EpisodeConfig,
-                 judge: Asker | None, exec_timeout_s: float = EXEC_TIMEOUT_S, *,
-                 cross_checker: Asker | None = None, prompts: Any = None) -> Verdict:
+async def verify(
+    task: Task,
+    trajectory: Trajectory,
+    pool: SandboxPool,
+    episode: EpisodeConfig,
+    judge: Asker | None,
+    exec_timeout_s: float = EXEC_TIMEOUT_S,
+    *,
+    cross_checker: Asker | None = None,
+    prompts: Any = None,
+) -> Verdict:
     """The verdict on `trajectory` (see the module docstring); `cross_checker` enables check 6."""
     problem = structural_problem(trajectory)
     if problem is not None:

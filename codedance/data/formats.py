@@ -40,8 +40,13 @@ from codedance.types import Image
 
 IMAGE = "<image>"
 QWEN_IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
-ROLE_ALIASES = {"human": "user", "gpt": "assistant", "tool_response": "tool", "observation": "tool",
-                "function": "tool"}
+ROLE_ALIASES = {
+    "human": "user",
+    "gpt": "assistant",
+    "tool_response": "tool",
+    "observation": "tool",
+    "function": "tool",
+}
 ROLES = {"system", "user", "assistant", "tool", "tool_call"}
 
 
@@ -151,7 +156,12 @@ def conversation(messages: Sequence[dict], n_images: int) -> Conversation:
         if not isinstance(message, dict) or "role" not in message:
             raise Unmappable("message without a role")
         content = message.get("content")
-        raw.append((_role(message["role"]), _normalize_images("" if content is None else str(content), seen)))
+        raw.append(
+            (
+                _role(message["role"]),
+                _normalize_images("" if content is None else str(content), seen),
+            )
+        )
     msgs = _fold_tool_calls(raw, seen)
     if any(role == "system" for role, _ in msgs[1:]):
         raise Unmappable("system message after the start")
@@ -172,7 +182,7 @@ def conversation(messages: Sequence[dict], n_images: int) -> Conversation:
         j = i + 1
         while j < len(msgs) and msgs[j][0] != "assistant":
             j += 1
-        after = msgs[i + 1:j]
+        after = msgs[i + 1 : j]
         parsed = parse_message(text) if not after else None
         if parsed is not None and parsed.code is not None:
             if j < len(msgs) or parsed.answer is None:
@@ -191,9 +201,13 @@ def conversation(messages: Sequence[dict], n_images: int) -> Conversation:
         k = next(k for k, (role, _) in enumerate(prompt) if role == "user")
         prompt[k] = ("user", IMAGE * n_images + prompt[k][1])
     elif placeholders > n_images:
-        raise Unmappable("more placeholders than images", f"{placeholders} placeholders, {n_images} images")
+        raise Unmappable(
+            "more placeholders than images", f"{placeholders} placeholders, {n_images} images"
+        )
     elif placeholders < n_images:
-        raise Unmappable("more images than placeholders", f"{placeholders} placeholders, {n_images} images")
+        raise Unmappable(
+            "more images than placeholders", f"{placeholders} placeholders, {n_images} images"
+        )
     elif n_images:
         seen.add("<image> placeholders")
     return Conversation(tuple(prompt), tuple(steps), tuple(sorted(seen)))
@@ -214,7 +228,9 @@ def to_image(data: bytes, origin: str) -> Image:
         pil = PILImage.open(io.BytesIO(data))
         pil.load()
     except Exception as exc:  # noqa: BLE001 - Pillow raises many types for bad data
-        raise Unmappable("image does not decode", f"{origin}: {type(exc).__name__}: {exc}") from None
+        raise Unmappable(
+            "image does not decode", f"{origin}: {type(exc).__name__}: {exc}"
+        ) from None
     if data[:8] == b"\x89PNG\r\n\x1a\n":
         return Image(png=data, origin=origin, width=pil.width, height=pil.height)
     if pil.mode not in PNG_MODES:

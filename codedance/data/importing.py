@@ -69,9 +69,17 @@ def claim(out: Path, kind: str) -> None:
         marker.write_text(json.dumps({"kind": kind}) + "\n")
 
 
-def run_import(files: Sequence[Path], columns: Sequence[str], out: Path, records_file: str,
-               convert: Convert, *, progress: Callable[[Progress], None] | None = None,
-               limit: int | None = None, batch_size: int = 16) -> ImportResult:
+def run_import(
+    files: Sequence[Path],
+    columns: Sequence[str],
+    out: Path,
+    records_file: str,
+    convert: Convert,
+    *,
+    progress: Callable[[Progress], None] | None = None,
+    limit: int | None = None,
+    batch_size: int = 16,
+) -> ImportResult:
     """Import every row of `files` not done yet (see the module docstring)."""
     start = time.perf_counter()
     done = ledger.keys(out / ROWS) | ledger.keys(out / records_file)
@@ -118,5 +126,13 @@ def run_import(files: Sequence[Path], columns: Sequence[str], out: Path, records
     summary = ledger.summarize(out / ROWS)
     summary["total"] = total
     (out / SUMMARY).write_text(json.dumps(summary, indent=1) + "\n")
-    return ImportResult(str(out), summary["rows"], total, summary["imported"], summary["skipped"],
-                        summary["conventions"], ran, time.perf_counter() - start)
+    return ImportResult(
+        str(out),
+        summary["rows"],
+        total,
+        summary["imported"],
+        summary["skipped"],
+        summary["conventions"],
+        ran,
+        time.perf_counter() - start,
+    )

@@ -52,8 +52,13 @@ def keys(path: str | Path) -> set[str]:
 
 def row(key: str, reason: str = "", detail: str = "", conventions: Iterable[str] = ()) -> dict:
     """One ledger line: imported when `reason` is empty, else skipped for `reason`."""
-    return {"key": key, "status": "skipped" if reason else "imported", "reason": reason,
-            "detail": detail, "conventions": sorted(conventions)}
+    return {
+        "key": key,
+        "status": "skipped" if reason else "imported",
+        "reason": reason,
+        "detail": detail,
+        "conventions": sorted(conventions),
+    }
 
 
 def summarize(path: str | Path) -> dict:
@@ -74,6 +79,13 @@ def summarize(path: str | Path) -> dict:
         reasons[record["reason"]] += 1
         shown = examples.setdefault(record["reason"], [])
         if len(shown) < 3:
-            shown.append(f"{record['key']}: {record['detail']}" if record["detail"] else record["key"])
-    return {"rows": len(latest), "imported": imported, "skipped": dict(reasons.most_common()),
-            "conventions": dict(conventions.most_common()), "examples": examples}
+            shown.append(
+                f"{record['key']}: {record['detail']}" if record["detail"] else record["key"]
+            )
+    return {
+        "rows": len(latest),
+        "imported": imported,
+        "skipped": dict(reasons.most_common()),
+        "conventions": dict(conventions.most_common()),
+        "examples": examples,
+    }

@@ -19,9 +19,13 @@ class VerifyConfig:
 
     out: str = ""  # the codedance-sft import folder
     concurrency: int = not_resumed(2, at_least=1)  # trajectories (and sandbox steps) at once
-    tolerance: float = bounded(0.02, at_least=0, at_most=1)  # mean absolute pixel difference allowed
+    tolerance: float = bounded(
+        0.02, at_least=0, at_most=1
+    )  # mean absolute pixel difference allowed
     timeout_s: float = bounded(EXEC_TIMEOUT_S, above=0)  # seconds per snippet (the release: 15)
-    limit: int | None = bounded(None, at_least=1)  # verify (import: read) at most this many new rows
+    limit: int | None = bounded(
+        None, at_least=1
+    )  # verify (import: read) at most this many new rows
 
     def check(self) -> None:
         if not self.out:
@@ -49,20 +53,26 @@ class RlImportConfig:
 
     paths: tuple[str, ...] = ()
     out: str = ""
-    val_fraction: float = bounded(0.005, at_least=0)  # share of rows held out for val.parquet (by key hash)
+    val_fraction: float = bounded(
+        0.005, at_least=0
+    )  # share of rows held out for val.parquet (by key hash)
     limit: int | None = bounded(None, at_least=1)  # import at most this many new rows
 
     def check(self) -> None:
         _check_import(self.paths, self.out)
         _check_limit(self.limit)
         if self.val_fraction >= 1:
-            raise SettingsError(f"--val-fraction must be at least 0 and below 1, got {self.val_fraction}")
+            raise SettingsError(
+                f"--val-fraction must be at least 0 and below 1, got {self.val_fraction}"
+            )
 
 
 def _check_import(paths: tuple[str, ...], out: str) -> None:
     if not paths or not out:
-        raise SettingsError("give the parquet files and the output folder: PATH... --out DIR "
-                            "(or paths=[...] out=DIR)")
+        raise SettingsError(
+            "give the parquet files and the output folder: PATH... --out DIR "
+            "(or paths=[...] out=DIR)"
+        )
 
 
 def _check_limit(limit: object) -> None:

@@ -77,8 +77,9 @@ def infer_domain(data_source: str, ability: str) -> str:
     return "general"
 
 
-def infer_kind(data_source: str, ability: str, domain: str, gold: str, question: str
-               ) -> tuple[AnswerKind, tuple[tuple[str, str], ...]]:
+def infer_kind(
+    data_source: str, ability: str, domain: str, gold: str, question: str
+) -> tuple[AnswerKind, tuple[tuple[str, str], ...]]:
     """(kind, choices) for one row (module docstring).
 
     >>> infer_kind("pixmo", "", "general", "7", "How many?")[0].value
@@ -115,11 +116,16 @@ class Template:
 
     @property
     def name(self) -> str:
-        return hashlib.sha1(json.dumps([self.system, self.prefix, self.suffix]).encode()).hexdigest()[:8]
+        return hashlib.sha1(
+            json.dumps([self.system, self.prefix, self.suffix]).encode()
+        ).hexdigest()[:8]
 
 
 def _messages(row: dict) -> list[tuple[str, str]]:
-    return [(str(m.get("role", "")).lower(), str(m.get("content") or "")) for m in row.get("messages") or []]
+    return [
+        (str(m.get("role", "")).lower(), str(m.get("content") or ""))
+        for m in row.get("messages") or []
+    ]
 
 
 def _question(row: dict, messages: list[tuple[str, str]], seen: set[str]) -> str:
@@ -143,8 +149,13 @@ def _images(row: dict, file: Path, messages: list[tuple[str, str]], seen: set[st
     listed = [image_bytes(v, file.parent) for v in row.get("images") or []]
     if any(d is None for d in listed):
         raise Unmappable("empty image entry", f"{len(listed)} images, some without bytes")
-    tool = ((((row.get("extra_info") or {}).get("tools_kwargs") or {}).get("execute_python_code") or {})
-            .get("create_kwargs") or {}).get("image")
+    tool = (
+        (
+            ((row.get("extra_info") or {}).get("tools_kwargs") or {}).get("execute_python_code")
+            or {}
+        ).get("create_kwargs")
+        or {}
+    ).get("image")
     tool_bytes = image_bytes(tool, file.parent) if tool else None
     data: list[bytes] = [d for d in listed if d is not None]
     if not data and tool_bytes:
@@ -158,9 +169,13 @@ def _images(row: dict, file: Path, messages: list[tuple[str, str]], seen: set[st
         raise Unmappable("no image")
     placeholders = sum(text.count(IMAGE) for role, text in messages if role == "user")
     if placeholders > len(data):
-        raise Unmappable("more placeholders than images", f"{placeholders} placeholders, {len(data)} images")
+        raise Unmappable(
+            "more placeholders than images", f"{placeholders} placeholders, {len(data)} images"
+        )
     if 0 < placeholders < len(data):
-        raise Unmappable("more images than placeholders", f"{placeholders} placeholders, {len(data)} images")
+        raise Unmappable(
+            "more images than placeholders", f"{placeholders} placeholders, {len(data)} images"
+        )
     return data
 
 
@@ -188,7 +203,12 @@ def detected_objects(extra: dict, seen: set[str]) -> tuple[tuple[str, str], ...]
     if len(xs) != len(ys):
         seen.add("detected points dropped: x and y differ in length")
     elif xs:
-        pairs += (("detected_points", json.dumps([[float(x), float(y)] for x, y in zip(xs, ys, strict=True)])),)
+        pairs += (
+            (
+                "detected_points",
+                json.dumps([[float(x), float(y)] for x, y in zip(xs, ys, strict=True)]),
+            ),
+        )
     return pairs
 
 
@@ -197,7 +217,9 @@ def row_task(key: str, file: Path, row: dict) -> tuple[Task, str, tuple[str, ...
     seen: set[str] = set()
     messages = _messages(row)
     extra = row.get("extra_info") or {}
-    gold = str((row.get("reward_model") or {}).get("ground_truth") or extra.get("answer") or "").strip()
+    gold = str(
+        (row.get("reward_model") or {}).get("ground_truth") or extra.get("answer") or ""
+    ).strip()
     if not gold:
         raise Unmappable("no ground truth")
     question = _question(row, messages, seen)
@@ -212,11 +234,23 @@ def row_task(key: str, file: Path, row: dict) -> tuple[Task, str, tuple[str, ...
     template = _template(messages, question)
     if template is not None:
         seen.add(f"prompt template {template.name}")
-    metadata = (("data_source", source), ("ability", ability), ("index", str(extra.get("index", ""))),
-                ("split", str(extra.get("split") or "")),
-                ("reward_style", str((row.get("reward_model") or {}).get("style") or ""))) + detected_objects(extra, seen)
-    task = Task(id=key, question=question, images=images, answer=gold, kind=kind, choices=choices,
-                source=source or KIND, metadata=metadata)
+    metadata = (
+        ("data_source", source),
+        ("ability", ability),
+        ("index", str(extra.get("index", ""))),
+        ("split", str(extra.get("split") or "")),
+        ("reward_style", str((row.get("reward_model") or {}).get("style") or "")),
+    ) + detected_objects(extra, seen)
+    task = Task(
+        id=key,
+        question=question,
+        images=images,
+        answer=gold,
+        kind=kind,
+        choices=choices,
+        source=source or KIND,
+        metadata=metadata,
+    )
     return task, domain, tuple(sorted(seen)), template
 
 
@@ -225,17 +259,29 @@ def verl_schema():  # type: ignore[no-untyped-def]
     import pyarrow as pa
 
     pairs = pa.list_(pa.list_(pa.string()))
-    task = pa.struct([("id", pa.string()), ("question", pa.string()), ("answer", pa.string()),
-                      ("kind", pa.string()), ("choices", pairs), ("source", pa.string()),
-                      ("metadata", pairs), ("domain", pa.string())])
-    return pa.schema([
-        ("data_source", pa.string()),
-        ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
-        ("images", pa.list_(pa.struct([("bytes", pa.binary())]))),
-        ("ability", pa.string()), ("agent_name", pa.string()),
-        ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
-        ("extra_info", pa.struct([("index", pa.int64()), ("codedance_task", task)])),
-    ])
+    task = pa.struct(
+        [
+            ("id", pa.string()),
+            ("question", pa.string()),
+            ("answer", pa.string()),
+            ("kind", pa.string()),
+            ("choices", pairs),
+            ("source", pa.string()),
+            ("metadata", pairs),
+            ("domain", pa.string()),
+        ]
+    )
+    return pa.schema(
+        [
+            ("data_source", pa.string()),
+            ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+            ("images", pa.list_(pa.struct([("bytes", pa.binary())]))),
+            ("ability", pa.string()),
+            ("agent_name", pa.string()),
+            ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
+            ("extra_info", pa.struct([("index", pa.int64()), ("codedance_task", task)])),
+        ]
+    )
 
 
 def write_verl(tasks_file: Path, out: Path, batch: int = 64) -> dict[str, int]:
@@ -247,8 +293,10 @@ def write_verl(tasks_file: Path, out: Path, batch: int = 64) -> dict[str, int]:
     try:  # the package imports verl (registration), so this needs the train extra
         from codedance.integrations.verl.data import task_row
     except ImportError as exc:
-        raise ImportError(f"writing verl parquet needs the train extra (pip install -e '.[train]'): {exc}; "
-                          "tasks.jsonl is written: rerun the import afterwards to write the parquet") from exc
+        raise ImportError(
+            f"writing verl parquet needs the train extra (pip install -e '.[train]'): {exc}; "
+            "tasks.jsonl is written: rerun the import afterwards to write the parquet"
+        ) from exc
 
     schema = verl_schema()
     counts = {"train": 0, "val": 0}
@@ -299,13 +347,20 @@ def write_prompts(out: Path, templates: dict[str, Template]) -> Template | None:
     user_template = braces(top.prefix) + "{question}" + braces(top.suffix)
     (out / "profiles.yaml").write_text(
         f"# the most common prompt of {out} ({entries[0]['rows']} rows; all of them: prompts.json)\n"
-        f"{PROFILE}:\n  base: release\n  system: {_yaml_text(top.system)}\n  instruction: \"\"\n"
-        f"  user_template: {_yaml_text(user_template)}\n")
+        f'{PROFILE}:\n  base: release\n  system: {_yaml_text(top.system)}\n  instruction: ""\n'
+        f"  user_template: {_yaml_text(user_template)}\n"
+    )
     return top
 
 
-def import_rl(paths: Sequence[str | Path], out: str | Path, *, val_fraction: float = 0.005,
-              progress: Callable[[Progress], None] | None = None, limit: int | None = None) -> ImportResult:
+def import_rl(
+    paths: Sequence[str | Path],
+    out: str | Path,
+    *,
+    val_fraction: float = 0.005,
+    progress: Callable[[Progress], None] | None = None,
+    limit: int | None = None,
+) -> ImportResult:
     """Import CodeDance-RL parquet files (or folders) into `out`; resumes (module docstring)."""
     if not 0.0 <= val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")

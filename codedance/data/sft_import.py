@@ -68,12 +68,27 @@ def build_trajectory(key: str, conv: Conversation, images: Sequence[Image]) -> T
         parsed = parse_message(step.text)
         feedback = step.feedback or ""
         shown = tuple(_origin(i, f"turn:{t}:{k}") for k, i in enumerate(_take(queue, feedback)))
-        turns.append(Turn(text=step.text, think=parsed.think, code=parsed.code, answer=parsed.answer,
-                          verdict=parsed.verdict, feedback_text=feedback, feedback_images=shown))
+        turns.append(
+            Turn(
+                text=step.text,
+                think=parsed.think,
+                code=parsed.code,
+                answer=parsed.answer,
+                verdict=parsed.verdict,
+                feedback_text=feedback,
+                feedback_images=shown,
+            )
+        )
     answer = turns[-1].answer
     stop = StopReason.ANSWERED if answer is not None else StopReason.FORMAT_ERROR
-    return Trajectory(task_id=key, turns=tuple(turns), stop_reason=stop, answer=answer,
-                      metadata=(("source", SOURCE), ("row", key)), prompt=tuple(prompt))
+    return Trajectory(
+        task_id=key,
+        turns=tuple(turns),
+        stop_reason=stop,
+        answer=answer,
+        metadata=(("source", SOURCE), ("row", key)),
+        prompt=tuple(prompt),
+    )
 
 
 def row_trajectory(key: str, file: Path, row: dict) -> tuple[Trajectory, tuple[str, ...]]:
@@ -89,8 +104,13 @@ def row_trajectory(key: str, file: Path, row: dict) -> tuple[Trajectory, tuple[s
     return build_trajectory(key, conv, images), conv.conventions
 
 
-def import_sft(paths: Sequence[str | Path], out: str | Path, *,
-               progress: Callable[[Progress], None] | None = None, limit: int | None = None) -> ImportResult:
+def import_sft(
+    paths: Sequence[str | Path],
+    out: str | Path,
+    *,
+    progress: Callable[[Progress], None] | None = None,
+    limit: int | None = None,
+) -> ImportResult:
     """Import CodeDance-SFT parquet files (or folders) into `out`; resumes (module docstring)."""
     files = parquet_files(paths)
     check_columns(files, COLUMNS)

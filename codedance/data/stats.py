@@ -84,8 +84,10 @@ def collect(out: str | Path) -> Stats:
     out = Path(out)
     has_sft, has_rl = (out / "trajectories.jsonl").exists(), (out / "tasks.jsonl").exists()
     if not (has_sft or has_rl):
-        raise FileNotFoundError(f"{out} holds neither trajectories.jsonl nor tasks.jsonl: "
-                                "pass the --out folder of `codedance data import`")
+        raise FileNotFoundError(
+            f"{out} holds neither trajectories.jsonl nor tasks.jsonl: "
+            "pass the --out folder of `codedance data import`"
+        )
     stats = Stats()
     if (out / "rows.jsonl").exists():
         summary = summarize(out / "rows.jsonl")
@@ -126,7 +128,9 @@ def tables(stats: Stats) -> list:  # list[rich.table.Table]
             table.add_column(column, justify="left" if column == "quantity" else "right")
         for name, values in stats.series.items():
             mean, median, p90, top = _quantiles(values)
-            table.add_row(name, str(len(values)), f"{mean:.3g}", f"{median:.3g}", f"{p90:.3g}", f"{top:.3g}")
+            table.add_row(
+                name, str(len(values)), f"{mean:.3g}", f"{median:.3g}", f"{p90:.3g}", f"{top:.3g}"
+            )
         out.append(table)
     return out
 
@@ -149,13 +153,18 @@ def histogram(stats: Stats, path: str | Path) -> Path | None:
         integral = all(float(v).is_integer() for v in values)
         if integral and max(values) - min(values) < 60:  # one bar per integer, centred on it
             low, high = int(min(values)), int(max(values))
-            ax.hist(values, bins=[x - 0.5 for x in range(low, high + 2)], color="#4c72b0", edgecolor="white")
+            ax.hist(
+                values,
+                bins=[x - 0.5 for x in range(low, high + 2)],
+                color="#4c72b0",
+                edgecolor="white",
+            )
             ax.set_xticks(range(low, high + 1, max(1, (high - low) // 10 + 1)))
         else:
             ax.hist(values, bins=30, color="#4c72b0", edgecolor="white")
         ax.set_title(name, fontsize=10)
         ax.set_ylabel("count")
-    for ax in list(axes.flat)[len(names):]:
+    for ax in list(axes.flat)[len(names) :]:
         ax.set_visible(False)
     fig.tight_layout()
     path = Path(path)

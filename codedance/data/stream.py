@@ -27,16 +27,20 @@ def parquet_files(paths: Sequence[str | Path]) -> list[Path]:
     try:
         import pyarrow.parquet  # noqa: F401
     except ImportError:
-        raise InputError("reading parquet needs pyarrow: pip install pyarrow (it is in the dev, eval and "
-                         "train extras)") from None
+        raise InputError(
+            "reading parquet needs pyarrow: pip install pyarrow (it is in the dev, eval and "
+            "train extras)"
+        ) from None
     files: list[Path] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
             found = sorted(path.rglob("*.parquet"))
             if not found:
-                raise InputError(f"no .parquet files under {path}: pass the dataset's data/ folder "
-                                 "or its train-*.parquet files")
+                raise InputError(
+                    f"no .parquet files under {path}: pass the dataset's data/ folder "
+                    "or its train-*.parquet files"
+                )
             files += found
         elif path.is_file():
             files.append(path)
@@ -45,8 +49,9 @@ def parquet_files(paths: Sequence[str | Path]) -> list[Path]:
     names = [f.name for f in files]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise InputError(f"two input files are named {dupes[0]}: row keys use file names, "
-                         "so pass each file once")
+        raise InputError(
+            f"two input files are named {dupes[0]}: row keys use file names, so pass each file once"
+        )
     return files
 
 
@@ -58,13 +63,20 @@ def check_columns(files: Sequence[Path], required: Sequence[str]) -> None:
     for file in files:
         try:
             names = set(pq.read_schema(file).names)
-        except (pa.ArrowException, OSError) as exc:  # not parquet, or cut short (an interrupted download)
-            raise InputError(f"{file} is not a readable parquet file ({shorten(str(exc), 120)}); "
-                             "a truncated download?") from None
+        except (
+            pa.ArrowException,
+            OSError,
+        ) as exc:  # not parquet, or cut short (an interrupted download)
+            raise InputError(
+                f"{file} is not a readable parquet file ({shorten(str(exc), 120)}); "
+                "a truncated download?"
+            ) from None
         missing = [c for c in required if c not in names]
         if missing:
-            raise InputError(f"{file} has no column {missing[0]!r} (columns: {sorted(names)}); "
-                             "is it the right dataset?")
+            raise InputError(
+                f"{file} has no column {missing[0]!r} (columns: {sorted(names)}); "
+                "is it the right dataset?"
+            )
 
 
 def total_rows(files: Sequence[Path]) -> int:
@@ -74,9 +86,13 @@ def total_rows(files: Sequence[Path]) -> int:
     return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
 
 
-def iter_rows(files: Sequence[Path], columns: Sequence[str], done: Container[str] = frozenset(),
-              batch_size: int = 8, on_skip: Callable[[int], None] | None = None,
-              ) -> Iterator[tuple[str, Path, dict]]:
+def iter_rows(
+    files: Sequence[Path],
+    columns: Sequence[str],
+    done: Container[str] = frozenset(),
+    batch_size: int = 8,
+    on_skip: Callable[[int], None] | None = None,
+) -> Iterator[tuple[str, Path, dict]]:
     """(key, file, row as a dict of `columns`) for every row whose key is not in `done`;
     `on_skip(n)` is told how many rows were skipped as done."""
     import pyarrow.parquet as pq
@@ -93,8 +109,9 @@ def iter_rows(files: Sequence[Path], columns: Sequence[str], done: Container[str
                 start += n
                 continue
             offset = start
-            for batch in reader.iter_batches(batch_size=batch_size, row_groups=[group], columns=list(columns),
-                                             use_threads=False):
+            for batch in reader.iter_batches(
+                batch_size=batch_size, row_groups=[group], columns=list(columns), use_threads=False
+            ):
                 for i, row in enumerate(batch.to_pylist()):
                     key = f"{file.name}#{offset + i}"
                     if key in done:

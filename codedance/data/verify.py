@@ -72,7 +72,10 @@ class Recorded:
 
 
 def _body(text: str) -> str:
-    for open_tag, close_tag in (("<tool_response>", "</tool_response>"), ("<interpreter>", "</interpreter>")):
+    for open_tag, close_tag in (
+        ("<tool_response>", "</tool_response>"),
+        ("<interpreter>", "</interpreter>"),
+    ):
         if open_tag in text:
             inner = text.split(open_tag, 1)[1]
             return inner.split(close_tag, 1)[0]
@@ -94,7 +97,11 @@ def recorded(feedback: str, images: tuple[Image, ...]) -> Recorded:
         if kind in ("", "Error") and found:
             kind = found.group(1)
         before = body[: error.start()].strip()
-        stdout = before.split("Output before error:\n", 1)[1] if "Output before error:\n" in before else ""
+        stdout = (
+            before.split("Output before error:\n", 1)[1]
+            if "Output before error:\n" in before
+            else ""
+        )
         return Recorded(False, stdout.strip(), kind or "Error", images)
     if body.startswith("Code execution timed out"):
         return Recorded(False, "", "TimeoutError", images)
@@ -102,7 +109,7 @@ def recorded(feedback: str, images: tuple[Image, ...]) -> Recorded:
         return Recorded(True, "", None, images)
     for header in _SUCCESS_HEADERS:
         if body.startswith(header):
-            stdout = body[len(header):].split("\nStderr output:", 1)[0]
+            stdout = body[len(header) :].split("\nStderr output:", 1)[0]
             return Recorded(True, stdout.strip(), None, images)
     if body.startswith("Stderr output:"):
         return Recorded(True, "", None, images)
@@ -145,7 +152,10 @@ def compare(ours: ExecResult, rec: Recorded, tolerance: float) -> tuple[str, str
     if _norm(ours.stdout) != _norm(rec.stdout):
         if rec.ok is None:
             return "unreadable", f"unknown wording {_clip(rec.stdout)}"
-        return "diverged", f"stdout: recorded {_clip(_norm(rec.stdout))}, here {_clip(_norm(ours.stdout))}"
+        return (
+            "diverged",
+            f"stdout: recorded {_clip(_norm(rec.stdout))}, here {_clip(_norm(ours.stdout))}",
+        )
     if len(ours.images) != len(rec.images):
         return "diverged", f"image count: recorded {len(rec.images)}, here {len(ours.images)}"
     worst = 0.0
@@ -154,7 +164,10 @@ def compare(ours: ExecResult, rec: Recorded, tolerance: float) -> tuple[str, str
         if diff is None:
             return "diverged", f"image size: image {k} recorded {theirs.size}, here {mine.size}"
         if diff > tolerance:
-            return "diverged", f"image pixels: image {k} differs by {diff:.3f} (tolerance {tolerance})"
+            return (
+                "diverged",
+                f"image pixels: image {k} differs by {diff:.3f} (tolerance {tolerance})",
+            )
         worst = max(worst, diff)
     if ours.images:
         return "images_equal", f"largest difference {worst:.4f}"
@@ -183,12 +196,16 @@ def _row_verdict(steps: list[dict]) -> tuple[str, int | None, str]:
     return "faithful", None, ""
 
 
-async def averify_trajectory(trajectory: Trajectory, pool, *, tolerance: float = 0.02,
-                             timeout_s: float = EXEC_TIMEOUT_S) -> dict:
+async def averify_trajectory(
+    trajectory: Trajectory, pool, *, tolerance: float = 0.02, timeout_s: float = EXEC_TIMEOUT_S
+) -> dict:
     """The verdict record of one trajectory (module docstring); `pool` is a `SandboxPool`."""
     inputs = [image for message in trajectory.prompt for image in message.images]
-    code_turns = [(i, t) for i, t in enumerate(trajectory.turns)
-                  if t.code is not None and (t.feedback_text or t.feedback_images)]
+    code_turns = [
+        (i, t)
+        for i, t in enumerate(trajectory.turns)
+        if t.code is not None and (t.feedback_text or t.feedback_images)
+    ]
     steps: list[dict] = []
     if code_turns:
         try:
@@ -196,13 +213,19 @@ async def averify_trajectory(trajectory: Trajectory, pool, *, tolerance: float =
             try:
                 for i, turn in code_turns:
                     result = await sandbox.arun(turn.code)
-                    verdict, detail = compare(result, recorded(turn.feedback_text, turn.feedback_images), tolerance)
+                    verdict, detail = compare(
+                        result, recorded(turn.feedback_text, turn.feedback_images), tolerance
+                    )
                     steps.append({"turn": i, "verdict": verdict, "detail": detail})
             finally:
                 await asyncio.to_thread(sandbox.close)
         except Exception as exc:  # noqa: BLE001 - the sandbox's own failure, not the snippet's
-            return {"verdict": "replay_error", "turn": None, "detail": f"{type(exc).__name__}: {exc}",
-                    "steps": steps}
+            return {
+                "verdict": "replay_error",
+                "turn": None,
+                "detail": f"{type(exc).__name__}: {exc}",
+                "steps": steps,
+            }
     verdict, turn, detail = _row_verdict(steps)
     return {"verdict": verdict, "turn": turn, "detail": detail, "steps": steps}
 
@@ -212,10 +235,17 @@ def summarize(out: Path) -> VerifyResult:
     latest = {r["key"]: r for r in ledger.iter_jsonl(out / VERDICTS)}
     rows: Counter[str] = Counter(r["verdict"] for r in latest.values())
     steps: Counter[str] = Counter(s["verdict"] for r in latest.values() for s in r["steps"])
-    divergence: Counter[str] = Counter(s["detail"].split(":", 1)[0] for r in latest.values()
-                                       for s in r["steps"] if s["verdict"] == "diverged")
-    summary = {"rows": dict(rows.most_common()), "steps": dict(steps.most_common()),
-               "divergence": dict(divergence.most_common())}
+    divergence: Counter[str] = Counter(
+        s["detail"].split(":", 1)[0]
+        for r in latest.values()
+        for s in r["steps"]
+        if s["verdict"] == "diverged"
+    )
+    summary = {
+        "rows": dict(rows.most_common()),
+        "steps": dict(steps.most_common()),
+        "divergence": dict(divergence.most_common()),
+    }
     (out / SUMMARY).write_text(json.dumps(summary, indent=1) + "\n")
     return VerifyResult(summary["rows"], summary["steps"], summary["divergence"], 0, 0.0)
 
@@ -225,8 +255,13 @@ def _count_lines(path: Path) -> int:
         return sum(1 for line in f if line.strip())
 
 
-def check_options(*, concurrency: int = 2, tolerance: float = 0.02, timeout_s: float = 15.0,
-                  limit: int | None = None) -> None:
+def check_options(
+    *,
+    concurrency: int = 2,
+    tolerance: float = 0.02,
+    timeout_s: float = 15.0,
+    limit: int | None = None,
+) -> None:
     """Refuse settings that cannot work (`SettingsError` naming the option) before a sandbox
     starts: no concurrency would wait forever for a free slot, a negative one cannot make one."""
     problems = []
@@ -255,16 +290,30 @@ def check_records(records: Path) -> None:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            missing = [name for name in RECORD_FIELDS if not isinstance(record, dict) or name not in record]
+            missing = [
+                name for name in RECORD_FIELDS if not isinstance(record, dict) or name not in record
+            ]
             if missing or record.get("schema") != SCHEMA_VERSION:
-                what = f"no {', '.join(missing)}" if missing else f"schema {record.get('schema')!r}, not {SCHEMA_VERSION}"
-                raise DataError(f"{records}, line {number}: not a trajectory record ({what}); "
-                                "import the data again with `codedance data import`")
+                what = (
+                    f"no {', '.join(missing)}"
+                    if missing
+                    else f"schema {record.get('schema')!r}, not {SCHEMA_VERSION}"
+                )
+                raise DataError(
+                    f"{records}, line {number}: not a trajectory record ({what}); "
+                    "import the data again with `codedance data import`"
+                )
 
 
-async def averify_dir(out: str | Path, *, concurrency: int = 2, tolerance: float = 0.02,
-                      timeout_s: float = EXEC_TIMEOUT_S, limit: int | None = None,
-                      progress: Callable[[int, int], None] | None = None) -> VerifyResult:
+async def averify_dir(
+    out: str | Path,
+    *,
+    concurrency: int = 2,
+    tolerance: float = 0.02,
+    timeout_s: float = EXEC_TIMEOUT_S,
+    limit: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> VerifyResult:
     """Verify every trajectory of the import folder `out` not verified yet (module docstring);
     at most `concurrency` trajectories (and sandbox steps) at once."""
     from codedance.sandbox import SandboxPool
@@ -273,7 +322,9 @@ async def averify_dir(out: str | Path, *, concurrency: int = 2, tolerance: float
     out = Path(out)
     records = out / "trajectories.jsonl"
     if not records.exists():
-        raise FileNotFoundError(f"no {records}: run `codedance data import codedance-sft ... --out {out}` first")
+        raise FileNotFoundError(
+            f"no {records}: run `codedance data import codedance-sft ... --out {out}` first"
+        )
     check_records(records)
     start = time.perf_counter()
     done = ledger.keys(out / VERDICTS)
@@ -286,7 +337,9 @@ async def averify_dir(out: str | Path, *, concurrency: int = 2, tolerance: float
     async def one(key: str, trajectory: Trajectory, pool) -> None:  # type: ignore[no-untyped-def]
         nonlocal finished
         try:
-            record = await averify_trajectory(trajectory, pool, tolerance=tolerance, timeout_s=timeout_s)
+            record = await averify_trajectory(
+                trajectory, pool, tolerance=tolerance, timeout_s=timeout_s
+            )
             ledger.append_lines(out / VERDICTS, [{"key": key, **record}])
         finally:
             gate.release()
@@ -302,11 +355,15 @@ async def averify_dir(out: str | Path, *, concurrency: int = 2, tolerance: float
             if limit is not None and ran >= limit:
                 break
             await gate.acquire()
-            tasks.append(asyncio.create_task(one(record["key"], trajectory_from_json(record, store), pool)))
+            tasks.append(
+                asyncio.create_task(one(record["key"], trajectory_from_json(record, store), pool))
+            )
             ran += 1
         await asyncio.gather(*tasks)
     result = summarize(out)
-    return VerifyResult(result.rows, result.steps, result.divergence, ran, time.perf_counter() - start)
+    return VerifyResult(
+        result.rows, result.steps, result.divergence, ran, time.perf_counter() - start
+    )
 
 
 def verify_dir(out: str | Path, **options) -> VerifyResult:

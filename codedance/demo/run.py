@@ -79,9 +79,16 @@ async def _run_episodes(config: DemoConfig, tasks: tuple[Task, ...], run: RunDir
     teacher = ExpertTeacher(replace(config.teacher, seed=config.seed))
     pool = SandboxPool(max_running=config.concurrency, timeout_s=config.episode.exec_timeout_s)
     try:
-        return await arun_batch(teacher.policy, tasks, lambda images: pool.sandbox(images=images), run,
-                                config.episode.episode_config(), rollouts=config.rollouts,
-                                concurrency=config.concurrency, progress=progress)
+        return await arun_batch(
+            teacher.policy,
+            tasks,
+            lambda images: pool.sandbox(images=images),
+            run,
+            config.episode.episode_config(),
+            rollouts=config.rollouts,
+            concurrency=config.concurrency,
+            progress=progress,
+        )
     finally:
         await pool.aclose()
 
@@ -98,11 +105,22 @@ def run_demo(config: DemoConfig, *, progress: bool = True) -> DemoResult:
     pairs = [(key, tr) for key, tr in run.trajectories() if tr.task_id in by_id]
     scored = score_run(pairs, by_id, config.reward_profile)
     rows = summary_rows(scored)
-    metrics = {"settings": run.settings, "profile": episode.profile.name, "rows": [asdict(r) for r in rows],
-               "trajectories": [s.as_json() for s in scored], "failures": list(summary.failures)}
+    metrics = {
+        "settings": run.settings,
+        "profile": episode.profile.name,
+        "rows": [asdict(r) for r in rows],
+        "trajectories": [s.as_json() for s in scored],
+        "failures": list(summary.failures),
+    }
     (run.path / "metrics.json").write_text(json.dumps(metrics, indent=1))
     from codedance.demo.report import write_report
 
     write_report(run.path, rows, scored)
-    return DemoResult(str(run.path), tuple(rows), summary.finished, summary.skipped, summary.failures,
-                      time.monotonic() - started)
+    return DemoResult(
+        str(run.path),
+        tuple(rows),
+        summary.finished,
+        summary.skipped,
+        summary.failures,
+        time.monotonic() - started,
+    )

@@ -44,13 +44,26 @@ class Scored:
 
     def as_json(self) -> dict[str, object]:
         r = self.reward
-        return {"key": self.key, "skill": self.skill, "difficulty": self.difficulty,
-                "gold": self.task.answer, "answer": self.trajectory.answer, "correct": self.correct,
-                "turns": len(self.trajectory.turns), "calls": self.n_calls,
-                "successful_calls": self.n_success, "stop_reason": self.trajectory.stop_reason.value,
-                "reward": {"accuracy": r.accuracy, "format": r.format, "sequence_tool": r.sequence_tool,
-                           "total": r.total, "turn_returns": list(r.turn_returns)},
-                "advantage": self.advantage}
+        return {
+            "key": self.key,
+            "skill": self.skill,
+            "difficulty": self.difficulty,
+            "gold": self.task.answer,
+            "answer": self.trajectory.answer,
+            "correct": self.correct,
+            "turns": len(self.trajectory.turns),
+            "calls": self.n_calls,
+            "successful_calls": self.n_success,
+            "stop_reason": self.trajectory.stop_reason.value,
+            "reward": {
+                "accuracy": r.accuracy,
+                "format": r.format,
+                "sequence_tool": r.sequence_tool,
+                "total": r.total,
+                "turn_returns": list(r.turn_returns),
+            },
+            "advantage": self.advantage,
+        }
 
 
 @dataclass(frozen=True)
@@ -68,37 +81,53 @@ class DemoRow:
     r_total: float
 
 
-def score_run(pairs: Sequence[tuple[str, Trajectory]], tasks: Mapping[str, Task],
-              profile: str = "paper") -> list[Scored]:
+def score_run(
+    pairs: Sequence[tuple[str, Trajectory]], tasks: Mapping[str, Task], profile: str = "paper"
+) -> list[Scored]:
     """Grade, reward (one group per task) and compute GRPO advantages for (key, trajectory) pairs."""
     if not pairs:
         return []
     trajs = [t for _k, t in pairs]
     correct = [grade_trajectory(trajectory=t, task=tasks[t.task_id]).correct for t in trajs]
     groups = [t.task_id for t in trajs]
-    batch = compute_batch_rewards(trajectories=trajs, correct=correct, group_ids=groups, profile=profile)
+    batch = compute_batch_rewards(
+        trajectories=trajs, correct=correct, group_ids=groups, profile=profile
+    )
     adv = grpo_advantages(batch.rewards, groups)
     out = []
     for (key, t), ok, b, a in zip(pairs, correct, batch.breakdowns, adv, strict=True):
-        out.append(Scored(key, tasks[t.task_id], t, ok, b, float(a), t.n_calls, t.n_successful_calls))
+        out.append(
+            Scored(key, tasks[t.task_id], t, ok, b, float(a), t.n_calls, t.n_successful_calls)
+        )
     return out
 
 
 def _row(skill: str, difficulty: str, items: Sequence[Scored]) -> DemoRow:
     stats = AgentStats.of([s.trajectory for s in items])
     mean = lambda xs: float(np.mean(xs)) if len(xs) else 0.0
-    return DemoRow(skill, difficulty, len(items), mean([s.correct for s in items]),
-                   stats.avg_turns or 0.0, stats.exec_success, stats.tool_share or 0.0,
-                   mean([s.reward.accuracy for s in items]),
-                   mean([s.reward.format for s in items]), mean([s.reward.sequence_tool for s in items]),
-                   mean([s.reward.total for s in items]))
+    return DemoRow(
+        skill,
+        difficulty,
+        len(items),
+        mean([s.correct for s in items]),
+        stats.avg_turns or 0.0,
+        stats.exec_success,
+        stats.tool_share or 0.0,
+        mean([s.reward.accuracy for s in items]),
+        mean([s.reward.format for s in items]),
+        mean([s.reward.sequence_tool for s in items]),
+        mean([s.reward.total for s in items]),
+    )
 
 
 def summary_rows(scored: Sequence[Scored]) -> list[DemoRow]:
     cells: dict[tuple[str, str], list[Scored]] = {}
     for s in scored:
         cells.setdefault((s.skill, s.difficulty), []).append(s)
-    rows = [_row(k[0], k[1], v) for k, v in sorted(cells.items(), key=lambda kv: (kv[0][0], ORDER.get(kv[0][1], 9)))]
+    rows = [
+        _row(k[0], k[1], v)
+        for k, v in sorted(cells.items(), key=lambda kv: (kv[0][0], ORDER.get(kv[0][1], 9)))
+    ]
     for diff in sorted({s.difficulty for s in scored}, key=lambda d: ORDER.get(d, 9)):
         rows.append(_row("all", diff, [s for s in scored if s.difficulty == diff]))
     if scored:
@@ -111,12 +140,34 @@ def render_table(rows: Sequence[DemoRow]):
     from rich.table import Table
 
     table = Table(title="codedance demo: the expert teacher on the task world")
-    for col in ("skill", "difficulty", "n", "accuracy", "avg turns", "exec success", "tool use",
-                "R_acc", "R_format", "R_seq", "reward"):
+    for col in (
+        "skill",
+        "difficulty",
+        "n",
+        "accuracy",
+        "avg turns",
+        "exec success",
+        "tool use",
+        "R_acc",
+        "R_format",
+        "R_seq",
+        "reward",
+    ):
         table.add_column(col, justify="left" if col in ("skill", "difficulty") else "right")
     for r in rows:
         es = "–" if r.exec_success is None else f"{r.exec_success:.0%}"
-        table.add_row(r.skill, r.difficulty, str(r.n), f"{r.accuracy:.0%}", f"{r.avg_turns:.2f}", es,
-                      f"{r.tool_share:.0%}", f"{r.r_acc:.2f}", f"{r.r_format:.2f}", f"{r.r_seq:+.3f}",
-                      f"{r.r_total:.3f}", style="bold" if r.skill == "all" else None)
+        table.add_row(
+            r.skill,
+            r.difficulty,
+            str(r.n),
+            f"{r.accuracy:.0%}",
+            f"{r.avg_turns:.2f}",
+            es,
+            f"{r.tool_share:.0%}",
+            f"{r.r_acc:.2f}",
+            f"{r.r_format:.2f}",
+            f"{r.r_seq:+.3f}",
+            f"{r.r_total:.3f}",
+            style="bold" if r.skill == "all" else None,
+        )
     return table

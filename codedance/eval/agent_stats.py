@@ -35,8 +35,11 @@ def _produced(verdicts: Sequence[bool | float | None]) -> float | None:
     return accuracy_of([v for v in verdicts if v is not None])
 
 
-def agent_stats(trajectories: Sequence[Trajectory], difficulty: Mapping[str, str] | None = None,
-                correct: Mapping[str, bool | None] | None = None) -> AgentSummary:
+def agent_stats(
+    trajectories: Sequence[Trajectory],
+    difficulty: Mapping[str, str] | None = None,
+    correct: Mapping[str, bool | None] | None = None,
+) -> AgentSummary:
     """`AgentSummary` of `trajectories`; `difficulty` and `correct` map task ids to labels /
     verdicts.
 
@@ -50,28 +53,46 @@ def agent_stats(trajectories: Sequence[Trajectory], difficulty: Mapping[str, str
     rows = []
     for row in label_rows(trajectories, lambda t: difficulty.get(t.task_id, "all")):
         ts = [t for t in trajectories if difficulty.get(t.task_id, "all") == row.label]
-        rows.append((row.label, row.stats.samples, row.stats.avg_turns or 0.0,
-                     _produced([correct.get(t.task_id) for t in ts])))
+        rows.append(
+            (
+                row.label,
+                row.stats.samples,
+                row.stats.avg_turns or 0.0,
+                _produced([correct.get(t.task_id) for t in ts]),
+            )
+        )
     return AgentSummary(
-        samples=stats.samples, avg_turns=stats.avg_turns, calls=stats.calls,
-        exec_success_per_call=stats.exec_success, exec_success_per_sample=stats.exec_success_per_sample,
-        tool_use_share=stats.tool_share, stop_reasons=stats.stop_reasons, by_difficulty=tuple(rows))
+        samples=stats.samples,
+        avg_turns=stats.avg_turns,
+        calls=stats.calls,
+        exec_success_per_call=stats.exec_success,
+        exec_success_per_sample=stats.exec_success_per_sample,
+        tool_use_share=stats.tool_share,
+        stop_reasons=stats.stop_reasons,
+        by_difficulty=tuple(rows),
+    )
 
 
-def group_rows(trajectories: Sequence[Trajectory], labels: Mapping[str, str],
-               values: Mapping[int, float | None]) -> tuple[tuple[str, int, float | None, float, float], ...]:
+def group_rows(
+    trajectories: Sequence[Trajectory],
+    labels: Mapping[str, str],
+    values: Mapping[int, float | None],
+) -> tuple[tuple[str, int, float | None, float, float], ...]:
     """(label, samples, accuracy, average turns, share using code) per label.
 
     ``labels`` maps task ids to a group label; ``values`` maps ``id(trajectory)`` to its verdict
     (None while pending; accuracy is None for a group with a pending verdict)."""
     name = lambda t: labels.get(t.task_id, "") or "(none)"
     rows = label_rows(trajectories, name, [values.get(id(t)) for t in trajectories])
-    return tuple((r.label, r.stats.samples, r.accuracy, r.stats.avg_turns or 0.0, r.stats.tool_share or 0.0)
-                 for r in rows)
+    return tuple(
+        (r.label, r.stats.samples, r.accuracy, r.stats.avg_turns or 0.0, r.stats.tool_share or 0.0)
+        for r in rows
+    )
 
 
-def tool_use_split(trajectories: Sequence[Trajectory], values: Mapping[int, float | None]
-                   ) -> tuple[tuple[str, int, float | None], ...]:
+def tool_use_split(
+    trajectories: Sequence[Trajectory], values: Mapping[int, float | None]
+) -> tuple[tuple[str, int, float | None], ...]:
     """(``ran code`` / ``no code``, samples, accuracy over the produced verdicts) of a benchmark."""
     out = []
     for label, used in (("ran code", True), ("no code", False)):

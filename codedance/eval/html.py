@@ -23,14 +23,27 @@ def html_page(report: EvalReport, plots: dict[str, Path], viewer: bool = True) -
     if viewer:
         parts.append("<p><a href='view/index.html'>Browse every trajectory</a></p>")
     for title, head, rows in tables(report):
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
-        parts.append(f"<h2>{html.escape(title)}</h2><table><tr>"
-                     + "".join(f"<th>{html.escape(h)}</th>" for h in head) + f"</tr>{body}</table>")
-    notes = [f"<li>{html.escape(r.title)}: {html.escape(n)}</li>" for r in report.results for n in r.not_produced]
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
+        )
+        parts.append(
+            f"<h2>{html.escape(title)}</h2><table><tr>"
+            + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+            + f"</tr>{body}</table>"
+        )
+    notes = [
+        f"<li>{html.escape(r.title)}: {html.escape(n)}</li>"
+        for r in report.results
+        for n in r.not_produced
+    ]
     if notes:
         parts.append("<h2>Not produced</h2><ul>" + "".join(notes) + "</ul>")
     for name, path in plots.items():
         data = base64.b64encode(Path(path).read_bytes()).decode()
-        parts.append(f"<h3>{html.escape(report.result(name).title)}</h3><img src='data:image/png;base64,{data}'>")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>codedance eval</title>"
-            f"<style>{_STYLE}</style></head><body>{''.join(parts)}</body></html>")
+        parts.append(
+            f"<h3>{html.escape(report.result(name).title)}</h3><img src='data:image/png;base64,{data}'>"
+        )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>codedance eval</title>"
+        f"<style>{_STYLE}</style></head><body>{''.join(parts)}</body></html>"
+    )

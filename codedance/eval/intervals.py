@@ -34,7 +34,9 @@ def wilson(mean: float, n: int) -> tuple[float, float]:
     return max(0.0, round(centre - half, 12)), min(1.0, round(centre + half, 12))
 
 
-def bootstrap(per_item: Sequence[Sequence[float]], resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+def bootstrap(
+    per_item: Sequence[Sequence[float]], resamples: int = 2000, seed: int = 0
+) -> tuple[float, float, float]:
     """(Avg@k, low, high): the mean of item means and its 95 % percentile bootstrap interval."""
     means = [sum(v) / len(v) for v in per_item if v]
     if not means:

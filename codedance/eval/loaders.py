@@ -40,7 +40,12 @@ from codedance.types import AnswerKind, Task
 
 _NO_IMAGES = "__codedance_no_images__"
 MCQ_SUFFIX = "Please select the correct answer from the options above."
-CHARXIV_CATEGORIES = {"1": "Text-in-Chart", "2": "Text-in-General", "3": "Number-in-Chart", "4": "Number-in-General"}
+CHARXIV_CATEGORIES = {
+    "1": "Text-in-Chart",
+    "2": "Text-in-General",
+    "3": "Number-in-Chart",
+    "4": "Number-in-General",
+}
 
 
 def _options(item: RawItem) -> list[tuple[str, str]]:
@@ -64,15 +69,35 @@ def _literal_list(text: str) -> list[str]:
     return [text] if parsed is None else parsed
 
 
-def _task(spec: BenchmarkSpec, item: RawItem, index: str, question: str, answer: str, kind: AnswerKind,
-          choices: list[tuple[str, str]] | None = None, **meta: str) -> Task:
+def _task(
+    spec: BenchmarkSpec,
+    item: RawItem,
+    index: str,
+    question: str,
+    answer: str,
+    kind: AnswerKind,
+    choices: list[tuple[str, str]] | None = None,
+    **meta: str,
+) -> Task:
     if not item.images and item.get(_NO_IMAGES) != "1":
         raise DataError(f"{spec.title} item {index} has no image")
     images = tuple(image_from_bytes(b, origin=f"input:{k}") for k, b in enumerate(item.images))
-    metadata = (("benchmark", spec.name), ("index", index), ("difficulty", meta.pop("difficulty", "all")),
-                *((k, str(v)) for k, v in meta.items()))
-    return Task(id=f"{spec.name}/{index}", question=question, images=images, answer=answer, kind=kind,
-                choices=tuple(choices or ()), source=spec.name, metadata=metadata)
+    metadata = (
+        ("benchmark", spec.name),
+        ("index", index),
+        ("difficulty", meta.pop("difficulty", "all")),
+        *((k, str(v)) for k, v in meta.items()),
+    )
+    return Task(
+        id=f"{spec.name}/{index}",
+        question=question,
+        images=images,
+        answer=answer,
+        kind=kind,
+        choices=tuple(choices or ()),
+        source=spec.name,
+        metadata=metadata,
+    )
 
 
 def _index(item: RawItem, n: int) -> str:
@@ -87,8 +112,15 @@ def countbench(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
 def pixmocount(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
     label = item.get("label")
     question = item.get("question") or f"How many {label} are there in the image?"
-    return _task(spec, item, _index(item, n), question, item.get("count") or item.get("answer"),
-                 AnswerKind.COUNT, label=label)
+    return _task(
+        spec,
+        item,
+        _index(item, n),
+        question,
+        item.get("count") or item.get("answer"),
+        AnswerKind.COUNT,
+        label=label,
+    )
 
 
 def vstar(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
@@ -96,33 +128,72 @@ def vstar(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
     options = _options(item)
     if not options:
         raise DataError(f"V* item {index}: no option columns A, B, ...")
-    return _task(spec, item, index, _mcq_text(item.get("question"), options, item.get("hint")),
-                 item.get("answer").strip().upper(), AnswerKind.CHOICE, options, category=item.get("category"),
-                 raw_question=item.get("question"))
+    return _task(
+        spec,
+        item,
+        index,
+        _mcq_text(item.get("question"), options, item.get("hint")),
+        item.get("answer").strip().upper(),
+        AnswerKind.CHOICE,
+        options,
+        category=item.get("category"),
+        raw_question=item.get("question"),
+    )
 
 
 def hrbench(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
     options = _options(item)
     category = item.get("category")
-    return _task(spec, item, _index(item, n), _mcq_text(item.get("question"), options, item.get("hint")),
-                 item.get("answer").strip().upper(), AnswerKind.CHOICE, options, category=category,
-                 cycle=item.get("cycle_category"), difficulty=category or "all", raw_question=item.get("question"))
+    return _task(
+        spec,
+        item,
+        _index(item, n),
+        _mcq_text(item.get("question"), options, item.get("hint")),
+        item.get("answer").strip().upper(),
+        AnswerKind.CHOICE,
+        options,
+        category=category,
+        cycle=item.get("cycle_category"),
+        difficulty=category or "all",
+        raw_question=item.get("question"),
+    )
 
 
 def chartqa(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
     golds = _literal_list(item.get("answer"))
     question = f"{item.get('question').strip()}\nAnswer the question using a single word or phrase."
-    return _task(spec, item, _index(item, n), question, golds[0], AnswerKind.RELAXED,
-                 split=item.get("split"), golds=json.dumps(golds), raw_answer=item.get("answer"))
+    return _task(
+        spec,
+        item,
+        _index(item, n),
+        question,
+        golds[0],
+        AnswerKind.RELAXED,
+        split=item.get("split"),
+        golds=json.dumps(golds),
+        raw_answer=item.get("answer"),
+    )
 
 
 def charxiv(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
     index = _index(item, n)
     if "{PREDICTION}" not in item.get("grading_query"):
-        raise DataError(f"CharXiv item {index}: grading_query is missing or has no {{PREDICTION}} slot")
-    category = CHARXIV_CATEGORIES.get(item.get("inst_category").split(".")[0], item.get("inst_category"))
-    return _task(spec, item, index, item.get("question"), item.get("answer"), AnswerKind.TEXT,
-                 category=category, grading_query=item.get("grading_query"))
+        raise DataError(
+            f"CharXiv item {index}: grading_query is missing or has no {{PREDICTION}} slot"
+        )
+    category = CHARXIV_CATEGORIES.get(
+        item.get("inst_category").split(".")[0], item.get("inst_category")
+    )
+    return _task(
+        spec,
+        item,
+        index,
+        item.get("question"),
+        item.get("answer"),
+        AnswerKind.TEXT,
+        category=category,
+        grading_query=item.get("grading_query"),
+    )
 
 
 def mathvista(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
@@ -131,10 +202,21 @@ def mathvista(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
     options = [(string.ascii_uppercase[i], c) for i, c in enumerate(choices)] if multi else []
     gold = item.get("answer_option") if multi and item.get("answer_option") else item.get("answer")
     kind = AnswerKind.CHOICE if multi else AnswerKind.TEXT
-    return _task(spec, item, _index(item, n), item.get("question"), gold, kind, options,
-                 task=item.get("task"), skills=item.get("skills"), question_type=item.get("question_type"),
-                 answer_type=item.get("answer_type"), precision=item.get("precision"),
-                 raw_answer=item.get("answer"))
+    return _task(
+        spec,
+        item,
+        _index(item, n),
+        item.get("question"),
+        gold,
+        kind,
+        options,
+        task=item.get("task"),
+        skills=item.get("skills"),
+        question_type=item.get("question_type"),
+        answer_type=item.get("answer_type"),
+        precision=item.get("precision"),
+        raw_answer=item.get("answer"),
+    )
 
 
 def mathvision(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
@@ -150,9 +232,19 @@ def mathvision(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
             question += "\nChoices: " + " ".join(f"({k}) {v}" for k, v in options)
     kind = AnswerKind.CHOICE if options else AnswerKind.MATH
     level = item.get("level")
-    return _task(spec, item, index, question, item.get("answer"), kind, options,
-                 category=item.get("category") or item.get("subject"), level=level,
-                 difficulty=f"level {level}" if level else "all", raw_question=item.get("question"))
+    return _task(
+        spec,
+        item,
+        index,
+        question,
+        item.get("answer"),
+        kind,
+        options,
+        category=item.get("category") or item.get("subject"),
+        level=level,
+        difficulty=f"level {level}" if level else "all",
+        raw_question=item.get("question"),
+    )
 
 
 def mathverse(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
@@ -161,10 +253,19 @@ def mathverse(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
         meta = json.loads(meta_text.replace("'", '"')) if meta_text else {}
     except json.JSONDecodeError:
         meta = ast.literal_eval(meta_text)
-    return _task(spec, item, _index(item, n), item.get("question"), item.get("answer"), AnswerKind.TEXT,
-                 question_for_eval=item.get("question_for_eval") or item.get("question"),
-                 question_type=item.get("question_type"), problem_version=item.get("problem_version"),
-                 subject=str(meta.get("subject", "")), subfield=str(meta.get("subfield", "")))
+    return _task(
+        spec,
+        item,
+        _index(item, n),
+        item.get("question"),
+        item.get("answer"),
+        AnswerKind.TEXT,
+        question_for_eval=item.get("question_for_eval") or item.get("question"),
+        question_type=item.get("question_type"),
+        problem_version=item.get("problem_version"),
+        subject=str(meta.get("subject", "")),
+        subfield=str(meta.get("subfield", "")),
+    )
 
 
 def _wemath_difficulty(key: str) -> str:
@@ -176,11 +277,24 @@ def _wemath_difficulty(key: str) -> str:
 def wemath(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
     options = _options(item)
     question = item.get("question").strip()
-    text = f"Question: {question}\n" + ("Options:\n" + "\n".join(f"{k}. {v}" for k, v in options) if options else "")
+    text = f"Question: {question}\n" + (
+        "Options:\n" + "\n".join(f"{k}. {v}" for k, v in options) if options else ""
+    )
     key = item.get("key")
-    return _task(spec, item, _index(item, n), text.strip(), item.get("answer").strip(), AnswerKind.CHOICE,
-                 options, ID=item.get("ID") or item.get("id"), key=key, raw_question=question,
-                 concept=item.get("knowledge concept"), difficulty=_wemath_difficulty(key))
+    return _task(
+        spec,
+        item,
+        _index(item, n),
+        text.strip(),
+        item.get("answer").strip(),
+        AnswerKind.CHOICE,
+        options,
+        ID=item.get("ID") or item.get("id"),
+        key=key,
+        raw_question=question,
+        concept=item.get("knowledge concept"),
+        difficulty=_wemath_difficulty(key),
+    )
 
 
 def imported(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
@@ -190,8 +304,14 @@ def imported(spec: BenchmarkSpec, item: RawItem, n: int) -> Task:
         raise DataError(f"{spec.title} item {task.id} has no image")
     index = task.id.replace("#", ":")
     kept = tuple((k, v) for k, v in task.metadata if k not in ("benchmark", "index", "difficulty"))
-    metadata = (("benchmark", spec.name), ("index", index), ("difficulty", dict(task.metadata).get("difficulty", "all")),
-                ("domain", domain), ("task_id", task.id), *kept)
+    metadata = (
+        ("benchmark", spec.name),
+        ("index", index),
+        ("difficulty", dict(task.metadata).get("difficulty", "all")),
+        ("domain", domain),
+        ("task_id", task.id),
+        *kept,
+    )
     images = tuple(image_from_bytes(b, origin=f"input:{k}") for k, b in enumerate(item.images))
     return dataclasses.replace(task, id=f"{spec.name}/{index}", images=images, metadata=metadata)
 
@@ -202,8 +322,12 @@ def read_tasks(path: str | Path, split: str = "", limit: int | None = None) -> l
     items = []
     for task, domain, task_split in iter_tasks(path):
         if not split or task_split == split:
-            items.append(RawItem({"record": json.dumps(task_fields(task, domain, task_split))},
-                                 tuple(im.png for im in task.images)))
+            items.append(
+                RawItem(
+                    {"record": json.dumps(task_fields(task, domain, task_split))},
+                    tuple(im.png for im in task.images),
+                )
+            )
             if limit is not None and len(items) >= limit:
                 break
     if not items:
@@ -212,19 +336,33 @@ def read_tasks(path: str | Path, split: str = "", limit: int | None = None) -> l
 
 
 CONVERTERS: dict[str, Callable[[BenchmarkSpec, RawItem, int], Task]] = {
-    "countbench": countbench, "pixmocount": pixmocount, "mcq": vstar, "hrbench": hrbench,
-    "chartqa": chartqa, "charxiv": charxiv, "mathvista": mathvista, "mathvision": mathvision,
-    "mathverse": mathverse, "wemath": wemath, "tasks": imported,
+    "countbench": countbench,
+    "pixmocount": pixmocount,
+    "mcq": vstar,
+    "hrbench": hrbench,
+    "chartqa": chartqa,
+    "charxiv": charxiv,
+    "mathvista": mathvista,
+    "mathvision": mathvision,
+    "mathverse": mathverse,
+    "wemath": wemath,
+    "tasks": imported,
 }
 
 
 # columns each converter reads that no row can do without (``a|b``: either); the image is checked
 # apart (a TSV's ``image`` / ``image_path``, an export's ``image`` / ``images``)
 REQUIRED: dict[str, tuple[str, ...]] = {
-    "countbench": ("question", "answer|number"), "pixmocount": ("label", "count|answer"),
-    "mcq": ("question", "answer", "A"), "hrbench": ("question", "answer", "A"), "chartqa": ("question", "answer"),
-    "charxiv": ("question", "answer", "grading_query"), "mathvista": ("question", "answer"),
-    "mathvision": ("question", "answer"), "mathverse": ("question", "answer"), "wemath": ("question", "answer"),
+    "countbench": ("question", "answer|number"),
+    "pixmocount": ("label", "count|answer"),
+    "mcq": ("question", "answer", "A"),
+    "hrbench": ("question", "answer", "A"),
+    "chartqa": ("question", "answer"),
+    "charxiv": ("question", "answer", "grading_query"),
+    "mathvista": ("question", "answer"),
+    "mathvision": ("question", "answer"),
+    "mathverse": ("question", "answer"),
+    "wemath": ("question", "answer"),
     "tasks": (),
 }
 
@@ -239,17 +377,27 @@ def check_items(spec: BenchmarkSpec, items: list[RawItem], source: str) -> None:
     missing = [c for c in REQUIRED[spec.scorer] if not any(a in present for a in c.split("|"))]
     if missing:
         names = ", ".join(repr(c.replace("|", "' or '")) for c in missing)
-        raise DataError(f"{spec.title}: {source} has no column {names} (columns: {', '.join(sorted(present)) or 'none'})")
+        raise DataError(
+            f"{spec.title}: {source} has no column {names} (columns: {', '.join(sorted(present)) or 'none'})"
+        )
     if spec.scorer != "tasks" and not any(item.images for item in items):
-        raise DataError(f"{spec.title}: {source} has no images (an 'image' column of base64 images, or 'image_path')")
+        raise DataError(
+            f"{spec.title}: {source} has no images (an 'image' column of base64 images, or 'image_path')"
+        )
     try:
         to_task(spec, items[0], 0, images=False)
     except (DataError, ValueError, KeyError, SyntaxError) as exc:
         raise DataError(f"{spec.title}: {source}, row 0 cannot be read: {exc}") from None
 
 
-def read_items(spec: BenchmarkSpec, *, lmu_dir: str | Path | None, path: str | Path | None = None,
-               split: str = "", limit: int | None = None) -> list[RawItem]:
+def read_items(
+    spec: BenchmarkSpec,
+    *,
+    lmu_dir: str | Path | None,
+    path: str | Path | None = None,
+    split: str = "",
+    limit: int | None = None,
+) -> list[RawItem]:
     """The benchmark's raw rows from ``path`` (TSV, HF export, MATH-V folder, or for ``tasks`` a
     Task JSONL: the first ``limit`` of ``split`` when given, read no further) or ``lmu_dir``."""
     if spec.scorer == "tasks":
@@ -266,18 +414,29 @@ def read_items(spec: BenchmarkSpec, *, lmu_dir: str | Path | None, path: str | P
             raise DataNotFoundError(f"{spec.title}: {p} does not exist (get it: {spec.source})")
         return read_export(p)
     if lmu_dir is None:
-        raise DataNotFoundError(f"{spec.title}: no data folder given; expected {spec.vlmeval_name}.tsv "
-                                f"in $LMUData (get it: {spec.source})")
+        raise DataNotFoundError(
+            f"{spec.title}: no data folder given; expected {spec.vlmeval_name}.tsv "
+            f"in $LMUData (get it: {spec.source})"
+        )
     tsv = Path(lmu_dir) / f"{spec.vlmeval_name}.tsv"
     if not tsv.is_file():
-        raise DataNotFoundError(f"{spec.title}: expected {tsv} (get it: {spec.source}), or pass "
-                                f"--data {spec.name}=PATH for a TSV, Hugging Face export or MATH-V folder")
+        raise DataNotFoundError(
+            f"{spec.title}: expected {tsv} (get it: {spec.source}), or pass "
+            f"--data {spec.name}=PATH for a TSV, Hugging Face export or MATH-V folder"
+        )
     return read_tsv(tsv)
 
 
-def prepare_items(spec: BenchmarkSpec, *, lmu_dir: str | Path | None = None, path: str | Path | None = None,
-                  limit: int | None = None, pixmo_cache: str | Path | None = None,
-                  fetch_images: bool = False, split: str = "") -> list[RawItem]:
+def prepare_items(
+    spec: BenchmarkSpec,
+    *,
+    lmu_dir: str | Path | None = None,
+    path: str | Path | None = None,
+    limit: int | None = None,
+    pixmo_cache: str | Path | None = None,
+    fetch_images: bool = False,
+    split: str = "",
+) -> list[RawItem]:
     """The first ``limit`` raw rows, with PixmoCount's images brought from the cache (see pixmo)."""
     items = read_items(spec, lmu_dir=lmu_dir, path=path, split=split, limit=limit)
     if limit is not None:
@@ -288,7 +447,11 @@ def prepare_items(spec: BenchmarkSpec, *, lmu_dir: str | Path | None = None, pat
         if pixmo_cache is None:
             raise DataNotFoundError("PixmoCount needs an image cache folder (--pixmo-cache)")
         images, _ = pixmo_images(items, pixmo_cache, fetch=fetch_images)
-        items = [RawItem(it.fields, (img,)) for it, img in zip(items, images, strict=True) if img is not None]
+        items = [
+            RawItem(it.fields, (img,))
+            for it, img in zip(items, images, strict=True)
+            if img is not None
+        ]
     return items
 
 
@@ -299,10 +462,22 @@ def to_task(spec: BenchmarkSpec, item: RawItem, n: int, *, images: bool = True) 
     return CONVERTERS[spec.scorer](spec, item, n)
 
 
-def load_benchmark(spec: BenchmarkSpec, *, lmu_dir: str | Path | None = None, path: str | Path | None = None,
-                   limit: int | None = None, pixmo_cache: str | Path | None = None,
-                   fetch_images: bool = False) -> tuple[Task, ...]:
+def load_benchmark(
+    spec: BenchmarkSpec,
+    *,
+    lmu_dir: str | Path | None = None,
+    path: str | Path | None = None,
+    limit: int | None = None,
+    pixmo_cache: str | Path | None = None,
+    fetch_images: bool = False,
+) -> tuple[Task, ...]:
     """The benchmark's tasks (the first ``limit`` rows when given). See the module docstring."""
-    items = prepare_items(spec, lmu_dir=lmu_dir, path=path, limit=limit, pixmo_cache=pixmo_cache,
-                          fetch_images=fetch_images)
+    items = prepare_items(
+        spec,
+        lmu_dir=lmu_dir,
+        path=path,
+        limit=limit,
+        pixmo_cache=pixmo_cache,
+        fetch_images=fetch_images,
+    )
     return tuple(to_task(spec, item, n) for n, item in enumerate(items))

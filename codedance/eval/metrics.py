@@ -31,7 +31,9 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _by(tasks: dict[str, Task], scores: Sequence[SampleScore], field: str, multi: bool = False) -> Breakdown:
+def _by(
+    tasks: dict[str, Task], scores: Sequence[SampleScore], field: str, multi: bool = False
+) -> Breakdown:
     groups: dict[str, list[float | None]] = defaultdict(list)
     for s in scores:
         value = dict(tasks[s.task_id].metadata).get(field, "")
@@ -46,12 +48,18 @@ def _by(tasks: dict[str, Task], scores: Sequence[SampleScore], field: str, multi
     rows = []
     for label in sorted(groups):
         verdicts = groups[label]
-        value = None if any(v is None for v in verdicts) else _mean([v for v in verdicts if v is not None])
+        value = (
+            None
+            if any(v is None for v in verdicts)
+            else _mean([v for v in verdicts if v is not None])
+        )
         rows.append((label, value, len(verdicts)))
     return field, tuple(rows)
 
 
-def hrbench_metrics(tasks: dict[str, Task], scores: Sequence[SampleScore]) -> tuple[dict[str, float | None], Breakdown]:
+def hrbench_metrics(
+    tasks: dict[str, Task], scores: Sequence[SampleScore]
+) -> tuple[dict[str, float | None], Breakdown]:
     cycles: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for s in scores:
         m = dict(tasks[s.task_id].metadata)
@@ -68,7 +76,9 @@ def hrbench_metrics(tasks: dict[str, Task], scores: Sequence[SampleScore]) -> tu
     return averages, ("cycle", tuple(rows))
 
 
-def wemath_metrics(tasks: dict[str, Task], scores: Sequence[SampleScore]) -> dict[str, float | None]:
+def wemath_metrics(
+    tasks: dict[str, Task], scores: Sequence[SampleScore]
+) -> dict[str, float | None]:
     joker: dict[tuple[str, str], bool] = {}
     for s in scores:
         m = dict(tasks[s.task_id].metadata)
@@ -108,15 +118,19 @@ def wemath_metrics(tasks: dict[str, Task], scores: Sequence[SampleScore]) -> dic
 
 
 BREAKDOWNS = {
-    "chartqa": (("split", False),), "mathvista": (("task", False), ("skills", True)),
-    "mathvision": (("category", False), ("level", False)), "mcq": (("category", False),),
-    "mathverse": (("problem_version", False), ("subject", False)), "charxiv": (("category", False),),
+    "chartqa": (("split", False),),
+    "mathvista": (("task", False), ("skills", True)),
+    "mathvision": (("category", False), ("level", False)),
+    "mcq": (("category", False),),
+    "mathverse": (("problem_version", False), ("subject", False)),
+    "charxiv": (("category", False),),
     "tasks": (("data_source", False),),
 }
 
 
-def benchmark_metrics(spec: BenchmarkSpec, tasks: Sequence[Task], scores: Sequence[SampleScore]
-                      ) -> tuple[dict[str, float | None], tuple[Breakdown, ...], tuple[str, ...]]:
+def benchmark_metrics(
+    spec: BenchmarkSpec, tasks: Sequence[Task], scores: Sequence[SampleScore]
+) -> tuple[dict[str, float | None], tuple[Breakdown, ...], tuple[str, ...]]:
     """(metrics, breakdowns, not_produced) of one benchmark; see the module docstring."""
     by_id = {t.id: t for t in tasks}
     pending = [s for s in scores if s.correct is None]
@@ -131,14 +145,20 @@ def benchmark_metrics(spec: BenchmarkSpec, tasks: Sequence[Task], scores: Sequen
         steps = sorted({s.pending for s in pending if s not in unjudged})
         parts = []
         if unjudged:  # --judge was given: telling the user to pass it would mislead
-            parts.append(f"accuracy: {len(unjudged)} of {len(scores)} samples were not judged: the judge did not "
-                         f"answer ({unjudged[0].pending.removeprefix(JUDGE_UNREACHABLE).strip(' ()')}); start it and "
-                         f"rerun the same command")
+            parts.append(
+                f"accuracy: {len(unjudged)} of {len(scores)} samples were not judged: the judge did not "
+                f"answer ({unjudged[0].pending.removeprefix(JUDGE_UNREACHABLE).strip(' ()')}); start it and "
+                f"rerun the same command"
+            )
         if steps:
-            parts.append(f"accuracy: {len(pending) - len(unjudged)} of {len(scores)} samples need a judge "
-                         f"({', '.join(steps)}); rerun with --judge URL")
+            parts.append(
+                f"accuracy: {len(pending) - len(unjudged)} of {len(scores)} samples need a judge "
+                f"({', '.join(steps)}); rerun with --judge URL"
+            )
         not_produced = tuple(parts)
-    breakdowns = [_by(by_id, scores, field, multi) for field, multi in BREAKDOWNS.get(spec.scorer, ())]
+    breakdowns = [
+        _by(by_id, scores, field, multi) for field, multi in BREAKDOWNS.get(spec.scorer, ())
+    ]
     if spec.scorer == "hrbench":
         averages, cycle_rows = hrbench_metrics(by_id, scores)
         metrics.update(averages)
@@ -149,5 +169,7 @@ def benchmark_metrics(spec: BenchmarkSpec, tasks: Sequence[Task], scores: Sequen
     if spec.scorer == "countbench":
         strict = [s for s in scores if s.answer is not None]
         metrics["accuracy_strict_count"] = _mean(
-            [float(dict(s.extras).get("strict_count") == "True") for s in strict] + [0.0] * (len(scores) - len(strict)))
+            [float(dict(s.extras).get("strict_count") == "True") for s in strict]
+            + [0.0] * (len(scores) - len(strict))
+        )
     return metrics, tuple(breakdowns), not_produced

@@ -34,7 +34,9 @@ class EvalConfig:
     tasks_split: str = ""  # '' = every row
     out: str = ""
     server: ServerConfig = field(default_factory=ServerConfig)
-    episode: EpisodeSettings = field(default_factory=lambda: EpisodeSettings(max_turns=EVAL_MAX_TURNS))
+    episode: EpisodeSettings = field(
+        default_factory=lambda: EpisodeSettings(max_turns=EVAL_MAX_TURNS)
+    )
     profiles: str = ""  # a YAML file of user prompt profiles
     no_tools: bool = False
     limit: int | None = None  # None: every sample
@@ -59,18 +61,26 @@ class EvalConfig:
         from codedance.eval.scoring import SCORING_MODES
 
         if not self.server.url or not self.out:
-            raise SettingsError("give the model server and the run folder: --model URL --out DIR "
-                                "(or server.url=... out=...)")
+            raise SettingsError(
+                "give the model server and the run folder: --model URL --out DIR "
+                "(or server.url=... out=...)"
+            )
         s = self.server
         if s.max_tokens < 1 or s.timeout_s <= 0 or s.retries < 0:
-            raise SettingsError(f"--max-tokens must be at least 1, --request-timeout above 0 and --retries at "
-                                f"least 0 (got {s.max_tokens}, {s.timeout_s}, {s.retries})")
-        if self.limit is not None and (not isinstance(self.limit, int) or isinstance(self.limit, bool)):
+            raise SettingsError(
+                f"--max-tokens must be at least 1, --request-timeout above 0 and --retries at "
+                f"least 0 (got {s.max_tokens}, {s.timeout_s}, {s.retries})"
+            )
+        if self.limit is not None and (
+            not isinstance(self.limit, int) or isinstance(self.limit, bool)
+        ):
             raise SettingsError(f"limit: expected a whole number, got {self.limit!r}")
         get_agent(self.agent)  # an unknown agent is refused naming the known ones
         problems = []
         if self.no_tools and self.agent != "codedance":
-            problems.append(f"--no-tools is a codedance baseline; drop --agent {self.agent} or --no-tools")
+            problems.append(
+                f"--no-tools is a codedance baseline; drop --agent {self.agent} or --no-tools"
+            )
         if self.concurrency < 1:
             problems.append(f"--concurrency must be at least 1, got {self.concurrency}")
         if self.limit is not None and self.limit < 1:
@@ -78,13 +88,17 @@ class EvalConfig:
         if self.samples < 1:
             problems.append(f"--samples must be at least 1, got {self.samples}")
         if self.samples > 1 and s.temperature <= 0:
-            problems.append(f"--samples {self.samples} needs --temperature above 0 (at 0 every sample is the same)")
+            problems.append(
+                f"--samples {self.samples} needs --temperature above 0 (at 0 every sample is the same)"
+            )
         if s.temperature < 0:
             problems.append(f"--temperature must be at least 0, got {s.temperature}")
         if self.episode.exec_timeout_s <= 0:
             problems.append(f"--exec-timeout must be above 0, got {self.episode.exec_timeout_s}")
         if self.scoring not in SCORING_MODES:
-            problems.append(f"--scoring must be one of {', '.join(SCORING_MODES)}, got {self.scoring!r}")
+            problems.append(
+                f"--scoring must be one of {', '.join(SCORING_MODES)}, got {self.scoring!r}"
+            )
         if self.stop_after < 1:
             problems.append(f"--stop-after must be at least 1, got {self.stop_after}")
         if problems:
@@ -108,9 +122,17 @@ class EvalConfig:
             specs += (get_spec("tasks"),)
         if not specs:
             raise SettingsError("no benchmarks given")
-        episode = get_agent(self.agent).episode_config(self.episode.episode_config(profiles=self.profiles or None))
-        return EvalSettings(self, benchmarks=specs, episode=episode, data_paths=tuple(pairs),
-                            model=self.server.model, progress=progress)
+        episode = get_agent(self.agent).episode_config(
+            self.episode.episode_config(profiles=self.profiles or None)
+        )
+        return EvalSettings(
+            self,
+            benchmarks=specs,
+            episode=episode,
+            data_paths=tuple(pairs),
+            model=self.server.model,
+            progress=progress,
+        )
 
 
 @dataclass(frozen=True)
@@ -154,10 +176,15 @@ class EvalSettings:
     def identity(self) -> dict[str, object]:
         """The settings a resumed run must share with the first one (``run.json``'s ``settings``;
         `tests/eval/test_runner.py::test_a_run_folder_written_by_an_earlier_version_resumes`)."""
-        return {"model": self.model, "sampling": self.sampling, "no_tools": self.no_tools,
-                "max_turns": self.episode.max_turns, "profile": self.episode.profile.name,
-                "profile_fields": dataclasses.asdict(self.episode.profile),
-                **({"agent": self.agent} if self.agent != "codedance" else {})}
+        return {
+            "model": self.model,
+            "sampling": self.sampling,
+            "no_tools": self.no_tools,
+            "max_turns": self.episode.max_turns,
+            "profile": self.episode.profile.name,
+            "profile_fields": dataclasses.asdict(self.episode.profile),
+            **({"agent": self.agent} if self.agent != "codedance" else {}),
+        }
 
     @property
     def protocol(self) -> str:

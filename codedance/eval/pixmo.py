@@ -27,8 +27,9 @@ def _cached(cache: Path, digest: str) -> bytes | None:
     return None
 
 
-def pixmo_images(items: Sequence[RawItem], cache_dir: str | Path, *, fetch: bool = False,
-                 timeout_s: float = 20.0) -> tuple[list[bytes | None], list[str]]:
+def pixmo_images(
+    items: Sequence[RawItem], cache_dir: str | Path, *, fetch: bool = False, timeout_s: float = 20.0
+) -> tuple[list[bytes | None], list[str]]:
     """(image bytes or None per item, problems as text). See the module docstring."""
     cache = Path(cache_dir)
     out: list[bytes | None] = []
@@ -37,7 +38,8 @@ def pixmo_images(items: Sequence[RawItem], cache_dir: str | Path, *, fetch: bool
     if missing and not fetch:
         raise DataNotFoundError(
             f"{len(missing)} PixmoCount images are not in the cache {cache}; rerun with "
-            f"--fetch-images to download them once from their image_url (checked by sha256)")
+            f"--fetch-images to download them once from their image_url (checked by sha256)"
+        )
     client = None
     if missing:
         import httpx

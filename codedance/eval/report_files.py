@@ -15,8 +15,14 @@ from codedance.eval.report import EvalReport, markdown, report_json
 from codedance.eval.viewer import write_viewer
 
 
-def write_report(report: EvalReport, out: str | Path, *, plots: bool = True, viewer: bool = True,
-                 labels: dict[str, tuple[str, str]] | None = None) -> None:
+def write_report(
+    report: EvalReport,
+    out: str | Path,
+    *,
+    plots: bool = True,
+    viewer: bool = True,
+    labels: dict[str, tuple[str, str]] | None = None,
+) -> None:
     """Write every report file; ``labels`` (task id -> subject, level) go to the sample list."""
     out = Path(out)
     (out / "report.json").write_text(json.dumps(report_json(report), indent=1), encoding="utf-8")

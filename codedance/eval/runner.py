@@ -52,7 +52,8 @@ from codedance.runs.rundir import RunDir, episode_key
 from codedance.types import ExecResult, Image, Task, Trajectory
 
 NO_TOOLS = PromptProfile(
-    name="no-tools", system="You are a helpful assistant.",
+    name="no-tools",
+    system="You are a helpful assistant.",
     instruction="Think step-by-step within <think></think>, then give your final answer in <answer></answer>.",
 )
 
@@ -88,7 +89,9 @@ def claim_run(out: Path, settings: EvalSettings) -> RunDir:
     so far are kept in ``run.json`` beside the settings. Other settings are refused, naming them."""
     run = RunDir(out, "eval", settings.identity())
     have = run.info().get("benchmarks", []) if run.info().get("kind") == "eval" else []
-    run.claim(benchmarks=sorted({*have, *(s.name for s in settings.benchmarks)}), limit=settings.limit)
+    run.claim(
+        benchmarks=sorted({*have, *(s.name for s in settings.benchmarks)}), limit=settings.limit
+    )
     return run
 
 
@@ -100,34 +103,51 @@ def data_source(spec: BenchmarkSpec, settings: EvalSettings) -> str:
     return str(Path(settings.lmu_dir or ".") / f"{spec.vlmeval_name}.tsv")
 
 
-def _task_or_failure(spec: BenchmarkSpec, item: RawItem, n: int, source: str = "") -> tuple[str, Task | str]:
+def _task_or_failure(
+    spec: BenchmarkSpec, item: RawItem, n: int, source: str = ""
+) -> tuple[str, Task | str]:
     """(task id, the task of one row or why its image cannot be used, naming the row and file)."""
     task_id = to_task(spec, item, n, images=False).id
     try:
         return task_id, to_task(spec, item, n)
     except (DataError, ValueError, OSError) as exc:
         image = item.get("image_file") or item.get("image_path")
-        named = f" {image}" if image and len(image) < 200 else f" of row {n} of {source}" if source else ""
+        named = (
+            f" {image}"
+            if image and len(image) < 200
+            else f" of row {n} of {source}"
+            if source
+            else ""
+        )
         text = str(exc)
         reason = text.split("cannot be decoded: ", 1)[-1]
         return task_id, f"{task_id}: image{named} is not a readable image ({reason[:200]})"
 
 
-async def _episodes(policy: Policy, settings: EvalSettings, work: Sequence[tuple[BenchmarkSpec, RawItem, int]],
-                    make_runner: RunnerFactory, run: RunDir) -> tuple[list[tuple[str, str]], str]:
+async def _episodes(
+    policy: Policy,
+    settings: EvalSettings,
+    work: Sequence[tuple[BenchmarkSpec, RawItem, int]],
+    make_runner: RunnerFactory,
+    run: RunDir,
+) -> tuple[list[tuple[str, str]], str]:
     """Run the missing samples; (failures of this run, why the run stopped early or "")."""
     from codedance.agents import get_agent
 
     config = no_tools_config(settings.episode) if settings.no_tools else settings.episode
     agent = get_agent(settings.agent)
     failures: list[tuple[str, str]] = []
-    progress = BatchProgress(len(work) * settings.samples, "samples") if settings.progress and work else None
+    progress = (
+        BatchProgress(len(work) * settings.samples, "samples")
+        if settings.progress and work
+        else None
+    )
     chunk = max(16, 4 * settings.concurrency)
     stopped = ""
     try:
         for start in range(0, len(work), chunk):
             tasks = []
-            for spec, item, n in work[start:start + chunk]:
+            for spec, item, n in work[start : start + chunk]:
                 task_id, task = _task_or_failure(spec, item, n, data_source(spec, settings))
                 if isinstance(task, Task):
                     tasks.append(task)
@@ -139,11 +159,19 @@ async def _episodes(policy: Policy, settings: EvalSettings, work: Sequence[tuple
                     if progress:
                         progress.failed(key, error)
             summary = await arun_batch(
-                policy, tasks, make_runner, run, config, rollouts=settings.samples,
-                concurrency=settings.concurrency, progress=False,
+                policy,
+                tasks,
+                make_runner,
+                run,
+                config,
+                rollouts=settings.samples,
+                concurrency=settings.concurrency,
+                progress=False,
                 on_trajectory=progress.done if progress else None,
                 on_failure=progress.failed if progress else None,
-                stop_after=settings.stop_after_connection_failures, agent=agent)
+                stop_after=settings.stop_after_connection_failures,
+                agent=agent,
+            )
             failures += list(summary.failures)
             if summary.stopped:
                 stopped = summary.stopped
@@ -179,22 +207,37 @@ def load_records(out: Path, digests: dict[str, str] | None = None) -> dict[str, 
     return records
 
 
-def score_all(out: Path, tasks: dict[str, tuple[BenchmarkSpec, Task]], judge: JudgeClient | None,
-              workers: int = 16, mode: str = "vlmevalkit") -> dict[str, SampleScore]:
+def score_all(
+    out: Path,
+    tasks: dict[str, tuple[BenchmarkSpec, Task]],
+    judge: JudgeClient | None,
+    workers: int = 16,
+    mode: str = "vlmevalkit",
+) -> dict[str, SampleScore]:
     """Score every finished trajectory not yet scored under ``mode`` (or pending and a judge is
     now given). A judge that fails on a sample never stops this: see `score_sample`."""
     scores = latest_scores(out)
     digests: dict[str, str] = {}
     records = load_records(out, digests)
-    todo = [(k, t) for k, t in records.items() if t.task_id in tasks
-            and (k not in scores or scores[k].trajectory_digest != digests[k] or scores[k].scoring != mode
-                 or (scores[k].correct is None and judge is not None))]
+    todo = [
+        (k, t)
+        for k, t in records.items()
+        if t.task_id in tasks
+        and (
+            k not in scores
+            or scores[k].trajectory_digest != digests[k]
+            or scores[k].scoring != mode
+            or (scores[k].correct is None and judge is not None)
+        )
+    ]
 
     def one(item: tuple[str, Trajectory]) -> SampleScore:
         key, trajectory = item
         spec, task = tasks[trajectory.task_id]
-        score = dataclasses.replace(score_sample(key, task, trajectory, judge, spec.scorer, mode),
-                                    trajectory_digest=digests[key])
+        score = dataclasses.replace(
+            score_sample(key, task, trajectory, judge, spec.scorer, mode),
+            trajectory_digest=digests[key],
+        )
         append_jsonl(out / "scores.jsonl", dataclasses.asdict(score))
         return score
 
@@ -210,18 +253,30 @@ def load_data(settings: EvalSettings) -> list[tuple[BenchmarkSpec, list[RawItem]
     paths = dict(settings.data_paths)
     loaded = []
     for spec in settings.benchmarks:
-        items = prepare_items(spec, lmu_dir=settings.lmu_dir, path=paths.get(spec.name), limit=settings.limit,
-                              pixmo_cache=settings.pixmo_cache, fetch_images=settings.fetch_images,
-                              split=settings.tasks_split)
+        items = prepare_items(
+            spec,
+            lmu_dir=settings.lmu_dir,
+            path=paths.get(spec.name),
+            limit=settings.limit,
+            pixmo_cache=settings.pixmo_cache,
+            fetch_images=settings.fetch_images,
+            split=settings.tasks_split,
+        )
         check_items(spec, items, data_source(spec, settings))
         loaded.append((spec, items))
     return loaded
 
 
-def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
-             make_runner: RunnerFactory | None = None, judge: JudgeClient | None = None,
-             on_loaded: Callable[[BenchmarkSpec, int], None] | None = None,
-             loaded: list[tuple[BenchmarkSpec, list[RawItem]]] | None = None):
+def run_eval(
+    policy: Policy,
+    settings: EvalSettings,
+    out_dir: str | Path,
+    *,
+    make_runner: RunnerFactory | None = None,
+    judge: JudgeClient | None = None,
+    on_loaded: Callable[[BenchmarkSpec, int], None] | None = None,
+    loaded: list[tuple[BenchmarkSpec, list[RawItem]]] | None = None,
+):
     """Run, score and report; returns the `EvalReport` (see ``codedance.eval.report``).
 
     The data (``loaded``, or `load_data` here) is read and checked before ``run.json`` is
@@ -255,7 +310,9 @@ def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
 
             pool = SandboxPool(timeout_s=settings.exec_timeout_s)
             make_runner = lambda images: pool.sandbox(images=images)
-    make_runner = functools.partial(agent.runner, sandbox=make_runner)  # the protocol's tool (or the sandbox)
+    make_runner = functools.partial(
+        agent.runner, sandbox=make_runner
+    )  # the protocol's tool (or the sandbox)
     if agent.stop and hasattr(policy, "sampling"):  # the protocol's stop strings (an HTTP policy's)
         policy.sampling = dataclasses.replace(policy.sampling, stop=agent.stop)  # type: ignore[attr-defined]
     try:
@@ -265,9 +322,23 @@ def run_eval(policy: Policy, settings: EvalSettings, out_dir: str | Path, *,
             pool.close()
     scores = score_all(out, tasks, judge, mode=settings.scoring)
     records = load_records(out)
-    report = build_report(out, settings, tasks, scores, records, run.open_failures(),
-                          judge=judge.config.model if judge else None, stopped=stopped)
-    labels = {tid: (meta.get("category") or meta.get("subject") or meta.get("task", ""), meta.get("level", ""))
-              for tid, (_, task) in tasks.items() for meta in (dict(task.metadata),)}
+    report = build_report(
+        out,
+        settings,
+        tasks,
+        scores,
+        records,
+        run.open_failures(),
+        judge=judge.config.model if judge else None,
+        stopped=stopped,
+    )
+    labels = {
+        tid: (
+            meta.get("category") or meta.get("subject") or meta.get("task", ""),
+            meta.get("level", ""),
+        )
+        for tid, (_, task) in tasks.items()
+        for meta in (dict(task.metadata),)
+    }
     write_report(report, out, labels=labels)
     return report

@@ -123,8 +123,14 @@ def _mathvision_check(task: Task, answer: str) -> bool:
 SCORING_MODES = ("vlmevalkit", "strict")
 
 
-def score_sample(key: str, task: Task, trajectory: Trajectory, judge: JudgeClient | None = None,
-                 scorer: str = "", mode: str = "vlmevalkit") -> SampleScore:
+def score_sample(
+    key: str,
+    task: Task,
+    trajectory: Trajectory,
+    judge: JudgeClient | None = None,
+    scorer: str = "",
+    mode: str = "vlmevalkit",
+) -> SampleScore:
     """Score one trajectory of `task` under the benchmark rule ``scorer`` and scoring ``mode``.
 
     ``vlmevalkit`` (default): `codedance.eval.scoring_vlmevalkit`; ``strict``: this module's rules
@@ -136,11 +142,29 @@ def score_sample(key: str, task: Task, trajectory: Trajectory, judge: JudgeClien
     answer, source = final_answer(trajectory)
     bench = meta(task).get("benchmark", task.source)
 
-    def result(correct: bool | float | None, rule: bool, how: str, pending: str = "", failure: str = "",
-               **extras: str) -> SampleScore:
+    def result(
+        correct: bool | float | None,
+        rule: bool,
+        how: str,
+        pending: str = "",
+        failure: str = "",
+        **extras: str,
+    ) -> SampleScore:
         extras = {"gold": task.answer, **extras}
-        return SampleScore(key, bench, task.id, correct, rule, answer, source, how, pending,
-                           tuple((k, str(v)) for k, v in extras.items()), scoring=mode, judge_failure=failure)
+        return SampleScore(
+            key,
+            bench,
+            task.id,
+            correct,
+            rule,
+            answer,
+            source,
+            how,
+            pending,
+            tuple((k, str(v)) for k, v in extras.items()),
+            scoring=mode,
+            judge_failure=failure,
+        )
 
     if scorer in ("charxiv", "mathverse") and judge is None:
         rule = answer is not None and normalize_text(answer) == normalize_text(task.answer)
@@ -151,20 +175,28 @@ def score_sample(key: str, task: Task, trajectory: Trajectory, judge: JudgeClien
         if scorer == "tasks":
             return _kind_rule(task, answer, judge, result)
         if mode == "vlmevalkit" and scorer != "pixmocount":
-            correct, rule, how, pending, extras, failure = vlmevalkit_verdict(scorer, task, answer, judge)
+            correct, rule, how, pending, extras, failure = vlmevalkit_verdict(
+                scorer, task, answer, judge
+            )
             return result(correct, rule, how, pending, failure, **extras)
         return _strict(task, answer, judge, scorer, result)
     except JudgeUnavailableError as exc:
-        return result(None, False, "none", pending=f"{JUDGE_UNREACHABLE} ({shorten(str(exc), 120)})")
+        return result(
+            None, False, "none", pending=f"{JUDGE_UNREACHABLE} ({shorten(str(exc), 120)})"
+        )
     except JudgeError as exc:  # an HTTP error or an unparseable reply: 0 for this sample, counted
-        return result(False, False, "judge", failure=f"{type(exc).__name__}: {shorten(str(exc), 200)}")
+        return result(
+            False, False, "judge", failure=f"{type(exc).__name__}: {shorten(str(exc), 200)}"
+        )
 
 
 def _kind_rule(task: Task, answer: str, judge: JudgeClient | None, result) -> SampleScore:
     rule = check_answer(answer, task.answer, task.kind, dict(task.choices) or None)
     if rule or judge is None:
         return result(rule, rule, f"rule:{task.kind.value}")
-    return result(judge.judge(question=task.question, gold=task.answer, prediction=answer), False, "judge")
+    return result(
+        judge.judge(question=task.question, gold=task.answer, prediction=answer), False, "judge"
+    )
 
 
 def _strict(task: Task, answer: str, judge: JudgeClient | None, scorer: str, result) -> SampleScore:
@@ -213,11 +245,21 @@ def _strict(task: Task, answer: str, judge: JudgeClient | None, scorer: str, res
         assert judge is not None
         rule = normalize_text(answer) == normalize_text(task.answer)
         score, extracted = charxiv_score(judge, m["grading_query"], answer)
-        return result(math.isclose(score, 1.0), rule, "judge:charxiv", judge_score=score, judge_extracted=extracted)
+        return result(
+            math.isclose(score, 1.0),
+            rule,
+            "judge:charxiv",
+            judge_score=score,
+            judge_extracted=extracted,
+        )
     if scorer == "mathverse":
         assert judge is not None
-        extracted = extract_answer_with_judge(judge, m.get("question_for_eval", task.question), answer)
+        extracted = extract_answer_with_judge(
+            judge, m.get("question_for_eval", task.question), answer
+        )
         rule = answer.strip() == task.answer.strip()
-        verdict = mathverse_consistent(judge, m.get("question_for_eval", task.question), task.answer, extracted)
+        verdict = mathverse_consistent(
+            judge, m.get("question_for_eval", task.question), task.answer, extracted
+        )
         return result(verdict, rule, "judge:mathverse", judge_extracted=extracted)
     raise ValueError(f"unknown scorer {scorer!r}")

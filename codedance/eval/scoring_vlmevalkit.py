@@ -53,17 +53,30 @@ def _mcq(task: Task, answer: str, judge: JudgeClient | None, how: str) -> Verdic
         return hit, hit, f"rule:{how}", "", {"letter": letter or ""}, ""
     question = _meta(task).get("raw_question", task.question)
     letter, failure = jv.match_option(judge, question, choices, answer)
-    return letter == task.answer, False, "judge:option-matching", "", {"letter": letter or ""}, failure
+    return (
+        letter == task.answer,
+        False,
+        "judge:option-matching",
+        "",
+        {"letter": letter or ""},
+        failure,
+    )
 
 
 def _mathvista(task: Task, answer: str, judge: JudgeClient | None) -> Verdict:
     m = _meta(task)
-    item = {"question_type": m.get("question_type", ""), "answer_type": m.get("answer_type", ""),
-            "answer": m.get("raw_answer", task.answer), "answer_option": task.answer if task.choices else "",
-            "choices": [v for _, v in task.choices]}
+    item = {
+        "question_type": m.get("question_type", ""),
+        "answer_type": m.get("answer_type", ""),
+        "answer": m.get("raw_answer", task.answer),
+        "answer_option": task.answer if task.choices else "",
+        "choices": [v for _, v in task.choices],
+    }
     prefetch = mathvista_match(answer, **item)  # type: ignore[arg-type]
     rule = mathvista_correct(answer, **item)  # type: ignore[arg-type]
-    if prefetch:  # VLMEvalKit: "Prefetch succeed" (a letter, right or wrong; a matching non-zero number)
+    if (
+        prefetch
+    ):  # VLMEvalKit: "Prefetch succeed" (a letter, right or wrong; a matching non-zero number)
         return rule, rule, "rule:post_check", "", {}, ""
     if judge is None:
         return None, rule, "rule:post_check", "judge (answer extraction)", {}, ""
@@ -99,7 +112,14 @@ def _mathverse(task: Task, answer: str, judge: JudgeClient | None) -> Verdict:
     extracted, failure = jv.extract_mathverse(judge, answer)
     question = _meta(task).get("question_for_eval", task.question)
     verdict, verdict_failure = jv.mathverse_verdict(judge, question, task.answer, extracted)
-    return verdict, rule, "judge:mathverse", "", {"judge_extracted": extracted}, failure or verdict_failure
+    return (
+        verdict,
+        rule,
+        "judge:mathverse",
+        "",
+        {"judge_extracted": extracted},
+        failure or verdict_failure,
+    )
 
 
 def _charxiv(task: Task, answer: str, judge: JudgeClient | None) -> Verdict:
@@ -108,7 +128,14 @@ def _charxiv(task: Task, answer: str, judge: JudgeClient | None) -> Verdict:
         return None, rule, "none", "judge (charxiv)", {}, ""
     score, extracted, failure = jv.charxiv_grade(judge, _meta(task)["grading_query"], answer)
     value: bool | float = score if score not in (0.0, 1.0) else score == 1.0
-    return value, rule, "judge:charxiv", "", {"judge_score": str(score), "judge_extracted": extracted}, failure
+    return (
+        value,
+        rule,
+        "judge:charxiv",
+        "",
+        {"judge_score": str(score), "judge_extracted": extracted},
+        failure,
+    )
 
 
 def _wemath(task: Task, answer: str, judge: JudgeClient | None) -> Verdict:
@@ -128,14 +155,22 @@ def _chartqa(task: Task, answer: str, judge: JudgeClient | None) -> Verdict:
 
 def _countbench(task: Task, answer: str, judge: JudgeClient | None) -> Verdict:
     hit = str(task.answer) in answer
-    strict = check_answer(answer, task.answer, AnswerKind.COUNT)  # reported beside, as accuracy_strict_count
+    strict = check_answer(
+        answer, task.answer, AnswerKind.COUNT
+    )  # reported beside, as accuracy_strict_count
     return hit, hit, "rule:substring", "", {"strict_count": str(strict)}, ""
 
 
 RULES: dict[str, Callable[[Task, str, JudgeClient | None], Verdict]] = {
-    "countbench": _countbench, "chartqa": _chartqa, "wemath": _wemath,
-    "mcq": lambda t, a, j: _mcq(t, a, j, "can_infer"), "hrbench": lambda t, a, j: _mcq(t, a, j, "can_infer"),
-    "mathvista": _mathvista, "mathvision": _mathvision, "mathverse": _mathverse, "charxiv": _charxiv,
+    "countbench": _countbench,
+    "chartqa": _chartqa,
+    "wemath": _wemath,
+    "mcq": lambda t, a, j: _mcq(t, a, j, "can_infer"),
+    "hrbench": lambda t, a, j: _mcq(t, a, j, "can_infer"),
+    "mathvista": _mathvista,
+    "mathvision": _mathvision,
+    "mathverse": _mathverse,
+    "charxiv": _charxiv,
 }
 
 

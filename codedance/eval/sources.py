@@ -80,7 +80,9 @@ def _tsv_rows(path: Path) -> Iterator[dict[str, str]]:
         with open(path, encoding="utf-8", newline="") as f:
             yield from csv.DictReader(f, delimiter="\t")
     except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not a VLMEvalKit TSV file (not UTF-8 text at byte {exc.start})") from None
+        raise DataError(
+            f"{path}: not a VLMEvalKit TSV file (not UTF-8 text at byte {exc.start})"
+        ) from None
     except csv.Error as exc:
         raise DataError(f"{path}: not a VLMEvalKit TSV file ({exc})") from None
 
@@ -92,9 +94,14 @@ def iter_tsv(path: str | Path) -> Iterator[RawItem]:
     if not path.is_file():
         raise DataNotFoundError(f"expected the VLMEvalKit TSV file {path}")
     csv.field_size_limit(sys.maxsize)
-    refs = {r["image"].strip() for r in _tsv_rows(path)
-            if "index" in r and 0 < len((r.get("image") or "").strip()) <= 64}
-    by_index = {r["index"]: r.get("image", "") for r in _tsv_rows(path) if refs and r.get("index") in refs}
+    refs = {
+        r["image"].strip()
+        for r in _tsv_rows(path)
+        if "index" in r and 0 < len((r.get("image") or "").strip()) <= 64
+    }
+    by_index = {
+        r["index"]: r.get("image", "") for r in _tsv_rows(path) if refs and r.get("index") in refs
+    }
     for number, row in enumerate(_tsv_rows(path), start=2):
         images: tuple[bytes, ...] = ()
         raw = (row.get("image") or "").strip()
@@ -163,7 +170,9 @@ def _export_files(path: Path) -> list[Path]:
         files = sorted(p for p in path.rglob("*") if p.suffix in (".parquet", ".jsonl", ".json"))
         if files:
             return files
-    raise DataNotFoundError(f"expected a Hugging Face export (.parquet, .jsonl or .json files) at {path}")
+    raise DataNotFoundError(
+        f"expected a Hugging Face export (.parquet, .jsonl or .json files) at {path}"
+    )
 
 
 def _records(file: Path) -> Iterator[dict]:
@@ -187,19 +196,27 @@ def _records(file: Path) -> Iterator[dict]:
         yield from (data if isinstance(data, list) else data.get("data", []))
 
 
-def read_export(path: str | Path, image_keys: tuple[str, ...] = ("image", "images")) -> list[RawItem]:
+def read_export(
+    path: str | Path, image_keys: tuple[str, ...] = ("image", "images")
+) -> list[RawItem]:
     """All records of a Hugging Face export (file or folder); images resolved as described above."""
     return list(iter_export(path, image_keys))
 
 
-def iter_export(path: str | Path, image_keys: tuple[str, ...] = ("image", "images")) -> Iterator[RawItem]:
+def iter_export(
+    path: str | Path, image_keys: tuple[str, ...] = ("image", "images")
+) -> Iterator[RawItem]:
     """`read_export`, one record at a time: parquet by record batches, JSONL by lines (a ``.json``
     file is one document, read whole)."""
     for file in _export_files(Path(path)):
         base = file.parent
         for record in _records(file):
             images = [b for k in image_keys if k in record for b in _image_bytes(record[k], base)]
-            fields = {k: t for k, v in record.items() if k not in image_keys and (t := _text(v)) is not None}
+            fields = {
+                k: t
+                for k, v in record.items()
+                if k not in image_keys and (t := _text(v)) is not None
+            }
             yield RawItem(fields, tuple(images))
 
 
@@ -208,8 +225,10 @@ def read_mathv(root: str | Path, split: str) -> list[RawItem]:
     root = Path(root)
     file = root / "data" / f"{split}.jsonl"
     if not file.is_file():
-        raise DataNotFoundError(f"expected {file} (MATH-V layout: clone github.com/mathllm/MATH-V, "
-                                f"which has data/test.jsonl, data/testmini.jsonl and images/)")
+        raise DataNotFoundError(
+            f"expected {file} (MATH-V layout: clone github.com/mathllm/MATH-V, "
+            f"which has data/test.jsonl, data/testmini.jsonl and images/)"
+        )
     items = []
     for record in _records(file):
         image = record.get("image")

@@ -18,7 +18,9 @@ from codedance.errors import SettingsError
 JUDGE_NONE = "none"  # the official metric is rule-based
 JUDGE_FALLBACK = "fallback"  # rule first; the judge extracts the answer where the rule fails
 JUDGE_ONLY = "only"  # the official metric is a judge verdict
-JUDGE_UNREACHABLE = "judge unreachable"  # a pending score's reason when --judge was given and never answered
+JUDGE_UNREACHABLE = (
+    "judge unreachable"  # a pending score's reason when --judge was given and never answered
+)
 
 
 @dataclass(frozen=True)
@@ -48,46 +50,164 @@ _LMU = "VLMEvalKit's data mirror (the URL is in vlmeval/dataset/*.py, DATASET_UR
 BENCHMARKS: dict[str, BenchmarkSpec] = {
     s.name: s
     for s in (
-        BenchmarkSpec("countbench", "CountBench", "CountBenchQA", 491, "countbench", table=1,
-                      source=f"CountBenchQA.tsv from {_LMU}; or the HF export of vikhyatk/CountBenchQA"),
-        BenchmarkSpec("pixmocount", "PixmoCount", "PixmoCount", 540, "pixmocount", table=1,
-                      source="the HF export of allenai/pixmo-count (test split; parquet or JSONL with "
-                             "image_url, image_sha256, count, label); images fetched with --fetch-images"),
-        BenchmarkSpec("vstar", "V* Bench", "VStarBench", 191, "mcq", table=1,
-                      source="VStarBench.tsv from huggingface.co/datasets/xjtupanda/VStar_Bench"),
-        BenchmarkSpec("hrbench4k", "HR-Bench 4K", "HRBench4K", 800, "hrbench", table=1,
-                      source="hr_bench_4k.tsv from huggingface.co/datasets/DreamMr/HR-Bench, saved as HRBench4K.tsv"),
-        BenchmarkSpec("hrbench8k", "HR-Bench 8K", "HRBench8K", 800, "hrbench", table=1,
-                      source="hr_bench_8k.tsv from huggingface.co/datasets/DreamMr/HR-Bench, saved as HRBench8K.tsv"),
-        BenchmarkSpec("chartqa", "ChartQA", "ChartQA_TEST", 2500, "chartqa", table=2,
-                      source=f"ChartQA_TEST.tsv from {_LMU}"),
-        BenchmarkSpec("charxiv", "CharXiv (RQ)", "CharXiv_reasoning_val", 1000, "charxiv",
-                      judge=JUDGE_ONLY, table=2, split="val",
-                      source=f"CharXiv_reasoning_val.tsv from {_LMU}"),
-        BenchmarkSpec("mathvista", "MathVista", "MathVista_MINI", 1000, "mathvista",
-                      judge=JUDGE_FALLBACK, table=2, split="testmini",
-                      source=f"MathVista_MINI.tsv from {_LMU}"),
-        BenchmarkSpec("mathvision", "MathVision", "MathVision", 3040, "mathvision", judge=JUDGE_FALLBACK, table=2,
-                      source=f"MathVision.tsv from {_LMU}; or the MATH-V repository (github.com/mathllm/MATH-V: "
-                             "data/test.jsonl + images/)"),
-        BenchmarkSpec("mathvision_mini", "MathVision (testmini)", "MathVision_MINI", 304, "mathvision",
-                      judge=JUDGE_FALLBACK, table=2, split="testmini",
-                      source=f"MathVision_MINI.tsv from {_LMU}; or the MATH-V repository (data/testmini.jsonl + images/)"),
-        BenchmarkSpec("mathverse", "MathVerse", "MathVerse_MINI_Vision_Only", 788, "mathverse",
-                      judge=JUDGE_ONLY, table=2, split="testmini (vision-only)",
-                      source=f"MathVerse_MINI_Vision_Only.tsv from {_LMU}"),
-        BenchmarkSpec("mathverse_all", "MathVerse (all versions)", "MathVerse_MINI", 3940, "mathverse",
-                      judge=JUDGE_ONLY, table=2, split="testmini",
-                      source=f"MathVerse_MINI.tsv from {_LMU}"),
-        BenchmarkSpec("wemath", "WeMath", "WeMath", 1740, "wemath", table=2, headline="score_strict",
-                      split="testmini", source=f"WeMath.tsv from {_LMU}; GitHub We-Math/We-Math"),
-        BenchmarkSpec("tasks", "Task JSONL", "", 0, "tasks", table=0, split="as given",
-                      source="a tasks.jsonl from `codedance data import codedance-rl` or `codedance world gen`"),
+        BenchmarkSpec(
+            "countbench",
+            "CountBench",
+            "CountBenchQA",
+            491,
+            "countbench",
+            table=1,
+            source=f"CountBenchQA.tsv from {_LMU}; or the HF export of vikhyatk/CountBenchQA",
+        ),
+        BenchmarkSpec(
+            "pixmocount",
+            "PixmoCount",
+            "PixmoCount",
+            540,
+            "pixmocount",
+            table=1,
+            source="the HF export of allenai/pixmo-count (test split; parquet or JSONL with "
+            "image_url, image_sha256, count, label); images fetched with --fetch-images",
+        ),
+        BenchmarkSpec(
+            "vstar",
+            "V* Bench",
+            "VStarBench",
+            191,
+            "mcq",
+            table=1,
+            source="VStarBench.tsv from huggingface.co/datasets/xjtupanda/VStar_Bench",
+        ),
+        BenchmarkSpec(
+            "hrbench4k",
+            "HR-Bench 4K",
+            "HRBench4K",
+            800,
+            "hrbench",
+            table=1,
+            source="hr_bench_4k.tsv from huggingface.co/datasets/DreamMr/HR-Bench, saved as HRBench4K.tsv",
+        ),
+        BenchmarkSpec(
+            "hrbench8k",
+            "HR-Bench 8K",
+            "HRBench8K",
+            800,
+            "hrbench",
+            table=1,
+            source="hr_bench_8k.tsv from huggingface.co/datasets/DreamMr/HR-Bench, saved as HRBench8K.tsv",
+        ),
+        BenchmarkSpec(
+            "chartqa",
+            "ChartQA",
+            "ChartQA_TEST",
+            2500,
+            "chartqa",
+            table=2,
+            source=f"ChartQA_TEST.tsv from {_LMU}",
+        ),
+        BenchmarkSpec(
+            "charxiv",
+            "CharXiv (RQ)",
+            "CharXiv_reasoning_val",
+            1000,
+            "charxiv",
+            judge=JUDGE_ONLY,
+            table=2,
+            split="val",
+            source=f"CharXiv_reasoning_val.tsv from {_LMU}",
+        ),
+        BenchmarkSpec(
+            "mathvista",
+            "MathVista",
+            "MathVista_MINI",
+            1000,
+            "mathvista",
+            judge=JUDGE_FALLBACK,
+            table=2,
+            split="testmini",
+            source=f"MathVista_MINI.tsv from {_LMU}",
+        ),
+        BenchmarkSpec(
+            "mathvision",
+            "MathVision",
+            "MathVision",
+            3040,
+            "mathvision",
+            judge=JUDGE_FALLBACK,
+            table=2,
+            source=f"MathVision.tsv from {_LMU}; or the MATH-V repository (github.com/mathllm/MATH-V: "
+            "data/test.jsonl + images/)",
+        ),
+        BenchmarkSpec(
+            "mathvision_mini",
+            "MathVision (testmini)",
+            "MathVision_MINI",
+            304,
+            "mathvision",
+            judge=JUDGE_FALLBACK,
+            table=2,
+            split="testmini",
+            source=f"MathVision_MINI.tsv from {_LMU}; or the MATH-V repository (data/testmini.jsonl + images/)",
+        ),
+        BenchmarkSpec(
+            "mathverse",
+            "MathVerse",
+            "MathVerse_MINI_Vision_Only",
+            788,
+            "mathverse",
+            judge=JUDGE_ONLY,
+            table=2,
+            split="testmini (vision-only)",
+            source=f"MathVerse_MINI_Vision_Only.tsv from {_LMU}",
+        ),
+        BenchmarkSpec(
+            "mathverse_all",
+            "MathVerse (all versions)",
+            "MathVerse_MINI",
+            3940,
+            "mathverse",
+            judge=JUDGE_ONLY,
+            table=2,
+            split="testmini",
+            source=f"MathVerse_MINI.tsv from {_LMU}",
+        ),
+        BenchmarkSpec(
+            "wemath",
+            "WeMath",
+            "WeMath",
+            1740,
+            "wemath",
+            table=2,
+            headline="score_strict",
+            split="testmini",
+            source=f"WeMath.tsv from {_LMU}; GitHub We-Math/We-Math",
+        ),
+        BenchmarkSpec(
+            "tasks",
+            "Task JSONL",
+            "",
+            0,
+            "tasks",
+            table=0,
+            split="as given",
+            source="a tasks.jsonl from `codedance data import codedance-rl` or `codedance world gen`",
+        ),
     )
 }
 
-PAPER_SET = ("countbench", "pixmocount", "vstar", "hrbench4k", "hrbench8k", "chartqa", "charxiv",
-             "mathvision", "mathvista", "mathverse", "wemath")
+PAPER_SET = (
+    "countbench",
+    "pixmocount",
+    "vstar",
+    "hrbench4k",
+    "hrbench8k",
+    "chartqa",
+    "charxiv",
+    "mathvision",
+    "mathvista",
+    "mathverse",
+    "wemath",
+)
 
 
 def get_spec(name: str) -> BenchmarkSpec:
@@ -106,7 +226,9 @@ def parse_benchmarks(text: str) -> tuple[BenchmarkSpec, ...]:
     """
     names = [n for n in (p.strip() for p in text.split(",")) if n]
     if names == ["paper"] or names == ["all"]:
-        names = list(PAPER_SET) if names == ["paper"] else [n for n, s in BENCHMARKS.items() if s.table]
+        names = (
+            list(PAPER_SET) if names == ["paper"] else [n for n, s in BENCHMARKS.items() if s.table]
+        )
     if not names:
         raise SettingsError("no benchmarks given")
     return tuple(get_spec(n) for n in dict.fromkeys(names))

@@ -53,7 +53,9 @@ def _exec_status(record: dict) -> str:
 def _order(key: str) -> tuple:
     bench, _, rest = key.partition("/")
     index, sample = split_episode_key(rest)
-    return (bench, 0, int(index), index, sample) if index.isdigit() else (bench, 1, 0, index, sample)
+    return (
+        (bench, 0, int(index), index, sample) if index.isdigit() else (bench, 1, 0, index, sample)
+    )
 
 
 def page(record: dict, score: dict | None, labels: tuple[str, str], store: ImageStore) -> str:
@@ -63,14 +65,18 @@ def page(record: dict, score: dict | None, labels: tuple[str, str], store: Image
     conversation = trajectory_html(trajectory, lambda image: image_file(image, "../../images/"))
     extras = dict(score["extras"]) if score else {}
     subject, level = labels
-    head = (f"<p>subject <b>{html.escape(subject or '–')}</b>; level <b>{html.escape(level or '–')}</b></p>"
-            f"<p>{_verdict(score)}; answer <b>{html.escape(str(score and score['answer']))}</b> "
-            f"(from {html.escape(str(score and score['source']))}); gold <b>{html.escape(extras.get('gold', '?'))}</b>; "
-            f"scorer {html.escape(str(score and score['scorer']))}; stop reason <b>{record['stop_reason']}</b>; "
-            f"{html.escape(json.dumps(extras))}</p>")
+    head = (
+        f"<p>subject <b>{html.escape(subject or '–')}</b>; level <b>{html.escape(level or '–')}</b></p>"
+        f"<p>{_verdict(score)}; answer <b>{html.escape(str(score and score['answer']))}</b> "
+        f"(from {html.escape(str(score and score['source']))}); gold <b>{html.escape(extras.get('gold', '?'))}</b>; "
+        f"scorer {html.escape(str(score and score['scorer']))}; stop reason <b>{record['stop_reason']}</b>; "
+        f"{html.escape(json.dumps(extras))}</p>"
+    )
     title = html.escape(record["key"])
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{_STYLE}</style></head>"
-            f"<body><p><a href='../index.html'>all samples</a></p><h1>{title}</h1>{head}{conversation}</body></html>")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{_STYLE}</style></head>"
+        f"<body><p><a href='../index.html'>all samples</a></p><h1>{title}</h1>{head}{conversation}</body></html>"
+    )
 
 
 def write_viewer(out: str | Path, labels: dict[str, tuple[str, str]] | None = None) -> Path:
@@ -93,22 +99,28 @@ def write_viewer(out: str | Path, labels: dict[str, tuple[str, str]] | None = No
         (folder / name).write_text(page(record, score, (subject, level), store), encoding="utf-8")
         calls = sum(1 for t in record["turns"] if t["result"] is not None)
         gold = dict(score["extras"]).get("gold", "") if score else ""
-        lines.append(f"<tr data-verdict='{_verdict_word(score)}'><td>{html.escape(bench)}</td>"
-                     f"<td><a href='{_safe(bench)}/{name}'>{html.escape(rest)}</a></td>"
-                     f"<td>{html.escape(subject)}</td><td>{html.escape(level)}</td>"
-                     f"<td>{_verdict(score)}</td><td>{html.escape(str(score and score['answer']))}</td>"
-                     f"<td>{html.escape(gold)}</td><td>{len(record['turns'])}</td><td>{calls}</td>"
-                     f"<td>{html.escape(_exec_status(record))}</td><td>{record['stop_reason']}</td></tr>")
-    script = ("<script>function f(){const q=document.getElementById('q').value.toLowerCase(),"
-              "v=document.getElementById('v').value;for(const r of document.querySelectorAll('tbody tr'))"
-              "r.style.display=r.textContent.toLowerCase().includes(q)&&(!v||r.dataset.verdict===v)?'':'none'}</script>")
+        lines.append(
+            f"<tr data-verdict='{_verdict_word(score)}'><td>{html.escape(bench)}</td>"
+            f"<td><a href='{_safe(bench)}/{name}'>{html.escape(rest)}</a></td>"
+            f"<td>{html.escape(subject)}</td><td>{html.escape(level)}</td>"
+            f"<td>{_verdict(score)}</td><td>{html.escape(str(score and score['answer']))}</td>"
+            f"<td>{html.escape(gold)}</td><td>{len(record['turns'])}</td><td>{calls}</td>"
+            f"<td>{html.escape(_exec_status(record))}</td><td>{record['stop_reason']}</td></tr>"
+        )
+    script = (
+        "<script>function f(){const q=document.getElementById('q').value.toLowerCase(),"
+        "v=document.getElementById('v').value;for(const r of document.querySelectorAll('tbody tr'))"
+        "r.style.display=r.textContent.toLowerCase().includes(q)&&(!v||r.dataset.verdict===v)?'':'none'}</script>"
+    )
     verdicts = "".join(f"<option>{v}</option>" for v in ("right", "wrong", "not scored"))
-    index = (f"<!doctype html><html><head><meta charset='utf-8'><title>samples</title><style>{_STYLE}</style>{script}"
-             f"</head><body><h1>Samples</h1><p><a href='../report.html'>report</a> · filter: "
-             f"<input id='q' oninput='f()'> verdict: <select id='v' onchange='f()'><option value=''>all</option>"
-             f"{verdicts}</select></p><table><thead><tr><th>benchmark</th><th>id</th><th>subject</th><th>level</th>"
-             f"<th>verdict</th><th>answer</th><th>gold</th><th>turns</th><th>calls</th><th>exec status</th>"
-             f"<th>stop</th></tr></thead><tbody>{''.join(lines)}</tbody></table></body></html>")
+    index = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>samples</title><style>{_STYLE}</style>{script}"
+        f"</head><body><h1>Samples</h1><p><a href='../report.html'>report</a> · filter: "
+        f"<input id='q' oninput='f()'> verdict: <select id='v' onchange='f()'><option value=''>all</option>"
+        f"{verdicts}</select></p><table><thead><tr><th>benchmark</th><th>id</th><th>subject</th><th>level</th>"
+        f"<th>verdict</th><th>answer</th><th>gold</th><th>turns</th><th>calls</th><th>exec status</th>"
+        f"<th>stop</th></tr></thead><tbody>{''.join(lines)}</tbody></table></body></html>"
+    )
     view.mkdir(parents=True, exist_ok=True)
     (view / "index.html").write_text(index, encoding="utf-8")
     return view / "index.html"

@@ -25,8 +25,21 @@ from codedance.grading.judge import (
 )
 
 __all__ = [
-    "JUDGE_SERVER", "ExtractedAnswer", "Grade", "JudgeCache", "JudgeClient", "JudgeError",
-    "JudgeItem", "JudgeUnavailableError", "JudgeVerdictError", "check_answer", "extract_answer",
-    "grade_response", "grade_trajectory", "infer_option", "judge_cache_key", "normalize_text",
+    "JUDGE_SERVER",
+    "ExtractedAnswer",
+    "Grade",
+    "JudgeCache",
+    "JudgeClient",
+    "JudgeError",
+    "JudgeItem",
+    "JudgeUnavailableError",
+    "JudgeVerdictError",
+    "check_answer",
+    "extract_answer",
+    "grade_response",
+    "grade_trajectory",
+    "infer_option",
+    "judge_cache_key",
+    "normalize_text",
     "parse_verdict",
 ]

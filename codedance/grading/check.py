@@ -69,7 +69,9 @@ def check_count(prediction: str, gold: str) -> bool:
     return _as_count(prediction) == gold_value
 
 
-def check_number(prediction: str, gold: str, *, abs_tol: float = 1e-6, rel_tol: float = 0.0) -> bool:
+def check_number(
+    prediction: str, gold: str, *, abs_tol: float = 1e-6, rel_tol: float = 0.0
+) -> bool:
     """One number within the tolerance of gold.
 
     >>> check_number("3.1415", "3.14", abs_tol=0.01), check_number("3.2", "3.14")
@@ -168,8 +170,14 @@ def check_answer(
     return any(_check_one(prediction, str(g), kind, options, abs_tol, rel_tol) for g in golds)
 
 
-def _check_one(pred: str, gold: str, kind: AnswerKind, options: dict[str, str] | None,
-               abs_tol: float, rel_tol: float) -> bool:
+def _check_one(
+    pred: str,
+    gold: str,
+    kind: AnswerKind,
+    options: dict[str, str] | None,
+    abs_tol: float,
+    rel_tol: float,
+) -> bool:
     if kind is AnswerKind.CHOICE:
         return check_choice(pred, gold, options)
     if kind is AnswerKind.COUNT:
@@ -185,5 +193,12 @@ def _check_one(pred: str, gold: str, kind: AnswerKind, options: dict[str, str] |
     raise ValueError(f"unknown answer kind {kind!r}")  # pragma: no cover
 
 
-__all__ = ["check_answer", "check_choice", "check_count", "check_math", "check_number",
-           "check_relaxed", "normalize_text"]
+__all__ = [
+    "check_answer",
+    "check_choice",
+    "check_count",
+    "check_math",
+    "check_number",
+    "check_relaxed",
+    "normalize_text",
+]

@@ -31,8 +31,9 @@ class Grade:
     scorer: str
 
 
-def grade_response(*, response: str, task: Task, judge: JudgeClient | None = None,
-                   judge_policy: str = "never") -> Grade:
+def grade_response(
+    *, response: str, task: Task, judge: JudgeClient | None = None, judge_policy: str = "never"
+) -> Grade:
     """Grade a model response (one message or the whole trace) against ``task``.
 
     >>> from codedance.types import AnswerKind, Task
@@ -58,8 +59,13 @@ def grade_response(*, response: str, task: Task, judge: JudgeClient | None = Non
     return Grade(verdict, extracted.text, extracted.source, "judge")
 
 
-def grade_trajectory(*, trajectory: Trajectory, task: Task, judge: JudgeClient | None = None,
-                     judge_policy: str = "never") -> Grade:
+def grade_trajectory(
+    *,
+    trajectory: Trajectory,
+    task: Task,
+    judge: JudgeClient | None = None,
+    judge_policy: str = "never",
+) -> Grade:
     """Grade a trajectory on its final answer: ``trajectory.answer`` when the rollout set it,
     else the last assistant turn's text. A trajectory for another task raises."""
     if trajectory.task_id != task.id:

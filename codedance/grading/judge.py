@@ -47,7 +47,9 @@ _EXAMPLES = (
     ("Is the cup empty?", "No, the cup is full.", "no", 1),
     ("How many birds are there?", "3", "There are four birds.", 0),
 )
-_VERDICT_RE = re.compile(r"\s*(?:\**\s*judge?ment\s*\**\s*:?\s*\**\s*)?([01])\s*\**\.?\s*", re.IGNORECASE)
+_VERDICT_RE = re.compile(
+    r"\s*(?:\**\s*judge?ment\s*\**\s*:?\s*\**\s*)?([01])\s*\**\.?\s*", re.IGNORECASE
+)
 
 
 class JudgeError(BackendError):
@@ -92,8 +94,9 @@ def parse_verdict(reply: str) -> bool:
     return match.group(1) == "1"
 
 
-JUDGE_SERVER = ServerConfig(model="Qwen/Qwen2.5-72B-Instruct", max_tokens=16, timeout_s=60.0, retries=3,
-                            max_in_flight=16)
+JUDGE_SERVER = ServerConfig(
+    model="Qwen/Qwen2.5-72B-Instruct", max_tokens=16, timeout_s=60.0, retries=3, max_in_flight=16
+)
 """The judge's defaults (the authors' judge model; a verdict needs a few tokens); callers set
 ``url`` (and ``model``)."""
 SEED = 0  # a fixed sampling seed: reproducible verdicts
@@ -137,16 +140,26 @@ class JudgeClient:
     def close(self) -> None:
         self._policy.close()
 
-    def complete(self, messages: Sequence[dict[str, str]], max_tokens: int | None = None, *,
-                 temperature: float | None = None, seed: int | None = None) -> str:
+    def complete(
+        self,
+        messages: Sequence[dict[str, str]],
+        max_tokens: int | None = None,
+        *,
+        temperature: float | None = None,
+        seed: int | None = None,
+    ) -> str:
         """One chat completion's text, through the one HTTP client (`OpenAIChatPolicy.send`: its
         retries on 408/429/5xx and transport errors). ``max_tokens``, ``temperature`` and ``seed``
         override the config's (a verdict needs a few tokens, an extraction more; VLMEvalKit's
         protocols retry at other temperatures)."""
-        body = {"model": self.config.model, "messages": list(messages),
-                "temperature": self.config.temperature if temperature is None else temperature,
-                "seed": SEED if seed is None else seed,
-                "max_tokens": max_tokens or self.config.max_tokens, "n": 1}
+        body = {
+            "model": self.config.model,
+            "messages": list(messages),
+            "temperature": self.config.temperature if temperature is None else temperature,
+            "seed": SEED if seed is None else seed,
+            "max_tokens": max_tokens or self.config.max_tokens,
+            "n": 1,
+        }
         url = self._policy.url
         with self._slots:
             with self._count_lock:
@@ -166,14 +179,14 @@ class JudgeClient:
 
     def judge(self, *, question: str, gold: str, prediction: str) -> bool:
         """True when the judge says the prediction is consistent with the gold answer."""
-        key = judge_cache_key(question=question, gold=gold, prediction=prediction,
-                              judge=self.name)
+        key = judge_cache_key(question=question, gold=gold, prediction=prediction, judge=self.name)
         cached = self.cache.get(key)
         if cached is not None:
             return cached
         prompt = build_prompt(question=question, gold=gold, prediction=prediction)
-        reply = self.complete([{"role": "system", "content": SYSTEM_PROMPT},
-                               {"role": "user", "content": prompt}])
+        reply = self.complete(
+            [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": prompt}]
+        )
         verdict = parse_verdict(reply)
         self.cache.put(key, verdict)
         return verdict
@@ -183,7 +196,13 @@ class JudgeClient:
         unique = list(dict.fromkeys(items))
         workers = min(self.config.max_in_flight, max(1, len(unique)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="judge") as pool:
-            verdicts = list(pool.map(lambda it: self.judge(question=it.question, gold=it.gold,
-                                                           prediction=it.prediction), unique))
+            verdicts = list(
+                pool.map(
+                    lambda it: self.judge(
+                        question=it.question, gold=it.gold, prediction=it.prediction
+                    ),
+                    unique,
+                )
+            )
         by_item = dict(zip(unique, verdicts, strict=True))
         return [by_item[item] for item in items]

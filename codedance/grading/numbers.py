@@ -11,8 +11,25 @@ from __future__ import annotations
 import re
 
 _UNITS = [
-    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-    "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
     "nineteen",
 ]
 _TENS = ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
@@ -20,7 +37,9 @@ WORD_VALUES: dict[str, int] = {w: i for i, w in enumerate(_UNITS)}
 WORD_VALUES.update({w: 20 + 10 * i for i, w in enumerate(_TENS)})
 WORD_VALUES["a dozen"] = 12
 
-NUMBER_RE = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w])")
+NUMBER_RE = re.compile(
+    r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w])"
+)
 _WORD_RE = re.compile(
     r"\b(?:(?P<h>" + "|".join(_UNITS[1:10]) + r")\s+hundred(?:\s+and)?\s*)?"
     r"(?P<t>" + "|".join(_TENS) + r")?(?:[-\s]?(?P<u>" + "|".join(_UNITS) + r"))?\b",

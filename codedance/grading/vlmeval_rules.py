@@ -41,8 +41,12 @@ from codedance import python_ast
 
 _VERBOSE_ANSWER = re.compile(r"(?i)(?:correct\s+)?answer\s+is\s+\**([ABCD])\**")
 _PUNCT = ".()[],:;!*#{}"
-_REFUSALS = ("Sorry, I can't help with images of people yet.", "I can't process this file.",
-             "I'm sorry, but without the image provided", "Cannot determine the answer")
+_REFUSALS = (
+    "Sorry, I can't help with images of people yet.",
+    "I can't process this file.",
+    "I'm sorry, but without the image provided",
+    "Cannot determine the answer",
+)
 FAIL_MSG = "Failed to obtain answer via API."
 
 
@@ -107,11 +111,26 @@ class _Undefined(Exception):
     """`safe_eval` met something Python's eval would reject or that is not arithmetic."""
 
 
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
-           ast.BitXor: operator.xor, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
-           ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.Pow: operator.pow}
-_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert, ast.Not: operator.not_}
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.BitXor: operator.xor,
+    ast.BitAnd: operator.and_,
+    ast.BitOr: operator.or_,
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
+    ast.Pow: operator.pow,
+}
+_UNARY = {
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+    ast.Invert: operator.invert,
+    ast.Not: operator.not_,
+}
 
 
 def _value(node: ast.AST) -> object:
@@ -123,7 +142,11 @@ def _value(node: ast.AST) -> object:
         return _UNARY[type(node.op)](_value(node.operand))
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         left, right = _value(node.left), _value(node.right)
-        if isinstance(node.op, (ast.Pow, ast.LShift)) and isinstance(right, (int, float)) and abs(right) > 4096:
+        if (
+            isinstance(node.op, (ast.Pow, ast.LShift))
+            and isinstance(right, (int, float))
+            and abs(right) > 4096
+        ):
             raise _Undefined("exponent too large")
         return _BINARY[type(node.op)](left, right)
     raise _Undefined(type(node).__name__)
@@ -174,8 +197,15 @@ def mathv_is_equal(answer: str, gold: str) -> bool:
         return False
 
 
-def mathvista_match(response: object, *, question_type: str, answer_type: str, answer: str,
-                    answer_option: str = "", choices: list[object] | None = None) -> str | int | float | None:
+def mathvista_match(
+    response: object,
+    *,
+    question_type: str,
+    answer_type: str,
+    answer: str,
+    answer_option: str = "",
+    choices: list[object] | None = None,
+) -> str | int | float | None:
     """MathVista's ``post_check``: the matching value, or None when it does not match.
 
     For multiple choice the inferred letter is returned even when it is wrong (VLMEvalKit's
@@ -215,6 +245,7 @@ def relaxed_correctness(target: str, prediction: str, max_relative_change: float
     >>> relaxed_correctness("12", "12.4"), relaxed_correctness("0", "0.0"), relaxed_correctness("Cable TV ", "Cable TV")
     (True, False, False)
     """
+
     def number(text: str) -> float | None:
         try:
             return float(text.rstrip("%")) / 100.0 if text.endswith("%") else float(text)
@@ -258,6 +289,18 @@ def first_verdict(reply: str) -> bool | None:
     return reply == "1" if reply in ("0", "1") else None
 
 
-__all__ = ["FAIL_MSG", "can_infer", "can_infer_option", "can_infer_text", "first_verdict", "literal_list",
-           "mathv_is_equal", "mathvista_correct", "mathvista_match", "options_of", "relaxed_correctness",
-           "safe_eval", "wemath_letter"]
+__all__ = [
+    "FAIL_MSG",
+    "can_infer",
+    "can_infer_option",
+    "can_infer_text",
+    "first_verdict",
+    "literal_list",
+    "mathv_is_equal",
+    "mathvista_correct",
+    "mathvista_match",
+    "options_of",
+    "relaxed_correctness",
+    "safe_eval",
+    "wemath_letter",
+]

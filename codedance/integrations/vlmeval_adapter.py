@@ -97,12 +97,22 @@ class CodeDanceModel:
     INTERLEAVE = False
     is_api = True
 
-    def __init__(self, model_url: str = "", model_name: str = "", *, policy: Policy | None = None,
-                 config: EpisodeConfig | None = None, max_turns: int | None = None,
-                 temperature: float | None = None, max_tokens: int | None = None,
-                 exec_timeout_s: float = EXEC_TIMEOUT_S, runner_factory=None, prediction: str = "answer",
-                 records: bool = False,
-                 on_trajectory: Callable[[str | None, Trajectory], None] | None = None) -> None:
+    def __init__(
+        self,
+        model_url: str = "",
+        model_name: str = "",
+        *,
+        policy: Policy | None = None,
+        config: EpisodeConfig | None = None,
+        max_turns: int | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        exec_timeout_s: float = EXEC_TIMEOUT_S,
+        runner_factory=None,
+        prediction: str = "answer",
+        records: bool = False,
+        on_trajectory: Callable[[str | None, Trajectory], None] | None = None,
+    ) -> None:
         if prediction not in ("answer", "text"):
             raise ValueError(f"prediction must be 'answer' or 'text', got {prediction!r}")
         config = config or EpisodeConfig(max_turns=EVAL_MAX_TURNS)
@@ -135,8 +145,10 @@ class CodeDanceModel:
         kinds = {m["type"] for m in message} - {"text", "image"}
         if kinds:
             raise ValueError(f"codedance handles text and image inputs only, got {sorted(kinds)}")
-        images = tuple(image_from_bytes(Path(m["value"]).read_bytes(), origin=f"input:{k}")
-                       for k, m in enumerate(x for x in message if x["type"] == "image"))
+        images = tuple(
+            image_from_bytes(Path(m["value"]).read_bytes(), origin=f"input:{k}")
+            for k, m in enumerate(x for x in message if x["type"] == "image")
+        )
         texts = [m["value"] for m in message if m["type"] == "text" and m.get("role") == "system"]
         texts = ([system.strip()] if system and system.strip() else []) + texts
         texts += [m["value"] for m in message if m["type"] == "text" and m.get("role") != "system"]
@@ -170,8 +182,10 @@ def vlmeval_model_class() -> type:
     try:
         from vlmeval.api.base import BaseAPI
     except ImportError as exc:
-        raise ImportError("VLMEvalKit is not installed: see docs/eval.md, section VLMEvalKit "
-                          "(optional for codedance)") from exc
+        raise ImportError(
+            "VLMEvalKit is not installed: see docs/eval.md, section VLMEvalKit "
+            "(optional for codedance)"
+        ) from exc
 
     class CodeDance(CodeDanceModel, BaseAPI):  # type: ignore[misc, valid-type]
         """codedance in VLMEvalKit. ``retry`` (default 1: an episode is not rerun), ``verbose``,
@@ -181,11 +195,26 @@ def vlmeval_model_class() -> type:
         INTERLEAVE = False
         is_api = True
 
-        def __init__(self, model_url: str = "", model_name: str = "", *, retry: int = 1, wait: int = 1,
-                     verbose: bool = False, system_prompt: str | None = None, fail_msg: str = FAIL_MSG,
-                     **kwargs) -> None:
-            BaseAPI.__init__(self, retry=retry, wait=wait, system_prompt=system_prompt, verbose=verbose,
-                             fail_msg=fail_msg)
+        def __init__(
+            self,
+            model_url: str = "",
+            model_name: str = "",
+            *,
+            retry: int = 1,
+            wait: int = 1,
+            verbose: bool = False,
+            system_prompt: str | None = None,
+            fail_msg: str = FAIL_MSG,
+            **kwargs,
+        ) -> None:
+            BaseAPI.__init__(
+                self,
+                retry=retry,
+                wait=wait,
+                system_prompt=system_prompt,
+                verbose=verbose,
+                fail_msg=fail_msg,
+            )
             CodeDanceModel.__init__(self, model_url, model_name, **kwargs)
 
         def generate(self, message, **kwargs):  # BaseAPI's, not CodeDanceModel's
@@ -226,26 +255,46 @@ def register(name: str = "codedance", **kwargs) -> partial:
 def main(argv: list[str] | None = None) -> None:
     """``python -m codedance.integrations.vlmeval_adapter [options] -- <VLMEvalKit run.py arguments>``."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    ours, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    parser = argparse.ArgumentParser(prog="python -m codedance.integrations.vlmeval_adapter",
-                                     description="Register codedance in VLMEvalKit and run its run.py.")
-    parser.add_argument("--vlmevalkit", required=True, type=Path, help="VLMEvalKit checkout (holds run.py)")
-    parser.add_argument("--model-url", required=True, help="OpenAI-compatible server, e.g. http://localhost:8000/v1")
-    parser.add_argument("--model-name", default="", help="served model name (default: the server's first)")
+    ours, rest = (
+        (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    )
+    parser = argparse.ArgumentParser(
+        prog="python -m codedance.integrations.vlmeval_adapter",
+        description="Register codedance in VLMEvalKit and run its run.py.",
+    )
+    parser.add_argument(
+        "--vlmevalkit", required=True, type=Path, help="VLMEvalKit checkout (holds run.py)"
+    )
+    parser.add_argument(
+        "--model-url", required=True, help="OpenAI-compatible server, e.g. http://localhost:8000/v1"
+    )
+    parser.add_argument(
+        "--model-name", default="", help="served model name (default: the server's first)"
+    )
     parser.add_argument("--name", default="codedance", help="the name to give run.py --model")
     parser.add_argument("--max-turns", type=int, default=EVAL_MAX_TURNS)
     parser.add_argument("--temperature", type=float, default=None)
     parser.add_argument("--max-tokens", type=int, default=None)
     parser.add_argument("--exec-timeout", type=float, default=EXEC_TIMEOUT_S)
     parser.add_argument("--prediction", choices=("answer", "text"), default="answer")
-    parser.add_argument("--records", action="store_true", help="write an extra_records column (turns, calls)")
+    parser.add_argument(
+        "--records", action="store_true", help="write an extra_records column (turns, calls)"
+    )
     args = parser.parse_args(ours)
     run_py = args.vlmevalkit / "run.py"
     if not run_py.is_file():
         parser.error(f"{run_py} does not exist")
-    register(args.name, model_url=args.model_url, model_name=args.model_name, max_turns=args.max_turns,
-             temperature=args.temperature, max_tokens=args.max_tokens, exec_timeout_s=args.exec_timeout,
-             prediction=args.prediction, records=args.records)
+    register(
+        args.name,
+        model_url=args.model_url,
+        model_name=args.model_name,
+        max_turns=args.max_turns,
+        temperature=args.temperature,
+        max_tokens=args.max_tokens,
+        exec_timeout_s=args.exec_timeout,
+        prediction=args.prediction,
+        records=args.records,
+    )
     sys.argv = [str(run_py), *rest]
     runpy.run_path(str(run_py), run_name="__main__")
 

@@ -43,7 +43,9 @@ def shared_ssl_context() -> object:
 class ClientShards(Generic[C]):
     """Clients made by ``factory(limits, verify)``, leased least-busy first; see the module docstring."""
 
-    def __init__(self, factory: ClientFactory[C], max_connections: int, per_shard: int = 16) -> None:
+    def __init__(
+        self, factory: ClientFactory[C], max_connections: int, per_shard: int = 16
+    ) -> None:
         if max_connections < 1 or per_shard < 1:
             raise ValueError("max_connections and per_shard must be at least 1")
         self._factory = factory

@@ -58,7 +58,12 @@ from codedance.policy.http_pool import ClientShards
 from codedance.policy.wire import data_url, message_json
 from codedance.types import Message
 
-_OVERFLOW_MARKERS = ("maximum context length", "context length", "context_length_exceeded", "too long")
+_OVERFLOW_MARKERS = (
+    "maximum context length",
+    "context length",
+    "context_length_exceeded",
+    "too long",
+)
 _TRANSIENT = (httpx.TransportError,)
 _IMAGE_LIMIT = re.compile(r"at most \d+ image\(s\) may be provided", re.IGNORECASE)
 
@@ -99,10 +104,16 @@ def api_base(url: str) -> str:
 def _error_for(status: int, body: str, url: str, model: str) -> PolicyHTTPError:
     lowered = body.lower()
     if status == 400 and _IMAGE_LIMIT.search(body):
-        return ImageLimitError(f"too many images for the server at {url}: {body[:300]} (start vLLM with a "
-                               f"larger --limit-mm-per-prompt, or lower the per-trajectory image cap)", status, body)
+        return ImageLimitError(
+            f"too many images for the server at {url}: {body[:300]} (start vLLM with a "
+            f"larger --limit-mm-per-prompt, or lower the per-trajectory image cap)",
+            status,
+            body,
+        )
     if status in (400, 413, 422) and any(marker in lowered for marker in _OVERFLOW_MARKERS):
-        return ContextOverflowError(f"context overflow at {url}: {error_text(body, 500)}", status, body)
+        return ContextOverflowError(
+            f"context overflow at {url}: {error_text(body, 500)}", status, body
+        )
     if status == 404 or (status == 400 and "model" in lowered and "not exist" in lowered):
         if "model" in lowered:
             return ModelNotFoundError(
@@ -111,9 +122,13 @@ def _error_for(status: int, body: str, url: str, model: str) -> PolicyHTTPError:
                 status,
                 body,
             )
-        return PolicyHTTPError(f"404 from {url}: is this an OpenAI-compatible /v1 endpoint?", status, body)
+        return PolicyHTTPError(
+            f"404 from {url}: is this an OpenAI-compatible /v1 endpoint?", status, body
+        )
     if status in (401, 403):
-        return PolicyHTTPError(f"{status} from {url}: check the API key. {error_text(body)}", status, body)
+        return PolicyHTTPError(
+            f"{status} from {url}: check the API key. {error_text(body)}", status, body
+        )
     return PolicyHTTPError(f"HTTP {status} from {url}: {error_text(body, 500)}", status, body)
 
 
@@ -139,13 +154,17 @@ def parse_completion(data: object) -> Completion:
             function = call["function"]
             arguments = function.get("arguments", "{}")
             arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
-            payload = json.dumps({"name": function["name"], "arguments": arguments}, ensure_ascii=False)
+            payload = json.dumps(
+                {"name": function["name"], "arguments": arguments}, ensure_ascii=False
+            )
             text += f"\n<tool_call>\n{payload}\n</tool_call>"
         logprob_content = (choice.get("logprobs") or {}).get("content") or []
         logprobs = tuple(float(entry["logprob"]) for entry in logprob_content)
         token_ids = tuple(int(t) for t in choice.get("token_ids") or ())
         token_ids = token_ids or _token_ids_from_logprobs(logprob_content)
-        prompt_ids = tuple(int(t) for t in data.get("prompt_token_ids") or choice.get("prompt_token_ids") or ())
+        prompt_ids = tuple(
+            int(t) for t in data.get("prompt_token_ids") or choice.get("prompt_token_ids") or ()
+        )
         usage = data.get("usage") or {}
         stop_reason = choice.get("stop_reason")
         return Completion(
@@ -156,11 +175,17 @@ def parse_completion(data: object) -> Completion:
             prompt_token_ids=prompt_ids,
             model=str(data.get("model", "")),
             stop_reason=stop_reason if isinstance(stop_reason, (str, int)) else None,
-            prompt_tokens=int(usage["prompt_tokens"]) if usage.get("prompt_tokens") is not None else None,
-            completion_tokens=int(usage["completion_tokens"]) if usage.get("completion_tokens") is not None else None,
+            prompt_tokens=int(usage["prompt_tokens"])
+            if usage.get("prompt_tokens") is not None
+            else None,
+            completion_tokens=int(usage["completion_tokens"])
+            if usage.get("completion_tokens") is not None
+            else None,
         )
     except (AssertionError, KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-        raise MalformedResponseError(f"not a chat completion ({type(exc).__name__}: {exc}): {str(data)[:300]}") from exc
+        raise MalformedResponseError(
+            f"not a chat completion ({type(exc).__name__}: {exc}): {str(data)[:300]}"
+        ) from exc
 
 
 class OpenAIChatPolicy:
@@ -187,7 +212,9 @@ class OpenAIChatPolicy:
         self._headers = {"Authorization": f"Bearer {api_key}"}
         self._timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
         self._max_connections = max_connections
-        self._clients: ClientShards[httpx.Client] = self._sync_shards()  # no client made until a request
+        self._clients: ClientShards[httpx.Client] = (
+            self._sync_shards()
+        )  # no client made until a request
         self._aclients: ClientShards[httpx.AsyncClient] | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
 
@@ -228,17 +255,27 @@ class OpenAIChatPolicy:
         try:
             data = response.json()
         except ValueError as exc:
-            raise MalformedResponseError(f"{self.url} answered non-JSON: {response.text[:300]!r}") from exc
+            raise MalformedResponseError(
+                f"{self.url} answered non-JSON: {response.text[:300]!r}"
+            ) from exc
         return parse_completion(data)
 
     def _retryable(self, response: httpx.Response) -> bool:
         return response.status_code in self.retry.retry_statuses
 
     def _client_args(self, limits: httpx.Limits, verify: Any) -> dict[str, Any]:
-        return {"timeout": self._timeout, "limits": limits, "headers": self._headers, "verify": verify}
+        return {
+            "timeout": self._timeout,
+            "limits": limits,
+            "headers": self._headers,
+            "verify": verify,
+        }
 
     def _sync_shards(self) -> ClientShards[httpx.Client]:
-        return ClientShards(lambda limits, verify: httpx.Client(**self._client_args(limits, verify)), self._max_connections)
+        return ClientShards(
+            lambda limits, verify: httpx.Client(**self._client_args(limits, verify)),
+            self._max_connections,
+        )
 
     def _post(self, body: dict[str, object]) -> httpx.Response:
         with self._clients.lease() as client:
@@ -248,7 +285,8 @@ class OpenAIChatPolicy:
         loop = asyncio.get_running_loop()
         if self._aclients is None or self._aloop is not loop:
             self._aclients = ClientShards(
-                lambda limits, verify: httpx.AsyncClient(**self._client_args(limits, verify)), self._max_connections
+                lambda limits, verify: httpx.AsyncClient(**self._client_args(limits, verify)),
+                self._max_connections,
             )
             self._aloop = loop
         with self._aclients.lease() as client:
@@ -266,7 +304,9 @@ class OpenAIChatPolicy:
                 response = self._post(body)
             except _TRANSIENT as exc:
                 if last:
-                    raise PolicyConnectionError(f"cannot reach {self.url}: {type(exc).__name__}: {exc}") from exc
+                    raise PolicyConnectionError(
+                        f"cannot reach {self.url}: {type(exc).__name__}: {exc}"
+                    ) from exc
                 time.sleep(self.retry.delay(attempt, None))
                 continue
             if self._retryable(response) and not last:
@@ -283,7 +323,9 @@ class OpenAIChatPolicy:
                 response = await self._apost(body)
             except _TRANSIENT as exc:
                 if last:
-                    raise PolicyConnectionError(f"cannot reach {self.url}: {type(exc).__name__}: {exc}") from exc
+                    raise PolicyConnectionError(
+                        f"cannot reach {self.url}: {type(exc).__name__}: {exc}"
+                    ) from exc
                 await asyncio.sleep(self.retry.delay(attempt, None))
                 continue
             if self._retryable(response) and not last:
@@ -295,15 +337,21 @@ class OpenAIChatPolicy:
     def list_models(self) -> tuple[str, ...]:
         """The model names the server serves (``GET /v1/models``)."""
         try:
-            response = httpx.get(f"{self.base_url}/models", headers=self._headers, timeout=self._timeout)
+            response = httpx.get(
+                f"{self.base_url}/models", headers=self._headers, timeout=self._timeout
+            )
         except httpx.TransportError as exc:
             raise PolicyConnectionError(f"cannot reach {self.base_url}/models: {exc}") from exc
         if response.status_code >= 400:
-            raise _error_for(response.status_code, response.text, f"{self.base_url}/models", self.model)
+            raise _error_for(
+                response.status_code, response.text, f"{self.base_url}/models", self.model
+            )
         try:
             return tuple(str(entry["id"]) for entry in response.json()["data"])
         except (ValueError, KeyError, TypeError) as exc:
-            raise MalformedResponseError(f"{self.base_url}/models answered {response.text[:300]!r}") from exc
+            raise MalformedResponseError(
+                f"{self.base_url}/models answered {response.text[:300]!r}"
+            ) from exc
 
     def close(self) -> None:
         """Close the blocking clients (the asyncio ones close with their loop or `aclose`)."""

@@ -40,15 +40,23 @@ def vision_token_ids(tokenizer: Any) -> list[int]:
 class ImageTextProcessor:
     """Tokenizer + PIL Qwen2-VL image processor; see the module docstring."""
 
-    def __init__(self, tokenizer: Any, *, min_pixels: int = 28 * 28, max_pixels: int = 112 * 112,
-                 cache_size: int = 512) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        min_pixels: int = 28 * 28,
+        max_pixels: int = 112 * 112,
+        cache_size: int = 512,
+    ) -> None:
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
             Qwen2VLImageProcessorPil,
         )
 
         self.tokenizer = tokenizer
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
-        self.image_processor = Qwen2VLImageProcessorPil(min_pixels=min_pixels, max_pixels=max_pixels)
+        self.image_processor = Qwen2VLImageProcessorPil(
+            min_pixels=min_pixels, max_pixels=max_pixels
+        )
         self.merge = int(self.image_processor.merge_size)
         self._cache: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
         self._cache_size = cache_size
@@ -77,13 +85,21 @@ class ImageTextProcessor:
         import torch
 
         parts = [self._one(i) for i in images]
-        return {"pixel_values": torch.cat([p for p, _ in parts]), "image_grid_thw": torch.cat([g for _, g in parts])}
+        return {
+            "pixel_values": torch.cat([p for p, _ in parts]),
+            "image_grid_thw": torch.cat([g for _, g in parts]),
+        }
 
     def apply_chat_template(self, *args: Any, **kwargs: Any) -> Any:
         return self.tokenizer.apply_chat_template(*args, **kwargs)
 
-    def __call__(self, text: list[str] | str, images: list[Any] | None = None, return_tensors: str = "pt",
-                 **_: Any) -> Any:
+    def __call__(
+        self,
+        text: list[str] | str,
+        images: list[Any] | None = None,
+        return_tensors: str = "pt",
+        **_: Any,
+    ) -> Any:
         """Tokenize one prompt (a list of one string, as `TransformersPolicy` passes), images expanded.
         ``images`` may be PIL images or `Image`s."""
         from transformers import BatchFeature
@@ -96,10 +112,19 @@ class ImageTextProcessor:
         if ours:
             pieces = prompt.split(IMAGE_PAD)
             if len(pieces) - 1 != len(ours):
-                raise ValueError(f"{len(ours)} images but {len(pieces) - 1} {IMAGE_PAD} placeholders")
-            prompt = pieces[0] + "".join(IMAGE_PAD * self.image_tokens(i) + rest for i, rest in zip(ours, pieces[1:], strict=True))
+                raise ValueError(
+                    f"{len(ours)} images but {len(pieces) - 1} {IMAGE_PAD} placeholders"
+                )
+            prompt = pieces[0] + "".join(
+                IMAGE_PAD * self.image_tokens(i) + rest
+                for i, rest in zip(ours, pieces[1:], strict=True)
+            )
             texts = [prompt]
-        data = dict(self.tokenizer(texts, return_tensors=return_tensors, padding=True, add_special_tokens=False))
+        data = dict(
+            self.tokenizer(
+                texts, return_tensors=return_tensors, padding=True, add_special_tokens=False
+            )
+        )
         if ours:
             data.update(self.pixel_inputs(ours))
         return BatchFeature(data=data)
@@ -109,7 +134,9 @@ class ImageTextProcessor:
 
     def save_pretrained(self, path: str | Path) -> None:
         self.tokenizer.save_pretrained(str(path))
-        Path(path, CONFIG).write_text(json.dumps({"min_pixels": self.min_pixels, "max_pixels": self.max_pixels}))
+        Path(path, CONFIG).write_text(
+            json.dumps({"min_pixels": self.min_pixels, "max_pixels": self.max_pixels})
+        )
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> ImageTextProcessor:

@@ -56,15 +56,23 @@ class ServerReply:
     drop: bool = False
 
 
-_ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
-                404: "NotFoundError", 413: "RequestEntityTooLarge", 422: "UnprocessableEntityError",
-                429: "RateLimitError"}
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    403: "PermissionDeniedError",
+    404: "NotFoundError",
+    413: "RequestEntityTooLarge",
+    422: "UnprocessableEntityError",
+    429: "RateLimitError",
+}
 
 
 def error_body(status: int, message: str, param: str | None = None) -> bytes:
     """vLLM's error body."""
     kind = _ERROR_TYPES.get(status, "InternalServerError")
-    return json.dumps({"error": {"message": message, "type": kind, "param": param, "code": status}}).encode()
+    return json.dumps(
+        {"error": {"message": message, "type": kind, "param": param, "code": status}}
+    ).encode()
 
 
 Script = Sequence[ServerReply | str] | Callable[[dict], ServerReply | str]
@@ -72,25 +80,63 @@ Script = Sequence[ServerReply | str] | Callable[[dict], ServerReply | str]
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    request_queue_size = 1024  # socketserver's default backlog of 5 resets connections at concurrency 64
+    request_queue_size = (
+        1024  # socketserver's default backlog of 5 resets connections at concurrency 64
+    )
 
 
 def _completion_body(reply: ServerReply, model: str) -> dict:
     logprobs = None
     if reply.logprobs:
-        logprobs = {"content": [{"token": f"t{i}", "logprob": lp, "bytes": list(f"t{i}".encode()), "top_logprobs": []}
-                                for i, lp in enumerate(reply.logprobs)]}
-    message = {"role": "assistant", "content": reply.text, "refusal": None, "annotations": None, "audio": None,
-               "function_call": None, "reasoning": None}
-    choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": reply.finish_reason,
-              "stop_reason": reply.stop_reason, "token_ids": list(reply.token_ids) if reply.token_ids else None,
-              "routed_experts": None}
+        logprobs = {
+            "content": [
+                {
+                    "token": f"t{i}",
+                    "logprob": lp,
+                    "bytes": list(f"t{i}".encode()),
+                    "top_logprobs": [],
+                }
+                for i, lp in enumerate(reply.logprobs)
+            ]
+        }
+    message = {
+        "role": "assistant",
+        "content": reply.text,
+        "refusal": None,
+        "annotations": None,
+        "audio": None,
+        "function_call": None,
+        "reasoning": None,
+    }
+    choice = {
+        "index": 0,
+        "message": message,
+        "logprobs": logprobs,
+        "finish_reason": reply.finish_reason,
+        "stop_reason": reply.stop_reason,
+        "token_ids": list(reply.token_ids) if reply.token_ids else None,
+        "routed_experts": None,
+    }
     completion_tokens = len(reply.token_ids)
-    usage = {"prompt_tokens": len(reply.prompt_token_ids), "total_tokens": len(reply.prompt_token_ids) + completion_tokens,
-             "completion_tokens": completion_tokens, "prompt_tokens_details": None, "completion_tokens_details": None}
-    return {"id": "chatcmpl-replay", "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [choice], "service_tier": None, "system_fingerprint": "replay", "usage": usage,
-            "prompt_logprobs": None, "prompt_token_ids": list(reply.prompt_token_ids) or None}
+    usage = {
+        "prompt_tokens": len(reply.prompt_token_ids),
+        "total_tokens": len(reply.prompt_token_ids) + completion_tokens,
+        "completion_tokens": completion_tokens,
+        "prompt_tokens_details": None,
+        "completion_tokens_details": None,
+    }
+    return {
+        "id": "chatcmpl-replay",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "service_tier": None,
+        "system_fingerprint": "replay",
+        "usage": usage,
+        "prompt_logprobs": None,
+        "prompt_token_ids": list(reply.prompt_token_ids) or None,
+    }
 
 
 class ReplayServer:
@@ -103,7 +149,9 @@ class ReplayServer:
         self._next = 0
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.02,), daemon=True
+        )
         self._thread.start()
 
     @property
@@ -132,7 +180,9 @@ class ReplayServer:
             def log_message(self, *args: object) -> None:  # keep test output clean
                 pass
 
-            def _send(self, status: int, payload: bytes, headers: dict[str, str] | None = None) -> None:
+            def _send(
+                self, status: int, payload: bytes, headers: dict[str, str] | None = None
+            ) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
@@ -145,8 +195,19 @@ class ReplayServer:
                 if self.path.rstrip("/") != "/v1/models":
                     self._send(404, b'{"detail": "Not Found"}')
                     return
-                data = [{"id": name, "object": "model", "created": 0, "owned_by": "replay", "root": name,
-                         "parent": None, "max_model_len": 32768, "permission": []} for name in server.model_names]
+                data = [
+                    {
+                        "id": name,
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "replay",
+                        "root": name,
+                        "parent": None,
+                        "max_model_len": 32768,
+                        "permission": [],
+                    }
+                    for name in server.model_names
+                ]
                 self._send(200, json.dumps({"object": "list", "data": data}).encode())
 
             def do_POST(self) -> None:
@@ -157,8 +218,10 @@ class ReplayServer:
                     return
                 body = json.loads(raw)
                 if body.get("model") not in server.model_names:
-                    message = (f"The model `{body.get('model')}` does not exist. "
-                               f"Valid aliases: {', '.join(server.model_names)}.")
+                    message = (
+                        f"The model `{body.get('model')}` does not exist. "
+                        f"Valid aliases: {', '.join(server.model_names)}."
+                    )
                     self._send(404, error_body(404, message, "model"))
                     return
                 reply = server._reply_for(body)
@@ -173,7 +236,9 @@ class ReplayServer:
                 elif reply.status != 200:
                     self._send(reply.status, error_body(reply.status, reply.error), headers)
                 else:
-                    self._send(200, json.dumps(_completion_body(reply, body["model"])).encode(), headers)
+                    self._send(
+                        200, json.dumps(_completion_body(reply, body["model"])).encode(), headers
+                    )
 
         return Handler
 

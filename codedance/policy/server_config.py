@@ -31,7 +31,10 @@ class ServerConfig:
     """An OpenAI-compatible server and how it is called (see the module docstring)."""
 
     RENAMED: ClassVar[dict[str, str]] = {
-        "name": "model", "base_url": "url", "request_timeout_s": "timeout_s", "max_retries": "retries",
+        "name": "model",
+        "base_url": "url",
+        "request_timeout_s": "timeout_s",
+        "max_retries": "retries",
         "max_concurrency": "max_in_flight",
         "plain_openai": "vllm_extras, with the opposite meaning (plain_openai: true is vllm_extras: false)",
     }
@@ -48,11 +51,21 @@ class ServerConfig:
     breaker_failures: int = not_resumed(5)
     vllm_extras: bool = not_resumed(True)
 
-    def policy(self, api_key: str | None = None, seed: int | None = None, top_p: float = 1.0) -> OpenAIChatPolicy:
+    def policy(
+        self, api_key: str | None = None, seed: int | None = None, top_p: float = 1.0
+    ) -> OpenAIChatPolicy:
         """The client (its model name is ``model``, or '?' until the caller asks the server);
         ``api_key`` replaces the configured one (a command's ``--api-key``)."""
-        sampling = SamplingParams(temperature=self.temperature, top_p=top_p, max_tokens=self.max_tokens, seed=seed)
-        return OpenAIChatPolicy(self.url, self.model or "?", sampling, api_key=api_key or self.api_key,
-                                timeout_s=self.timeout_s, server_extras=self.vllm_extras,
-                                retry=RetrySettings(max_retries=self.retries, backoff_s=self.backoff_s),
-                                max_connections=self.max_in_flight)
+        sampling = SamplingParams(
+            temperature=self.temperature, top_p=top_p, max_tokens=self.max_tokens, seed=seed
+        )
+        return OpenAIChatPolicy(
+            self.url,
+            self.model or "?",
+            sampling,
+            api_key=api_key or self.api_key,
+            timeout_s=self.timeout_s,
+            server_extras=self.vllm_extras,
+            retry=RetrySettings(max_retries=self.retries, backoff_s=self.backoff_s),
+            max_connections=self.max_in_flight,
+        )

@@ -43,7 +43,9 @@ from codedance.types import Image, Message
 DEFAULT_SAMPLING = SamplingParams()
 
 
-def chat_template_messages(messages: tuple[Message, ...]) -> tuple[list[dict[str, Any]], list[Image]]:
+def chat_template_messages(
+    messages: tuple[Message, ...],
+) -> tuple[list[dict[str, Any]], list[Image]]:
     """Hugging Face chat messages and the images in the order their placeholders appear."""
     chat: list[dict[str, Any]] = []
     images: list[Image] = []
@@ -63,8 +65,13 @@ class TransformersPolicy:
     """A `Policy` over an in-process ``Qwen2_5_VLForConditionalGeneration`` (or any causal VLM
     whose processor takes ``text=`` and ``images=``)."""
 
-    def __init__(self, model: Any, processor: Any, sampling: SamplingParams = DEFAULT_SAMPLING,
-                 suppress: Sequence[int] | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        processor: Any,
+        sampling: SamplingParams = DEFAULT_SAMPLING,
+        suppress: Sequence[int] | None = None,
+    ) -> None:
         """``suppress``: token ids never sampled; None means the tokenizer's vision placeholders."""
         self.model = model
         self.processor = processor
@@ -72,12 +79,25 @@ class TransformersPolicy:
         self._lock = threading.Lock()
         tokenizer = getattr(processor, "tokenizer", processor)
         self.tokenizer = tokenizer
-        self.eos_ids = {i for i in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)) if isinstance(i, int)}
+        self.eos_ids = {
+            i
+            for i in (
+                tokenizer.eos_token_id,
+                getattr(model.generation_config, "eos_token_id", None),
+            )
+            if isinstance(i, int)
+        }
         self.pad_id = tokenizer.pad_token_id
         self.suppress = list(vision_token_ids(tokenizer) if suppress is None else suppress)
 
     @classmethod
-    def from_pretrained(cls, path: str, sampling: SamplingParams = DEFAULT_SAMPLING, device: str = "cpu", dtype: str = "auto") -> TransformersPolicy:
+    def from_pretrained(
+        cls,
+        path: str,
+        sampling: SamplingParams = DEFAULT_SAMPLING,
+        device: str = "cpu",
+        dtype: str = "auto",
+    ) -> TransformersPolicy:
         """Load a local checkpoint folder (or a hub name, where a hub is reachable): with the
         `ImageTextProcessor` saved there (``codedance_processor.json``), else ``AutoProcessor``.
         For a stock checkpoint without torchvision, build ``ImageTextProcessor(AutoTokenizer…,
@@ -93,7 +113,9 @@ class TransformersPolicy:
         import torch
 
         chat, images = chat_template_messages(messages)
-        prompt = self.processor.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        prompt = self.processor.apply_chat_template(
+            chat, tokenize=False, add_generation_prompt=True
+        )
         kwargs: dict[str, Any] = {"text": [prompt], "return_tensors": "pt"}
         if images and isinstance(self.processor, ImageTextProcessor):
             kwargs["images"] = images
@@ -101,7 +123,11 @@ class TransformersPolicy:
             kwargs["images"] = [image.to_pil().convert("RGB") for image in images]
         inputs = self.processor(**kwargs).to(self.model.device)
         s = self.sampling
-        generate: dict[str, Any] = {"max_new_tokens": s.max_tokens, "return_dict_in_generate": True, "output_scores": True}
+        generate: dict[str, Any] = {
+            "max_new_tokens": s.max_tokens,
+            "return_dict_in_generate": True,
+            "output_scores": True,
+        }
         if s.temperature > 0:
             generate.update(do_sample=True, temperature=s.temperature, top_p=s.top_p)
             if s.top_k is not None:
@@ -118,7 +144,9 @@ class TransformersPolicy:
             if s.seed is not None:
                 torch.manual_seed(s.seed)
             out = self.model.generate(**inputs, **generate)
-            scores = self.model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
+            scores = self.model.compute_transition_scores(
+                out.sequences, out.scores, normalize_logits=True
+            )
         prompt_len = inputs["input_ids"].shape[1]
         new_ids = out.sequences[0, prompt_len:].tolist()
         logprobs = scores[0].tolist()

@@ -50,8 +50,15 @@ def message_json(message: Message) -> dict[str, object]:
         _CACHE.move_to_end(key)
         return hit[1]
     encoded = _encode(message)
-    size = sum(len(p["image_url"]["url"]) for p in encoded["content"] if isinstance(p, dict) and "image_url" in p) \
-        if isinstance(encoded["content"], list) else 0
+    size = (
+        sum(
+            len(p["image_url"]["url"])
+            for p in encoded["content"]
+            if isinstance(p, dict) and "image_url" in p
+        )
+        if isinstance(encoded["content"], list)
+        else 0
+    )
     old = _CACHE.pop(key, None)
     _cached_bytes += size - (old[2] if old else 0)
     _CACHE[key] = (message, encoded, size)

@@ -67,7 +67,9 @@ def bound_text(text: str, limit: int) -> str:
         return text
     head = limit // 2
     tail = limit - head
-    return f"{text[:head]}\n[... {len(text) - limit} characters cut ...]\n{text[len(text) - tail:]}"
+    return (
+        f"{text[:head]}\n[... {len(text) - limit} characters cut ...]\n{text[len(text) - tail :]}"
+    )
 
 
 def _clean(text: str) -> str:
@@ -77,7 +79,9 @@ def _clean(text: str) -> str:
 def _images(
     result: ExecResult, limits: FeedbackLimits, images_so_far: int, turn: int
 ) -> tuple[list[Image], list[str]]:
-    budget = max(0, min(limits.max_images_per_turn, limits.max_images_per_trajectory - images_so_far))
+    budget = max(
+        0, min(limits.max_images_per_turn, limits.max_images_per_trajectory - images_so_far)
+    )
     kept: list[Image] = []
     notes: list[str] = []
     for index, image in enumerate(result.images):
@@ -93,7 +97,14 @@ def _images(
         except ValueError as exc:
             notes.append(f"[an output image was dropped: {exc}]")
             continue
-        kept.append(Image(png=fitted.png, origin=f"turn:{turn}:{index}", width=fitted.width, height=fitted.height))
+        kept.append(
+            Image(
+                png=fitted.png,
+                origin=f"turn:{turn}:{index}",
+                width=fitted.width,
+                height=fitted.height,
+            )
+        )
     return kept, notes
 
 
@@ -124,7 +135,11 @@ def render_feedback(
     for _ in images:
         parts.append(profile.image_label + profile.part_separator + IMAGE_PLACEHOLDER)
     parts += image_notes
-    if ok and not (stdout or stderr or result.images or result.executed_nothing) and profile.no_output:
+    if (
+        ok
+        and not (stdout or stderr or result.images or result.executed_nothing)
+        and profile.no_output
+    ):
         parts.append(profile.no_output)
     if not ok:
         default_type, default_message = _STATUS_ERRORS[result.status]
@@ -137,7 +152,9 @@ def render_feedback(
                 )
             )
         )
-        frames = result.error.frames[-limits.max_frames :] if result.error and limits.max_frames else ()
+        frames = (
+            result.error.frames[-limits.max_frames :] if result.error and limits.max_frames else ()
+        )
         if frames and profile.show_frames:
             lines = [f"  line {number}: {source.strip()}" for number, source in frames]
             parts.append(_clean("\n".join([profile.frames_header, *lines])))
@@ -148,7 +165,9 @@ def render_feedback(
         parts.append(profile.success_suffix.strip("\n"))
     parts.append(profile.feedback_close)
     text = profile.part_separator.join(part for part in parts if part)
-    return Feedback(text=text, images=tuple(images), dropped_images=len(result.images) - len(images))
+    return Feedback(
+        text=text, images=tuple(images), dropped_images=len(result.images) - len(images)
+    )
 
 
 def with_turn_limit(feedback: Feedback, profile: PromptProfile) -> Feedback:
@@ -171,7 +190,9 @@ def split_placeholders(text: str, images: tuple[Image, ...]) -> tuple[str | Imag
     return tuple(parts)
 
 
-def prompt_messages(question: str, images: tuple[Image, ...], profile: PromptProfile) -> tuple[Message, ...]:
+def prompt_messages(
+    question: str, images: tuple[Image, ...], profile: PromptProfile
+) -> tuple[Message, ...]:
     """System message (if the profile has one) and the first user message: images, then text.
     `images` are used as given: resize them first (`model_images`)."""
     messages = [Message("system", (profile.system,))] if profile.system else []
@@ -179,7 +200,9 @@ def prompt_messages(question: str, images: tuple[Image, ...], profile: PromptPro
     return tuple(messages)
 
 
-def model_images(images: tuple[Image, ...], vision: VisionLimits = VisionLimits()) -> tuple[Image, ...]:
+def model_images(
+    images: tuple[Image, ...], vision: VisionLimits = VisionLimits()
+) -> tuple[Image, ...]:
     """The task's images as the model gets them (and as the sandbox should get them, so that
     pixel coordinates the model reads off an image are valid in its code)."""
     return tuple(fit_image(image, vision) for image in images)
@@ -192,6 +215,7 @@ def conversation(trajectory: Trajectory) -> tuple[Message, ...]:
     for turn in trajectory.turns:
         messages.append(Message("assistant", (turn.text,)))
         if turn.feedback_text or turn.feedback_images:
-            messages.append(Message("user", split_placeholders(turn.feedback_text, turn.feedback_images)))
+            messages.append(
+                Message("user", split_placeholders(turn.feedback_text, turn.feedback_images))
+            )
     return tuple(messages)
-

@@ -90,7 +90,9 @@ class PromptProfile:
     show_frames: bool = True
     no_output: str = NO_OUTPUT_HINT
     executed_nothing: str = "The code contained no statements to execute."
-    rolled_back: str = ""  # shown when a failed step was rolled back; the sandbox's notes say it too
+    rolled_back: str = (
+        ""  # shown when a failed step was rolled back; the sandbox's notes say it too
+    )
     success_suffix: str = RELEASE_REMINDER
     turn_limit: str = TURN_LIMIT
     part_separator: str = "\n"
@@ -147,7 +149,9 @@ def load_profiles(path: str | Path) -> dict[str, PromptProfile]:
             raise SettingsError(f"{path}: profile {name!r} has unknown base {base_name!r}")
         unknown = sorted(set(fields) - known)
         if unknown:
-            raise SettingsError(f"{path}: profile {name!r} has unknown fields {unknown}; known: {sorted(known)}")
+            raise SettingsError(
+                f"{path}: profile {name!r} has unknown fields {unknown}; known: {sorted(known)}"
+            )
         profiles[str(name)] = dataclasses.replace(base, name=str(name), **fields)
     return profiles
 
@@ -158,5 +162,7 @@ def get_profile(name: str, user_file: str | Path | None = None) -> PromptProfile
     if user_file is not None:
         profiles.update(load_profiles(user_file))
     if name not in profiles:
-        raise SettingsError(f"unknown prompt profile {name!r}; available: {', '.join(sorted(profiles))}")
+        raise SettingsError(
+            f"unknown prompt profile {name!r}; available: {', '.join(sorted(profiles))}"
+        )
     return profiles[name]

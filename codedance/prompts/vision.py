@@ -121,8 +121,12 @@ def image_from_bytes(data: bytes, origin: str = "") -> Image:
     try:
         pil = PILImage.open(io.BytesIO(data))
         pil.load()
-    except PILImage.UnidentifiedImageError as exc:  # its text names the in-memory buffer, not a file
-        raise ValueError(f"image {origin or '(unnamed)'} cannot be decoded: no image format Pillow reads") from exc
+    except (
+        PILImage.UnidentifiedImageError
+    ) as exc:  # its text names the in-memory buffer, not a file
+        raise ValueError(
+            f"image {origin or '(unnamed)'} cannot be decoded: no image format Pillow reads"
+        ) from exc
     except Exception as exc:
         raise ValueError(f"image {origin or '(unnamed)'} cannot be decoded: {exc}") from exc
     if data[:8] == b"\x89PNG\r\n\x1a\n":

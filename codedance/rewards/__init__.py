@@ -22,8 +22,24 @@ from codedance.rewards.terms import accuracy, deepeyes_tool, format_penalty, no_
 from codedance.rewards.trajectory import CallStats, call_stats, trajectory_format_errors
 
 __all__ = [
-    "ABLATIONS", "PROFILES", "BatchRewards", "CallStats", "RewardProfile", "accuracy", "call_stats",
-    "compute_batch_rewards", "compute_group_rewards", "deepeyes_tool", "difficulty_scale",
-    "format_errors", "format_penalty", "get_profile", "no_tool", "sequence_tool",
-    "sequence_tool_reward", "sign_flip_mu", "trajectory_format_errors", "turn_returns",
+    "ABLATIONS",
+    "PROFILES",
+    "BatchRewards",
+    "CallStats",
+    "RewardProfile",
+    "accuracy",
+    "call_stats",
+    "compute_batch_rewards",
+    "compute_group_rewards",
+    "deepeyes_tool",
+    "difficulty_scale",
+    "format_errors",
+    "format_penalty",
+    "get_profile",
+    "no_tool",
+    "sequence_tool",
+    "sequence_tool_reward",
+    "sign_flip_mu",
+    "trajectory_format_errors",
+    "turn_returns",
 ]

@@ -59,10 +59,17 @@ def sign_flip_mu(gamma: float = 4.0, delta: float = 0.2) -> float:
     return 0.5 - math.log(delta / (1.0 - delta)) / gamma
 
 
-def sequence_tool_reward(correct: bool, n_success: int, n_total: int, mu_acc: float, *,
-                         gamma: float = 4.0, delta: float = 0.2,
-                         prefactors: tuple[float, float] = (0.5, 1.0),
-                         form: str = "sigmoid") -> float:
+def sequence_tool_reward(
+    correct: bool,
+    n_success: int,
+    n_total: int,
+    mu_acc: float,
+    *,
+    gamma: float = 4.0,
+    delta: float = 0.2,
+    prefactors: tuple[float, float] = (0.5, 1.0),
+    form: str = "sigmoid",
+) -> float:
     """R_seq of one trajectory. ``prefactors`` = (when wrong, when correct).
 
     >>> round(sequence_tool_reward(True, 2, 2, 0.5), 6)     # 1.0 · 0.3 · 1
@@ -77,7 +84,9 @@ def sequence_tool_reward(correct: bool, n_success: int, n_total: int, mu_acc: fl
     if n_total == 0:
         return 0.0
     prefactor = prefactors[1] if correct else prefactors[0]
-    return float(prefactor * difficulty_scale(mu_acc, gamma, delta, form=form) * n_success / n_total)
+    return float(
+        prefactor * difficulty_scale(mu_acc, gamma, delta, form=form) * n_success / n_total
+    )
 
 
 def turn_returns(failed: Sequence[bool], beta: float = 0.2, penalty: float = -0.5) -> np.ndarray:

@@ -27,9 +27,13 @@ from codedance.rewards.trajectory import call_stats, hit_turn_limit
 from codedance.types import RewardBreakdown, Trajectory
 
 
-def compute_group_rewards(*, trajectories: Sequence[Trajectory], correct: Sequence[bool],
-                          profile: str | RewardProfile = "paper",
-                          domain: str = "general") -> tuple[RewardBreakdown, ...]:
+def compute_group_rewards(
+    *,
+    trajectories: Sequence[Trajectory],
+    correct: Sequence[bool],
+    profile: str | RewardProfile = "paper",
+    domain: str = "general",
+) -> tuple[RewardBreakdown, ...]:
     """Rewards of one prompt's G rollouts (all with the same ``task_id``).
 
     >>> from codedance.types import ExecResult, ExecStatus, StopReason, Trajectory, Turn
@@ -56,14 +60,29 @@ def compute_group_rewards(*, trajectories: Sequence[Trajectory], correct: Sequen
     out = []
     for trajectory, ok, a, f, s in zip(trajectories, correct, acc, fmt, tool, strict=True):
         stats = call_stats(trajectory)
-        returns = turn_returns(stats.failed(empty_is_failure=prof.empty_call_is_failure),
-                               beta=prof.beta, penalty=prof.turn_penalty)
-        metrics = (("mu", mu), ("d", d), ("n_success", float(stats.n_success)),
-                   ("n_total", float(stats.n_total)), ("format_error", float(f < 0)),
-                   ("correct", float(bool(ok))))
-        out.append(RewardBreakdown(accuracy=a, format=f, sequence_tool=s,
-                                   total=w_acc * a + w_fmt * f + w_tool * s,
-                                   turn_returns=tuple(float(x) for x in returns), metrics=metrics))
+        returns = turn_returns(
+            stats.failed(empty_is_failure=prof.empty_call_is_failure),
+            beta=prof.beta,
+            penalty=prof.turn_penalty,
+        )
+        metrics = (
+            ("mu", mu),
+            ("d", d),
+            ("n_success", float(stats.n_success)),
+            ("n_total", float(stats.n_total)),
+            ("format_error", float(f < 0)),
+            ("correct", float(bool(ok))),
+        )
+        out.append(
+            RewardBreakdown(
+                accuracy=a,
+                format=f,
+                sequence_tool=s,
+                total=w_acc * a + w_fmt * f + w_tool * s,
+                turn_returns=tuple(float(x) for x in returns),
+                metrics=metrics,
+            )
+        )
     return tuple(out)
 
 
@@ -85,9 +104,14 @@ class BatchRewards:
     profile: RewardProfile
 
 
-def compute_batch_rewards(*, trajectories: Sequence[Trajectory], correct: Sequence[bool],
-                          group_ids: Sequence[Hashable], domains: Sequence[str] | str = "general",
-                          profile: str | RewardProfile = "paper") -> BatchRewards:
+def compute_batch_rewards(
+    *,
+    trajectories: Sequence[Trajectory],
+    correct: Sequence[bool],
+    group_ids: Sequence[Hashable],
+    domains: Sequence[str] | str = "general",
+    profile: str | RewardProfile = "paper",
+) -> BatchRewards:
     """Rewards of a batch: trajectories are grouped by ``group_ids`` (one id per prompt; the
     order of the batch is kept). ``domains`` is one domain for all or one per trajectory."""
     prof = get_profile(profile)
@@ -104,17 +128,26 @@ def compute_batch_rewards(*, trajectories: Sequence[Trajectory], correct: Sequen
     for gid, idx in members.items():
         if len({doms[i] for i in idx}) != 1:
             raise ValueError(f"group {gid!r} mixes domains")
-        group = compute_group_rewards(trajectories=[trajectories[i] for i in idx],
-                                      correct=[correct[i] for i in idx], profile=prof,
-                                      domain=doms[idx[0]])
+        group = compute_group_rewards(
+            trajectories=[trajectories[i] for i in idx],
+            correct=[correct[i] for i in idx],
+            profile=prof,
+            domain=doms[idx[0]],
+        )
         for i, b in zip(idx, group, strict=True):
             breakdowns[i] = b
     done = tuple(b for b in breakdowns if b is not None)
     return BatchRewards(
-        breakdowns=done, rewards=np.array([b.total for b in done], dtype=np.float64),
+        breakdowns=done,
+        rewards=np.array([b.total for b in done], dtype=np.float64),
         group_ids=np.asarray(list(group_ids), dtype=object),
         turn_returns=tuple(np.asarray(b.turn_returns, dtype=np.float64) for b in done),
-        turn_is_call=tuple(np.asarray(call_stats(t, limit_note=prof.limit_note_as_response
-                                                 and hit_turn_limit(t)).is_call, dtype=bool)
-                           for t in trajectories),
-        profile=prof)
+        turn_is_call=tuple(
+            np.asarray(
+                call_stats(t, limit_note=prof.limit_note_as_response and hit_turn_limit(t)).is_call,
+                dtype=bool,
+            )
+            for t in trajectories
+        ),
+        profile=prof,
+    )

@@ -74,11 +74,14 @@ class RewardProfile:
     adv_scale: str = "group"  # GRPO: "group" std, "batch" std, or "none" (Dr. GRPO)
 
     def __post_init__(self) -> None:
-        checks = {"tool_term": (self.tool_term, TOOL_TERMS), "form": (self.form, ("sigmoid", "tanh")),
-                  "mu_source": (self.mu_source, ("accuracy", "score")),
-                  "turn_scope": (self.turn_scope, ("all_turns", "call_turns")),
-                  "turn_std_fallback": (self.turn_std_fallback, ("zero", "raw")),
-                  "adv_scale": (self.adv_scale, ("group", "batch", "none"))}
+        checks = {
+            "tool_term": (self.tool_term, TOOL_TERMS),
+            "form": (self.form, ("sigmoid", "tanh")),
+            "mu_source": (self.mu_source, ("accuracy", "score")),
+            "turn_scope": (self.turn_scope, ("all_turns", "call_turns")),
+            "turn_std_fallback": (self.turn_std_fallback, ("zero", "raw")),
+            "adv_scale": (self.adv_scale, ("group", "batch", "none")),
+        }
         for field_name, (value, allowed) in checks.items():
             if value not in allowed:
                 raise SettingsError(f"{field_name} must be one of {allowed}, got {value!r}")
@@ -105,12 +108,21 @@ class RewardProfile:
 PROFILES: dict[str, RewardProfile] = {
     "paper": RewardProfile(name="paper"),
     "release": RewardProfile(
-        name="release", tool_term="release", form="tanh", mu_source="score",
-        prefactors_general=(0.5, 1.5), prefactors_math=(1.0, 2.0), turn_weight=0.2,
-        turn_scope="call_turns", turn_std_fallback="raw", limit_note_as_response=True),
+        name="release",
+        tool_term="release",
+        form="tanh",
+        mu_source="score",
+        prefactors_general=(0.5, 1.5),
+        prefactors_math=(1.0, 2.0),
+        turn_weight=0.2,
+        turn_scope="call_turns",
+        turn_std_fallback="raw",
+        limit_note_as_response=True,
+    ),
     "outcome-only": RewardProfile(name="outcome-only", tool_term="none", turn_weight=0.0),
-    "deepeyes": RewardProfile(name="deepeyes", tool_term="deepeyes", turn_weight=0.0,
-                              acc_scale_general=0.8),
+    "deepeyes": RewardProfile(
+        name="deepeyes", tool_term="deepeyes", turn_weight=0.0, acc_scale_general=0.8
+    ),
     "paper-all-turns": RewardProfile(name="paper-all-turns", turn_scope="all_turns"),
     "paper-no-turn": RewardProfile(name="paper-no-turn", turn_weight=0.0),
     "paper-delta0": RewardProfile(name="paper-delta0", delta=0.0),

@@ -61,8 +61,13 @@ def _graded(trajectory: Trajectory, domain: str, profile: RewardProfile) -> bool
     return tagged_answer(assistant_texts(trajectory, limit_note=True), domain=domain) == own
 
 
-def accuracy(*, trajectories: Sequence[Trajectory], correct: Sequence[bool], domain: str,
-             profile: RewardProfile) -> tuple[float, ...]:
+def accuracy(
+    *,
+    trajectories: Sequence[Trajectory],
+    correct: Sequence[bool],
+    domain: str,
+    profile: RewardProfile,
+) -> tuple[float, ...]:
     """R_acc = acc_scale · 1[correct]; 0 without a tagged answer, 0 when the answer is ≥ 1000
     characters (general data, ``long_answer_zeroes_accuracy``: the release's guard against judge
     hacking), 0 when the note's empty answer is the one read (``limit_note_as_response``).
@@ -80,14 +85,20 @@ def accuracy(*, trajectories: Sequence[Trajectory], correct: Sequence[bool], dom
     for trajectory, ok in zip(trajectories, correct, strict=True):
         ok = ok and _graded(trajectory, domain, profile)
         if ok and profile.long_answer_zeroes_accuracy and domain == "general":
-            ok = long not in trajectory_format_errors(trajectory, domain=domain,
-                                                      limit_note=_note(trajectory, profile))
+            ok = long not in trajectory_format_errors(
+                trajectory, domain=domain, limit_note=_note(trajectory, profile)
+            )
         values.append(scale if ok else 0.0)
     return tuple(values)
 
 
-def format_penalty(*, trajectories: Sequence[Trajectory], correct: Sequence[bool], domain: str,
-                   profile: RewardProfile) -> tuple[float, ...]:
+def format_penalty(
+    *,
+    trajectories: Sequence[Trajectory],
+    correct: Sequence[bool],
+    domain: str,
+    profile: RewardProfile,
+) -> tuple[float, ...]:
     """R_format = −penalty on a format error (`trajectory_format_errors`; the turn-limit note's
     tags counted under ``limit_note_as_response``), else 0.
 
@@ -100,13 +111,25 @@ def format_penalty(*, trajectories: Sequence[Trajectory], correct: Sequence[bool
     _check(trajectories, correct)
     penalty = profile.format_penalty(domain)
     return tuple(
-        -penalty if trajectory_format_errors(t, domain=domain, use_turn_verdicts=profile.use_turn_verdicts,
-                                             limit_note=_note(t, profile)) else 0.0
-        for t in trajectories)
+        -penalty
+        if trajectory_format_errors(
+            t,
+            domain=domain,
+            use_turn_verdicts=profile.use_turn_verdicts,
+            limit_note=_note(t, profile),
+        )
+        else 0.0
+        for t in trajectories
+    )
 
 
-def group_mu(*, trajectories: Sequence[Trajectory], correct: Sequence[bool], domain: str,
-             profile: RewardProfile) -> float:
+def group_mu(
+    *,
+    trajectories: Sequence[Trajectory],
+    correct: Sequence[bool],
+    domain: str,
+    profile: RewardProfile,
+) -> float:
     """μ of the group: mean of 1[R_acc > 0] (paper) or mean of R_acc + R_format (release)."""
     acc = accuracy(trajectories=trajectories, correct=correct, domain=domain, profile=profile)
     if profile.mu_source == "accuracy":
@@ -115,8 +138,13 @@ def group_mu(*, trajectories: Sequence[Trajectory], correct: Sequence[bool], dom
     return float(np.mean(np.add(acc, fmt)))
 
 
-def sequence_tool(*, trajectories: Sequence[Trajectory], correct: Sequence[bool], domain: str,
-                  profile: RewardProfile) -> tuple[float, ...]:
+def sequence_tool(
+    *,
+    trajectories: Sequence[Trajectory],
+    correct: Sequence[bool],
+    domain: str,
+    profile: RewardProfile,
+) -> tuple[float, ...]:
     """R_seq (paper Eq. 1 with 0.5; the release's variant with its profile's settings):
     prefactor(1[R_acc > 0]) · d(μ) · N_succ/N_total, 0 for a trajectory without tool calls.
 
@@ -137,14 +165,28 @@ def sequence_tool(*, trajectories: Sequence[Trajectory], correct: Sequence[bool]
     values = []
     for trajectory, a in zip(trajectories, acc, strict=True):
         stats = call_stats(trajectory, limit_note=_note(trajectory, profile))
-        values.append(sequence_tool_reward(
-            a > 0, stats.n_success, stats.n_total, mu, gamma=profile.gamma, delta=profile.delta,
-            prefactors=profile.prefactors(domain), form=profile.form))
+        values.append(
+            sequence_tool_reward(
+                a > 0,
+                stats.n_success,
+                stats.n_total,
+                mu,
+                gamma=profile.gamma,
+                delta=profile.delta,
+                prefactors=profile.prefactors(domain),
+                form=profile.form,
+            )
+        )
     return tuple(values)
 
 
-def deepeyes_tool(*, trajectories: Sequence[Trajectory], correct: Sequence[bool], domain: str,
-                  profile: RewardProfile) -> tuple[float, ...]:
+def deepeyes_tool(
+    *,
+    trajectories: Sequence[Trajectory],
+    correct: Sequence[bool],
+    domain: str,
+    profile: RewardProfile,
+) -> tuple[float, ...]:
     """DeepEyes' bonus: ``deepeyes_bonus(domain)`` when the answer is correct and an image came
     back to the model (DeepEyes counts the images in the response; a call that only printed
     pays nothing). Its math scorer has no bonus (``deepeyes_bonus_math`` 0).
@@ -162,19 +204,30 @@ def deepeyes_tool(*, trajectories: Sequence[Trajectory], correct: Sequence[bool]
     """
     acc = accuracy(trajectories=trajectories, correct=correct, domain=domain, profile=profile)
     bonus = profile.deepeyes_bonus(domain)
-    return tuple(bonus if a > 0 and images_returned(t) > 0 else 0.0
-                 for t, a in zip(trajectories, acc, strict=True))
+    return tuple(
+        bonus if a > 0 and images_returned(t) > 0 else 0.0
+        for t, a in zip(trajectories, acc, strict=True)
+    )
 
 
-def no_tool(*, trajectories: Sequence[Trajectory], correct: Sequence[bool], domain: str,
-            profile: RewardProfile) -> tuple[float, ...]:
+def no_tool(
+    *,
+    trajectories: Sequence[Trajectory],
+    correct: Sequence[bool],
+    domain: str,
+    profile: RewardProfile,
+) -> tuple[float, ...]:
     """No tool term (outcome-only GRPO): 0 for every trajectory."""
     _check(trajectories, correct)
     return tuple(0.0 for _ in trajectories)
 
 
-TOOL_TERMS = {"bat": sequence_tool, "release": sequence_tool, "deepeyes": deepeyes_tool,
-              "none": no_tool}
+TOOL_TERMS = {
+    "bat": sequence_tool,
+    "release": sequence_tool,
+    "deepeyes": deepeyes_tool,
+    "none": no_tool,
+}
 
 
 def mean_difficulty(mu: float, profile: RewardProfile) -> float:

@@ -89,8 +89,13 @@ def images_returned(trajectory: Trajectory) -> int:
     return sum(len(turn.feedback_images) for turn in trajectory.turns)
 
 
-def trajectory_format_errors(trajectory: Trajectory, *, domain: str = "general",
-                             use_turn_verdicts: bool = False, limit_note: bool = False) -> tuple[str, ...]:
+def trajectory_format_errors(
+    trajectory: Trajectory,
+    *,
+    domain: str = "general",
+    use_turn_verdicts: bool = False,
+    limit_note: bool = False,
+) -> tuple[str, ...]:
     """`format_errors` of the trajectory's assistant texts (and the turn-limit note with
     ``limit_note``), plus the parser's verdict reasons (prefixed ``turn<m>:``) when
     ``use_turn_verdicts``."""

@@ -71,9 +71,14 @@ class BatchProgress:
             TimeRemainingColumn,
         )
 
-        self.bar = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("failed {task.fields[failed]}"), TimeElapsedColumn(),
-                            TimeRemainingColumn())
+        self.bar = Progress(
+            TextColumn(f"[bold]{label}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("failed {task.fields[failed]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+        )
         self.task = self.bar.add_task(label, total=total, completed=done, failed=0)
         self.failures = 0
         self.bar.start()
@@ -103,7 +108,8 @@ def server_fault(exc: BaseException) -> bool:
     overload / server error still there after the policy's retries (a 503-answering server
     would otherwise be retried sample after sample to the end)."""
     return isinstance(exc, PolicyConnectionError) or (
-        isinstance(exc, PolicyHTTPError) and (exc.status == 429 or exc.status >= 500))
+        isinstance(exc, PolicyHTTPError) and (exc.status == 429 or exc.status >= 500)
+    )
 
 
 async def arun_batch(
@@ -146,7 +152,9 @@ async def arun_batch(
                 return
             runner = None
             try:
-                images = agent.images_of(task, config) if agent is not None else config.images_of(task)
+                images = (
+                    agent.images_of(task, config) if agent is not None else config.images_of(task)
+                )
                 runner = await asyncio.to_thread(make_runner, images)
                 episode = agent.start(task, config) if agent is not None else Episode(task, config)
                 trajectory = await adrive_episode(episode, policy_for(task, k), runner)
@@ -180,11 +188,23 @@ async def arun_batch(
     finally:
         if bar is not None:
             bar.stop()
-    return BatchSummary(str(run.path), finished, len(jobs) - len(todo), tuple(failures),
-                        time.monotonic() - started, stopped)
+    return BatchSummary(
+        str(run.path),
+        finished,
+        len(jobs) - len(todo),
+        tuple(failures),
+        time.monotonic() - started,
+        stopped,
+    )
 
 
-def run_batch(policy: Policy | PolicyFor, tasks: Sequence[Task], make_runner: RunnerFactory,
-              run: RunDir | str | Path, config: EpisodeConfig = EpisodeConfig(), **kwargs: object) -> BatchSummary:
+def run_batch(
+    policy: Policy | PolicyFor,
+    tasks: Sequence[Task],
+    make_runner: RunnerFactory,
+    run: RunDir | str | Path,
+    config: EpisodeConfig = EpisodeConfig(),
+    **kwargs: object,
+) -> BatchSummary:
     """`arun_batch` from blocking code (starts its own event loop)."""
     return asyncio.run(arun_batch(policy, tasks, make_runner, run, config, **kwargs))  # type: ignore[arg-type]

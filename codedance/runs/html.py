@@ -33,16 +33,21 @@ def image_file(image: Image, prefix: str = "images/") -> str:
 
 
 def _parts(parts: Sequence[str | Image], image_src: Callable[[Image], str]) -> str:
-    return "".join(f"<pre>{html.escape(p)}</pre>" if isinstance(p, str)
-                   else f'<img src="{html.escape(image_src(p))}" alt="{html.escape(p.origin)}">' for p in parts)
+    return "".join(
+        f"<pre>{html.escape(p)}</pre>"
+        if isinstance(p, str)
+        else f'<img src="{html.escape(image_src(p))}" alt="{html.escape(p.origin)}">'
+        for p in parts
+    )
 
 
 def _message(role: str, title: str, body: str) -> str:
     return f'<div class="msg {role}"><span class="role">{html.escape(title)}</span>{body}</div>'
 
 
-def trajectory_html(trajectory: Trajectory, image_src: Callable[[Image], str],
-                    turn_notes: Sequence[str] = ()) -> str:
+def trajectory_html(
+    trajectory: Trajectory, image_src: Callable[[Image], str], turn_notes: Sequence[str] = ()
+) -> str:
     """The conversation of `trajectory` as HTML (see the module docstring).
 
     >>> from codedance.types import ExecResult, ExecStatus, StopReason, Trajectory, Turn
@@ -55,13 +60,27 @@ def trajectory_html(trajectory: Trajectory, image_src: Callable[[Image], str],
     last = len(trajectory.turns) - 1
     for m, turn in enumerate(trajectory.turns):
         note = f" · {turn_notes[m]}" if m < len(turn_notes) and turn_notes[m] else ""
-        rows.append(_message("assistant", f"assistant, turn {m + 1}{note}", f"<pre>{html.escape(turn.text)}</pre>"))
+        rows.append(
+            _message(
+                "assistant",
+                f"assistant, turn {m + 1}{note}",
+                f"<pre>{html.escape(turn.text)}</pre>",
+            )
+        )
         r = turn.result
         if r is not None:
-            error = f"<pre>{html.escape(f'{r.error.type}: {r.error.message}')}</pre>" if r.error else ""
+            error = (
+                f"<pre>{html.escape(f'{r.error.type}: {r.error.message}')}</pre>" if r.error else ""
+            )
             css = "ok" if r.ok and not r.executed_nothing else "bad"
-            rows.append(_message("exec", "", f'<span class="{css}">sandbox: {r.status.value} in '
-                                 f"{r.duration_s:.2f}s{' (ran nothing)' if r.executed_nothing else ''}</span>{error}"))
+            rows.append(
+                _message(
+                    "exec",
+                    "",
+                    f'<span class="{css}">sandbox: {r.status.value} in '
+                    f"{r.duration_s:.2f}s{' (ran nothing)' if r.executed_nothing else ''}</span>{error}",
+                )
+            )
         elif turn.code and m == last and trajectory.stop_reason is StopReason.MAX_TURNS:
             rows.append(_message("exec", "", '<span class="na">code not run: turn limit</span>'))
         if turn.feedback_text or turn.feedback_images:
@@ -70,11 +89,16 @@ def trajectory_html(trajectory: Trajectory, image_src: Callable[[Image], str],
     return "".join(rows)
 
 
-def conversation_page(trajectory: Trajectory, image_src: Callable[[Image], str], title: str, head: str = "",
-                      turn_notes: Sequence[str] = ()) -> str:
+def conversation_page(
+    trajectory: Trajectory,
+    image_src: Callable[[Image], str],
+    title: str,
+    head: str = "",
+    turn_notes: Sequence[str] = (),
+) -> str:
     """A standalone page: ``title``, the ``head`` HTML (a summary), then `trajectory_html`."""
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{head}"
-            f"{trajectory_html(trajectory, image_src, turn_notes)}</body></html>")
-
-
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{head}"
+        f"{trajectory_html(trajectory, image_src, turn_notes)}</body></html>"
+    )

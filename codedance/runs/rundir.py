@@ -65,13 +65,18 @@ def split_episode_key(key: str) -> tuple[str, int]:
 def run_settings(config: Any) -> dict[str, Any]:
     """The settings of a dataclass config that define a run: every field, recursively, except
     those tagged ``metadata={"resume": False}``; tuples become lists (as JSON reads them back)."""
+
     def plain(value: Any) -> Any:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)
-                    if f.metadata.get("resume", True)}
+            return {
+                f.name: plain(getattr(value, f.name))
+                for f in dataclasses.fields(value)
+                if f.metadata.get("resume", True)
+            }
         if isinstance(value, (tuple, list)):
             return [plain(v) for v in value]
         return value.value if isinstance(value, Enum) else value
+
     return plain(config)
 
 
@@ -87,7 +92,9 @@ def _differences(have: Any, want: Any, prefix: str = "") -> list[str]:
 class RunDir:
     """The folder ``path`` of a run of ``kind`` defined by ``settings`` (see the module docstring)."""
 
-    def __init__(self, path: str | Path, kind: str = "", settings: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, path: str | Path, kind: str = "", settings: dict[str, Any] | None = None
+    ) -> None:
         self.path = Path(path)
         self.kind = kind
         self.settings = settings or {}
@@ -99,39 +106,56 @@ class RunDir:
 
     def info(self) -> dict[str, Any]:
         """The content of ``run.json`` ({} when there is none)."""
-        return json.loads(self.run_file.read_text(encoding="utf-8")) if self.run_file.exists() else {}
+        return (
+            json.loads(self.run_file.read_text(encoding="utf-8")) if self.run_file.exists() else {}
+        )
 
     def has_results(self) -> bool:
         """Whether anything but ``run.json`` (and an empty image store) is in the folder."""
         if not self.path.is_dir():
             return False
-        return any(p.name != RUN_FILE and not (p.is_dir() and not any(p.iterdir())) for p in self.path.iterdir())
+        return any(
+            p.name != RUN_FILE and not (p.is_dir() and not any(p.iterdir()))
+            for p in self.path.iterdir()
+        )
 
     def claim(self, **extra: Any) -> None:
         """Take the folder for this run, or check that it holds this very run; ``extra`` fields
         are written to ``run.json`` beside ``kind`` and ``settings``. Raises `SettingsError`."""
         have = self.check()
         self.path.mkdir(parents=True, exist_ok=True)
-        kept = {k: v for k, v in have.items() if k not in ("kind", "settings")} if have.get("kind") == self.kind else {}
+        kept = (
+            {k: v for k, v in have.items() if k not in ("kind", "settings")}
+            if have.get("kind") == self.kind
+            else {}
+        )
         body = {**kept, "kind": self.kind, "settings": self.settings, **extra}
         self.run_file.write_text(json.dumps(body, indent=1, ensure_ascii=False), encoding="utf-8")
 
     def check(self) -> dict[str, Any]:
         """`claim`'s refusals without writing anything (a dry run); returns ``run.json``'s content."""
         if self.path.exists() and not self.path.is_dir():
-            raise SettingsError(f"{self.path} is a file; the output must be a folder (choose another)")
+            raise SettingsError(
+                f"{self.path} is a file; the output must be a folder (choose another)"
+            )
         have = self.info()
         if have and self.has_results():
             if have.get("kind") != self.kind:
-                raise SettingsError(f"{self.path} holds another kind of run ({have.get('kind') or 'unknown'}); "
-                                    "choose another output folder")
+                raise SettingsError(
+                    f"{self.path} holds another kind of run ({have.get('kind') or 'unknown'}); "
+                    "choose another output folder"
+                )
             diff = _differences(have.get("settings"), self.settings)
             if diff:
-                raise SettingsError(f"{self.path} holds a {self.kind} run with other settings "
-                                    f"({', '.join(diff)} differ); choose another output folder, delete it, "
-                                    "or repeat the first run's settings to resume it")
+                raise SettingsError(
+                    f"{self.path} holds a {self.kind} run with other settings "
+                    f"({', '.join(diff)} differ); choose another output folder, delete it, "
+                    "or repeat the first run's settings to resume it"
+                )
         elif not have and self.has_results():
-            raise SettingsError(f"{self.path} is not empty and holds no {self.kind} run; choose another output folder")
+            raise SettingsError(
+                f"{self.path} is not empty and holds no {self.kind} run; choose another output folder"
+            )
         return have
 
     @property
@@ -159,5 +183,7 @@ class RunDir:
     def open_failures(self) -> dict[str, str]:
         """key -> last error of every failed episode that has not finished since."""
         done = self.keys()
-        last = {str(r.get("key")): str(r.get("error", "")) for r in read_jsonl(self.path / FAILURES)}
+        last = {
+            str(r.get("key")): str(r.get("error", "")) for r in read_jsonl(self.path / FAILURES)
+        }
         return {k: e for k, e in last.items() if k not in done}

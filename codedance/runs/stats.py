@@ -65,8 +65,16 @@ class AgentStats:
                 rates.append(ok / n)
         reasons = Counter(t.stop_reason.value for t in trajectories)
         answered = reasons.get(StopReason.ANSWERED.value, 0)
-        return cls(len(trajectories), turns, calls, successes, users, answered,
-                   tuple(sorted(reasons.items())), tuple(rates))
+        return cls(
+            len(trajectories),
+            turns,
+            calls,
+            successes,
+            users,
+            answered,
+            tuple(sorted(reasons.items())),
+            tuple(rates),
+        )
 
     @property
     def exec_success(self) -> float | None:
@@ -109,9 +117,12 @@ def accuracy_of(verdicts: Sequence[bool | float | None]) -> float | None:
     return sum(float(v) for v in verdicts) / len(verdicts)  # type: ignore[arg-type]
 
 
-def label_rows(trajectories: Sequence[Trajectory], label: Callable[[Trajectory], str] | Mapping[str, str],
-               verdicts: Sequence[bool | float | None] | None = None,
-               order: Callable[[str], object] = str) -> tuple[LabelRow, ...]:
+def label_rows(
+    trajectories: Sequence[Trajectory],
+    label: Callable[[Trajectory], str] | Mapping[str, str],
+    verdicts: Sequence[bool | float | None] | None = None,
+    order: Callable[[str], object] = str,
+) -> tuple[LabelRow, ...]:
     """One `LabelRow` per label, sorted by ``order``. ``label`` maps a trajectory (or its task id)
     to its label; ``verdicts[i]`` is the verdict of ``trajectories[i]``."""
     name = label if callable(label) else (lambda t: label.get(t.task_id, ""))
@@ -124,4 +135,3 @@ def label_rows(trajectories: Sequence[Trajectory], label: Callable[[Trajectory],
         acc = accuracy_of([verdicts[i] for i in idx]) if verdicts is not None else None
         rows.append(LabelRow(key, AgentStats.of([trajectories[i] for i in idx]), acc))
     return tuple(rows)
-

@@ -23,12 +23,29 @@ import importlib
 # ``python -m codedance.sandbox.jail.runtime``, imports none of the controller (asyncio, threads'
 # executors, cgroups...): every module it holds is anonymous memory that each step's fork copies
 # the page tables of, and each at-fork hook a module registers runs in every forked step
-_PUBLIC = {"LAYERS": "isolation", "Isolation": "isolation", "SandboxUnavailable": "isolation",
-           "Limits": "layout", "SandboxPool": "pool", "Sandbox": "sandbox", "SandboxClosed": "sandbox",
-           "SandboxService": "service", "ServiceError": "service"}
+_PUBLIC = {
+    "LAYERS": "isolation",
+    "Isolation": "isolation",
+    "SandboxUnavailable": "isolation",
+    "Limits": "layout",
+    "SandboxPool": "pool",
+    "Sandbox": "sandbox",
+    "SandboxClosed": "sandbox",
+    "SandboxService": "service",
+    "ServiceError": "service",
+}
 
-__all__ = ["LAYERS", "Isolation", "Limits", "Sandbox", "SandboxClosed", "SandboxPool",
-           "SandboxService", "SandboxUnavailable", "ServiceError"]
+__all__ = [
+    "LAYERS",
+    "Isolation",
+    "Limits",
+    "Sandbox",
+    "SandboxClosed",
+    "SandboxPool",
+    "SandboxService",
+    "SandboxUnavailable",
+    "ServiceError",
+]
 
 
 def __getattr__(name: str) -> object:

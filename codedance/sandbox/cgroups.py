@@ -117,17 +117,23 @@ def _v2_make_room(base: str) -> None:
         return
     except OSError as exc:
         if exc.errno == errno.ENOENT:
-            raise OSError(exc.errno, f"the pids and memory controllers are not enabled for {base} (its parent's "
-                          "cgroup.subtree_control lacks them); run the controller in a cgroup delegated to it, e.g. "
-                          "`systemd-run --scope -p Delegate=yes <command>`") from None
+            raise OSError(
+                exc.errno,
+                f"the pids and memory controllers are not enabled for {base} (its parent's "
+                "cgroup.subtree_control lacks them); run the controller in a cgroup delegated to it, e.g. "
+                "`systemd-run --scope -p Delegate=yes <command>`",
+            ) from None
         if exc.errno != errno.EBUSY:
             raise
     with open(os.path.join(base, "cgroup.procs")) as handle:
         procs = {int(line) for line in handle if line.strip()}
     if procs != {os.getpid()}:
-        raise OSError(errno.EBUSY, f"{base} holds other processes too ({len(procs)} in all), and cgroup v2 gives "
-                      "controllers to child groups only in a group without processes; run the controller alone in a "
-                      "cgroup delegated to it, e.g. `systemd-run --scope -p Delegate=yes <command>`")
+        raise OSError(
+            errno.EBUSY,
+            f"{base} holds other processes too ({len(procs)} in all), and cgroup v2 gives "
+            "controllers to child groups only in a group without processes; run the controller alone in a "
+            "cgroup delegated to it, e.g. `systemd-run --scope -p Delegate=yes <command>`",
+        )
     leaf = os.path.join(base, CONTROLLER_LEAF)
     os.makedirs(leaf, exist_ok=True)
     _write(os.path.join(leaf, "cgroup.procs"), str(os.getpid()))  # every thread of this process
@@ -164,14 +170,18 @@ def delegated_v2_group() -> str | None:
     return base if writable else None
 
 
-def detect_layout(service_name: str, memory_total: int | None = None) -> tuple[CgroupLayout | None, str]:
+def detect_layout(
+    service_name: str, memory_total: int | None = None
+) -> tuple[CgroupLayout | None, str]:
     """Create the service's parent groups (with ``memory_total`` as the limit of all its
     trajectories together); returns (layout, "") or (None, why not)."""
     if os.geteuid() != 0:
         delegated = delegated_v2_group()
         if delegated:
-            return None, (f"the controller is not root; its cgroup v2 group {delegated} is delegated to it "
-                          "(writable), but a controller that is not root does not use it yet")
+            return None, (
+                f"the controller is not root; its cgroup v2 group {delegated} is delegated to it "
+                "(writable), but a controller that is not root does not use it yet"
+            )
         return None, "the controller is not root, so it cannot create cgroups"
     try:
         if os.path.exists(os.path.join(_ROOT, "cgroup.controllers")):
@@ -201,7 +211,9 @@ def detect_layout(service_name: str, memory_total: int | None = None) -> tuple[C
             parents[controller] = parent
         if memory_total:
             _write(os.path.join(parents["memory"], "memory.limit_in_bytes"), str(memory_total))
-        return CgroupLayout(1, parents["pids"], parents["memory"], parents.get("freezer"), parents.get("cpu")), ""
+        return CgroupLayout(
+            1, parents["pids"], parents["memory"], parents.get("freezer"), parents.get("cpu")
+        ), ""
     except OSError as exc:
         return None, f"cgroups are not writable here: {exc}"
 
@@ -214,12 +226,16 @@ def _write(path: str, value: str) -> None:
 class TrajectoryCgroup:
     """The cgroup(s) of one trajectory: create, add a process, list, kill, detect OOM, remove."""
 
-    def __init__(self, layout: CgroupLayout, *, memory_bytes: int, max_processes: int, cpus: float = 1.0):
+    def __init__(
+        self, layout: CgroupLayout, *, memory_bytes: int, max_processes: int, cpus: float = 1.0
+    ):
         name = f"t{uuid.uuid4().hex[:12]}"
         self.layout = layout
         self.pids_dir = os.path.join(layout.pids_parent, name)
         self.memory_dir = os.path.join(layout.memory_parent, name)
-        self.freezer_dir = os.path.join(layout.freezer_parent, name) if layout.freezer_parent else None
+        self.freezer_dir = (
+            os.path.join(layout.freezer_parent, name) if layout.freezer_parent else None
+        )
         self.cpu_dir = os.path.join(layout.cpu_parent, name) if layout.cpu_parent else None
         # where the trajectory's processes live, and the group a restore's copying helper joins
         # to charge the trajectory (`charged_copy`): v1, the pids and memory groups; v2 (one
@@ -227,7 +243,10 @@ class TrajectoryCgroup:
         # leaves of the trajectory's group, which alone carries the limits: "run" (frozen) and
         # "restore"
         if layout.version == 2:
-            self.procs_dir, self.charge_dir = os.path.join(self.pids_dir, "run"), os.path.join(self.pids_dir, "restore")
+            self.procs_dir, self.charge_dir = (
+                os.path.join(self.pids_dir, "run"),
+                os.path.join(self.pids_dir, "restore"),
+            )
             self.freezer_dir = self.procs_dir if self.freezer_dir else None
         else:
             self.procs_dir, self.charge_dir = self.pids_dir, self.memory_dir
@@ -268,7 +287,14 @@ class TrajectoryCgroup:
     def directories(self) -> list[str]:
         """This trajectory's group in each hierarchy, parents first (cgroup v2: one group and
         its two leaves)."""
-        found = (self.pids_dir, self.memory_dir, self.freezer_dir, self.cpu_dir, self.procs_dir, self.charge_dir)
+        found = (
+            self.pids_dir,
+            self.memory_dir,
+            self.freezer_dir,
+            self.cpu_dir,
+            self.procs_dir,
+            self.charge_dir,
+        )
         return list(dict.fromkeys(d for d in found if d))
 
     @property
@@ -284,11 +310,17 @@ class TrajectoryCgroup:
         (control, state, freeze command, thaw command, the state text once frozen)."""
         if self._freezer is None:
             if self.layout.version == 2:
-                control = os.open(os.path.join(self.freezer_dir, "cgroup.freeze"), os.O_WRONLY | os.O_CLOEXEC)
-                state = os.open(os.path.join(self.freezer_dir, "cgroup.events"), os.O_RDONLY | os.O_CLOEXEC)
+                control = os.open(
+                    os.path.join(self.freezer_dir, "cgroup.freeze"), os.O_WRONLY | os.O_CLOEXEC
+                )
+                state = os.open(
+                    os.path.join(self.freezer_dir, "cgroup.events"), os.O_RDONLY | os.O_CLOEXEC
+                )
                 self._freezer = (control, state, b"1", b"0", b"frozen 1")
             else:
-                control = os.open(os.path.join(self.freezer_dir, "freezer.state"), os.O_RDWR | os.O_CLOEXEC)
+                control = os.open(
+                    os.path.join(self.freezer_dir, "freezer.state"), os.O_RDWR | os.O_CLOEXEC
+                )
                 self._freezer = (control, control, b"FROZEN", b"THAWED", b"FROZEN\n")
         return self._freezer
 
@@ -407,7 +439,9 @@ class TrajectoryCgroup:
             if kept_open:
                 if self._memory_files is None:
                     self._memory_files = tuple(
-                        os.open(os.path.join(self.memory_dir, name), os.O_RDONLY | os.O_CLOEXEC) for name in names)
+                        os.open(os.path.join(self.memory_dir, name), os.O_RDONLY | os.O_CLOEXEC)
+                        for name in names
+                    )
                 texts = [os.pread(fd, 8192, 0) for fd in self._memory_files]
             else:
                 texts = [read_bytes(os.path.join(self.memory_dir, name)) for name in names]
@@ -500,7 +534,11 @@ class _Membership:
             return False
         for line in lines:
             _, controllers, listed = line.split(b":", 2)
-            if (controllers == b"") if self._controllers is None else bool(self._controllers & set(controllers.split(b","))):
+            if (
+                (controllers == b"")
+                if self._controllers is None
+                else bool(self._controllers & set(controllers.split(b",")))
+            ):
                 return listed == self._path
         return False
 
@@ -518,8 +556,11 @@ def remove_service_groups(service_dir_name: str, parents: list[str] | None = Non
         service_dir = os.path.join(parent, service_dir_name)
         if os.path.isdir(service_dir):
             # every group below it, leaves before their parents, then the service's own
-            groups += [os.path.join(top, name) for top, names, _ in os.walk(service_dir, topdown=False)
-                       for name in names] + [service_dir]
+            groups += [
+                os.path.join(top, name)
+                for top, names, _ in os.walk(service_dir, topdown=False)
+                for name in names
+            ] + [service_dir]
     for directory in groups:
         thaw(directory)
     for directory in groups:

@@ -118,7 +118,9 @@ def check_timeout(ctx: _Context) -> str:
             result = sb.run(code)
             _expect(result, ExecStatus.TIMEOUT, name)
             if result.duration_s > 3.0:
-                raise AssertionError(f"{name}: timeout took {result.duration_s:.1f} s for a 1 s limit")
+                raise AssertionError(
+                    f"{name}: timeout took {result.duration_s:.1f} s for a 1 s limit"
+                )
             times.append(result.duration_s)
         _expect(sb.run("print('alive')"), ExecStatus.OK, "after the timeouts")
     return f"sleep, caught exceptions, ignored signals and a C-level loop all stopped at {max(times):.2f} s (limit 1 s)"
@@ -152,7 +154,9 @@ def check_images(ctx: _Context) -> str:
                 pixel = result.images[0].to_pil().convert("RGB").getpixel((16, 16))
                 if pixel != (255, 0, 0):
                     raise AssertionError(f"{name}: red came back as {pixel}")
-        many = sb.run("import matplotlib.pyplot as plt\nfor i in range(50): plt.figure().suptitle(str(i))")
+        many = sb.run(
+            "import matplotlib.pyplot as plt\nfor i in range(50): plt.figure().suptitle(str(i))"
+        )
         if len(many.images) != sb.limits.max_images or not many.notes:
             raise AssertionError(f"image limit not applied: {len(many.images)} images")
     return "plt.show, open figures, Image.show, cv2.imshow (BGR), saved files and last expressions each came back once, colours right"
@@ -182,7 +186,11 @@ def check_denied(ctx: _Context) -> str:
 def check_independent(ctx: _Context) -> str:
     with ctx.sandbox() as calm, ctx.sandbox(timeout_s=2) as wild:
         _expect(calm.run("y = 'kept'"), ExecStatus.OK, "calm setup")
-        crash = "import ctypes; ctypes.string_at(0)" if ctx.hostile_allowed else "import os; os._exit(1)"
+        crash = (
+            "import ctypes; ctypes.string_at(0)"
+            if ctx.hostile_allowed
+            else "import os; os._exit(1)"
+        )
         wild.run(crash)
         _expect(calm.run("print(y)"), ExecStatus.OK, "neighbour after a crash")
     return "a neighbour's crash left another instance's state intact"
@@ -217,8 +225,11 @@ CHECKS: tuple[tuple[int, str, Callable[[_Context], str]], ...] = (
 )
 
 
-def check_sandbox(service: SandboxService | None = None, image: bytes | None = None,
-                  on_result: Callable[[CheckResult], None] | None = None) -> list[CheckResult]:
+def check_sandbox(
+    service: SandboxService | None = None,
+    image: bytes | None = None,
+    on_result: Callable[[CheckResult], None] | None = None,
+) -> list[CheckResult]:
     """Run every check; returns their results (``on_result`` sees each as soon as it is done)."""
     own = service is None
     service = service or SandboxService()

@@ -64,7 +64,9 @@ _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _REWRITE = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _KEPT_MODE = 0o777  # permission bits kept; setuid, setgid and sticky bits are never restored
 _CHECK_EVERY = 256  # entries between deadline checks
-_MAX_OPEN_LEVELS = 24  # directory levels held open at once while removing a tree (two descriptors each)
+_MAX_OPEN_LEVELS = (
+    24  # directory levels held open at once while removing a tree (two descriptors each)
+)
 _OWNER_RWX = 0o700  # what the owner needs on a directory to list, enter and change it
 _STORE_DIR_MODE, _STORE_FILE_MODE = 0o755, 0o644  # the store's own modes (real ones: the manifest)
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -82,8 +84,16 @@ class Entry:
 
     @classmethod
     def of(cls, info: os.stat_result) -> Entry:
-        kind = "dir" if stat.S_ISDIR(info.st_mode) else "file" if stat.S_ISREG(info.st_mode) else "other"
-        return cls(kind, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_mode)
+        kind = (
+            "dir"
+            if stat.S_ISDIR(info.st_mode)
+            else "file"
+            if stat.S_ISREG(info.st_mode)
+            else "other"
+        )
+        return cls(
+            kind, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_mode
+        )
 
 
 class LimitExceeded(Exception):
@@ -142,7 +152,9 @@ def open_own_dir(parent_fd: int, name: str, opened_up: list[tuple[int, int]] | N
     try:
         fd = os.open(name, _DIR, dir_fd=parent_fd)
     except PermissionError:  # not even readable: change its mode through an O_PATH descriptor
-        handle = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+        handle = os.open(
+            name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd
+        )
         try:
             old_mode = stat.S_IMODE(os.fstat(handle).st_mode)
             os.chmod(f"/proc/self/fd/{handle}", old_mode | _OWNER_RWX)
@@ -160,7 +172,9 @@ def open_own_dir(parent_fd: int, name: str, opened_up: list[tuple[int, int]] | N
     return fd
 
 
-_acting = threading.local()  # .owner: whom this thread acts as (`acting_as`); .paused: during a collection
+_acting = (
+    threading.local()
+)  # .owner: whom this thread acts as (`acting_as`); .paused: during a collection
 _NO_CHANGE = 0xFFFFFFFF  # setfsuid(-1) and setfsgid(-1) change nothing and return the current id
 _ROOT_AT_START = os.geteuid() == 0  # only root switches identities (`acting_as`)
 
@@ -227,9 +241,16 @@ def _split(relative: str) -> tuple[str, str]:
     return parent, name
 
 
-def scan(root_fd: int, *, protected: frozenset[str] = frozenset(), owner_uid: int | None = None,
-         max_entries: int, max_bytes: int, deadline: float | None = None,
-         stop: Callable[[], bool] | None = None) -> dict[str, Entry]:
+def scan(
+    root_fd: int,
+    *,
+    protected: frozenset[str] = frozenset(),
+    owner_uid: int | None = None,
+    max_entries: int,
+    max_bytes: int,
+    deadline: float | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> dict[str, Entry]:
     """Every entry below ``root_fd`` as ``relative path -> Entry``, refusing what cannot be kept:
     raises `Unkeepable` or `LimitExceeded` (limits checked as entries are found, so the cost of
     a refusal is bounded by the limits), `DeadlinePassed`, or InterruptedError once ``stop()``."""
@@ -248,25 +269,37 @@ def scan(root_fd: int, *, protected: frozenset[str] = frozenset(), owner_uid: in
                     if not relative_dir and item.name in protected:
                         continue
                     if len(entries) >= max_entries:
-                        raise LimitExceeded(f"more than {max_entries} entries in the working directory")
+                        raise LimitExceeded(
+                            f"more than {max_entries} entries in the working directory"
+                        )
                     info = item.stat(follow_symlinks=False)
                     entry = Entry.of(info)
                     if entry.kind == "other":
-                        raise Unkeepable(f"{relative!r} is a {_kind_name(info.st_mode)}; only regular files "
-                                         "and directories are kept in the working directory")
+                        raise Unkeepable(
+                            f"{relative!r} is a {_kind_name(info.st_mode)}; only regular files "
+                            "and directories are kept in the working directory"
+                        )
                     if owner_uid is not None and info.st_uid != owner_uid:
-                        raise Unkeepable(f"{relative!r} does not belong to the sandbox (a hard link?)")
+                        raise Unkeepable(
+                            f"{relative!r} does not belong to the sandbox (a hard link?)"
+                        )
                     if entry.kind == "dir":
                         if depth + 1 >= MAX_DEPTH:
-                            raise LimitExceeded(f"directories nested deeper than {MAX_DEPTH} levels")
+                            raise LimitExceeded(
+                                f"directories nested deeper than {MAX_DEPTH} levels"
+                            )
                         pending.append((relative, depth + 1))
                     else:
                         if info.st_nlink != 1:
-                            raise Unkeepable(f"{relative!r} is one file with {info.st_nlink} names (hard "
-                                             "links); keep one name per file (copy it rather than link it)")
+                            raise Unkeepable(
+                                f"{relative!r} is one file with {info.st_nlink} names (hard "
+                                "links); keep one name per file (copy it rather than link it)"
+                            )
                         total += info.st_size + _allocated_past_end(info)
                         if total > max_bytes:
-                            raise LimitExceeded(f"more than {max_bytes >> 20} MiB in the working directory")
+                            raise LimitExceeded(
+                                f"more than {max_bytes >> 20} MiB in the working directory"
+                            )
                     entries[relative] = entry
         finally:
             os.close(fd)
@@ -326,7 +359,9 @@ def remove(dir_fd: int, name: str, clock: _Clock | None = None, is_dir: bool = F
                 else:  # not empty yet: list it again
                     clock.tick()
                     stack[-1] = (fd, level_name, None)
-            elif len(stack) >= _MAX_OPEN_LEVELS:  # flatten: lift the subtree to the top of this removal
+            elif (
+                len(stack) >= _MAX_OPEN_LEVELS
+            ):  # flatten: lift the subtree to the top of this removal
                 lifted = f".lifted-{time.monotonic_ns()}"
                 try:
                     os.rename(deeper, lifted, src_dir_fd=fd, dst_dir_fd=stack[0][0])
@@ -338,7 +373,9 @@ def remove(dir_fd: int, name: str, clock: _Clock | None = None, is_dir: bool = F
                     os.close(level_fd)
                 del stack[1:]
             else:
-                with contextlib.suppress(FileNotFoundError):  # if removed meanwhile, the listing goes on
+                with contextlib.suppress(
+                    FileNotFoundError
+                ):  # if removed meanwhile, the listing goes on
                     stack.append((open_own_dir(fd, deeper), deeper, None))
     finally:
         for level_fd, _, level_listing in stack:
@@ -381,7 +418,9 @@ def _removed(call: Callable[..., None], dir_fd: int, name: str) -> bool:
     return True
 
 
-def remove_tree(path: str, deadline: float | None = None, stop: Callable[[], bool] | None = None) -> None:
+def remove_tree(
+    path: str, deadline: float | None = None, stop: Callable[[], bool] | None = None
+) -> None:
     """Remove ``path`` (a directory the controller created) and everything below it, safely;
     `DeadlinePassed` at ``deadline`` (None: none), InterruptedError once ``stop()``, with what
     is left still there."""
@@ -398,14 +437,23 @@ def remove_tree(path: str, deadline: float | None = None, stop: Callable[[], boo
         os.close(parent_fd)
 
 
-def _copy_file(source_dir: int, target_dir: int, name: str, expected_inode: int | None,
-               mode: int, owner: tuple[int, int] | None, writer: LocalWriter = LOCAL,
-               mtime_ns: int | None = None) -> os.stat_result:
+def _copy_file(
+    source_dir: int,
+    target_dir: int,
+    name: str,
+    expected_inode: int | None,
+    mode: int,
+    owner: tuple[int, int] | None,
+    writer: LocalWriter = LOCAL,
+    mtime_ns: int | None = None,
+) -> os.stat_result:
     """Copy the regular file ``name`` into a new file of the same name; the new file's fstat."""
     source = os.open(name, _READ, dir_fd=source_dir)
     try:
         info = os.fstat(source)
-        if not stat.S_ISREG(info.st_mode) or (expected_inode is not None and info.st_ino != expected_inode):
+        if not stat.S_ISREG(info.st_mode) or (
+            expected_inode is not None and info.st_ino != expected_inode
+        ):
             raise Unkeepable(f"{name!r} changed while it was being saved")
         target = writer.create_file(target_dir, name)
         try:
@@ -417,8 +465,16 @@ def _copy_file(source_dir: int, target_dir: int, name: str, expected_inode: int 
         os.close(source)
 
 
-def _rewrite_file(source_dir: int, target_dir: int, name: str, expected_inode: int, mode: int,
-                  owner: tuple[int, int] | None, writer: LocalWriter, mtime_ns: int) -> os.stat_result | None:
+def _rewrite_file(
+    source_dir: int,
+    target_dir: int,
+    name: str,
+    expected_inode: int,
+    mode: int,
+    owner: tuple[int, int] | None,
+    writer: LocalWriter,
+    mtime_ns: int,
+) -> os.stat_result | None:
     """Put the stored ``name`` back into the existing file of that name, in place, so descriptors
     the holder keeps open on it stay attached to the working directory's file; its fstat. None
     (nothing written) unless it is still the regular file ``expected_inode`` with no other link."""
@@ -451,8 +507,9 @@ def _open_in_place(dir_fd: int, name: str, expected_inode: int) -> int | None:
     return fd
 
 
-def _make_dir(parent_fd: int, name: str, mode: int, owner: tuple[int, int] | None,
-              writer: LocalWriter = LOCAL) -> os.stat_result:
+def _make_dir(
+    parent_fd: int, name: str, mode: int, owner: tuple[int, int] | None, writer: LocalWriter = LOCAL
+) -> os.stat_result:
     fd = writer.make_dir(parent_fd, name)
     try:
         return _own(fd, mode, owner)
@@ -460,7 +517,9 @@ def _make_dir(parent_fd: int, name: str, mode: int, owner: tuple[int, int] | Non
         os.close(fd)
 
 
-def _own(fd: int, mode: int, owner: tuple[int, int] | None, mtime_ns: int | None = None) -> os.stat_result:
+def _own(
+    fd: int, mode: int, owner: tuple[int, int] | None, mtime_ns: int | None = None
+) -> os.stat_result:
     """Give the new entry ``fd`` its owner, kept mode bits and (a restored file) its modification
     time from the checkpoint; its fstat."""
     if owner is not None:
@@ -481,7 +540,9 @@ class StoreBudget:
     and the host, fail)."""
 
     SHARE = 0.5  # of the file system's free space and free inodes when the service starts
-    NAME_ALLOWANCE = 64  # bytes a name takes in its directory, besides twice its length (see `cost`)
+    NAME_ALLOWANCE = (
+        64  # bytes a name takes in its directory, besides twice its length (see `cost`)
+    )
 
     def __init__(self, entries: int, size: int, block: int = 4096):
         self.entries, self.size, self.block = entries, size, max(1, block)
@@ -492,7 +553,11 @@ class StoreBudget:
     @classmethod
     def of_free_space(cls, path: str) -> StoreBudget:
         info = os.statvfs(path)
-        return cls(int(info.f_favail * cls.SHARE), int(info.f_bavail * info.f_frsize * cls.SHARE), info.f_frsize)
+        return cls(
+            int(info.f_favail * cls.SHARE),
+            int(info.f_bavail * info.f_frsize * cls.SHARE),
+            info.f_frsize,
+        )
 
     def cost(self, entries: dict[str, Entry]) -> int:
         """The bytes a store holding ``entries`` (relative path: entry) may take on its file
@@ -538,8 +603,17 @@ class WorkdirSnapshot:
     InterruptedError (the directory is then in no defined state, as past a deadline).
     """
 
-    def __init__(self, workdir: str, store: str, *, protected: frozenset[str], owner: tuple[int, int] | None,
-                 max_entries: int, max_bytes: int, budget: StoreBudget | None = None):
+    def __init__(
+        self,
+        workdir: str,
+        store: str,
+        *,
+        protected: frozenset[str],
+        owner: tuple[int, int] | None,
+        max_entries: int,
+        max_bytes: int,
+        budget: StoreBudget | None = None,
+    ):
         self.workdir, self.store, self.protected, self.owner = workdir, store, protected, owner
         self.max_entries, self.max_bytes, self.budget = max_entries, max_bytes, budget
         self.stop: Callable[[], bool] | None = None
@@ -564,7 +638,9 @@ class WorkdirSnapshot:
                     max_entries=self.max_entries, max_bytes=self.max_bytes, deadline=deadline,
                     stop=self.stop)  # fmt: skip
 
-    def checkpoint(self, deadline: float | None = None, before_writing: Callable[[], None] = lambda: None) -> None:
+    def checkpoint(
+        self, deadline: float | None = None, before_writing: Callable[[], None] = lambda: None
+    ) -> None:
         """Record the directory as the new good state. Raises `LimitExceeded` (and its
         `Unkeepable`) or `DeadlinePassed` before the store is touched, the good state unchanged;
         `SnapshotBroken` if copying failed halfway (the store then matches neither state).
@@ -591,12 +667,17 @@ class WorkdirSnapshot:
                     continue
                 clock.tick()
                 parent, name = _split(relative)
-                source_dir, target_dir = open_dir(self._work_fd, parent), open_dir(self._store_fd, parent)
+                source_dir, target_dir = (
+                    open_dir(self._work_fd, parent),
+                    open_dir(self._store_fd, parent),
+                )
                 try:
                     if entry.kind == "dir":
                         _make_dir(target_dir, name, _STORE_DIR_MODE, None)
                     else:
-                        _copy_file(source_dir, target_dir, name, entry.inode, _STORE_FILE_MODE, None)
+                        _copy_file(
+                            source_dir, target_dir, name, entry.inode, _STORE_FILE_MODE, None
+                        )
                 finally:
                     os.close(source_dir)
                     os.close(target_dir)
@@ -606,14 +687,21 @@ class WorkdirSnapshot:
         self.manifest = current
 
     def _claim(self, entries: dict[str, Entry]) -> None:
-        if self.budget is not None and not self.budget.claim(id(self), len(entries), self.budget.cost(entries)):
+        if self.budget is not None and not self.budget.claim(
+            id(self), len(entries), self.budget.cost(entries)
+        ):
             raise LimitExceeded(
                 f"the service's store of committed files is full ({self.budget.entries:,} entries, "
                 f"{self.budget.size >> 20:,} MiB for all its sandboxes, on the host's disk under TMPDIR): "
-                "keep fewer or smaller files, or close idle sandboxes")
+                "keep fewer or smaller files, or close idle sandboxes"
+            )
 
-    def restore(self, deadline: float | None = None, before_writing: Callable[[], None] = lambda: None,
-                writer: LocalWriter = LOCAL) -> None:
+    def restore(
+        self,
+        deadline: float | None = None,
+        before_writing: Callable[[], None] = lambda: None,
+        writer: LocalWriter = LOCAL,
+    ) -> None:
         """Put the directory back exactly as it was at the last checkpoint (`DeadlinePassed` if
         that takes past ``deadline``; the directory is then in no defined state). ``writer``
         makes each entry and writes each file's data (`charged_copy`: so that the trajectory is
@@ -638,7 +726,9 @@ class WorkdirSnapshot:
                 finally:
                     os.close(fd)
 
-    def _restore_as_owner(self, deadline: float | None, opened_up: list[tuple[int, int]], writer: LocalWriter) -> None:
+    def _restore_as_owner(
+        self, deadline: float | None, opened_up: list[tuple[int, int]], writer: LocalWriter
+    ) -> None:
         clock = _Clock(deadline, self.stop)
         self._remove_strays(clock, opened_up)
         # directories the first pass opened up are compared with their mode from before: an
@@ -653,24 +743,40 @@ class WorkdirSnapshot:
         pending = [""]
         while pending:
             relative_dir = pending.pop()
-            work_dir, store_dir = self._enter(relative_dir, opened_up), open_dir(self._store_fd, relative_dir)
+            work_dir, store_dir = (
+                self._enter(relative_dir, opened_up),
+                open_dir(self._store_fd, relative_dir),
+            )
             try:
                 present: dict[str, Entry] = {}
                 with os.scandir(work_dir) as iterator:
                     for item in iterator:
                         clock.tick()
                         if relative_dir or item.name not in self.protected:
-                            present[item.name] = _with_mode_before(Entry.of(item.stat(follow_symlinks=False)),
-                                                                   modes_before)
+                            present[item.name] = _with_mode_before(
+                                Entry.of(item.stat(follow_symlinks=False)), modes_before
+                            )
                 for name, entry in present.items():
                     relative = f"{relative_dir}/{name}" if relative_dir else name
                     kept = self.manifest.get(relative)
                     if _same(kept, entry):
                         restored[relative] = kept
                         continue
-                    if kept is not None and kept.kind == entry.kind == "file" and kept.inode == entry.inode:
-                        made = _rewrite_file(store_dir, work_dir, name, entry.inode, kept.mode, self.owner, writer,
-                                             kept.mtime_ns)
+                    if (
+                        kept is not None
+                        and kept.kind == entry.kind == "file"
+                        and kept.inode == entry.inode
+                    ):
+                        made = _rewrite_file(
+                            store_dir,
+                            work_dir,
+                            name,
+                            entry.inode,
+                            kept.mode,
+                            self.owner,
+                            writer,
+                            kept.mtime_ns,
+                        )
                         if made is not None:  # changed in place: open descriptors stay attached
                             restored[relative] = Entry.of(made)
                             continue
@@ -680,9 +786,20 @@ class WorkdirSnapshot:
                     clock.tick()
                     name = _split(relative)[1]
                     if relative not in restored:
-                        made = (_make_dir(work_dir, name, entry.mode, self.owner, writer) if entry.kind == "dir"
-                                else _copy_file(store_dir, work_dir, name, None, entry.mode, self.owner, writer,
-                                                entry.mtime_ns))
+                        made = (
+                            _make_dir(work_dir, name, entry.mode, self.owner, writer)
+                            if entry.kind == "dir"
+                            else _copy_file(
+                                store_dir,
+                                work_dir,
+                                name,
+                                None,
+                                entry.mode,
+                                self.owner,
+                                writer,
+                                entry.mtime_ns,
+                            )
+                        )
                         restored[relative] = Entry.of(made)
                     if entry.kind == "dir":
                         pending.append(relative)
@@ -714,8 +831,9 @@ class WorkdirSnapshot:
             finally:
                 os.close(work_dir)
 
-    def _remove_stray(self, work_dir: int, relative_dir: str, item: os.DirEntry, clock: _Clock,
-                      pending: list[str]) -> None:
+    def _remove_stray(
+        self, work_dir: int, relative_dir: str, item: os.DirEntry, clock: _Clock, pending: list[str]
+    ) -> None:
         relative = f"{relative_dir}/{item.name}" if relative_dir else item.name
         kept = self.manifest.get(relative)
         if kept is None:  # a name the checkpoint lacks goes without a look at what it is (a step
@@ -750,7 +868,9 @@ class WorkdirSnapshot:
         """The device of the working directory's file system."""
         return os.fstat(self._work_fd).st_dev
 
-    def bytes_to_restore(self, deadline: float | None = None, held_open: frozenset[int] = frozenset()) -> int:
+    def bytes_to_restore(
+        self, deadline: float | None = None, held_open: frozenset[int] = frozenset()
+    ) -> int:
         """The memory a restore in progress still needs: for each committed file, its data less
         what the working directory's file of that name holds now (nothing when missing or not
         a regular file), when more; in 512-byte blocks as the kernel counts them, so a sparse

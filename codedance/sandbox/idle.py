@@ -30,7 +30,9 @@ class IdleFreezer:
         self._order = itertools.count()
         self._wake = threading.Condition()
         self._stopped = False
-        self._thread = threading.Thread(target=self._loop, name="codedance-idle-freezer", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop, name="codedance-idle-freezer", daemon=True
+        )
         self._thread.start()
 
     def schedule(self, sandbox) -> None:
@@ -39,7 +41,10 @@ class IdleFreezer:
             if sandbox.freeze_pending:
                 return
             sandbox.freeze_pending = True
-            heapq.heappush(self._heap, (time.monotonic() + self.delay_s, next(self._order), weakref.ref(sandbox)))
+            heapq.heappush(
+                self._heap,
+                (time.monotonic() + self.delay_s, next(self._order), weakref.ref(sandbox)),
+            )
             self._wake.notify()
 
     def stop(self) -> None:
@@ -52,7 +57,9 @@ class IdleFreezer:
         while True:
             with self._wake:
                 while not self._stopped and (not self._heap or self._heap[0][0] > time.monotonic()):
-                    self._wake.wait(None if not self._heap else max(0.0, self._heap[0][0] - time.monotonic()))
+                    self._wake.wait(
+                        None if not self._heap else max(0.0, self._heap[0][0] - time.monotonic())
+                    )
                 if self._stopped:
                     return
                 _, _, ref = heapq.heappop(self._heap)

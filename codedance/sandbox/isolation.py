@@ -57,7 +57,9 @@ class Isolation:
     # without root (no uid per trajectory): each trajectory sees only its own working directory,
     # in a user and mount namespace of its own (`private_view`)
     private_views: bool = False
-    notes: tuple[str, ...] = ()  # what the service changed on the host, or asks its admin to (`file_table`)
+    notes: tuple[
+        str, ...
+    ] = ()  # what the service changed on the host, or asks its admin to (`file_table`)
 
     @property
     def layers(self) -> tuple[str, ...]:
@@ -71,7 +73,9 @@ class Isolation:
     def describe(self) -> str:
         parts = [f"isolation: {self.level} ({', '.join(self.layers) or 'none'})"]
         if self.private_views:
-            parts.append("  private views: each trajectory sees only its own working directory (a mount view of its own)")
+            parts.append(
+                "  private views: each trajectory sees only its own working directory (a mount view of its own)"
+            )
         parts += [f"  missing {name}: {why}" for name, why in self.missing]
         parts += [f"  note: {note}" for note in self.notes]
         return "\n".join(parts)
@@ -98,7 +102,9 @@ def normalize_requirement(required: str | tuple[str, ...] | list[str] | None) ->
         required = LAYERS if required == "full" else tuple(p.strip() for p in required.split(","))
     unknown = [name for name in required if name not in LAYERS]
     if unknown:
-        raise ValueError(f"unknown isolation layer(s) {unknown}; choose from {', '.join(LAYERS)} or 'full'")
+        raise ValueError(
+            f"unknown isolation layer(s) {unknown}; choose from {', '.join(LAYERS)} or 'full'"
+        )
     return tuple(required)
 
 
@@ -131,7 +137,9 @@ def seccomp_problem() -> str | None:
 FILE_MAX = "/proc/sys/fs/file-max"
 MAX_MAP_COUNT = "/proc/sys/vm/max_map_count"
 FILE_MAX_RAISED = (1 << 63) - 1  # LONG_MAX, systemd's default (the kernel's own is ~10 % of memory)
-RAISE_FILE_MAX = "CODEDANCE_RAISE_FILE_MAX"  # "1": a root service may raise fs.file-max (`raise_file_max`)
+RAISE_FILE_MAX = (
+    "CODEDANCE_RAISE_FILE_MAX"  # "1": a root service may raise fs.file-max (`raise_file_max`)
+)
 
 
 def _read_sysctl(path: str) -> int | None:
@@ -147,15 +155,22 @@ def _write_sysctl(path: str, value: int) -> None:
         handle.write(f"{value}\n")
 
 
-def file_table_needed(trajectories: int, processes: int, read: Callable[[str], int | None] = _read_sysctl) -> int:
+def file_table_needed(
+    trajectories: int, processes: int, read: Callable[[str], int | None] = _read_sysctl
+) -> int:
     """The kernel file objects ``trajectories`` of ``processes`` each could hold: a file mapped and
     then closed keeps its file object (the mapping holds it), so each process holds up to
     ``vm.max_map_count`` (65,530 by default) with a few hundred descriptors."""
     return trajectories * processes * (read(MAX_MAP_COUNT) or 65530)
 
 
-def file_table(needed: int, *, may_raise: bool, read: Callable[[str], int | None] = _read_sysctl,
-               write: Callable[[str, int], None] = _write_sysctl) -> tuple[str | None, str | None]:
+def file_table(
+    needed: int,
+    *,
+    may_raise: bool,
+    read: Callable[[str], int | None] = _read_sysctl,
+    write: Callable[[str, int], None] = _write_sysctl,
+) -> tuple[str | None, str | None]:
     """Whether the host's file table (``fs.file-max``, one count for the whole kernel) holds
     ``needed`` file objects: past it every unprivileged process on the host gets ``ENFILE``, and
     one trajectory's processes could hold ~2.1 M (files mapped, then closed). Only where
@@ -168,8 +183,14 @@ def file_table(needed: int, *, may_raise: bool, read: Callable[[str], int | None
     current = read(FILE_MAX)
     if current is None or current >= needed:
         return None, None
-    why = (f"left as it is; a root service started with raise_file_max=True ({RAISE_FILE_MAX}=1) "
-           "raises it itself") if not may_raise else None
+    why = (
+        (
+            f"left as it is; a root service started with raise_file_max=True ({RAISE_FILE_MAX}=1) "
+            "raises it itself"
+        )
+        if not may_raise
+        else None
+    )
     if may_raise:
         try:
             write(FILE_MAX, FILE_MAX_RAISED)
@@ -178,13 +199,17 @@ def file_table(needed: int, *, may_raise: bool, read: Callable[[str], int | None
         else:
             now = read(FILE_MAX)
             if now is not None and now >= needed:
-                return (f"raised the host's fs.file-max from {current:,} to {now:,} (raise_file_max: the kernel's file "
-                        f"table is host-wide, trajectories could hold {needed:,} files; each is charged to its memory "
-                        "cgroup, which now bounds them; it stays raised after the service)"), None
+                return (
+                    f"raised the host's fs.file-max from {current:,} to {now:,} (raise_file_max: the kernel's file "
+                    f"table is host-wide, trajectories could hold {needed:,} files; each is charged to its memory "
+                    "cgroup, which now bounds them; it stays raised after the service)"
+                ), None
             why = f"fs.file-max is still {now} after writing {FILE_MAX_RAISED}"
-    return None, (f"fs.file-max is {current:,}, and trajectories could hold {needed:,} files (mapped, then "
-                  "closed): past it every unprivileged process on the host gets ENFILE; to raise it run "
-                  f"`sysctl -w fs.file-max={FILE_MAX_RAISED}` as root (and set it in /etc/sysctl.d) ({why})")
+    return None, (
+        f"fs.file-max is {current:,}, and trajectories could hold {needed:,} files (mapped, then "
+        "closed): past it every unprivileged process on the host gets ENFILE; to raise it run "
+        f"`sysctl -w fs.file-max={FILE_MAX_RAISED}` as root (and set it in /etc/sysctl.d) ({why})"
+    )
 
 
 def may_raise_file_max(requested: bool | None) -> bool:

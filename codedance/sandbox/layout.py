@@ -52,8 +52,17 @@ class Limits:
     recovery_s: float = 10.0  # after the timeout, the most time a failed step's clean-up may take
 
     def __post_init__(self):
-        for name in ("memory", "processes", "file_size", "open_files", "workdir_bytes", "workdir_files",
-                     "max_pixels", "max_image_bytes", "max_message"):
+        for name in (
+            "memory",
+            "processes",
+            "file_size",
+            "open_files",
+            "workdir_bytes",
+            "workdir_files",
+            "max_pixels",
+            "max_image_bytes",
+            "max_message",
+        ):
             _check_count(name, getattr(self, name), minimum=1)
         for name in ("max_images", "output_head", "output_tail", "error_chars"):
             _check_count(name, getattr(self, name), minimum=0)
@@ -68,7 +77,9 @@ def _check_count(name: str, value, minimum: int) -> None:
         raise ValueError(f"Limits.{name} must be an int >= {minimum}, got {value!r}")
 
 
-MAX_SECONDS = 7 * 24 * 3600  # the longest timeout taken: every wait below stays within poll()'s int milliseconds
+MAX_SECONDS = (
+    7 * 24 * 3600
+)  # the longest timeout taken: every wait below stays within poll()'s int milliseconds
 
 
 def seconds(name: str, value) -> float:
@@ -82,7 +93,12 @@ def seconds(name: str, value) -> float:
 def positive_finite(name: str, value) -> float:
     """``value`` as a float if it is a finite number above 0 (NaN and infinity are refused:
     deadlines and quotas are computed from it), else ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise ValueError(f"{name} must be a finite number above 0, got {value!r}")
     return float(value)
 
@@ -100,7 +116,9 @@ class TrajectoryDirs:
         return frozenset(self.images) if self.owner else frozenset()
 
 
-def prepare(root: str, images: list[ImageInput], uid: int | None, inputs_dir: str | None = None) -> TrajectoryDirs:
+def prepare(
+    root: str, images: list[ImageInput], uid: int | None, inputs_dir: str | None = None
+) -> TrajectoryDirs:
     """Create ``root`` and its layout, write the input images, set owners and modes.
 
     With ``inputs_dir`` (and a uid of its own) the images are written there (a directory the jail
@@ -133,8 +151,14 @@ def prepare(root: str, images: list[ImageInput], uid: int | None, inputs_dir: st
 
 def holder_request(dirs: TrajectoryDirs, uid: int | None, limits: Limits) -> dict:
     """What the zygote needs to fork this trajectory's holder (sent as JSON)."""
-    env = {**SINGLE_THREADED, "MPLBACKEND": "Agg", "HOME": dirs.workdir,
-           "TMPDIR": os.path.join(dirs.workdir, ".tmp"), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    env = {
+        **SINGLE_THREADED,
+        "MPLBACKEND": "Agg",
+        "HOME": dirs.workdir,
+        "TMPDIR": os.path.join(dirs.workdir, ".tmp"),
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+    }
     return {
         "id": os.path.basename(dirs.root), "uid": uid, "gid": uid,
         "workdir": dirs.workdir, "images": list(dirs.images), "env": env,

@@ -56,7 +56,9 @@ def _try_lock(path: str) -> int | None:
     """An open descriptor holding an exclusive lock on ``path``, or None if someone holds it."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    except OSError:  # a directory, a symlink or someone else's file in its place: not a lock of ours
+    except (
+        OSError
+    ):  # a directory, a symlink or someone else's file in its place: not a lock of ours
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -97,8 +99,13 @@ def recorded_groups(fd: int, name: str) -> list[str] | None:
     other line is ignored. Does not check that a path is a cgroup: only root writes such a file,
     and removing a group of the service's name is all the sweep does there."""
     info = os.fstat(fd)
-    if (not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_uid != os.geteuid()
-            or info.st_mode & 0o022 or info.st_size > _RECORD_MAX):
+    if (
+        not stat.S_ISREG(info.st_mode)
+        or info.st_nlink != 1
+        or info.st_uid != os.geteuid()
+        or info.st_mode & 0o022
+        or info.st_size > _RECORD_MAX
+    ):
         return None
     found = []
     root = CGROUP_ROOT.rstrip("/") + "/"
@@ -107,8 +114,13 @@ def recorded_groups(fd: int, name: str) -> list[str] | None:
             path = raw.decode()
         except UnicodeDecodeError:
             continue
-        if (path.startswith(root) and os.path.normpath(path) == path and os.path.basename(path) == name
-                and "\0" not in path and os.path.realpath(path) == path):
+        if (
+            path.startswith(root)
+            and os.path.normpath(path) == path
+            and os.path.basename(path) == name
+            and "\0" not in path
+            and os.path.realpath(path) == path
+        ):
             found.append(path)
     return list(dict.fromkeys(found)) or None
 
@@ -128,8 +140,10 @@ def claim_uid_block() -> tuple[int, int]:
     os.makedirs(directory, mode=0o700, exist_ok=True)
     info = os.lstat(directory)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
-        raise RuntimeError(f"{directory} is not a private directory of this user; remove it "
-                           "(someone else could hold or delete its uid-block locks)")
+        raise RuntimeError(
+            f"{directory} is not a private directory of this user; remove it "
+            "(someone else could hold or delete its uid-block locks)"
+        )
     start = secrets.randbelow(UID_BLOCKS)
     for offset in range(UID_BLOCKS):
         block = (start + offset) % UID_BLOCKS

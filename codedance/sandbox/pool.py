@@ -30,8 +30,14 @@ from codedance.sandbox.service import URL_ENV, SandboxService
 class SandboxPool:
     """Creates sandboxes on a private service; closing the pool closes all of them."""
 
-    def __new__(cls, *, service: SandboxService | None = None, url: str | None = None,
-                token: str | None = None, **options):
+    def __new__(
+        cls,
+        *,
+        service: SandboxService | None = None,
+        url: str | None = None,
+        token: str | None = None,
+        **options,
+    ):
         """A `RemotePool` on the sandbox service at ``url`` (default: ``CODEDANCE_SANDBOX_URL``
         when no ``service`` is given); otherwise a pool on a service of this process."""
         url = url or (os.environ.get(URL_ENV) if service is None else None)
@@ -41,8 +47,15 @@ class SandboxPool:
             return RemotePool(url=url, token=token, **options)
         return super().__new__(cls)
 
-    def __init__(self, *, max_running: int | None = None, service: SandboxService | None = None,
-                 url: str | None = None, token: str | None = None, **sandbox_defaults):
+    def __init__(
+        self,
+        *,
+        max_running: int | None = None,
+        service: SandboxService | None = None,
+        url: str | None = None,
+        token: str | None = None,
+        **sandbox_defaults,
+    ):
         self.max_running = max_running or os.cpu_count() or 1
         self.service = service or SandboxService()
         self._owns_service = service is None

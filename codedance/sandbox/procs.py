@@ -116,7 +116,9 @@ def open_inodes(pid: int, device: int) -> set[int]:
                     found.add(info.st_ino)
     with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/maps", "rb") as maps:
         for line in maps:
-            fields = line.split(None, 5)  # address, permissions, offset, device (hex major:minor), inode
+            fields = line.split(
+                None, 5
+            )  # address, permissions, offset, device (hex major:minor), inode
             if len(fields) >= 5 and fields[4] != b"0":
                 major, _, minor = fields[3].partition(b":")
                 if os.makedev(int(major, 16), int(minor, 16)) == device:

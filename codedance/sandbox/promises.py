@@ -46,17 +46,26 @@ def _private_workdir(h: Host) -> Verdict:
     if h.root:
         return Verdict(HOLDS, "a uid per trajectory; its directories shut to the others")
     if h.private_views:
-        return Verdict(HOLDS, "a user and mount namespace per trajectory: no other working directory in its view")
+        return Verdict(
+            HOLDS,
+            "a user and mount namespace per trajectory: no other working directory in its view",
+        )
     if h.namespaces:
-        return Verdict(NO, "trajectories share the controller's uid and one mount view: nested user namespaces refused")
+        return Verdict(
+            NO,
+            "trajectories share the controller's uid and one mount view: nested user namespaces refused",
+        )
     return Verdict(NO, "trajectories share the controller's uid and the host's file system")
 
 
 def _atomic(h: Host) -> Verdict:
     if h.cgroups:
         return Verdict(HOLDS)
-    return Verdict(BOUNDED, "no freezer: a holder patched by a committed step can race its own rollback, "
-                   "inside its own working directory only")
+    return Verdict(
+        BOUNDED,
+        "no freezer: a holder patched by a committed step can race its own rollback, "
+        "inside its own working directory only",
+    )
 
 
 def _reaped(h: Host) -> Verdict:
@@ -67,7 +76,9 @@ def _reaped(h: Host) -> Verdict:
 
 def _denied(h: Host) -> Verdict:
     if not h.seccomp:
-        return Verdict(NO, "no seccomp filter: snippets can start programs, and without the jail open sockets")
+        return Verdict(
+            NO, "no seccomp filter: snippets can start programs, and without the jail open sockets"
+        )
     if not h.cgroups:
         return Verdict(BOUNDED, "memory bounded by the address-space rlimit only")
     return Verdict(HOLDS)
@@ -75,11 +86,17 @@ def _denied(h: Host) -> Verdict:
 
 def _independent(h: Host) -> Verdict:
     if not (h.root or h.seccomp):
-        return Verdict(BOUNDED, "trajectories share a uid and no seccomp filter refuses it: a step can lower any "
-                       "jailed process's CPU priority, affinity or scheduling class, a neighbour's toward its timeout")
+        return Verdict(
+            BOUNDED,
+            "trajectories share a uid and no seccomp filter refuses it: a step can lower any "
+            "jailed process's CPU priority, affinity or scheduling class, a neighbour's toward its timeout",
+        )
     if not h.tmpfs:
-        return Verdict(BOUNDED, "trajectories share the controller's temporary file system: a step that fills it "
-                       "makes a neighbour's next commit fail, and that neighbour's state is lost")
+        return Verdict(
+            BOUNDED,
+            "trajectories share the controller's temporary file system: a step that fills it "
+            "makes a neighbour's next commit fail, and that neighbour's state is lost",
+        )
     return Verdict(HOLDS)  # the filter refuses scheduling any process but the caller
 
 
@@ -88,7 +105,9 @@ def _memory(h: Host) -> Verdict:
         return Verdict(HOLDS, "Limits.memory, files written included")
     if h.cgroups:
         return Verdict(BOUNDED, "Limits.memory; files go to disk, bounded at each commit")
-    return Verdict(BOUNDED, "the address-space rlimit only; files go to disk, bounded at each commit")
+    return Verdict(
+        BOUNDED, "the address-space rlimit only; files go to disk, bounded at each commit"
+    )
 
 
 def _processes(h: Host) -> Verdict:
@@ -105,32 +124,48 @@ def _who_pays(h: Host) -> Verdict:
     if h.arbiter:
         return Verdict(HOLDS)
     if h.cgroups:
-        return Verdict(NO, "the kernel's OOM killer chooses, a neighbour's holder possibly; keep memory_total "
-                       ">= Limits.memory x live trajectories")
+        return Verdict(
+            NO,
+            "the kernel's OOM killer chooses, a neighbour's holder possibly; keep memory_total "
+            ">= Limits.memory x live trajectories",
+        )
     return Verdict(NO, "no memory_total: the host's OOM killer chooses")
 
 
 def _files_are_memory(h: Host) -> Verdict:
     if h.tmpfs and h.cgroups:
         return Verdict(HOLDS)
-    return Verdict(BOUNDED, "working directories on disk: a step writes there until its commit is refused"
-                   "; each file at most Limits.file_size")
+    return Verdict(
+        BOUNDED,
+        "working directories on disk: a step writes there until its commit is refused"
+        "; each file at most Limits.file_size",
+    )
 
 
 def _processes_hidden(h: Host) -> Verdict:
     if h.processes_hidden:
-        return Verdict(BOUNDED, "pids can still be probed with getsid or getpgid; nothing can be done to them")
+        return Verdict(
+            BOUNDED, "pids can still be probed with getsid or getpgid; nothing can be done to them"
+        )
     where = "one /proc for the jail" if h.namespaces else "the host's /proc"
     if h.root or h.private_views:
-        return Verdict(NO, f"{where} lists every trajectory's processes; their root, cwd, fds and memory stay "
-                       "closed by separate uids or user namespaces")
-    return Verdict(NO, f"{where} lists every process; trajectories share a uid, so each reads the others' entries")
+        return Verdict(
+            NO,
+            f"{where} lists every trajectory's processes; their root, cwd, fds and memory stay "
+            "closed by separate uids or user namespaces",
+        )
+    return Verdict(
+        NO,
+        f"{where} lists every process; trajectories share a uid, so each reads the others' entries",
+    )
 
 
 def _idle_frozen(h: Host) -> Verdict:
     if h.cgroups:
         return Verdict(HOLDS)
-    return Verdict(NO, "no freezer: a holder patched by a committed step keeps running between steps")
+    return Verdict(
+        NO, "no freezer: a holder patched by a committed step keeps running between steps"
+    )
 
 
 # (key, the promise, the check that tests it (``checks.CHECKS`` number) or None, its rule)
@@ -147,7 +182,12 @@ PROMISES = (
     ("memory", "memory bounded per trajectory", None, _memory),
     ("processes", "processes bounded per trajectory", None, _processes),
     ("who_pays", "memory_total full: the trajectory that grew most pays", None, _who_pays),
-    ("files_memory", "files written are memory (a step cannot fill the disk)", None, _files_are_memory),
+    (
+        "files_memory",
+        "files written are memory (a step cannot fill the disk)",
+        None,
+        _files_are_memory,
+    ),
     ("idle_frozen", "nothing of a trajectory runs between steps", None, _idle_frozen),
     ("processes_hidden", "other trajectories' processes not listed", None, _processes_hidden),
 )
@@ -180,7 +220,9 @@ COLUMNS = (
                                                              seccomp=True, cgroups=None, arbiter=False,
                                                              tmpfs=False, processes_hidden=False)),
 )  # fmt: skip
-SERVICE_COLUMN = "through `codedance sandbox serve`"  # the host's root controller, for clients of other uids
+SERVICE_COLUMN = (
+    "through `codedance sandbox serve`"  # the host's root controller, for clients of other uids
+)
 
 
 def service_cell(check: int | None) -> str:

@@ -55,7 +55,8 @@ READ_CHUNK = 1 << 20
 # (EPERM, at the sender's sendmsg) every SCM_RIGHTS sent to the socket. Alpha, MIPS, PA-RISC and
 # SPARC number their socket options differently: not set there.
 SO_PASSRIGHTS = getattr(socket, "SO_PASSRIGHTS", None) or (
-    None if platform.machine().startswith(("alpha", "mips", "parisc", "sparc")) else 83)
+    None if platform.machine().startswith(("alpha", "mips", "parisc", "sparc")) else 83
+)
 
 
 class ProtocolError(Exception):
@@ -125,15 +126,24 @@ def header_bytes(message: bytes) -> int:
     return _HEADER.unpack_from(message)[0]
 
 
-def send(sock: socket.socket, body: dict, blobs: tuple[bytes, ...] | list[bytes] = (),
-         deadline: float | None = None, interrupt_fd: int | None = None) -> None:
+def send(
+    sock: socket.socket,
+    body: dict,
+    blobs: tuple[bytes, ...] | list[bytes] = (),
+    deadline: float | None = None,
+    interrupt_fd: int | None = None,
+) -> None:
     """Send one message whole, by ``deadline`` (`SendTimeout`), on a blocking or non-blocking
     socket; a wait ends with `Interrupted` as soon as ``interrupt_fd`` turns readable."""
     send_encoded(sock, encode(body, blobs), deadline, interrupt_fd)
 
 
-def send_encoded(sock: socket.socket, message: bytes, deadline: float | None = None,
-                 interrupt_fd: int | None = None) -> None:
+def send_encoded(
+    sock: socket.socket,
+    message: bytes,
+    deadline: float | None = None,
+    interrupt_fd: int | None = None,
+) -> None:
     """`send` for a message already encoded (`encode`)."""
     data = memoryview(message)
     poller = select.poll()
@@ -204,8 +214,15 @@ class Reader:
     readable (another thread's way to stop a blocked receive without closing the socket).
     """
 
-    def __init__(self, sock: socket.socket, *, max_bytes: int, with_credentials: bool = False,
-                 interrupt_fd: int | None = None, budget: Callable[[int | None], int] | None = None):
+    def __init__(
+        self,
+        sock: socket.socket,
+        *,
+        max_bytes: int,
+        with_credentials: bool = False,
+        interrupt_fd: int | None = None,
+        budget: Callable[[int | None], int] | None = None,
+    ):
         self.sock = sock
         self.interrupt_fd = interrupt_fd
         self.max_bytes = max_bytes
@@ -213,7 +230,9 @@ class Reader:
         self.budget = budget or (lambda _pid: max_bytes)
         self.dropped_bytes = 0
         self._buffers: dict[int | None, bytearray] = {}
-        self._headers: dict[int | None, tuple[dict, int]] = {}  # parsed, awaiting blobs: (header, total)
+        self._headers: dict[
+            int | None, tuple[dict, int]
+        ] = {}  # parsed, awaiting blobs: (header, total)
         self._ignored: set[int | None] = set()
         if with_credentials:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
@@ -232,7 +251,11 @@ class Reader:
                     return message
             if deadline is not None and time.monotonic() > deadline:
                 raise ReceiveTimeout("no message within the deadline")
-            watched = (self.sock.fileno(),) if self.interrupt_fd is None else (self.sock.fileno(), self.interrupt_fd)
+            watched = (
+                (self.sock.fileno(),)
+                if self.interrupt_fd is None
+                else (self.sock.fileno(), self.interrupt_fd)
+            )
             ready = wait_any(watched, deadline)
             if not ready:
                 raise ReceiveTimeout("no message within the deadline")
@@ -346,7 +369,9 @@ def _text(value: object, what: str, limit: int) -> str:
     if len(value) > limit:
         raise ValueError(f"{what} has {len(value)} characters, over its bound of {limit}")
     try:
-        value.encode("utf-8")  # JSON escapes can carry lone surrogates, which nothing downstream can write
+        value.encode(
+            "utf-8"
+        )  # JSON escapes can carry lone surrogates, which nothing downstream can write
     except UnicodeEncodeError:
         raise ValueError(f"{what} is not valid Unicode (a lone surrogate)") from None
     return value
@@ -358,7 +383,9 @@ def parse_result(message: Message, limits) -> ExecResult:
     try:
         return _parse_result(message, limits)
     except (ValueError, TypeError, KeyError) as exc:
-        raise BadMessage(message.sender_pid, f"the step's result broke the protocol: {exc}") from None
+        raise BadMessage(
+            message.sender_pid, f"the step's result broke the protocol: {exc}"
+        ) from None
 
 
 def _parse_result(message: Message, limits) -> ExecResult:
@@ -366,7 +393,9 @@ def _parse_result(message: Message, limits) -> ExecResult:
     if set(body) - _RESULT_KEYS:
         raise ValueError(f"unknown fields {sorted(set(body) - _RESULT_KEYS)[:5]}")
     status = _STEP_STATUSES[_text(body.get("status"), "status", 20)]
-    stream_chars = limits.output_head + limits.output_tail + 200  # the head, the tail and the cut marker
+    stream_chars = (
+        limits.output_head + limits.output_tail + 200
+    )  # the head, the tail and the cut marker
     stdout = _text(body.get("stdout", ""), "stdout", stream_chars)
     stderr = _text(body.get("stderr", ""), "stderr", stream_chars)
     notes = body.get("notes", [])
@@ -374,7 +403,9 @@ def _parse_result(message: Message, limits) -> ExecResult:
         raise ValueError("notes is not a short list")
     notes = tuple(_text(note, "a note", NOTE_CHARS) for note in notes)
     error = _parse_error(body.get("error"), limits.error_chars)
-    executed_nothing = body.get("executed_nothing", False)  # only for a snippet the controller does not parse
+    executed_nothing = body.get(
+        "executed_nothing", False
+    )  # only for a snippet the controller does not parse
     if type(executed_nothing) is not bool:
         raise ValueError("executed_nothing is not a boolean")
     meta = body.get("images", [])
@@ -391,11 +422,20 @@ def _parse_result(message: Message, limits) -> ExecResult:
         check_png_structure(blob)
         width, height = png_size(blob)
         if not (0 < width and 0 < height and width * height <= limits.max_pixels):
-            raise ValueError(f"an image of {width}x{height} pixels is over the limit of {limits.max_pixels}")
+            raise ValueError(
+                f"an image of {width}x{height} pixels is over the limit of {limits.max_pixels}"
+            )
         images.append(Image(png=blob, origin=_text(item.get("source", ""), "an image's source", NOTE_CHARS),
                             width=width, height=height))  # fmt: skip
-    return ExecResult(status=status, stdout=stdout, stderr=stderr, error=error, images=tuple(images), notes=notes,
-                      executed_nothing=executed_nothing)
+    return ExecResult(
+        status=status,
+        stdout=stdout,
+        stderr=stderr,
+        error=error,
+        images=tuple(images),
+        notes=notes,
+        executed_nothing=executed_nothing,
+    )
 
 
 def check_png_structure(data: bytes) -> None:
@@ -413,13 +453,22 @@ def check_png_structure(data: bytes) -> None:
         (length,) = _HEADER.unpack_from(data, offset)
         kind = data[offset + 4 : offset + 8]
         end = offset + 8 + length
-        if end + 4 > len(data) or zlib.crc32(data[offset + 4 : end]) != _HEADER.unpack_from(data, end)[0]:
+        if (
+            end + 4 > len(data)
+            or zlib.crc32(data[offset + 4 : end]) != _HEADER.unpack_from(data, end)[0]
+        ):
             raise ValueError("a PNG chunk is cut short or fails its CRC")
         kinds.append(kind)
         offset = end + 4
         if kind == b"IEND":
             break
-    if not kinds or kinds[0] != b"IHDR" or kinds[-1] != b"IEND" or b"IDAT" not in kinds or offset != len(data):
+    if (
+        not kinds
+        or kinds[0] != b"IHDR"
+        or kinds[-1] != b"IEND"
+        or b"IDAT" not in kinds
+        or offset != len(data)
+    ):
         raise ValueError("not a well-formed PNG (IHDR first, IDAT, IEND last)")
 
 
@@ -433,7 +482,12 @@ def _parse_error(error: object, error_chars: int) -> ExecError | None:
         raise ValueError("the error's frames are not a short list")
     parsed = []
     for frame in frames:
-        if not (isinstance(frame, list) and len(frame) == 2 and type(frame[0]) is int and abs(frame[0]) < 1 << 31):
+        if not (
+            isinstance(frame, list)
+            and len(frame) == 2
+            and type(frame[0]) is int
+            and abs(frame[0]) < 1 << 31
+        ):
             raise ValueError("an error frame is not [line, source]")
         parsed.append((frame[0], _text(frame[1], "an error frame", NOTE_CHARS)))
     return ExecError(type=_text(error.get("type"), "the error's type", ERROR_TYPE_CHARS),

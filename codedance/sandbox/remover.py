@@ -66,7 +66,9 @@ class Remover:
     def _start(self) -> None:
         with self._start_lock:
             if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="codedance-remover", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._loop, name="codedance-remover", daemon=True
+                )
                 self._thread.start()
 
     def _loop(self) -> None:

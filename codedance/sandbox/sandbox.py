@@ -71,17 +71,25 @@ from codedance.sandbox.trajectory_memory import TrajectoryMemory
 from codedance.types import ExecResult, ExecStatus
 
 HOLDER_MESSAGE_BYTES = 64 << 10  # a holder only ever says "ready" and "step_done"
-NEWCOMER_MESSAGE_BYTES = 512  # a spare's announcement (the holder's "ready" is read with the holder's budget)
+NEWCOMER_MESSAGE_BYTES = (
+    512  # a spare's announcement (the holder's "ready" is read with the holder's budget)
+)
 MAX_NEWCOMERS = 32  # unknown senders buffered at once while a step is awaited; more are dropped
 STEP_OOM_SCORE_ADJ = 1000  # the OOM killer's first choice
 UNKNOWN_STEP_LOOK_S = 0.05  # between two kills of a failed step not yet known by its pid (`_fail`)
 ROLLED_BACK = "state rolled back to before this step"
-OWED_TO_ROLLBACK = ("the service's memory (memory_total) is owed to a neighbour's step that freed its own committed "
-                    "files and may need them back: what this step grew could not be committed now")
-MEMORY_VICTIM = ("the service's memory (memory_total) ran out while this step ran, and the arbiter chose "
-                 "this trajectory (the largest growth since its last committed step, or the only step "
-                 "that could give memory back): the step was stopped")
-REPLACED_EXIT_WAIT_S = 1.0  # how long a step waits, before its code is sent, for the holder it replaces to exit
+OWED_TO_ROLLBACK = (
+    "the service's memory (memory_total) is owed to a neighbour's step that freed its own committed "
+    "files and may need them back: what this step grew could not be committed now"
+)
+MEMORY_VICTIM = (
+    "the service's memory (memory_total) ran out while this step ran, and the arbiter chose "
+    "this trajectory (the largest growth since its last committed step, or the only step "
+    "that could give memory back): the step was stopped"
+)
+REPLACED_EXIT_WAIT_S = (
+    1.0  # how long a step waits, before its code is sent, for the holder it replaces to exit
+)
 DYING_GRACE_S = 1.0  # how long the idle freezer waits for a replaced holder to exit before freezing
 
 
@@ -105,8 +113,14 @@ class Sandbox:
     '42\\n'
     """
 
-    def __new__(cls, images: Iterable[ImageInput] = (), *, service: SandboxService | None = None,
-                url: str | None = None, **options):
+    def __new__(
+        cls,
+        images: Iterable[ImageInput] = (),
+        *,
+        service: SandboxService | None = None,
+        url: str | None = None,
+        **options,
+    ):
         """A `RemoteSandbox` in the sandbox service at ``url`` (default: ``CODEDANCE_SANDBOX_URL``
         when no ``service`` is given); otherwise a sandbox of this process's own service."""
         url = url or (os.environ.get(URL_ENV) if service is None else None)
@@ -116,10 +130,18 @@ class Sandbox:
             return RemoteSandbox(images, url=url, **options)
         return super().__new__(cls)
 
-    def __init__(self, images: Iterable[ImageInput] = (), *, timeout_s: float = 15.0,
-                 limits: Limits | None = None, require: str | tuple[str, ...] | None = None,
-                 service: SandboxService | None = None, executor: Executor | None = None,
-                 start_timeout_s: float = 30.0, url: str | None = None):
+    def __init__(
+        self,
+        images: Iterable[ImageInput] = (),
+        *,
+        timeout_s: float = 15.0,
+        limits: Limits | None = None,
+        require: str | tuple[str, ...] | None = None,
+        service: SandboxService | None = None,
+        executor: Executor | None = None,
+        start_timeout_s: float = 30.0,
+        url: str | None = None,
+    ):
         self.timeout_s = seconds("timeout_s", timeout_s)
         seconds("start_timeout_s", start_timeout_s)
         self.limits = limits or Limits()
@@ -145,10 +167,14 @@ class Sandbox:
         self._step_phase = "idle"  # "started" (a step's processes may be stopped), "answered"
         self.runs = 0  # how many `run` calls have started (the arbiter acts once per run)
         self._memory = TrajectoryMemory()  # its growth since the last committed step answered
-        self._dying: dict[int, int] = {}  # replaced holders, killed, not yet seen gone: pid -> pidfd
+        self._dying: dict[
+            int, int
+        ] = {}  # replaced holders, killed, not yet seen gone: pid -> pidfd
         self._awaiting_new_process = True  # the holder's "ready" or a spare's announcement may come
         self._recovery_deadline = 0.0
-        self._holder_oom_score_adj = 0  # procs.HOLDER_OOM_SCORE_ADJ where allowed and a memory cgroup bounds it
+        self._holder_oom_score_adj = (
+            0  # procs.HOLDER_OOM_SCORE_ADJ where allowed and a memory cgroup bounds it
+        )
         self._idle_since = 0.0  # when the last run ended (time.monotonic)
         self._idle_frozen = False
         self.freeze_pending = False  # the service's idle freezer holds an entry for this sandbox
@@ -184,8 +210,12 @@ class Sandbox:
         )  # fmt: skip
         self._files.stop = lambda: self._closed  # a closing sandbox's walk stops (`_Closing`)
         if self.service.cgroup_layout is not None:
-            self._cgroup = TrajectoryCgroup(self.service.cgroup_layout, memory_bytes=self.limits.memory,
-                                            max_processes=self.limits.processes, cpus=self.limits.cpus)
+            self._cgroup = TrajectoryCgroup(
+                self.service.cgroup_layout,
+                memory_bytes=self.limits.memory,
+                max_processes=self.limits.processes,
+                cpus=self.limits.cpus,
+            )
             self._memory.cgroup = self._cgroup
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         ours.setblocking(False)  # every send and receive has a deadline
@@ -193,8 +223,13 @@ class Sandbox:
         protocol.refuse_passed_descriptors(ours)
         self._conn = ours
         self._interrupt = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
-        self._reader = protocol.Reader(ours, max_bytes=self.limits.max_message, with_credentials=True,
-                                       interrupt_fd=self._interrupt, budget=self._budget)
+        self._reader = protocol.Reader(
+            ours,
+            max_bytes=self.limits.max_message,
+            with_credentials=True,
+            interrupt_fd=self._interrupt,
+            budget=self._budget,
+        )
         request = layout.holder_request(dirs, self.uid, self.limits)
         try:
             self.service.spawn(request, theirs)
@@ -215,9 +250,13 @@ class Sandbox:
             self._cgroup.add(self._holder_pid)
             # never the OOM victim where it is allowed (root with CAP_SYS_RESOURCE) and safe (its
             # memory is bounded by memory_total)
-            if procs.set_oom_score_adj(self._holder_pid, procs.HOLDER_OOM_SCORE_ADJ, self._holder_pidfd):
+            if procs.set_oom_score_adj(
+                self._holder_pid, procs.HOLDER_OOM_SCORE_ADJ, self._holder_pidfd
+            ):
                 self._holder_oom_score_adj = procs.HOLDER_OOM_SCORE_ADJ
-        if not self._resume(time.monotonic() + start_timeout_s):  # the holder forks its first spare only now
+        if not self._resume(
+            time.monotonic() + start_timeout_s
+        ):  # the holder forks its first spare only now
             raise ServiceError("the sandbox's holder exited right after starting")
         self._memory.set_mark()
         layers = ready.body.get("layers", {})
@@ -264,8 +303,10 @@ class Sandbox:
             if protocol.header_bytes(request) > protocol.MAX_HEADER_BYTES:  # model output is the
                 # input here: a result, not an exception
                 size = len(code.encode("utf-8"))
-                note = (f"the code was not run: it is {size:,} bytes as UTF-8 and a step's request (the code "
-                        f"JSON-escaped) takes at most {protocol.MAX_HEADER_BYTES:,}; split it into smaller steps")
+                note = (
+                    f"the code was not run: it is {size:,} bytes as UTF-8 and a step's request (the code "
+                    f"JSON-escaped) takes at most {protocol.MAX_HEADER_BYTES:,}; split it into smaller steps"
+                )
                 return ExecResult(status=ExecStatus.REFUSED, notes=(note,), rolled_back=True)
             started = time.monotonic()
             self._wake_from_idle()
@@ -283,8 +324,14 @@ class Sandbox:
             self._lower_mark()
             # a long snippet is parsed by its step, not here (`CONTROLLER_PARSE_CHARS`): the step's
             # word counts only for its own trajectory's reward, which a patched holder can fake anyway
-            nothing = executes_nothing(code) if len(code) <= CONTROLLER_PARSE_CHARS else result.executed_nothing
-            result = replace(result, duration_s=time.monotonic() - started, executed_nothing=nothing)
+            nothing = (
+                executes_nothing(code)
+                if len(code) <= CONTROLLER_PARSE_CHARS
+                else result.executed_nothing
+            )
+            result = replace(
+                result, duration_s=time.monotonic() - started, executed_nothing=nothing
+            )
             self._idle_since = time.monotonic()
             if self._cgroup is not None and self._cgroup.can_freeze and self._lost is None:
                 self.service.idle_freezer.schedule(self)
@@ -381,12 +428,16 @@ class Sandbox:
                 growth = self.memory_growth()
                 if growth is None or growth <= idle_past:
                     return "no"
-                self._lose(f"its memory grew by {growth >> 20} MiB outside any step while the service's "
-                           "memory (memory_total) ran out (only a holder patched by a committed step does that)")
+                self._lose(
+                    f"its memory grew by {growth >> 20} MiB outside any step while the service's "
+                    "memory (memory_total) ran out (only a holder patched by a committed step does that)"
+                )
                 return "stopped"
             finally:
                 self._lock.release()
-        with self._step_lock:  # every process but the holder (a step's children in any process group)
+        with (
+            self._step_lock
+        ):  # every process but the holder (a step's children in any process group)
             if whole_trajectory:
                 self._memory.victim = self._memory.escalated = True
                 # its restore may have frozen it, and on v1 a frozen process acts on SIGKILL only
@@ -417,16 +468,22 @@ class Sandbox:
         if self._memory.escalated:
             # (`_lose` hands its files to the remover at once: left charged until close(),
             # neighbours' writes and forks would fail)
-            return self._lose("the trajectory went on holding memory after its step was stopped for the "
-                              "service's memory (its holder, or a process its step left, kept it)")
+            return self._lose(
+                "the trajectory went on holding memory after its step was stopped for the "
+                "service's memory (its holder, or a process its step left, kept it)"
+            )
         if self._lost is not None or not result.rolled_back:
             return result
         growth = self.memory_growth()
         if growth is not None and growth > SLACK_BYTES:
-            return self._lose(f"after its step was stopped for the service's memory and rolled back, the "
-                              f"trajectory still held {growth >> 20} MiB more than after its last commit "
-                              "(its holder, or a process its step left, kept it)")
-        notes = tuple(note for note in result.notes if not note.startswith("the step's process died of"))
+            return self._lose(
+                f"after its step was stopped for the service's memory and rolled back, the "
+                f"trajectory still held {growth >> 20} MiB more than after its last commit "
+                "(its holder, or a process its step left, kept it)"
+            )
+        notes = tuple(
+            note for note in result.notes if not note.startswith("the step's process died of")
+        )
         return replace(result, status=ExecStatus.OOM, notes=(MEMORY_VICTIM, *notes))
 
     def _wake_from_idle(self) -> None:
@@ -436,7 +493,9 @@ class Sandbox:
 
     async def arun(self, code: str, timeout_s: float | None = None) -> ExecResult:
         """`run` without blocking the event loop (in the pool's bounded executor when there is one)."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor_now(), self.run, code, timeout_s)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor_now(), self.run, code, timeout_s
+        )
 
     def _executor_now(self) -> Executor | None:
         """The pool's bounded executor, or the loop's default once this sandbox is closing: a
@@ -450,12 +509,16 @@ class Sandbox:
             return self._step(request, deadline, timeout)
         except _Closing:
             self._kill_step()
-            return ExecResult(status=ExecStatus.CRASHED, notes=("the sandbox was closed while this step ran",))
+            return ExecResult(
+                status=ExecStatus.CRASHED, notes=("the sandbox was closed while this step ran",)
+            )
         except _Lost as lost:
             return self._lose(str(lost))
         except Exception as exc:  # noqa: BLE001 - after close() released the descriptors, or a bug
             if self._closed:
-                return ExecResult(status=ExecStatus.CRASHED, notes=("the sandbox was closed while this step ran",))
+                return ExecResult(
+                    status=ExecStatus.CRASHED, notes=("the sandbox was closed while this step ran",)
+                )
             return self._lose(f"the controller failed: {type(exc).__name__}: {exc}")
         finally:
             self._forget_step()
@@ -477,7 +540,9 @@ class Sandbox:
             except (protocol.PeerClosed, OSError) as exc:
                 raise _Lost(f"the sandbox's holder process is gone ({exc})") from None
             if message.sender_pid == self._holder_pid and message.op != "step_done":
-                raise _Lost(f"the holder process sent an unexpected {str(message.op)[:40]!r} message")
+                raise _Lost(
+                    f"the holder process sent an unexpected {str(message.op)[:40]!r} message"
+                )
             return message
 
     def _receive_spare(self, deadline: float) -> protocol.Message:
@@ -507,7 +572,9 @@ class Sandbox:
             return self._after_crash(message)  # the spare died before it started
         with self._step_lock:
             self._step_pid = message.sender_pid
-            self._step_pidfd = procs.open_pidfd(self._step_pid)  # None: already dead; the holder says how
+            self._step_pidfd = procs.open_pidfd(
+                self._step_pid
+            )  # None: already dead; the holder says how
         if self._dying:  # a holder replaced by the last commit still exiting (its exit overlaps the
             # spare's fork, so this rarely waits): what it frees must not become credit for this step
             self._reap_dying(min(deadline, time.monotonic() + REPLACED_EXIT_WAIT_S))
@@ -517,7 +584,9 @@ class Sandbox:
         # that whatever the code forks inherits it
         procs.set_oom_score_adj(self._step_pid, STEP_OOM_SCORE_ADJ, self._step_pidfd)
         try:
-            protocol.send_encoded(self._conn, request, deadline=deadline, interrupt_fd=self._interrupt)
+            protocol.send_encoded(
+                self._conn, request, deadline=deadline, interrupt_fd=self._interrupt
+            )
         except protocol.Interrupted:
             raise _Closing() from None
         except protocol.SendTimeout:
@@ -527,9 +596,13 @@ class Sandbox:
         try:
             message = self._receive(deadline)
         except protocol.ReceiveTimeout:
-            return self._fail(ExecStatus.TIMEOUT, f"the step ran past its {timeout:g} s limit and was stopped")
+            return self._fail(
+                ExecStatus.TIMEOUT, f"the step ran past its {timeout:g} s limit and was stopped"
+            )
         except protocol.BadMessage as exc:
-            return self._fail(ExecStatus.CRASHED, f"the step's reply was malformed and refused: {exc}")
+            return self._fail(
+                ExecStatus.CRASHED, f"the step's reply was malformed and refused: {exc}"
+            )
         if message.sender_pid == self._holder_pid:
             return self._after_crash(message)
         if not self._answered():
@@ -539,9 +612,15 @@ class Sandbox:
         try:
             result = protocol.parse_result(message, self.limits)
         except protocol.BadMessage as exc:
-            return self._fail(ExecStatus.CRASHED, f"the step's reply was malformed and refused: {exc}")
+            return self._fail(
+                ExecStatus.CRASHED, f"the step's reply was malformed and refused: {exc}"
+            )
         if result.status is ExecStatus.OK and self._step_pidfd is None:
-            result = replace(result, status=ExecStatus.CRASHED, notes=result.notes + ("the step's process vanished",))
+            result = replace(
+                result,
+                status=ExecStatus.CRASHED,
+                notes=result.notes + ("the step's process vanished",),
+            )
         if result.status is not ExecStatus.OK:
             return self._fail(result.status, None, result)
         return self._try_commit(result)
@@ -562,8 +641,9 @@ class Sandbox:
         holder. A step the OOM arbiter stopped before anything of it was saved fails as oom."""
         try:
             problem = self._commit_problem()
-            if problem is None and self.service.commit_takes_what_is_owed(self, self._memory.step_growth(),
-                                                                          self._page_table_growth):
+            if problem is None and self.service.commit_takes_what_is_owed(
+                self, self._memory.step_growth(), self._page_table_growth
+            ):
                 return self._fail(ExecStatus.OOM, OWED_TO_ROLLBACK)
             if problem is None and self._claim_commit():
                 return self._commit(result)
@@ -598,12 +678,16 @@ class Sandbox:
 
     def _commit_problem(self) -> str | None:
         self._reap_dying(min(time.monotonic() + 2.0, self._recovery_deadline))
-        if self._cgroup is not None and not self._only_a_spare(self._cgroup.pids() - {self._holder_pid, self._step_pid}):
+        if self._cgroup is not None and not self._only_a_spare(
+            self._cgroup.pids() - {self._holder_pid, self._step_pid}
+        ):
             return "the step left processes running; wait for every child process before it ends"
         if procs.thread_count(self._step_pid) > 1:
             return "the step left threads running; join every thread before the step ends"
         if procs.thread_count(self._holder_pid) > 1:
-            return "the holder process runs threads (a committed step patched it); start a new sandbox"
+            return (
+                "the holder process runs threads (a committed step patched it); start a new sandbox"
+            )
         try:
             self._files.checkpoint(self._recovery_deadline, before_writing=self._freeze_to_save)
         except files.LimitExceeded as exc:
@@ -618,7 +702,9 @@ class Sandbox:
         """Whether the trajectory's processes besides the holder and the step are at most the
         step's own spare (the honest runtime forks one after its result, having checked that the
         snippet left no child; any other process refuses the commit)."""
-        return not others or (len(others) == 1 and procs.parent_pid(next(iter(others))) == self._step_pid)
+        return not others or (
+            len(others) == 1 and procs.parent_pid(next(iter(others))) == self._step_pid
+        )
 
     def _commit(self, result: ExecResult) -> ExecResult:
         """Make the step the holder: nothing is sent (it acts as the holder since its result);
@@ -632,7 +718,9 @@ class Sandbox:
         procs.set_oom_score_adj(self._holder_pid, self._holder_oom_score_adj, self._holder_pidfd)
         procs.kill_pidfd(old_pidfd)  # on cgroup v1 it dies once thawed
         self._thaw()
-        self._reader.forget(old_pid)  # whatever it still sends is dropped unread: it is a stranger now
+        self._reader.forget(
+            old_pid
+        )  # whatever it still sends is dropped unread: it is a stranger now
         self._dying[old_pid] = old_pidfd  # its exit (freeing its memory) is not waited for here
         return result
 
@@ -644,7 +732,9 @@ class Sandbox:
             if protocol.wait_readable(pidfd, deadline):  # readable once it has exited
                 os.close(self._dying.pop(pid))
 
-    def _fail(self, status: ExecStatus, note: str | None, result: ExecResult | None = None) -> ExecResult:
+    def _fail(
+        self, status: ExecStatus, note: str | None, result: ExecResult | None = None
+    ) -> ExecResult:
         """Kill the step, wait for the holder to notice, restore files: the step never happened.
         A step known by its pidfd is killed through it and what it left is swept once the holder
         has reaped it (usually nothing: no freeze); an unknown one through the whole cgroup."""
@@ -660,7 +750,11 @@ class Sandbox:
             # timed out right after a failure would lose an honest trajectory); it is killed again
             # until the holder reports
             # pinned by `tests/sandbox/test_hostile_holder.py::test_a_step_that_times_out_before_its_spare_is_forked_rolls_back_and_keeps_the_trajectory`
-            look = self._recovery_deadline if known else min(self._recovery_deadline, time.monotonic() + UNKNOWN_STEP_LOOK_S)
+            look = (
+                self._recovery_deadline
+                if known
+                else min(self._recovery_deadline, time.monotonic() + UNKNOWN_STEP_LOOK_S)
+            )
             try:
                 done = self._receive(look)
             except protocol.ReceiveTimeout:
@@ -677,17 +771,27 @@ class Sandbox:
         if known:
             self._kill_step()
         self._forget_step()
-        oom = status is ExecStatus.CRASHED and self._cgroup is not None and self._cgroup.new_oom_kill()
+        oom = (
+            status is ExecStatus.CRASHED
+            and self._cgroup is not None
+            and self._cgroup.new_oom_kill()
+        )
         self._restore_and_resume()
         result = result or ExecResult(status=status)
         notes = result.notes + ((note,) if note else ()) + (ROLLED_BACK,)
-        return replace(result, status=ExecStatus.OOM if oom else status, rolled_back=True, notes=notes)
+        return replace(
+            result, status=ExecStatus.OOM if oom else status, rolled_back=True, notes=notes
+        )
 
     def _after_crash(self, step_done: protocol.Message) -> ExecResult:
         wait_status = step_done.body.get("wait_status")
         fork_errno = step_done.body.get("fork_errno", 0)
-        if (type(wait_status) is not int or not 0 <= wait_status < 1 << 16
-                or type(fork_errno) is not int or not 0 <= fork_errno < 4096):
+        if (
+            type(wait_status) is not int
+            or not 0 <= wait_status < 1 << 16
+            or type(fork_errno) is not int
+            or not 0 <= fork_errno < 4096
+        ):
             raise _Lost("the holder process sent a malformed exit status")
         self._kill_step()
         self._forget_step()
@@ -700,20 +804,34 @@ class Sandbox:
             status, note = ExecStatus.OOM, "the step ran out of memory and was killed"
         elif os.WIFSIGNALED(wait_status):
             number = os.WTERMSIG(wait_status)
-            name = signal.Signals(number).name if number in signal.valid_signals() else f"signal {number}"
+            name = (
+                signal.Signals(number).name
+                if number in signal.valid_signals()
+                else f"signal {number}"
+            )
             status, note = ExecStatus.CRASHED, f"the step's process died of {name}"
         else:
             code = os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else wait_status
-            status, note = ExecStatus.CRASHED, f"the step's process exited (status {code}) before finishing"
+            status, note = (
+                ExecStatus.CRASHED,
+                f"the step's process exited (status {code}) before finishing",
+            )
         return ExecResult(status=status, rolled_back=True, notes=(note, ROLLED_BACK))
 
     def _restore_and_resume(self) -> None:
         charge_dir = self._cgroup.charge_dir if self._cgroup is not None else None
         try:
-            with self.service.restore_writer(charge_dir, self._recovery_deadline, self._interrupt,
-                                             self._files.owner, give_up=self._escalated,
-                                             on_full=self._measure_restore_excess) as writer:
-                self._files.restore(self._recovery_deadline, before_writing=self._freeze, writer=writer)
+            with self.service.restore_writer(
+                charge_dir,
+                self._recovery_deadline,
+                self._interrupt,
+                self._files.owner,
+                give_up=self._escalated,
+                on_full=self._measure_restore_excess,
+            ) as writer:
+                self._files.restore(
+                    self._recovery_deadline, before_writing=self._freeze, writer=writer
+                )
         except InterruptedError:
             raise _Closing() from None
         except (files.DeadlinePassed, files.SnapshotBroken, OSError) as exc:
@@ -728,8 +846,13 @@ class Sandbox:
         """Stop every process of the trajectory before its files are touched (where a freezer exists)."""
         if self._closed:
             raise _Closing()
-        if (self._cgroup is not None and self._cgroup.can_freeze
-                and not self._cgroup.freeze(self._recovery_deadline, give_up=lambda: self._closed or self._escalated())):
+        if (
+            self._cgroup is not None
+            and self._cgroup.can_freeze
+            and not self._cgroup.freeze(
+                self._recovery_deadline, give_up=lambda: self._closed or self._escalated()
+            )
+        ):
             if self._closed:
                 raise _Closing()
             if self._escalated():
@@ -748,7 +871,9 @@ class Sandbox:
     def _resume(self, deadline: float) -> bool:
         """Let the holder fork its next spare step process (it waits for this after a failure)."""
         try:
-            protocol.send(self._conn, {"op": "resume"}, deadline=deadline, interrupt_fd=self._interrupt)
+            protocol.send(
+                self._conn, {"op": "resume"}, deadline=deadline, interrupt_fd=self._interrupt
+            )
         except protocol.Interrupted:
             raise _Closing() from None
         except (OSError, protocol.SendTimeout):
@@ -761,8 +886,10 @@ class Sandbox:
             procs.kill_group_of(self._step_pidfd)  # first: the group is found through its leader
             procs.kill_pidfd(self._step_pidfd)
         if self._cgroup is not None:
-            self._cgroup.kill_all(except_pid=self._holder_pid,
-                                  timeout_s=max(0.5, self._recovery_deadline - time.monotonic()))
+            self._cgroup.kill_all(
+                except_pid=self._holder_pid,
+                timeout_s=max(0.5, self._recovery_deadline - time.monotonic()),
+            )
 
     def _forget_step(self) -> None:
         with self._step_lock:
@@ -780,7 +907,9 @@ class Sandbox:
         failed step left there kept the service full until close(), and an honest neighbour paid); later steps return crashed.
         Pinned by `tests/sandbox/test_hostile_holder.py::test_a_lost_trajectorys_files_go_at_once_not_at_close`."""
         self._lost = f"{why}; the trajectory's state is lost: start a new sandbox"
-        self._kill_all(timeout_s=min(5.0, max(0.5, self._recovery_deadline - time.monotonic())))  # run's bound
+        self._kill_all(
+            timeout_s=min(5.0, max(0.5, self._recovery_deadline - time.monotonic()))
+        )  # run's bound
         with contextlib.suppress(OSError):
             self.service.remover.discard(self.workdir, inline_s=0.0)  # within the run's bound too
         return ExecResult(status=ExecStatus.CRASHED, notes=(self._lost,))
@@ -852,7 +981,9 @@ class Sandbox:
                 self._files.close()
                 files.remove_tree(self._files.store)
             if getattr(self, "_dir", None):  # (none when its uid could not be had)
-                self.service.remover.discard(self._dir)  # what a hostile step left is no wait for close()
+                self.service.remover.discard(
+                    self._dir
+                )  # what a hostile step left is no wait for close()
             if getattr(self, "_inputs_dir", None):
                 files.remove_tree(self._inputs_dir)
         finally:
@@ -885,7 +1016,9 @@ class Sandbox:
             pass
 
 
-_dropped: queue.SimpleQueue[Sandbox] = queue.SimpleQueue()  # collected unclosed, for `_close_dropped`
+_dropped: queue.SimpleQueue[Sandbox] = (
+    queue.SimpleQueue()
+)  # collected unclosed, for `_close_dropped`
 _closer_lock = threading.Lock()
 _closer: threading.Thread | None = None
 
@@ -895,7 +1028,9 @@ def _start_closer() -> None:
     global _closer
     with _closer_lock:
         if _closer is None or not _closer.is_alive():
-            _closer = threading.Thread(target=_close_dropped, name="codedance-sandbox-closer", daemon=True)
+            _closer = threading.Thread(
+                target=_close_dropped, name="codedance-sandbox-closer", daemon=True
+            )
             _closer.start()
 
 

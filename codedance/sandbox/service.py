@@ -57,7 +57,9 @@ from codedance.sandbox.remover import Remover
 from codedance.sandbox.thaw_on_exit import ThawOnExit
 
 URL_ENV = "CODEDANCE_SANDBOX_URL"  # a sandbox service's url: where `Sandbox`/`SandboxPool` create sandboxes
-CREATION_WAIT_S = 60.0  # the longest closing waits for sandboxes being created (their start takes ~30 s at most)
+CREATION_WAIT_S = (
+    60.0  # the longest closing waits for sandboxes being created (their start takes ~30 s at most)
+)
 INODE_BYTES = 128  # the work root's tmpfs has one inode slot per this many bytes of its size
 _ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -87,7 +89,9 @@ def _python_paths() -> list[str]:
                   os.path.dirname(os.path.realpath(sys.executable))]  # fmt: skip
     candidates += [p for p in sys.path[1:] if p and os.path.isdir(p)]
     chosen: list[str] = []
-    for path in sorted({os.path.realpath(p) for p in candidates} | {os.path.abspath(p) for p in candidates}):
+    for path in sorted(
+        {os.path.realpath(p) for p in candidates} | {os.path.abspath(p) for p in candidates}
+    ):
         if path in ("/", "/tmp", "/usr", "/etc") or path.startswith(("/usr/", "/etc/")):
             continue
         if any(path == c or path.startswith(c + "/") for c in chosen):
@@ -100,10 +104,16 @@ def _ancestors(path: str) -> list[str]:
     """Directories above ``path`` that the jail's fresh root does not already have."""
     parts = path.strip("/").split("/")[:-1]
     found = ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
-    return [a for a in found if a not in ("/usr", "/etc", "/tmp") and not a.startswith(("/usr/", "/etc/"))]
+    return [
+        a
+        for a in found
+        if a not in ("/usr", "/etc", "/tmp") and not a.startswith(("/usr/", "/etc/"))
+    ]
 
 
-def _bwrap_command(work_root: str, control_fd: int, as_root: bool, inputs_root: str | None = None) -> list[str]:
+def _bwrap_command(
+    work_root: str, control_fd: int, as_root: bool, inputs_root: str | None = None
+) -> list[str]:
     command = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
                "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox",
                "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]  # fmt: skip
@@ -130,16 +140,34 @@ def _bwrap_command(work_root: str, control_fd: int, as_root: bool, inputs_root: 
     jail_env = {**_ENV, "HOME": "/tmp", "MPLCONFIGDIR": "/tmp/matplotlib"}
     # the controller's PYTHONPATH (its directories are bound above): the jail runs the same
     # codedance as the controller, also where an interpreter without an install finds it there
-    python_path = os.pathsep.join(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                            if os.path.isabs(p) and os.path.isdir(p))
+    python_path = os.pathsep.join(
+        p
+        for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        if os.path.isabs(p) and os.path.isdir(p)
+    )
     if python_path:
         jail_env["PYTHONPATH"] = python_path
     for key, value in jail_env.items():
         command += ["--setenv", key, value]
     if as_root:
-        command += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
-                    "--cap-add", "CAP_SYS_ADMIN"]  # the zygote's /proc remount only (guards.hide_other_processes)
-    command += ["--", sys.executable, "-m", "codedance.sandbox.jail.runtime", "--control-fd", str(control_fd)]
+        command += [
+            "--cap-drop",
+            "ALL",
+            "--cap-add",
+            "CAP_SETUID",
+            "--cap-add",
+            "CAP_SETGID",
+            "--cap-add",
+            "CAP_SYS_ADMIN",
+        ]  # the zygote's /proc remount only (guards.hide_other_processes)
+    command += [
+        "--",
+        sys.executable,
+        "-m",
+        "codedance.sandbox.jail.runtime",
+        "--control-fd",
+        str(control_fd),
+    ]
     # as root each trajectory has its own uid; otherwise its own mount view (`private_view`)
     return command + (["--hide-processes"] if as_root else ["--private-views", work_root])
 
@@ -159,11 +187,20 @@ class SandboxService:
     Starting a service first sweeps what dead services left behind (`leftovers.sweep`).
     """
 
-    def __init__(self, *, use_namespaces: bool | None = None, use_cgroups: bool | None = None,
-                 use_seccomp: bool | None = None, start_timeout_s: float = 120.0,
-                 memory_total: int | None = None, raise_file_max: bool | None = None):
+    def __init__(
+        self,
+        *,
+        use_namespaces: bool | None = None,
+        use_cgroups: bool | None = None,
+        use_seccomp: bool | None = None,
+        start_timeout_s: float = 120.0,
+        memory_total: int | None = None,
+        raise_file_max: bool | None = None,
+    ):
         self.as_root = os.geteuid() == 0
-        self.private_views = False  # each holder in a mount view of its own (`private_view`): set by `_start`
+        self.private_views = (
+            False  # each holder in a mount view of its own (`private_view`): set by `_start`
+        )
         self._owner_pid = os.getpid()  # a forked child of the controller never closes the service
         self._lock = threading.Lock()  # the sandboxes, the uids, closing
         self._spawn_lock = threading.Lock()  # one spawn request on the control socket at a time
@@ -177,14 +214,18 @@ class SandboxService:
         self._unreleased = 0
         self._counts_changed = threading.Condition(self._lock)
         self._running: set = set()  # sandboxes with a run in progress (`running_changed`)
-        self.remover = Remover()  # closed sandboxes' directories, removed off their close() (`remover`)
+        self.remover = (
+            Remover()
+        )  # closed sandboxes' directories, removed off their close() (`remover`)
         _raise_descriptor_limit()
         leftovers.sweep()
         name, self._name_lock = leftovers.claim_service_name()
         self.name = name
         self._uid_block, self._uid_lock = leftovers.claim_uid_block() if self.as_root else (0, None)
         missing: list[tuple[str, str]] = []
-        bwrap_why = bubblewrap_problem() if use_namespaces is not False else "disabled by the caller"
+        bwrap_why = (
+            bubblewrap_problem() if use_namespaces is not False else "disabled by the caller"
+        )
         self.namespaces = bwrap_why is None
         if bwrap_why:
             missing.append(("namespaces", bwrap_why))
@@ -205,10 +246,14 @@ class SandboxService:
             missing.append(("cgroups", cgroup_why))
         else:  # where `gc` finds our groups once we are dead, from whichever cgroup it runs in
             try:
-                leftovers.record_service_groups(self._name_lock, cgroups.parent_directories(self.cgroup_layout))
+                leftovers.record_service_groups(
+                    self._name_lock, cgroups.parent_directories(self.cgroup_layout)
+                )
             except OSError as exc:
-                notes.append(f"the service's cgroups are not recorded in its lock file ({exc}): if it dies "
-                             "unclosed, only a sweep run from this controller's own cgroup finds them")
+                notes.append(
+                    f"the service's cgroups are not recorded in its lock file ({exc}): if it dies "
+                    "unclosed, only a sweep run from this controller's own cgroup finds them"
+                )
 
         # the host's file table: the most trajectories of a service (one uid each, from its block)
         # x their default pids.max x vm.max_map_count
@@ -223,7 +268,9 @@ class SandboxService:
         )  # fmt: skip
         self.work_root = tempfile.mkdtemp(prefix=f"{name}-work-")
         total = self.memory_total
-        if self.cgroup_layout is not None:  # every page on the pool is charged to a trajectory, so the
+        if (
+            self.cgroup_layout is not None
+        ):  # every page on the pool is charged to a trajectory, so the
             total += total // 4  # memory cgroups stop writes first and the arbiter decides
         # the pool's inode slots are shared, and each name takes one (a hard link too, for a
         # ~200 B dentry charged to the trajectory's memory cgroup): one slot per 128 bytes means
@@ -231,20 +278,29 @@ class SandboxService:
         # (with a fixed count, hard links alone took every slot with the service far from its
         # memory limit, and an honest neighbour's restore failed with ENOSPC)
         inodes = total // INODE_BYTES
-        self.work_on_tmpfs = mounts.mount_tmpfs(self.work_root, size_bytes=total, inodes=inodes) is None
+        self.work_on_tmpfs = (
+            mounts.mount_tmpfs(self.work_root, size_bytes=total, inodes=inodes) is None
+        )
         self.store_root = tempfile.mkdtemp(prefix=f"{name}-store-")
         self.store_budget = StoreBudget.of_free_space(self.store_root)
         os.chmod(self.work_root, 0o711)
         # input images stay on disk (read-only in the jail): on the tmpfs they would be memory
-        self.inputs_root = tempfile.mkdtemp(prefix=f"{name}-inputs-") if self.work_on_tmpfs else None
+        self.inputs_root = (
+            tempfile.mkdtemp(prefix=f"{name}-inputs-") if self.work_on_tmpfs else None
+        )
         if self.inputs_root:
             os.chmod(self.inputs_root, 0o711)
         self._idle_freezer: IdleFreezer | None = None
         self.oom_arbiter: OomArbiter | None = None
-        self._charged_copies = (ChargedCopies(cgroups.own_group_dir(self.cgroup_layout), self._restore_waiting)
-                                if self.cgroup_layout is not None else None)
+        self._charged_copies = (
+            ChargedCopies(cgroups.own_group_dir(self.cgroup_layout), self._restore_waiting)
+            if self.cgroup_layout is not None
+            else None
+        )
         freezer = self.cgroup_layout.freezer_parent if self.cgroup_layout is not None else None
-        self._thaw_on_exit = ThawOnExit(freezer) if freezer else None  # frozen trajectories die with us
+        self._thaw_on_exit = (
+            ThawOnExit(freezer) if freezer else None
+        )  # frozen trajectories die with us
         self._start(start_timeout_s)  # closes the service if the zygote does not start
         self.oom_arbiter = self._start_oom_arbiter()
         atexit.register(self.close)
@@ -254,8 +310,14 @@ class SandboxService:
         ``memory_total`` (cgroup v1; see ``arbiter``); None where the kernel decides."""
         if self.cgroup_layout is None:
             return None
-        memory = arbitrate_oom(self.cgroup_layout.version, self.cgroup_layout.memory_parent, self.memory_total)
-        return None if memory is None else OomArbiter(memory, sandboxes=self._live_sandboxes, freeing=self.remover.busy)
+        memory = arbitrate_oom(
+            self.cgroup_layout.version, self.cgroup_layout.memory_parent, self.memory_total
+        )
+        return (
+            None
+            if memory is None
+            else OomArbiter(memory, sandboxes=self._live_sandboxes, freeing=self.remover.busy)
+        )
 
     def _live_sandboxes(self) -> list:
         with self._lock:
@@ -266,10 +328,15 @@ class SandboxService:
         arbiter = self.oom_arbiter
         return arbiter.restore_waiting() if arbiter is not None else contextlib.nullcontext()
 
-    def restore_writer(self, memory_dir: str | None, deadline: float, interrupt_fd: int | None = None,
-                       owner: tuple[int, int] | None = None,
-                       give_up: Callable[[], bool] = lambda: False,
-                       on_full: Callable[[], None] = lambda: None) -> contextlib.AbstractContextManager:
+    def restore_writer(
+        self,
+        memory_dir: str | None,
+        deadline: float,
+        interrupt_fd: int | None = None,
+        owner: tuple[int, int] | None = None,
+        give_up: Callable[[], bool] = lambda: False,
+        on_full: Callable[[], None] = lambda: None,
+    ) -> contextlib.AbstractContextManager:
         """The writer for one restore of the trajectory whose memory group is ``memory_dir`` (new
         entries made as ``owner``): charged to that group where the host allows (`charged_copy`;
         it stops with `InterruptedError` once ``interrupt_fd`` is readable, writes nothing more
@@ -277,7 +344,9 @@ class SandboxService:
         write), else the controller's own writes."""
         if self._charged_copies is None or memory_dir is None:
             return contextlib.nullcontext(LocalWriter())
-        return self._charged_copies.charged_to(memory_dir, deadline, interrupt_fd, owner, give_up, on_full)
+        return self._charged_copies.charged_to(
+            memory_dir, deadline, interrupt_fd, owner, give_up, on_full
+        )
 
     @property
     def idle_freezer(self) -> IdleFreezer:
@@ -297,9 +366,19 @@ class SandboxService:
             command = _bwrap_command(self.work_root, fd, self.as_root, self.inputs_root)
             env = None
         else:
-            command = [sys.executable, "-m", "codedance.sandbox.jail.runtime", "--control-fd", str(fd)]
-            env = {**_ENV, "HOME": self.work_root, "MPLCONFIGDIR": os.path.join(self.store_root, "mpl"),
-                   "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+            command = [
+                sys.executable,
+                "-m",
+                "codedance.sandbox.jail.runtime",
+                "--control-fd",
+                str(fd),
+            ]
+            env = {
+                **_ENV,
+                "HOME": self.work_root,
+                "MPLCONFIGDIR": os.path.join(self.store_root, "mpl"),
+                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+            }
         self._process = self._start_in_keeper_thread(
             command, pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
             env=env, start_new_session=True)  # fmt: skip
@@ -318,11 +397,18 @@ class SandboxService:
         self.private_views = reply.get("private_views") is True
         if self.namespaces and not self.as_root and not self.private_views:
             why = str(reply.get("private_views") or "the zygote did not try")[:300]
-            self.isolation = replace(self.isolation, missing=(*self.isolation.missing, ("private views", why)))
+            self.isolation = replace(
+                self.isolation, missing=(*self.isolation.missing, ("private views", why))
+            )
         self.isolation = replace(self.isolation, private_views=self.private_views)
         if reply.get("processes_hidden") is not True:
-            why = reply.get("processes_hidden") or "the jail's /proc is remounted only by a root controller"
-            self.isolation = replace(self.isolation, missing=(*self.isolation.missing, ("private /proc", str(why)[:200])))
+            why = (
+                reply.get("processes_hidden")
+                or "the jail's /proc is remounted only by a root controller"
+            )
+            self.isolation = replace(
+                self.isolation, missing=(*self.isolation.missing, ("private /proc", str(why)[:200]))
+            )
 
     def _start_in_keeper_thread(self, command: list[str], **options) -> subprocess.Popen:
         """Start the zygote from a thread that lives as long as the service: bwrap's
@@ -351,7 +437,9 @@ class SandboxService:
         with self._lock:
             self._next_slot += 1
             if self._next_slot >= leftovers.UID_BLOCK:
-                raise ServiceError("this service has handed out all its uids; start a new SandboxService")
+                raise ServiceError(
+                    "this service has handed out all its uids; start a new SandboxService"
+                )
             return self._uid_block + self._next_slot if self.as_root else None
 
     def running_changed(self, sandbox, running: bool) -> None:
@@ -359,7 +447,9 @@ class SandboxService:
         with self._lock:
             (self._running.add if running else self._running.discard)(sandbox)
 
-    def commit_takes_what_is_owed(self, sandbox, grown: int, page_tables: Callable[[], int]) -> bool:
+    def commit_takes_what_is_owed(
+        self, sandbox, grown: int, page_tables: Callable[[], int]
+    ) -> bool:
         """Whether ``sandbox``'s step, about to commit what it grew, would take memory a running
         neighbour's rollback needs (see `OomArbiter.commit_takes_what_is_owed`); False without an
         arbiter."""
@@ -397,15 +487,22 @@ class SandboxService:
 
     def spawn(self, request: dict, holder_socket: socket.socket) -> None:
         """Ask the zygote to fork a holder that serves ``holder_socket``."""
-        request = {**request, "op": "spawn", "seccomp": self.seccomp,
-                   "private_view": self.private_views, "work_root": self.work_root}
+        request = {
+            **request,
+            "op": "spawn",
+            "seccomp": self.seccomp,
+            "private_view": self.private_views,
+            "work_root": self.work_root,
+        }
         # its own lock, not the service's: the zygote's fork may wait for memory, and the OOM
         # arbiter, which frees it, lists the sandboxes under the service's lock
         with self._spawn_lock:
             if self._closed:
                 raise ServiceError("the sandbox service is closed")
             try:
-                socket.send_fds(self._control, [json.dumps(request).encode()], [holder_socket.fileno()])
+                socket.send_fds(
+                    self._control, [json.dumps(request).encode()], [holder_socket.fileno()]
+                )
                 reply = json.loads(self._control.recv(1 << 16) or b"{}")
             except (OSError, ValueError) as exc:
                 raise ServiceError(f"the sandbox zygote stopped answering: {exc}") from exc
@@ -428,7 +525,9 @@ class SandboxService:
             self._closed = True
             self._counts_changed.wait_for(lambda: self._creating == 0, timeout=CREATION_WAIT_S)
             sandboxes = list(self._sandboxes)
-        for sandbox in sandboxes:  # every run in flight is woken first, so closing waits for none twice
+        for (
+            sandbox
+        ) in sandboxes:  # every run in flight is woken first, so closing waits for none twice
             sandbox.begin_closing()
         for sandbox in sandboxes:
             sandbox.close()

@@ -64,8 +64,11 @@ class ThawOnExit:
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-I", "-S", __file__, str(read_end), service_freezer_dir],
-                pass_fds=(read_end,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                start_new_session=True)  # not in the controller's process group: its kills miss it
+                pass_fds=(read_end,),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,
+            )  # not in the controller's process group: its kills miss it
         except BaseException:
             forks.close(self._write_end)
             raise

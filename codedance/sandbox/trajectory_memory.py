@@ -25,7 +25,9 @@ class TrajectoryMemory:
     def __init__(self) -> None:
         self.cgroup: TrajectoryCgroup | None = None  # set once the trajectory's cgroup is made
         self.mark: MemoryMeasure | None = None
-        self.mark_before_answer: MemoryMeasure | None = None  # put back if the answered step is not committed
+        self.mark_before_answer: MemoryMeasure | None = (
+            None  # put back if the answered step is not committed
+        )
         self.restore_excess = 0  # while a restore waits for memory: see `measure_restore_excess`
         self.victim = False  # the arbiter stopped this run's step
         self.escalated = False  # ... and then killed its holder too
@@ -97,7 +99,9 @@ class TrajectoryMemory:
         step, holder = procs.page_table_bytes(step_pid), procs.page_table_bytes(holder_pid)
         return 2 * max(0, step - holder) if step is not None and holder is not None else 0
 
-    def measure_restore_excess(self, holder_pid: int | None, files: WorkdirSnapshot, deadline: float) -> None:
+    def measure_restore_excess(
+        self, holder_pid: int | None, files: WorkdirSnapshot, deadline: float
+    ) -> None:
         """(The restore's thread, when the full service first refuses a write.) An honest
         rollback needs back what its step freed of the committed state, no more: held below the
         mark by as much as the restore still needs. Memory its step took in a form that outlives
@@ -105,8 +109,12 @@ class TrajectoryMemory:
         taking what the step freed, as shared memory) nets out against deleted files in every
         measure by kind, and shows here (otherwise a neighbour's honest step is stopped
         for it); the arbiter makes such a trajectory pay first (`arbiter`)."""
-        with contextlib.suppress(Exception):  # (a failure here only leaves the arbiter's ranking as it was)
-            measure = self.cgroup.memory_measure(kept_open=False) if self.cgroup is not None else None
+        with contextlib.suppress(
+            Exception
+        ):  # (a failure here only leaves the arbiter's ranking as it was)
+            measure = (
+                self.cgroup.memory_measure(kept_open=False) if self.cgroup is not None else None
+            )
             if measure is None or self.mark is None:
                 return
             # the trajectory's only process now is its holder (the step and what it left are dead)

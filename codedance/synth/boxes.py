@@ -26,7 +26,7 @@ from codedance import python_ast
 MIN_SIDE = 2
 BOX_LINE = re.compile(r"^CDBOX (-?\d+) (-?\d+) (-?\d+) (-?\d+) (\d+) (\d+)$", re.MULTILINE)
 
-PRELUDE = '''
+PRELUDE = """
 def __cd_record__(box, size):
     import sys
     key = (*box, *size)
@@ -50,7 +50,7 @@ def __cd_crop__(im, *args, **kwargs):
     if args and len(args[0]) == 4 and isinstance(size, tuple) and tuple(size) in __cd_sizes__:
         __cd_record__(tuple(int(v) for v in args[0]), tuple(size))
     return im.crop(*args, **kwargs)
-'''
+"""
 
 
 def prelude(sizes: tuple[tuple[int, int], ...]) -> str:
@@ -62,22 +62,46 @@ class _Rewrite(ast.NodeTransformer):
     def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
         self.generic_visit(node)
         index = node.slice
-        if (isinstance(node.ctx, ast.Load) and isinstance(index, ast.Tuple) and len(index.elts) >= 2
-                and all(isinstance(e, ast.Slice) for e in index.elts[:2])):
-            elts = [ast.Call(ast.Name("slice", ast.Load()),
-                             [e.lower or ast.Constant(None), e.upper or ast.Constant(None),
-                              e.step or ast.Constant(None)], []) if isinstance(e, ast.Slice) else e
-                    for e in index.elts]
-            return ast.copy_location(ast.Call(ast.Name("__cd_box__", ast.Load()),
-                                              [node.value, ast.Tuple(elts, ast.Load())], []), node)
+        if (
+            isinstance(node.ctx, ast.Load)
+            and isinstance(index, ast.Tuple)
+            and len(index.elts) >= 2
+            and all(isinstance(e, ast.Slice) for e in index.elts[:2])
+        ):
+            elts = [
+                ast.Call(
+                    ast.Name("slice", ast.Load()),
+                    [
+                        e.lower or ast.Constant(None),
+                        e.upper or ast.Constant(None),
+                        e.step or ast.Constant(None),
+                    ],
+                    [],
+                )
+                if isinstance(e, ast.Slice)
+                else e
+                for e in index.elts
+            ]
+            return ast.copy_location(
+                ast.Call(
+                    ast.Name("__cd_box__", ast.Load()),
+                    [node.value, ast.Tuple(elts, ast.Load())],
+                    [],
+                ),
+                node,
+            )
         return node
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr == "crop" and len(node.args) == 1:
-            return ast.copy_location(ast.Call(ast.Name("__cd_crop__", ast.Load()),
-                                              [func.value, *node.args], node.keywords), node)
+            return ast.copy_location(
+                ast.Call(
+                    ast.Name("__cd_crop__", ast.Load()), [func.value, *node.args], node.keywords
+                ),
+                node,
+            )
         return node
 
 

@@ -101,8 +101,10 @@ class SynthResult:
         skills: dict[str, list[tuple[str, int]]] = {}
         for skill, difficulty, count in self.mix:
             skills.setdefault(skill, []).append((difficulty, count))
-        return ", ".join(f"{skill} {sum(c for _, c in parts)} ({', '.join(f'{d} {c}' for d, c in parts)})"
-                         for skill, parts in skills.items())
+        return ", ".join(
+            f"{skill} {sum(c for _, c in parts)} ({', '.join(f'{d} {c}' for d, c in parts)})"
+            for skill, parts in skills.items()
+        )
 
 
 def check(config: SynthConfig) -> tuple[tuple[str, str], ...]:
@@ -110,14 +112,18 @@ def check(config: SynthConfig) -> tuple[tuple[str, str], ...]:
     if config.n < 1:
         raise SynthError(f"--n must be at least 1 (records wanted), got {config.n}")
     if config.task_limit < config.n:
-        raise SynthError(f"--max-tasks {config.task_limit} cannot give {config.n} records "
-                         "(each task gives at most one); raise --max-tasks or lower --n")
+        raise SynthError(
+            f"--max-tasks {config.task_limit} cannot give {config.n} records "
+            "(each task gives at most one); raise --max-tasks or lower --n"
+        )
     if config.concurrency < 1:
         raise SynthError(f"concurrency must be at least 1, got {config.concurrency}")
     config.episode.episode_config()  # an unknown prompt profile raises before the run folder is written
     if not config.difficulties:
         raise SynthError("no difficulty selected")
-    return tuple((s, d.value) for s, d in task_cycle(list(config.skills) or None, config.difficulties))
+    return tuple(
+        (s, d.value) for s, d in task_cycle(list(config.skills) or None, config.difficulties)
+    )
 
 
 def task_at(combos: tuple[tuple[str, str], ...], seed: int, i: int) -> Task:
@@ -131,8 +137,13 @@ def key_at(combos: tuple[tuple[str, str], ...], seed: int, i: int) -> str:
     return episode_key(task_id(skill, Difficulty(difficulty), seed + i), 0)
 
 
-async def _window(config: SynthConfig, tasks: list[Task], run: RunDir, pool: SandboxPool,
-                  advance: Callable[[bool], None]) -> None:
+async def _window(
+    config: SynthConfig,
+    tasks: list[Task],
+    run: RunDir,
+    pool: SandboxPool,
+    advance: Callable[[bool], None],
+) -> None:
     """Run the teacher on `tasks` (`codedance.runs.batch`); each trajectory is verified by
     re-execution before it is kept (the ``after`` hook), and its verdict logged."""
     episode_config = config.episode.episode_config()
@@ -145,18 +156,32 @@ async def _window(config: SynthConfig, tasks: list[Task], run: RunDir, pool: San
         advance(verdict.accepted)
         return verdict.accepted
 
-    await arun_batch(lambda task, k: teacher.policy(task, k), tasks,
-                     lambda images: pool.sandbox(images=images, timeout_s=timeout), run,
-                     episode_config, concurrency=config.concurrency, progress=False, after=verify,
-                     done=set(_verdicts(run.path)))
+    await arun_batch(
+        lambda task, k: teacher.policy(task, k),
+        tasks,
+        lambda images: pool.sandbox(images=images, timeout_s=timeout),
+        run,
+        episode_config,
+        concurrency=config.concurrency,
+        progress=False,
+        after=verify,
+        done=set(_verdicts(run.path)),
+    )
 
 
 def _verdicts(out: Path) -> dict[str, Verdict]:
-    return {str(r["key"]): Verdict(r["reason"], r["detail"], r["crops"]) for r in read_jsonl(out / "verdicts.jsonl")}
+    return {
+        str(r["key"]): Verdict(r["reason"], r["detail"], r["crops"])
+        for r in read_jsonl(out / "verdicts.jsonl")
+    }
 
 
-async def _run(config: SynthConfig, combos: tuple[tuple[str, str], ...], run: RunDir,
-               advance: Callable[[bool], None]) -> int:
+async def _run(
+    config: SynthConfig,
+    combos: tuple[tuple[str, str], ...],
+    run: RunDir,
+    advance: Callable[[bool], None],
+) -> int:
     from codedance.sandbox.pool import SandboxPool
 
     pool = SandboxPool(max_running=config.concurrency)
@@ -166,11 +191,15 @@ async def _run(config: SynthConfig, combos: tuple[tuple[str, str], ...], run: Ru
             done = _verdicts(run.path)
             missing = config.n - sum(v.accepted for v in done.values())
             seen = set(done) | attempted
-            todo = [i for i in range(config.task_limit) if key_at(combos, config.seed, i) not in seen]
+            todo = [
+                i for i in range(config.task_limit) if key_at(combos, config.seed, i) not in seen
+            ]
             if missing <= 0 or not todo:
                 return ran
             window = [task_at(combos, config.seed, i) for i in todo[:missing]]
-            attempted |= {episode_key(t.id, 0) for t in window}  # a failed episode waits for the next run
+            attempted |= {
+                episode_key(t.id, 0) for t in window
+            }  # a failed episode waits for the next run
             await _window(config, window, run, pool, advance)
             ran += len(window)
     finally:
@@ -188,7 +217,14 @@ def run_synth(config: SynthConfig, *, progress: bool = True) -> SynthResult:
         have = sum(v.accepted for v in _verdicts(run.path).values())
         bar = BatchProgress(config.n, "accepted", done=min(have, config.n))
     try:
-        ran = asyncio.run(_run(config, combos, run, (lambda ok: bar.done() if ok else None) if bar else (lambda ok: None)))
+        ran = asyncio.run(
+            _run(
+                config,
+                combos,
+                run,
+                (lambda ok: bar.done() if ok else None) if bar else (lambda ok: None),
+            )
+        )
     finally:
         if bar is not None:
             bar.stop()
@@ -198,12 +234,15 @@ def run_synth(config: SynthConfig, *, progress: bool = True) -> SynthResult:
 def _combo_rank(combos: tuple[tuple[str, str], ...], combo: tuple[str, str]) -> tuple[int, int]:
     skills = list(dict.fromkeys(s for s, _ in combos))
     levels = [d.value for d in DIFFICULTIES]
-    return (skills.index(combo[0]) if combo[0] in skills else len(skills),
-            levels.index(combo[1]) if combo[1] in levels else len(levels))
+    return (
+        skills.index(combo[0]) if combo[0] in skills else len(skills),
+        levels.index(combo[1]) if combo[1] in levels else len(levels),
+    )
 
 
-def _finish(config: SynthConfig, combos: tuple[tuple[str, str], ...], out: Path, ran: int,
-            seconds: float) -> SynthResult:
+def _finish(
+    config: SynthConfig, combos: tuple[tuple[str, str], ...], out: Path, ran: int, seconds: float
+) -> SynthResult:
     verdicts = _verdicts(out)
     accepted = {k for k, v in verdicts.items() if v.accepted}
     order = {key_at(combos, config.seed, i): i for i in range(config.task_limit)}
@@ -211,7 +250,7 @@ def _finish(config: SynthConfig, combos: tuple[tuple[str, str], ...], out: Path,
     for key, trajectory in load_trajectories(out):
         if key in accepted and key not in pairs:
             pairs[key] = trajectory
-    keep = sorted(pairs, key=lambda k: order.get(k, len(order)))[:config.n]
+    keep = sorted(pairs, key=lambda k: order.get(k, len(order)))[: config.n]
     records = [canonical_record(pairs[k]) for k in keep]
     store = ImageStore(out / "images")
     mix: Counter[tuple[str, str]] = Counter()
@@ -221,12 +260,31 @@ def _finish(config: SynthConfig, combos: tuple[tuple[str, str], ...], out: Path,
             skill, difficulty, _ = parse_task_id(tid)
             mix[(skill, difficulty.value)] += 1
             meta = {"task_id": tid, "skill": skill, "difficulty": difficulty.value}
-            f.write(json.dumps({"key": key, "meta": meta, **record_json(record, store, out)}, ensure_ascii=False) + "\n")
+            f.write(
+                json.dumps(
+                    {"key": key, "meta": meta, **record_json(record, store, out)},
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
     write_records(records, out / "swift.jsonl", "swift")
     write_records(records, out / "trl.jsonl", "trl")
     rejected = Counter(v.reason for v in verdicts.values() if not v.accepted).most_common()
     failed = {str(r["key"]) for r in read_jsonl(out / "failures.jsonl")} - set(verdicts)
-    result = SynthResult(str(out), len(keep), len(verdicts), tuple(rejected), len(failed), ran, seconds,
-                         tuple((s, d, n) for (s, d), n in sorted(mix.items(), key=lambda kv: _combo_rank(combos, kv[0]))))
-    (out / "summary.json").write_text(json.dumps({**asdict(result), "rejected": dict(rejected)}, indent=1))
+    result = SynthResult(
+        str(out),
+        len(keep),
+        len(verdicts),
+        tuple(rejected),
+        len(failed),
+        ran,
+        seconds,
+        tuple(
+            (s, d, n)
+            for (s, d), n in sorted(mix.items(), key=lambda kv: _combo_rank(combos, kv[0]))
+        ),
+    )
+    (out / "summary.json").write_text(
+        json.dumps({**asdict(result), "rejected": dict(rejected)}, indent=1)
+    )
     return result

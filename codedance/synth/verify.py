@@ -31,8 +31,15 @@ from codedance.types import ExecResult, StopReason, Task, Trajectory
 if TYPE_CHECKING:  # pragma: no cover
     from codedance.sandbox.pool import SandboxPool
 
-REASONS = ("not_answered", "bad_format", "wrong_answer", "output_mismatch",
-           "box_outside", "box_degenerate", "replay_error")
+REASONS = (
+    "not_answered",
+    "bad_format",
+    "wrong_answer",
+    "output_mismatch",
+    "box_outside",
+    "box_degenerate",
+    "replay_error",
+)
 
 
 @dataclass(frozen=True)
@@ -52,11 +59,28 @@ class Verdict:
 def observable(r: ExecResult) -> tuple[object, ...]:
     """What a re-run must reproduce of a result (everything but its duration)."""
     error = None if r.error is None else (r.error.type, r.error.message, r.error.frames)
-    return (r.status, r.stdout, r.stderr, error, tuple(i.sha256 for i in r.images), r.notes,
-            r.rolled_back, r.executed_nothing)
+    return (
+        r.status,
+        r.stdout,
+        r.stderr,
+        error,
+        tuple(i.sha256 for i in r.images),
+        r.notes,
+        r.rolled_back,
+        r.executed_nothing,
+    )
 
 
-FIELDS = ("status", "stdout", "stderr", "error", "images", "notes", "rolled_back", "executed_nothing")
+FIELDS = (
+    "status",
+    "stdout",
+    "stderr",
+    "error",
+    "images",
+    "notes",
+    "rolled_back",
+    "executed_nothing",
+)
 
 
 def _mismatch(index: int, now: ExecResult, then: ExecResult) -> str:
@@ -97,8 +121,13 @@ async def replay_mismatch(pool: SandboxPool, images, steps, exec_timeout_s: floa
     return None
 
 
-async def averify(task: Task, trajectory: Trajectory, pool: SandboxPool, config: EpisodeConfig,
-                  exec_timeout_s: float = EXEC_TIMEOUT_S) -> Verdict:
+async def averify(
+    task: Task,
+    trajectory: Trajectory,
+    pool: SandboxPool,
+    config: EpisodeConfig,
+    exec_timeout_s: float = EXEC_TIMEOUT_S,
+) -> Verdict:
     """The verdict on `trajectory` (see the module docstring)."""
     problem = static_problem(task, trajectory)
     if problem is not None:
@@ -115,7 +144,11 @@ async def averify(task: Task, trajectory: Trajectory, pool: SandboxPool, config:
             setup = await sandbox.arun(prelude(sizes))
             if not setup.ok:
                 return Verdict("replay_error", f"box recorder did not start: {setup.status.value}")
-            boxes = [b for _, code, _ in steps for b in parse_boxes((await sandbox.arun(instrument(code))).stderr)]
+            boxes = [
+                b
+                for _, code, _ in steps
+                for b in parse_boxes((await sandbox.arun(instrument(code))).stderr)
+            ]
         finally:
             await asyncio.to_thread(sandbox.close)
     except Exception as exc:  # noqa: BLE001  (the sandbox's own failure, not the snippet's)

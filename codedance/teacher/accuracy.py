@@ -53,7 +53,9 @@ class Cell:
 class AccuracyReport:
     cells: tuple[Cell, ...]
     out_dir: str = ""
-    failures: tuple[tuple[str, str], ...] = ()  # (key, error) of episodes that raised; a rerun retries them
+    failures: tuple[
+        tuple[str, str], ...
+    ] = ()  # (key, error) of episodes that raised; a rerun retries them
 
     def table(self):
         from rich.table import Table
@@ -62,8 +64,15 @@ class AccuracyReport:
         for col in ("skill", "difficulty", "n", "accuracy", "mean turns", "mistakes", "recovered"):
             table.add_column(col)
         for c in self.cells:
-            table.add_row(c.skill, c.difficulty, str(c.n), f"{c.accuracy:.0%}", f"{c.turns:.2f}",
-                          str(c.mistakes), str(c.recovered))
+            table.add_row(
+                c.skill,
+                c.difficulty,
+                str(c.n),
+                f"{c.accuracy:.0%}",
+                f"{c.turns:.2f}",
+                str(c.mistakes),
+                str(c.recovered),
+            )
         return table
 
 
@@ -95,34 +104,71 @@ def measure_config(config: AccuracyConfig, *, progress: bool = True) -> Accuracy
     config.episode.episode_config()  # an unknown prompt profile is refused before the claim
     run = RunDir(config.out, KIND, run_settings(config))
     run.claim()
-    return measure(tasks, replace(config.teacher, seed=config.seed), run=run, rollouts=config.rollouts,
-                   episode=config.episode, concurrency=config.concurrency, progress=progress)
+    return measure(
+        tasks,
+        replace(config.teacher, seed=config.seed),
+        run=run,
+        rollouts=config.rollouts,
+        episode=config.episode,
+        concurrency=config.concurrency,
+        progress=progress,
+    )
 
 
-def measure(tasks: Sequence[Task], config: TeacherConfig = DEFAULT, *, run: RunDir | str | Path,
-            rollouts: int = 1, episode: EpisodeSettings = EpisodeSettings(), concurrency: int = 2,
-            progress: bool = False) -> AccuracyReport:
+def measure(
+    tasks: Sequence[Task],
+    config: TeacherConfig = DEFAULT,
+    *,
+    run: RunDir | str | Path,
+    rollouts: int = 1,
+    episode: EpisodeSettings = EpisodeSettings(),
+    concurrency: int = 2,
+    progress: bool = False,
+) -> AccuracyReport:
     """Run the ``rollouts`` episodes per task not yet in ``run`` (`arun_batch` on one sandbox
     pool), then count every finished one per cell; ``report.json`` in the folder holds the cells."""
     run = run if isinstance(run, RunDir) else RunDir(run)
     teacher = ExpertTeacher(config)
     summary = asyncio.run(_episodes(teacher, tasks, run, rollouts, episode, concurrency, progress))
-    report = AccuracyReport(cells_of(tasks, teacher, run), str(run.path), tuple(run.open_failures().items()))
-    (run.path / "report.json").write_text(json.dumps(
-        {"cells": [asdict(c) | {"accuracy": c.accuracy} for c in report.cells],
-         "failures": [list(f) for f in report.failures], "episodes_run": summary.finished}, indent=1))
+    report = AccuracyReport(
+        cells_of(tasks, teacher, run), str(run.path), tuple(run.open_failures().items())
+    )
+    (run.path / "report.json").write_text(
+        json.dumps(
+            {
+                "cells": [asdict(c) | {"accuracy": c.accuracy} for c in report.cells],
+                "failures": [list(f) for f in report.failures],
+                "episodes_run": summary.finished,
+            },
+            indent=1,
+        )
+    )
     return report
 
 
-async def _episodes(teacher: ExpertTeacher, tasks: Sequence[Task], run: RunDir, rollouts: int,
-                    episode: EpisodeSettings, concurrency: int, progress: bool):
+async def _episodes(
+    teacher: ExpertTeacher,
+    tasks: Sequence[Task],
+    run: RunDir,
+    rollouts: int,
+    episode: EpisodeSettings,
+    concurrency: int,
+    progress: bool,
+):
     from codedance.sandbox.pool import SandboxPool
 
     pool = SandboxPool(max_running=concurrency, timeout_s=episode.exec_timeout_s)
     try:
-        return await arun_batch(teacher.policy, tasks, lambda images: pool.sandbox(images=images), run,
-                                episode.episode_config(), rollouts=rollouts, concurrency=concurrency,
-                                progress=progress)
+        return await arun_batch(
+            teacher.policy,
+            tasks,
+            lambda images: pool.sandbox(images=images),
+            run,
+            episode.episode_config(),
+            rollouts=rollouts,
+            concurrency=concurrency,
+            progress=progress,
+        )
     finally:
         await pool.aclose()
 
@@ -151,6 +197,15 @@ def cells_of(tasks: Sequence[Task], teacher: ExpertTeacher, run: RunDir) -> tupl
     for row in rows:
         skill, difficulty = row.label.split("/")
         made, recovered = mistakes.get(row.label, (0, 0))
-        cells.append(Cell(skill, difficulty, row.stats.samples, round((row.accuracy or 0.0) * row.stats.samples),
-                          row.stats.avg_turns or 0.0, made, recovered))
+        cells.append(
+            Cell(
+                skill,
+                difficulty,
+                row.stats.samples,
+                round((row.accuracy or 0.0) * row.stats.samples),
+                row.stats.avg_turns or 0.0,
+                made,
+                recovered,
+            )
+        )
     return tuple(cells)

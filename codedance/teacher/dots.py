@@ -29,7 +29,9 @@ def glance(view: TaskView, img: np.ndarray) -> str:
     return str(cv2.connectedComponents((img.min(2) > 200).astype(np.uint8))[0] - 1)
 
 
-def steps(view: TaskView, hard: bool, mistake: str | None, compact_code: bool = False) -> list[Step]:
+def steps(
+    view: TaskView, hard: bool, mistake: str | None, compact_code: bool = False
+) -> list[Step]:
     if _asks_yes_no(view):
         think, body = "I look for white pixels.", YES_BODY
     else:

@@ -43,11 +43,20 @@ from codedance.teacher.program import LOAD, Step, finished, results
 from codedance.teacher.view import TaskView
 from codedance.types import Image, Message, Task
 
-SOLVERS = {"counting": counting, "spatial": spatial, "geometry": geometry, "search": search,
-           "charts": charts, "photos": photos, "dots": dots}
+SOLVERS = {
+    "counting": counting,
+    "spatial": spatial,
+    "geometry": geometry,
+    "search": search,
+    "charts": charts,
+    "photos": photos,
+    "dots": dots,
+}
 CODE_STYLES = ("full", "compact")
 BUG = "channels = input_image.size[2]  # number of colour channels\n"
-DIRECT_THINK = "The picture is simple enough to read directly."  # the opening of every direct answer
+DIRECT_THINK = (
+    "The picture is simple enough to read directly."  # the opening of every direct answer
+)
 
 
 @dataclass(frozen=True)
@@ -60,13 +69,17 @@ class TeacherConfig:
     mistake_rate: float = 0.5
     seed: int = 0
     code_style: str = "full"
-    call_rate: float = -1.0  # < 0: adaptive; p in [0, 1]: calls on every difficulty with probability p
+    call_rate: float = (
+        -1.0
+    )  # < 0: adaptive; p in [0, 1]: calls on every difficulty with probability p
 
     def __post_init__(self) -> None:
         if self.temperature < 0 or not 0 <= self.mistake_rate <= 1:
             raise ValueError("temperature must be ≥ 0 and mistake_rate within [0, 1]")
         if self.call_rate > 1:
-            raise ValueError(f"call_rate must be at most 1 (negative: adaptive), got {self.call_rate}")
+            raise ValueError(
+                f"call_rate must be at most 1 (negative: adaptive), got {self.call_rate}"
+            )
         if self.code_style not in CODE_STYLES:
             raise ValueError(f"code_style must be one of {CODE_STYLES}, got {self.code_style!r}")
 
@@ -126,7 +139,9 @@ class TeacherPolicy:
         self.compact = config.code_style == "compact" and getattr(self.solver, "COMPACT", False)
         self.fixed_rate = config.call_rate >= 0
         # drawn only in that mode, so the adaptive teacher's random stream is unchanged
-        self.direct = rng.random() >= config.call_rate if self.fixed_rate else view.difficulty == "easy"
+        self.direct = (
+            rng.random() >= config.call_rate if self.fixed_rate else view.difficulty == "easy"
+        )
 
     def _plan(self) -> list[Step]:
         hard = self.view.difficulty == "hard"
@@ -137,9 +152,15 @@ class TeacherPolicy:
             plan = self.solver.steps(self.view, hard, mistake)
         if (hard or self.fixed_rate) and self.mistake == "bug":
             first = plan[0]
-            buggy = Step(first.think, first.code.replace(LOAD, LOAD + BUG, 1), fix=replace(
-                first, think="input_image is a PIL image: .size is (width, height), it has no "
-                "channel count. I drop that line and run the rest. " + first.think))
+            buggy = Step(
+                first.think,
+                first.code.replace(LOAD, LOAD + BUG, 1),
+                fix=replace(
+                    first,
+                    think="input_image is a PIL image: .size is (width, height), it has no "
+                    "channel count. I drop that line and run the rest. " + first.think,
+                ),
+            )
             plan = [buggy, *plan[1:]]
         return plan
 
@@ -177,9 +198,13 @@ class TeacherPolicy:
             step = queue[0]
             return Completion(turn(note + step.think, code=step.code))
         value = best if best is not None else "unknown"
-        if self.compact and read is not None:  # quote the output line itself: a copy, token for token
+        if (
+            self.compact and read is not None
+        ):  # quote the output line itself: a copy, token for token
             return Completion(quoting_answer(read, value))
-        return Completion(turn(f"The output gives {value}, which answers the question.", answer=value))
+        return Completion(
+            turn(f"The output gives {value}, which answers the question.", answer=value)
+        )
 
     async def acomplete(self, messages: tuple[Message, ...]) -> Completion:
         return self.complete(messages)

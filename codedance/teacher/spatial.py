@@ -19,26 +19,29 @@ COMPACT = True  # `steps` takes ``compact_code=``
 HELPERS = (pixels.color_mask, pixels.blobs, pixels.shape_of)
 LEFT = re.compile(r"Is the (\w+) (\w+) to the left of the (\w+) (\w+)\?")
 NEAR = re.compile(r"Which object is closest to the (\w+) (\w+)\?")
-FINDER = '''
+FINDER = """
 def find(color, shape, tol=40):
     cands = [b for b in blobs(color_mask(img, RGB[color], tol), img) if shape_of(b) == shape]
     print(f"{color} {shape}: {len(cands)} candidate(s) at", [b['centre'] for b in cands])
     return cands[0]['centre'] if cands else None
-'''
+"""
 
-COMPACT_FINDER = '''
+COMPACT_FINDER = """
 def find(rgb, shape, tol=40):
     n, lab, st, c = cv2.connectedComponentsWithStats((np.abs(img.astype(int) - rgb).max(2) <= tol).astype(np.uint8))
     s = np.where(st[:, 4] > 0.9 * st[:, 2] * st[:, 3], 'square', np.where(st[:, 4] > 0.66 * st[:, 2] * st[:, 3], 'circle', 'triangle'))
     p = [c[i] for i in np.argsort(-st[:, 4], kind='stable') if i and st[i, 4] >= 20 and s[i] == shape]
     print(shape, len(p), 'candidate(s)')
     return p[0]
-'''
+"""
 
 
 def _locate(img: np.ndarray, color: str, shape: str, tol: int = 40) -> tuple[float, float] | None:
-    cands = [b for b in pixels.blobs(pixels.color_mask(img, PALETTE[color], tol), img)
-             if pixels.shape_of(b) == shape]
+    cands = [
+        b
+        for b in pixels.blobs(pixels.color_mask(img, PALETTE[color], tol), img)
+        if pixels.shape_of(b) == shape
+    ]
     return cands[0]["centre"] if cands else None
 
 
@@ -71,11 +74,17 @@ def _body(view: TaskView, tol: int, compact_code: bool = False) -> str:
     m = NEAR.search(view.question) or LEFT.search(view.question)
     assert m
     colour = (lambda c: str(PALETTE[c])) if compact_code else repr
-    head = [COMPACT_FINDER.strip()] if compact_code else [f"RGB = { {c: PALETTE[c] for c in PALETTE} }", FINDER.strip()]
+    head = (
+        [COMPACT_FINDER.strip()]
+        if compact_code
+        else [f"RGB = { {c: PALETTE[c] for c in PALETTE} }", FINDER.strip()]
+    )
     lines = [*head, f"ref = find({colour(m.group(1))}, {m.group(2)!r}, tol={tol})"]
     if m.re is LEFT:
-        lines += [f"other = find({colour(m.group(3))}, {m.group(4)!r})",
-                  "print('RESULT:', 'A' if ref[0] < other[0] else 'B')"]
+        lines += [
+            f"other = find({colour(m.group(3))}, {m.group(4)!r})",
+            "print('RESULT:', 'A' if ref[0] < other[0] else 'B')",
+        ]
     elif compact_code:
         lines += ["d = {}"]
         for key, name in view.choices:
@@ -86,10 +95,14 @@ def _body(view: TaskView, tol: int, compact_code: bool = False) -> str:
         lines += ["dists = {}"]
         for key, name in view.choices:
             c, s = name.split()
-            lines += [f"p = find({c!r}, {s!r})",
-                      f"dists[{key!r}] = float(np.hypot(p[0] - ref[0], p[1] - ref[1]))"]
-        lines += ["print('distances:', {k: round(v, 1) for k, v in dists.items()})",
-                  "print('RESULT:', min(dists, key=dists.get))"]
+            lines += [
+                f"p = find({c!r}, {s!r})",
+                f"dists[{key!r}] = float(np.hypot(p[0] - ref[0], p[1] - ref[1]))",
+            ]
+        lines += [
+            "print('distances:', {k: round(v, 1) for k, v in dists.items()})",
+            "print('RESULT:', min(dists, key=dists.get))",
+        ]
     return "\n".join(lines)
 
 
@@ -100,19 +113,33 @@ def _check(feedback: str) -> str | None:
     return None
 
 
-def steps(view: TaskView, hard: bool, mistake: str | None, compact_code: bool = False) -> list[Step]:
+def steps(
+    view: TaskView, hard: bool, mistake: str | None, compact_code: bool = False
+) -> list[Step]:
     def code(tol: int) -> str:
-        return compact(_body(view, tol, True)) if compact_code else snippet(_body(view, tol), HELPERS)
+        return (
+            compact(_body(view, tol, True)) if compact_code else snippet(_body(view, tol), HELPERS)
+        )
 
     good = Step("I locate each object by its colour and shape and compare the centres.", code(40))
     if not hard:
         return [good]
-    verify = Step("The two nearest candidates are close; let me " + (
-        "measure once more with a tighter colour tolerance." if compact_code else
-        "print the distances once more, measured between centres."), code(30))
+    verify = Step(
+        "The two nearest candidates are close; let me "
+        + (
+            "measure once more with a tighter colour tolerance."
+            if compact_code
+            else "print the distances once more, measured between centres."
+        ),
+        code(30),
+    )
     if mistake == "loose":
-        first = Step("I find the objects with a generous colour tolerance and measure distances.",
-                     code(110), _check, good)
+        first = Step(
+            "I find the objects with a generous colour tolerance and measure distances.",
+            code(110),
+            _check,
+            good,
+        )
         return [first, verify]
     return [good, verify]
 

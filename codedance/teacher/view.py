@@ -22,5 +22,6 @@ class TaskView:
     @classmethod
     def from_task(cls, task: Task) -> TaskView:
         meta = dict(task.metadata)
-        return cls(task.id, task.question, task.choices, meta.get("skill", ""),
-                   meta.get("difficulty", ""))
+        return cls(
+            task.id, task.question, task.choices, meta.get("skill", ""), meta.get("difficulty", "")
+        )

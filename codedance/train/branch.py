@@ -37,8 +37,15 @@ from codedance.train.sampler import BatchedSampler
 from codedance.types import ExecResult, ExecStatus, Task
 
 
-def _continuation_probability(model: Any, processor: Any, task: Task, config: EpisodeConfig,
-                              prefix: str, target: str, episode: Episode | None = None) -> float:
+def _continuation_probability(
+    model: Any,
+    processor: Any,
+    task: Task,
+    config: EpisodeConfig,
+    prefix: str,
+    target: str,
+    episode: Episode | None = None,
+) -> float:
     """p(`target` | the task's first prompt (or `episode`'s conversation so far), then `prefix`
     in the assistant turn)."""
     import torch
@@ -47,12 +54,12 @@ def _continuation_probability(model: Any, processor: Any, task: Task, config: Ep
     messages = (episode or Episode(task, config)).messages
     ids, images = BatchedSampler(model, processor).encode_prompt(messages)
     before = tok(prefix, add_special_tokens=False)["input_ids"] if prefix else []
-    want = tok(prefix + target, add_special_tokens=False)["input_ids"][len(before):]
+    want = tok(prefix + target, add_special_tokens=False)["input_ids"][len(before) :]
     inputs: dict[str, Any] = {"input_ids": torch.tensor([ids + before + want])}
     if images:
         inputs.update(processor.pixel_inputs(images))
     with torch.no_grad():
-        logits = model(**inputs).logits[0, len(ids) + len(before) - 1:-1].float()
+        logits = model(**inputs).logits[0, len(ids) + len(before) - 1 : -1].float()
     logp = torch.log_softmax(logits, dim=-1)[torch.arange(len(want)), torch.tensor(want)].sum()
     return math.exp(float(logp))
 
@@ -66,17 +73,26 @@ def _means(name: str, tasks: Sequence[Task], values: Sequence[float]) -> dict[st
     return {k: sum(v) / len(v) for k, v in groups.items()}
 
 
-def direct_probability(model: Any, processor: Any, tasks: Sequence[Task],
-                       config: EpisodeConfig = EpisodeConfig()) -> dict[str, float]:
+def direct_probability(
+    model: Any, processor: Any, tasks: Sequence[Task], config: EpisodeConfig = EpisodeConfig()
+) -> dict[str, float]:
     """See the module docstring."""
     model.eval()
     target = f"<think>{DIRECT_THINK}</think>"
-    return _means("p_direct", tasks, [_continuation_probability(model, processor, t, config, "", target)
-                                      for t in tasks])
+    return _means(
+        "p_direct",
+        tasks,
+        [_continuation_probability(model, processor, t, config, "", target) for t in tasks],
+    )
 
 
-def bug_probability(model: Any, processor: Any, tasks: Sequence[Task], config: EpisodeConfig = EpisodeConfig(),
-                    code_style: str = "compact") -> dict[str, float]:
+def bug_probability(
+    model: Any,
+    processor: Any,
+    tasks: Sequence[Task],
+    config: EpisodeConfig = EpisodeConfig(),
+    code_style: str = "compact",
+) -> dict[str, float]:
     """See the module docstring."""
     model.eval()
     values = []
@@ -84,12 +100,14 @@ def bug_probability(model: Any, processor: Any, tasks: Sequence[Task], config: E
         view = TaskView.from_task(task)
         step = SOLVERS[view.skill].steps(view, False, None, compact_code=code_style == "compact")[0]
         text = turn(step.think, code=step.code)
-        prefix = text[:text.index(LOAD) + len(LOAD)]
+        prefix = text[: text.index(LOAD) + len(LOAD)]
         values.append(_continuation_probability(model, processor, task, config, prefix, BUG))
     return _means("p_bug", tasks, values)
 
 
-def after_program(task: Task, config: EpisodeConfig = EpisodeConfig(), code_style: str = "compact") -> Episode:
+def after_program(
+    task: Task, config: EpisodeConfig = EpisodeConfig(), code_style: str = "compact"
+) -> Episode:
     """`task`'s episode after the teacher's first program and its output, ``RESULT: <answer>``."""
     view = TaskView.from_task(task)
     step = SOLVERS[view.skill].steps(view, False, None, compact_code=code_style == "compact")[0]
@@ -100,10 +118,28 @@ def after_program(task: Task, config: EpisodeConfig = EpisodeConfig(), code_styl
     return episode
 
 
-def copy_probability(model: Any, processor: Any, tasks: Sequence[Task], config: EpisodeConfig = EpisodeConfig(),
-                     code_style: str = "compact") -> dict[str, float]:
+def copy_probability(
+    model: Any,
+    processor: Any,
+    tasks: Sequence[Task],
+    config: EpisodeConfig = EpisodeConfig(),
+    code_style: str = "compact",
+) -> dict[str, float]:
     """See the module docstring."""
     model.eval()
-    return _means("p_copy", tasks, [
-        _continuation_probability(model, processor, t, config, "", quoting_answer(t.answer, t.answer),
-                                  after_program(t, config, code_style)) for t in tasks])
+    return _means(
+        "p_copy",
+        tasks,
+        [
+            _continuation_probability(
+                model,
+                processor,
+                t,
+                config,
+                "",
+                quoting_answer(t.answer, t.answer),
+                after_program(t, config, code_style),
+            )
+            for t in tasks
+        ],
+    )

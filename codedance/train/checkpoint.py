@@ -29,8 +29,15 @@ def latest_checkpoint(out_dir: str | Path) -> Path | None:
     return max(found, key=lambda p: int(p.name.split("-")[1]), default=None)
 
 
-def save_checkpoint(out_dir: str | Path, step: int, model: Any, processor: Any, optimizer: Any,
-                    keep: int = 2, extra: dict[str, Any] | None = None) -> Path:
+def save_checkpoint(
+    out_dir: str | Path,
+    step: int,
+    model: Any,
+    processor: Any,
+    optimizer: Any,
+    keep: int = 2,
+    extra: dict[str, Any] | None = None,
+) -> Path:
     import torch
 
     root = checkpoint_dir(out_dir)
@@ -43,8 +50,10 @@ def save_checkpoint(out_dir: str | Path, step: int, model: Any, processor: Any, 
     (tmp / "state.json").write_text(json.dumps({"step": step, **(extra or {})}))
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
-    done = sorted((p for p in root.glob("step-*") if (p / "state.json").exists()),
-                  key=lambda p: int(p.name.split("-")[1]))
+    done = sorted(
+        (p for p in root.glob("step-*") if (p / "state.json").exists()),
+        key=lambda p: int(p.name.split("-")[1]),
+    )
     for old in done[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final

@@ -50,9 +50,15 @@ class RolloutSettings:
     """The trainer's own sampling limits (the episode's are `EpisodeSettings`)."""
 
     max_tokens: int = bounded(256, at_least=1)  # per assistant turn
-    max_length: int = bounded(3072, at_least=1)  # whole trajectory, tokens (longer ones are cut, tail not trained)
-    min_pixels: int = bounded(28 * 28, at_least=1)  # the image the model's processor makes; the episode and sandbox
-    max_pixels: int = bounded(112 * 112, at_least=1)  # keep the task's images (`episode.min_pixels` / `max_pixels`)
+    max_length: int = bounded(
+        3072, at_least=1
+    )  # whole trajectory, tokens (longer ones are cut, tail not trained)
+    min_pixels: int = bounded(
+        28 * 28, at_least=1
+    )  # the image the model's processor makes; the episode and sandbox
+    max_pixels: int = bounded(
+        112 * 112, at_least=1
+    )  # keep the task's images (`episode.min_pixels` / `max_pixels`)
 
 
 @dataclass(frozen=True)
@@ -70,7 +76,9 @@ class SFTStage:
     weight_decay: float = bounded(0.0, at_least=0)
     max_steps: int = bounded(-1, at_least=-1)  # -1: epochs decide
     logging_steps: int = bounded(5, at_least=1)
-    gradient_checkpointing: bool = True  # TRL's default; off for tiny CPU models (~3x slower with it)
+    gradient_checkpointing: bool = (
+        True  # TRL's default; off for tiny CPU models (~3x slower with it)
+    )
     seed: int = 0
 
 
@@ -89,7 +97,9 @@ class GRPOStage:
     aggregation: str = "token-mean"  # or "seq-mean" (the paper's 1/|τ|)
     kl_coef: float = bounded(0.0, at_least=0)
     mini_batches: int = bounded(1, at_least=1)  # optimizer steps per rollout batch (paper: 1)
-    micro_batch: int = bounded(8, at_least=1)  # sequences per forward/backward (gradient accumulation)
+    micro_batch: int = bounded(
+        8, at_least=1
+    )  # sequences per forward/backward (gradient accumulation)
     temperature: float = bounded(1.0, at_least=0)
     top_p: float = bounded(1.0, above=0, at_most=1)
     profile: str = "paper"
@@ -128,7 +138,9 @@ class TinyModel:
 @dataclass(frozen=True)
 class PipelineConfig:
     out_dir: str = not_resumed("runs/tiny-cpu")
-    init: str = "tiny"  # a builder in `pipeline.MODEL_BUILDERS` ("tiny", "smollm2") or a checkpoint folder
+    init: str = (
+        "tiny"  # a builder in `pipeline.MODEL_BUILDERS` ("tiny", "smollm2") or a checkpoint folder
+    )
     model: TinyModel = TinyModel()
     episode: EpisodeSettings = EpisodeSettings()  # paper: 6 turns in training
     profiles: str = ""  # a YAML file of user prompt profiles (e.g. an import's profiles.yaml)
@@ -142,22 +154,35 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         for name in (self.grpo.profile, *self.ablation_profiles):
             try:
-                get_profile(name, **dict(self.grpo.profile_overrides) if name == self.grpo.profile else {})
+                get_profile(
+                    name, **dict(self.grpo.profile_overrides) if name == self.grpo.profile else {}
+                )
             except (ValueError, TypeError) as exc:
                 raise SettingsError(f"grpo.profile / ablation_profiles: {exc}") from None
-        self.episode.episode_config(profiles=self.profiles or None)  # an unknown prompt profile raises
+        self.episode.episode_config(
+            profiles=self.profiles or None
+        )  # an unknown prompt profile raises
         if self.sft.tasks.file:
-            raise SettingsError("sft.tasks.file: the SFT teacher solves world tasks only; train on imported "
-                                "SFT data with `codedance sft --data DIR` and start from it with init=DIR")
+            raise SettingsError(
+                "sft.tasks.file: the SFT teacher solves world tasks only; train on imported "
+                "SFT data with `codedance sft --data DIR` and start from it with init=DIR"
+            )
 
 
 # keys the shared declarations moved: old dotted key -> new one
-MOVED = {**{f"rollout.{k}": f"episode.{k}" for k in ("max_turns", "exec_timeout_s", "prompt_profile")},
-         **{f"sft.teacher_{k}": f"sft.teacher.{k}" for k in ("temperature", "mistake_rate", "code_style")}}
+MOVED = {
+    **{f"rollout.{k}": f"episode.{k}" for k in ("max_turns", "exec_timeout_s", "prompt_profile")},
+    **{
+        f"sft.teacher_{k}": f"sft.teacher.{k}"
+        for k in ("temperature", "mistake_rate", "code_style")
+    },
+}
 
 
-def load_config(specs: str | Path | list[str] | tuple[str, ...] | None,
-                overrides: list[str] | tuple[str, ...] = ()) -> PipelineConfig:
+def load_config(
+    specs: str | Path | list[str] | tuple[str, ...] | None,
+    overrides: list[str] | tuple[str, ...] = (),
+) -> PipelineConfig:
     """A `PipelineConfig` from preset names, YAML files (one path, or a list; None: the
     defaults) and ``key=value`` overrides (`codedance.config.load`); a bad file, key or value is
     a `SettingsError`."""
@@ -165,6 +190,9 @@ def load_config(specs: str | Path | list[str] | tuple[str, ...] | None,
         if "=" not in item:
             raise SettingsError(f"override {item!r} is not key=value")
     given = [str(specs)] if isinstance(specs, (str, Path)) else list(specs or [])
-    refuse_moved(merged(given + list(overrides), "train"), MOVED,
-                 " (the setting every command shares); rename it")
+    refuse_moved(
+        merged(given + list(overrides), "train"),
+        MOVED,
+        " (the setting every command shares); rename it",
+    )
     return load(PipelineConfig, given + list(overrides), command="train")

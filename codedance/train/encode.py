@@ -57,7 +57,9 @@ class EncodedTrajectory:
 
 def _render(template_owner: Any, messages: list[Message], generation_prompt: bool) -> str:
     chat, _ = chat_template_messages(tuple(messages))
-    return template_owner.apply_chat_template(chat, tokenize=False, add_generation_prompt=generation_prompt)
+    return template_owner.apply_chat_template(
+        chat, tokenize=False, add_generation_prompt=generation_prompt
+    )
 
 
 def _conversation_steps(trajectory: Trajectory) -> list[tuple[Message, Message | None]]:
@@ -99,14 +101,18 @@ def encode_trajectory(
     ids += tok(rendered)
     mask += [0] * len(ids)
     sampled = True
-    for turn, (assistant, feedback) in zip(trajectory.turns, _conversation_steps(trajectory), strict=True):
+    for turn, (assistant, feedback) in zip(
+        trajectory.turns, _conversation_steps(trajectory), strict=True
+    ):
         messages.append(assistant)
         with_turn = _render(owner, messages, False)
         if not with_turn.startswith(rendered):
             raise TemplateMismatch("the chat template re-renders earlier messages differently")
-        chunk = with_turn[len(rendered):]
+        chunk = with_turn[len(rendered) :]
         if not chunk.startswith(turn.text + eos):
-            raise TemplateMismatch(f"assistant chunk {chunk[:60]!r} does not start with the turn's text + {eos!r}")
+            raise TemplateMismatch(
+                f"assistant chunk {chunk[:60]!r} does not start with the turn's text + {eos!r}"
+            )
         if use_sampled_ids and turn.token_ids:
             model = list(turn.token_ids)
         else:
@@ -115,13 +121,13 @@ def encode_trajectory(
         spans.append((len(ids), len(ids) + len(model)))
         ids += model
         mask += [1] * len(model)
-        tail = chunk[len(turn.text) + len(eos):]
+        tail = chunk[len(turn.text) + len(eos) :]
         if feedback is not None:
             messages.append(feedback)
             after = _render(owner, messages, True)
             if not after.startswith(with_turn):
                 raise TemplateMismatch("the chat template re-renders earlier messages differently")
-            tail += after[len(with_turn):]
+            tail += after[len(with_turn) :]
             rendered = after
         else:
             rendered = with_turn
@@ -129,13 +135,28 @@ def encode_trajectory(
         ids += piece
         mask += [0] * len(piece)
     images = [p for m in messages for p in m.parts if isinstance(p, Image)]
-    return _expand_and_cut(ids, mask, spans, images, tokenizer, image_tokens, max_length,
-                           sampled and bool(trajectory.turns))
+    return _expand_and_cut(
+        ids,
+        mask,
+        spans,
+        images,
+        tokenizer,
+        image_tokens,
+        max_length,
+        sampled and bool(trajectory.turns),
+    )
 
 
-def _expand_and_cut(ids: list[int], mask: list[int], spans: list[tuple[int, int]], images: list[Image],
-                    tokenizer: Any, image_tokens: Callable[[Image], int] | None, max_length: int | None,
-                    sampled: bool) -> EncodedTrajectory:
+def _expand_and_cut(
+    ids: list[int],
+    mask: list[int],
+    spans: list[tuple[int, int]],
+    images: list[Image],
+    tokenizer: Any,
+    image_tokens: Callable[[Image], int] | None,
+    max_length: int | None,
+    sampled: bool,
+) -> EncodedTrajectory:
     pad = tokenizer.convert_tokens_to_ids(IMAGE_PAD) if images else None
     counts = []
     out_ids: list[int] = []
@@ -159,19 +180,32 @@ def _expand_and_cut(ids: list[int], mask: list[int], spans: list[tuple[int, int]
             out_mask.append(m)
     shift[len(ids)] = len(out_ids)
     if k != len(images):
-        raise ValueError(f"{len(images)} images but {k} image placeholders in the rendered conversation")
+        raise ValueError(
+            f"{len(images)} images but {k} image placeholders in the rendered conversation"
+        )
     new_spans = [(shift[a], shift[b]) for a, b in spans]
     truncated = False
     n_images = len(images)
     if max_length is not None and len(out_ids) > max_length:
         truncated = True
         cut = max_length
-        starts = [j for j in range(len(out_ids)) if out_ids[j] == pad and (j == 0 or out_ids[j - 1] != pad)]
+        starts = [
+            j
+            for j in range(len(out_ids))
+            if out_ids[j] == pad and (j == 0 or out_ids[j - 1] != pad)
+        ]
         for index, (start, n) in enumerate(zip(starts, counts, strict=True)):
             if start + n > cut:
                 cut, n_images = start, index
                 break
         out_ids, out_mask = out_ids[:cut], out_mask[:cut]
         new_spans = [(min(a, cut), min(b, cut)) for a, b in new_spans]
-    return EncodedTrajectory(tuple(out_ids), tuple(out_mask), tuple(new_spans), tuple(images[:n_images]),
-                             tuple(counts[:n_images]), truncated, sampled)
+    return EncodedTrajectory(
+        tuple(out_ids),
+        tuple(out_mask),
+        tuple(new_spans),
+        tuple(images[:n_images]),
+        tuple(counts[:n_images]),
+        truncated,
+        sampled,
+    )

@@ -58,13 +58,19 @@ def sandbox_factory(timeout_s: float) -> Callable[[tuple], Any]:
     return lambda images: Sandbox(images=images, timeout_s=timeout_s)
 
 
-def make_sampler(model: Any, processor: Any, rollout: RolloutSettings, temperature: float,
-                 top_p: float = 1.0) -> BatchedSampler:
+def make_sampler(
+    model: Any, processor: Any, rollout: RolloutSettings, temperature: float, top_p: float = 1.0
+) -> BatchedSampler:
     tok = processor.tokenizer
     suppress = [tok.convert_tokens_to_ids(t) for t in VISION_TOKENS if t in tok.get_vocab()]
     sampling = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=rollout.max_tokens)
-    return BatchedSampler(model, processor, sampling, suppress=suppress,
-                          max_prompt_tokens=rollout.max_length - rollout.max_tokens)
+    return BatchedSampler(
+        model,
+        processor,
+        sampling,
+        suppress=suppress,
+        max_prompt_tokens=rollout.max_length - rollout.max_tokens,
+    )
 
 
 @dataclass
@@ -84,11 +90,22 @@ def reward_profile(stage: GRPOStage) -> Any:
 class GRPOTrainer:
     """See the module docstring. `model`/`processor`: a Qwen2.5-VL and an `ImageTextProcessor`."""
 
-    def __init__(self, model: Any, processor: Any, stage: GRPOStage, rollout: RolloutSettings,
-                 episode: EpisodeSettings, train_tasks: Sequence[Task], out_dir: str | Path, *,
-                 profiles: str | None = None, domains: Mapping[str, str] | None = None,
-                 ref_model: Any | None = None, make_runner: Callable[[tuple], Any] | None = None,
-                 threads: int = 2) -> None:
+    def __init__(
+        self,
+        model: Any,
+        processor: Any,
+        stage: GRPOStage,
+        rollout: RolloutSettings,
+        episode: EpisodeSettings,
+        train_tasks: Sequence[Task],
+        out_dir: str | Path,
+        *,
+        profiles: str | None = None,
+        domains: Mapping[str, str] | None = None,
+        ref_model: Any | None = None,
+        make_runner: Callable[[tuple], Any] | None = None,
+        threads: int = 2,
+    ) -> None:
         import torch
 
         self.model, self.processor, self.stage, self.rollout = model, processor, stage, rollout
@@ -101,7 +118,9 @@ class GRPOTrainer:
         self.make_runner = make_runner or sandbox_factory(episode.exec_timeout_s)
         self.threads = threads
         self.profile = reward_profile(stage)
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=stage.lr, weight_decay=stage.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=stage.lr, weight_decay=stage.weight_decay
+        )
         self.step = 0
 
     def resume(self) -> int:
@@ -110,11 +129,17 @@ class GRPOTrainer:
         if path is None:
             return 0
         # a checkpoint whose weights do not load whole is refused, not trained on from other weights
-        restore_weights(self.model, path, "delete that folder to resume from the checkpoint before it (or from the start)")
+        restore_weights(
+            self.model,
+            path,
+            "delete that folder to resume from the checkpoint before it (or from the start)",
+        )
         self.step = load_training_state(path, self.optimizer)
         rows = [r for r in read_jsonl(self.out / "metrics.jsonl") if r.get("step", 0) <= self.step]
         (self.out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        for later in (self.out / "rollouts").glob("step-*.jsonl"):  # steps after the checkpoint run again
+        for later in (self.out / "rollouts").glob(
+            "step-*.jsonl"
+        ):  # steps after the checkpoint run again
             if later.stem.split("-")[1].isdigit() and int(later.stem.split("-")[1]) > self.step:
                 later.unlink()
         return self.step
@@ -128,22 +153,43 @@ class GRPOTrainer:
         import torch
 
         tasks = [t for t in self.step_tasks(step) for _ in range(self.stage.group_size)]
-        sampler = make_sampler(self.model, self.processor, self.rollout, self.stage.temperature, self.stage.top_p)
+        sampler = make_sampler(
+            self.model, self.processor, self.rollout, self.stage.temperature, self.stage.top_p
+        )
         torch.manual_seed(self.stage.seed * 1_000_003 + step)
         self.model.eval()
-        trajectories = run_lockstep(sampler, tasks, self.make_runner, self.episode, threads=self.threads)
-        correct = [grade_trajectory(trajectory=tr, task=t).correct for tr, t in zip(trajectories, tasks, strict=True)]
-        rewards = compute_batch_rewards(trajectories=trajectories, correct=correct, group_ids=[t.id for t in tasks],
-                                        domains=[self.domains.get(t.id, "general") for t in tasks],
-                                        profile=self.profile)
+        trajectories = run_lockstep(
+            sampler, tasks, self.make_runner, self.episode, threads=self.threads
+        )
+        correct = [
+            grade_trajectory(trajectory=tr, task=t).correct
+            for tr, t in zip(trajectories, tasks, strict=True)
+        ]
+        rewards = compute_batch_rewards(
+            trajectories=trajectories,
+            correct=correct,
+            group_ids=[t.id for t in tasks],
+            domains=[self.domains.get(t.id, "general") for t in tasks],
+            profile=self.profile,
+        )
         tok = self.processor.tokenizer
-        encoded = [encode_trajectory(tr, tok, template=self.processor, image_tokens=self.processor.image_tokens,
-                                     max_length=self.rollout.max_length) for tr in trajectories]
+        encoded = [
+            encode_trajectory(
+                tr,
+                tok,
+                template=self.processor,
+                image_tokens=self.processor.image_tokens,
+                max_length=self.rollout.max_length,
+            )
+            for tr in trajectories
+        ]
         width = max(len(e) for e in encoded)
         mask = np.zeros((len(encoded), width), dtype=np.int8)
         for row, e in enumerate(encoded):
-            mask[row, :len(e)] = e.loss_mask
-        adv = batch_token_advantages(rewards, turn_spans=[e.turn_spans for e in encoded], loss_mask=mask)
+            mask[row, : len(e)] = e.loss_mask
+        adv = batch_token_advantages(
+            rewards, turn_spans=[e.turn_spans for e in encoded], loss_mask=mask
+        )
         return Rollouts(trajectories, tasks, correct, rewards, encoded, adv)
 
     def _logprobs(self, model: Any, rows: list[int], ro: Rollouts) -> Any:
@@ -152,8 +198,12 @@ class GRPOTrainer:
         with torch.no_grad():
             parts = []
             for start in range(0, len(rows), self.stage.micro_batch):
-                chunk = rows[start:start + self.stage.micro_batch]
-                batch = collate([ro.encoded[i] for i in chunk], self.processor, self.processor.tokenizer.pad_token_id)
+                chunk = rows[start : start + self.stage.micro_batch]
+                batch = collate(
+                    [ro.encoded[i] for i in chunk],
+                    self.processor,
+                    self.processor.tokenizer.pad_token_id,
+                )
                 parts.append(token_logprobs(model, batch, self.stage.temperature)[0])
         return parts
 
@@ -163,31 +213,86 @@ class GRPOTrainer:
         s = self.stage
         order = list(range(len(ro.encoded)))
         size = -(-len(order) // s.mini_batches)
-        stats: dict[str, list[float]] = {"loss": [], "entropy": [], "clip_frac": [], "grad_norm": [], "kl": []}
-        old = {i: lp for i, lp in zip(order, [row for part in self._logprobs(self.model, order, ro) for row in part], strict=True)}
+        stats: dict[str, list[float]] = {
+            "loss": [],
+            "entropy": [],
+            "clip_frac": [],
+            "grad_norm": [],
+            "kl": [],
+        }
+        old = {
+            i: lp
+            for i, lp in zip(
+                order,
+                [row for part in self._logprobs(self.model, order, ro) for row in part],
+                strict=True,
+            )
+        }
         ref = None
         if self.ref_model is not None and s.kl_coef > 0:
-            ref = {i: lp for i, lp in zip(order, [r for p in self._logprobs(self.ref_model, order, ro) for r in p], strict=True)}
+            ref = {
+                i: lp
+                for i, lp in zip(
+                    order,
+                    [r for p in self._logprobs(self.ref_model, order, ro) for r in p],
+                    strict=True,
+                )
+            }
         stats["logprob_gap"] = [_logprob_gap(ro, old)]
         self.model.train()
         for start in range(0, len(order), size):
-            rows = order[start:start + size]
+            rows = order[start : start + size]
             total_tokens = float(sum(sum(ro.encoded[i].loss_mask[1:]) for i in rows))
             self.optimizer.zero_grad(set_to_none=True)
             loss_sum, ent_sum = 0.0, 0.0
             for m in range(0, len(rows), s.micro_batch):
-                chunk = rows[m:m + s.micro_batch]
-                batch = collate([ro.encoded[i] for i in chunk], self.processor, self.processor.tokenizer.pad_token_id)
+                chunk = rows[m : m + s.micro_batch]
+                batch = collate(
+                    [ro.encoded[i] for i in chunk],
+                    self.processor,
+                    self.processor.tokenizer.pad_token_id,
+                )
                 width = batch["input_ids"].shape[1]
                 logp, entropy = token_logprobs(self.model, batch, s.temperature)
-                pad = [torch.nn.functional.pad(old[i][: width - 1], (0, width - 1 - min(len(old[i]), width - 1))) for i in chunk]
+                pad = [
+                    torch.nn.functional.pad(
+                        old[i][: width - 1], (0, width - 1 - min(len(old[i]), width - 1))
+                    )
+                    for i in chunk
+                ]
                 old_lp = torch.stack(pad)
-                adv = torch.tensor(np.stack([np.pad(ro.advantages[i, :width], (0, max(0, width - ro.advantages.shape[1])))[:width]
-                                             for i in chunk]))[:, 1:]
-                weights = loss_weights(batch["loss_mask"], s.aggregation, total_tokens=total_tokens, total_seqs=len(rows))
-                ref_lp = torch.stack([torch.nn.functional.pad(ref[i][: width - 1], (0, width - 1 - min(len(ref[i]), width - 1)))
-                                      for i in chunk]) if ref is not None else None
-                loss, st = clipped_surrogate(logp, old_lp, adv, weights, clip=s.clip, ref_logp=ref_lp, kl_coef=s.kl_coef)
+                adv = torch.tensor(
+                    np.stack(
+                        [
+                            np.pad(
+                                ro.advantages[i, :width],
+                                (0, max(0, width - ro.advantages.shape[1])),
+                            )[:width]
+                            for i in chunk
+                        ]
+                    )
+                )[:, 1:]
+                weights = loss_weights(
+                    batch["loss_mask"],
+                    s.aggregation,
+                    total_tokens=total_tokens,
+                    total_seqs=len(rows),
+                )
+                ref_lp = (
+                    torch.stack(
+                        [
+                            torch.nn.functional.pad(
+                                ref[i][: width - 1], (0, width - 1 - min(len(ref[i]), width - 1))
+                            )
+                            for i in chunk
+                        ]
+                    )
+                    if ref is not None
+                    else None
+                )
+                loss, st = clipped_surrogate(
+                    logp, old_lp, adv, weights, clip=s.clip, ref_logp=ref_lp, kl_coef=s.kl_coef
+                )
                 loss.backward()
                 loss_sum += float(loss.detach())
                 ent_sum += float((entropy.detach() * batch["loss_mask"][:, 1:]).sum())
@@ -207,22 +312,41 @@ class GRPOTrainer:
         rolled = time.monotonic()
         update = self.update(ro)
         self.step += 1
-        row = {"step": self.step, **rollout_metrics(ro.trajectories, ro.tasks, ro.correct, ro.rewards.breakdowns),
-               **update, "tokens": float(sum(sum(e.loss_mask) for e in ro.encoded)),
-               "truncated": float(np.mean([e.truncated for e in ro.encoded])),
-               "rollout_s": rolled - started, "update_s": time.monotonic() - rolled}
+        row = {
+            "step": self.step,
+            **rollout_metrics(ro.trajectories, ro.tasks, ro.correct, ro.rewards.breakdowns),
+            **update,
+            "tokens": float(sum(sum(e.loss_mask) for e in ro.encoded)),
+            "truncated": float(np.mean([e.truncated for e in ro.encoded])),
+            "rollout_s": rolled - started,
+            "update_s": time.monotonic() - rolled,
+        }
         append_jsonl(self.out / "metrics.jsonl", row)
         if self.stage.save_rollouts:
             folder = self.out / "rollouts"
             store = ImageStore(folder / "images")
             for k, tr in enumerate(ro.trajectories):
-                append_jsonl(folder / f"step-{self.step}.jsonl", trajectory_json(tr, store, episode_key(tr.task_id, k)))
+                append_jsonl(
+                    folder / f"step-{self.step}.jsonl",
+                    trajectory_json(tr, store, episode_key(tr.task_id, k)),
+                )
         if self.stage.save_every and self.step % self.stage.save_every == 0:
-            save_checkpoint(self.out, self.step, self.model, self.processor, self.optimizer, self.stage.keep_checkpoints)
+            save_checkpoint(
+                self.out,
+                self.step,
+                self.model,
+                self.processor,
+                self.optimizer,
+                self.stage.keep_checkpoints,
+            )
         return row
 
-    def train(self, steps: int | None = None, on_step: Callable[[dict[str, float]], None] | None = None,
-              log: Callable[[str], None] = print) -> None:
+    def train(
+        self,
+        steps: int | None = None,
+        on_step: Callable[[dict[str, float]], None] | None = None,
+        log: Callable[[str], None] = print,
+    ) -> None:
         """Run until ``steps`` (default: the stage's) total steps, then save a final checkpoint.
 
         A SIGTERM or Ctrl-C (`codedance.train.stopping`) lets the step in progress finish; that step
@@ -237,14 +361,26 @@ class GRPOTrainer:
                     on_step(row)
                 if stop.signal is not None:
                     self._save_unless_saved()
-                    log(f"grpo: stopped on {stop.signal} after step {self.step}, saved in "
-                        f"{self.out / 'checkpoints' / f'step-{self.step}'}")
+                    log(
+                        f"grpo: stopped on {stop.signal} after step {self.step}, saved in "
+                        f"{self.out / 'checkpoints' / f'step-{self.step}'}"
+                    )
                     raise KeyboardInterrupt
         self._save_unless_saved()
 
     def _save_unless_saved(self) -> None:
-        if latest_checkpoint(self.out) is None or latest_checkpoint(self.out).name != f"step-{self.step}":
-            save_checkpoint(self.out, self.step, self.model, self.processor, self.optimizer, self.stage.keep_checkpoints)
+        if (
+            latest_checkpoint(self.out) is None
+            or latest_checkpoint(self.out).name != f"step-{self.step}"
+        ):
+            save_checkpoint(
+                self.out,
+                self.step,
+                self.model,
+                self.processor,
+                self.optimizer,
+                self.stage.keep_checkpoints,
+            )
 
 
 def _logprob_gap(ro: Rollouts, old: dict[int, Any]) -> float:
@@ -256,6 +392,6 @@ def _logprob_gap(ro: Rollouts, old: dict[int, Any]) -> float:
         for turn, (a, b) in zip(tr.turns, e.turn_spans, strict=True):
             n = min(b - a, len(turn.logprobs))
             if n and a > 0:
-                recomputed = old[i][a - 1:a - 1 + n].numpy()
+                recomputed = old[i][a - 1 : a - 1 + n].numpy()
                 gaps.append(float(np.mean(np.abs(recomputed - np.asarray(turn.logprobs[:n])))))
     return float(np.mean(gaps)) if gaps else float("nan")

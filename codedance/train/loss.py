@@ -48,7 +48,11 @@ def collate(encoded: Sequence[EncodedTrajectory], processor: Any, pad_id: int) -
 
 
 def model_inputs(batch: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "pixel_values", "image_grid_thw")}
+    return {
+        k: v
+        for k, v in batch.items()
+        if k in ("input_ids", "attention_mask", "pixel_values", "image_grid_thw")
+    }
 
 
 def token_logprobs(model: Any, batch: dict[str, Any], temperature: float = 1.0) -> tuple[Any, Any]:
@@ -76,8 +80,16 @@ def loss_weights(loss_mask: Any, aggregation: str, *, total_tokens: float, total
     return m / per_seq / max(total_seqs, 1)
 
 
-def clipped_surrogate(logp: Any, old_logp: Any, advantages: Any, weights: Any, *, clip: float = 0.2,
-                      ref_logp: Any | None = None, kl_coef: float = 0.0) -> tuple[Any, dict[str, float]]:
+def clipped_surrogate(
+    logp: Any,
+    old_logp: Any,
+    advantages: Any,
+    weights: Any,
+    *,
+    clip: float = 0.2,
+    ref_logp: Any | None = None,
+    kl_coef: float = 0.0,
+) -> tuple[Any, dict[str, float]]:
     """Weighted PPO-clip loss (a scalar) and statistics. All tensors (B, L−1)."""
     import torch
 

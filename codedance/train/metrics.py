@@ -26,16 +26,28 @@ def _mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else math.nan
 
 
-def _summary(trajectories: Sequence[Trajectory], correct: Sequence[bool]) -> dict[str, float | None]:
+def _summary(
+    trajectories: Sequence[Trajectory], correct: Sequence[bool]
+) -> dict[str, float | None]:
     stats = AgentStats.of(trajectories)
     with_tool = [ok for t, ok in zip(trajectories, correct, strict=True) if t.n_calls]
-    return {"accuracy": accuracy_of(correct), "calls": stats.calls_per_sample, "turns": stats.avg_turns,
-            "exec_success": stats.exec_success, "answered": stats.answered, "used_tool": stats.tool_share,
-            "accuracy_with_tool": accuracy_of(with_tool)}
+    return {
+        "accuracy": accuracy_of(correct),
+        "calls": stats.calls_per_sample,
+        "turns": stats.avg_turns,
+        "exec_success": stats.exec_success,
+        "answered": stats.answered,
+        "used_tool": stats.tool_share,
+        "accuracy_with_tool": accuracy_of(with_tool),
+    }
 
 
-def rollout_metrics(trajectories: Sequence[Trajectory], tasks: Sequence[Task], correct: Sequence[bool],
-                    breakdowns: Sequence[RewardBreakdown] | None = None) -> dict[str, float | None]:
+def rollout_metrics(
+    trajectories: Sequence[Trajectory],
+    tasks: Sequence[Task],
+    correct: Sequence[bool],
+    breakdowns: Sequence[RewardBreakdown] | None = None,
+) -> dict[str, float | None]:
     """See the module docstring. ``tasks[i]`` is the task of ``trajectories[i]``."""
     if not (len(trajectories) == len(tasks) == len(correct)):
         raise ValueError("trajectories, tasks and correct must have the same length")

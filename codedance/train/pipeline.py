@@ -61,22 +61,34 @@ def _file_tasks(path: str, split: str, n: int) -> tuple[tuple[Task, str], ...]:
 
 def stage_tasks(spec: TaskSpec) -> tuple[Task, ...]:
     """The tasks of `spec`: its Task JSONL's (``file``) or the world's."""
-    return tuple(t for t, _ in _file_tasks(spec.file, spec.split, spec.n)) if spec.file else world_tasks(spec)
+    return (
+        tuple(t for t, _ in _file_tasks(spec.file, spec.split, spec.n))
+        if spec.file
+        else world_tasks(spec)
+    )
 
 
 def stage_domains(spec: TaskSpec) -> dict[str, str]:
     """Task id -> reward domain of `spec`'s tasks (world tasks: none listed, all ``general``)."""
-    return {t.id: domain for t, domain in _file_tasks(spec.file, spec.split, spec.n)} if spec.file else {}
+    return (
+        {t.id: domain for t, domain in _file_tasks(spec.file, spec.split, spec.n)}
+        if spec.file
+        else {}
+    )
 
 
 def check_tasks(config: PipelineConfig) -> None:
     """Read every task source (a bad file is a one-line `DataError`) and refuse held-out tasks
     that are also training tasks."""
     held = {t.id for t in stage_tasks(config.eval.tasks)}
-    train_ids = {t.id for t in stage_tasks(config.sft.tasks)} | {t.id for t in stage_tasks(config.grpo.tasks)}
+    train_ids = {t.id for t in stage_tasks(config.sft.tasks)} | {
+        t.id for t in stage_tasks(config.grpo.tasks)
+    }
     if held & train_ids:
-        raise SettingsError(f"held-out tasks overlap the training tasks: {sorted(held & train_ids)[:3]}; "
-                            "give eval.tasks another seed range, file or split")
+        raise SettingsError(
+            f"held-out tasks overlap the training tasks: {sorted(held & train_ids)[:3]}; "
+            "give eval.tasks another seed range, file or split"
+        )
 
 
 def claim_run(config: PipelineConfig) -> RunDir:
@@ -90,7 +102,9 @@ def claim_run(config: PipelineConfig) -> RunDir:
     return run
 
 
-def teacher_trajectories(config: PipelineConfig, tasks: tuple[Task, ...], log: Log = print) -> list[Trajectory]:
+def teacher_trajectories(
+    config: PipelineConfig, tasks: tuple[Task, ...], log: Log = print
+) -> list[Trajectory]:
     """The teacher's rollouts of `tasks` in ``out_dir/teacher`` (`codedance.runs.batch`,
     resumable by key), in task order; an episode that failed stops the pipeline (rerun to retry)."""
     from codedance.sandbox import Sandbox
@@ -100,16 +114,29 @@ def teacher_trajectories(config: PipelineConfig, tasks: tuple[Task, ...], log: L
     sft = config.sft
     teacher = ExpertTeacher(sft.teacher)
     timeout = config.episode.exec_timeout_s
-    summary = run_batch(teacher.policy, tasks, lambda images: Sandbox(images=images, timeout_s=timeout), run,
-                        episode_config(config), rollouts=sft.rollouts_per_task,
-                        concurrency=config.threads)
+    summary = run_batch(
+        teacher.policy,
+        tasks,
+        lambda images: Sandbox(images=images, timeout_s=timeout),
+        run,
+        episode_config(config),
+        rollouts=sft.rollouts_per_task,
+        concurrency=config.threads,
+    )
     if summary.failures:
         key, error = summary.failures[0]
-        raise CodeDanceError(f"teacher: {len(summary.failures)} episodes failed (first: {key}: {error}); "
-                           f"see {run.path / 'failures.jsonl'}")
-    order = {episode_key(t.id, k): i * sft.rollouts_per_task + k for i, t in enumerate(tasks)
-             for k in range(sft.rollouts_per_task)}
-    have = sorted(((key, t) for key, t in run.trajectories() if key in order), key=lambda kt: order[kt[0]])
+        raise CodeDanceError(
+            f"teacher: {len(summary.failures)} episodes failed (first: {key}: {error}); "
+            f"see {run.path / 'failures.jsonl'}"
+        )
+    order = {
+        episode_key(t.id, k): i * sft.rollouts_per_task + k
+        for i, t in enumerate(tasks)
+        for k in range(sft.rollouts_per_task)
+    }
+    have = sorted(
+        ((key, t) for key, t in run.trajectories() if key in order), key=lambda kt: order[kt[0]]
+    )
     log(f"teacher: {len(have)} trajectories in {run.path}")
     return [t for _, t in have]
 
@@ -119,8 +146,14 @@ def episode_config(config: PipelineConfig) -> Any:
     return config.episode.episode_config(profiles=config.profiles or None)
 
 
-def evaluate(model: Any, processor: Any, config: PipelineConfig, tasks: tuple[Task, ...], name: str,
-             log: Log = print) -> dict[str, float]:
+def evaluate(
+    model: Any,
+    processor: Any,
+    config: PipelineConfig,
+    tasks: tuple[Task, ...],
+    name: str,
+    log: Log = print,
+) -> dict[str, float]:
     """Held-out metrics (greedy unless ``eval.temperature`` > 0, then sampled with torch seeded by
     the held-out tasks' seed, so a rerun samples the same), cached in ``eval/<name>.json``. With
     the non-adaptive teacher (``sft.teacher.call_rate`` ≥ 0) also ``p_direct`` and ``p_bug``
@@ -141,13 +174,24 @@ def evaluate(model: Any, processor: Any, config: PipelineConfig, tasks: tuple[Ta
     sampler = make_sampler(model, processor, config.rollout, config.eval.temperature)
     bar = BatchProgress(len(tasks), f"eval {name}")
     try:
-        trajectories = run_lockstep(sampler, tasks, sandbox_factory(config.episode.exec_timeout_s),
-                                    episode_config(config), threads=config.threads, on_done=bar.set)
+        trajectories = run_lockstep(
+            sampler,
+            tasks,
+            sandbox_factory(config.episode.exec_timeout_s),
+            episode_config(config),
+            threads=config.threads,
+            on_done=bar.set,
+        )
     finally:
         bar.stop()
-    correct = [grade_trajectory(trajectory=t, task=task).correct for t, task in zip(trajectories, tasks, strict=True)]
+    correct = [
+        grade_trajectory(trajectory=t, task=task).correct
+        for t, task in zip(trajectories, tasks, strict=True)
+    ]
     metrics = rollout_metrics(trajectories, tasks, correct)
-    if config.sft.teacher.call_rate >= 0:  # the non-adaptive teacher's two decisions, exactly (`branch`)
+    if (
+        config.sft.teacher.call_rate >= 0
+    ):  # the non-adaptive teacher's two decisions, exactly (`branch`)
         from codedance.train.branch import bug_probability, copy_probability, direct_probability
 
         cfg, style = episode_config(config), config.sft.teacher.code_style
@@ -158,7 +202,9 @@ def evaluate(model: Any, processor: Any, config: PipelineConfig, tasks: tuple[Ta
     path.write_text(json.dumps(metrics, indent=1))
     store = ImageStore(path.parent / "images")
     for t in trajectories:
-        append_jsonl(path.parent / f"{name}.jsonl", trajectory_json(t, store, episode_key(t.task_id, 0)))
+        append_jsonl(
+            path.parent / f"{name}.jsonl", trajectory_json(t, store, episode_key(t.task_id, 0))
+        )
     log(f"eval {name}: accuracy {metrics['accuracy']:.3f}, calls/traj {metrics['calls']:.2f}")
     return metrics
 
@@ -169,7 +215,9 @@ def build_tiny(config: PipelineConfig, texts: list[str]) -> tuple[Any, Any]:
 
     m = config.model
     tok = build_tokenizer(texts, m.vocab_size, m.tokenizer_split)
-    return build_model(tok, TinySize(m.hidden, m.layers, m.heads, m.kv_heads, m.intermediate), seed=config.sft.seed), tok
+    return build_model(
+        tok, TinySize(m.hidden, m.layers, m.heads, m.kv_heads, m.intermediate), seed=config.sft.seed
+    ), tok
 
 
 def build_smollm2(config: PipelineConfig, texts: list[str]) -> tuple[Any, Any]:
@@ -181,7 +229,9 @@ def build_smollm2(config: PipelineConfig, texts: list[str]) -> tuple[Any, Any]:
 
 # init name -> builder(config, teacher texts) -> (untrained Qwen2.5-VL model, tokenizer)
 MODEL_BUILDERS: dict[str, Callable[[PipelineConfig, list[str]], tuple[Any, Any]]] = {
-    "tiny": build_tiny, "smollm2": build_smollm2}
+    "tiny": build_tiny,
+    "smollm2": build_smollm2,
+}
 
 
 def trainable(model: Any, config: PipelineConfig) -> Any:
@@ -208,11 +258,17 @@ def prepare(config: PipelineConfig, log: Log = print) -> tuple[Any, Any, list[Tr
     if (init / "config.json").exists():
         model, processor = load_policy(init)
         return trainable(model, config), processor, trajectories
-    texts = [p for t in trajectories for m in conversation(t) for p in m.parts if isinstance(p, str)]
+    texts = [
+        p for t in trajectories for m in conversation(t) for p in m.parts if isinstance(p, str)
+    ]
     model, tok = MODEL_BUILDERS[config.init](config, texts)
-    processor = ImageTextProcessor(tok, min_pixels=config.rollout.min_pixels, max_pixels=config.rollout.max_pixels)
+    processor = ImageTextProcessor(
+        tok, min_pixels=config.rollout.min_pixels, max_pixels=config.rollout.max_pixels
+    )
     save_policy(init, model, processor)
-    log(f"{config.init} model: {parameter_count(model) / 1e6:.2f}M parameters, vocabulary {len(tok)}")
+    log(
+        f"{config.init} model: {parameter_count(model) / 1e6:.2f}M parameters, vocabulary {len(tok)}"
+    )
     return trainable(model, config), processor, trajectories
 
 
@@ -226,32 +282,58 @@ def run_sft_stage(config: PipelineConfig, log: Log = print) -> tuple[Any, Any]:
     held = stage_tasks(config.eval.tasks)
     evaluate(model, processor, config, held, "before-sft", log)
     if not (final / "config.json").exists():
-        result = run_sft(model, processor, trajectories, config.sft, Path(config.out_dir) / "sft",
-                         max_length=config.rollout.max_length, log=log)
-        log(f"sft: {result.steps} steps on {result.sequences} sequences; loss {result.losses[0][1]:.3f} → "
-            f"{result.losses[-1][1]:.3f}")
+        result = run_sft(
+            model,
+            processor,
+            trajectories,
+            config.sft,
+            Path(config.out_dir) / "sft",
+            max_length=config.rollout.max_length,
+            log=log,
+        )
+        log(
+            f"sft: {result.steps} steps on {result.sequences} sequences; loss {result.losses[0][1]:.3f} → "
+            f"{result.losses[-1][1]:.3f}"
+        )
     model, processor = load_policy(final)
     evaluate(model, processor, config, held, "after-sft", log)
     return model, processor
 
 
-def run_grpo_stage(config: PipelineConfig, name: str, stage: GRPOStage, log: Log = print) -> dict[str, float]:
+def run_grpo_stage(
+    config: PipelineConfig, name: str, stage: GRPOStage, log: Log = print
+) -> dict[str, float]:
     """GRPO from ``sft/final`` into ``grpo-<name>``; returns the held-out metrics after it."""
     from codedance.train.grpo import GRPOTrainer
     from codedance.train.tiny import load_policy
 
     model, processor = load_policy(Path(config.out_dir) / "sft" / "final")
-    trainer = GRPOTrainer(trainable(model, config), processor, stage, config.rollout, config.episode,
-                          stage_tasks(stage.tasks), Path(config.out_dir) / f"grpo-{name}",
-                          profiles=config.profiles or None, domains=stage_domains(stage.tasks), threads=config.threads)
+    trainer = GRPOTrainer(
+        trainable(model, config),
+        processor,
+        stage,
+        config.rollout,
+        config.episode,
+        stage_tasks(stage.tasks),
+        Path(config.out_dir) / f"grpo-{name}",
+        profiles=config.profiles or None,
+        domains=stage_domains(stage.tasks),
+        threads=config.threads,
+    )
     if trainer.resume():
         log(f"grpo-{name}: resumed at step {trainer.step}")
     eta = Eta(stage.steps, trainer.step)
-    trainer.train(on_step=lambda r: log(
-        f"grpo-{name} step {int(r['step'])}/{stage.steps}: acc {r['accuracy']:.3f} calls {r['calls']:.2f} "
-        f"reward {r['reward/total']:.3f} loss {r['loss']:.4f} ({r['rollout_s'] + r['update_s']:.0f}s; "
-        f"{eta.text(int(r['step']))})"), log=log)
-    return evaluate(trainer.model, processor, config, stage_tasks(config.eval.tasks), f"after-grpo-{name}", log)
+    trainer.train(
+        on_step=lambda r: log(
+            f"grpo-{name} step {int(r['step'])}/{stage.steps}: acc {r['accuracy']:.3f} calls {r['calls']:.2f} "
+            f"reward {r['reward/total']:.3f} loss {r['loss']:.4f} ({r['rollout_s'] + r['update_s']:.0f}s; "
+            f"{eta.text(int(r['step']))})"
+        ),
+        log=log,
+    )
+    return evaluate(
+        trainer.model, processor, config, stage_tasks(config.eval.tasks), f"after-grpo-{name}", log
+    )
 
 
 def run_pipeline(config: PipelineConfig, log: Log = print) -> dict[str, dict[str, float]]:
@@ -259,7 +341,11 @@ def run_pipeline(config: PipelineConfig, log: Log = print) -> dict[str, dict[str
     from codedance.train.report import write_report
 
     run_sft_stage(config, log)
-    name = config.grpo.profile if not config.grpo.profile_overrides else f"{config.grpo.profile}-custom"
+    name = (
+        config.grpo.profile
+        if not config.grpo.profile_overrides
+        else f"{config.grpo.profile}-custom"
+    )
     run_grpo_stage(config, name, config.grpo, log)
     return write_report(config.out_dir)
 

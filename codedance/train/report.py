@@ -22,9 +22,28 @@ from codedance.runs.html import STYLE
 
 SFT = ("loss", "mean_token_accuracy")
 FIG4 = ("accuracy", "calls", "turns", "exec_success", "entropy", "loss")
-FIG9 = ("calls/easy", "calls/hard", "accuracy/easy", "accuracy/hard", "d", "reward/total", "reward/tool")
-TABLE = ("accuracy", "accuracy/easy", "accuracy/medium", "accuracy/hard", "calls", "calls/easy",
-         "calls/medium", "calls/hard", "exec_success", "turns", "answered")
+FIG9 = (
+    "calls/easy",
+    "calls/hard",
+    "accuracy/easy",
+    "accuracy/hard",
+    "d",
+    "reward/total",
+    "reward/tool",
+)
+TABLE = (
+    "accuracy",
+    "accuracy/easy",
+    "accuracy/medium",
+    "accuracy/hard",
+    "calls",
+    "calls/easy",
+    "calls/medium",
+    "calls/hard",
+    "exec_success",
+    "turns",
+    "answered",
+)
 
 
 def _plot(runs: dict[str, list[dict]], keys: tuple[str, ...], path: Path, title: str) -> None:
@@ -38,12 +57,20 @@ def _plot(runs: dict[str, list[dict]], keys: tuple[str, ...], path: Path, title:
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.8 * rows), squeeze=False)
     for ax, key in zip(axes.flat, keys, strict=False):
         for name, rows_ in runs.items():
-            xs = [r["step"] for r in rows_ if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
-            ys = [r[key] for r in rows_ if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+            xs = [
+                r["step"]
+                for r in rows_
+                if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])
+            ]
+            ys = [
+                r[key]
+                for r in rows_
+                if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])
+            ]
             ax.plot(xs, ys, marker=".", label=name)
         ax.set_title(key)
         ax.set_xlabel("step")
-    for ax in list(axes.flat)[len(keys):]:
+    for ax in list(axes.flat)[len(keys) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
     fig.suptitle(title)
@@ -55,15 +82,20 @@ def _plot(runs: dict[str, list[dict]], keys: tuple[str, ...], path: Path, title:
 def stage_order(out: Path) -> list[Path]:
     """``eval/*.json`` in run order: before-sft, after-sft, then the rest by the time written."""
     fixed = {"before-sft": 0, "after-sft": 1}
-    return sorted((out / "eval").glob("*.json"),
-                  key=lambda p: (fixed.get(p.stem, 2), p.stat().st_mtime_ns, p.stem))
+    return sorted(
+        (out / "eval").glob("*.json"),
+        key=lambda p: (fixed.get(p.stem, 2), p.stat().st_mtime_ns, p.stem),
+    )
 
 
 def write_report(out_dir: str | Path) -> dict[str, dict[str, float]]:
     """Write ``report.html``, ``sft.png``, ``figure4.png``, ``figure9.png``; return the held-out
     table in run order."""
     out = Path(out_dir)
-    runs = {p.parent.name.removeprefix("grpo-"): read_jsonl(p) for p in sorted(out.glob("grpo-*/metrics.jsonl"))}
+    runs = {
+        p.parent.name.removeprefix("grpo-"): read_jsonl(p)
+        for p in sorted(out.glob("grpo-*/metrics.jsonl"))
+    }
     evals = {p.stem: json.loads(p.read_text()) for p in stage_order(out)}
     sft_log = read_jsonl(out / "sft" / "sft_log.jsonl")
     if sft_log:
@@ -73,16 +105,26 @@ def write_report(out_dir: str | Path) -> dict[str, dict[str, float]]:
         _plot(runs, FIG9, out / "figure9.png", "Reward designs (paper Figure 9, tiny scale)")
     cell = lambda v: "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
     head = "".join(f"<th>{html.escape(k)}</th>" for k in TABLE)
-    body = "".join(f"<tr><td>{_stage_link(out, n)}</td>" + "".join(f"<td>{cell(m.get(k))}</td>" for k in TABLE)
-                   + "</tr>" for n, m in evals.items())
-    figures = (("sft.png", "SFT"), ("figure4.png", "GRPO per step"), ("figure9.png", "Reward designs"))
+    body = "".join(
+        f"<tr><td>{_stage_link(out, n)}</td>"
+        + "".join(f"<td>{cell(m.get(k))}</td>" for k in TABLE)
+        + "</tr>"
+        for n, m in evals.items()
+    )
+    figures = (
+        ("sft.png", "SFT"),
+        ("figure4.png", "GRPO per step"),
+        ("figure9.png", "Reward designs"),
+    )
     imgs = "".join(f'<h3>{t}</h3><p><img src="{f}"></p>' for f, t in figures if (out / f).exists())
     (out / "report.html").write_text(
         f"<!doctype html><html><head><meta charset=utf-8><title>codedance training report</title>"
         f"<style>{STYLE}</style></head><body>"
         f"<h1>Training report: {html.escape(str(out))}</h1><h2>Held-out tasks (in run order)</h2>"
         f"<table><tr><th>stage</th>{head}</tr>{body}</table>"
-        f"<h2>Curves</h2>{imgs}</body></html>", encoding="utf-8")
+        f"<h2>Curves</h2>{imgs}</body></html>",
+        encoding="utf-8",
+    )
     return evals
 
 

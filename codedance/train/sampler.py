@@ -30,8 +30,16 @@ from codedance.types import Image, Message, Task, Trajectory
 class BatchedSampler:
     """Sample from an in-process Qwen2.5-VL with an `ImageTextProcessor`-like processor."""
 
-    def __init__(self, model: Any, processor: Any, sampling: SamplingParams = SamplingParams(),  # noqa: B008  (frozen)
-                 *, suppress: Sequence[int] = (), max_prompt_tokens: int = 4096, batch_size: int = 32) -> None:
+    def __init__(
+        self,
+        model: Any,
+        processor: Any,
+        sampling: SamplingParams = SamplingParams(),  # noqa: B008  (frozen)
+        *,
+        suppress: Sequence[int] = (),
+        max_prompt_tokens: int = 4096,
+        batch_size: int = 32,
+    ) -> None:
         self.model, self.processor, self.sampling = model, processor, sampling
         self.tokenizer = getattr(processor, "tokenizer", processor)
         self.eos_id = self.tokenizer.eos_token_id
@@ -47,14 +55,18 @@ class BatchedSampler:
         out = self.processor(text=[text], images=images or None, return_tensors="pt")
         return out["input_ids"][0].tolist(), images
 
-    def complete_many(self, conversations: Sequence[tuple[Message, ...]]) -> list[Completion | None]:
+    def complete_many(
+        self, conversations: Sequence[tuple[Message, ...]]
+    ) -> list[Completion | None]:
         """One completion per conversation; None where the prompt is over ``max_prompt_tokens``."""
         encoded = [self.encode_prompt(c) for c in conversations]
         out: list[Completion | None] = [None] * len(encoded)
         fits = [i for i, (ids, _) in enumerate(encoded) if len(ids) <= self.max_prompt_tokens]
         for start in range(0, len(fits), self.batch_size):
-            chunk = fits[start:start + self.batch_size]
-            for i, completion in zip(chunk, self._generate([encoded[i] for i in chunk]), strict=True):
+            chunk = fits[start : start + self.batch_size]
+            for i, completion in zip(
+                chunk, self._generate([encoded[i] for i in chunk]), strict=True
+            ):
                 out[i] = completion
         return out
 
@@ -66,24 +78,34 @@ class BatchedSampler:
         attention = torch.zeros((len(prompts), width), dtype=torch.long)
         images: list[Image] = []
         for row, (ids, imgs) in enumerate(prompts):
-            input_ids[row, width - len(ids):] = torch.tensor(ids)
-            attention[row, width - len(ids):] = 1
+            input_ids[row, width - len(ids) :] = torch.tensor(ids)
+            attention[row, width - len(ids) :] = 1
             images += imgs
         s = self.sampling
-        kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention,
-                                  "max_new_tokens": s.max_tokens, "return_dict_in_generate": True,
-                                  "output_scores": True, "pad_token_id": self.pad_id, "eos_token_id": self.eos_id}
+        kwargs: dict[str, Any] = {
+            "input_ids": input_ids,
+            "attention_mask": attention,
+            "max_new_tokens": s.max_tokens,
+            "return_dict_in_generate": True,
+            "output_scores": True,
+            "pad_token_id": self.pad_id,
+            "eos_token_id": self.eos_id,
+        }
         if images:
             kwargs.update(self.processor.pixel_inputs(images))
         if self.suppress:
             kwargs["suppress_tokens"] = self.suppress
         if s.temperature > 0:
-            kwargs.update(do_sample=True, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k or 0)
+            kwargs.update(
+                do_sample=True, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k or 0
+            )
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         with torch.no_grad():
             result = self.model.generate(**kwargs)
-            scores = self.model.compute_transition_scores(result.sequences, result.scores, normalize_logits=True)
+            scores = self.model.compute_transition_scores(
+                result.sequences, result.scores, normalize_logits=True
+            )
         self.calls += 1
         completions = []
         for row in range(len(prompts)):
@@ -92,19 +114,31 @@ class BatchedSampler:
             end = new.index(self.eos_id) + 1 if self.eos_id in new else len(new)
             new, lps = new[:end], lps[:end]
             ended = bool(new) and new[-1] == self.eos_id
-            completions.append(Completion(
-                text=self.tokenizer.decode(new, skip_special_tokens=True),
-                finish_reason="stop" if ended else "length", token_ids=tuple(int(t) for t in new),
-                logprobs=tuple(float(x) for x in lps), prompt_token_ids=tuple(prompts[row][0]), model="local"))
+            completions.append(
+                Completion(
+                    text=self.tokenizer.decode(new, skip_special_tokens=True),
+                    finish_reason="stop" if ended else "length",
+                    token_ids=tuple(int(t) for t in new),
+                    logprobs=tuple(float(x) for x in lps),
+                    prompt_token_ids=tuple(prompts[row][0]),
+                    model="local",
+                )
+            )
         return completions
 
 
 RunnerFactory = Callable[[tuple[Image, ...]], Any]
 
 
-def run_lockstep(sampler: BatchedSampler, tasks: Sequence[Task], make_runner: RunnerFactory,
-                 config: EpisodeConfig = EpisodeConfig(), *, threads: int = 4,
-                 on_done: Callable[[int], None] | None = None) -> list[Trajectory]:
+def run_lockstep(
+    sampler: BatchedSampler,
+    tasks: Sequence[Task],
+    make_runner: RunnerFactory,
+    config: EpisodeConfig = EpisodeConfig(),
+    *,
+    threads: int = 4,
+    on_done: Callable[[int], None] | None = None,
+) -> list[Trajectory]:
     """One trajectory per entry of `tasks` (repeat a task for G rollouts), in order;
     ``on_done(n)`` hears how many have ended after each turn (a progress bar)."""
     episodes = [Episode(task, config) for task in tasks]
@@ -118,13 +152,18 @@ def run_lockstep(sampler: BatchedSampler, tasks: Sequence[Task], make_runner: Ru
                 pending = []
                 for i, reply in zip(active, replies, strict=True):
                     if reply is None:
-                        episodes[i].on_context_overflow(RuntimeError("prompt over max_prompt_tokens"))
+                        episodes[i].on_context_overflow(
+                            RuntimeError("prompt over max_prompt_tokens")
+                        )
                         continue
                     code = episodes[i].on_completion(reply)
                     if code is not None:
                         pending.append((i, code))
-                for (i, _), outcome in zip(pending, pool.map(lambda job: _run(runners[job[0]], job[1]), pending),
-                                           strict=True):
+                for (i, _), outcome in zip(
+                    pending,
+                    pool.map(lambda job: _run(runners[job[0]], job[1]), pending),
+                    strict=True,
+                ):
                     if isinstance(outcome, BaseException):
                         episodes[i].on_runner_error(outcome)
                     else:

@@ -35,9 +35,28 @@ from codedance.train.config import PipelineConfig
 Log = Callable[[str], None]
 # two-sided 95 % Student-t quantiles by degrees of freedom (scipy is not a dependency)
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-METRICS = ("accuracy", "accuracy/easy", "accuracy/hard", "accuracy_with_tool/hard", "calls", "calls/easy",
-           "calls/hard", "exec_success", "p_direct/easy", "p_direct/hard", "p_bug", "p_copy/hard")
-CURVES = ("calls/easy", "calls/hard", "accuracy/easy", "accuracy/hard", "exec_success", "reward/total")
+METRICS = (
+    "accuracy",
+    "accuracy/easy",
+    "accuracy/hard",
+    "accuracy_with_tool/hard",
+    "calls",
+    "calls/easy",
+    "calls/hard",
+    "exec_success",
+    "p_direct/easy",
+    "p_direct/hard",
+    "p_bug",
+    "p_copy/hard",
+)
+CURVES = (
+    "calls/easy",
+    "calls/hard",
+    "accuracy/easy",
+    "accuracy/hard",
+    "exec_success",
+    "reward/total",
+)
 
 
 def grpo_name(profile: str, seed: int) -> str:
@@ -53,19 +72,28 @@ def run_seeds(config: PipelineConfig, seeds: int, log: Log = print) -> dict[str,
     out = Path(config.out_dir)
     timings = out / "timings.jsonl"
     stages: list[tuple[int, str, Path, Callable[[], Any]]] = [
-        (0, "sft", out / "eval" / "after-sft.json", lambda: run_sft_stage(config, log))]
+        (0, "sft", out / "eval" / "after-sft.json", lambda: run_sft_stage(config, log))
+    ]
     for seed in range(seeds):
         for profile in config.ablation_profiles:
             name = grpo_name(profile, seed)
             stage = replace(config.grpo, profile=profile, profile_overrides=(), seed=seed)
-            stages.append((seed, name, out / "eval" / f"after-grpo-{name}.json",
-                           lambda n=name, s=stage: run_grpo_stage(config, n, s, log)))
+            stages.append(
+                (
+                    seed,
+                    name,
+                    out / "eval" / f"after-grpo-{name}.json",
+                    lambda n=name, s=stage: run_grpo_stage(config, n, s, log),
+                )
+            )
     for seed, name, done, run in stages:
         if done.exists():
             continue
         started = time.monotonic()
         run()
-        append_jsonl(timings, {"seed": seed, "stage": name, "seconds": round(time.monotonic() - started, 1)})
+        append_jsonl(
+            timings, {"seed": seed, "stage": name, "seconds": round(time.monotonic() - started, 1)}
+        )
         write_summary(out)
     return write_summary(out)
 
@@ -103,6 +131,7 @@ def _num(value: Any) -> float:
 def claims(evals: dict[str, dict[int, dict[str, float]]]) -> list[dict[str, Any]]:
     """The paper's claims this testbed can test, each on per-seed differences of held-out
     metrics: (claim, paper's words, difference measured, its mean and 95 % interval, verdict)."""
+
     def diff(stage_a: str, key_a: str, stage_b: str, key_b: str) -> list[float]:
         """Per seed: a − b; a stage with one value (the SFT) is compared with every seed."""
         a, b = evals.get(stage_a, {}), evals.get(stage_b, {})
@@ -113,52 +142,97 @@ def claims(evals: dict[str, dict[int, dict[str, float]]]) -> list[dict[str, Any]
 
     rows = []
 
-    def claim(text: str, paper: str, what: str, values: list[float], holds: Callable[[float, float, float], bool]) -> None:
+    def claim(
+        text: str,
+        paper: str,
+        what: str,
+        values: list[float],
+        holds: Callable[[float, float, float], bool],
+    ) -> None:
         if not values:
-            rows.append({"claim": text, "paper": paper, "measured": what, "n": 0, "verdict": "not run"})
+            rows.append(
+                {"claim": text, "paper": paper, "measured": what, "n": 0, "verdict": "not run"}
+            )
             return
         mean, low, high = interval(values)
         ok = len(values) >= 2 and holds(mean, low, high)
-        rows.append({"claim": text, "paper": paper, "measured": what, "n": len(values), "mean": mean,
-                     "low": low, "high": high, "verdict": "holds" if ok else "does not hold"})
+        rows.append(
+            {
+                "claim": text,
+                "paper": paper,
+                "measured": what,
+                "n": len(values),
+                "mean": mean,
+                "low": low,
+                "high": high,
+                "verdict": "holds" if ok else "does not hold",
+            }
+        )
 
     p, o, sft = "after-grpo-paper", "after-grpo-outcome-only", "after-sft"
-    claim("R_BAT: calls on easy items fall well below calls on hard items",
-          "R_BAT penalizes redundant calls and rewards selective, high-impact ones (§4.4, Table 4)",
-          "p_direct/easy − p_direct/hard after GRPO paper (≥ 0.1, interval above 0)",
-          diff(p, "p_direct/easy", p, "p_direct/hard"), lambda m, lo, hi: m >= 0.1 and lo > 0)
-    claim("R_BAT: calls on easy items fall from the SFT policy's",
-          "suppresses unnecessary calls when the group already performs well (§3.1)",
-          "p_direct/easy after GRPO paper − after SFT (interval above 0)",
-          diff(p, "p_direct/easy", sft, "p_direct/easy"), lambda m, lo, hi: lo > 0)
-    claim("R_BAT: hard accuracy holds",
-          "keeps accuracy high while restraining unnecessary tool usage (Fig. 9)",
-          "accuracy/hard after GRPO paper − after SFT (mean ≥ −0.05)",
-          diff(p, "accuracy/hard", sft, "accuracy/hard"), lambda m, lo, hi: m >= -0.05)
-    claim("outcome-only: calls on easy items stay near the SFT policy's",
-          "the issue's expectation; the paper: outcome-only GRPO under-utilizes tools (§4.4)",
-          "p_direct/easy after GRPO outcome-only − after SFT (|mean| ≤ 0.05)",
-          diff(o, "p_direct/easy", sft, "p_direct/easy"), lambda m, lo, hi: abs(m) <= 0.05)
-    claim("outcome-only leaves more calls on easy items than R_BAT",
-          "R_BAT avoids unnecessary tool use; outcome-only has no term for it (§4.4)",
-          "p_direct/easy paper − outcome-only (interval above 0)",
-          diff(p, "p_direct/easy", o, "p_direct/easy"), lambda m, lo, hi: lo > 0)
-    claim("w/o R_turn: execution success is lower",
-          "removing the turn-level reward severely degrades the execution success rate (§4.4)",
-          "exec_success (sampled) paper − paper-no-turn (interval above 0)",
-          diff(p, "exec_success", "after-grpo-paper-no-turn", "exec_success"), lambda m, lo, hi: lo > 0)
-    claim("w/o R_turn: the failing program stays likelier",
-          "(the mechanism behind the line above: R_turn penalizes the failing turn)",
-          "p_bug paper-no-turn − paper (interval above 0)",
-          diff("after-grpo-paper-no-turn", "p_bug", p, "p_bug"), lambda m, lo, hi: lo > 0)
-    claim("δ = 0: more tool calls than δ = 0.2",
-          "δ = 0 removes suppression ... substantially more tool calls with similar accuracy (Fig. 9)",
-          "p_direct paper − paper-delta0 (interval above 0)",
-          diff(p, "p_direct", "after-grpo-paper-delta0", "p_direct"), lambda m, lo, hi: lo > 0)
-    claim("deepeyes: more calls on easy items than R_BAT",
-          "tool overuse on trivial problems, more turns without accuracy gains (§4.4)",
-          "p_direct/easy paper − deepeyes (interval above 0)",
-          diff(p, "p_direct/easy", "after-grpo-deepeyes", "p_direct/easy"), lambda m, lo, hi: lo > 0)
+    claim(
+        "R_BAT: calls on easy items fall well below calls on hard items",
+        "R_BAT penalizes redundant calls and rewards selective, high-impact ones (§4.4, Table 4)",
+        "p_direct/easy − p_direct/hard after GRPO paper (≥ 0.1, interval above 0)",
+        diff(p, "p_direct/easy", p, "p_direct/hard"),
+        lambda m, lo, hi: m >= 0.1 and lo > 0,
+    )
+    claim(
+        "R_BAT: calls on easy items fall from the SFT policy's",
+        "suppresses unnecessary calls when the group already performs well (§3.1)",
+        "p_direct/easy after GRPO paper − after SFT (interval above 0)",
+        diff(p, "p_direct/easy", sft, "p_direct/easy"),
+        lambda m, lo, hi: lo > 0,
+    )
+    claim(
+        "R_BAT: hard accuracy holds",
+        "keeps accuracy high while restraining unnecessary tool usage (Fig. 9)",
+        "accuracy/hard after GRPO paper − after SFT (mean ≥ −0.05)",
+        diff(p, "accuracy/hard", sft, "accuracy/hard"),
+        lambda m, lo, hi: m >= -0.05,
+    )
+    claim(
+        "outcome-only: calls on easy items stay near the SFT policy's",
+        "the issue's expectation; the paper: outcome-only GRPO under-utilizes tools (§4.4)",
+        "p_direct/easy after GRPO outcome-only − after SFT (|mean| ≤ 0.05)",
+        diff(o, "p_direct/easy", sft, "p_direct/easy"),
+        lambda m, lo, hi: abs(m) <= 0.05,
+    )
+    claim(
+        "outcome-only leaves more calls on easy items than R_BAT",
+        "R_BAT avoids unnecessary tool use; outcome-only has no term for it (§4.4)",
+        "p_direct/easy paper − outcome-only (interval above 0)",
+        diff(p, "p_direct/easy", o, "p_direct/easy"),
+        lambda m, lo, hi: lo > 0,
+    )
+    claim(
+        "w/o R_turn: execution success is lower",
+        "removing the turn-level reward severely degrades the execution success rate (§4.4)",
+        "exec_success (sampled) paper − paper-no-turn (interval above 0)",
+        diff(p, "exec_success", "after-grpo-paper-no-turn", "exec_success"),
+        lambda m, lo, hi: lo > 0,
+    )
+    claim(
+        "w/o R_turn: the failing program stays likelier",
+        "(the mechanism behind the line above: R_turn penalizes the failing turn)",
+        "p_bug paper-no-turn − paper (interval above 0)",
+        diff("after-grpo-paper-no-turn", "p_bug", p, "p_bug"),
+        lambda m, lo, hi: lo > 0,
+    )
+    claim(
+        "δ = 0: more tool calls than δ = 0.2",
+        "δ = 0 removes suppression ... substantially more tool calls with similar accuracy (Fig. 9)",
+        "p_direct paper − paper-delta0 (interval above 0)",
+        diff(p, "p_direct", "after-grpo-paper-delta0", "p_direct"),
+        lambda m, lo, hi: lo > 0,
+    )
+    claim(
+        "deepeyes: more calls on easy items than R_BAT",
+        "tool overuse on trivial problems, more turns without accuracy gains (§4.4)",
+        "p_direct/easy paper − deepeyes (interval above 0)",
+        diff(p, "p_direct/easy", "after-grpo-deepeyes", "p_direct/easy"),
+        lambda m, lo, hi: lo > 0,
+    )
     return rows
 
 
@@ -176,21 +250,41 @@ def write_summary(out_dir: str | Path) -> dict[str, Any]:
     stages = {}
     for stage in [s for s in order if s in evals]:
         per_seed = evals[stage]
-        stages[stage] = {"seeds": sorted(per_seed), **{
-            key: dict(zip(("mean", "low", "high"), interval(vals), strict=True), values=vals)
-            for key in METRICS if (vals := [v for s in sorted(per_seed) if not math.isnan(v := _num(per_seed[s].get(key)))])}}
+        stages[stage] = {
+            "seeds": sorted(per_seed),
+            **{
+                key: dict(zip(("mean", "low", "high"), interval(vals), strict=True), values=vals)
+                for key in METRICS
+                if (
+                    vals := [
+                        v
+                        for s in sorted(per_seed)
+                        if not math.isnan(v := _num(per_seed[s].get(key)))
+                    ]
+                )
+            },
+        }
     checked = claims(evals)
     timings = read_jsonl(out / "timings.jsonl")
     data = {"stages": stages, "claims": checked, "timings": timings}
     (out / "ablation.json").write_text(json.dumps(data, indent=1))
     lines = ["| stage | seeds | " + " | ".join(METRICS) + " |", "|" + " --- |" * (len(METRICS) + 2)]
     for stage, row in stages.items():
-        cells = [_fmt(row[k]["mean"], row[k]["low"], row[k]["high"]) if k in row else "–" for k in METRICS]
+        cells = [
+            _fmt(row[k]["mean"], row[k]["low"], row[k]["high"]) if k in row else "–"
+            for k in METRICS
+        ]
         lines.append(f"| {stage} | {len(row['seeds'])} | " + " | ".join(cells) + " |")
-    lines += ["", "| claim | paper | measured | seeds | mean [95 % interval] | verdict |", "| --- | --- | --- | --- | --- | --- |"]
+    lines += [
+        "",
+        "| claim | paper | measured | seeds | mean [95 % interval] | verdict |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for c in checked:
         value = _fmt(c["mean"], c["low"], c["high"]) if c["n"] else "–"
-        lines.append(f"| {c['claim']} | {c['paper']} | {c['measured']} | {c['n']} | {value} | **{c['verdict']}** |")
+        lines.append(
+            f"| {c['claim']} | {c['paper']} | {c['measured']} | {c['n']} | {value} | **{c['verdict']}** |"
+        )
     if timings:
         lines += ["", "| seed | stage | wall (s) |", "| --- | --- | --- |"]
         lines += [f"| {t['seed']} | {t['stage']} | {t['seconds']:.0f} |" for t in timings]
@@ -203,7 +297,9 @@ def _curves(out: Path) -> None:
     """``curves.png``: each CURVES quantity over GRPO steps, the mean over seeds per profile."""
     runs: dict[str, list[list[dict]]] = {}
     for path in sorted(out.glob("grpo-*-s*/metrics.jsonl")):
-        runs.setdefault(path.parent.name.removeprefix("grpo-").rpartition("-s")[0], []).append(read_jsonl(path))
+        runs.setdefault(path.parent.name.removeprefix("grpo-").rpartition("-s")[0], []).append(
+            read_jsonl(path)
+        )
     if not runs:
         return
     import matplotlib
@@ -220,7 +316,11 @@ def _curves(out: Path) -> None:
                     if not math.isnan(v := _num(r.get(key))):
                         by_step.setdefault(int(r["step"]), []).append(v)
             steps = sorted(by_step)
-            ax.plot(steps, [sum(by_step[s]) / len(by_step[s]) for s in steps], label=f"{name} ({len(seeds)})")
+            ax.plot(
+                steps,
+                [sum(by_step[s]) / len(by_step[s]) for s in steps],
+                label=f"{name} ({len(seeds)})",
+            )
         ax.set_title(f"{key} (training batch, mean over seeds)", fontsize=9)
         ax.set_xlabel("GRPO step")
     axes.flat[0].legend(fontsize=7)

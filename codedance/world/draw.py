@@ -26,8 +26,14 @@ PALETTE: dict[str, tuple[int, int, int]] = {
 }
 SHAPES = ("circle", "square", "triangle")
 # a colour a loose threshold confuses with the key (used for hard distractors)
-LOOKALIKE = {"red": "orange", "orange": "red", "yellow": "orange", "green": "yellow",
-             "blue": "purple", "purple": "blue"}
+LOOKALIKE = {
+    "red": "orange",
+    "orange": "red",
+    "yellow": "orange",
+    "green": "yellow",
+    "blue": "purple",
+    "purple": "blue",
+}
 
 
 @lru_cache(maxsize=8)
@@ -38,12 +44,20 @@ def font(size: int) -> ImageFont.FreeTypeFont:
     return ImageFont.truetype(path, size)
 
 
-def canvas(width: int, height: int, color: tuple[int, int, int] = (255, 255, 255)) -> PILImage.Image:
+def canvas(
+    width: int, height: int, color: tuple[int, int, int] = (255, 255, 255)
+) -> PILImage.Image:
     return PILImage.new("RGB", (width, height), color)
 
 
-def shape(draw: ImageDraw.ImageDraw, kind: str, cx: float, cy: float, r: float,
-          color: tuple[int, int, int]) -> None:
+def shape(
+    draw: ImageDraw.ImageDraw,
+    kind: str,
+    cx: float,
+    cy: float,
+    r: float,
+    color: tuple[int, int, int],
+) -> None:
     """A filled circle, square (side 2r·0.9) or upward triangle centred at (cx, cy)."""
     if kind == "circle":
         draw.ellipse((cx - r, cy - r, cx + r, cy + r), fill=color)
@@ -56,9 +70,16 @@ def shape(draw: ImageDraw.ImageDraw, kind: str, cx: float, cy: float, r: float,
         raise ValueError(f"unknown shape {kind!r}")
 
 
-def place(rng: np.random.Generator, n: int, radius: float, width: int, height: int,
-          taken: list[tuple[float, float, float]], gap: float = 6.0,
-          tries: int = 4000) -> list[tuple[float, float]]:
+def place(
+    rng: np.random.Generator,
+    n: int,
+    radius: float,
+    width: int,
+    height: int,
+    taken: list[tuple[float, float, float]],
+    gap: float = 6.0,
+    tries: int = 4000,
+) -> list[tuple[float, float]]:
     """`n` centres for discs of `radius` that keep `gap` pixels from everything in `taken`
     (appended to it) and from the border; raises ValueError when they do not fit."""
     out: list[tuple[float, float]] = []
@@ -79,6 +100,11 @@ def to_image(pil: PILImage.Image) -> Image:
     return Image.from_pil(pil, origin="input:0")
 
 
-def text(draw: ImageDraw.ImageDraw, xy: tuple[float, float], value: str, size: int,
-         color: tuple[int, int, int] = (0, 0, 0)) -> None:
+def text(
+    draw: ImageDraw.ImageDraw,
+    xy: tuple[float, float],
+    value: str,
+    size: int,
+    color: tuple[int, int, int] = (0, 0, 0),
+) -> None:
     draw.text(xy, value, fill=color, font=font(size))

@@ -52,8 +52,12 @@ def geometry(rng: np.random.Generator, difficulty: Difficulty) -> Draft:
         corners = _rect(cx, cy, length, 5, angle)
         draw.polygon(corners, fill=BLUE)
         del dx, dy
-        return Draft(to_image(pil), LINE_Q.format(unit=unit), _fmt(length / scale_px * unit),
-                     AnswerKind.RELAXED)
+        return Draft(
+            to_image(pil),
+            LINE_Q.format(unit=unit),
+            _fmt(length / scale_px * unit),
+            AnswerKind.RELAXED,
+        )
     draw.rectangle((0, 0, w - 1, h - 1), outline=(0, 0, 0), width=3)
     a, b = float(rng.uniform(90, 220)), float(rng.uniform(60, 140))
     angle = float(rng.uniform(0, math.pi))
@@ -66,5 +70,7 @@ def _rect(cx: float, cy: float, a: float, b: float, angle: float) -> list[tuple[
     """Corners of an a×b rectangle centred at (cx, cy), its side a at `angle` radians."""
     ux, uy = math.cos(angle), math.sin(angle)
     vx, vy = -uy, ux
-    return [(cx + sa * a / 2 * ux + sb * b / 2 * vx, cy + sa * a / 2 * uy + sb * b / 2 * vy)
-            for sa, sb in ((1, 1), (1, -1), (-1, -1), (-1, 1))]
+    return [
+        (cx + sa * a / 2 * ux + sb * b / 2 * vx, cy + sa * a / 2 * uy + sb * b / 2 * vy)
+        for sa, sb in ((1, 1), (1, -1), (-1, -1), (-1, 1))
+    ]

@@ -41,8 +41,14 @@ def gap(size: int) -> float:
     return max(2.0, 0.25 * size)
 
 
-def draw_tag(draw: ImageDraw.ImageDraw, x: float, y: float, value: str, size: int,
-             color: tuple[int, int, int]) -> None:
+def draw_tag(
+    draw: ImageDraw.ImageDraw,
+    x: float,
+    y: float,
+    value: str,
+    size: int,
+    color: tuple[int, int, int],
+) -> None:
     w, h = tag_size(value, size)
     draw.rectangle((x, y, x + w - 1, y + h - 1), fill=color)
     cx = x + 0.6 * size
@@ -51,8 +57,15 @@ def draw_tag(draw: ImageDraw.ImageDraw, x: float, y: float, value: str, size: in
         cx += font(size).getlength(ch) + gap(size)
 
 
-def _clutter(rng: np.random.Generator, draw: ImageDraw.ImageDraw, w: int, h: int, n: int,
-             taken: list[tuple[float, float, float]], size: int) -> None:
+def _clutter(
+    rng: np.random.Generator,
+    draw: ImageDraw.ImageDraw,
+    w: int,
+    h: int,
+    n: int,
+    taken: list[tuple[float, float, float]],
+    size: int,
+) -> None:
     """Grey boxes, lines and decoy numbers (never in palette colours), avoiding `taken`."""
     for _ in range(n):
         x, y = float(rng.uniform(0, w - 60)), float(rng.uniform(0, h - 40))
@@ -61,9 +74,13 @@ def _clutter(rng: np.random.Generator, draw: ImageDraw.ImageDraw, w: int, h: int
         g = int(rng.integers(120, 220))
         kind = int(rng.integers(3))
         if kind == 0:
-            draw.rectangle((x, y, x + rng.uniform(10, 60), y + rng.uniform(10, 40)), outline=(g, g, g), width=2)
+            draw.rectangle(
+                (x, y, x + rng.uniform(10, 60), y + rng.uniform(10, 40)), outline=(g, g, g), width=2
+            )
         elif kind == 1:
-            draw.line((x, y, x + rng.uniform(-80, 80), y + rng.uniform(-80, 80)), fill=(g, g, g), width=2)
+            draw.line(
+                (x, y, x + rng.uniform(-80, 80), y + rng.uniform(-80, 80)), fill=(g, g, g), width=2
+            )
         else:
             draw.text((x, y), _code(rng, 3, DIGITS), fill=(g - 60, g - 60, g - 60), font=font(size))
 

@@ -43,10 +43,16 @@ def spatial(rng: np.random.Generator, difficulty: Difficulty) -> Draft:
 
 
 def _attempt(rng: np.random.Generator, difficulty: Difficulty) -> Draft | None:
-    w, h, r = {Difficulty.EASY: (364, 280, 26), Difficulty.MEDIUM: (560, 420, 20),
-               Difficulty.HARD: (644, 476, 18)}[difficulty]
-    n = {Difficulty.EASY: 2, Difficulty.MEDIUM: int(rng.integers(4, 6)),
-         Difficulty.HARD: int(rng.integers(6, 8))}[difficulty]
+    w, h, r = {
+        Difficulty.EASY: (364, 280, 26),
+        Difficulty.MEDIUM: (560, 420, 20),
+        Difficulty.HARD: (644, 476, 18),
+    }[difficulty]
+    n = {
+        Difficulty.EASY: 2,
+        Difficulty.MEDIUM: int(rng.integers(4, 6)),
+        Difficulty.HARD: int(rng.integers(6, 8)),
+    }[difficulty]
     objs = _objects(rng, n, avoid=set())
     ref = objs[0]
     if difficulty is Difficulty.HARD:
@@ -70,7 +76,9 @@ def _attempt(rng: np.random.Generator, difficulty: Difficulty) -> Draft | None:
         if not lo <= margin <= hi:
             return None
         others = [i for i in range(1, len(objs))]
-        picks = [dists[0][1], dists[1][1]] + [i for i in others if i not in (dists[0][1], dists[1][1])]
+        picks = [dists[0][1], dists[1][1]] + [
+            i for i in others if i not in (dists[0][1], dists[1][1])
+        ]
         picks = picks[:4]
         order = [picks[int(j)] for j in rng.permutation(len(picks))]
         choices = tuple((LETTERS[k], _name(objs[i])) for k, i in enumerate(order))
@@ -81,4 +89,6 @@ def _attempt(rng: np.random.Generator, difficulty: Difficulty) -> Draft | None:
     for (c, s), (cx, cy) in zip(objs, centres):
         shape(draw, s, cx, cy, r, PALETTE[c])
     options = " ".join(f"{k}. {v}" for k, v in choices)
-    return Draft(to_image(pil), f"{question} Options: {options}", answer, AnswerKind.CHOICE, choices)
+    return Draft(
+        to_image(pil), f"{question} Options: {options}", answer, AnswerKind.CHOICE, choices
+    )

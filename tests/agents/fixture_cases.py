@@ -31,9 +31,15 @@ def image_bytes(case: dict) -> bytes:
 def task_of(case: dict, benchmark: str = "vstar") -> Task:
     """The case as a V*-style task: its image, question and lettered options."""
     choices = tuple((chr(ord("A") + k), option) for k, option in enumerate(case["options"]))
-    return Task(id=f"{benchmark}/{case['id']}", question=case["question"],
-                images=(image_from_bytes(image_bytes(case), origin="input:0"),), answer="B",
-                kind=AnswerKind.CHOICE, choices=choices, metadata=(("raw_question", case["question"]),))
+    return Task(
+        id=f"{benchmark}/{case['id']}",
+        question=case["question"],
+        images=(image_from_bytes(image_bytes(case), origin="input:0"),),
+        answer="B",
+        kind=AnswerKind.CHOICE,
+        choices=choices,
+        metadata=(("raw_question", case["question"]),),
+    )
 
 
 def pixel_key(data: bytes) -> str:
@@ -54,7 +60,13 @@ def normal(messages: list[dict]) -> list[dict]:
             if part["type"] == "text":
                 parts.append({"text": part["text"]})
             else:
-                parts.append({"image": pixel_key(base64.b64decode(part["image_url"]["url"].split(",", 1)[1]))})
+                parts.append(
+                    {
+                        "image": pixel_key(
+                            base64.b64decode(part["image_url"]["url"].split(",", 1)[1])
+                        )
+                    }
+                )
         out.append({"role": message["role"], "parts": parts})
     return out
 
@@ -63,7 +75,7 @@ def deltas(requests: list[list[dict]]) -> list[list[dict]]:
     """Each request's messages beyond the previous request's."""
     out, before = [], []
     for messages in requests:
-        assert messages[:len(before)] == before, "a later request rewrote earlier messages"
-        out.append(messages[len(before):])
+        assert messages[: len(before)] == before, "a later request rewrote earlier messages"
+        out.append(messages[len(before) :])
         before = messages
     return out

@@ -28,7 +28,9 @@ from codedance.types import ExecResult, ExecStatus
 
 pytestmark = pytest.mark.tier("integration")
 
-_spec = importlib.util.spec_from_file_location("fixture_cases", Path(__file__).parent / "fixture_cases.py")
+_spec = importlib.util.spec_from_file_location(
+    "fixture_cases", Path(__file__).parent / "fixture_cases.py"
+)
 fc = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 _spec.loader.exec_module(fc)  # type: ignore[union-attr]
 
@@ -37,13 +39,23 @@ def vstar_tsv(path: Path, cases: list[dict]) -> Path:
     """The cases as a VLMEvalKit VStarBench TSV; each question names its case (the server tells
     the conversations apart by it)."""
     with open(path, "w", encoding="utf-8", newline="") as f:
-        writer = csv.DictWriter(f, ["index", "question", "A", "B", "C", "D", "answer", "category", "image"],
-                                delimiter="\t")
+        writer = csv.DictWriter(
+            f,
+            ["index", "question", "A", "B", "C", "D", "answer", "category", "image"],
+            delimiter="\t",
+        )
         writer.writeheader()
         for n, case in enumerate(cases):
-            writer.writerow({"index": n, "question": f"{raw_question(case)} [{case['id']}]",
-                             **dict(zip("ABCD", case["options"])), "answer": "B", "category": "direct_attributes",
-                             "image": base64.b64encode(fc.image_bytes(case)).decode()})
+            writer.writerow(
+                {
+                    "index": n,
+                    "question": f"{raw_question(case)} [{case['id']}]",
+                    **dict(zip("ABCD", case["options"])),
+                    "answer": "B",
+                    "category": "direct_attributes",
+                    "image": base64.b64encode(fc.image_bytes(case)).decode(),
+                }
+            )
     return path
 
 
@@ -71,9 +83,26 @@ def test_eval_agent_replays_the_recorded_protocol(tmp_path, agent):
 
     data = vstar_tsv(tmp_path / "VStarBench.tsv", list(cases.values()))
     with ReplayServer(reply) as server:
-        result = CliRunner().invoke(app, ["eval", "--agent", agent, "--benchmarks", "vstar", "--data",
-                                          f"vstar={data}", "--model", server.url, "--out", str(tmp_path / "run"),
-                                          "--concurrency", "4", "--lmu-data", str(tmp_path)])
+        result = CliRunner().invoke(
+            app,
+            [
+                "eval",
+                "--agent",
+                agent,
+                "--benchmarks",
+                "vstar",
+                "--data",
+                f"vstar={data}",
+                "--model",
+                server.url,
+                "--out",
+                str(tmp_path / "run"),
+                "--concurrency",
+                "4",
+                "--lmu-data",
+                str(tmp_path),
+            ],
+        )
         requests = list(server.requests)
     assert result.exit_code == 0, result.output
     by_case: dict[str, list[list[dict]]] = {}
@@ -81,10 +110,14 @@ def test_eval_agent_replays_the_recorded_protocol(tmp_path, agent):
         messages = fc.normal(body["messages"])
         case = case_of(body["messages"], list(cases))
         for message in messages:  # the recording's question, without the case's name
-            message["parts"] = [{"text": p["text"].replace(f" [{case}]", "")} if "text" in p else p
-                                for p in message["parts"]]
+            message["parts"] = [
+                {"text": p["text"].replace(f" [{case}]", "")} if "text" in p else p
+                for p in message["parts"]
+            ]
         by_case.setdefault(case, []).append(messages)
-    records = {r["task_id"]: r for r in map(json.loads, (tmp_path / "run" / "trajectories.jsonl").open())}
+    records = {
+        r["task_id"]: r for r in map(json.loads, (tmp_path / "run" / "trajectories.jsonl").open())
+    }
     assert len(records) == len(cases)
     for n, (name, case) in enumerate(cases.items()):
         theirs = case[agent]
@@ -114,8 +147,13 @@ class ToolByCode:
     def run(self, code: str) -> ExecResult:
         self.codes.append(code)
         result = self.results.get(code, {"stdout": "", "stderr": "", "images": []})
-        images = tuple(image_from_bytes((fc.FIXTURES / "images" / name).read_bytes()) for name in result["images"])
-        return ExecResult(ExecStatus.OK, stdout=result["stdout"], stderr=result["stderr"], images=images)
+        images = tuple(
+            image_from_bytes((fc.FIXTURES / "images" / name).read_bytes())
+            for name in result["images"]
+        )
+        return ExecResult(
+            ExecStatus.OK, stdout=result["stdout"], stderr=result["stderr"], images=images
+        )
 
     async def arun(self, code: str) -> ExecResult:
         return self.run(code)
@@ -136,8 +174,18 @@ def test_eval_deepeyesv2_replays_the_recorded_protocol(tmp_path):
             return cases[case]["replies"][asked[case] - 1]
 
     data = vstar_tsv(tmp_path / "VStarBench.tsv", list(cases.values()))
-    settings = load(EvalConfig, ["server.url=http://unused/v1", f"out={tmp_path / 'run'}", "benchmarks=vstar",
-                                 f"data=[vstar={data}]", "agent=deepeyesv2", "concurrency=4"], command="eval").run_settings()
+    settings = load(
+        EvalConfig,
+        [
+            "server.url=http://unused/v1",
+            f"out={tmp_path / 'run'}",
+            "benchmarks=vstar",
+            f"data=[vstar={data}]",
+            "agent=deepeyesv2",
+            "concurrency=4",
+        ],
+        command="eval",
+    ).run_settings()
     settings = dataclasses.replace(settings, progress=False)
     tool = ToolByCode(list(cases.values()))
     with ReplayServer(reply) as server:
@@ -151,10 +199,14 @@ def test_eval_deepeyesv2_replays_the_recorded_protocol(tmp_path):
         case = case_of(body["messages"], list(cases))
         messages = fc.normal(body["messages"])
         for message in messages:
-            message["parts"] = [{"text": p["text"].replace(f" [{case}]", "")} if "text" in p else p
-                                for p in message["parts"]]
+            message["parts"] = [
+                {"text": p["text"].replace(f" [{case}]", "")} if "text" in p else p
+                for p in message["parts"]
+            ]
         by_case.setdefault(case, []).append(messages)
-    records = {r["task_id"]: r for r in map(json.loads, (tmp_path / "run" / "trajectories.jsonl").open())}
+    records = {
+        r["task_id"]: r for r in map(json.loads, (tmp_path / "run" / "trajectories.jsonl").open())
+    }
     for n, (name, case) in enumerate(cases.items()):
         assert fc.deltas(by_case[name]) == case["deepeyesv2"]["requests"], name
         assert records[f"vstar/{n}"]["answer"] == case["deepeyesv2"]["answer"], name
@@ -165,16 +217,41 @@ def test_eval_deepeyesv2_runs_its_code_in_the_sandbox_with_image_1(tmp_path):
     """The real sandbox: ``image_1`` is the fitted input, the stop string the server keeps is
     handled, and the step's output comes back in the protocol's template."""
     case = fc.cases("deepeyesv2")[0]
-    replies = iter(["<think>size?</think>\n<code>\n```python\nprint(image_1.size, Image.__name__)\n```\n</code>",
-                    "<think>ok</think>\n<answer>B</answer>"])
+    replies = iter(
+        [
+            "<think>size?</think>\n<code>\n```python\nprint(image_1.size, Image.__name__)\n```\n</code>",
+            "<think>ok</think>\n<answer>B</answer>",
+        ]
+    )
     data = vstar_tsv(tmp_path / "VStarBench.tsv", [case])
     with ReplayServer(lambda body: next(replies)) as server:
-        result = CliRunner().invoke(app, ["eval", "--agent", "deepeyesv2", "--benchmarks", "vstar", "--data",
-                                          f"vstar={data}", "--model", server.url, "--out", str(tmp_path / "run"),
-                                          "--lmu-data", str(tmp_path)])
+        result = CliRunner().invoke(
+            app,
+            [
+                "eval",
+                "--agent",
+                "deepeyesv2",
+                "--benchmarks",
+                "vstar",
+                "--data",
+                f"vstar={data}",
+                "--model",
+                server.url,
+                "--out",
+                str(tmp_path / "run"),
+                "--lmu-data",
+                str(tmp_path),
+            ],
+        )
         requests = list(server.requests)
     assert result.exit_code == 0, result.output
-    assert requests[1]["messages"][2] == {"role": "assistant", "content": "<think>size?</think>\n<code>\n```python\n"
-                                          "print(image_1.size, Image.__name__)\n```</code>"}
+    assert requests[1]["messages"][2] == {
+        "role": "assistant",
+        "content": "<think>size?</think>\n<code>\n```python\n"
+        "print(image_1.size, Image.__name__)\n```</code>",
+    }
     observation = requests[1]["messages"][3]["content"][0]["text"]
-    assert observation == "Code execution result:\nstdout:\n```\n(448, 336) PIL.Image\n\n```\n\nstderr:\n```\n\n```\n\nImages:\n"
+    assert (
+        observation
+        == "Code execution result:\nstdout:\n```\n(448, 336) PIL.Image\n\n```\n\nstderr:\n```\n\n```\n\nImages:\n"
+    )

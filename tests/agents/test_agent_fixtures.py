@@ -22,7 +22,9 @@ from codedance.types import ExecResult, ExecStatus
 
 pytestmark = pytest.mark.tier("unit")
 
-_spec = importlib.util.spec_from_file_location("fixture_cases", Path(__file__).parent / "fixture_cases.py")
+_spec = importlib.util.spec_from_file_location(
+    "fixture_cases", Path(__file__).parent / "fixture_cases.py"
+)
 fc = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
 _spec.loader.exec_module(fc)  # type: ignore[union-attr]
 
@@ -42,7 +44,11 @@ def replay(agent_name: str, case: dict) -> dict:
         failed = True
     requests = [fc.normal([message_json(m) for m in seen]) for seen in policy.seen]
     failed = failed or any(key == "error" for key, _ in episode.trajectory().metadata)
-    return {"requests": fc.deltas(requests), "answer": episode.answer, "status": "error" if failed else "success"}
+    return {
+        "requests": fc.deltas(requests),
+        "answer": episode.answer,
+        "status": "error" if failed else "success",
+    }
 
 
 @pytest.mark.parametrize("case", fc.cases("deepeyes"), ids=lambda c: c["id"])
@@ -57,8 +63,14 @@ def test_deepeyes_matches_its_eval_loop(case):
 def test_the_deepeyes_fixture_covers_every_kind_of_reply():
     recorded = fc.cases("deepeyes")
     statuses = {c["deepeyes"]["status"] for c in recorded}
-    crops = {p["image"] for c in recorded for request in c["deepeyes"]["requests"][1:] for m in request
-             for p in m["parts"] if "image" in p}
+    crops = {
+        p["image"]
+        for c in recorded
+        for request in c["deepeyes"]["requests"][1:]
+        for m in request
+        for p in m["parts"]
+        if "image" in p
+    }
     assert statuses == {"success", "error"} and len(crops) >= 10
     assert max(len(c["deepeyes"]["requests"]) for c in recorded) == 11  # its turn limit is reached
 
@@ -75,8 +87,13 @@ class ScriptedTool:
         if len(self.codes) == 1:  # the prelude
             return ExecResult(ExecStatus.OK)
         result = self.results[len(self.codes) - 2]
-        images = tuple(image_from_bytes((fc.FIXTURES / "images" / name).read_bytes()) for name in result["images"])
-        return ExecResult(ExecStatus.OK, stdout=result["stdout"], stderr=result["stderr"], images=images)
+        images = tuple(
+            image_from_bytes((fc.FIXTURES / "images" / name).read_bytes())
+            for name in result["images"]
+        )
+        return ExecResult(
+            ExecStatus.OK, stdout=result["stdout"], stderr=result["stderr"], images=images
+        )
 
     async def arun(self, code: str) -> ExecResult:
         return self.run(code)
@@ -89,7 +106,9 @@ def test_deepeyesv2_matches_its_eval_loop(case):
     task = dataclasses.replace(fc.task_of(case), question=case["question"])
     policy, tool = ScriptedPolicy(case["replies"]), ScriptedTool(case["tool"])
     episode = agent.start(task, config)
-    drive_episode(episode, policy, agent.runner(agent.images_of(task, config), sandbox=lambda images: tool))
+    drive_episode(
+        episode, policy, agent.runner(agent.images_of(task, config), sandbox=lambda images: tool)
+    )
     theirs = case["deepeyesv2"]
     requests = fc.deltas([fc.normal([message_json(m) for m in seen]) for seen in policy.seen])
     assert requests == theirs["requests"]

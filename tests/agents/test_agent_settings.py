@@ -12,18 +12,26 @@ pytestmark = pytest.mark.tier("unit")
 
 
 def settings(*overrides: str):
-    return load(EvalConfig, ["server.url=http://m/v1", "out=o", "benchmarks=vstar", *overrides],
-                command="eval").run_settings()
+    return load(
+        EvalConfig,
+        ["server.url=http://m/v1", "out=o", "benchmarks=vstar", *overrides],
+        command="eval",
+    ).run_settings()
 
 
 def test_an_unknown_agent_is_a_one_line_error_naming_the_known_ones():
-    with pytest.raises(SettingsError, match="unknown agent 'deepeye'; available: codedance, codedance-paper, deepeyes"):
+    with pytest.raises(
+        SettingsError,
+        match="unknown agent 'deepeye'; available: codedance, codedance-paper, deepeyes",
+    ):
         settings("agent=deepeye")
 
 
 def test_the_default_is_codedances_protocol_and_old_runs_still_resume():
     s = settings()
-    assert s.agent == "codedance" and s.episode.profile.name == "release" and s.episode.max_turns == 10
+    assert (
+        s.agent == "codedance" and s.episode.profile.name == "release" and s.episode.max_turns == 10
+    )
     assert "agent" not in s.identity() and s.protocol == "release"
 
 

@@ -32,25 +32,44 @@ def _ops(*entries: dict) -> str:
 
 
 def test_ops_parse_strictly_and_implausible_ones_are_dropped_with_a_reason() -> None:
-    reply = _ops({"op": "point", "label": "left tag", "point_2d": [10, 20]},
-                 {"op": "line", "label": "red line", "line_2d": [10, 20, 110, 20]},
-                 {"op": "zoom", "label": "left tag", "bbox_2d": [0, 0, 40, 40], "factor": 3})
+    reply = _ops(
+        {"op": "point", "label": "left tag", "point_2d": [10, 20]},
+        {"op": "line", "label": "red line", "line_2d": [10, 20, 110, 20]},
+        {"op": "zoom", "label": "left tag", "bbox_2d": [0, 0, 40, 40], "factor": 3},
+    )
     ops = parse_ops(reply)
     assert [o.op for o in ops] == ["point", "line", "zoom"] and ops[1].at == (10, 20, 110, 20)
     assert ops[2].factor == 3.0 and ops[2].as_dict()["bbox_2d"] == [0, 0, 40, 40]
-    for bad in ("a line from the tag to the edge", _ops({"op": "circle", "label": "tag", "bbox_2d": [0, 0, 9, 9]}),
-                _ops({"op": "line", "label": "red line", "line_2d": [1, 2, 3]}),
-                _ops({"op": "zoom", "label": "tag", "bbox_2d": [0, 0, 40, 40], "factor": "big"})):
+    for bad in (
+        "a line from the tag to the edge",
+        _ops({"op": "circle", "label": "tag", "bbox_2d": [0, 0, 9, 9]}),
+        _ops({"op": "line", "label": "red line", "line_2d": [1, 2, 3]}),
+        _ops({"op": "zoom", "label": "tag", "bbox_2d": [0, 0, 40, 40], "factor": "big"}),
+    ):
         with pytest.raises(OpsUnparseable):
             parse_ops(bad)
     rules = AtomicConfig(min_box_side=8, max_box_area=0.9)
     size = (400, 300)
-    cases = [Op("point", "left tag", (401, 10)), Op("line", "red line", (10, 10, 14, 12)),
-             Op("mask", "left tag", (0, 0, 400, 300)), Op("zoom", "left tag", (0, 0, 40, 40), 9.0),
-             Op("box", "sky", (0, 0, 40, 40)), Op("box", "left tag", (0, 0, 40, 40)),
-             Op("box", "left tag", (0, 0, 40, 40)), Op("zoom", "left tag", (0, 0, 40, 40), 2.0)]
+    cases = [
+        Op("point", "left tag", (401, 10)),
+        Op("line", "red line", (10, 10, 14, 12)),
+        Op("mask", "left tag", (0, 0, 400, 300)),
+        Op("zoom", "left tag", (0, 0, 40, 40), 9.0),
+        Op("box", "sky", (0, 0, 40, 40)),
+        Op("box", "left tag", (0, 0, 40, 40)),
+        Op("box", "left tag", (0, 0, 40, 40)),
+        Op("zoom", "left tag", (0, 0, 40, 40), 2.0),
+    ]
     assert op_problems(cases, size, QUESTION, rules) == [
-        "outside", "degenerate", "whole_image", "bad_zoom", "label_mismatch", None, "duplicate", None]
+        "outside",
+        "degenerate",
+        "whole_image",
+        "bad_zoom",
+        "label_mismatch",
+        None,
+        "duplicate",
+        None,
+    ]
 
 
 class _Strong:
@@ -58,7 +77,9 @@ class _Strong:
         self.reply = reply
         self.seen: list[tuple[Message, ...]] = []
 
-    async def ask(self, messages: tuple[Message, ...], temperature: float | None = None) -> Completion:
+    async def ask(
+        self, messages: tuple[Message, ...], temperature: float | None = None
+    ) -> Completion:
         self.seen.append(messages)
         return Completion(self.reply)
 
@@ -66,16 +87,23 @@ class _Strong:
 def test_draw_trajectories_run_every_operation_in_the_sandbox() -> None:
     task = generate("search", "medium", 0)
     episode = EpisodeConfig(max_turns=8)
-    ops = [Op("point", "left tag", (100, 100)), Op("line", "red line", (100, 100, 400, 500)),
-           Op("mask", "left tag", (50, 50, 250, 250)), Op("zoom", "left tag", (50, 50, 250, 250), 3.0)]
+    ops = [
+        Op("point", "left tag", (100, 100)),
+        Op("line", "red line", (100, 100, 400, 500)),
+        Op("mask", "left tag", (50, 50, 250, 250)),
+        Op("zoom", "left tag", (50, 50, 250, 250), 3.0),
+    ]
     answer = f"<think>Measured.</think>\n<answer>{task.answer}</answer>"
 
     async def main():
         async with SandboxPool(max_running=2) as pool:
+
             async def run(difficulty: str, strong: _Strong):
                 sandbox = await pool.asandbox(images=Episode(task, episode).images)
                 try:
-                    return await draw_trajectory(task, ops, difficulty, strong, sandbox, episode, AtomicConfig(max_boxes=4))
+                    return await draw_trajectory(
+                        task, ops, difficulty, strong, sandbox, episode, AtomicConfig(max_boxes=4)
+                    )
                 finally:
                     sandbox.close()
 
@@ -102,9 +130,11 @@ def test_draw_trajectories_run_every_operation_in_the_sandbox() -> None:
 def test_draw_recipe_through_the_pipeline(tmp_path: Path) -> None:
     task = generate("search", "hard", 3)
     size = Episode(task, EpisodeConfig()).images[0].size
-    proposal = _ops({"op": "box", "label": "tag", "bbox_2d": [20, 20, 220, 180]},
-                    {"op": "line", "label": "tag", "line_2d": [0, 0, size[0] + 10, 5]},
-                    {"op": "zoom", "label": "tag", "bbox_2d": [20, 20, 220, 180], "factor": 2})
+    proposal = _ops(
+        {"op": "box", "label": "tag", "bbox_2d": [20, 20, 220, 180]},
+        {"op": "line", "label": "tag", "line_2d": [0, 0, size[0] + 10, 5]},
+        {"op": "zoom", "label": "tag", "bbox_2d": [20, 20, 220, 180], "factor": 2},
+    )
 
     def weak(body: dict) -> str:
         return "<think>t</think><answer>nothing</answer>"
@@ -119,11 +149,26 @@ def test_draw_recipe_through_the_pipeline(tmp_path: Path) -> None:
         return "<think>t</think><answer>nothing</answer>"
 
     with ReplayServer(weak, ("weak",)) as w, ReplayServer(strong, ("strong",)) as s:
-        raw = {"out": str(tmp_path / "run"), "sandboxes": 1,
-               "sources": [{"kind": "world", "skills": ["search"], "difficulties": ["hard"], "n": 1, "seed": 3,
-                            "recipe": "draw"}],
-               "filter": {"k": 2, "judge": "never"}, "verify": {"judge": False},
-               "endpoints": {"weak": {"url": w.url, "model": "weak"}, "strong": {"url": s.url, "model": "strong"}}}
+        raw = {
+            "out": str(tmp_path / "run"),
+            "sandboxes": 1,
+            "sources": [
+                {
+                    "kind": "world",
+                    "skills": ["search"],
+                    "difficulties": ["hard"],
+                    "n": 1,
+                    "seed": 3,
+                    "recipe": "draw",
+                }
+            ],
+            "filter": {"k": 2, "judge": "never"},
+            "verify": {"judge": False},
+            "endpoints": {
+                "weak": {"url": w.url, "model": "weak"},
+                "strong": {"url": s.url, "model": "strong"},
+            },
+        }
         result = run_curate(parse_config(raw), stream=None)
     atomic = json.loads((tmp_path / "run" / "atomic.jsonl").read_text().splitlines()[0])
     assert atomic["kind"] == "draw" and [o["problem"] for o in atomic["ops"]] == ["", "outside", ""]

@@ -35,7 +35,12 @@ def test_filter_asks_the_judge_only_about_answers_the_rules_cannot_decide() -> N
     def strong(body: dict) -> str:
         return f"<think>look</think><answer>{next(strong_said)}</answer>"
 
-    verdicts = {"seven": "Judgement: 1", "8": "Judgement: 0", "the number 7": "Judgement: 1", "no idea": "perhaps"}
+    verdicts = {
+        "seven": "Judgement: 1",
+        "8": "Judgement: 0",
+        "the number 7": "Judgement: 1",
+        "no idea": "perhaps",
+    }
 
     def judge(body: dict) -> str:
         content = body["messages"][0]["content"]
@@ -44,17 +49,29 @@ def test_filter_asks_the_judge_only_about_answers_the_rules_cannot_decide() -> N
         return verdicts[prediction]
 
     async def main(kind: AnswerKind, mode: str, servers: dict) -> tuple[dict, int]:
-        endpoints = {r: Endpoint(r, replace(ENDPOINT, url=s.url, model="m", retries=0)) for r, s in servers.items()}
+        endpoints = {
+            r: Endpoint(r, replace(ENDPOINT, url=s.url, model="m", retries=0))
+            for r, s in servers.items()
+        }
         before = len(servers["judge"].requests)
         try:
-            record = await classify(_item(kind), endpoints["weak"], endpoints["strong"],
-                                    FilterConfig(k=4, easy_threshold=0.9, judge=mode), judge=endpoints["judge"])
+            record = await classify(
+                _item(kind),
+                endpoints["weak"],
+                endpoints["strong"],
+                FilterConfig(k=4, easy_threshold=0.9, judge=mode),
+                judge=endpoints["judge"],
+            )
         finally:
             for e in endpoints.values():
                 await e.aclose()
         return record, len(servers["judge"].requests) - before
 
-    with (ReplayServer(weak, ("m",)) as w, ReplayServer(strong, ("m",)) as s, ReplayServer(judge, ("m",)) as j):
+    with (
+        ReplayServer(weak, ("m",)) as w,
+        ReplayServer(strong, ("m",)) as s,
+        ReplayServer(judge, ("m",)) as j,
+    ):
         servers = {"weak": w, "strong": s, "judge": j}
         text, text_asked = asyncio.run(main(AnswerKind.TEXT, "undecided", servers))
         count, count_asked = asyncio.run(main(AnswerKind.COUNT, "undecided", servers))

@@ -47,24 +47,93 @@ def _jpeg(color: tuple[int, int, int]) -> bytes:
     return buffer.getvalue()
 
 
-@pytest.mark.parametrize(("raw", "message"), [
-    ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "filtr": {}}, "unknown setting(s) filtr"),
-    ({"out": "o", "endpoints": {"weak": ENDPOINTS["weak"]}, "sources": [{"kind": "world"}]}, "need judge, strong"),
-    ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "filter": {"k": 0}}, "filter.k must be"),
-    ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "atomic": {"zoom": 3}}, "unknown setting(s) atomic.zoom"),
-    ({"out": "o", "endpoints": ENDPOINTS, "sources": [], "stages": ["filter"]}, "sources must be a non-empty list"),
-    ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "stages": ["crop"]}, "unknown stage(s) crop"),
-    ({"out": "o", "endpoints": {**ENDPOINTS, "weak": {**ENDPOINTS["weak"], "max_retries": 0}},
-      "sources": [{"kind": "world"}]}, "endpoints.weak.max_retries is now endpoints.weak.retries"),
-    ({"out": "o", "endpoints": {**ENDPOINTS, "strong": {**ENDPOINTS["strong"], "vllm_extras": "no"}},
-      "sources": [{"kind": "world"}]}, "endpoints.strong.vllm_extras: expected true or false"),
-    ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "atomic": {"max_turns": 4}},
-     "atomic.max_turns is now episode.max_turns"),
-    ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "verify": {"exec_timeout_s": 5}},
-     "verify.exec_timeout_s is now episode.exec_timeout_s"),
-    ({"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "episode": {"max_turns": 0}},
-     "max_turns must be at least 1"),
-])
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (
+            {"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "filtr": {}},
+            "unknown setting(s) filtr",
+        ),
+        (
+            {"out": "o", "endpoints": {"weak": ENDPOINTS["weak"]}, "sources": [{"kind": "world"}]},
+            "need judge, strong",
+        ),
+        (
+            {
+                "out": "o",
+                "endpoints": ENDPOINTS,
+                "sources": [{"kind": "world"}],
+                "filter": {"k": 0},
+            },
+            "filter.k must be",
+        ),
+        (
+            {
+                "out": "o",
+                "endpoints": ENDPOINTS,
+                "sources": [{"kind": "world"}],
+                "atomic": {"zoom": 3},
+            },
+            "unknown setting(s) atomic.zoom",
+        ),
+        (
+            {"out": "o", "endpoints": ENDPOINTS, "sources": [], "stages": ["filter"]},
+            "sources must be a non-empty list",
+        ),
+        (
+            {
+                "out": "o",
+                "endpoints": ENDPOINTS,
+                "sources": [{"kind": "world"}],
+                "stages": ["crop"],
+            },
+            "unknown stage(s) crop",
+        ),
+        (
+            {
+                "out": "o",
+                "endpoints": {**ENDPOINTS, "weak": {**ENDPOINTS["weak"], "max_retries": 0}},
+                "sources": [{"kind": "world"}],
+            },
+            "endpoints.weak.max_retries is now endpoints.weak.retries",
+        ),
+        (
+            {
+                "out": "o",
+                "endpoints": {**ENDPOINTS, "strong": {**ENDPOINTS["strong"], "vllm_extras": "no"}},
+                "sources": [{"kind": "world"}],
+            },
+            "endpoints.strong.vllm_extras: expected true or false",
+        ),
+        (
+            {
+                "out": "o",
+                "endpoints": ENDPOINTS,
+                "sources": [{"kind": "world"}],
+                "atomic": {"max_turns": 4},
+            },
+            "atomic.max_turns is now episode.max_turns",
+        ),
+        (
+            {
+                "out": "o",
+                "endpoints": ENDPOINTS,
+                "sources": [{"kind": "world"}],
+                "verify": {"exec_timeout_s": 5},
+            },
+            "verify.exec_timeout_s is now episode.exec_timeout_s",
+        ),
+        (
+            {
+                "out": "o",
+                "endpoints": ENDPOINTS,
+                "sources": [{"kind": "world"}],
+                "episode": {"max_turns": 0},
+            },
+            "max_turns must be at least 1",
+        ),
+    ],
+)
 def test_bad_configs_fail_with_one_clear_line(raw: dict, message: str) -> None:
     with pytest.raises(CurateError, match=None) as info:
         parse_config(raw)
@@ -78,22 +147,58 @@ def test_table_sources_read_every_image_encoding_and_dedupe(tmp_path: Path) -> N
     red, blue = _png((200, 0, 0)), _jpeg((0, 0, 200))
     (tmp_path / "pics").mkdir()
     (tmp_path / "pics" / "g.png").write_bytes(_png((0, 200, 0)))
-    rows = [{"id": "a", "image": {"bytes": red, "path": None}, "question": "Color?", "answer": "red"},
-            {"id": "b", "image": {"bytes": None, "path": "pics/g.png"}, "question": "Color?", "answer": "green"}]
+    rows = [
+        {"id": "a", "image": {"bytes": red, "path": None}, "question": "Color?", "answer": "red"},
+        {
+            "id": "b",
+            "image": {"bytes": None, "path": "pics/g.png"},
+            "question": "Color?",
+            "answer": "green",
+        },
+    ]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "hf.parquet")
-    (tmp_path / "b64.jsonl").write_text(json.dumps(
-        {"id": "c", "image": base64.b64encode(blue).decode(), "question": "Color?", "answer": "blue"}) + "\n")
+    (tmp_path / "b64.jsonl").write_text(
+        json.dumps(
+            {
+                "id": "c",
+                "image": base64.b64encode(blue).decode(),
+                "question": "Color?",
+                "answer": "blue",
+            }
+        )
+        + "\n"
+    )
     with open(tmp_path / "vlm.tsv", "w", newline="") as f:
         writer = csv.DictWriter(f, ["index", "image", "question", "answer"], delimiter="\t")
         writer.writeheader()
-        writer.writerow({"index": 0, "image": base64.b64encode(red).decode(), "question": "color?  ", "answer": "red"})
-    specs = [{"kind": "table", "name": "hf", "path": "hf.parquet"},
-             {"kind": "table", "name": "b64", "path": "b64.jsonl"},
-             {"kind": "table", "name": "vlm", "path": "vlm.tsv", "id": "index"}]
+        writer.writerow(
+            {
+                "index": 0,
+                "image": base64.b64encode(red).decode(),
+                "question": "color?  ",
+                "answer": "red",
+            }
+        )
+    specs = [
+        {"kind": "table", "name": "hf", "path": "hf.parquet"},
+        {"kind": "table", "name": "b64", "path": "b64.jsonl"},
+        {"kind": "table", "name": "vlm", "path": "vlm.tsv", "id": "index"},
+    ]
     items, counts = load_items(specs, tmp_path)
-    assert [(i.source, i.task.answer) for i in items] == [("hf", "red"), ("hf", "green"), ("b64", "blue")]
-    assert counts == {"hf.read": 2, "b64.read": 1, "vlm.read": 1, "vlm.duplicates": 1}  # same image + question
-    assert all(i.task.images[0].png[:4] == b"\x89PNG" and i.task.images[0].size == (40, 30) for i in items)
+    assert [(i.source, i.task.answer) for i in items] == [
+        ("hf", "red"),
+        ("hf", "green"),
+        ("b64", "blue"),
+    ]
+    assert counts == {
+        "hf.read": 2,
+        "b64.read": 1,
+        "vlm.read": 1,
+        "vlm.duplicates": 1,
+    }  # same image + question
+    assert all(
+        i.task.images[0].png[:4] == b"\x89PNG" and i.task.images[0].size == (40, 30) for i in items
+    )
     with pytest.raises(CurateError, match="unknown kind 'hub'"):
         load_items([{"kind": "hub"}], tmp_path)
     with pytest.raises(CurateError, match="row 0: needs 'prompt'"):
@@ -101,10 +206,17 @@ def test_table_sources_read_every_image_encoding_and_dedupe(tmp_path: Path) -> N
 
 
 def test_box_parsing_is_strict_and_rules_name_each_bad_case() -> None:
-    boxes = parse_boxes('Here:\n```json\n[{"label": "red tag", "bbox_2d": [10, 20, 80.4, 60]}]\n```')
+    boxes = parse_boxes(
+        'Here:\n```json\n[{"label": "red tag", "bbox_2d": [10, 20, 80.4, 60]}]\n```'
+    )
     assert boxes == [Box("red tag", 10, 20, 80, 60)]
     assert parse_boxes('{"label": "x", "bbox_2d": [1, 2, 3, 4]}') == [Box("x", 1, 2, 3, 4)]
-    for reply in ("the tag is top left", "[]", '[{"label": "a", "bbox_2d": [1, 2, 3]}]', '[{"bbox_2d": [1, true, 3, 4]}]'):
+    for reply in (
+        "the tag is top left",
+        "[]",
+        '[{"label": "a", "bbox_2d": [1, 2, 3]}]',
+        '[{"bbox_2d": [1, true, 3, 4]}]',
+    ):
         with pytest.raises(BoxesUnparseable):
             parse_boxes(reply)
     config, size, q = AtomicConfig(), (400, 300), "What is written on the small red tag?"
@@ -140,6 +252,7 @@ def test_verification_rejects_noop_and_repeated_turns_and_lying_outputs() -> Non
 
     async def main() -> dict[str, object]:
         async with SandboxPool(max_running=2) as pool:
+
             async def episode(script: list[str]):
                 sandbox = await pool.asandbox(images=Episode(task, config).images)
                 try:
@@ -151,13 +264,22 @@ def test_verification_rejects_noop_and_repeated_turns_and_lying_outputs() -> Non
             boxes = [Box("purple tag", 100, 100, 300, 260), Box("tag", 400, 300, 520, 380)]
             annotated = await episode([*code_turns(boxes, "hard", 3, annotate=True), answer])
             shown = good.turns[0].result
-            lied = replace(good, turns=(replace(good.turns[0], result=replace(shown, stdout="9\n")), good.turns[1]))
-            return {"annotated": annotated, "annotated_replay": await replay(task, annotated, pool, config, 15.0),
-                    "good": structural_problem(good), "good_replay": await replay(task, good, pool, config, 15.0),
-                    "lied": await replay(task, lied, pool, config, 15.0),
-                    "noop": structural_problem(await episode([code("x = 1"), answer])),
-                    "empty": structural_problem(await episode([code("# nothing"), answer])),
-                    "twice": structural_problem(await episode([code("print(1)"), code("print(1)"), answer]))}
+            lied = replace(
+                good,
+                turns=(replace(good.turns[0], result=replace(shown, stdout="9\n")), good.turns[1]),
+            )
+            return {
+                "annotated": annotated,
+                "annotated_replay": await replay(task, annotated, pool, config, 15.0),
+                "good": structural_problem(good),
+                "good_replay": await replay(task, good, pool, config, 15.0),
+                "lied": await replay(task, lied, pool, config, 15.0),
+                "noop": structural_problem(await episode([code("x = 1"), answer])),
+                "empty": structural_problem(await episode([code("# nothing"), answer])),
+                "twice": structural_problem(
+                    await episode([code("print(1)"), code("print(1)"), answer])
+                ),
+            }
 
     v = asyncio.run(main())
     assert v["good"] is None and v["good_replay"] is None
@@ -165,7 +287,9 @@ def test_verification_rejects_noop_and_repeated_turns_and_lying_outputs() -> Non
     assert [t.result.status.value for t in annotated.turns[:4]] == ["ok"] * 4
     width, height = Episode(task, config).images[0].size
     assert annotated.turns[0].result.stdout == f"marked 2 regions on ({width}, {height})\n"
-    assert len(annotated.turns[0].result.images) == 1 and annotated.turns[0].result.images[0].size == (width, height)
+    assert len(annotated.turns[0].result.images) == 1 and annotated.turns[0].result.images[
+        0
+    ].size == (width, height)
     assert structural_problem(annotated) is None and v["annotated_replay"] is None
     assert v["lied"].reason == "output_mismatch" and "stdout" in v["lied"].detail
     assert v["noop"].reason == "noop_code" and v["empty"].reason == "noop_code"
@@ -173,8 +297,12 @@ def test_verification_rejects_noop_and_repeated_turns_and_lying_outputs() -> Non
 
 
 def test_cli_dry_run_prints_the_plan_and_request_budget(tmp_path: Path) -> None:
-    config = {"out": "run", "endpoints": ENDPOINTS, "filter": {"k": 3},
-              "sources": [{"kind": "world", "skills": ["search"], "n": 5}]}
+    config = {
+        "out": "run",
+        "endpoints": ENDPOINTS,
+        "filter": {"k": 3},
+        "sources": [{"kind": "world", "skills": ["search"], "n": 5}],
+    }
     path = tmp_path / "curate.yaml"
     path.write_text(json.dumps(config))  # JSON is YAML
     result = CliRunner().invoke(app, ["curate", "run", str(path), "--dry-run"])
@@ -196,8 +324,12 @@ def test_inspect_stage_drops_by_verdict_and_counts_unparseable_replies(tmp_path:
 
     tasks = task_set(4, 0, ["counting"], ["easy"])
     # per task (by its question): the image verdict, then the question verdict
-    verdicts = {tasks[0].question: ("True", "GOOD"), tasks[1].question: ("False", "GOOD"),
-                tasks[2].question: ("**True**", "BAD"), tasks[3].question: ("Probably yes", "GOOD")}
+    verdicts = {
+        tasks[0].question: ("True", "GOOD"),
+        tasks[1].question: ("False", "GOOD"),
+        tasks[2].question: ("**True**", "BAD"),
+        tasks[3].question: ("Probably yes", "GOOD"),
+    }
     assert len(verdicts) == 4
 
     images = {Episode(t, EpisodeConfig()).images[0].sha256: verdicts[t.question][0] for t in tasks}
@@ -211,26 +343,55 @@ def test_inspect_stage_drops_by_verdict_and_counts_unparseable_replies(tmp_path:
         return next(v[1] for q, v in verdicts.items() if q in text)
 
     with ReplayServer(vlm, ("vlm",)) as server:
-        raw = {"out": str(tmp_path / "run"), "stages": ["inspect"],
-               "endpoints": {"strong": {"url": server.url, "model": "vlm"}},
-               "sources": [{"kind": "world", "skills": ["counting"], "difficulties": ["easy"], "n": 4}]}
+        raw = {
+            "out": str(tmp_path / "run"),
+            "stages": ["inspect"],
+            "endpoints": {"strong": {"url": server.url, "model": "vlm"}},
+            "sources": [
+                {"kind": "world", "skills": ["counting"], "difficulties": ["easy"], "n": 4}
+            ],
+        }
         result = run_curate(parse_config(raw), stream=None)
-    assert result.stage_counts["inspect"] == {"done": 4, "kept": 1, "dropped": {
-        "bad_question": 1, "inspector_unparseable": 1, "uninformative_image": 1}}
-    records = [json.loads(line) for line in (tmp_path / "run" / "inspect.jsonl").read_text().splitlines()]
+    assert result.stage_counts["inspect"] == {
+        "done": 4,
+        "kept": 1,
+        "dropped": {"bad_question": 1, "inspector_unparseable": 1, "uninformative_image": 1},
+    }
+    records = [
+        json.loads(line) for line in (tmp_path / "run" / "inspect.jsonl").read_text().splitlines()
+    ]
     unparseable = next(r for r in records if r["reason"] == "inspector_unparseable")
-    assert unparseable["image"] == {"reply": "Probably yes", "verdict": None} and unparseable["calls"] == 1
+    assert (
+        unparseable["image"] == {"reply": "Probably yes", "verdict": None}
+        and unparseable["calls"] == 1
+    )
 
 
 def test_cli_takes_presets_files_and_overrides_through_the_one_loader(tmp_path: Path) -> None:
     listed = CliRunner().invoke(app, ["presets", "ls", "curate"])
     assert listed.exit_code == 0 and "local-vllm" in listed.output
     sources = tmp_path / "sources.yaml"
-    sources.write_text(json.dumps({"out": "run", "sources": [{"kind": "world", "skills": ["search"], "n": 2}]}))
-    shown = CliRunner().invoke(app, ["curate", "run", "local-vllm", str(sources), "filter.k=8", "episode.max_turns=3",
-                                     "--print-config"])
+    sources.write_text(
+        json.dumps({"out": "run", "sources": [{"kind": "world", "skills": ["search"], "n": 2}]})
+    )
+    shown = CliRunner().invoke(
+        app,
+        [
+            "curate",
+            "run",
+            "local-vllm",
+            str(sources),
+            "filter.k=8",
+            "episode.max_turns=3",
+            "--print-config",
+        ],
+    )
     assert shown.exit_code == 0, shown.output
     assert "max_turns: 3" in shown.output and "exec_timeout_s: 15" in shown.output
-    assert "k: 8" in shown.output and "Qwen2.5-VL-72B-Instruct" in shown.output and f"{tmp_path}/run" in shown.output
+    assert (
+        "k: 8" in shown.output
+        and "Qwen2.5-VL-72B-Instruct" in shown.output
+        and f"{tmp_path}/run" in shown.output
+    )
     bad = CliRunner().invoke(app, ["curate", "run", "local-vllm", str(sources), "filter.k=many"])
     assert bad.exit_code == 2 and "filter.k: expected a whole number" in bad.output

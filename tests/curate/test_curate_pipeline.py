@@ -55,7 +55,9 @@ def _image_hash(url: str) -> str:
 
 def _first_image(body: dict) -> str:
     user = next(m for m in body["messages"] if m["role"] == "user")
-    return _image_hash(next(p["image_url"]["url"] for p in user["content"] if p.get("type") == "image_url"))
+    return _image_hash(
+        next(p["image_url"]["url"] for p in user["content"] if p.get("type") == "image_url")
+    )
 
 
 class Models:
@@ -78,7 +80,13 @@ class Models:
         self.counts[(role, tid)] += 1
         if p.get(f"{role}_malformed"):
             return ServerReply(raw=b"<html>bad gateway page</html>")
-        said = p["answer"] if n < p[role] else p["paraphrase"] if n < p[role] + p.get(f"{role}_paraphrase", 0) else "nothing"
+        said = (
+            p["answer"]
+            if n < p[role]
+            else p["paraphrase"]
+            if n < p[role] + p.get(f"{role}_paraphrase", 0)
+            else "nothing"
+        )
         return f"<think>look</think>\n<answer>{said}</answer>"
 
     def weak(self, body: dict) -> ServerReply | str:
@@ -87,7 +95,11 @@ class Models:
     def strong(self, body: dict) -> ServerReply | str:
         text = _question(body)
         if "Revise your solution" in text:  # text only: find the item by its question
-            return next(p["revision"] for p in self.plans.values() if "revision" in p and p["question"] in text)
+            return next(
+                p["revision"]
+                for p in self.plans.values()
+                if "revision" in p and p["question"] in text
+            )
         if "Solve the problem in the image step by step" in text:
             return self._plan(body)[1]["cot"]
         if "Locate every region" in text:
@@ -101,10 +113,16 @@ class Models:
         if "CONSISTENT or INCONSISTENT" in _question(body):  # the cross-check sees the task's image
             return self._plan(body)[1].get("cross", "CONSISTENT.")
         item = _question(body).rsplit("[Question]:", 1)[1]
-        if item.rstrip().endswith("[Model answer]: nothing\nJudgement:"):  # the filter's wrong answers
+        if item.rstrip().endswith(
+            "[Model answer]: nothing\nJudgement:"
+        ):  # the filter's wrong answers
             return "Judgement: 0"
         for p in self.plans.values():
-            if "paraphrase" in p and p["question"] in item and f"[Model answer]: {p['paraphrase']}" in item:
+            if (
+                "paraphrase" in p
+                and p["question"] in item
+                and f"[Model answer]: {p['paraphrase']}" in item
+            ):
                 return "Judgement: 1"
             if p["question"] in item and "final" in p and f"[Model answer]: {p['final']}" in item:
                 return p["judge"]
@@ -123,34 +141,62 @@ def _plans() -> dict[str, dict]:
     plans = {
         # easy: the weak model solves 2/4 by the rules and 2/4 in words the rules reject and the judge
         # accepts (one judge request for the two) -> a direct-answer example, accepted by the rules
-        w[0].id: {"weak": 2, "weak_paraphrase": 2, "paraphrase": f"the purple-framed tag reads {w[0].answer}"},
+        w[0].id: {
+            "weak": 2,
+            "weak_paraphrase": 2,
+            "paraphrase": f"the purple-framed tag reads {w[0].answer}",
+        },
         # medium: weak 1/4, strong 3/4; one plausible box -> one code turn -> correct
-        w[1].id: {"weak": 1, "strong": 3, "final": w[1].answer,
-                  "boxes": _boxes(("green tag", good))},
+        w[1].id: {
+            "weak": 1,
+            "strong": 3,
+            "final": w[1].answer,
+            "boxes": _boxes(("green tag", good)),
+        },
         # hard: strong 1/4; four implausible boxes and one plausible; the answer is a paraphrase
         # the rules reject and the judge accepts
-        w[2].id: {"weak": 0, "strong": 1, "final": f"tag {w[2].answer} (purple)", "judge": "Judgement: 1",
-                  "boxes": _boxes(("purple tag", [-20, 10, 200, 200]), ("purple tag", [0, 0, width, height]),
-                                  ("sky", [400, 400, 600, 600]), ("purple tag", [50, 50, 52, 300]),
-                                  ("small purple tag", good))},
+        w[2].id: {
+            "weak": 0,
+            "strong": 1,
+            "final": f"tag {w[2].answer} (purple)",
+            "judge": "Judgement: 1",
+            "boxes": _boxes(
+                ("purple tag", [-20, 10, 200, 200]),
+                ("purple tag", [0, 0, width, height]),
+                ("sky", [400, 400, 600, 600]),
+                ("purple tag", [50, 50, 52, 300]),
+                ("small purple tag", good),
+            ),
+        },
         # hard: every box implausible -> no_plausible_box
         w[3].id: {"weak": 0, "strong": 0, "boxes": _boxes(("green tag", [10, 10, width + 50, 90]))},
         # medium: the box reply is not JSON -> boxes_unparseable
         w[4].id: {"weak": 0, "strong": 4, "boxes": "I think the tag is near the top left."},
         # hard: wrong answer and the judge's reply is no verdict -> judge_unparseable
-        w[5].id: {"weak": 0, "strong": 0, "final": "no idea", "judge": "It might be right.",
-                  "boxes": _boxes(("blue tag", good))},
+        w[5].id: {
+            "weak": 0,
+            "strong": 0,
+            "final": "no idea",
+            "judge": "It might be right.",
+            "boxes": _boxes(("blue tag", good)),
+        },
         # MathVision (recipe math): easy, but the cross-check finds its reasoning inconsistent; medium: the CoT
         # revised into two code steps the sandbox runs one turn each; both real outputs agree with the
         # revision's claims, so its closing text is the answer turn; weak replies malformed
         m[0].id: {"weak": 4, "cross": "**INCONSISTENT**"},
-        m[1].id: {"weak": 0, "strong": 3, "final": m[1].answer,
-                  "cot": f"1. Each daisy adds 13.\n2. 48 + 13 = 61.\n<answer>{m[1].answer}</answer>",
-                  "revision": ("1. Each daisy adds 13.\n<code>\n```python\nstep = 61 - 48\nprint('step:', step)\n```\n"
-                               "</code>\n<interpreter>step: 13</interpreter>\n2. The last daisy is 48 plus one step.\n"
-                               "<code>\n```python\nlast = 48 + 13\nprint('48 + 13 =', last)\n```\n</code>\n"
-                               "<interpreter>\n48 + 13 = 61\n</interpreter>\nSo the last daisy holds 61.\n"
-                               f"<answer>\\boxed{{{m[1].answer}}}</answer>")},
+        m[1].id: {
+            "weak": 0,
+            "strong": 3,
+            "final": m[1].answer,
+            "cot": f"1. Each daisy adds 13.\n2. 48 + 13 = 61.\n<answer>{m[1].answer}</answer>",
+            "revision": (
+                "1. Each daisy adds 13.\n<code>\n```python\nstep = 61 - 48\nprint('step:', step)\n```\n"
+                "</code>\n<interpreter>step: 13</interpreter>\n2. The last daisy is 48 plus one step.\n"
+                "<code>\n```python\nlast = 48 + 13\nprint('48 + 13 =', last)\n```\n</code>\n"
+                "<interpreter>\n48 + 13 = 61\n</interpreter>\nSo the last daisy holds 61.\n"
+                f"<answer>\\boxed{{{m[1].answer}}}</answer>"
+            ),
+        },
         m[2].id: {"weak_malformed": True},
     }
     tasks = {t.id: t for t in (*w, *m)}
@@ -166,20 +212,47 @@ def _plans() -> dict[str, dict]:
 @pytest.fixture(scope="module")
 def servers():
     models = Models(_plans())
-    with (ReplayServer(models.weak, ("weak-7b",)) as weak, ReplayServer(models.strong, ("strong-72b",)) as strong,
-          ReplayServer(models.judge, ("judge-72b",)) as judge):
+    with (
+        ReplayServer(models.weak, ("weak-7b",)) as weak,
+        ReplayServer(models.strong, ("strong-72b",)) as strong,
+        ReplayServer(models.judge, ("judge-72b",)) as judge,
+    ):
         yield {"weak": weak, "strong": strong, "judge": judge, "models": models}
 
 
 def _config(out: Path, servers: dict, **overrides: object) -> dict:
     raw = {
         "out": str(out),
-        "endpoints": {role: {"url": servers[role].url, "model": name, "max_in_flight": 8, "retries": 0}
-                      for role, name in (("weak", "weak-7b"), ("strong", "strong-72b"), ("judge", "judge-72b"))},
+        "endpoints": {
+            role: {"url": servers[role].url, "model": name, "max_in_flight": 8, "retries": 0}
+            for role, name in (
+                ("weak", "weak-7b"),
+                ("strong", "strong-72b"),
+                ("judge", "judge-72b"),
+            )
+        },
         "sources": [
-            {"kind": "world", "name": "world", "skills": ["search"], "difficulties": ["medium", "hard"], "n": 6},
-            {"kind": "benchmark", "name": "mathvision_mini", "path": str(MATHV), "limit": 3, "recipe": "math"},
-            {"kind": "world", "name": "again", "skills": ["search"], "difficulties": ["medium"], "n": 1},
+            {
+                "kind": "world",
+                "name": "world",
+                "skills": ["search"],
+                "difficulties": ["medium", "hard"],
+                "n": 6,
+            },
+            {
+                "kind": "benchmark",
+                "name": "mathvision_mini",
+                "path": str(MATHV),
+                "limit": 3,
+                "recipe": "math",
+            },
+            {
+                "kind": "world",
+                "name": "again",
+                "skills": ["search"],
+                "difficulties": ["medium"],
+                "n": 1,
+            },
         ],
         "filter": {"k": K, "easy_threshold": 0.75, "medium_threshold": 0.5, "easy_keep": 1.0},
         "verify": {"judge": True, "cross_check": True},
@@ -212,13 +285,22 @@ def _by_task(out: Path, stage: str) -> dict[str, dict]:
 def test_sources_are_deduplicated_and_filter_records_every_answer(run) -> None:
     report = json.loads((run["out"] / "report.json").read_text())
     assert report["items"] == 9
-    assert report["sources"] == {"world.read": 6, "mathvision_mini.read": 3, "again.read": 1, "again.duplicates": 1}
+    assert report["sources"] == {
+        "world.read": 6,
+        "mathvision_mini.read": 3,
+        "again.read": 1,
+        "again.duplicates": 1,
+    }
     w, m = _world(), _mathv()
     f = _by_task(run["out"], "filter")
     easy = f[w[0].id]["weak"]
     assert [s["correct"] for s in easy] == [True] * 4 and f[w[0].id]["difficulty"] == "easy"
     assert [s["graded_by"] for s in easy].count("judge") == 2
-    assert all(s["judge"] == {"verdict": True, "reply": "Judgement: 1"} for s in easy if s["graded_by"] == "judge")
+    assert all(
+        s["judge"] == {"verdict": True, "reply": "Judgement: 1"}
+        for s in easy
+        if s["graded_by"] == "judge"
+    )
     assert f[w[0].id]["calls"] == K + 1  # the judge asked once for the two identical answers
     hard = f[w[3].id]["strong"]  # text answers the rules reject: the judge decides (and says no)
     assert all(s["graded_by"] == "judge" and s["judge"]["verdict"] is False for s in hard)
@@ -243,22 +325,43 @@ def test_atomic_stage_filters_boxes_and_runs_real_trajectories(run) -> None:
     assert turns[0]["result"]["stdout"] == "green tag: (200, 160)\n"  # the sandbox's real output
     assert len(turns[0]["result"]["images"]) == 1
     hard = a[w[2].id]
-    assert [b["problem"] for b in hard["boxes"]] == ["outside", "whole_image", "label_mismatch", "degenerate", ""]
+    assert [b["problem"] for b in hard["boxes"]] == [
+        "outside",
+        "whole_image",
+        "label_mismatch",
+        "degenerate",
+        "",
+    ]
     hard_turns = hard["trajectory"]["turns"]
     assert len(hard_turns) == 3  # one crop turn, one contrast turn reusing its variable, the answer
     assert "contrast range:" in hard_turns[1]["result"]["stdout"]
-    assert a[w[3].id]["reason"] == "no_plausible_box" and a[w[3].id]["boxes"][0]["problem"] == "outside"
+    assert (
+        a[w[3].id]["reason"] == "no_plausible_box"
+        and a[w[3].id]["boxes"][0]["problem"] == "outside"
+    )
     assert a[w[4].id]["reason"] == "boxes_unparseable"
     math = a[m[1].id]
     assert math["kind"] == "math" and [s["claimed"].strip() for s in math["revision"]["steps"]] == [
-        "step: 13", "48 + 13 = 61"]
+        "step: 13",
+        "48 + 13 = 61",
+    ]
     assert math["revision"]["agreed"] == [True, True] and math["revision"]["diverged_at"] is None
     math_turns = math["trajectory"]["turns"]
-    assert len(math_turns) == 3  # one executed turn per calculating step, then the revision's answer
-    assert "1. Each daisy adds 13." in math_turns[0]["text"] and "<interpreter>" not in math_turns[0]["text"]
+    assert (
+        len(math_turns) == 3
+    )  # one executed turn per calculating step, then the revision's answer
+    assert (
+        "1. Each daisy adds 13." in math_turns[0]["text"]
+        and "<interpreter>" not in math_turns[0]["text"]
+    )
     assert math_turns[0]["result"]["stdout"] == "step: 13\n"  # the sandbox's real outputs
-    assert math_turns[1]["result"]["stdout"] == "48 + 13 = 61\n" and "2. The last daisy" in math_turns[1]["text"]
-    assert "So the last daisy holds 61." in math_turns[2]["text"] and math["calls"] == 2  # CoT + revision
+    assert (
+        math_turns[1]["result"]["stdout"] == "48 + 13 = 61\n"
+        and "2. The last daisy" in math_turns[1]["text"]
+    )
+    assert (
+        "So the last daisy holds 61." in math_turns[2]["text"] and math["calls"] == 2
+    )  # CoT + revision
     assert m[2].id not in a
 
 
@@ -266,19 +369,31 @@ def test_verification_grades_by_rules_then_judge_and_replays(run) -> None:
     w, m = _world(), _mathv()
     v = _by_task(run["out"], "verify")
     assert {t: r["reason"] for t, r in v.items()} == {
-        w[0].id: "", w[1].id: "", w[2].id: "", w[5].id: "judge_unparseable", m[0].id: "inconsistent_reasoning",
-        m[1].id: ""}
+        w[0].id: "",
+        w[1].id: "",
+        w[2].id: "",
+        w[5].id: "judge_unparseable",
+        m[0].id: "inconsistent_reasoning",
+        m[1].id: "",
+    }
     assert v[w[1].id]["graded_by"] == "rule" and v[w[2].id]["graded_by"] == "judge"
     # grading: only the two answers the rules rejected; cross-check: the five that replayed; the
     # filter: one request per item and distinct answer the rules rejected (text and math kinds)
     assert v[w[2].id]["calls"] == 2 and v[w[1].id]["calls"] == 1 and v[w[5].id]["calls"] == 1
     f = _by_task(run["out"], "filter").values()
-    asked = {(r["key"], s["answer"]) for r in f for s in [*r["weak"], *r.get("strong", ())] if s.get("graded_by") == "judge"}
+    asked = {
+        (r["key"], s["answer"])
+        for r in f
+        for s in [*r["weak"], *r.get("strong", ())]
+        if s.get("graded_by") == "judge"
+    }
     assert len(asked) >= 6 and run["sent"]["judge"] == len(asked) + 2 + 5
     cross = [b for b in run["bodies"]["judge"] if "CONSISTENT or INCONSISTENT" in _question(b)]
     hard = next(b for b in cross if "Next region" in _question(b) or "contrast" in _question(b))
     parts = hard["messages"][0]["content"]
-    assert sum(p.get("type") == "image_url" for p in parts) == 3  # the task's image and both outputs
+    assert (
+        sum(p.get("type") == "image_url" for p in parts) == 3
+    )  # the task's image and both outputs
 
 
 def test_exports_hold_relative_image_paths_and_report_counts(run) -> None:
@@ -289,7 +404,9 @@ def test_exports_hold_relative_image_paths_and_report_counts(run) -> None:
     swift = [json.loads(line) for line in (out / "swift.jsonl").read_text().splitlines()]
     assert len(sft) == len(trl) == len(swift) == 4
     for record in sft + trl:
-        assert record["images"] and all(not Path(p).is_absolute() and (out / p).is_file() for p in record["images"])
+        assert record["images"] and all(
+            not Path(p).is_absolute() and (out / p).is_file() for p in record["images"]
+        )
     assert {r["meta"]["difficulty"] for r in sft} == {"easy", "medium", "hard"}
     hard = next(r for r in sft if r["meta"]["difficulty"] == "hard")
     assert sum(r["content"].count("<image>") for r in hard["messages"]) == len(hard["images"]) == 3
@@ -305,7 +422,10 @@ def test_exports_hold_relative_image_paths_and_report_counts(run) -> None:
     # math (2K + CoT + revision + cross-check: the revision's own closing answers); each item's
     # filter also asked the judge once about its wrong answer "nothing" (MathVision: if not a choice)
     math_judged = int(_mathv()[1].kind in UNDECIDED_KINDS)
-    assert calls["medium"] == {"items": 3, "requests": (2 * K + 3 + 1) + (2 * K + 1 + 1) + (2 * K + 3 + math_judged)}
+    assert calls["medium"] == {
+        "items": 3,
+        "requests": (2 * K + 3 + 1) + (2 * K + 1 + 1) + (2 * K + 3 + math_judged),
+    }
     for role in ("weak", "strong", "judge"):
         assert report["endpoints"][role]["requests"] == run["sent"][role]
     assert report["accepted"] == 4 and any(not s["accepted"] for s in report["samples"])
@@ -324,8 +444,13 @@ def test_rerun_resumes_without_requests(run, servers) -> None:
 def test_breaker_stops_a_run_at_a_dead_endpoint_and_a_rerun_resumes(servers, tmp_path) -> None:
     raw = _config(tmp_path / "run", servers, stages=["filter"])
     raw["sources"] = raw["sources"][:1]
-    raw["endpoints"]["weak"] = {"url": "http://127.0.0.1:9/v1", "model": "weak-7b", "retries": 0,
-                                "breaker_failures": 2, "max_in_flight": 1}
+    raw["endpoints"]["weak"] = {
+        "url": "http://127.0.0.1:9/v1",
+        "model": "weak-7b",
+        "retries": 0,
+        "breaker_failures": 2,
+        "max_in_flight": 1,
+    }
     result = run_curate(parse_config(raw), stream=None)
     assert "endpoint weak" in result.down and "2 consecutive failures" in result.down
     assert not (tmp_path / "run" / "filter.jsonl").exists()
@@ -334,7 +459,10 @@ def test_breaker_stops_a_run_at_a_dead_endpoint_and_a_rerun_resumes(servers, tmp
     resumed = run_curate(parse_config(raw), stream=progress)
     assert not resumed.down and resumed.stage_counts["filter"]["done"] == 6
     lines = progress.getvalue().splitlines()  # one line per report, about every 5 % and at the end
-    assert lines[-1].startswith("curate: 6/6 items finished; filter 6/6 (elapsed ") and len(lines) <= 21
+    assert (
+        lines[-1].startswith("curate: 6/6 items finished; filter 6/6 (elapsed ")
+        and len(lines) <= 21
+    )
 
 
 def test_run_directory_holds_its_settings_and_refuses_other_ones(run, servers) -> None:
@@ -342,7 +470,11 @@ def test_run_directory_holds_its_settings_and_refuses_other_ones(run, servers) -
 
     info = json.loads((run["out"] / "run.json").read_text())
     assert info["kind"] == "curate" and info["settings"]["filter"]["k"] == K
-    assert info["settings"]["endpoints"]["weak"] == {"model": "weak-7b", "max_tokens": 1024, "temperature": 0.0}
+    assert info["settings"]["endpoints"]["weak"] == {
+        "model": "weak-7b",
+        "max_tokens": 1024,
+        "temperature": 0.0,
+    }
     changed = _config(run["out"], servers, filter={"k": K + 1, "easy_keep": 1.0})
     before = (run["out"] / "filter.jsonl").read_text()
     with pytest.raises(SettingsError, match=r"other settings \(filter\.k differ\)"):

@@ -46,16 +46,31 @@ def test_items_are_read_as_the_window_frees_not_all_at_once(tmp_path: Path) -> N
             most[0] = max(most[0], sum(r() is not None for r in alive))
             image = _picture(i)
             alive.append(weakref.ref(image))
-            yield Task(id=f"dots-{i}", question=f"How many dots in picture {i}?", images=(image,), answer="3",
-                       kind=AnswerKind.COUNT)
+            yield Task(
+                id=f"dots-{i}",
+                question=f"How many dots in picture {i}?",
+                images=(image,),
+                answer="3",
+                kind=AnswerKind.COUNT,
+            )
 
     register_source("counted", counted)
     try:
-        with ReplayServer(lambda body: "<think>t</think><answer>3</answer>", ("weak", "strong")) as server:
+        with ReplayServer(
+            lambda body: "<think>t</think><answer>3</answer>", ("weak", "strong")
+        ) as server:
             endpoint = {"url": server.url, "max_in_flight": 2, "retries": 0}
-            raw = {"out": str(tmp_path / "run"), "stages": ["filter"], "sandboxes": 1, "sources": [{"kind": "counted"}],
-                   "filter": {"k": 1, "judge": "never", "easy_keep": 1.0},
-                   "endpoints": {"weak": {**endpoint, "model": "weak"}, "strong": {**endpoint, "model": "strong"}}}
+            raw = {
+                "out": str(tmp_path / "run"),
+                "stages": ["filter"],
+                "sandboxes": 1,
+                "sources": [{"kind": "counted"}],
+                "filter": {"k": 1, "judge": "never", "easy_keep": 1.0},
+                "endpoints": {
+                    "weak": {**endpoint, "model": "weak"},
+                    "strong": {**endpoint, "model": "strong"},
+                },
+            }
             result = run_curate(parse_config(raw), stream=None)
     finally:
         del SOURCES["counted"]
@@ -70,23 +85,45 @@ def test_tables_stream_row_by_row_with_the_same_rows_as_before(tmp_path: Path) -
     import pyarrow.parquet as pq
 
     pngs = [_noisy(i) for i in range(40)]
-    rows = [{"question": f"q{i}?", "answer": str(i), "image": {"bytes": png, "path": None}} for i, png in enumerate(pngs)]
+    rows = [
+        {"question": f"q{i}?", "answer": str(i), "image": {"bytes": png, "path": None}}
+        for i, png in enumerate(pngs)
+    ]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "t.parquet", row_group_size=10)
-    (tmp_path / "t.jsonl").write_text("".join(
-        json.dumps({"question": f"q{i}?", "answer": str(i), "image": base64.b64encode(p).decode()}) + "\n"
-        for i, p in enumerate(pngs)))
+    (tmp_path / "t.jsonl").write_text(
+        "".join(
+            json.dumps(
+                {"question": f"q{i}?", "answer": str(i), "image": base64.b64encode(p).decode()}
+            )
+            + "\n"
+            for i, p in enumerate(pngs)
+        )
+    )
     for name in ("t.parquet", "t.jsonl"):
         counts: dict[str, int] = {}
         items = iter_items([{"kind": "table", "path": name, "name": "t"}], tmp_path, counts)
         first = next(items)
-        assert first.task.question == "q0?" and counts == {"t.read": 1}  # read one row, not the file
-        assert [i.task.answer for i in items] == [str(i) for i in range(1, 40)] and counts == {"t.read": 40}
+        assert first.task.question == "q0?" and counts == {
+            "t.read": 1
+        }  # read one row, not the file
+        assert [i.task.answer for i in items] == [str(i) for i in range(1, 40)] and counts == {
+            "t.read": 40
+        }
     # VLMEvalKit TSV: a short image field names another row, even a later one
     encoded = [base64.b64encode(p).decode() for p in pngs[:2]]
     tsv = tmp_path / "b.tsv"
-    tsv.write_text("index\tquestion\tanswer\timage\n0\tq0?\t0\t1\n1\tq1?\t1\t" + encoded[1] + "\n2\tq2?\t2\t"
-                   + encoded[0] + "\n")
+    tsv.write_text(
+        "index\tquestion\tanswer\timage\n0\tq0?\t0\t1\n1\tq1?\t1\t"
+        + encoded[1]
+        + "\n2\tq2?\t2\t"
+        + encoded[0]
+        + "\n"
+    )
     streamed = list(iter_tsv(tsv))
-    assert streamed == read_tsv(tsv) and streamed[0].images == (pngs[1],) and streamed[2].images == (pngs[0],)
+    assert (
+        streamed == read_tsv(tsv)
+        and streamed[0].images == (pngs[1],)
+        and streamed[2].images == (pngs[0],)
+    )
     buffer = io.BytesIO(streamed[0].images[0])
     assert PILImage.open(buffer).size == (32, 32)

@@ -31,8 +31,14 @@ def main() -> None:
     export, model_dir = sys.argv[1], sys.argv[2]
     tok, proc = tiny_qwen.build()
     proc.save_pretrained(model_dir)
-    text = {"hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
-            "intermediate_size": 128, "vocab_size": len(tok)}
+    text = {
+        "hidden_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "intermediate_size": 128,
+        "vocab_size": len(tok),
+    }
     vision = {"depth": 1, "hidden_size": 32, "out_hidden_size": 64, "num_heads": 2}
     Qwen2_5_VLConfig(text_config=text, vision_config=vision).save_pretrained(model_dir)
     _, processor = get_model_processor(model_dir, load_model=False, model_type="qwen2_5_vl")
@@ -48,9 +54,17 @@ def main() -> None:
         row = train[i]
         encoded = template.encode(row)
         ids, labels = encoded["input_ids"], encoded["labels"]
-        rows.append({"roles": [m["role"] for m in row["messages"]], "loss": [m.get("loss") for m in row["messages"]],
-                     "images": len(row["images"]), "vision_blocks": ids.count(vision_start),
-                     "trained": tok.decode([t for t, label in zip(ids, labels, strict=True) if label != -100])})
+        rows.append(
+            {
+                "roles": [m["role"] for m in row["messages"]],
+                "loss": [m.get("loss") for m in row["messages"]],
+                "images": len(row["images"]),
+                "vision_blocks": ids.count(vision_start),
+                "trained": tok.decode(
+                    [t for t, label in zip(ids, labels, strict=True) if label != -100]
+                ),
+            }
+        )
     print(json.dumps(rows))
 
 

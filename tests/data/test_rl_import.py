@@ -28,10 +28,24 @@ FILE = "rl-00000.parquet"
 def rl_out(tmp_path: Path) -> Path:
     rows, _ = rl_rows()
     write(rows, RL_SCHEMA, tmp_path / FILE)
-    result = CliRunner().invoke(app, ["data", "import", "codedance-rl", str(tmp_path / FILE),
-                                      "--out", str(tmp_path / "out"), "--val-fraction", "0.5"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "data",
+            "import",
+            "codedance-rl",
+            str(tmp_path / FILE),
+            "--out",
+            str(tmp_path / "out"),
+            "--val-fraction",
+            "0.5",
+        ],
+    )
     assert result.exit_code == 0, result.output
-    assert "6 imported, 3 skipped of 9 rows" in result.output and "skipped 1: no image" in result.output
+    assert (
+        "6 imported, 3 skipped of 9 rows" in result.output
+        and "skipped 1: no image" in result.output
+    )
     return tmp_path / "out"
 
 
@@ -42,18 +56,26 @@ def _index(task_id: str) -> int:
 def test_tasks_kinds_images_and_skips(rl_out: Path) -> None:
     _, expect = rl_rows()
     ledger = {_index(r["key"]): r for r in iter_jsonl(rl_out / "rows.jsonl")}
-    assert {i: r["reason"] for i, r in ledger.items() if r["status"] == "skipped"} == expect["skipped"]
+    assert {i: r["reason"] for i, r in ledger.items() if r["status"] == "skipped"} == expect[
+        "skipped"
+    ]
     tasks = {_index(t.id): (t, domain, split) for t, domain, split in load_tasks(rl_out)}
     assert {i: (t.kind.value, d) for i, (t, d, _) in tasks.items()} == expect["kinds"]
-    assert tasks[2][0].choices == (("A", "red"), ("B", "blue")) and tasks[2][0].answer == "B"  # gold "(B)"
+    assert (
+        tasks[2][0].choices == (("A", "red"), ("B", "blue")) and tasks[2][0].answer == "B"
+    )  # gold "(B)"
     assert tasks[8][0].question == expect["question_8"]  # from the user message, instruction cut
     assert tasks[1][0].images[0].png == picture(seed=5)  # only in tools_kwargs
     assert "image from tools_kwargs" in ledger[1]["conventions"]
-    assert dict(tasks[0][0].metadata)["data_source"] == "thinklite_eureka" and tasks[0][0].answer == "\\frac{1}{2}"
+    assert (
+        dict(tasks[0][0].metadata)["data_source"] == "thinklite_eureka"
+        and tasks[0][0].answer == "\\frac{1}{2}"
+    )
     for i, pairs in expect["objects"].items():  # extra_info.detected_objects, as the row gives it
         assert tuple(m for m in tasks[i][0].metadata if m[0].startswith("detected_")) == pairs
     assert {i: s for i, (_, _, s) in tasks.items()} == {
-        i: "val" if in_val(f"{FILE}#{i}", 0.5) else "train" for i in tasks}
+        i: "val" if in_val(f"{FILE}#{i}", 0.5) else "train" for i in tasks
+    }
 
 
 def test_the_release_prompt_becomes_a_profile(rl_out: Path) -> None:
@@ -62,7 +84,10 @@ def test_the_release_prompt_becomes_a_profile(rl_out: Path) -> None:
     messages = prompt_messages("What is in the picture?", (), profile)
     assert messages[0].text == RL_SYSTEM
     assert messages[1].text == rows[4]["messages"][1]["content"].replace("<image>", "")
-    assert messages[1].text.endswith(RELEASE_INSTRUCTION) and profile.feedback_open == "<tool_response>"
+    assert (
+        messages[1].text.endswith(RELEASE_INSTRUCTION)
+        and profile.feedback_open == "<tool_response>"
+    )
 
 
 def test_verl_reads_the_parquet_back_into_the_tasks(rl_out: Path) -> None:
@@ -79,24 +104,42 @@ def test_verl_reads_the_parquet_back_into_the_tasks(rl_out: Path) -> None:
 
     expected = [(t, d) for t, d, s in load_tasks(rl_out) if s == "train"]
     written = pq.read_table(rl_out / "train.parquet").to_pylist()
-    assert written == [task_row(t, i, domain=d) for i, (t, d) in enumerate(expected)]  # what prepare-data writes
+    assert written == [
+        task_row(t, i, domain=d) for i, (t, d) in enumerate(expected)
+    ]  # what prepare-data writes
     n_val = sum(1 for *_, s in load_tasks(rl_out) if s == "val")
     assert len(pq.read_table(rl_out / "val.parquet")) == n_val
     summary = json.loads((rl_out / "summary.json").read_text())
     assert summary["verl_rows"] == {"train": len(expected), "val": n_val}
 
     tokenizer, processor = tiny_qwen.build()
-    config = OmegaConf.create({"prompt_key": "prompt", "image_key": "images", "max_prompt_length": 100000,
-                               "filter_overlong_prompts": False, "return_raw_chat": True})
+    config = OmegaConf.create(
+        {
+            "prompt_key": "prompt",
+            "image_key": "images",
+            "max_prompt_length": 100000,
+            "filter_overlong_prompts": False,
+            "return_raw_chat": True,
+        }
+    )
     dataset = RLHFDataset(str(rl_out / "train.parquet"), tokenizer, config, processor=processor)
     assert len(dataset) == len(expected)
     for i, (want, domain) in enumerate(expected):
         item = dataset[i]
-        task, got_domain = task_from_fields(item["extra_info"][TASK_KEY], images_from_prompt(item["raw_prompt"]))
+        task, got_domain = task_from_fields(
+            item["extra_info"][TASK_KEY], images_from_prompt(item["raw_prompt"])
+        )
         assert (task.id, task.question, task.answer, task.kind, task.choices, got_domain) == (
-            want.id, want.question, want.answer, want.kind, want.choices, domain)
+            want.id,
+            want.question,
+            want.answer,
+            want.kind,
+            want.choices,
+            domain,
+        )
         assert [im.to_pil().convert("RGB").tobytes() for im in task.images] == [
-            im.to_pil().convert("RGB").tobytes() for im in want.images]
+            im.to_pil().convert("RGB").tobytes() for im in want.images
+        ]
         assert item["agent_name"] == "codedance"
 
 

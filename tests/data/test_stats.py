@@ -19,7 +19,10 @@ def test_stats_of_an_sft_import(tmp_path: Path) -> None:
     rows, _ = sft_rows()
     import_sft([write(rows, SFT_SCHEMA, tmp_path / "a.parquet")], tmp_path / "out")
     stats = collect(tmp_path / "out")
-    assert stats.counts["rows"]["imported"] == 5 and stats.counts["rows"]["skipped: image does not decode"] == 1
+    assert (
+        stats.counts["rows"]["imported"] == 5
+        and stats.counts["rows"]["skipped: image does not decode"] == 1
+    )
     assert stats.counts["trajectories per file"] == {"a.parquet": 5}
     assert stats.counts["code form"] == {"code_tag": 3, "tool_call": 2}
     assert stats.series["assistant turns per trajectory"] == [2] * 5

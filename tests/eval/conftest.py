@@ -19,7 +19,9 @@ from PIL import Image as PILImage
 MATHV = Path("/work/shared/data/mathvision-testmini")
 
 
-def png_bytes(color: tuple[int, int, int] = (200, 30, 30), size: tuple[int, int] = (32, 24)) -> bytes:
+def png_bytes(
+    color: tuple[int, int, int] = (200, 30, 30), size: tuple[int, int] = (32, 24)
+) -> bytes:
     buffer = io.BytesIO()
     PILImage.new("RGB", size, color).save(buffer, format="PNG")
     return buffer.getvalue()
@@ -38,7 +40,12 @@ def write_tsv(path: Path, rows: list[dict]) -> Path:
         writer = csv.DictWriter(f, columns, delimiter="\t")
         writer.writeheader()
         for r in rows:
-            writer.writerow({k: base64.b64encode(v).decode() if isinstance(v, bytes) else v for k, v in r.items()})
+            writer.writerow(
+                {
+                    k: base64.b64encode(v).decode() if isinstance(v, bytes) else v
+                    for k, v in r.items()
+                }
+            )
     return path
 
 
@@ -63,8 +70,13 @@ def fx():
         pass
 
     h = Helpers()
-    for name, fn in (("png", png_bytes), ("jpeg", jpeg_bytes), ("tsv", write_tsv), ("parquet", write_parquet),
-                     ("jsonl", write_jsonl)):
+    for name, fn in (
+        ("png", png_bytes),
+        ("jpeg", jpeg_bytes),
+        ("tsv", write_tsv),
+        ("parquet", write_parquet),
+        ("jsonl", write_jsonl),
+    ):
         setattr(h, name, staticmethod(fn))
     h.mathv = MATHV
     return h

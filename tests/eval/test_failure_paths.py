@@ -26,28 +26,57 @@ pytestmark = [pytest.mark.tier("integration"), pytest.mark.slow]
 
 def _golds(root, n=None):
     """id -> MATH-V item of the first ``n`` testmini items."""
-    items = [json.loads(line) for line in (root / "data" / "testmini.jsonl").read_text().splitlines()[:n]]
+    items = [
+        json.loads(line) for line in (root / "data" / "testmini.jsonl").read_text().splitlines()[:n]
+    ]
     return {item["id"]: item for item in items}
 
 
 def _item_of(body, golds):
     """The item a request asks about: its question, and its options where two questions are alike."""
     text = json.dumps(body["messages"])
-    found = [item for item in golds.values()
-             if json.dumps(item["question"].replace("<image1>", "").strip())[1:-1] in text]
+    found = [
+        item
+        for item in golds.values()
+        if json.dumps(item["question"].replace("<image1>", "").strip())[1:-1] in text
+    ]
     if len(found) > 1:
-        found = [item for item in found
-                 if all(json.dumps(f"({chr(65 + k)}) {o}")[1:-1] in text for k, o in enumerate(item["options"]))]
+        found = [
+            item
+            for item in found
+            if all(
+                json.dumps(f"({chr(65 + k)}) {o}")[1:-1] in text
+                for k, o in enumerate(item["options"])
+            )
+        ]
     assert len(found) == 1, text[:300]
     return found[0]
 
 
 def _args(root, out, url, limit, *extra):
-    return ["eval", "--benchmarks", "mathvision_mini", "--data", f"mathvision_mini={root}", "--limit", str(limit),
-            "--out", str(out), "--model", url, "--retries", "0", "--scoring", "strict", *extra]
+    return [
+        "eval",
+        "--benchmarks",
+        "mathvision_mini",
+        "--data",
+        f"mathvision_mini={root}",
+        "--limit",
+        str(limit),
+        "--out",
+        str(out),
+        "--model",
+        url,
+        "--retries",
+        "0",
+        "--scoring",
+        "strict",
+        *extra,
+    ]
 
 
-def test_dead_server_mid_run_stops_after_consecutive_failures_and_a_rerun_resumes(tmp_path, mathv_root):
+def test_dead_server_mid_run_stops_after_consecutive_failures_and_a_rerun_resumes(
+    tmp_path, mathv_root
+):
     golds = _golds(mathv_root, 12)
     lock, served = threading.Lock(), []
 
@@ -60,8 +89,9 @@ def test_dead_server_mid_run_stops_after_consecutive_failures_and_a_rerun_resume
 
     out = tmp_path / "run"
     with ReplayServer(dying) as server:
-        result = CliRunner().invoke(cli(), _args(mathv_root, out, server.url, 12, "--concurrency", "1",
-                                                 "--stop-after", "3"))
+        result = CliRunner().invoke(
+            cli(), _args(mathv_root, out, server.url, 12, "--concurrency", "1", "--stop-after", "3")
+        )
         asked = len(server.requests)
     assert result.exit_code == 1, result.output
     assert "stopped early: 3 consecutive server failures" in result.output
@@ -74,7 +104,9 @@ def test_dead_server_mid_run_stops_after_consecutive_failures_and_a_rerun_resume
     assert "| scripted | 100.0* (4/12) |" in (out / "report.md").read_text()
 
     with ReplayServer(lambda body: f"<answer>{_item_of(body, golds)['answer']}</answer>") as server:
-        again = CliRunner().invoke(cli(), _args(mathv_root, out, server.url, 12, "--concurrency", "4"))
+        again = CliRunner().invoke(
+            cli(), _args(mathv_root, out, server.url, 12, "--concurrency", "4")
+        )
         assert len(server.requests) == 8  # only what had not finished
     assert again.exit_code == 0, again.output
     assert "| scripted | 100.0 |" in (out / "report.md").read_text()
@@ -85,7 +117,11 @@ def test_dead_server_mid_run_stops_after_consecutive_failures_and_a_rerun_resume
     data["results"][0].update(complete=False, scored=4)
     (partial / "report.json").write_text(json.dumps(data))
     refused = CliRunner().invoke(cli(), ["report", str(out), str(partial)])
-    assert refused.exit_code == 0 and "(Δ n/c)" in refused.output and "--allow-incomplete" in refused.output
+    assert (
+        refused.exit_code == 0
+        and "(Δ n/c)" in refused.output
+        and "--allow-incomplete" in refused.output
+    )
     allowed = CliRunner().invoke(cli(), ["report", str(out), str(partial), "--allow-incomplete"])
     assert "100.0* (4/12)" in allowed.output and "(+0.0" in allowed.output
 
@@ -95,14 +131,23 @@ def test_garbage_replies_fail_their_samples_and_the_reason_is_printed(tmp_path, 
 
     def half_garbage(body):
         item = _item_of(body, golds)
-        return ServerReply(raw=b"<html>oops</html>") if int(item["id"]) % 2 else f"<answer>{item['answer']}</answer>"
+        return (
+            ServerReply(raw=b"<html>oops</html>")
+            if int(item["id"]) % 2
+            else f"<answer>{item['answer']}</answer>"
+        )
 
     with ReplayServer(half_garbage) as server:
         result = CliRunner().invoke(cli(), _args(mathv_root, tmp_path / "g", server.url, 4))
     assert result.exit_code == 1
     odd = sum(1 for item in golds.values() if int(item["id"]) % 2)
-    assert f"{odd}/4 samples failed; most common: MalformedResponseError" in result.output.replace("\n", " ")
-    assert f"{100 * (4 - odd) / (4 - odd):.1f}* ({4 - odd}/4)" in (tmp_path / "g" / "report.md").read_text()
+    assert f"{odd}/4 samples failed; most common: MalformedResponseError" in result.output.replace(
+        "\n", " "
+    )
+    assert (
+        f"{100 * (4 - odd) / (4 - odd):.1f}* ({4 - odd}/4)"
+        in (tmp_path / "g" / "report.md").read_text()
+    )
 
 
 def test_an_unreadable_image_fails_that_row_only_and_names_it(tmp_path, mathv_root):
@@ -122,23 +167,58 @@ def test_an_unreadable_image_fails_that_row_only_and_names_it(tmp_path, mathv_ro
     assert result.exit_code == 1
     failure = read_jsonl(tmp_path / "b" / "failures.jsonl")[0]
     assert failure["key"] == f"mathvision_mini/{bad['id']}#0"
-    assert f"mathvision_mini/{bad['id']}: image {bad['image']} is not a readable image" in failure["error"]
+    assert (
+        f"mathvision_mini/{bad['id']}: image {bad['image']} is not a readable image"
+        in failure["error"]
+    )
     assert len(read_jsonl(tmp_path / "b" / "trajectories.jsonl")) == 2
 
 
 def test_a_judge_that_answers_garbage_scores_zero_and_is_counted(tmp_path, fx):
-    fx.tsv(tmp_path / "CharXiv_reasoning_val.tsv", [
-        {"index": str(i), "image": fx.png(), "question": f"CX{i}", "answer": "3", "inst_category": "3",
-         "grading_query": "Grade {PREDICTION} as JSON."} for i in range(3)])
-    with ReplayServer(lambda body: "<answer>3</answer>") as model, \
-            ReplayServer(lambda body: "I think it is right!", model_names=("judge",)) as judge:
-        result = CliRunner().invoke(cli(), ["eval", "--benchmarks", "charxiv", "--lmu-data", str(tmp_path),
-                                            "--out", str(tmp_path / "j"), "--model", model.url, "--judge", judge.url,
-                                            "--judge-model", "judge", "--retries", "0"])
+    fx.tsv(
+        tmp_path / "CharXiv_reasoning_val.tsv",
+        [
+            {
+                "index": str(i),
+                "image": fx.png(),
+                "question": f"CX{i}",
+                "answer": "3",
+                "inst_category": "3",
+                "grading_query": "Grade {PREDICTION} as JSON.",
+            }
+            for i in range(3)
+        ],
+    )
+    with (
+        ReplayServer(lambda body: "<answer>3</answer>") as model,
+        ReplayServer(lambda body: "I think it is right!", model_names=("judge",)) as judge,
+    ):
+        result = CliRunner().invoke(
+            cli(),
+            [
+                "eval",
+                "--benchmarks",
+                "charxiv",
+                "--lmu-data",
+                str(tmp_path),
+                "--out",
+                str(tmp_path / "j"),
+                "--model",
+                model.url,
+                "--judge",
+                judge.url,
+                "--judge-model",
+                "judge",
+                "--retries",
+                "0",
+            ],
+        )
         assert len(judge.requests) == 3 * 10  # VLMEvalKit's 10 tries per sample, then 0
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "j" / "report.json").read_text())["results"][0]
-    assert report["headline"] == 0.0 and report["judge_failures"] == 3 and report["judge"] == "judge"
+    assert (
+        report["headline"] == 0.0 and report["judge_failures"] == 3 and report["judge"] == "judge"
+    )
     md = (tmp_path / "j" / "report.md").read_text()
     assert "3 sample(s) scored 0 because the judge's replies gave no verdict" in md
     assert "scoring vlmevalkit, judge judge, 10 turns" in md
@@ -147,7 +227,9 @@ def test_a_judge_that_answers_garbage_scores_zero_and_is_counted(tmp_path, fx):
 def test_judge_free_mathvision_is_not_produced_with_its_rule_only_bound(tmp_path, mathv_root):
     golds = _golds(mathv_root, 6)
 
-    def model(body):  # right on even ids; a wrong number (needs VLMEvalKit's judge) or letter on odd ones
+    def model(
+        body,
+    ):  # right on even ids; a wrong number (needs VLMEvalKit's judge) or letter on odd ones
         item = _item_of(body, golds)
         wrong = "Z" if item["options"] else "987654"
         return f"<answer>{item['answer'] if int(item['id']) % 2 == 0 else wrong}</answer>"
@@ -157,19 +239,34 @@ def test_judge_free_mathvision_is_not_produced_with_its_rule_only_bound(tmp_path
         args[args.index("strict")] = "vlmevalkit"
         assert CliRunner().invoke(cli(), args).exit_code == 0
     right = sum(1 for item in golds.values() if int(item["id"]) % 2 == 0)
-    assert any(int(i["id"]) % 2 and not i["options"] for i in golds.values())  # at least one pending
+    assert any(
+        int(i["id"]) % 2 and not i["options"] for i in golds.values()
+    )  # at least one pending
     md = (tmp_path / "n" / "report.md").read_text()
     assert f"| scripted | n/p (rule-only ≥ {100 * right / 6:.1f}) |" in md
 
 
 def test_impossible_settings_are_refused_before_anything_runs(tmp_path):
     with ReplayServer(["<answer>1</answer>"]) as server:
-        for extra, message in ((["--concurrency", "0"], "--concurrency must be at least 1"),
-                               (["--samples", "3"], "--samples 3 needs --temperature above 0"),
-                               (["--limit", "0"], "--limit must be at least 1"),
-                               (["--scoring", "lenient"], "--scoring must be one of vlmevalkit, strict")):
-            result = CliRunner().invoke(cli(), ["eval", "--benchmarks", "chartqa", "--model", server.url,
-                                                "--out", str(tmp_path / "r"), *extra])
+        for extra, message in (
+            (["--concurrency", "0"], "--concurrency must be at least 1"),
+            (["--samples", "3"], "--samples 3 needs --temperature above 0"),
+            (["--limit", "0"], "--limit must be at least 1"),
+            (["--scoring", "lenient"], "--scoring must be one of vlmevalkit, strict"),
+        ):
+            result = CliRunner().invoke(
+                cli(),
+                [
+                    "eval",
+                    "--benchmarks",
+                    "chartqa",
+                    "--model",
+                    server.url,
+                    "--out",
+                    str(tmp_path / "r"),
+                    *extra,
+                ],
+            )
             assert result.exit_code == 2 and message in result.output, result.output
         assert server.requests == []
     assert not (tmp_path / "r").exists()
@@ -180,18 +277,35 @@ def test_samples_k_report_avg_at_k_with_a_bootstrap_interval_and_pass_at_k(tmp_p
     seen: dict[str, int] = {}
     lock = threading.Lock()
 
-    def alternating(body):  # per item: samples 1 and 3 right, sample 2 wrong; items with even id always wrong
+    def alternating(
+        body,
+    ):  # per item: samples 1 and 3 right, sample 2 wrong; items with even id always wrong
         item = _item_of(body, golds)
         with lock:
             seen[item["id"]] = seen.get(item["id"], 0) + 1
             n = seen[item["id"]]
         right = int(item["id"]) % 2 == 1 and n != 2
-        return f"<answer>{item['answer'] if right else 'Z' if item['options'] else '987654'}</answer>"
+        return (
+            f"<answer>{item['answer'] if right else 'Z' if item['options'] else '987654'}</answer>"
+        )
 
     out = tmp_path / "k"
     with ReplayServer(alternating) as server:
-        result = CliRunner().invoke(cli(), _args(mathv_root, out, server.url, 10, "--samples", "3",
-                                                 "--temperature", "0.7", "--concurrency", "1"))
+        result = CliRunner().invoke(
+            cli(),
+            _args(
+                mathv_root,
+                out,
+                server.url,
+                10,
+                "--samples",
+                "3",
+                "--temperature",
+                "0.7",
+                "--concurrency",
+                "1",
+            ),
+        )
     assert result.exit_code == 0, result.output
     r = json.loads((out / "report.json").read_text())["results"][0]
     odd = sum(1 for item in golds.values() if int(item["id"]) % 2 == 1)
@@ -200,8 +314,11 @@ def test_samples_k_report_avg_at_k_with_a_bootstrap_interval_and_pass_at_k(tmp_p
     assert r["pass_at_k"] == odd / 10 and r["interval_kind"] == "bootstrap over items"
     low, high = r["interval"]
     assert low <= r["headline"] <= high and low < high
-    assert re.search(r"\| MathVision \(testmini\) \| \d+\.\d \| \[\d+\.\d, \d+\.\d\] \| bootstrap over items \| "
-                     rf"{100 * odd / 10:.1f} \| 3 \| 30/30 \|", (out / "report.md").read_text())
+    assert re.search(
+        r"\| MathVision \(testmini\) \| \d+\.\d \| \[\d+\.\d, \d+\.\d\] \| bootstrap over items \| "
+        rf"{100 * odd / 10:.1f} \| 3 \| 30/30 \|",
+        (out / "report.md").read_text(),
+    )
 
 
 def test_mathvision_testmini_end_to_end_with_code_and_a_judge(tmp_path, mathv_root):
@@ -223,9 +340,26 @@ def test_mathvision_testmini_end_to_end_with_code_and_a_judge(tmp_path, mathv_ro
 
     out = tmp_path / "mv"
     with ReplayServer(model) as server, ReplayServer(extraction, model_names=("judge",)) as judge:
-        result = CliRunner().invoke(cli(), ["eval", "--benchmarks", "mathvision_mini", "--data",
-                                            f"mathvision_mini={mathv_root}", "--out", str(out), "--model", server.url,
-                                            "--judge", judge.url, "--judge-model", "judge", "--concurrency", "16"])
+        result = CliRunner().invoke(
+            cli(),
+            [
+                "eval",
+                "--benchmarks",
+                "mathvision_mini",
+                "--data",
+                f"mathvision_mini={mathv_root}",
+                "--out",
+                str(out),
+                "--model",
+                server.url,
+                "--judge",
+                judge.url,
+                "--judge-model",
+                "judge",
+                "--concurrency",
+                "16",
+            ],
+        )
     assert result.exit_code == 0, result.output
     r = json.loads((out / "report.json").read_text())["results"][0]
     right = sum(1 for item in golds.values() if int(item["id"]) % 3)
@@ -239,7 +373,11 @@ def test_mathvision_testmini_end_to_end_with_code_and_a_judge(tmp_path, mathv_ro
     assert "## MathVision (testmini) by category" in md and "## Accuracy by code use (%)" in md
     assert "How each number was made" in (out / "report.html").read_text()
     index = (out / "view" / "index.html").read_text()
-    assert "<th>subject</th><th>level</th>" in index and "<th>exec status</th>" in index and ">ok 1<" in index
+    assert (
+        "<th>subject</th><th>level</th>" in index
+        and "<th>exec status</th>" in index
+        and ">ok 1<" in index
+    )
     ids = re.findall(r"href='mathvision_mini/(\d+)_0.html'", index)
     assert [int(i) for i in ids] == sorted(int(i) for i in golds)  # id order, not completion order
 
@@ -258,8 +396,10 @@ def test_a_server_answering_503_trips_the_breaker_and_the_reason_is_whole(tmp_pa
 
     out = tmp_path / "run"
     with ReplayServer(overloaded) as server:
-        result = CliRunner().invoke(cli(), [*_args(mathv_root, out, server.url, 12, "--concurrency", "1",
-                                                   "--stop-after", "3")])
+        result = CliRunner().invoke(
+            cli(),
+            [*_args(mathv_root, out, server.url, 12, "--concurrency", "1", "--stop-after", "3")],
+        )
         asked = len(server.requests)
     assert result.exit_code == 1, result.output
     assert "stopped early: 3 consecutive server failures" in result.output
@@ -275,13 +415,41 @@ def test_a_judge_that_never_answers_leaves_judged_numbers_not_produced_and_exit_
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
-    fx.tsv(tmp_path / "CharXiv_reasoning_val.tsv", [
-        {"index": str(i), "image": fx.png(), "question": f"CX{i}", "answer": "3", "inst_category": "3",
-         "grading_query": "Grade {PREDICTION} as JSON."} for i in range(3)])
+    fx.tsv(
+        tmp_path / "CharXiv_reasoning_val.tsv",
+        [
+            {
+                "index": str(i),
+                "image": fx.png(),
+                "question": f"CX{i}",
+                "answer": "3",
+                "inst_category": "3",
+                "grading_query": "Grade {PREDICTION} as JSON.",
+            }
+            for i in range(3)
+        ],
+    )
     with ReplayServer(lambda body: "<answer>3</answer>") as model:
-        result = CliRunner().invoke(cli(), ["eval", "--benchmarks", "charxiv", "--lmu-data", str(tmp_path),
-                                            "--out", str(tmp_path / "j"), "--model", model.url, "--judge", dead,
-                                            "--judge-model", "judge", "--retries", "0"])
+        result = CliRunner().invoke(
+            cli(),
+            [
+                "eval",
+                "--benchmarks",
+                "charxiv",
+                "--lmu-data",
+                str(tmp_path),
+                "--out",
+                str(tmp_path / "j"),
+                "--model",
+                model.url,
+                "--judge",
+                dead,
+                "--judge-model",
+                "judge",
+                "--retries",
+                "0",
+            ],
+        )
     assert result.exit_code == 1, result.output
     printed = " ".join(result.output.split())
     assert f"the judge at {dead} did not answer" in printed

@@ -12,7 +12,11 @@ pytestmark = pytest.mark.tier("unit")
 def test_wilson_matches_the_closed_form_and_stays_in_0_1():
     low, high = wilson(0.5, 100)
     assert low == pytest.approx(0.4038, abs=1e-4) and high == pytest.approx(0.5962, abs=1e-4)
-    assert wilson(1.0, 6)[1] == 1.0 and wilson(0.0, 6)[0] == 0.0 and wilson(1.0, 6)[0] == pytest.approx(0.6097, abs=1e-4)
+    assert (
+        wilson(1.0, 6)[1] == 1.0
+        and wilson(0.0, 6)[0] == 0.0
+        and wilson(1.0, 6)[0] == pytest.approx(0.6097, abs=1e-4)
+    )
 
 
 def test_bootstrap_is_seeded_and_contains_the_mean():

@@ -30,8 +30,10 @@ def script(body: dict) -> str:
 
 @pytest.fixture
 def served():
-    with ReplayServer(script) as server, JudgeClient(replace(JUDGE_SERVER, url=server.url, model="scripted",
-                                                                 retries=0)) as judge:
+    with (
+        ReplayServer(script) as server,
+        JudgeClient(replace(JUDGE_SERVER, url=server.url, model="scripted", retries=0)) as judge,
+    ):
         yield server, judge
 
 
@@ -50,4 +52,6 @@ def test_charxiv_reads_the_json_and_retries_a_broken_reply(served):
     assert charxiv_score(judge, "Grade {PREDICTION}.", "3.5") == (1.0, "3.5")
     with pytest.raises(JudgeVerdictError, match="after 2 tries"):
         charxiv_score(judge, "BROKEN {PREDICTION}", "3.5", retries=2)
-    assert len(server.requests) == 3 and server.requests[0]["messages"][0]["content"] == "Grade 3.5."
+    assert (
+        len(server.requests) == 3 and server.requests[0]["messages"][0]["content"] == "Grade 3.5."
+    )

@@ -29,11 +29,19 @@ def test_mathv_layout_reads_the_real_testmini(mathv_root):
 
 def test_tsv_base64_images_references_and_lists(tmp_path, fx):
     png, jpg = fx.png(), fx.jpeg()
-    path = fx.tsv(tmp_path / "CountBenchQA.tsv", [
-        {"index": "0", "image": png, "question": 'How many "dogs"?\tx', "answer": "3"},
-        {"index": "1", "image": "0", "question": "Same image, how many cats?", "answer": "2"},
-        {"index": "2", "image": str([__import__("base64").b64encode(jpg).decode()] * 2), "question": "q", "answer": "4"},
-    ])
+    path = fx.tsv(
+        tmp_path / "CountBenchQA.tsv",
+        [
+            {"index": "0", "image": png, "question": 'How many "dogs"?\tx', "answer": "3"},
+            {"index": "1", "image": "0", "question": "Same image, how many cats?", "answer": "2"},
+            {
+                "index": "2",
+                "image": str([__import__("base64").b64encode(jpg).decode()] * 2),
+                "question": "q",
+                "answer": "4",
+            },
+        ],
+    )
     items = read_tsv(path)
     assert items[0].images == (png,) and items[1].images == (png,)  # row 1 reuses row 0's image
     assert items[2].images == (jpg, jpg)
@@ -47,8 +55,17 @@ def test_pandas_written_tsv_reads_the_same(tmp_path, fx):
     pd = pytest.importorskip("pandas")
     import base64
 
-    df = pd.DataFrame([{"index": 5, "image": base64.b64encode(fx.png()).decode(), "question": "a\nb", "answer": 7,
-                        "hint": float("nan")}])
+    df = pd.DataFrame(
+        [
+            {
+                "index": 5,
+                "image": base64.b64encode(fx.png()).decode(),
+                "question": "a\nb",
+                "answer": 7,
+                "hint": float("nan"),
+            }
+        ]
+    )
     df.to_csv(tmp_path / "CountBenchQA.tsv", sep="\t", index=False)
     (task,) = load_benchmark(get_spec("countbench"), lmu_dir=tmp_path)
     assert task.id == "countbench/5" and task.question == "a\nb" and task.answer == "7"
@@ -58,33 +75,80 @@ def test_missing_file_names_the_file_and_the_source(tmp_path):
     with pytest.raises(DataNotFoundError) as info:
         load_benchmark(get_spec("hrbench8k"), lmu_dir=tmp_path)
     message = str(info.value)
-    assert str(tmp_path / "HRBench8K.tsv") in message and "DreamMr/HR-Bench" in message and "--data" in message
+    assert (
+        str(tmp_path / "HRBench8K.tsv") in message
+        and "DreamMr/HR-Bench" in message
+        and "--data" in message
+    )
 
 
 def test_vstar_keeps_the_file_order_and_builds_vlmevalkits_mcq_prompt(tmp_path, fx):
-    rows = [{"index": str(i), "image": fx.png(), "question": f"Q{i}", "A": "right", "B": "wrong1",
-             "C": "wrong2", "D": "wrong3", "answer": "A", "category": "direct_attributes"} for i in range(2)]
+    rows = [
+        {
+            "index": str(i),
+            "image": fx.png(),
+            "question": f"Q{i}",
+            "A": "right",
+            "B": "wrong1",
+            "C": "wrong2",
+            "D": "wrong3",
+            "answer": "A",
+            "category": "direct_attributes",
+        }
+        for i in range(2)
+    ]
     rows[1]["hint"] = "Look left."
     fx.tsv(tmp_path / "VStarBench.tsv", rows)
     tasks = load_benchmark(get_spec("vstar"), lmu_dir=tmp_path)
     assert [t.answer for t in tasks] == ["A", "A"] and dict(tasks[0].choices)["A"] == "right"
     options = "Options:\nA. right\nB. wrong1\nC. wrong2\nD. wrong3\n"
     suffix = "Please select the correct answer from the options above. \n"
-    assert tasks[0].question == f"Question: Q0\n{options}{suffix}"  # ImageMCQDataset.build_prompt's text
+    assert (
+        tasks[0].question == f"Question: Q0\n{options}{suffix}"
+    )  # ImageMCQDataset.build_prompt's text
     assert tasks[1].question == f"Hint: Look left.\nQuestion: Q1\n{options}{suffix}"
 
 
 def test_chartqa_gold_that_is_no_list_literal_is_text(tmp_path, fx):
-    fx.tsv(tmp_path / "ChartQA_TEST.tsv", [
-        {"index": "0", "image": fx.png(), "question": "Q", "answer": "[Cable TV]", "split": "human"},
-        {"index": "1", "image": fx.png(), "question": "Q", "answer": "['a', 'b']", "split": "human"}])
+    fx.tsv(
+        tmp_path / "ChartQA_TEST.tsv",
+        [
+            {
+                "index": "0",
+                "image": fx.png(),
+                "question": "Q",
+                "answer": "[Cable TV]",
+                "split": "human",
+            },
+            {
+                "index": "1",
+                "image": fx.png(),
+                "question": "Q",
+                "answer": "['a', 'b']",
+                "split": "human",
+            },
+        ],
+    )
     tasks = load_benchmark(get_spec("chartqa"), lmu_dir=tmp_path)
     assert [t.answer for t in tasks] == ["[Cable TV]", "a"]
 
 
 def test_hrbench_keeps_rotations(tmp_path, fx):
-    rows = [{"index": str(i), "image": fx.png(), "question": "Q", "A": "a", "B": "b", "C": "c", "D": "d",
-             "answer": "ABCD"[i], "category": "single", "cycle_category": f"cycle{i}"} for i in range(4)]
+    rows = [
+        {
+            "index": str(i),
+            "image": fx.png(),
+            "question": "Q",
+            "A": "a",
+            "B": "b",
+            "C": "c",
+            "D": "d",
+            "answer": "ABCD"[i],
+            "category": "single",
+            "cycle_category": f"cycle{i}",
+        }
+        for i in range(4)
+    ]
     fx.tsv(tmp_path / "HRBench4K.tsv", rows)
     tasks = load_benchmark(get_spec("hrbench4k"), lmu_dir=tmp_path)
     assert [t.answer for t in tasks] == ["A", "B", "C", "D"]
@@ -92,20 +156,46 @@ def test_hrbench_keeps_rotations(tmp_path, fx):
 
 
 def test_hf_parquet_with_image_structs(tmp_path, fx):
-    fx.parquet(tmp_path / "test-00000.parquet", [
-        {"image": {"bytes": fx.png(), "path": None}, "question": "How many birds?", "number": 4, "text": "x"},
-        {"image": {"bytes": fx.jpeg(), "path": None}, "question": "How many cups?", "number": 2, "text": "y"},
-    ])
+    fx.parquet(
+        tmp_path / "test-00000.parquet",
+        [
+            {
+                "image": {"bytes": fx.png(), "path": None},
+                "question": "How many birds?",
+                "number": 4,
+                "text": "x",
+            },
+            {
+                "image": {"bytes": fx.jpeg(), "path": None},
+                "question": "How many cups?",
+                "number": 2,
+                "text": "y",
+            },
+        ],
+    )
     tasks = load_benchmark(get_spec("countbench"), path=tmp_path)
-    assert [(t.question, t.answer) for t in tasks] == [("How many birds?", "4"), ("How many cups?", "2")]
+    assert [(t.question, t.answer) for t in tasks] == [
+        ("How many birds?", "4"),
+        ("How many cups?", "2"),
+    ]
     assert tasks[0].id == "countbench/0"
 
 
 def test_hf_jsonl_with_image_files_and_chartqa_golds(tmp_path, fx):
     (tmp_path / "img").mkdir()
     (tmp_path / "img" / "c.png").write_bytes(fx.png())
-    fx.jsonl(tmp_path / "test.jsonl", [{"index": 9, "image": "img/c.png", "question": "Peak?",
-                                        "answer": "['12', '12.0']", "split": "human"}])
+    fx.jsonl(
+        tmp_path / "test.jsonl",
+        [
+            {
+                "index": 9,
+                "image": "img/c.png",
+                "question": "Peak?",
+                "answer": "['12', '12.0']",
+                "split": "human",
+            }
+        ],
+    )
     (task,) = load_benchmark(get_spec("chartqa"), path=tmp_path / "test.jsonl")
     meta = dict(task.metadata)
     assert json.loads(meta["golds"]) == ["12", "12.0"] and meta["split"] == "human"
@@ -113,7 +203,10 @@ def test_hf_jsonl_with_image_files_and_chartqa_golds(tmp_path, fx):
 
 
 def test_missing_image_file_in_export_is_named(tmp_path, fx):
-    fx.jsonl(tmp_path / "test.jsonl", [{"index": 1, "image": "img/nope.png", "question": "q", "answer": "1"}])
+    fx.jsonl(
+        tmp_path / "test.jsonl",
+        [{"index": 1, "image": "img/nope.png", "question": "q", "answer": "1"}],
+    )
     with pytest.raises(DataNotFoundError, match="nope.png"):
         load_benchmark(get_spec("countbench"), path=tmp_path / "test.jsonl")
 

@@ -45,11 +45,18 @@ def image_server(fx):
 def test_pixmo_images_fetched_once_checked_and_cached(tmp_path, fx, image_server):
     url, body, hits = image_server
     digest = hashlib.sha256(body).hexdigest()
-    fx.jsonl(tmp_path / "test.jsonl", [
-        {"image_url": f"{url}/good.png", "image_sha256": digest, "count": 5, "label": "people"},
-        {"image_url": f"{url}/rotten.png", "image_sha256": hashlib.sha256(b"the original").hexdigest(),
-         "count": 3, "label": "cars"},
-    ])
+    fx.jsonl(
+        tmp_path / "test.jsonl",
+        [
+            {"image_url": f"{url}/good.png", "image_sha256": digest, "count": 5, "label": "people"},
+            {
+                "image_url": f"{url}/rotten.png",
+                "image_sha256": hashlib.sha256(b"the original").hexdigest(),
+                "count": 3,
+                "label": "cars",
+            },
+        ],
+    )
     spec, cache = get_spec("pixmocount"), tmp_path / "cache"
     with pytest.raises(DataNotFoundError, match="--fetch-images"):
         load_benchmark(spec, path=tmp_path / "test.jsonl", pixmo_cache=cache)
@@ -58,7 +65,12 @@ def test_pixmo_images_fetched_once_checked_and_cached(tmp_path, fx, image_server
     assert [t.answer for t in tasks] == ["5"]  # the rotten URL's bytes fail the sha256 check
     assert tasks[0].question == "How many people are there in the image?"
     hits.clear()
-    assert len(load_benchmark(spec, path=tmp_path / "test.jsonl", pixmo_cache=cache, fetch_images=True)) == 1
+    assert (
+        len(
+            load_benchmark(spec, path=tmp_path / "test.jsonl", pixmo_cache=cache, fetch_images=True)
+        )
+        == 1
+    )
     assert hits == ["/rotten.png"]  # the good image came from the cache
 
 
@@ -77,12 +89,17 @@ def test_vlmeval_adapter_generate(tmp_path, fx):
     (tmp_path / "a.png").write_bytes(fx.png())
     policy = ScriptedPolicy(["<think>t</think><answer>B</answer>"])
     model = CodeDanceModel(policy=policy, runner_factory=lambda images: _NoCode())
-    out = model.generate([{"type": "image", "value": str(tmp_path / "a.png")}, {"type": "text", "value": "Q?"}], "VStarBench")
+    out = model.generate(
+        [{"type": "image", "value": str(tmp_path / "a.png")}, {"type": "text", "value": "Q?"}],
+        "VStarBench",
+    )
     assert out == "B"  # the extracted answer (prediction="answer", the default)
     assert "Q?" in policy.seen[0][-1].text and len(policy.seen[0][-1].images) == 1
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vlmeval") is not None, reason="VLMEvalKit is installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("vlmeval") is not None, reason="VLMEvalKit is installed"
+)
 def test_vlmeval_class_without_vlmeval_says_how_to_install():
     with pytest.raises(ImportError, match="VLMEvalKit is not installed"):
         vlmeval_model_class()

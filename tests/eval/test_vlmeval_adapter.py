@@ -39,7 +39,9 @@ def _import_vlmeval():
         from vlmeval.inference import infer_data_job
         from vlmeval.smp import load
     except Exception as exc:  # noqa: BLE001 - not installed, or installed without what its imports need
-        pytest.skip(f"vlmeval does not import: {type(exc).__name__}: {exc}", allow_module_level=True)
+        pytest.skip(
+            f"vlmeval does not import: {type(exc).__name__}: {exc}", allow_module_level=True
+        )
     finally:
         ssl._create_default_https_context = https_context
         if saved is not None:
@@ -69,7 +71,11 @@ def script(body: dict) -> str:
     messages = body["messages"]
     if not any(m["role"] == "assistant" for m in messages):
         return CODE
-    return "<think>ran</think><answer>A</answer>" if "42 True" in _text(messages[-1]["content"]) else "<answer>B</answer>"
+    return (
+        "<think>ran</think><answer>A</answer>"
+        if "42 True" in _text(messages[-1]["content"])
+        else "<answer>B</answer>"
+    )
 
 
 def _png(color) -> str:
@@ -85,8 +91,17 @@ def lmudata(tmp_path, monkeypatch):
 
     root = tmp_path / "LMUData"
     root.mkdir()
-    rows = [{"index": i, "image": _png((60 * i, 90, 30)), "question": f"What is six times seven? ({i})",
-             "A": "42", "B": "13", "answer": "A"} for i in range(3)]
+    rows = [
+        {
+            "index": i,
+            "image": _png((60 * i, 90, 30)),
+            "question": f"What is six times seven? ({i})",
+            "A": "42",
+            "B": "13",
+            "answer": "A",
+        }
+        for i in range(3)
+    ]
     pd.DataFrame(rows).to_csv(root / f"{DATASET}.tsv", sep="\t", index=False)
     monkeypatch.setenv("LMUData", str(root))
     monkeypatch.setenv("PRED_FORMAT", "tsv")
@@ -97,14 +112,24 @@ def lmudata(tmp_path, monkeypatch):
 def test_infer_data_job_runs_episodes_in_the_sandbox_and_vlmevalkit_scores_them(tmp_path, lmudata):
     seen = []
     with ReplayServer(script) as server:
-        register("codedance-test", model_url=server.url, model_name="scripted", records=True,
-                 on_trajectory=lambda dataset, t: seen.append((dataset, t)))
+        register(
+            "codedance-test",
+            model_url=server.url,
+            model_name="scripted",
+            records=True,
+            on_trajectory=lambda dataset, t: seen.append((dataset, t)),
+        )
         dataset = build_dataset(DATASET)
         assert type(dataset).__name__ == "CustomMCQDataset"
         work = tmp_path / "work"
         work.mkdir()
-        model = infer_data_job("codedance-test", work_dir=str(work), model_name="codedance-test",
-                               dataset=dataset, api_nproc=2)
+        model = infer_data_job(
+            "codedance-test",
+            work_dir=str(work),
+            model_name="codedance-test",
+            dataset=dataset,
+            api_nproc=2,
+        )
     assert isinstance(model, vlmeval_model_class())
     assert getattr(model, "is_api", False)
 
@@ -118,8 +143,10 @@ def test_infer_data_job_runs_episodes_in_the_sandbox_and_vlmevalkit_scores_them(
     predictions = work / f"codedance-test_{DATASET}.tsv"
     table = load(str(predictions))
     assert list(table["prediction"]) == ["A", "A", "A"]
-    records = [r if isinstance(r, dict) else json.loads(r.replace("'", '"').replace("None", "null"))
-               for r in table["extra_records"]]
+    records = [
+        r if isinstance(r, dict) else json.loads(r.replace("'", '"').replace("None", "null"))
+        for r in table["extra_records"]
+    ]
     assert [r["tool_call_status"] for r in records] == [["ok"]] * 3
     assert {r["stop_reason"] for r in records} == {"answered"}
 
@@ -130,7 +157,9 @@ def test_infer_data_job_runs_episodes_in_the_sandbox_and_vlmevalkit_scores_them(
     assert float(result["Overall"].iloc[0]) == 1.0
 
 
-def test_a_failed_sample_is_vlmevalkits_fail_message_and_is_redone_on_the_next_run(tmp_path, lmudata):
+def test_a_failed_sample_is_vlmevalkits_fail_message_and_is_redone_on_the_next_run(
+    tmp_path, lmudata
+):
     broken = {"on": True}
 
     def flaky(body):
@@ -143,8 +172,13 @@ def test_a_failed_sample_is_vlmevalkits_fail_message_and_is_redone_on_the_next_r
         dataset = build_dataset(DATASET)
         work = tmp_path / "work"
         work.mkdir()
-        infer_data_job("codedance-flaky", work_dir=str(work), model_name="codedance-flaky", dataset=dataset,
-                       api_nproc=2)  # the failure must not abort VLMEvalKit's run
+        infer_data_job(
+            "codedance-flaky",
+            work_dir=str(work),
+            model_name="codedance-flaky",
+            dataset=dataset,
+            api_nproc=2,
+        )  # the failure must not abort VLMEvalKit's run
         table = load(str(work / f"codedance-flaky_{DATASET}.tsv"))
         by_index = dict(zip(table["index"], table["prediction"], strict=True))
         assert by_index[0] == by_index[2] == "A"
@@ -152,9 +186,16 @@ def test_a_failed_sample_is_vlmevalkits_fail_message_and_is_redone_on_the_next_r
 
         broken["on"] = False
         before = len(server.requests)
-        dataset = build_dataset(DATASET)  # a rerun is a new run.py process (infer_data_job pops the images)
-        infer_data_job("codedance-flaky", work_dir=str(work), model_name="codedance-flaky", dataset=dataset,
-                       api_nproc=2)
+        dataset = build_dataset(
+            DATASET
+        )  # a rerun is a new run.py process (infer_data_job pops the images)
+        infer_data_job(
+            "codedance-flaky",
+            work_dir=str(work),
+            model_name="codedance-flaky",
+            dataset=dataset,
+            api_nproc=2,
+        )
         assert len(server.requests) - before == 2  # only sample 1 was redone (code turn + answer)
         table = load(str(work / f"codedance-flaky_{DATASET}.tsv"))
         assert list(table["prediction"]) == ["A", "A", "A"]
@@ -163,16 +204,25 @@ def test_a_failed_sample_is_vlmevalkits_fail_message_and_is_redone_on_the_next_r
 def test_generate_takes_vlmevalkits_message_forms(tmp_path):
     image = tmp_path / "a.png"
     image.write_bytes(base64.b64decode(_png((10, 20, 30))))
-    with ReplayServer(["<think>t</think><answer>\\boxed{7}</answer>", "<think>t</think>so \\boxed{9}"]) as server:
+    with ReplayServer(
+        ["<think>t</think><answer>\\boxed{7}</answer>", "<think>t</think>so \\boxed{9}"]
+    ) as server:
         model = vlmeval_model_class()(server.url, "scripted")
         # a list of strings: VLMEvalKit's preprocessing recognizes the path as an image
         assert model.generate([str(image), "Q one?"], dataset="X") == "7"  # as codedance scores it
         # a system item goes before the question text, not lost
-        message = [{"type": "text", "value": "Be brief.", "role": "system"},
-                   {"type": "image", "value": str(image)}, {"type": "text", "value": "Q two?"}]
+        message = [
+            {"type": "text", "value": "Be brief.", "role": "system"},
+            {"type": "image", "value": str(image)},
+            {"type": "text", "value": "Q two?"},
+        ]
         assert model.generate(message, dataset="X") == "9"  # no <answer>: the last \boxed{}
     first, second = (_text(r["messages"][-1]["content"]) for r in server.requests)
-    assert "Q one?" in first and sum(p["type"] == "image_url" for p in server.requests[0]["messages"][-1]["content"]) == 1
+    assert (
+        "Q one?" in first
+        and sum(p["type"] == "image_url" for p in server.requests[0]["messages"][-1]["content"])
+        == 1
+    )
     assert second.index("Be brief.") < second.index("Q two?")
     with pytest.raises(AssertionError):  # VLMEvalKit's own check: video is not an allowed type
         model.generate([{"type": "video", "value": str(image)}, {"type": "text", "value": "Q?"}])
@@ -187,11 +237,37 @@ def test_run_py_through_the_launcher(tmp_path, lmudata):
     work = tmp_path / "work"
     with ReplayServer(script) as server:
         proc = subprocess.run(
-            [sys.executable, "-m", "codedance.integrations.vlmeval_adapter", "--vlmevalkit", str(checkout),
-             "--model-url", server.url, "--model-name", "scripted", "--max-turns", "4", "--",
-             "--data", DATASET, "--model", "codedance", "--work-dir", str(work), "--judge", "exact_matching",
-             "--api-nproc", "2"],
-            check=False, capture_output=True, text=True, timeout=300, env=os.environ.copy(), cwd=tmp_path)
+            [
+                sys.executable,
+                "-m",
+                "codedance.integrations.vlmeval_adapter",
+                "--vlmevalkit",
+                str(checkout),
+                "--model-url",
+                server.url,
+                "--model-name",
+                "scripted",
+                "--max-turns",
+                "4",
+                "--",
+                "--data",
+                DATASET,
+                "--model",
+                "codedance",
+                "--work-dir",
+                str(work),
+                "--judge",
+                "exact_matching",
+                "--api-nproc",
+                "2",
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=os.environ.copy(),
+            cwd=tmp_path,
+        )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(server.requests) == 6
     (acc,) = work.glob(f"codedance/*/codedance_{DATASET}_acc.csv")

@@ -28,11 +28,23 @@ from codedance.types import StopReason, Trajectory, Turn
 
 pytestmark = pytest.mark.tier("unit")
 
-CASES = [json.loads(line) for line in (Path(__file__).parent / "fixtures" / "vlmevalkit_verdicts.jsonl")
-         .read_text(encoding="utf-8").splitlines()]
-SPEC = {"countbench": "countbench", "vstar": "vstar", "hrbench": "hrbench4k", "chartqa": "chartqa",
-        "wemath": "wemath", "mathvista": "mathvista", "mathvision": "mathvision", "mathverse": "mathverse",
-        "charxiv": "charxiv"}
+CASES = [
+    json.loads(line)
+    for line in (Path(__file__).parent / "fixtures" / "vlmevalkit_verdicts.jsonl")
+    .read_text(encoding="utf-8")
+    .splitlines()
+]
+SPEC = {
+    "countbench": "countbench",
+    "vstar": "vstar",
+    "hrbench": "hrbench4k",
+    "chartqa": "chartqa",
+    "wemath": "wemath",
+    "mathvista": "mathvista",
+    "mathvision": "mathvision",
+    "mathverse": "mathverse",
+    "charxiv": "charxiv",
+}
 
 
 class Replies:
@@ -45,14 +57,20 @@ class Replies:
     def __call__(self, body: dict) -> ServerReply:
         self.calls += 1
         reply = self.queue.pop(0) if self.queue else None
-        return ServerReply(status=500, error="judge API failure") if reply is None else ServerReply(reply)
+        return (
+            ServerReply(status=500, error="judge API failure")
+            if reply is None
+            else ServerReply(reply)
+        )
 
 
 @pytest.fixture(scope="module")
 def judge_server():
     replies = Replies()
-    with ReplayServer(replies, model_names=("judge",)) as server, \
-            JudgeClient(replace(JUDGE_SERVER, url=server.url, model="judge", retries=0)) as judge:
+    with (
+        ReplayServer(replies, model_names=("judge",)) as server,
+        JudgeClient(replace(JUDGE_SERVER, url=server.url, model="judge", retries=0)) as judge,
+    ):
         yield judge, replies
 
 
@@ -63,7 +81,9 @@ def ours(case: dict, judge_server) -> tuple[float | None, int, str]:
     judge, replies = judge_server
     use_judge = case.get("judge_replies") is not None
     replies.queue, replies.calls = list(case.get("judge_replies") or []), 0
-    score = score_sample(f"{task.id}#0", task, trajectory, judge if use_judge else None, spec.scorer)
+    score = score_sample(
+        f"{task.id}#0", task, trajectory, judge if use_judge else None, spec.scorer
+    )
     return score.value, replies.calls, score.judge_failure
 
 
@@ -88,12 +108,21 @@ def test_a_wholly_boxed_wemath_answer_is_unwrapped_before_vlmevalkits_rule():
     """docs/eval.md's WeMath row: VLMEvalKit's exact matching reads ``\\boxed{B}`` as written
     (0, recorded from its own function); our extraction unwraps an ``<answer>`` that is one
     ``\\boxed{}`` first, so the same answer scores 1 here."""
-    recorded = next(c for c in CASES if c["benchmark"] == "wemath" and c["prediction"] == "\\boxed{B}"
-                    and c.get("judge_replies") is None)
+    recorded = next(
+        c
+        for c in CASES
+        if c["benchmark"] == "wemath"
+        and c["prediction"] == "\\boxed{B}"
+        and c.get("judge_replies") is None
+    )
     assert recorded["vlmevalkit"]["score"] == 0.0 and recorded["row"]["answer"] == "B"
     spec = get_spec("wemath")
     task = to_task(spec, RawItem(recorded["row"], ()), 0, images=False)
-    boxed = Trajectory(task.id, (Turn("<think>so</think><answer>\\boxed{B}</answer>"),), StopReason.ANSWERED,
-                       answer="\\boxed{B}")
+    boxed = Trajectory(
+        task.id,
+        (Turn("<think>so</think><answer>\\boxed{B}</answer>"),),
+        StopReason.ANSWERED,
+        answer="\\boxed{B}",
+    )
     score = score_sample(f"{task.id}#0", task, boxed, None, spec.scorer)
     assert (score.value, score.answer, score.source) == (1, "B", "answer_tag")

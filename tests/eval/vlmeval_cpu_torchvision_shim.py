@@ -5,6 +5,7 @@ torchvision/_meta_registrations.py then dies registering fakes for the undefined
 torchvision::nms / qnms. Defining those two schemas first lets `import torchvision` finish;
 the ops themselves stay unavailable (calling them raises). Installed by a .pth file.
 """
+
 import importlib.abc
 import sys
 
@@ -20,6 +21,7 @@ class _Finder(importlib.abc.MetaPathFinder):
         if name == "torchvision" and not _Finder.done:
             _Finder.done = True
             import torch
+
             lib = torch.library.Library("torchvision", "FRAGMENT")
             try:
                 lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")

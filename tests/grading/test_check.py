@@ -46,9 +46,18 @@ def test_choice_accepts_task_choice_pairs_and_rejects_bad_gold() -> None:
 
 @pytest.mark.parametrize(
     ("pred", "gold", "expected"),
-    [("7", "7", True), ("seven", "7", True), ("Seven.", "7", True), ("There are 7 coins.", "7", True),
-     ("twenty-four", "24", True), ("7 coins in 2 rows", "7", False), ("8", "7", False),
-     ("7.5", "7", False), ("none", "0", False), ("zero", "0", True)],
+    [
+        ("7", "7", True),
+        ("seven", "7", True),
+        ("Seven.", "7", True),
+        ("There are 7 coins.", "7", True),
+        ("twenty-four", "24", True),
+        ("7 coins in 2 rows", "7", False),
+        ("8", "7", False),
+        ("7.5", "7", False),
+        ("none", "0", False),
+        ("zero", "0", True),
+    ],
 )
 def test_count(pred: str, gold: str, expected: bool) -> None:
     assert check_answer(pred, gold, "count") is expected
@@ -73,9 +82,18 @@ def test_number_tolerance() -> None:
 
 @pytest.mark.parametrize(
     ("pred", "gold", "expected"),
-    [("10.5", "10", True), ("10.51", "10", False), ("9.5", "10", True), ("45%", "0.45", True),
-     ("0.45", "45%", True), ("45", "45%", False), ("Yes", "yes", True), ("no", "yes", False),
-     ("0", "0", True), ("0.001", "0", False)],  # gold 0: exact string match (pix2struct)
+    [
+        ("10.5", "10", True),
+        ("10.51", "10", False),
+        ("9.5", "10", True),
+        ("45%", "0.45", True),
+        ("0.45", "45%", True),
+        ("45", "45%", False),
+        ("Yes", "yes", True),
+        ("no", "yes", False),
+        ("0", "0", True),
+        ("0.001", "0", False),
+    ],  # gold 0: exact string match (pix2struct)
 )
 def test_relaxed_chartqa(pred: str, gold: str, expected: bool) -> None:
     assert check_answer(pred, gold, "relaxed") is expected
@@ -96,9 +114,16 @@ def test_text() -> None:
 
 @pytest.mark.parametrize(
     ("pred", "gold", "expected"),
-    [("0.5", "\\frac{1}{2}", True), ("$\\frac{2}{4}$", "0.5", True), ("2\\sqrt{3}", "\\sqrt{12}", True),
-     ("x = 3", "3", True), ("4", "3", False), ("$x^2+2x+1$", "(x+1)^2", True), ("B", "B", True),
-     ("C", "B", False)],
+    [
+        ("0.5", "\\frac{1}{2}", True),
+        ("$\\frac{2}{4}$", "0.5", True),
+        ("2\\sqrt{3}", "\\sqrt{12}", True),
+        ("x = 3", "3", True),
+        ("4", "3", False),
+        ("$x^2+2x+1$", "(x+1)^2", True),
+        ("B", "B", True),
+        ("C", "B", False),
+    ],
 )
 def test_math(pred: str, gold: str, expected: bool) -> None:
     assert check_answer(pred, gold, "math") is expected
@@ -133,14 +158,19 @@ def test_extraction_sources() -> None:
     assert extract_answer("The answer is 42.").text == "42"
     assert extract_answer("The answer is 4.5 meters.").text == "4.5 meters"
     assert extract_answer("Final answer: B\nmore").text == "B"
-    assert extract_answer("no answer here") .source == "none"
+    assert extract_answer("no answer here").source == "none"
 
 
 def test_grade_response_scores_the_extracted_answer_not_the_trace() -> None:
     task = Task(id="c", question="How many?", images=(), answer="7", kind=AnswerKind.COUNT)
     trace = "<think>maybe 7, maybe 8</think><code>print(1)</code><answer>8</answer>"
     grade = grade_response(response=trace, task=task)
-    assert (grade.correct, grade.answer, grade.source, grade.scorer) == (False, "8", "answer_tag", "rule:count")
+    assert (grade.correct, grade.answer, grade.source, grade.scorer) == (
+        False,
+        "8",
+        "answer_tag",
+        "rule:count",
+    )
     assert not grade_response(response="I see 7", task=task).correct  # no final answer found
     with pytest.raises(ValueError, match="needs a JudgeClient"):
         grade_response(response=trace, task=task, judge_policy="fallback")

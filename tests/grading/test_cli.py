@@ -14,10 +14,25 @@ def test_check_command_exit_codes() -> None:
     runner = CliRunner()
     right = runner.invoke(app, ["check", "<answer>seven</answer>", "7", "--kind", "count"])
     assert right.exit_code == 0 and "correct" in right.output and "answer_tag" in right.output
-    wrong = runner.invoke(app, ["check", "<answer>(A)</answer>", "B", "--kind", "choice", "--choice", "A=red", "--choice", "B=blue"])
+    wrong = runner.invoke(
+        app,
+        [
+            "check",
+            "<answer>(A)</answer>",
+            "B",
+            "--kind",
+            "choice",
+            "--choice",
+            "A=red",
+            "--choice",
+            "B=blue",
+        ],
+    )
     assert wrong.exit_code == 1 and "wrong" in wrong.output
 
 
 def test_judge_command_reports_unreachable_server() -> None:
-    result = CliRunner().invoke(app, ["judge", "q", "a", "a", "--base-url", "http://127.0.0.1:9/v1"])
+    result = CliRunner().invoke(
+        app, ["judge", "q", "a", "a", "--base-url", "http://127.0.0.1:9/v1"]
+    )
     assert result.exit_code == 2 and "not reachable" in result.output

@@ -75,7 +75,14 @@ class FakeJudgeServer:
                     pred = re.findall(r"\[Model answer\]: (.*)", prompt)[-1]
                     verdict = "1" if gold.lower() in pred.lower() else "0"
                     content = server.replies.get(pred, f"Judgement: {verdict}")
-                    self._send(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]})
+                    self._send(
+                        200,
+                        {
+                            "choices": [
+                                {"index": 0, "message": {"role": "assistant", "content": content}}
+                            ]
+                        },
+                    )
                 finally:
                     with server.lock:
                         server.in_flight -= 1
@@ -91,7 +98,9 @@ class FakeJudgeServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self.thread.start()
 
     def close(self) -> None:
@@ -107,7 +116,9 @@ def server() -> Iterator[FakeJudgeServer]:
 
 
 def client_for(server: FakeJudgeServer, **kwargs: object) -> JudgeClient:
-    return JudgeClient(replace(JUDGE_SERVER, url=server.url, model="judge", backoff_s=0.01, **kwargs))  # type: ignore[arg-type]
+    return JudgeClient(
+        replace(JUDGE_SERVER, url=server.url, model="judge", backoff_s=0.01, **kwargs)
+    )  # type: ignore[arg-type]
 
 
 def test_verdicts_and_deterministic_request(server: FakeJudgeServer) -> None:
@@ -122,7 +133,9 @@ def test_verdicts_and_deterministic_request(server: FakeJudgeServer) -> None:
 
 def test_cache_avoids_repeat_requests_and_persists(server: FakeJudgeServer, tmp_path) -> None:
     path = tmp_path / "judge_cache.jsonl"
-    with JudgeClient(replace(JUDGE_SERVER, url=server.url, model="judge"), JudgeCache(path)) as judge:
+    with JudgeClient(
+        replace(JUDGE_SERVER, url=server.url, model="judge"), JudgeCache(path)
+    ) as judge:
         for _ in range(3):
             assert judge.judge(question="q", gold="4", prediction="4 apples")
         assert len(server.bodies) == 1
@@ -130,12 +143,16 @@ def test_cache_avoids_repeat_requests_and_persists(server: FakeJudgeServer, tmp_
         judge.judge(question="other q", gold="4", prediction="4 apples")  # other question: new key
         assert len(server.bodies) == 3
     # a fresh client with the same file asks nothing
-    with JudgeClient(replace(JUDGE_SERVER, url=server.url, model="judge"), JudgeCache(path)) as judge:
+    with JudgeClient(
+        replace(JUDGE_SERVER, url=server.url, model="judge"), JudgeCache(path)
+    ) as judge:
         assert judge.judge(question="q", gold="4", prediction="4 apples")
         assert judge.judge(question="q", gold="4", prediction="5 apples") is False
     assert len(server.bodies) == 3
     # another judge model is another key
-    with JudgeClient(replace(JUDGE_SERVER, url=server.url, model="judge-2"), JudgeCache(path)) as judge:
+    with JudgeClient(
+        replace(JUDGE_SERVER, url=server.url, model="judge-2"), JudgeCache(path)
+    ) as judge:
         judge.judge(question="q", gold="4", prediction="4 apples")
     assert len(server.bodies) == 4
 
@@ -177,21 +194,38 @@ def test_clear_error_when_server_is_down() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again: nothing listens there
     config = replace(JUDGE_SERVER, url=f"http://127.0.0.1:{port}/v1", model="judge", timeout_s=2)
-    with JudgeClient(config) as judge, pytest.raises(JudgeUnavailableError, match="not reachable") as info:
+    with (
+        JudgeClient(config) as judge,
+        pytest.raises(JudgeUnavailableError, match="not reachable") as info,
+    ):
         judge.judge(question="q", gold="a", prediction="a")
     assert f"127.0.0.1:{port}/v1/chat/completions" in str(info.value)
     assert "vllm serve judge" in str(info.value)
 
 
 def test_grade_with_judge_fallback(server: FakeJudgeServer) -> None:
-    task = Task(id="t", question="What is on the table?", images=(), answer="a red apple", kind=AnswerKind.TEXT)
+    task = Task(
+        id="t",
+        question="What is on the table?",
+        images=(),
+        answer="a red apple",
+        kind=AnswerKind.TEXT,
+    )
     server.replies["an apple that is red"] = "Judgement: 1"
     with client_for(server) as judge:
         rule = grade_response(response="<answer>an apple that is red</answer>", task=task)
-        fallback = grade_response(response="<answer>an apple that is red</answer>", task=task,
-                                  judge=judge, judge_policy="fallback")
-        exact = grade_response(response="<answer>A red apple.</answer>", task=task,
-                               judge=judge, judge_policy="fallback")
+        fallback = grade_response(
+            response="<answer>an apple that is red</answer>",
+            task=task,
+            judge=judge,
+            judge_policy="fallback",
+        )
+        exact = grade_response(
+            response="<answer>A red apple.</answer>",
+            task=task,
+            judge=judge,
+            judge_policy="fallback",
+        )
     assert (rule.correct, rule.scorer) == (False, "rule:text")
     assert (fallback.correct, fallback.scorer) == (True, "judge")
     assert (exact.correct, exact.scorer) == (True, "rule:text")

@@ -54,13 +54,19 @@ def test_concurrent_requests_over_http_spread_over_shards() -> None:
         policy = OpenAIChatPolicy(server.url, "scripted", max_connections=40)
 
         async def main() -> list[str]:
-            out = await asyncio.gather(*(policy.acomplete((Message("user", (f"q{i}",)),)) for i in range(40)))
+            out = await asyncio.gather(
+                *(policy.acomplete((Message("user", (f"q{i}",)),)) for i in range(40))
+            )
             shards = policy._aclients
-            assert shards is not None and 1 <= len(shards.clients) <= 3  # 16 + 16 + 8 connections at most
+            assert (
+                shards is not None and 1 <= len(shards.clients) <= 3
+            )  # 16 + 16 + 8 connections at most
             await policy.aclose()
             return [c.text for c in out]
 
         assert asyncio.run(main()) == ["<answer>1</answer>"] * 40
-        assert sorted(r["messages"][0]["content"][0]["text"] for r in server.requests) == sorted(f"q{i}" for i in range(40))
+        assert sorted(r["messages"][0]["content"][0]["text"] for r in server.requests) == sorted(
+            f"q{i}" for i in range(40)
+        )
         assert policy.complete((Message("user", ("sync",)),)).text == "<answer>1</answer>"
         policy.close()

@@ -38,7 +38,9 @@ def policy(server: ReplayServer, **kwargs: object) -> OpenAIChatPolicy:
 
 
 def test_request_carries_images_sampling_and_stop_strings() -> None:
-    sampling = SamplingParams(temperature=0.7, top_p=0.9, max_tokens=64, stop=("</code>",), seed=3, logprobs=True)
+    sampling = SamplingParams(
+        temperature=0.7, top_p=0.9, max_tokens=64, stop=("</code>",), seed=3, logprobs=True
+    )
     with ReplayServer(["<think>blue</think><answer>blue</answer>"]) as server:
         completion = policy(server, sampling=sampling).complete(CONVERSATION)
         body = server.requests[0]
@@ -47,8 +49,16 @@ def test_request_carries_images_sampling_and_stop_strings() -> None:
     image_part, text_part = body["messages"][1]["content"]
     assert text_part == {"type": "text", "text": "What colour?"}
     url = image_part["image_url"]["url"]
-    assert url.startswith("data:image/png;base64,") and base64.b64decode(url.split(",", 1)[1]) == IMAGE.png
-    assert (body["temperature"], body["top_p"], body["max_tokens"], body["seed"]) == (0.7, 0.9, 64, 3)
+    assert (
+        url.startswith("data:image/png;base64,")
+        and base64.b64decode(url.split(",", 1)[1]) == IMAGE.png
+    )
+    assert (body["temperature"], body["top_p"], body["max_tokens"], body["seed"]) == (
+        0.7,
+        0.9,
+        64,
+        3,
+    )
     assert body["stop"] == ["</code>"] and body["include_stop_str_in_output"] is True
     assert body["logprobs"] is True and body["return_token_ids"] is True
 
@@ -60,15 +70,29 @@ def test_plain_openai_mode_sends_no_server_extras() -> None:
 
 
 def test_token_ids_logprobs_and_finish_reason_are_kept() -> None:
-    reply = ServerReply(text="abc", token_ids=(5, 6, 7), logprobs=(-0.1, -0.2, -0.3), prompt_token_ids=(1, 2), finish_reason="length")
+    reply = ServerReply(
+        text="abc",
+        token_ids=(5, 6, 7),
+        logprobs=(-0.1, -0.2, -0.3),
+        prompt_token_ids=(1, 2),
+        finish_reason="length",
+    )
     with ReplayServer([reply]) as server:
         completion = policy(server).complete(CONVERSATION)
     assert completion.token_ids == (5, 6, 7) and completion.logprobs == (-0.1, -0.2, -0.3)
-    assert completion.prompt_token_ids == (1, 2) and completion.truncated and completion.model == "scripted"
+    assert (
+        completion.prompt_token_ids == (1, 2)
+        and completion.truncated
+        and completion.model == "scripted"
+    )
 
 
 def test_retries_429_and_500_then_succeeds() -> None:
-    script = [ServerReply(status=429, error="slow down", retry_after="0"), ServerReply(status=500, error="boom"), "ok"]
+    script = [
+        ServerReply(status=429, error="slow down", retry_after="0"),
+        ServerReply(status=500, error="boom"),
+        "ok",
+    ]
     with ReplayServer(script) as server:
         assert policy(server).complete(CONVERSATION).text == "ok"
         assert len(server.requests) == 3
@@ -82,8 +106,12 @@ def test_gives_up_after_max_retries_with_the_status() -> None:
 
 
 def test_400_is_not_retried_and_overflow_is_recognised() -> None:
-    overflow = "This model's maximum context length is 32768 tokens. However, you requested 40000 tokens."
-    with ReplayServer([ServerReply(status=400, error=overflow), ServerReply(status=400, error="bad temperature")]) as server:
+    overflow = (
+        "This model's maximum context length is 32768 tokens. However, you requested 40000 tokens."
+    )
+    with ReplayServer(
+        [ServerReply(status=400, error=overflow), ServerReply(status=400, error="bad temperature")]
+    ) as server:
         with pytest.raises(ContextOverflowError):
             policy(server).complete(CONVERSATION)
         with pytest.raises(PolicyHTTPError, match="bad temperature") as info:
@@ -117,7 +145,9 @@ def test_unreachable_server_raises_connection_error_after_retries() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    p = OpenAIChatPolicy(f"http://127.0.0.1:{port}", "m", retry=RetrySettings(max_retries=1, backoff_s=0.0))
+    p = OpenAIChatPolicy(
+        f"http://127.0.0.1:{port}", "m", retry=RetrySettings(max_retries=1, backoff_s=0.0)
+    )
     with pytest.raises(PolicyConnectionError, match="cannot reach"):
         p.complete(CONVERSATION)
 
@@ -165,7 +195,14 @@ def test_server_side_tool_calls_are_written_back_as_hermes_text() -> None:
                 "finish_reason": "tool_calls",
                 "message": {
                     "content": "<think>t</think>",
-                    "tool_calls": [{"function": {"name": "execute_python_code", "arguments": '{"code": "print(1)"}'}}],
+                    "tool_calls": [
+                        {
+                            "function": {
+                                "name": "execute_python_code",
+                                "arguments": '{"code": "print(1)"}',
+                            }
+                        }
+                    ],
                 },
             }
         ],

@@ -30,7 +30,15 @@ TEMPLATE = (
     "{% if c['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>{% else %}{{ c['text'] }}{% endif %}"
     "{% endfor %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+SPECIALS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
 
 
 def tiny_tokenizer():  # type: ignore[no-untyped-def]
@@ -43,7 +51,10 @@ def tiny_tokenizer():  # type: ignore[no-untyped-def]
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     hf = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", additional_special_tokens=SPECIALS[1:]
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=SPECIALS[1:],
     )
     hf.chat_template = TEMPLATE
     return hf
@@ -55,15 +66,29 @@ def tiny_model(tokenizer):  # type: ignore[no-untyped-def]
     ids = {s: tokenizer.convert_tokens_to_ids(s) for s in SPECIALS}
     config = Qwen2_5_VLConfig(
         text_config={
-            "vocab_size": len(tokenizer), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
-            "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 2048,
+            "vocab_size": len(tokenizer),
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "max_position_embeddings": 2048,
             "rope_scaling": {"type": "mrope", "mrope_section": [2, 2, 4]},
         },
-        vision_config={"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2, "out_hidden_size": 32,
-                       "fullatt_block_indexes": [0]},
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
-        eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"],
+        vision_config={
+            "depth": 1,
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_heads": 2,
+            "out_hidden_size": 32,
+            "fullatt_block_indexes": [0],
+        },
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
     )
     torch.manual_seed(0)
     return Qwen2_5_VLForConditionalGeneration(config).eval()
@@ -88,8 +113,12 @@ def test_greedy_turn_keeps_sampled_ids_and_logprobs(tiny) -> None:  # type: igno
     ended = first.token_ids[-1] == tokenizer.eos_token_id
     assert first.finish_reason == ("stop" if ended else "length")
     rendered = tokenizer.apply_chat_template(
-        [{"role": "system", "content": [{"type": "text", "text": "sys"}]}, {"role": "user", "content": [{"type": "text", "text": "How many?"}]}],
-        tokenize=False, add_generation_prompt=True,
+        [
+            {"role": "system", "content": [{"type": "text", "text": "sys"}]},
+            {"role": "user", "content": [{"type": "text", "text": "How many?"}]},
+        ],
+        tokenize=False,
+        add_generation_prompt=True,
     )
     assert tokenizer.decode(list(first.prompt_token_ids)) == rendered
     assert policy.complete(CHAT) == first  # greedy is deterministic
@@ -97,7 +126,9 @@ def test_greedy_turn_keeps_sampled_ids_and_logprobs(tiny) -> None:  # type: igno
 
 async def test_sampling_with_seed_is_reproducible_and_async(tiny) -> None:  # type: ignore[no-untyped-def]
     model, tokenizer = tiny
-    policy = TransformersPolicy(model, tokenizer, SamplingParams(temperature=1.0, max_tokens=8, seed=7))
+    policy = TransformersPolicy(
+        model, tokenizer, SamplingParams(temperature=1.0, max_tokens=8, seed=7)
+    )
     a = await policy.acomplete(CHAT)
     b = await policy.acomplete(CHAT)
     assert a.token_ids == b.token_ids and len(a.token_ids) >= 1
@@ -106,7 +137,9 @@ async def test_sampling_with_seed_is_reproducible_and_async(tiny) -> None:  # ty
 def test_images_become_placeholders_in_order() -> None:
     image = Image(png=b"", origin="input:0")
     chat, images = chat_template_messages((Message("user", (image, "q")),))
-    assert chat == [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "q"}]}] and images == [image]
+    assert chat == [
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "q"}]}
+    ] and images == [image]
 
 
 def test_importing_the_rollout_does_not_import_torch() -> None:
@@ -131,7 +164,11 @@ def image_episode() -> Episode:
 
 
 def visual(model):  # type: ignore[no-untyped-def]
-    return model.model.visual if hasattr(model, "model") and hasattr(model.model, "visual") else model.visual
+    return (
+        model.model.visual
+        if hasattr(model, "model") and hasattr(model.model, "visual")
+        else model.visual
+    )
 
 
 def test_images_reach_the_model_through_the_pil_processor(tiny) -> None:  # type: ignore[no-untyped-def]
@@ -142,6 +179,7 @@ def test_images_reach_the_model_through_the_pil_processor(tiny) -> None:  # type
     images = [p for m in episode.messages for p in m.parts if isinstance(p, Image)]
     assert [i.origin for i in images] == ["input:0", "turn:0:0"]
     grids = []
+
     def seen(module, args, kwargs, out):  # type: ignore[no-untyped-def]
         grids.append(kwargs.get("grid_thw", args[1] if len(args) > 1 else None))
 
@@ -151,7 +189,9 @@ def test_images_reach_the_model_through_the_pil_processor(tiny) -> None:  # type
     finally:
         hook.remove()
     expected = processor.pixel_inputs(images)["image_grid_thw"]
-    assert len(grids) == 1 and torch.equal(grids[0], expected)  # both images encoded, at prefill only
+    assert len(grids) == 1 and torch.equal(
+        grids[0], expected
+    )  # both images encoded, at prefill only
     prompt = list(reply.prompt_token_ids)
     pad = tokenizer.convert_tokens_to_ids("<|image_pad|>")
     per_image = [processor.image_tokens(i) for i in images]
@@ -165,8 +205,13 @@ def test_images_reach_the_model_through_the_pil_processor(tiny) -> None:  # type
     episode.on_completion(reply)
     trajectory = episode.trajectory()
     cut = reply.finish_reason == "length"
-    assert trajectory.stop_reason == (StopReason.MAX_TOKENS if cut else StopReason.FORMAT_ERROR)  # no code from a random model
-    assert trajectory.turns[-1].token_ids == reply.token_ids and trajectory.turns[-1].logprobs == reply.logprobs
+    assert trajectory.stop_reason == (
+        StopReason.MAX_TOKENS if cut else StopReason.FORMAT_ERROR
+    )  # no code from a random model
+    assert (
+        trajectory.turns[-1].token_ids == reply.token_ids
+        and trajectory.turns[-1].logprobs == reply.logprobs
+    )
     assert len(trajectory.turns[0].feedback_images) == 1
 
 
@@ -184,13 +229,23 @@ def test_vision_placeholders_are_never_sampled() -> None:
     processor = ImageTextProcessor(tokenizer, max_pixels=56 * 56)
     messages = image_episode().messages
     chat, images = chat_template_messages(messages)
-    inputs = processor(text=[processor.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)], images=images)
+    inputs = processor(
+        text=[processor.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)],
+        images=images,
+    )
     with torch.no_grad():
         assert int(model(**inputs).logits[0, -1].argmax()) == pad
-    for sampling in (SamplingParams(max_tokens=4), SamplingParams(temperature=1.0, max_tokens=4, seed=3)):
+    for sampling in (
+        SamplingParams(max_tokens=4),
+        SamplingParams(temperature=1.0, max_tokens=4, seed=3),
+    ):
         reply = TransformersPolicy(model, processor, sampling).complete(messages)
-        assert len(reply.token_ids) >= 1 and not set(reply.token_ids) & set(vision_token_ids(tokenizer))
-    assert set(vision_token_ids(tokenizer)) == {tokenizer.convert_tokens_to_ids(t) for t in SPECIALS[3:]}
+        assert len(reply.token_ids) >= 1 and not set(reply.token_ids) & set(
+            vision_token_ids(tokenizer)
+        )
+    assert set(vision_token_ids(tokenizer)) == {
+        tokenizer.convert_tokens_to_ids(t) for t in SPECIALS[3:]
+    }
 
 
 def test_saved_image_text_processor_is_loaded_by_from_pretrained(tiny, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -198,5 +253,7 @@ def test_saved_image_text_processor_is_loaded_by_from_pretrained(tiny, tmp_path)
     model.save_pretrained(str(tmp_path))
     ImageTextProcessor(tokenizer, max_pixels=56 * 56).save_pretrained(tmp_path)
     policy = TransformersPolicy.from_pretrained(str(tmp_path), SamplingParams(max_tokens=3))
-    assert isinstance(policy.processor, ImageTextProcessor) and policy.processor.max_pixels == 56 * 56
+    assert (
+        isinstance(policy.processor, ImageTextProcessor) and policy.processor.max_pixels == 56 * 56
+    )
     assert len(policy.complete(image_episode().messages).token_ids) >= 1

@@ -41,7 +41,9 @@ def served(name: str) -> ServerReply:
 
 
 def policy(server: ReplayServer, model: str = "tiny", **sampling: object) -> OpenAIChatPolicy:
-    return OpenAIChatPolicy(server.url, model, SamplingParams(**sampling), retry=RetrySettings(max_retries=0))  # type: ignore[arg-type]
+    return OpenAIChatPolicy(
+        server.url, model, SamplingParams(**sampling), retry=RetrySettings(max_retries=0)
+    )  # type: ignore[arg-type]
 
 
 TEXT = (Message("system", ("You are a helpful assistant.",)), Message("user", ("Say something.",)))
@@ -53,14 +55,22 @@ def test_stop_string_cuts_the_text_mid_token_and_the_loop_trusts_the_text():
         p = policy(server, temperature=1.0, max_tokens=60, stop=("e",), seed=0, logprobs=True)
         assert p.request_body(TEXT) == rec["request"]["body"]  # the request as recorded
         completion = p.complete(TEXT)
-    assert completion.text == "</answe" and completion.token_ids == (343,)  # id 343 is the whole "</answer>"
+    assert completion.text == "</answe" and completion.token_ids == (
+        343,
+    )  # id 343 is the whole "</answer>"
     assert completion.finish_reason == "stop" and completion.stop_reason == "e"
-    assert completion.prompt_tokens == 33 and completion.completion_tokens == 1 and len(completion.logprobs) == 1
+    assert (
+        completion.prompt_tokens == 33
+        and completion.completion_tokens == 1
+        and len(completion.logprobs) == 1
+    )
     with ReplayServer([served("04")], model_names=("tiny",)) as server:
         task = Task("t", "q", (), "4")
         trajectory = run_episode(policy(server), task, sandbox=None)  # type: ignore[arg-type]
     # the loop parsed the text (an unclosed tag is a format error), not the ids' "</answer>"
-    assert trajectory.stop_reason is StopReason.FORMAT_ERROR and trajectory.turns[0].text == "</answe"
+    assert (
+        trajectory.stop_reason is StopReason.FORMAT_ERROR and trajectory.turns[0].text == "</answe"
+    )
     assert trajectory.turns[0].token_ids == (343,)
 
 
@@ -103,11 +113,21 @@ def test_prompt_plus_max_tokens_over_the_context_is_a_length_stop():
     assert trajectory.stop_reason is StopReason.MAX_TOKENS
 
 
-@pytest.mark.parametrize("name,error", [("06", ContextOverflowError), ("07", ContextOverflowError),
-                                        ("08", ImageLimitError), ("09", ModelNotFoundError)])
+@pytest.mark.parametrize(
+    "name,error",
+    [
+        ("06", ContextOverflowError),
+        ("07", ContextOverflowError),
+        ("08", ImageLimitError),
+        ("09", ModelNotFoundError),
+    ],
+)
 def test_error_replies_map_to_their_errors(name, error):
     model = recording(name)["request"]["body"]["model"]
-    with ReplayServer([served(name)], model_names=(model,)) as server, pytest.raises(error) as caught:
+    with (
+        ReplayServer([served(name)], model_names=(model,)) as server,
+        pytest.raises(error) as caught,
+    ):
         policy(server, model=model).complete(TEXT)
     assert caught.value.status == recording(name)["response"]["status"]
 
@@ -124,7 +144,9 @@ def test_models_list_and_wrong_path():
     models = recording("13")["response"]
     with ReplayServer([], model_names=("tiny",)) as server:
         assert policy(server).list_models() == ("tiny",)
-        wrong = OpenAIChatPolicy(server.url.replace("/v1", "/v2"), "tiny", retry=RetrySettings(max_retries=0))
+        wrong = OpenAIChatPolicy(
+            server.url.replace("/v1", "/v2"), "tiny", retry=RetrySettings(max_retries=0)
+        )
         with pytest.raises(PolicyHTTPError, match="OpenAI-compatible /v1 endpoint"):
             wrong.complete(TEXT)
     assert [m["id"] for m in models["body"]["data"]] == ["tiny"]
@@ -135,20 +157,38 @@ def test_the_stand_in_server_answers_in_vllms_shapes():
     """ReplayServer's bodies have the keys real vLLM 0.32 sent (recordings 04, 08, 14)."""
     import httpx
 
-    with ReplayServer([ServerReply("hi", token_ids=(1, 2), logprobs=(-0.1, -0.2)),
-                       ServerReply(status=400, error="At most 8 image(s) may be provided in one prompt.")],
-                      model_names=("tiny",)) as server:
-        ok = httpx.post(f"{server.url}/chat/completions", json={"model": "tiny", "messages": []}).json()
-        bad = httpx.post(f"{server.url}/chat/completions", json={"model": "tiny", "messages": []}).json()
+    with ReplayServer(
+        [
+            ServerReply("hi", token_ids=(1, 2), logprobs=(-0.1, -0.2)),
+            ServerReply(status=400, error="At most 8 image(s) may be provided in one prompt."),
+        ],
+        model_names=("tiny",),
+    ) as server:
+        ok = httpx.post(
+            f"{server.url}/chat/completions", json={"model": "tiny", "messages": []}
+        ).json()
+        bad = httpx.post(
+            f"{server.url}/chat/completions", json={"model": "tiny", "messages": []}
+        ).json()
         missing = httpx.get(f"{server.url}/nothing").json()
     real_ok = recording("04")["response"]["body"]
-    assert set(ok) == set(real_ok) - {"prompt_text", "kv_transfer_params", "ec_transfer_params", "metrics"}
+    assert set(ok) == set(real_ok) - {
+        "prompt_text",
+        "kv_transfer_params",
+        "ec_transfer_params",
+        "metrics",
+    }
     assert set(ok["choices"][0]) == set(real_ok["choices"][0])
     assert set(ok["choices"][0]["message"]) == set(real_ok["choices"][0]["message"])
     assert set(ok["usage"]) == set(real_ok["usage"])
-    assert set(ok["choices"][0]["logprobs"]["content"][0]) == set(real_ok["choices"][0]["logprobs"]["content"][0])
+    assert set(ok["choices"][0]["logprobs"]["content"][0]) == set(
+        real_ok["choices"][0]["logprobs"]["content"][0]
+    )
     assert isinstance(ok["choices"][0]["logprobs"]["content"][0]["bytes"], list)
-    assert set(bad["error"]) == set(recording("08")["response"]["body"]["error"]) and bad["error"]["type"] == "BadRequestError"
+    assert (
+        set(bad["error"]) == set(recording("08")["response"]["body"]["error"])
+        and bad["error"]["type"] == "BadRequestError"
+    )
     assert missing == recording("14")["response"]["body"]
 
 
@@ -170,7 +210,10 @@ def test_the_per_conversation_image_cap_counts_the_tasks_own_images():
     from codedance.types import ExecResult, ExecStatus
 
     task = Task("t", "q", (Image.from_png(_png(), "input:0"),), "4")
-    episode = Episode(task, EpisodeConfig(feedback=FeedbackLimits(max_images_per_turn=4, max_images_per_trajectory=3)))
+    episode = Episode(
+        task,
+        EpisodeConfig(feedback=FeedbackLimits(max_images_per_turn=4, max_images_per_trajectory=3)),
+    )
     crops = tuple(Image.from_png(_png(), f"turn:1:{k}") for k in range(4))
     assert episode.on_completion(Completion("<code>\n```python\nshow()\n```\n</code>")) is not None
     episode.on_result(ExecResult(ExecStatus.OK, images=crops))

@@ -22,7 +22,9 @@ from codedance.types import ExecStatus
 @pytest.fixture(scope="session")
 def service():
     if os.environ.get(URL_ENV):
-        pytest.skip(f"a test of this process's own service ({URL_ENV} is set: sandboxes are the service's)")
+        pytest.skip(
+            f"a test of this process's own service ({URL_ENV} is set: sandboxes are the service's)"
+        )
     svc = SandboxService()
     yield svc
     svc.close()
@@ -57,8 +59,12 @@ def jail(make):
     def factory(images=(), **options):
         sandbox = make(images, **options)
         if not (sandbox.isolation.namespaces and sandbox.isolation.seccomp):
-            pytest.skip(f"hostile tests need the jail's PID namespace and seccomp: {sandbox.isolation.describe()}")
-        assert in_fresh_pid_namespace(sandbox._holder_pid), "the holder is in the host's PID namespace"
+            pytest.skip(
+                f"hostile tests need the jail's PID namespace and seccomp: {sandbox.isolation.describe()}"
+            )
+        assert in_fresh_pid_namespace(sandbox._holder_pid), (
+            "the holder is in the host's PID namespace"
+        )
         assert "Seccomp:\t2" in Path(f"/proc/{sandbox._holder_pid}/status").read_text()
         return sandbox
 

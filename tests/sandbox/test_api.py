@@ -29,7 +29,14 @@ def png(colour=(200, 10, 10), size=(48, 32)) -> bytes:
 def test_every_kind_of_image_input(make, tmp_path):
     path = tmp_path / "photo.png"
     path.write_bytes(png((1, 2, 3)))
-    sb = make([str(path), png((4, 5, 6)), PILImage.new("RGB", (5, 6), (7, 8, 9)), Image.from_png(png((10, 11, 12)))])
+    sb = make(
+        [
+            str(path),
+            png((4, 5, 6)),
+            PILImage.new("RGB", (5, 6), (7, 8, 9)),
+            Image.from_png(png((10, 11, 12))),
+        ]
+    )
     result = sb.run(
         "import os\nfrom PIL import Image\nprint(input_image.getpixel((0, 0)), [im.getpixel((0, 0)) for im in images][1:])\n"
         "print(Image.open('input_image.jpg').size, os.path.basename(input_image_path), len(image_paths))"
@@ -57,9 +64,15 @@ def test_enormous_image_input_is_refused(service, tmp_path):
     import zlib
 
     def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
 
-    bomb = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 90000, 90000, 8, 2, 0, 0, 0)) + chunk(b"IEND", b"")
+    bomb = (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", 90000, 90000, 8, 2, 0, 0, 0))
+        + chunk(b"IEND", b"")
+    )
     with pytest.raises(ValueError, match="could not start"):
         Sandbox([bomb], service=service)
 
@@ -83,7 +96,9 @@ def test_bad_code_gets_a_clear_error_or_status(make):
     assert sb.run("'\udcff'").executed_nothing
 
 
-def test_a_long_snippet_is_checked_for_doing_nothing_by_its_step_not_the_controller(make, monkeypatch):
+def test_a_long_snippet_is_checked_for_doing_nothing_by_its_step_not_the_controller(
+    make, monkeypatch
+):
     """A controller parsing every snippet (up to 1 MiB) to tell whether it did nothing holds
     the GIL for seconds while every other trajectory's thread waits."""
     from codedance.sandbox import sandbox as controller
@@ -91,7 +106,9 @@ def test_a_long_snippet_is_checked_for_doing_nothing_by_its_step_not_the_control
 
     parsed = []
     real = controller.executes_nothing
-    monkeypatch.setattr(controller, "executes_nothing", lambda code: parsed.append(len(code)) or real(code))
+    monkeypatch.setattr(
+        controller, "executes_nothing", lambda code: parsed.append(len(code)) or real(code)
+    )
     sb = make()
     padding = "# nothing to see\n" * (CONTROLLER_PARSE_CHARS // 10)
     empty, busy = sb.run(padding + "pass"), sb.run(padding + "y = 2")
@@ -115,7 +132,10 @@ def test_a_commit_past_the_services_store_budget_is_refused_and_the_trajectory_k
     assert sb.run("kept = 7\nopen('a.txt', 'w').write('a')").ok
     refused = sb.run("for i in range(5):\n    open(f'f{i}', 'w').write('x')")
     assert refused.status is ExecStatus.REFUSED and refused.rolled_back, refused
-    assert "store of committed files is full" in refused.notes[0] and "close idle sandboxes" in refused.notes[0]
+    assert (
+        "store of committed files is full" in refused.notes[0]
+        and "close idle sandboxes" in refused.notes[0]
+    )
     after = sb.run("import os\nprint(kept, sorted(n for n in os.listdir('.') if n[0] != '.'))")
     assert after.ok and after.stdout == "7 ['a.txt']\n", after
 
@@ -150,7 +170,9 @@ def test_code_too_long_for_a_request_is_refused_and_the_trajectory_kept(make):
 def test_bad_settings_are_refused_before_anything_starts(service, bad):
     """(A timeout over a week overflows poll() and would lose the trajectory.)"""
     with pytest.raises(ValueError, match="must be"):
-        settings = {key: Limits(**value) if key == "limits" else value for key, value in bad.items()}
+        settings = {
+            key: Limits(**value) if key == "limits" else value for key, value in bad.items()
+        }
         Sandbox(service=service, **settings)
 
 
@@ -212,7 +234,9 @@ def test_a_trajectory_sees_no_other_process(make, service):
     for sb in (first, second):
         pid, visible = sb.run(code).stdout.split(" ", 1)
         assert visible.strip() == f"['{pid}']"
-    assert os.path.exists(f"/proc/{first._holder_pid}") and os.path.exists(f"/proc/{second._holder_pid}")
+    assert os.path.exists(f"/proc/{first._holder_pid}") and os.path.exists(
+        f"/proc/{second._holder_pid}"
+    )
 
 
 async def test_arun_never_blocks_the_event_loop(make):
@@ -274,7 +298,9 @@ def test_many_instances_at_once(make):
 def test_closing_while_a_step_runs(make):
     sb = make(timeout_s=30)
     outcome = {}
-    runner = threading.Thread(target=lambda: outcome.update(r=sb.run("import time; time.sleep(20)")))
+    runner = threading.Thread(
+        target=lambda: outcome.update(r=sb.run("import time; time.sleep(20)"))
+    )
     runner.start()
     time.sleep(0.5)
     started = time.monotonic()
@@ -295,7 +321,9 @@ def test_closing_while_a_step_runs_without_cgroups_kills_the_step():
     try:
         sb = Sandbox(service=service, timeout_s=30)
         outcome = {}
-        runner = threading.Thread(target=lambda: outcome.update(r=sb.run("import time; time.sleep(30)")))
+        runner = threading.Thread(
+            target=lambda: outcome.update(r=sb.run("import time; time.sleep(30)"))
+        )
         runner.start()
         time.sleep(0.5)
         step_processes = psutil.Process(sb._holder_pid).children(recursive=True)
@@ -329,7 +357,9 @@ def test_cli_names_a_missing_snippet_or_image(tmp_path):
     assert missing.exit_code == 2 and "cannot read the snippet" in missing.output
     snippet = tmp_path / "ok.py"
     snippet.write_text("print(1)")
-    no_image = CliRunner().invoke(app, ["sandbox", "run", str(snippet), "--image", str(tmp_path / "x.png")])
+    no_image = CliRunner().invoke(
+        app, ["sandbox", "run", str(snippet), "--image", str(tmp_path / "x.png")]
+    )
     flat = " ".join(no_image.output.replace("│", " ").split())
     assert no_image.exit_code == 2 and "does not exist" in flat
 
@@ -344,7 +374,9 @@ def test_cli_runs_a_snippet_file(tmp_path):
     image = tmp_path / "in.png"
     image.write_bytes(png())
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["sandbox", "run", str(snippet), "--image", str(image), "--out", str(out)])
+    result = CliRunner().invoke(
+        app, ["sandbox", "run", str(snippet), "--image", str(image), "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     assert "status: ok" in result.output and "(10, 10)" in result.output
     assert PILImage.open(out / "image_0.png").size == (10, 10)
@@ -353,7 +385,9 @@ def test_cli_runs_a_snippet_file(tmp_path):
 def test_libraries_loaded_in_a_step_stay_single_threaded(make):
     """Thread-pool settings survive into the holder's environment, where late-loaded BLAS
     libraries (scipy's own OpenBLAS, say) read them; otherwise their threads get steps refused."""
-    result = make().run("import os; print(os.environ['OPENBLAS_NUM_THREADS'], os.environ['OMP_NUM_THREADS'])")
+    result = make().run(
+        "import os; print(os.environ['OPENBLAS_NUM_THREADS'], os.environ['OMP_NUM_THREADS'])"
+    )
     assert result.stdout == "1 1\n"
 
 
@@ -385,7 +419,9 @@ def test_jail_directories_are_traversable_by_the_trajectory_uid():
     command = _bwrap_command("/tmp/work-root", 3, as_root=True)
     assert command.index("--tmpfs") < command.index("/tmp/work-root")
     if os.path.isdir("/root/.pyenv"):
-        assert ["--perms", "0755", "--dir", "/root"] == command[command.index("/root") - 3: command.index("/root") + 1]
+        assert ["--perms", "0755", "--dir", "/root"] == command[
+            command.index("/root") - 3 : command.index("/root") + 1
+        ]
 
 
 def test_a_forked_child_of_the_controller_never_closes_its_sandboxes_or_its_service(make, service):
@@ -495,7 +531,9 @@ def test_closing_a_service_while_a_sandbox_is_being_made_leaves_nothing_behind()
 
     for delay in (0.0, 0.005, 0.02):
         service = SandboxService()
-        parents = parent_directories(service.cgroup_layout) if service.cgroup_layout is not None else []
+        parents = (
+            parent_directories(service.cgroup_layout) if service.cgroup_layout is not None else []
+        )
         made = []
 
         def make(service=service, made=made):
@@ -521,6 +559,7 @@ def test_a_live_sandbox_keeps_few_descriptors_open_in_the_controller(service):
     without CAP_SYS_RESOURCE to raise it): 9 each, as measured, and never 10 (three
     more, for the holder's memory group, made the benchmark's 2,048 run out); the half is room
     for a replaced holder's pidfd not yet reaped."""
+
     def open_now() -> int:
         return len(os.listdir("/proc/self/fd"))
 

@@ -28,10 +28,14 @@ from codedance.types import ExecStatus
 pytestmark = pytest.mark.tier("integration")
 
 MIB = 1 << 20
-WRITE = ("chunk = b'x' * (1 << 20)\nfor i in range({count}):\n"
-         "    with open('{prefix}%d' % i, 'wb') as f:\n        for _ in range(100): f.write(chunk)")
-DELETE_AND_FAIL = ("import os\nfor name in os.listdir('.'):\n    if name.startswith('{prefix}'): os.remove(name)\n"
-                   "raise RuntimeError('fail on purpose: the rollback writes the files back')")
+WRITE = (
+    "chunk = b'x' * (1 << 20)\nfor i in range({count}):\n"
+    "    with open('{prefix}%d' % i, 'wb') as f:\n        for _ in range(100): f.write(chunk)"
+)
+DELETE_AND_FAIL = (
+    "import os\nfor name in os.listdir('.'):\n    if name.startswith('{prefix}'): os.remove(name)\n"
+    "raise RuntimeError('fail on purpose: the rollback writes the files back')"
+)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +45,9 @@ def service():
     if svc.cgroup_layout is None:
         svc.close()
         pytest.skip("charged restores need cgroups (and root)")
-    assert svc._charged_copies is not None, "cgroups are writable here, yet restores are not charged copies"
+    assert svc._charged_copies is not None, (
+        "cgroups are writable here, yet restores are not charged copies"
+    )
     yield svc
     svc.close()
 
@@ -62,7 +68,9 @@ def test_a_restored_file_is_charged_to_its_trajectory(make):
     assert result.status is ExecStatus.ERROR and result.rolled_back
     # the controller's own copy left the trajectory charged for ~0 MiB of the 64 it holds again
     assert sandbox._cgroup.unreclaimable_bytes() >= committed - 8 * MIB
-    check = sandbox.run("import os\nprint(os.path.getsize('big'), open('big', 'rb').read().count(b'x'))")
+    check = sandbox.run(
+        "import os\nprint(os.path.getsize('big'), open('big', 'rb').read().count(b'x'))"
+    )
     assert check.stdout.split() == [str(64 * MIB)] * 2
 
 
@@ -72,13 +80,19 @@ def test_the_entries_a_restore_makes_again_are_charged_to_its_trajectory(make):
     ~14 MiB per trajectory at the default entry limit, outside ``memory_total``)."""
     sandbox = make(timeout_s=60)
     names = "[f'{i:04d}' + 'n' * 200 for i in range(5000)]"
-    assert sandbox.run(f"import os\nos.mkdir('d')\nfor name in {names}:\n    open('d/' + name, 'w').close()").ok
+    assert sandbox.run(
+        f"import os\nos.mkdir('d')\nfor name in {names}:\n    open('d/' + name, 'w').close()"
+    ).ok
 
     def kernel_memory() -> int:  # v1's kernel memory counter; v2's slab (inodes and dentries)
         if sandbox._cgroup.layout.version == 1:
-            with open(os.path.join(sandbox._cgroup.memory_dir, "memory.kmem.usage_in_bytes")) as handle:
+            with open(
+                os.path.join(sandbox._cgroup.memory_dir, "memory.kmem.usage_in_bytes")
+            ) as handle:
                 return int(handle.read())
-        return cgroup_memory.stat_value(open(os.path.join(sandbox._cgroup.memory_dir, "memory.stat"), "rb").read(), b"slab")
+        return cgroup_memory.stat_value(
+            open(os.path.join(sandbox._cgroup.memory_dir, "memory.stat"), "rb").read(), b"slab"
+        )
 
     before = kernel_memory()
     undone = sandbox.run("import shutil\nshutil.rmtree('d')\nraise ValueError('undo the removal')")
@@ -103,7 +117,12 @@ def test_failing_steps_cannot_move_a_trajectorys_files_out_of_its_charge(jail, s
     honest = b.run("import os\nos.remove('notes.txt')\n1/0")
     assert honest.status is ExecStatus.ERROR and honest.rolled_back, honest
     assert b.run("print(open('notes.txt').read()[:12])").stdout.strip() == "B keeps this"
-    assert a.run("import os\nprint(len([n for n in os.listdir('.') if n.startswith('r0_')]))").stdout.strip() == "4"
+    assert (
+        a.run(
+            "import os\nprint(len([n for n in os.listdir('.') if n.startswith('r0_')]))"
+        ).stdout.strip()
+        == "4"
+    )
 
 
 def test_a_helper_that_ended_while_idle_is_replaced(make, service):
@@ -124,7 +143,10 @@ def group(service):
     """A memory group of the test's own beside the service's (the helpers' home is the
     controller's group), removed after the test."""
     home = cgroups.own_group_dir(service.cgroup_layout)
-    path = os.path.join(os.path.dirname(service.cgroup_layout.memory_parent), f"codedance-test-{uuid.uuid4().hex[:8]}")
+    path = os.path.join(
+        os.path.dirname(service.cgroup_layout.memory_parent),
+        f"codedance-test-{uuid.uuid4().hex[:8]}",
+    )
     os.mkdir(path)
     copies = ChargedCopies(home)
     yield path, copies
@@ -219,7 +241,9 @@ def _commit_files_up_to(sandbox, service, target: int) -> None:
         missing = (target - _held(service)) >> 20
         if missing <= 1:
             return
-        result = sandbox.run(f"with open('fill{n}', 'wb') as f:\n    for _ in range({min(missing, 24)}): f.write(b'x' * (1 << 20))")
+        result = sandbox.run(
+            f"with open('fill{n}', 'wb') as f:\n    for _ in range({min(missing, 24)}): f.write(b'x' * (1 << 20))"
+        )
         assert result.ok, result
     raise AssertionError("the service did not fill")
 
@@ -235,23 +259,39 @@ def test_a_restore_the_full_service_refuses_makes_the_largest_grower_pay(jail, s
     assert b.run("open('f', 'wb').write(b'B' * (20 << 20))").ok
     _commit_files_up_to(a, service, limit - (16 << 20))
     results = {}
-    deleting = threading.Thread(target=lambda: results.setdefault("b", b.run(
-        "import os, time\nos.remove('f')\nopen('deleted', 'w').close()\n"
-        "while not os.path.exists('go'): time.sleep(0.01)\nraise RuntimeError('undo the removal')")))
+    deleting = threading.Thread(
+        target=lambda: results.setdefault(
+            "b",
+            b.run(
+                "import os, time\nos.remove('f')\nopen('deleted', 'w').close()\n"
+                "while not os.path.exists('go'): time.sleep(0.01)\nraise RuntimeError('undo the removal')"
+            ),
+        )
+    )
     deleting.start()
     _wait_for(os.path.join(b.workdir, "deleted"), deleting)
-    grabbing = threading.Thread(target=lambda: results.setdefault("a", a.run(
-        "import time\nwith open('grab', 'wb') as f:\n    for _ in range(24): f.write(b'x' * (1 << 20))\n"
-        "open('ready', 'w').close()\ntime.sleep(30)")))
+    grabbing = threading.Thread(
+        target=lambda: results.setdefault(
+            "a",
+            a.run(
+                "import time\nwith open('grab', 'wb') as f:\n    for _ in range(24): f.write(b'x' * (1 << 20))\n"
+                "open('ready', 'w').close()\ntime.sleep(30)"
+            ),
+        )
+    )
     grabbing.start()
     _wait_for(os.path.join(a.workdir, "ready"), grabbing)
-    assert _held(service) + (20 << 20) > limit, "the service is not full enough to refuse B's restore"
+    assert _held(service) + (20 << 20) > limit, (
+        "the service is not full enough to refuse B's restore"
+    )
     _give(b, "go")
     deleting.join(timeout=60)
     grabbing.join(timeout=60)
     assert results["b"].status is ExecStatus.ERROR and results["b"].rolled_back, results["b"]
     assert results["a"].status is ExecStatus.OOM and results["a"].rolled_back, results["a"]
-    kept = b.run("f = open('f', 'rb')\nprint(sum(c.count(b'B') for c in iter(lambda: f.read(1 << 16), b'')))")
+    kept = b.run(
+        "f = open('f', 'rb')\nprint(sum(c.count(b'B') for c in iter(lambda: f.read(1 << 16), b'')))"
+    )
     assert kept.stdout.strip() == str(20 << 20), kept
 
 
@@ -278,13 +318,19 @@ def test_a_restore_removes_the_steps_files_before_it_copies_any_back(make):
     trajectory was lost. Removing first, the restore never needs more than
     the checkpoint holds."""
     sandbox = make(timeout_s=60, limits=Limits(memory=360 << 20))
-    write = ("def write(name):\n    with open(name, 'wb') as f:\n"
-             "        for _ in range(100): f.write(b'x' * (1 << 20))\n")
+    write = (
+        "def write(name):\n    with open(name, 'wb') as f:\n"
+        "        for _ in range(100): f.write(b'x' * (1 << 20))\n"
+    )
     assert sandbox.run(write + "import os\nos.mkdir('out')\nwrite('a0')\nwrite('a1')").ok
-    failed = sandbox.run(write + "import os\nfor i in range(2):\n    os.remove(f'a{i}')\n    write(f'out/b{i}')\n"
-                         "raise ValueError('bad result')")
+    failed = sandbox.run(
+        write + "import os\nfor i in range(2):\n    os.remove(f'a{i}')\n    write(f'out/b{i}')\n"
+        "raise ValueError('bad result')"
+    )
     assert failed.status is ExecStatus.ERROR and failed.rolled_back, failed
-    after = sandbox.run("import os\nprint(os.path.getsize('a0') + os.path.getsize('a1'), os.listdir('out'))")
+    after = sandbox.run(
+        "import os\nprint(os.path.getsize('a0') + os.path.getsize('a1'), os.listdir('out'))"
+    )
     assert after.stdout == f"{200 * MIB} []\n", after
 
 
@@ -302,7 +348,10 @@ def test_closing_the_sandbox_interrupts_a_copy_waiting_for_memory(v1, group, tmp
         with open(source, "rb") as reader:
             started = time.monotonic()
             closing.start()
-            with pytest.raises(InterruptedError), copies.charged_to(path, started + 60, interrupt) as writer:
+            with (
+                pytest.raises(InterruptedError),
+                copies.charged_to(path, started + 60, interrupt) as writer,
+            ):
                 writer.copy(reader.fileno(), target)
         assert time.monotonic() - started < 30
     finally:
@@ -315,16 +364,29 @@ def test_a_neighbour_cannot_commit_what_a_failing_step_freed(jail, service, v1):
     """B's step deletes its committed 200 MiB file and has not ended; A's step takes the freed
     memory and answers. Committing A would leave B's rollback no room (B would be
     lost), so A's step ends as oom, rolled back, and B's rollback keeps its file."""
-    a, b = jail(timeout_s=60, limits=Limits(memory=1 << 30)), jail(timeout_s=60, limits=Limits(memory=1 << 30))
-    assert b.run("with open('big', 'wb') as f:\n    for _ in range(200): f.write(b'B' * (1 << 20))").ok
+    a, b = (
+        jail(timeout_s=60, limits=Limits(memory=1 << 30)),
+        jail(timeout_s=60, limits=Limits(memory=1 << 30)),
+    )
+    assert b.run(
+        "with open('big', 'wb') as f:\n    for _ in range(200): f.write(b'B' * (1 << 20))"
+    ).ok
     results = {}
-    deleting = threading.Thread(target=lambda: results.setdefault("b", b.run(
-        "import os, time\nos.remove('big')\nopen('deleted', 'w').close()\n"
-        "while not os.path.exists('go'): time.sleep(0.01)\nraise RuntimeError('undo the removal')")))
+    deleting = threading.Thread(
+        target=lambda: results.setdefault(
+            "b",
+            b.run(
+                "import os, time\nos.remove('big')\nopen('deleted', 'w').close()\n"
+                "while not os.path.exists('go'): time.sleep(0.01)\nraise RuntimeError('undo the removal')"
+            ),
+        )
+    )
     deleting.start()
     try:
         _wait_for(os.path.join(b.workdir, "deleted"), deleting)
-        take = (service.memory_total - _held(service)) // MIB - 48  # below "nearly full": no one is stopped
+        take = (
+            service.memory_total - _held(service)
+        ) // MIB - 48  # below "nearly full": no one is stopped
         grabbed = a.run(f"import numpy as np\nkeep = np.ones({take} << 20, np.uint8)")
         assert grabbed.status is ExecStatus.OOM and grabbed.rolled_back, grabbed
         assert "owed to a neighbour's step" in grabbed.notes[0]
@@ -344,7 +406,9 @@ def test_a_restore_empties_files_changed_in_place_before_it_copies_any_back(make
     sandbox = make(timeout_s=60, limits=Limits(memory=480 << 20))
     fill = "def fill(name):\n    with open(name, 'wb') as f:\n        for _ in range(250): f.write(b'x' * (1 << 20))\n"
     assert sandbox.run(fill + "open('b', 'wb').close()\nfill('a')").ok
-    failed = sandbox.run(fill + "open('a', 'wb').close()\nfill('b')\nraise ValueError('bad result')")
+    failed = sandbox.run(
+        fill + "open('a', 'wb').close()\nfill('b')\nraise ValueError('bad result')"
+    )
     assert failed.status is ExecStatus.ERROR and failed.rolled_back, failed
     after = sandbox.run("import os\nprint(os.path.getsize('a'), os.path.getsize('b'))")
     assert after.stdout == f"{250 * MIB} 0\n", after
@@ -378,8 +442,12 @@ def test_a_new_helper_gets_the_holders_oom_score_adj(group, tmp_path, monkeypatc
     path, copies = group
     source = tmp_path / "source"
     source.write_bytes(b"y" * MIB)
-    with (open(source, "rb") as reader, open(tmp_path / "target", "wb") as target,
-          copies.charged_to(path, time.monotonic() + 30) as writer, files.acting_as((65534, 65534))):
+    with (
+        open(source, "rb") as reader,
+        open(tmp_path / "target", "wb") as target,
+        copies.charged_to(path, time.monotonic() + 30) as writer,
+        files.acting_as((65534, 65534)),
+    ):
         writer.copy(reader.fileno(), target.fileno())
     [helper] = copies.helper_pids
     with open(f"/proc/{helper}/oom_score_adj") as handle:

@@ -30,7 +30,9 @@ def test_rollback_of_imports_chdir_and_rng(make):
     assert sb2.run("import os, numpy as np\nnp.random.seed(3)\nos.makedirs('a/b')").ok
     failed = sb2.run("import json\nos.chdir('a/b')\nnp.random.randint(10**9)\nraise KeyError('x')")
     assert failed.status is ExecStatus.ERROR and failed.rolled_back
-    after = sb2.run("print(np.random.randint(10**9))\nprint('json' in globals(), os.path.basename(os.getcwd()))")
+    after = sb2.run(
+        "print(np.random.randint(10**9))\nprint('json' in globals(), os.path.basename(os.getcwd()))"
+    )
     assert after.stdout.splitlines() == [expected.stdout.strip(), "False work"]
 
 
@@ -55,10 +57,12 @@ def test_steps_forked_as_continuations_run_threads_asyncio_and_forks(make):
     """Steps are forked without the interpreter's after-fork work (`runtime._fork_continuation`):
     threads, a thread pool, an event loop and an ordinary fork still work, step after step."""
     sb = make()
-    code = ("import asyncio, os\nfrom concurrent.futures import ThreadPoolExecutor\n"
-            "with ThreadPoolExecutor(2) as pool:\n    total = sum(pool.map(abs, range(-5, 5)))\n"
-            "value = asyncio.run(asyncio.sleep(0, result=7))\npid = os.fork()\nif pid == 0:\n    os._exit(3)\n"
-            "print(total, value, os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))")
+    code = (
+        "import asyncio, os\nfrom concurrent.futures import ThreadPoolExecutor\n"
+        "with ThreadPoolExecutor(2) as pool:\n    total = sum(pool.map(abs, range(-5, 5)))\n"
+        "value = asyncio.run(asyncio.sleep(0, result=7))\npid = os.fork()\nif pid == 0:\n    os._exit(3)\n"
+        "print(total, value, os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))"
+    )
     for _ in range(3):
         result = sb.run(code)
         assert result.ok and result.stdout == "25 7 3\n", result
@@ -68,8 +72,10 @@ def test_fonts_a_step_opened_are_closed_before_the_next_step(make):
     """An open font file's offset is shared by the whole fork chain, so no step leaves one open
     for the next (`runtime._drop_open_fonts`); text still draws the same after a failed step."""
     sb = make()
-    draw = ("import matplotlib.pyplot as plt\nfrom matplotlib import font_manager\n"
-            "fig = plt.figure(figsize=(2, 1), dpi=50)\nfig.text(0.1, 0.4, 'Text 42')\n")
+    draw = (
+        "import matplotlib.pyplot as plt\nfrom matplotlib import font_manager\n"
+        "fig = plt.figure(figsize=(2, 1), dpi=50)\nfig.text(0.1, 0.4, 'Text 42')\n"
+    )
     first = sb.run(draw)
     assert first.ok and len(first.images) == 1
     assert sb.run("print(font_manager._get_font.cache_info().currsize)").stdout.strip() == "0"
@@ -84,16 +90,24 @@ def test_directories_that_lock_their_owner_out_survive_a_rollback(make):
     whose mode shuts out their owner are opened up for it and their modes put back."""
     sb = make()
     if not sb.isolation.users:  # (the controller's rights: a sandbox service's, for its clients)
-        pytest.skip("a controller that is not root reads the trajectory's files with its own rights: a directory "
-                    "shut to its owner cannot be checkpointed (docs/sandbox.md, What is not handled)")
-    assert sb.run("import os\nos.makedirs('lk/in')\nopen('lk/in/f', 'w').write('1')\n"
-                  "os.chmod('lk/in', 0o500)\nos.chmod('lk', 0)").ok
-    failed = sb.run("os.chmod('lk', 0o700)\nos.chmod('lk/in', 0o700)\nopen('lk/in/f', 'w').write('2')\n"
-                    "open('lk/in/g', 'w').write('3')\nos.chmod('lk', 0)\nos.makedirs('junk/deep')\n"
-                    "os.chmod('junk/deep', 0)\nos.chmod('junk', 0)\nraise KeyError('x')")
+        pytest.skip(
+            "a controller that is not root reads the trajectory's files with its own rights: a directory "
+            "shut to its owner cannot be checkpointed (docs/sandbox.md, What is not handled)"
+        )
+    assert sb.run(
+        "import os\nos.makedirs('lk/in')\nopen('lk/in/f', 'w').write('1')\n"
+        "os.chmod('lk/in', 0o500)\nos.chmod('lk', 0)"
+    ).ok
+    failed = sb.run(
+        "os.chmod('lk', 0o700)\nos.chmod('lk/in', 0o700)\nopen('lk/in/f', 'w').write('2')\n"
+        "open('lk/in/g', 'w').write('3')\nos.chmod('lk', 0)\nos.makedirs('junk/deep')\n"
+        "os.chmod('junk/deep', 0)\nos.chmod('junk', 0)\nraise KeyError('x')"
+    )
     assert failed.status is ExecStatus.ERROR and failed.rolled_back, failed
-    after = sb.run("print(oct(os.stat('lk').st_mode & 0o777), sorted(os.listdir('.')))\nos.chmod('lk', 0o700)\n"
-                   "print(oct(os.stat('lk/in').st_mode & 0o777), os.listdir('lk/in'), open('lk/in/f').read())")
+    after = sb.run(
+        "print(oct(os.stat('lk').st_mode & 0o777), sorted(os.listdir('.')))\nos.chmod('lk', 0o700)\n"
+        "print(oct(os.stat('lk/in').st_mode & 0o777), os.listdir('lk/in'), open('lk/in/f').read())"
+    )
     assert after.stdout.splitlines() == ["0o0 ['.tmp', 'lk']", "0o500 ['f'] 1"], after
 
 
@@ -113,9 +127,13 @@ def test_a_file_kept_open_in_a_read_only_directory_survives_a_rollback(make):
     """The restore opens a 0o555 directory up for itself; taking its own change of mode for the
     step's would re-copy the directory and detach the holder's log."""
     sb = make()
-    assert sb.run("import os\nos.mkdir('ro')\nlog = open('ro/log.txt', 'a')\nos.chmod('ro', 0o555)\n"
-                  "log.write('one\\n'); log.flush()").ok
-    failed = sb.run("open('other.txt', 'w').write('x')\nlog.write('bad\\n'); log.flush()\nraise ValueError('oops')")
+    assert sb.run(
+        "import os\nos.mkdir('ro')\nlog = open('ro/log.txt', 'a')\nos.chmod('ro', 0o555)\n"
+        "log.write('one\\n'); log.flush()"
+    ).ok
+    failed = sb.run(
+        "open('other.txt', 'w').write('x')\nlog.write('bad\\n'); log.flush()\nraise ValueError('oops')"
+    )
     assert failed.rolled_back
     assert sb.run("log.write('three\\n'); log.flush()").ok
     after = sb.run("print(repr(open('ro/log.txt').read()), oct(os.stat('ro').st_mode & 0o777))")
@@ -124,7 +142,9 @@ def test_a_file_kept_open_in_a_read_only_directory_survives_a_rollback(make):
 
 def test_a_rollback_puts_back_modification_times(make):
     sb = make()
-    assert sb.run("import os\nopen('f.txt', 'w').write('one')\nos.utime('f.txt', ns=(10**18, 10**18))").ok
+    assert sb.run(
+        "import os\nopen('f.txt', 'w').write('one')\nos.utime('f.txt', ns=(10**18, 10**18))"
+    ).ok
     assert sb.run("open('f.txt', 'w').write('two')\nraise ValueError('oops')").rolled_back
     after = sb.run("print(open('f.txt').read(), os.stat('f.txt').st_mtime_ns)")
     assert after.stdout == f"one {10**18}\n", after
@@ -134,8 +154,12 @@ def test_the_holder_goes_back_into_its_directory_when_a_failed_step_re_created_i
     """A failed step that removed and re-created the directory the trajectory
     works in left the holder in a deleted directory (the restore re-creates it, a new one)."""
     sb = make()
-    assert sb.run("import os, shutil\nos.mkdir('wd')\nos.chdir('wd')\nopen('f.txt', 'w').write('kept')").ok
-    failed = sb.run("here = os.getcwd()\nshutil.rmtree(here)\nos.mkdir(here)\nraise ValueError('oops')")
+    assert sb.run(
+        "import os, shutil\nos.mkdir('wd')\nos.chdir('wd')\nopen('f.txt', 'w').write('kept')"
+    ).ok
+    failed = sb.run(
+        "here = os.getcwd()\nshutil.rmtree(here)\nos.mkdir(here)\nraise ValueError('oops')"
+    )
     assert failed.rolled_back, failed
     after = sb.run("print(open('f.txt').read(), os.path.basename(os.getcwd()))")
     assert after.ok and after.stdout == "kept wd\n", after
@@ -164,17 +188,23 @@ def test_last_expression_is_shown(make):
 
 def test_an_image_shown_and_saved_comes_back_once(make):
     sb = make()
-    code = ("from PIL import Image\nimg = Image.new('RGB', (40, 30), (200, 10, 10))\n"
-            "img.show()\nimg.save('crop.png')\nImage.new('RGB', (40, 30), (0, 0, 9)).save('other.png')")
+    code = (
+        "from PIL import Image\nimg = Image.new('RGB', (40, 30), (200, 10, 10))\n"
+        "img.show()\nimg.save('crop.png')\nImage.new('RGB', (40, 30), (0, 0, 9)).save('other.png')"
+    )
     result = sb.run(code)
     assert result.ok and [image.size for image in result.images] == [(40, 30), (40, 30)]
     assert [image.origin for image in result.images][1] == "file other.png"
-    again = sb.run("Image.open('crop.png').copy().show()\nImage.open('crop.png').copy().save('same.png')")
+    again = sb.run(
+        "Image.open('crop.png').copy().show()\nImage.open('crop.png').copy().save('same.png')"
+    )
     assert again.ok and len(again.images) == 1
 
 
 def test_images_over_the_pixel_budget_are_downscaled(make):
-    sb = make(timeout_s=120)  # 1.2 GB of pixels resized: seconds on a quiet core, many on a busy one
+    sb = make(
+        timeout_s=120
+    )  # 1.2 GB of pixels resized: seconds on a quiet core, many on a busy one
     result = sb.run("from PIL import Image\nImage.new('RGB', (20000, 20000), (0, 0, 255))")
     assert result.ok and len(result.images) == 1
     assert result.images[0].width * result.images[0].height <= sb.limits.max_pixels
@@ -183,7 +213,9 @@ def test_images_over_the_pixel_budget_are_downscaled(make):
 
 def test_a_thousand_figures(make):
     sb = make(timeout_s=60)
-    result = sb.run("import matplotlib.pyplot as plt\nfor i in range(1000):\n    plt.figure(figsize=(1, 1)).suptitle(str(i))")
+    result = sb.run(
+        "import matplotlib.pyplot as plt\nfor i in range(1000):\n    plt.figure(figsize=(1, 1)).suptitle(str(i))"
+    )
     assert result.ok and len(result.images) == sb.limits.max_images
     assert any("not returned" in note for note in result.notes)
     assert sb.run("import matplotlib.pyplot as plt; print(len(plt.get_fignums()))").stdout == "0\n"
@@ -199,7 +231,9 @@ def test_input_image_after_a_failed_step_that_decoded_it(make):
     buffer = io.BytesIO()
     Image.effect_noise((300, 200), 64).convert("RGB").save(buffer, format="PNG")
     sb = make([buffer.getvalue()])
-    failed = sb.run("import numpy as np\na = np.asarray(input_image.convert('RGB'))\nraise ValueError('x')")
+    failed = sb.run(
+        "import numpy as np\na = np.asarray(input_image.convert('RGB'))\nraise ValueError('x')"
+    )
     assert failed.status is ExecStatus.ERROR
     for _ in range(2):
         again = sb.run("import numpy as np\nprint(np.asarray(input_image.convert('RGB')).shape)")

@@ -24,8 +24,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.tier("integration"),
-    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
-                       reason="a private mount namespace needs root and unshare(1)"),
+    pytest.mark.skipif(
+        os.geteuid() != 0 or shutil.which("unshare") is None,
+        reason="a private mount namespace needs root and unshare(1)",
+    ),
 ]
 
 START_SERVICE = f"""
@@ -40,12 +42,14 @@ svc.close()
 """
 
 
-def _in_private_namespace(tmp_path: Path, command: list[str], env: dict[str, str]) -> tuple[str, int]:
+def _in_private_namespace(
+    tmp_path: Path, command: list[str], env: dict[str, str]
+) -> tuple[str, int]:
     """Run ``command`` where fs.file-max is a fake file holding `SENTINEL`; returns its output and
     what the fake holds afterwards."""
     fake = tmp_path / "file-max"
     fake.write_text(f"{SENTINEL}\n")
-    script = f"mount --bind {fake} {FILE_MAX} && exec \"$@\""
+    script = f'mount --bind {fake} {FILE_MAX} && exec "$@"'
     done = subprocess.run(["unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--mount-proc",
                            "sh", "-c", script, "sh", *command],
                           capture_output=True, text=True, timeout=280, cwd=ROOT, check=False,
@@ -67,7 +71,10 @@ def test_a_service_raises_fs_file_max_only_when_asked(tmp_path, option, env, rai
         assert f"raised the host's fs.file-max from {SENTINEL:,}" in out and "None\n" in out, out
     else:
         assert after == SENTINEL, out
-        assert f"fs.file-max is {SENTINEL:,}" in out and f"sysctl -w fs.file-max={FILE_MAX_RAISED}" in out, out
+        assert (
+            f"fs.file-max is {SENTINEL:,}" in out
+            and f"sysctl -w fs.file-max={FILE_MAX_RAISED}" in out
+        ), out
         assert "ENFILE" in out and "()" in out, out
 
 
@@ -75,7 +82,9 @@ def test_sandbox_check_reports_fs_file_max_and_never_changes_it(tmp_path):
     """Even with the opt-in in its environment, the check only says what the value is, what it
     means and what to run; every property still holds."""
     codedance = str(Path(sys.executable).parent / "codedance")
-    out, after = _in_private_namespace(tmp_path, [codedance, "sandbox", "check"], {RAISE_FILE_MAX: "1"})
+    out, after = _in_private_namespace(
+        tmp_path, [codedance, "sandbox", "check"], {RAISE_FILE_MAX: "1"}
+    )
     assert after == SENTINEL, out
     assert f"missing file table: fs.file-max is {SENTINEL:,}" in out, out
     assert f"sysctl -w fs.file-max={FILE_MAX_RAISED}" in out, out

@@ -36,7 +36,9 @@ pytestmark = [pytest.mark.tier("integration"), pytest.mark.slow]
 
 OK, ERROR, CRASHED, REFUSED, TIMEOUT = (ExecStatus.OK, ExecStatus.ERROR, ExecStatus.CRASHED,
                                         ExecStatus.REFUSED, ExecStatus.TIMEOUT)  # fmt: skip
-x86_64 = pytest.mark.skipif(platform.machine() != "x86_64", reason="raw syscall numbers are x86-64's")
+x86_64 = pytest.mark.skipif(
+    platform.machine() != "x86_64", reason="raw syscall numbers are x86-64's"
+)
 
 # The socket this process shares with the controller (the holder's; a step inherits it).
 SOCKET_FD = """
@@ -69,7 +71,9 @@ os.waitpid = _hostile_waitpid
 
 # A committed step that patches how its holder forks each next step process (the runtime runs
 # as __main__); the patch's code goes on from `_runtime` and `_fork`, the real fork.
-RUNTIME_FORK = "import os, sys\n_runtime = sys.modules['__main__']\n_fork = _runtime._fork_continuation\n"
+RUNTIME_FORK = (
+    "import os, sys\n_runtime = sys.modules['__main__']\n_fork = _runtime._fork_continuation\n"
+)
 
 
 def hostile(action: str) -> str:
@@ -98,9 +102,14 @@ def _wait_until_idle_frozen(sandbox, results=(), timeout_s: float = 10.0) -> Non
     if sandbox._cgroup is None or not sandbox._cgroup.can_freeze:
         pytest.skip("no freezer on this host: the holder's race cannot be stopped to look")
     deadline = time.monotonic() + timeout_s
-    while not sandbox._idle_frozen and sandbox.alive:  # a lost trajectory's processes are all killed
-        assert time.monotonic() < deadline, ("the idle trajectory was not frozen", sandbox.freeze_pending,
-                                             [(r.status, r.notes) for r in results])
+    while (
+        not sandbox._idle_frozen and sandbox.alive
+    ):  # a lost trajectory's processes are all killed
+        assert time.monotonic() < deadline, (
+            "the idle trajectory was not frozen",
+            sandbox.freeze_pending,
+            [(r.status, r.notes) for r in results],
+        )
         time.sleep(0.01)
 
 
@@ -120,22 +129,31 @@ def test_symlink_swaps_during_restore_never_reach_the_host(jail, tmp_path):
     the controller restores and checkpoints. Nothing on the host is written, read or deleted."""
     host, before = _host_dir(tmp_path)
     sandbox = jail(timeout_s=5.0)
-    assert sandbox.run("import os\nos.makedirs('d', exist_ok=True)\nopen('d/x', 'w').write('mine')").ok
-    action = (f"def ACTION():\n    try:\n        os.rename('d', 'd.real'); os.symlink({str(host)!r}, 'd')\n"
-              "        os.unlink('d'); os.rename('d.real', 'd')\n    except OSError: pass\n")
+    assert sandbox.run(
+        "import os\nos.makedirs('d', exist_ok=True)\nopen('d/x', 'w').write('mine')"
+    ).ok
+    action = (
+        f"def ACTION():\n    try:\n        os.rename('d', 'd.real'); os.symlink({str(host)!r}, 'd')\n"
+        "        os.unlink('d'); os.rename('d.real', 'd')\n    except OSError: pass\n"
+    )
     assert sandbox.run(hostile(action)).ok
     results = []
-    for code in ("open('d/x', 'w').write('evil'); raise ValueError('fail')",
-                 "import os; os.chmod('d/x', 0o4755); open('d/y', 'w').write('setuid attempt')",
-                 "import time; time.sleep(0.05); 1/0",
-                 "open('d/z', 'w').write('z')", "import shutil; shutil.rmtree('d'); raise ValueError",
-                 "print(open('d/x').read())"):
+    for code in (
+        "open('d/x', 'w').write('evil'); raise ValueError('fail')",
+        "import os; os.chmod('d/x', 0o4755); open('d/y', 'w').write('setuid attempt')",
+        "import time; time.sleep(0.05); 1/0",
+        "open('d/z', 'w').write('z')",
+        "import shutil; shutil.rmtree('d'); raise ValueError",
+        "print(open('d/x').read())",
+    ):
         result = sandbox.run(code)
         assert result.status in (OK, ERROR, REFUSED, CRASHED), result
         results.append(result)
     assert _fingerprint(host) == before
     assert (host / "canary").read_text() == "CANARY-host-secret"
-    _wait_until_idle_frozen(sandbox, results)  # the holder keeps swapping until the idle freezer stops it
+    _wait_until_idle_frozen(
+        sandbox, results
+    )  # the holder keeps swapping until the idle freezer stops it
     _no_setuid_files(sandbox.workdir, owned_by_root_only=True)
     _no_setuid_files(sandbox._files.store)
     leak = sandbox.run("found = []\nimport os\n"
@@ -177,9 +195,11 @@ def test_a_chatty_holder_cannot_extend_the_deadline(jail):
 def test_a_holder_sending_junk_messages_loses_only_its_own_trajectory(jail):
     sandbox, neighbour = jail(timeout_s=2.0), jail()
     expected = prepare_state(neighbour)
-    action = ("import json, struct\n_sock = _socket_fd()\n"
-              "def ACTION():\n    raw = json.dumps({'op': 'result', 'status': 'ok', '_blobs': []}).encode()\n"
-              "    os.write(_sock, struct.pack('>I', len(raw)) + raw)\n")
+    action = (
+        "import json, struct\n_sock = _socket_fd()\n"
+        "def ACTION():\n    raw = json.dumps({'op': 'result', 'status': 'ok', '_blobs': []}).encode()\n"
+        "    os.write(_sock, struct.pack('>I', len(raw)) + raw)\n"
+    )
     assert sandbox.run(hostile(action)).ok
     result = sandbox.run("import time; time.sleep(0.3)")
     assert result.status is CRASHED and "holder" in result.notes[-1]
@@ -223,12 +243,14 @@ def test_file_pages_cannot_be_pinned_in_a_pipe_and_copies_still_work(jail):
     the OOM arbiter counts as reclaimable; both are refused, and shutil's copy falls back to
     read/write."""
     sandbox = jail()
-    code = ("import os, shutil\nopen('a.bin', 'wb').write(b'x' * 10000)\nr, w = os.pipe()\n"
-            "fd = os.open('a.bin', os.O_RDONLY)\nerrors = []\n"
-            "for call in (lambda: os.splice(fd, w, 4096), lambda: os.sendfile(w, fd, 0, 4096)):\n"
-            "    try:\n        call()\n        errors.append('allowed')\n"
-            "    except OSError as exc:\n        errors.append(exc.errno)\n"
-            "shutil.copyfile('a.bin', 'b.bin')\nprint(errors, open('b.bin', 'rb').read() == b'x' * 10000)")
+    code = (
+        "import os, shutil\nopen('a.bin', 'wb').write(b'x' * 10000)\nr, w = os.pipe()\n"
+        "fd = os.open('a.bin', os.O_RDONLY)\nerrors = []\n"
+        "for call in (lambda: os.splice(fd, w, 4096), lambda: os.sendfile(w, fd, 0, 4096)):\n"
+        "    try:\n        call()\n        errors.append('allowed')\n"
+        "    except OSError as exc:\n        errors.append(exc.errno)\n"
+        "shutil.copyfile('a.bin', 'b.bin')\nprint(errors, open('b.bin', 'rb').read() == b'x' * 10000)"
+    )
     result = sandbox.run(code)
     assert result.ok and result.stdout == "[1, 1] True\n", result
 
@@ -240,11 +262,13 @@ def test_a_failed_steps_extended_attributes_cannot_outlive_it(jail):
     call number returns ENOSYS)."""
     sandbox = jail()
     assert sandbox.run("open('kept.txt', 'w').write('x')").ok
-    code = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
-            "errors = []\ntry:\n    os.setxattr('kept.txt', 'user.big', b'x' * 1000)\n"
-            "except OSError as exc:\n    errors.append(exc.errno)\n"
-            "r = libc.syscall(463, -100, b'kept.txt', 0, b'user.big', 0, 0)\n"
-            "errors.append(ctypes.get_errno() if r == -1 else 'allowed')\nprint(errors)")
+    code = (
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+        "errors = []\ntry:\n    os.setxattr('kept.txt', 'user.big', b'x' * 1000)\n"
+        "except OSError as exc:\n    errors.append(exc.errno)\n"
+        "r = libc.syscall(463, -100, b'kept.txt', 0, b'user.big', 0, 0)\n"
+        "errors.append(ctypes.get_errno() if r == -1 else 'allowed')\nprint(errors)"
+    )
     result = sandbox.run(code)
     assert result.ok and result.stdout == "[1, 38]\n", result  # EPERM, ENOSYS
 
@@ -282,13 +306,17 @@ def test_a_lost_trajectorys_files_go_at_once_not_at_close(jail):
     until close(), stays charged to the service while out of the OOM arbiter's ranking, and an
     honest neighbour pays for it. Its files go to the remover at once."""
     sandbox = jail()
-    patch = ("import sys, os\n_runtime = sys.modules['__main__']\n_real = _runtime._expect\n"
-             "def _quit_on_resume(reader, op, stale=()):\n    if op == 'resume':\n        os._exit(0)\n"
-             "    return _real(reader, op, stale)\n_runtime._expect = _quit_on_resume\n"
-             "open('committed', 'wb').write(b'c' * (1 << 20))")
+    patch = (
+        "import sys, os\n_runtime = sys.modules['__main__']\n_real = _runtime._expect\n"
+        "def _quit_on_resume(reader, op, stale=()):\n    if op == 'resume':\n        os._exit(0)\n"
+        "    return _real(reader, op, stale)\n_runtime._expect = _quit_on_resume\n"
+        "open('committed', 'wb').write(b'c' * (1 << 20))"
+    )
     assert sandbox.run(patch).ok
     failed = sandbox.run("os.makedirs('left/by/the/failed/step')\nraise ValueError('x')")
-    lost = sandbox.run("x = 1") if failed.status is ERROR else failed  # the holder quits as it resumes
+    lost = (
+        sandbox.run("x = 1") if failed.status is ERROR else failed
+    )  # the holder quits as it resumes
     assert lost.status is CRASHED and "lost" in lost.notes[-1], lost
     deadline = time.monotonic() + 10
     while os.path.exists(sandbox.workdir) and time.monotonic() < deadline:
@@ -322,13 +350,15 @@ def test_no_step_can_make_itself_dumpable_again(jail):
     kernel reads an int), other ``prctl`` options work, and ``RLIMIT_CORE`` is 1 (the kernel's
     "not even to a pipe" value)."""
     sandbox = jail()
-    code = ("import ctypes, resource\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
-            "out = []\nfor option in (4, 4 | (1 << 32)):\n    for value in (1, 0):\n"
-            "        r = libc.syscall(157, ctypes.c_long(option), ctypes.c_long(value), 0, 0, 0)\n"
-            "        out.append(ctypes.get_errno() if r == -1 else 'allowed')\n"
-            "out.append(libc.prctl(3, 0, 0, 0, 0))\n"  # PR_GET_DUMPABLE
-            "out.append(libc.prctl(15, b'renamed', 0, 0, 0))\n"  # PR_SET_NAME
-            "out.append(resource.getrlimit(resource.RLIMIT_CORE))\nprint(out)")
+    code = (
+        "import ctypes, resource\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+        "out = []\nfor option in (4, 4 | (1 << 32)):\n    for value in (1, 0):\n"
+        "        r = libc.syscall(157, ctypes.c_long(option), ctypes.c_long(value), 0, 0, 0)\n"
+        "        out.append(ctypes.get_errno() if r == -1 else 'allowed')\n"
+        "out.append(libc.prctl(3, 0, 0, 0, 0))\n"  # PR_GET_DUMPABLE
+        "out.append(libc.prctl(15, b'renamed', 0, 0, 0))\n"  # PR_SET_NAME
+        "out.append(resource.getrlimit(resource.RLIMIT_CORE))\nprint(out)"
+    )
     result = sandbox.run(code)
     assert result.ok and result.stdout == "[1, 1, 1, 1, 0, 0, (1, 1)]\n", result
     assert sandbox.run("print('alive')").stdout == "alive\n"
@@ -348,10 +378,12 @@ def test_descriptors_sent_to_the_controller_are_refused(jail):
         pytest.skip("SO_PASSRIGHTS needs Linux 6.16+")
     sandbox = jail()
     expected = prepare_state(sandbox)
-    code = (SOCKET_FD + "import array, socket\nsock = socket.socket(fileno=os.dup(_socket_fd()))\n"
-            "fd = os.memfd_create('x')\ntry:\n"
-            "    sock.sendmsg([b'\\0'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(array.array('i', [fd])))])\n"
-            "    print('sent')\nexcept OSError as exc:\n    print(exc.errno)")
+    code = (
+        SOCKET_FD + "import array, socket\nsock = socket.socket(fileno=os.dup(_socket_fd()))\n"
+        "fd = os.memfd_create('x')\ntry:\n"
+        "    sock.sendmsg([b'\\0'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(array.array('i', [fd])))])\n"
+        "    print('sent')\nexcept OSError as exc:\n    print(exc.errno)"
+    )
     result = sandbox.run(code)
     assert result.ok and result.stdout == "1\n", result  # EPERM
     assert_state_intact(sandbox, expected)
@@ -392,20 +424,25 @@ _RESULT = "{'op': 'result', 'status': 'ok', 'stdout': '', 'stderr': '', 'notes':
 
 
 def _raw(header_expression: str, tail: str = "b''") -> str:
-    return f"raw = {header_expression}\n    sock.sendall(struct.pack('>I', len(raw)) + raw + {tail})"
+    return (
+        f"raw = {header_expression}\n    sock.sendall(struct.pack('>I', len(raw)) + raw + {tail})"
+    )
 
 
 FORGERIES = {
     "15.7M characters of stdout": "_real(sock, {**body, 'stdout': 'x' * 15_700_000})",
     "40 images of 13000x13000": (
         "png = b'\\x89PNG\\r\\n\\x1a\\n\\x00\\x00\\x00\\rIHDR' + struct.pack('>II', 13000, 13000)\n"
-        "    _real(sock, {**body, 'images': [{'source': 's'}] * 40}, [png] * 40)"),
+        "    _real(sock, {**body, 'images': [{'source': 's'}] * 40}, [png] * 40)"
+    ),
     "745k characters of notes": "_real(sock, {**body, 'notes': ['n' * 1000] * 745})",
     "a status the step may not claim": "_real(sock, {**body, 'status': 'timeout'})",
     "bad JSON": _raw("b'{not json'"),
-    "NaN": _raw("b'{\"op\": \"result\", \"status\": NaN, \"_blobs\": []}'"),
-    "deep nesting": _raw("b'{\"op\": \"result\", \"x\": ' + b'[' * 200000 + b']' * 200000 + b', \"_blobs\": []}'"),
-    "a huge integer": _raw("b'{\"op\": \"result\", \"n\": 1' + b'0' * 100000 + b', \"_blobs\": []}'"),
+    "NaN": _raw('b\'{"op": "result", "status": NaN, "_blobs": []}\''),
+    "deep nesting": _raw(
+        "b'{\"op\": \"result\", \"x\": ' + b'[' * 200000 + b']' * 200000 + b', \"_blobs\": []}'"
+    ),
+    "a huge integer": _raw('b\'{"op": "result", "n": 1\' + b\'0\' * 100000 + b\', "_blobs": []}\''),
     "wrong types": _raw("json.dumps({**body, 'stdout': 5, 'error': [1], '_blobs': []}).encode()"),
     "a header length of 2 GiB": "sock.sendall(struct.pack('>I', 1 << 31) + b'{}')",
     "blob sizes that lie": _raw("json.dumps({**body, '_blobs': [100]}).encode()", "b'short'"),
@@ -423,14 +460,20 @@ def test_a_forged_reply_fails_its_step_and_keeps_the_trajectory(jail, name):
     sandbox = jail(timeout_s=3.0, limits=Limits(recovery_s=3.0))
     expected = prepare_state(sandbox)
     assert sandbox.run(FORGE.replace("FORGE_BODY", FORGERIES[name])).ok
-    with sandbox._lock:  # the replaced holder's pidfd (a run's start closes it; the idle freezer too)
+    with (
+        sandbox._lock
+    ):  # the replaced holder's pidfd (a run's start closes it; the idle freezer too)
         sandbox._reap_dying(time.monotonic() + 5.0)
     descriptors = len(os.listdir("/proc/self/fd"))
     started = time.monotonic()
     result = sandbox.run("y = 2")
     assert time.monotonic() - started < 3.0 + 3.0 + 1.0
     assert result.status in (CRASHED, TIMEOUT) and result.rolled_back, (name, result)
-    assert len(result.stdout) < 30_000 and len(result.images) == 0 and sum(map(len, result.notes)) < 20_000
+    assert (
+        len(result.stdout) < 30_000
+        and len(result.images) == 0
+        and sum(map(len, result.notes)) < 20_000
+    )
     assert len(os.listdir("/proc/self/fd")) == descriptors
     assert_state_intact(sandbox, expected)
     assert sandbox.run("print(y)").status is ERROR  # the forged step never happened
@@ -443,15 +486,26 @@ def test_ordinary_code_fails_the_step_not_the_trajectory(jail):
     expected = prepare_state(sandbox)
     big = sandbox.run("raise ValueError('x' * 9_000_000)")
     assert big.status is ERROR and len(big.error.message) <= 4_000 and big.rolled_back
-    images = sandbox.run("import numpy as np\nfrom PIL import Image\nrng = np.random.default_rng(0)\n"
-                         "for i in range(4):\n"
-                         "    Image.fromarray(rng.integers(0, 255, (800, 800, 3), dtype=np.uint8)).save(f'noise{i}.png')")
-    assert images.ok and 1 <= len(images.images) < 4 and any("not returned" in n for n in images.notes), images
-    deep = sandbox.run("import os\nfor _ in range(3000):\n    os.mkdir('d'); os.chdir('d')\nos.chdir('/')")
+    images = sandbox.run(
+        "import numpy as np\nfrom PIL import Image\nrng = np.random.default_rng(0)\n"
+        "for i in range(4):\n"
+        "    Image.fromarray(rng.integers(0, 255, (800, 800, 3), dtype=np.uint8)).save(f'noise{i}.png')"
+    )
+    assert (
+        images.ok and 1 <= len(images.images) < 4 and any("not returned" in n for n in images.notes)
+    ), images
+    deep = sandbox.run(
+        "import os\nfor _ in range(3000):\n    os.mkdir('d'); os.chdir('d')\nos.chdir('/')"
+    )
     assert deep.status is REFUSED and "deeper" in " ".join(deep.notes) and deep.rolled_back, deep
-    deep_failed = sandbox.run("import os\nfor _ in range(3000):\n    os.mkdir('e'); os.chdir('e')\n1/0")
+    deep_failed = sandbox.run(
+        "import os\nfor _ in range(3000):\n    os.mkdir('e'); os.chdir('e')\n1/0"
+    )
     assert deep_failed.status is ERROR and deep_failed.rolled_back
-    shut = sandbox.run(SOCKET_FD + "import socket\nsocket.socket(fileno=os.dup(_socket_fd())).shutdown(socket.SHUT_RDWR)")
+    shut = sandbox.run(
+        SOCKET_FD
+        + "import socket\nsocket.socket(fileno=os.dup(_socket_fd())).shutdown(socket.SHUT_RDWR)"
+    )
     assert shut.status is ERROR and shut.error.type == "PermissionError", shut
     assert sandbox.run("import os; os.remove('noise0.png')").ok
     assert sandbox.run("import os, glob; [os.remove(p) for p in glob.glob('noise*.png')]").ok
@@ -461,7 +515,9 @@ def test_ordinary_code_fails_the_step_not_the_trajectory(jail):
 def test_nothing_of_the_trajectory_lives_outside_its_working_directory(jail):
     """Output written to file descriptor 1 goes to a memfd, not to a host file."""
     sandbox = jail()
-    result = sandbox.run("import os\nfor _ in range(40): os.write(1, b'y' * (1 << 20))\nraise ValueError")
+    result = sandbox.run(
+        "import os\nfor _ in range(40): os.write(1, b'y' * (1 << 20))\nraise ValueError"
+    )
     assert result.status is ERROR and "bytes cut" in result.stdout
     assert os.listdir(os.path.dirname(sandbox.workdir)) == ["work"]
 
@@ -480,8 +536,10 @@ def test_run_after_close_raises_at_once(jail):
 def test_a_holder_that_forks_extra_processes_cannot_commit_them(jail):
     """The holder runs code between steps; what it starts is found at the next commit."""
     sandbox = jail(timeout_s=3.0)
-    action = ("_forked = []\ndef ACTION():\n    if not _forked:\n        _forked.append(os.fork())\n"
-              "        if _forked[0] == 0:\n            import time; time.sleep(100)\n")
+    action = (
+        "_forked = []\ndef ACTION():\n    if not _forked:\n        _forked.append(os.fork())\n"
+        "        if _forked[0] == 0:\n            import time; time.sleep(100)\n"
+    )
     assert sandbox.run(hostile(action)).ok
     result = sandbox.run("import time; time.sleep(0.3)")
     assert result.status is REFUSED and "processes" in " ".join(result.notes), result
@@ -516,7 +574,9 @@ def test_leftovers_of_a_killed_controller_are_swept(tmp_path):
     finally:
         child.kill()
         child.wait()
-    assert _processes_left_in_groups_of(name, timeout_s=10) == 0  # frozen ones too, with no sweep yet
+    assert (
+        _processes_left_in_groups_of(name, timeout_s=10) == 0
+    )  # frozen ones too, with no sweep yet
     sweep()  # (another process's sweep may have come first: what matters is that it is gone)
     assert not os.path.exists(work_root) and not os.path.exists(store_root)
     assert not any(os.path.exists(os.path.join(p, name)) for p in service_parents())
@@ -542,7 +602,10 @@ def test_the_groups_of_a_controller_killed_in_another_cgroup_are_swept(tmp_path)
 
     if os.geteuid() != 0:
         pytest.skip("creating cgroups needs root")
-    scratches = [os.path.join(parent, f"scratch-{secrets.token_hex(4)}") for parent in cgroups.service_parents()]
+    scratches = [
+        os.path.join(parent, f"scratch-{secrets.token_hex(4)}")
+        for parent in cgroups.service_parents()
+    ]
     made = []
     try:
         for scratch in scratches:
@@ -558,7 +621,9 @@ def test_the_groups_of_a_controller_killed_in_another_cgroup_are_swept(tmp_path)
                   "service = SandboxService(memory_total=512 << 20)\nsb = Sandbox(service=service)\n"
                   "assert sb.run('x = 1').ok\n"
                   "print(service.name, service.cgroup_layout is not None, flush=True)\ntime.sleep(600)")  # fmt: skip
-        child = subprocess.Popen([sys.executable, "-c", script, *scratches], stdout=subprocess.PIPE, text=True)
+        child = subprocess.Popen(
+            [sys.executable, "-c", script, *scratches], stdout=subprocess.PIPE, text=True
+        )
         try:
             name, with_cgroups = child.stdout.readline().split()
             if with_cgroups != "True":
@@ -589,7 +654,9 @@ def test_the_groups_of_a_controller_killed_in_another_cgroup_are_swept(tmp_path)
                     time.sleep(0.02)
 
 
-def test_a_forked_child_of_a_killed_controller_keeps_neither_its_frozen_trajectories_nor_its_service(tmp_path):
+def test_a_forked_child_of_a_killed_controller_keeps_neither_its_frozen_trajectories_nor_its_service(
+    tmp_path,
+):
     """A plain os.fork() of the controller (multiprocessing's "fork", DataLoader workers) would
     inherit the thaw-on-exit watcher's pipe and the service's lock: with the controller SIGKILLed
     and the child alive, the idle trajectory would stay frozen and ``gc`` take the service for
@@ -627,7 +694,9 @@ def test_a_forked_child_of_a_killed_controller_keeps_neither_its_frozen_trajecto
         child.wait()
     try:
         assert os.path.exists(f"/proc/{worker}")  # the forked child outlives the controller
-        assert _processes_left_in_groups_of(name, timeout_s=10) == 0  # thawed by the watcher, killed
+        assert (
+            _processes_left_in_groups_of(name, timeout_s=10) == 0
+        )  # thawed by the watcher, killed
         assert name in sweep()  # not taken for alive
         assert not os.path.exists(work_root) and not os.path.exists(store_root)
         assert not any(os.path.exists(os.path.join(p, name)) for p in service_parents())
@@ -677,11 +746,18 @@ def test_the_holder_is_frozen_while_the_controller_restores(jail):
             return open(os.path.join(sandbox._cgroup.freezer_dir, "freezer.state")).read().strip()
         return open(os.path.join(sandbox._cgroup.freezer_dir, "cgroup.events")).read()
 
-    service, seen = sandbox.service, []  # the state at every copy of data, in place or into a new file
+    service, seen = (
+        sandbox.service,
+        [],
+    )  # the state at every copy of data, in place or into a new file
 
     class Watched:
         def __init__(self, writer):
-            self.writer, self.create_file, self.make_dir = writer, writer.create_file, writer.make_dir
+            self.writer, self.create_file, self.make_dir = (
+                writer,
+                writer.create_file,
+                writer.make_dir,
+            )
 
         def copy(self, source, target):
             seen.append(state())
@@ -700,6 +776,7 @@ def test_the_holder_is_frozen_while_the_controller_restores(jail):
         del service.restore_writer
     assert seen and all("FROZEN" in s or "frozen 1" in s for s in seen), seen
     assert sandbox.run("print(open('f').read())").stdout == "kept\n"
+
 
 def test_the_denied_syscalls_do_not_break_ordinary_libraries(jail):
     """The added seccomp rules leave numpy, PIL, OpenCV, matplotlib and file I/O working."""
@@ -729,9 +806,11 @@ def test_an_idle_trajectory_runs_nothing(jail):
     sandbox = jail(timeout_s=3.0)
     if sandbox._cgroup is None or not sandbox._cgroup.can_freeze:
         pytest.skip("no freezer on this host")
-    patch = (RUNTIME_FORK + "def fork():\n    pid = _fork()\n    if pid == 0:\n"
-             "        os.setsid()\n        while True: pass\n    _runtime._fork_continuation = _fork\n"
-             "    return pid\n_runtime._fork_continuation = fork\n")
+    patch = (
+        RUNTIME_FORK + "def fork():\n    pid = _fork()\n    if pid == 0:\n"
+        "        os.setsid()\n        while True: pass\n    _runtime._fork_continuation = _fork\n"
+        "    return pid\n_runtime._fork_continuation = fork\n"
+    )
     assert sandbox.run(patch).ok  # the spinning spare is the step's only child: allowed
     with sandbox._lock:  # the idle freezer reaps it too
         sandbox._reap_dying(time.monotonic() + 5.0)  # the replaced holder, killed at the commit
@@ -739,7 +818,9 @@ def test_an_idle_trajectory_runs_nothing(jail):
     busy = [pid for pid in sandbox._cgroup.pids() if pid != sandbox._holder_pid]
     ticks = {pid: _cpu_ticks(pid) for pid in busy}
     time.sleep(0.5)
-    assert busy and all(_cpu_ticks(pid) - ticks[pid] <= 2 for pid in busy), "a process ran while idle"
+    assert busy and all(_cpu_ticks(pid) - ticks[pid] <= 2 for pid in busy), (
+        "a process ran while idle"
+    )
     assert sandbox.run("x = 1").status is TIMEOUT
     assert sandbox.run("print(2)").stdout == "2\n"
 
@@ -756,8 +837,10 @@ def test_files_written_during_a_step_are_memory_not_host_disk(jail):
     if not sandbox.service.work_on_tmpfs:
         pytest.skip("the work root is not a tmpfs here (the controller is not root)")
     expected = prepare_state(sandbox)
-    result = sandbox.run("import os\nbuf = os.urandom(1 << 20)\nfor n in range(4):\n"
-                         "    with open(f'f{n}', 'wb') as f:\n        for _ in range(200): f.write(buf)")
+    result = sandbox.run(
+        "import os\nbuf = os.urandom(1 << 20)\nfor n in range(4):\n"
+        "    with open(f'f{n}', 'wb') as f:\n        for _ in range(200): f.write(buf)"
+    )
     assert result.status is ExecStatus.OOM and result.rolled_back, result
     assert_state_intact(sandbox, expected)
 
@@ -767,9 +850,11 @@ def test_the_step_is_the_oom_victim_from_its_first_statement(jail):
     statement inherits it (set after the code was sent, such a child could
     escape it and get a neighbour killed); the holder is never above 0."""
     sandbox = jail()
-    code = ("import os\nr, w = os.pipe()\nif os.fork() == 0:\n"
-            "    os.write(w, open('/proc/self/oom_score_adj', 'rb').read()); os._exit(0)\n"
-            "os.wait(); print(open('/proc/self/oom_score_adj').read().strip(), os.read(r, 16).decode().strip())")
+    code = (
+        "import os\nr, w = os.pipe()\nif os.fork() == 0:\n"
+        "    os.write(w, open('/proc/self/oom_score_adj', 'rb').read()); os._exit(0)\n"
+        "os.wait(); print(open('/proc/self/oom_score_adj').read().strip(), os.read(r, 16).decode().strip())"
+    )
     for _ in range(5):
         result = sandbox.run(code)
         assert result.ok and result.stdout == "1000 1000\n", result
@@ -797,17 +882,20 @@ def test_processes_racing_to_announce_themselves_are_bounded(jail):
     sandbox = jail(timeout_s=10.0)
     # the race starts once a spare has its code (so the step the patch is in has been
     # committed: racers alive while a commit is checked would refuse it)
-    patch = (SOCKET_FD + "import struct, sys\n_runtime = sys.modules['__main__']\n_real = _runtime._expect\n"
-             "def _racing(reader, op, stale=()):\n"
-             "    body = _real(reader, op, stale)\n"
-             "    if op == 'run':\n"
-             "        chunk = struct.pack('>I', 65400) + b'{' + b' ' * 65000\n"
-             "        for _ in range(300):\n"
-             "            pid = os.fork()\n"
-             "            if pid == 0:\n                os.write(_socket_fd(), chunk)\n                os._exit(0)\n"
-             "            os.waitpid(pid, 0)\n"
-             "        open('raced', 'w').close()\n"
-             "    return body\n_runtime._expect = _racing\n")
+    patch = (
+        SOCKET_FD
+        + "import struct, sys\n_runtime = sys.modules['__main__']\n_real = _runtime._expect\n"
+        "def _racing(reader, op, stale=()):\n"
+        "    body = _real(reader, op, stale)\n"
+        "    if op == 'run':\n"
+        "        chunk = struct.pack('>I', 65400) + b'{' + b' ' * 65000\n"
+        "        for _ in range(300):\n"
+        "            pid = os.fork()\n"
+        "            if pid == 0:\n                os.write(_socket_fd(), chunk)\n                os._exit(0)\n"
+        "            os.waitpid(pid, 0)\n"
+        "        open('raced', 'w').close()\n"
+        "    return body\n_runtime._expect = _racing\n"
+    )
     assert sandbox.run(patch).ok
     peak = []
     real_read = sandbox._reader._read_some
@@ -824,9 +912,15 @@ def test_processes_racing_to_announce_themselves_are_bounded(jail):
 def test_no_pty_device_in_the_jail(jail):
     """ptys come from one host-wide pool: the jail's /dev has none to take."""
     sandbox = jail()
-    result = sandbox.run("import os\nprint(sorted(os.listdir('/dev')))\n"
-                         "try:\n    os.openpty(); print('pty')\nexcept OSError as exc: print(type(exc).__name__)")
-    assert "ptmx" not in result.stdout and "pts" not in result.stdout and "\npty\n" not in result.stdout
+    result = sandbox.run(
+        "import os\nprint(sorted(os.listdir('/dev')))\n"
+        "try:\n    os.openpty(); print('pty')\nexcept OSError as exc: print(type(exc).__name__)"
+    )
+    assert (
+        "ptmx" not in result.stdout
+        and "pts" not in result.stdout
+        and "\npty\n" not in result.stdout
+    )
     assert "'null'" in result.stdout and "'urandom'" in result.stdout
 
 
@@ -843,9 +937,11 @@ def test_sync_and_foreign_socketpairs_are_denied(jail):
 
 def test_a_holder_with_threads_cannot_commit(jail):
     sandbox = jail(timeout_s=3.0)
-    action = ("import threading, time\n_started = []\ndef ACTION():\n    if not _started:\n"
-              "        _started.append(threading.Thread(target=time.sleep, args=(100,), daemon=True))\n"
-              "        _started[0].start()\n")
+    action = (
+        "import threading, time\n_started = []\ndef ACTION():\n    if not _started:\n"
+        "        _started.append(threading.Thread(target=time.sleep, args=(100,), daemon=True))\n"
+        "        _started[0].start()\n"
+    )
     assert sandbox.run(hostile(action)).ok
     # the holder starts its thread once it sees its commit (its parent changed), which can come
     # after the next step's check or after the idle freeze; each committed step re-arms it
@@ -853,7 +949,9 @@ def test_a_holder_with_threads_cannot_commit(jail):
         result = sandbox.run("x = 1")
         if result.status is not OK:
             break
-    assert result.status is REFUSED and "holder process runs threads" in " ".join(result.notes), result
+    assert result.status is REFUSED and "holder process runs threads" in " ".join(result.notes), (
+        result
+    )
 
 
 def test_a_holder_that_cannot_fork_reports_a_step_that_could_not_start(jail):
@@ -863,9 +961,12 @@ def test_a_holder_that_cannot_fork_reports_a_step_that_could_not_start(jail):
     Simulated by a committed step whose runtime's fork fails once."""
     sandbox = jail()
     expected = prepare_state(sandbox)
-    patch = (RUNTIME_FORK + "import errno\ndef _fork_failing_once():\n    _runtime._fork_continuation = _fork\n"
-             "    raise OSError(errno.ENOMEM, 'Cannot allocate memory')\n"
-             "_runtime._fork_continuation = _fork_failing_once")
+    patch = (
+        RUNTIME_FORK
+        + "import errno\ndef _fork_failing_once():\n    _runtime._fork_continuation = _fork\n"
+        "    raise OSError(errno.ENOMEM, 'Cannot allocate memory')\n"
+        "_runtime._fork_continuation = _fork_failing_once"
+    )
     assert sandbox.run(patch).ok
     result = sandbox.run("print('never runs')")
     assert result.status is ExecStatus.OOM and result.rolled_back, result
@@ -939,13 +1040,16 @@ def test_a_step_that_times_out_before_its_spare_is_forked_rolls_back_and_keeps_t
     the holder" while there is none; the spare forks a moment later, the holder waits for it
     and never reports, and at the recovery deadline the trajectory would be lost. A holder slow to fork (here a committed step made it so) stands for that moment."""
     sandbox = jail(limits=Limits(recovery_s=10.0))
-    slow = (RUNTIME_FORK + "import time\ndef _slow_fork():\n    time.sleep(0.4)\n    return _fork()\n"
-            "_runtime._fork_continuation = _slow_fork\nx = 41")
+    slow = (
+        RUNTIME_FORK + "import time\ndef _slow_fork():\n    time.sleep(0.4)\n    return _fork()\n"
+        "_runtime._fork_continuation = _slow_fork\nx = 41"
+    )
     assert sandbox.run(slow).ok
     started = time.monotonic()
     timed_out = sandbox.run("x += 1", timeout_s=0.1)
     assert timed_out.status is ExecStatus.TIMEOUT and timed_out.rolled_back, timed_out
-    assert time.monotonic() - started < 0.1 + 6.0, "the holder was waited for until the recovery deadline (10 s)"
+    assert time.monotonic() - started < 0.1 + 6.0, (
+        "the holder was waited for until the recovery deadline (10 s)"
+    )
     after = sandbox.run("print(x)", timeout_s=5)
     assert after.ok and after.stdout == "41\n", after
-

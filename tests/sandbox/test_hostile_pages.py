@@ -93,7 +93,12 @@ def test_no_step_can_lock_shared_pages_nor_raise_the_hosts_unevictable(jail):
     holder keeps its 6 MiB."""
     sandbox = jail()
     result = sandbox.run(LOCK_SHARED_PAGES)
-    denied = [("MAP_LOCKED", "EPERM"), ("mlock", "EPERM"), ("mlock2", "EPERM"), ("mlockall", "EPERM")]
+    denied = [
+        ("MAP_LOCKED", "EPERM"),
+        ("mlock", "EPERM"),
+        ("mlock2", "EPERM"),
+        ("mlockall", "EPERM"),
+    ]
     assert result.ok and result.stdout.startswith(f"{denied} (0, 0) True "), result
     assert sandbox.run("print('alive')").stdout == "alive\n"
 
@@ -158,13 +163,28 @@ def _lock_attempts() -> list:
     a plain preadv2, which must stay allowed."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
     buffer = mmap.mmap(-1, 4096)
     address = ctypes.addressof(ctypes.c_char.from_buffer(buffer))
-    found = [0 if libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(4096)) == 0 else ctypes.get_errno()]
+    found = [
+        0
+        if libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(4096)) == 0
+        else ctypes.get_errno()
+    ]
     anonymous = 0x22  # MAP_PRIVATE | MAP_ANONYMOUS
     for flags in (anonymous | _MAP_LOCKED, anonymous):
-        found.append(0 if libc.mmap(None, 4096, 3, flags, -1, 0) != ctypes.c_void_p(-1).value else ctypes.get_errno())
+        found.append(
+            0
+            if libc.mmap(None, 4096, 3, flags, -1, 0) != ctypes.c_void_p(-1).value
+            else ctypes.get_errno()
+        )
     fd = os.open(SHARED, os.O_RDONLY)
     for flags in (_RWF_NOWAIT, 0):
         try:
@@ -175,7 +195,9 @@ def _lock_attempts() -> list:
     return found
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="root's CAP_IPC_LOCK ignores RLIMIT_MEMLOCK: the filter is then alone")
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="root's CAP_IPC_LOCK ignores RLIMIT_MEMLOCK: the filter is then alone"
+)
 def test_the_seccomp_filter_alone_refuses_locking_and_nowait_reads():
     """Root (``CAP_IPC_LOCK``: no memlock limit applies) under the jail's filter: locking and
     ``RWF_NOWAIT`` reads are refused by the filter itself, plain mappings and reads are not."""
@@ -184,7 +206,9 @@ def test_the_seccomp_filter_alone_refuses_locking_and_nowait_reads():
     def body():
         guards.forbid_new_privileges()
         guards.install_seccomp()
-        os.posix_fadvise(os.open(SHARED, os.O_RDONLY), 0, 0, os.POSIX_FADV_WILLNEED)  # a cached page reads at once
+        os.posix_fadvise(
+            os.open(SHARED, os.O_RDONLY), 0, 0, os.POSIX_FADV_WILLNEED
+        )  # a cached page reads at once
         return _lock_attempts()
 
     assert _in_child(body) == [errno.EPERM, errno.EPERM, 0, errno.EPERM, 0]
@@ -203,10 +227,12 @@ def test_the_seccomp_filter_alone_refuses_scheduling_others():
         guards.forbid_new_privileges()
         guards.install_seccomp()
         outcomes = []
-        for call in (lambda pid: os.setpriority(os.PRIO_PROCESS, pid, 19),
-                     lambda pid: os.sched_setaffinity(pid, {0}),
-                     lambda pid: os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0)),
-                     lambda pid: os.sched_setparam(pid, os.sched_param(0))):
+        for call in (
+            lambda pid: os.setpriority(os.PRIO_PROCESS, pid, 19),
+            lambda pid: os.sched_setaffinity(pid, {0}),
+            lambda pid: os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0)),
+            lambda pid: os.sched_setparam(pid, os.sched_param(0)),
+        ):
             for pid in (0, sibling):
                 try:
                     call(pid)
@@ -259,7 +285,9 @@ def test_pages_a_trajectory_read_first_and_another_process_locked_are_not_its_gr
     pages were locked by someone else, and it must not pay for them."""
     sandbox = make([_bmp()])
     if sandbox._cgroup is None or os.geteuid() != 0:
-        pytest.skip("needs the trajectory's memory cgroup (root), and root's CAP_IPC_LOCK to lock its pages")
+        pytest.skip(
+            "needs the trajectory's memory cgroup (root), and root's CAP_IPC_LOCK to lock its pages"
+        )
     found = sandbox.run("import os\nprint(os.path.realpath(input_image_path))")
     path = found.stdout.strip()
     assert found.ok and os.path.isfile(path), found  # the jail sees the inputs at their host path
@@ -268,17 +296,30 @@ def test_pages_a_trajectory_read_first_and_another_process_locked_are_not_its_gr
     before, unevictable = sandbox.memory_growth(), _unevictable(sandbox)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
     libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     fd, size = os.open(path, os.O_RDONLY), os.path.getsize(path)
-    address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)  # the file's own cache pages
+    address = libc.mmap(
+        None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0
+    )  # the file's own cache pages
     os.close(fd)
     try:
-        assert libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(size)) == 0, os.strerror(ctypes.get_errno())
+        assert libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(size)) == 0, os.strerror(
+            ctypes.get_errno()
+        )
         gained = _unevictable(sandbox) - unevictable
         assert gained > size // 2, (gained, size)  # the pages were charged to the trajectory
         grown = sandbox.memory_growth() - before  # what the arbiter ranks the trajectory by
-        assert grown < MiB, f"{grown / MiB:.1f} MiB of growth for {gained / MiB:.1f} MiB another process locked"
+        assert grown < MiB, (
+            f"{grown / MiB:.1f} MiB of growth for {gained / MiB:.1f} MiB another process locked"
+        )
     finally:
         libc.munmap(address, size)
 
@@ -291,7 +332,9 @@ def _bmp() -> bytes:
     from PIL import Image
 
     buffer = io.BytesIO()
-    Image.fromarray(np.random.default_rng(0).integers(0, 255, (1536, 1536, 3), np.uint8)).save(buffer, format="BMP")
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (1536, 1536, 3), np.uint8)).save(
+        buffer, format="BMP"
+    )
     return buffer.getvalue()
 
 

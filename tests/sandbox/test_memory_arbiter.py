@@ -45,7 +45,9 @@ def service():
     if layout is None or layout.version != 1:
         svc.close()
         pytest.skip("the OOM arbiter needs cgroup v1's memory.oom_control (and root)")
-    assert svc.oom_arbiter is not None, "cgroup v1 is writable here, yet the service has no OOM arbiter"
+    assert svc.oom_arbiter is not None, (
+        "cgroup v1 is writable here, yet the service has no OOM arbiter"
+    )
     yield svc
     svc.close()
 
@@ -63,26 +65,49 @@ def test_no_trajectory_can_take_every_inode_slot_of_the_work_root_before_its_mem
 
 def test_the_largest_growers_come_first_idle_ones_past_a_floor_and_only_past_the_slack_when_nearly_full():
     mib = 1 << 20
-    growths = [("a", 10 * mib, 10 * mib, True), ("b", 300 * mib, 300 * mib, True), ("c", 200 * mib, 200 * mib, False)]
+    growths = [
+        ("a", 10 * mib, 10 * mib, True),
+        ("b", 300 * mib, 300 * mib, True),
+        ("c", 200 * mib, 200 * mib, False),
+    ]
     assert rank_victims(growths, out_of_memory=True) == ["b", "c", "a"]
-    assert rank_victims(growths, out_of_memory=False) == ["b", "c"]  # nearly full: past the slack only
+    assert rank_victims(growths, out_of_memory=False) == [
+        "b",
+        "c",
+    ]  # nearly full: past the slack only
     # out of memory, idle growth past the floor ranks with running steps
-    assert rank_victims([("a", -5, 0, True), ("idle", 20 * mib, 20 * mib, False)], out_of_memory=True) == ["idle", "a"]
-    assert rank_victims([("a", 22 * mib, 22 * mib, True), ("idle", 20 * mib, 20 * mib, False)],
-                        out_of_memory=True) == ["a", "idle"]
-    assert rank_victims([("a", -5, 0, True), ("idle", 20 * mib, 20 * mib, False)], out_of_memory=False) == []
+    assert rank_victims(
+        [("a", -5, 0, True), ("idle", 20 * mib, 20 * mib, False)], out_of_memory=True
+    ) == ["idle", "a"]
+    assert rank_victims(
+        [("a", 22 * mib, 22 * mib, True), ("idle", 20 * mib, 20 * mib, False)], out_of_memory=True
+    ) == ["a", "idle"]
+    assert (
+        rank_victims([("a", -5, 0, True), ("idle", 20 * mib, 20 * mib, False)], out_of_memory=False)
+        == []
+    )
     # within the floor an idle trajectory holds committed state and noise (a fresh spare's pages)
-    assert rank_victims([("idle", IDLE_FLOOR_BYTES, IDLE_FLOOR_BYTES, False), ("idle2", -3, 0, False)],
-                        out_of_memory=True) == []
-    assert rank_victims([("idle", SLACK_BYTES, SLACK_BYTES, False), ("a", SLACK_BYTES + 1, SLACK_BYTES + 1, True)],
-                        out_of_memory=False) == ["a"]
+    assert (
+        rank_victims(
+            [("idle", IDLE_FLOOR_BYTES, IDLE_FLOOR_BYTES, False), ("idle2", -3, 0, False)],
+            out_of_memory=True,
+        )
+        == []
+    )
+    assert rank_victims(
+        [("idle", SLACK_BYTES, SLACK_BYTES, False), ("a", SLACK_BYTES + 1, SLACK_BYTES + 1, True)],
+        out_of_memory=False,
+    ) == ["a"]
     assert rank_victims([], out_of_memory=True) == []
     assert idle_floor(True) == IDLE_FLOOR_BYTES < SLACK_BYTES == idle_floor(False)
     # kernel memory (inodes of empty files) ranks a running step only while
     # out of memory (the kernel has reclaimed its cache); never an idle one, nor while nearly full
     kernel = [("files", 3 * mib, 400 * mib, True), ("honest", 40 * mib, 41 * mib, True)]
     assert rank_victims(kernel, out_of_memory=True) == ["files", "honest"]
-    assert rank_victims(kernel + [("idle", 3 * mib, 400 * mib, False)], out_of_memory=True) == ["files", "honest"]
+    assert rank_victims(kernel + [("idle", 3 * mib, 400 * mib, False)], out_of_memory=True) == [
+        "files",
+        "honest",
+    ]
     assert rank_victims([("files", 3 * mib, 400 * mib, True)], out_of_memory=False) == []
 
 
@@ -105,8 +130,10 @@ def _while_running(background, code: str, action):
 
 def _neighbour_holding(mib: int) -> str:
     """An honest step that holds ``mib`` MiB, says it is ready, and finishes a few seconds later."""
-    return (f"import numpy as np, time\nx = np.ones({mib} << 20, np.uint8)\nopen('ready', 'w').close()\n"
-            "time.sleep(6)\nprint('B done', int(x[-1]))")
+    return (
+        f"import numpy as np, time\nx = np.ones({mib} << 20, np.uint8)\nopen('ready', 'w').close()\n"
+        "time.sleep(6)\nprint('B done', int(x[-1]))"
+    )
 
 
 def test_a_trajectory_filling_memory_with_files_is_stopped_not_its_running_neighbour(jail):
@@ -114,9 +141,13 @@ def test_a_trajectory_filling_memory_with_files_is_stopped_not_its_running_neigh
     A's step ends as oom (rolled back, its trajectory kept), B's step finishes."""
     a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
     result_b, result_a = _while_running(
-        b, _neighbour_holding(250),
-        lambda: a.run("buf = b'x' * (1 << 20)\nfor i in range(900):\n"
-                      "    with open(f'f{i}', 'wb') as f: f.write(buf)\nprint('A wrote it all')"))
+        b,
+        _neighbour_holding(250),
+        lambda: a.run(
+            "buf = b'x' * (1 << 20)\nfor i in range(900):\n"
+            "    with open(f'f{i}', 'wb') as f: f.write(buf)\nprint('A wrote it all')"
+        ),
+    )
     assert result_b.status is ExecStatus.OK and result_b.stdout == "B done 1\n", result_b
     assert result_a.status is ExecStatus.OOM and result_a.rolled_back, (result_a, result_a.error)
     assert result_a.notes[0] == MEMORY_VICTIM
@@ -148,7 +179,9 @@ def test_a_patched_holder_writing_files_costs_its_own_step_not_a_neighbours_stat
     assert a.run(hostile(WRITE_FILES)).ok
     result = a.run("import time; time.sleep(50)")
     stopped = result.status is ExecStatus.OOM and result.rolled_back
-    lost = result.status is ExecStatus.CRASHED and "state is lost" in result.notes[0] and not a.alive
+    lost = (
+        result.status is ExecStatus.CRASHED and "state is lost" in result.notes[0] and not a.alive
+    )
     assert stopped or lost, result
     assert result.duration_s < 30, result  # not the step's 50 s
     state = b.run("print(int(x[0]), x.size)")
@@ -185,8 +218,10 @@ def test_a_step_child_in_its_own_process_group_is_stopped_with_the_step(jail):
     and every trajectory stalls until A's recovery deadline); B's state survives."""
     a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
     assert b.run(NEIGHBOUR_STATE).stdout == "262144000\n"
-    result = a.run("import os, numpy as np\npid = os.fork()\nif pid == 0:\n    os.setpgid(0, 0)\n"
-                   "    hoard = np.ones(560 << 20, np.uint8)\n    os._exit(0)\nos.waitpid(pid, 0)")
+    result = a.run(
+        "import os, numpy as np\npid = os.fork()\nif pid == 0:\n    os.setpgid(0, 0)\n"
+        "    hoard = np.ones(560 << 20, np.uint8)\n    os._exit(0)\nos.waitpid(pid, 0)"
+    )
     assert result.status is ExecStatus.OOM and result.rolled_back, result
     assert result.duration_s < 30, result  # not the step's 60 s + recovery
     assert_only_holder_and_spare(a)
@@ -213,13 +248,21 @@ def test_growth_after_answering_is_charged_to_the_trajectory_that_grew(jail):
     not B's honest running step (a mark taken at the commit must not launder A's
     growth)."""
     a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
-    result_b, result_a = _while_running(b, _neighbour_holding(150), lambda: a.run(GROW_AFTER_ANSWERING))
+    result_b, result_a = _while_running(
+        b, _neighbour_holding(150), lambda: a.run(GROW_AFTER_ANSWERING)
+    )
     assert result_b.status is ExecStatus.OK and result_b.stdout == "B done 1\n", result_b
     after = a.run("print('hoard' in globals())")
     if a.alive:  # stopped before its commit: rolled back, nothing of it kept
-        assert result_a.status is ExecStatus.OOM and after.ok and after.stdout == "False\n", (result_a, after)
+        assert result_a.status is ExecStatus.OOM and after.ok and after.stdout == "False\n", (
+            result_a,
+            after,
+        )
     else:  # committed first, its holder then holding the growth: lost
-        assert after.status is ExecStatus.CRASHED and "state is lost" in after.notes[0], (result_a, after)
+        assert after.status is ExecStatus.CRASHED and "state is lost" in after.notes[0], (
+            result_a,
+            after,
+        )
 
 
 HOLD_WHILE_IDLE = """
@@ -239,8 +282,10 @@ def _headroom(service) -> int:
     counted: at most what allocations can still get without the arbiter)."""
     from codedance.sandbox.memory.cgroup_memory import unreclaimable
 
-    usage, stat = (Path(service.cgroup_layout.memory_parent, name).read_bytes()
-                   for name in ("memory.usage_in_bytes", "memory.stat"))
+    usage, stat = (
+        Path(service.cgroup_layout.memory_parent, name).read_bytes()
+        for name in ("memory.usage_in_bytes", "memory.stat")
+    )
     return service.memory_total - unreclaimable(1, usage, stat, prefix=b"total_")
 
 
@@ -259,14 +304,22 @@ def test_idle_trajectories_each_keeping_under_the_slack_pay_before_a_smaller_run
     grown = [attacker.memory_growth() for attacker in attackers]
     assert all(24 << 20 < growth < SLACK_BYTES for growth in grown), grown  # the honest step: ~21
     # committed state in two steps: the second, nearly full, grows less than the slack
-    assert filler.run(f"import numpy as np\nbig = np.ones({(_headroom(filler.service) >> 20) - 30} << 20, np.uint8)").ok
-    assert filler.run(f"small = np.ones({(_headroom(filler.service) >> 20) - 10} << 20, np.uint8)").ok
+    assert filler.run(
+        f"import numpy as np\nbig = np.ones({(_headroom(filler.service) >> 20) - 30} << 20, np.uint8)"
+    ).ok
+    assert filler.run(
+        f"small = np.ones({(_headroom(filler.service) >> 20) - 10} << 20, np.uint8)"
+    ).ok
     assert all(attacker.alive for attacker in attackers)  # none taken yet
     result = honest.run("buf = b'h' * (20 << 20)\nprint(len(buf) >> 20)")
     assert result.status is ExecStatus.OK and result.stdout == "20\n", result
-    lost = [attacker for attacker in attackers if not attacker.alive]  # (the arbiter counts it a moment later)
+    lost = [
+        attacker for attacker in attackers if not attacker.alive
+    ]  # (the arbiter counts it a moment later)
     assert lost, [attacker.memory_growth() for attacker in attackers]
-    after = lost[0].run("print('still here')")  # the arbiter's note: lost for growth outside any step
+    after = lost[0].run(
+        "print('still here')"
+    )  # the arbiter's note: lost for growth outside any step
     assert after.status is ExecStatus.CRASHED and "outside any step" in after.notes[0], after
     state = filler.run("print(int(big[0]), int(small[-1]))")
     assert state.ok and state.stdout == "1 1\n", state
@@ -282,18 +335,26 @@ def test_the_default_memory_total_respects_the_controllers_own_cgroup_limit():
     from codedance.sandbox import cgroups
 
     parents = cgroups.service_parents()
-    memory = [p for p in parents if p.startswith("/sys/fs/cgroup/memory/")] or parents  # v1, or v2's one
+    memory = [
+        p for p in parents if p.startswith("/sys/fs/cgroup/memory/")
+    ] or parents  # v1, or v2's one
     if os.geteuid() != 0 or not memory:
         pytest.skip("needs root and a writable memory cgroup")
     v1 = os.path.exists(os.path.join(memory[0], "memory.limit_in_bytes"))
     outer = os.path.join(memory[0], f"outer-{os.getpid()}")
     os.mkdir(outer)
     try:
-        with open(os.path.join(outer, "memory.limit_in_bytes" if v1 else "memory.max"), "w") as handle:
+        with open(
+            os.path.join(outer, "memory.limit_in_bytes" if v1 else "memory.max"), "w"
+        ) as handle:
             handle.write(str(700 << 20))
-        code = (f"import os\nopen({os.path.join(outer, 'cgroup.procs')!r}, 'w').write(str(os.getpid()))\n"
-                "from codedance.sandbox.service import default_memory_total\nprint(default_memory_total())")
-        child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+        code = (
+            f"import os\nopen({os.path.join(outer, 'cgroup.procs')!r}, 'w').write(str(os.getpid()))\n"
+            "from codedance.sandbox.service import default_memory_total\nprint(default_memory_total())"
+        )
+        child = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+        )
         assert int(child.stdout) == int(0.85 * (700 << 20)), child
     finally:
         cgroups._rmdir_when_empty(outer)
@@ -305,12 +366,19 @@ def test_a_restore_is_no_credit_to_grow_by(jail):
     when the service runs out (with restores charged to the controller, A's mark would keep
     the deleted files and B be chosen; restores are charged to A)."""
     a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
-    assert a.run("chunk = b'x' * (1 << 20)\nfor i in range(3):\n    with open(f'f{i}', 'wb') as f:\n"
-                 "        for _ in range(100): f.write(chunk)").ok
-    failed = a.run("import os\nfor i in range(3): os.remove(f'f{i}')\nraise RuntimeError('on purpose')")
+    assert a.run(
+        "chunk = b'x' * (1 << 20)\nfor i in range(3):\n    with open(f'f{i}', 'wb') as f:\n"
+        "        for _ in range(100): f.write(chunk)"
+    ).ok
+    failed = a.run(
+        "import os\nfor i in range(3): os.remove(f'f{i}')\nraise RuntimeError('on purpose')"
+    )
     assert failed.status is ExecStatus.ERROR and failed.rolled_back, failed
     result_b, result_a = _while_running(
-        b, _neighbour_holding(100), lambda: a.run("import numpy as np\nhoard = np.ones(560 << 20, np.uint8)"))
+        b,
+        _neighbour_holding(100),
+        lambda: a.run("import numpy as np\nhoard = np.ones(560 << 20, np.uint8)"),
+    )
     assert result_b.status is ExecStatus.OK and result_b.stdout == "B done 1\n", result_b
     assert result_a.status is ExecStatus.OOM and result_a.rolled_back, (result_a, result_a.error)
 
@@ -322,11 +390,15 @@ def test_a_step_holding_the_service_through_writes_alone_is_stopped(jail):
     arbiter, which stops A."""
     a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
     result_a, result_b = _while_running(
-        a, "chunk = b'x' * (1 << 20)\nfor i in range(560):\n    with open(f'f{i}', 'wb') as f: f.write(chunk)\n"
-           "open('ready', 'w').close()\nimport time\ntime.sleep(30)",
-        lambda: b.run("import time\nchunk = b'r' * (1 << 20)\nwith open('result.bin', 'wb') as f:\n"
-                      "    for _ in range(64):\n        f.write(chunk); f.flush(); time.sleep(0.005)\n"
-                      "print('B wrote it')"))
+        a,
+        "chunk = b'x' * (1 << 20)\nfor i in range(560):\n    with open(f'f{i}', 'wb') as f: f.write(chunk)\n"
+        "open('ready', 'w').close()\nimport time\ntime.sleep(30)",
+        lambda: b.run(
+            "import time\nchunk = b'r' * (1 << 20)\nwith open('result.bin', 'wb') as f:\n"
+            "    for _ in range(64):\n        f.write(chunk); f.flush(); time.sleep(0.005)\n"
+            "print('B wrote it')"
+        ),
+    )
     assert result_b.status is ExecStatus.OK and result_b.stdout == "B wrote it\n", result_b
     assert result_a.status is ExecStatus.OOM and result_a.rolled_back, (result_a, result_a.error)
 
@@ -338,9 +410,11 @@ def test_kernel_cache_a_stopped_step_leaves_does_not_lose_the_trajectory(jail):
     a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
     assert a.run("state = 'kept'").ok
     assert b.run(NEIGHBOUR_STATE).ok
-    result = a.run("import os, time, uuid\ntag = uuid.uuid4().hex + 'q' * 168\nfor i in range(100000):\n"
-                   "    try: os.stat(f'/usr/{tag}{i}')\n    except OSError: pass\nchunks = []\n"
-                   "for i in range(500):\n    chunks.append(b'x' * (1 << 20)); time.sleep(0.002)")
+    result = a.run(
+        "import os, time, uuid\ntag = uuid.uuid4().hex + 'q' * 168\nfor i in range(100000):\n"
+        "    try: os.stat(f'/usr/{tag}{i}')\n    except OSError: pass\nchunks = []\n"
+        "for i in range(500):\n    chunks.append(b'x' * (1 << 20)); time.sleep(0.002)"
+    )
     assert result.status is ExecStatus.OOM and result.rolled_back, result
     after = a.run("print(state)")
     assert after.ok and after.stdout == "kept\n", after
@@ -352,13 +426,15 @@ def _beside_faulting_neighbour(neighbour, mib: int, action, before: str = ""):
     it could) until this side creates ``stop`` in its inputs directory (outside what a rollback
     restores); meanwhile call ``action()``. Returns (neighbour's result, action's)."""
     stop = os.path.join(neighbour._inputs_dir, "stop")
-    code = (f"import mmap, os, time, numpy as np\n{before}\nx = np.ones({mib} << 20, np.uint8)\nopen('ready', 'w').close()\n"
-            f"while not os.path.exists({stop!r}):\n    time.sleep(0.002)\n"
-            # a mapping is kernel memory the syscall allocates: while the service is out of
-            # memory (documented) it can fail with ENOMEM rather than wait, as a page fault does
-            "    try: m = mmap.mmap(-1, 1 << 20)\n    except OSError: continue\n"
-            "    for i in range(0, 1 << 20, 4096): m[i] = 1\n    m.close()\n"
-            "os.remove('ready')\nprint('B done', int(x[-1]))")
+    code = (
+        f"import mmap, os, time, numpy as np\n{before}\nx = np.ones({mib} << 20, np.uint8)\nopen('ready', 'w').close()\n"
+        f"while not os.path.exists({stop!r}):\n    time.sleep(0.002)\n"
+        # a mapping is kernel memory the syscall allocates: while the service is out of
+        # memory (documented) it can fail with ENOMEM rather than wait, as a page fault does
+        "    try: m = mmap.mmap(-1, 1 << 20)\n    except OSError: continue\n"
+        "    for i in range(0, 1 << 20, 4096): m[i] = 1\n    m.close()\n"
+        "os.remove('ready')\nprint('B done', int(x[-1]))"
+    )
 
     def then_stop():
         try:
@@ -390,7 +466,9 @@ def test_a_step_filling_memory_with_empty_files_is_stopped_not_its_running_neigh
     memory left out of the measure, A's growth reads a few MiB and B pays)."""
     a, b, filler = (jail(timeout_s=60, limits=LIMITS) for _ in range(3))
     # committed state leaves ~200 MiB: fewer files fill it
-    assert filler.run(f"import numpy as np\nbig = np.ones({(_headroom(filler.service) >> 20) - 200} << 20, np.uint8)").ok
+    assert filler.run(
+        f"import numpy as np\nbig = np.ones({(_headroom(filler.service) >> 20) - 200} << 20, np.uint8)"
+    ).ok
     result_b, result_a = _beside_faulting_neighbour(b, 40, lambda: a.run(EMPTY_FILES))
     assert result_b.status is ExecStatus.OK and result_b.stdout == "B done 1\n", result_b
     assert result_a.status is ExecStatus.OOM and result_a.rolled_back, (result_a, result_a.error)
@@ -408,14 +486,21 @@ def test_a_replaced_holders_memory_is_no_credit_to_grow_by(jail):
     assert a.run("import numpy as np\nbig = np.ones(300 << 20, np.uint8)").ok
     assert a.run("del big").ok
     result_b, result_a = _beside_faulting_neighbour(
-        b, 200, lambda: a.run("chunks = []\nfor _ in range(50): chunks.append(np.ones(10 << 20, np.uint8))"))
+        b,
+        200,
+        lambda: a.run(
+            "chunks = []\nfor _ in range(50): chunks.append(np.ones(10 << 20, np.uint8))"
+        ),
+    )
     assert result_b.status is ExecStatus.OK and result_b.stdout == "B done 1\n", result_b
     assert result_a.status is ExecStatus.OOM and result_a.rolled_back, (result_a, result_a.error)
     assert result_a.notes[0] == MEMORY_VICTIM
 
 
-MISSING_PATHS = ("import uuid\ntag = uuid.uuid4().hex + 'q' * 168\nfor i in range(150000):\n"
-                 "    try: os.stat(f'/usr/{tag}{i}')\n    except OSError: pass")
+MISSING_PATHS = (
+    "import uuid\ntag = uuid.uuid4().hex + 'q' * 168\nfor i in range(150000):\n"
+    "    try: os.stat(f'/usr/{tag}{i}')\n    except OSError: pass"
+)
 
 
 def test_an_honest_steps_kernel_cache_does_not_make_it_pay(jail):
@@ -425,10 +510,17 @@ def test_an_honest_steps_kernel_cache_does_not_make_it_pay(jail):
     kernel reclaims B's cache as the service fills: ~1 MiB of it was left when the arbiter chose,
     in the runs measured)."""
     a, b, filler = (jail(timeout_s=60, limits=LIMITS) for _ in range(3))
-    assert filler.run(f"import numpy as np\nbig = np.ones({(_headroom(filler.service) >> 20) - 130} << 20, np.uint8)").ok
+    assert filler.run(
+        f"import numpy as np\nbig = np.ones({(_headroom(filler.service) >> 20) - 130} << 20, np.uint8)"
+    ).ok
     result_b, result_a = _beside_faulting_neighbour(
-        b, 1, lambda: a.run("import numpy as np\nchunks = []\nfor _ in range(50): chunks.append(np.ones(4 << 20, np.uint8))"),
-        before=MISSING_PATHS)
+        b,
+        1,
+        lambda: a.run(
+            "import numpy as np\nchunks = []\nfor _ in range(50): chunks.append(np.ones(4 << 20, np.uint8))"
+        ),
+        before=MISSING_PATHS,
+    )
     assert result_b.status is ExecStatus.OK and result_b.stdout == "B done 1\n", result_b
     assert result_a.status is ExecStatus.OOM and result_a.rolled_back, (result_a, result_a.error)
 
@@ -439,15 +531,20 @@ def test_unreclaimable_leaves_out_file_cache_and_kernel_memory():
     stat = b"cache 15\nrss 3\nactive_file 10\ninactive_file 5\ntotal_active_file 12\ntotal_inactive_file 6\n"
     assert unreclaimable(1, b"100\n", stat, b"20\n") == 65
     assert unreclaimable(1, b"100\n", stat, b"20\n", prefix=b"total_") == 62
-    assert unreclaimable(2, b"100\n", b"active_file 10\ninactive_file 5\nslab_reclaimable 7\nslab 9\n") == 78
+    assert (
+        unreclaimable(2, b"100\n", b"active_file 10\ninactive_file 5\nslab_reclaimable 7\nslab 9\n")
+        == 78
+    )
 
 
 def _fill_leaving(filler, service, mib: int) -> None:
     """Commit files in ``filler`` until the service has about ``mib`` MiB left (in two files:
     one would pass `Limits.file_size`)."""
     fill_mib = (_headroom(service) >> 20) - mib
-    assert filler.run(f"chunk = b'f' * (1 << 20)\nfor k in range(2):\n    with open(f'f{{k}}', 'wb') as f:\n"
-                      f"        for _ in range({fill_mib // 2}): f.write(chunk)").ok
+    assert filler.run(
+        f"chunk = b'f' * (1 << 20)\nfor k in range(2):\n    with open(f'f{{k}}', 'wb') as f:\n"
+        f"        for _ in range({fill_mib // 2}): f.write(chunk)"
+    ).ok
 
 
 TAKE_WHAT_ITS_STEP_FREES = """
@@ -477,15 +574,30 @@ def test_a_holder_taking_what_its_step_freed_pays_itself_and_the_service_goes_on
     assert a.run(hostile(TAKE_WHAT_ITS_STEP_FREES)).ok
     _fill_leaving(filler, service, 120)  # 120 MiB left: B's 80 MiB, then A's holder fills it
     results = {}
-    threads = [threading.Thread(target=lambda: results.setdefault("b", b.run(
-        "import time\nx = b'b' * (80 << 20)\ntime.sleep(4)\nprint(len(x) >> 20)")))]
+    threads = [
+        threading.Thread(
+            target=lambda: results.setdefault(
+                "b", b.run("import time\nx = b'b' * (80 << 20)\ntime.sleep(4)\nprint(len(x) >> 20)")
+            )
+        )
+    ]
     threads[0].start()
     time.sleep(0.8)
-    threads.append(threading.Thread(target=lambda: results.setdefault("e", e.run(
-        "import os, time\ntime.sleep(1.5)\nos.remove('data')\nraise ValueError('an honest bug')"))))
+    threads.append(
+        threading.Thread(
+            target=lambda: results.setdefault(
+                "e",
+                e.run(
+                    "import os, time\ntime.sleep(1.5)\nos.remove('data')\nraise ValueError('an honest bug')"
+                ),
+            )
+        )
+    )
     threads[1].start()
     time.sleep(0.1)
-    result_a = a.run("import os, time\nos.remove('big0'); os.remove('big1')\ntime.sleep(0.6)\nraise RuntimeError('fails')")
+    result_a = a.run(
+        "import os, time\nos.remove('big0'); os.remove('big1')\ntime.sleep(0.6)\nraise RuntimeError('fails')"
+    )
     for thread in threads:
         thread.join(timeout=120)
     assert result_a.status is ExecStatus.CRASHED and not a.alive, result_a
@@ -497,7 +609,9 @@ def test_a_holder_taking_what_its_step_freed_pays_itself_and_the_service_goes_on
     assert after.ok and after.stdout == f"{30 << 20}\n", after
 
 
-def test_a_rollback_that_would_hold_more_than_its_committed_state_loses_that_trajectory_first(jail, service):
+def test_a_rollback_that_would_hold_more_than_its_committed_state_loses_that_trajectory_first(
+    jail, service
+):
     """A's committed step keeps a memfd open; A's next step deletes its 200 MiB of committed
     files and writes as much into that memfd (kept by the holder: killing the step frees none
     of it), then fails, in a full service. Every measure by kind nets out; A's waiting restore
@@ -506,24 +620,38 @@ def test_a_rollback_that_would_hold_more_than_its_committed_state_loses_that_tra
     rollback needed back, and E's restore failed once). E keeps everything."""
     a, e, filler = (jail(timeout_s=30, limits=LIMITS) for _ in range(3))
     assert e.run("open('data', 'wb').write(b'e' * (30 << 20))").ok
-    assert a.run("import os\nkeep = os.memfd_create('keep')\n"
-                 "for i in range(2): open(f'big{i}', 'wb').write(b'x' * (100 << 20))").ok
+    assert a.run(
+        "import os\nkeep = os.memfd_create('keep')\n"
+        "for i in range(2): open(f'big{i}', 'wb').write(b'x' * (100 << 20))"
+    ).ok
     _fill_leaving(filler, service, 120)
     results = {}
-    honest = threading.Thread(target=lambda: results.setdefault("e", e.run(
-        "import os, time\ntime.sleep(1.0)\nos.remove('data')\nraise ValueError('an honest bug')")))
+    honest = threading.Thread(
+        target=lambda: results.setdefault(
+            "e",
+            e.run(
+                "import os, time\ntime.sleep(1.0)\nos.remove('data')\nraise ValueError('an honest bug')"
+            ),
+        )
+    )
     honest.start()
-    result_a = a.run("import os\nos.remove('big0'); os.remove('big1')\n"
-                     "for _ in range(50): os.write(keep, b'k' * (4 << 20))\nraise RuntimeError('fails')")
+    result_a = a.run(
+        "import os\nos.remove('big0'); os.remove('big1')\n"
+        "for _ in range(50): os.write(keep, b'k' * (4 << 20))\nraise RuntimeError('fails')"
+    )
     honest.join(timeout=120)
     assert result_a.status is ExecStatus.CRASHED and not a.alive, result_a
-    assert result_a.duration_s < ESCALATE_S, result_a  # at its restore's first wait (~0.3 s), not the escalation's
+    assert result_a.duration_s < ESCALATE_S, (
+        result_a
+    )  # at its restore's first wait (~0.3 s), not the escalation's
     assert results["e"].status is ExecStatus.ERROR and results["e"].rolled_back, results["e"]
     after = e.run("import os\nprint(os.path.getsize('data'))")
     assert after.ok and after.stdout == f"{30 << 20}\n", after
 
 
-def test_an_honest_rollback_of_a_file_its_holder_keeps_mapped_is_not_taken_for_one_past_its_state(jail, service):
+def test_an_honest_rollback_of_a_file_its_holder_keeps_mapped_is_not_taken_for_one_past_its_state(
+    jail, service
+):
     """A keeps a committed file mapped (``np.load(mmap_mode="r")``); A's next
     step deletes it (freeing nothing: the holder maps it) and fails while B's honest step has
     filled the service. A's restore needs a new copy beyond what A holds below its mark, yet
@@ -532,12 +660,17 @@ def test_an_honest_rollback_of_a_file_its_holder_keeps_mapped_is_not_taken_for_o
     restored copy beside the mapped one, which the ranking counts as growth: in a service still
     full A may be the next to pay (a bound in docs/sandbox.md), so nothing after is read."""
     a, b, filler = (jail(timeout_s=30, limits=LIMITS) for _ in range(3))
-    assert a.run("import numpy as np\nnp.save('big.npy', np.ones(100 << 20, np.uint8))\n"
-                 "arr = np.load('big.npy', mmap_mode='r')\nprint(int(arr[:10].sum()))").ok
+    assert a.run(
+        "import numpy as np\nnp.save('big.npy', np.ones(100 << 20, np.uint8))\n"
+        "arr = np.load('big.npy', mmap_mode='r')\nprint(int(arr[:10].sum()))"
+    ).ok
     _fill_leaving(filler, service, 120)
     results = {}
-    grower = threading.Thread(target=lambda: results.setdefault("b", b.run(
-        "import time\nx = b'b' * (80 << 20)\ntime.sleep(4)\nprint(len(x) >> 20)")))
+    grower = threading.Thread(
+        target=lambda: results.setdefault(
+            "b", b.run("import time\nx = b'b' * (80 << 20)\ntime.sleep(4)\nprint(len(x) >> 20)")
+        )
+    )
     grower.start()
     time.sleep(1.0)
     result_a = a.run("import os\nos.remove('big.npy')\nraise ValueError('an honest bug')")
@@ -570,11 +703,21 @@ def test_a_commit_of_page_tables_cannot_take_what_a_neighbours_rollback_needs(ja
     a, b, filler = (jail(timeout_s=30, limits=LIMITS) for _ in range(3))
     assert b.run("open('big', 'wb').write(b'b' * (150 << 20))").ok
     assert a.run("x = 1").ok
-    fill_mib = (_headroom(service) >> 20) - 300  # A then makes ~400 MiB of page tables (one process's most: ~500)
-    assert filler.run(f"chunk = b'f' * (1 << 20)\nwith open('f', 'wb') as f:\n    for _ in range({fill_mib}): f.write(chunk)").ok
+    fill_mib = (
+        _headroom(service) >> 20
+    ) - 300  # A then makes ~400 MiB of page tables (one process's most: ~500)
+    assert filler.run(
+        f"chunk = b'f' * (1 << 20)\nwith open('f', 'wb') as f:\n    for _ in range({fill_mib}): f.write(chunk)"
+    ).ok
     results = {}
-    thread = threading.Thread(target=lambda: results.setdefault("b", b.run(
-        "import os, time\nos.remove('big')\ntime.sleep(4)\nraise RuntimeError('an honest failure')")))
+    thread = threading.Thread(
+        target=lambda: results.setdefault(
+            "b",
+            b.run(
+                "import os, time\nos.remove('big')\ntime.sleep(4)\nraise RuntimeError('an honest failure')"
+            ),
+        )
+    )
     thread.start()
     time.sleep(1.0)  # B's step has deleted its file
     target = _headroom(service) - (48 << 20)  # below "nearly full": nothing stops A while it grows
@@ -594,10 +737,14 @@ def test_a_steps_kernel_cache_does_not_refuse_a_neighbours_commits(jail, service
     assert b.run("open('big', 'wb').write(b'b' * (150 << 20))").ok
     assert a.run("x = 1").ok
     fill_mib = (_headroom(service) >> 20) - 250
-    assert filler.run(f"chunk = b'f' * (1 << 20)\nwith open('f', 'wb') as f:\n    for _ in range({fill_mib}): f.write(chunk)").ok
+    assert filler.run(
+        f"chunk = b'f' * (1 << 20)\nwith open('f', 'wb') as f:\n    for _ in range({fill_mib}): f.write(chunk)"
+    ).ok
     stop = os.path.join(b._inputs_dir, "stop")
-    code = (f"import os, time\nos.remove('big')\n{MISSING_PATHS.replace('150000', '700000')}\nopen('ready', 'w').close()\n"
-            f"while not os.path.exists({stop!r}): time.sleep(0.01)\nos.remove('ready')\nraise RuntimeError('fails')")
+    code = (
+        f"import os, time\nos.remove('big')\n{MISSING_PATHS.replace('150000', '700000')}\nopen('ready', 'w').close()\n"
+        f"while not os.path.exists({stop!r}): time.sleep(0.01)\nos.remove('ready')\nraise RuntimeError('fails')"
+    )
 
     def neighbour_commits():
         try:
@@ -620,7 +767,9 @@ def test_the_arbiter_runs_in_a_controller_that_holds_over_1024_descriptors():
     if hard < 1200:
         pytest.skip(f"this process may open only {hard} descriptors")
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
-    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100 - len(os.listdir("/proc/self/fd")))]
+    held = [
+        os.open(os.devnull, os.O_RDONLY) for _ in range(1100 - len(os.listdir("/proc/self/fd")))
+    ]
     try:
         svc = SandboxService(memory_total=640 << 20)
         try:
@@ -628,7 +777,9 @@ def test_the_arbiter_runs_in_a_controller_that_holds_over_1024_descriptors():
                 pytest.skip("the OOM arbiter needs cgroup v1's memory.oom_control (and root)")
             arbiter = svc.oom_arbiter
             assert arbiter._memory.event >= 1024
-            os.eventfd_write(arbiter._memory.event, 1)  # the kernel's word: it looks, finds no pressure
+            os.eventfd_write(
+                arbiter._memory.event, 1
+            )  # the kernel's word: it looks, finds no pressure
             time.sleep(0.3)
             assert arbiter._thread.is_alive(), "the arbiter thread died"
             assert arbiter.last_error is None
@@ -640,7 +791,9 @@ def test_the_arbiter_runs_in_a_controller_that_holds_over_1024_descriptors():
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def test_a_step_waits_for_a_closed_sandboxs_files_rather_than_pay_for_them(make, service, monkeypatch):
+def test_a_step_waits_for_a_closed_sandboxs_files_rather_than_pay_for_them(
+    make, service, monkeypatch
+):
     """close() leaves a huge working directory to the background remover, whose files stay
     charged until removed; the arbiter must not stop an honest step for that memory. It waits
     for them instead, and the step runs once they are gone. (Removal is fast, ~300,000
@@ -659,9 +812,11 @@ def test_a_step_waits_for_a_closed_sandboxs_files_rather_than_pay_for_them(make,
     monkeypatch.setattr(service.remover, "inline_s", 0.0)
     hostile, honest = make(timeout_s=60, limits=LIMITS), make(timeout_s=60, limits=LIMITS)
     ready = os.path.join(hostile.workdir, "ready")
-    leave_a_huge_tree = ("import os\nfor k in range(4):\n    open(f'data{k}', 'wb').write(b'd' * (50 << 20))\n"
-                         "for i in range(40):\n    os.mkdir(f'd{i}')\n    for j in range(1000):\n"
-                         "        os.mkdir(f'd{i}/{j}', 0)\nopen('ready', 'w').close()\nimport time\ntime.sleep(60)")
+    leave_a_huge_tree = (
+        "import os\nfor k in range(4):\n    open(f'data{k}', 'wb').write(b'd' * (50 << 20))\n"
+        "for i in range(40):\n    os.mkdir(f'd{i}')\n    for j in range(1000):\n"
+        "        os.mkdir(f'd{i}/{j}', 0)\nopen('ready', 'w').close()\nimport time\ntime.sleep(60)"
+    )
     thread = threading.Thread(target=hostile.run, args=(leave_a_huge_tree,))
     thread.start()
     for _ in range(3000):
@@ -670,7 +825,11 @@ def test_a_step_waits_for_a_closed_sandboxs_files_rather_than_pay_for_them(make,
         time.sleep(0.01)
     hostile.close()  # everything goes to the background (inline_s 0), removed 2 s later
     thread.join(30)
-    assert service.remover.busy(), "the working directory was removed within close(): nothing to test"
-    need_mib = (_headroom(service) >> 20) + 100  # fits only once the closed sandbox's files are gone
+    assert service.remover.busy(), (
+        "the working directory was removed within close(): nothing to test"
+    )
+    need_mib = (
+        _headroom(service) >> 20
+    ) + 100  # fits only once the closed sandbox's files are gone
     result = honest.run(f"x = b'h' * ({need_mib} << 20)\nprint('ok')")
     assert result.ok and result.stdout == "ok\n", result

@@ -31,7 +31,9 @@ PYTHON = "/usr/bin/python3"
 PROJECT = Path(__file__).resolve().parents[2]
 
 
-def _run_as_user(user: pwd.struct_passwd, home: Path, argv: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+def _run_as_user(
+    user: pwd.struct_passwd, home: Path, argv: list[str], timeout_s: float
+) -> subprocess.CompletedProcess:
     """``argv`` (after the python) as ``user``, in the project's bound copy, with the test
     environment's site-packages: both bound under ``home`` in a mount and PID namespace of
     its own."""
@@ -39,33 +41,75 @@ def _run_as_user(user: pwd.struct_passwd, home: Path, argv: list[str], timeout_s
     binds = [(str(PROJECT), project), (sysconfig.get_paths()["purelib"], packages)]
     if sysconfig.get_paths()["platlib"] != binds[1][0]:
         binds.append((sysconfig.get_paths()["platlib"], home / "platlib"))
-    mounts = " && ".join(f"mount --bind {shlex.quote(source)} {shlex.quote(str(target))}" for source, target in binds)
+    mounts = " && ".join(
+        f"mount --bind {shlex.quote(source)} {shlex.quote(str(target))}" for source, target in binds
+    )
     for _, target in binds:
         target.mkdir(exist_ok=True)
     python_path = ":".join(str(target) for _, target in binds)
-    env = ["env", "-i", "PATH=/usr/bin:/bin", f"HOME={home}", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1",
-           f"PYTHONPATH={python_path}"]
+    env = [
+        "env",
+        "-i",
+        "PATH=/usr/bin:/bin",
+        f"HOME={home}",
+        "LANG=C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE=1",
+        f"PYTHONPATH={python_path}",
+    ]
     user_command = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups",
                     *env, PYTHON, *argv]  # fmt: skip
     script = f'{mounts} && cd {shlex.quote(str(project))} && exec "$@"'
-    return subprocess.run(["unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--mount-proc",
-                           "sh", "-c", script, "sh", *user_command], capture_output=True, text=True, timeout=timeout_s, check=False)
+    return subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            *user_command,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
 def ordinary_user(tmp_path_factory):
     """(the user's passwd entry, a home directory of its own, readable by it alone)."""
     if os.geteuid() != 0:
-        pytest.skip("running the sandbox as an ordinary user needs root to create that user (useradd, setpriv)")
-    version = subprocess.run([PYTHON, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
-                             text=True, check=False).stdout.strip() if os.path.exists(PYTHON) else None
+        pytest.skip(
+            "running the sandbox as an ordinary user needs root to create that user (useradd, setpriv)"
+        )
+    version = (
+        subprocess.run(
+            [PYTHON, "-c", "import sys; print(sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        if os.path.exists(PYTHON)
+        else None
+    )
     if version != str(sys.version_info[:2]):
-        pytest.skip(f"{PYTHON} is {version or 'missing'}, not the test environment's {sys.version_info[:2]}: its "
-                    "compiled packages would not load")
+        pytest.skip(
+            f"{PYTHON} is {version or 'missing'}, not the test environment's {sys.version_info[:2]}: its "
+            "compiled packages would not load"
+        )
     try:
         user = pwd.getpwnam(USER)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], check=True)
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
+            check=True,
+        )
         user = pwd.getpwnam(USER)
     base = Path(tempfile.mkdtemp(prefix="codedance-user-"))
     base.chmod(0o755)
@@ -77,7 +121,9 @@ def ordinary_user(tmp_path_factory):
                                 capture_output=True, text=True, check=False)  # fmt: skip
     if namespaces.returncode != 0:
         shutil.rmtree(base)
-        pytest.skip(f"the ordinary user cannot create user namespaces here: {namespaces.stderr.strip()}")
+        pytest.skip(
+            f"the ordinary user cannot create user namespaces here: {namespaces.stderr.strip()}"
+        )
     yield user, home
     shutil.rmtree(base, ignore_errors=True)
 
@@ -188,7 +234,7 @@ def test_a_trajectory_cannot_reach_another_ones_working_directory(ordinary_user)
     done = _run_as_user(user, home, ["-c", NEIGHBOUR], timeout_s=240)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, done.stdout[-3000:] + done.stderr[-3000:]
-    out = json.loads(lines[-1][len("RESULT "):])
+    out = json.loads(lines[-1][len("RESULT ") :])
     assert out["private_views"], out["describe"]
     assert out["b_wrote"]
     assert out["against_b"] == [], f"trajectory A reached B's working directory: {out['against_b']}"
@@ -197,7 +243,9 @@ def test_a_trajectory_cannot_reach_another_ones_working_directory(ordinary_user)
     # own mountinfo (none of them writes outside it: /tmp and / stay read-only)
     own = out["against_self"]
     assert {"list by path", "read by path", "write by path", "list the work root"} <= set(own), own
-    assert any(how.endswith("/cwd") for how in own) and any(how.startswith("mountinfo path") for how in own), own
+    assert any(how.endswith("/cwd") for how in own) and any(
+        how.startswith("mountinfo path") for how in own
+    ), own
     assert not {"write /tmp", "write /", "/tmp left by the neighbour"} & set(own), own
     # RLIMIT_NPROC counts per user namespace: 32 processes for the trajectory, holder and spare included
     assert 0 < int(out["forks"]) < 32 and out["b_forks"], out
@@ -211,7 +259,9 @@ def test_the_contract_suite_holds_for_an_ordinary_user(ordinary_user):
                                      "-p", "no:cacheprovider", "-rs"], timeout_s=900)  # fmt: skip
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     summary = done.stdout.strip().splitlines()[-1]
-    assert "failed" not in summary and " 1 skipped" in summary, done.stdout[-3000:]  # the owner-locked directory
+    assert "failed" not in summary and " 1 skipped" in summary, done.stdout[
+        -3000:
+    ]  # the owner-locked directory
 
 
 def test_sandbox_check_exits_0_for_an_ordinary_user_and_reports_the_private_view(ordinary_user):
@@ -226,7 +276,9 @@ def test_sandbox_check_exits_0_for_an_ordinary_user_and_reports_the_private_view
         if "promise" in record:
             promises[record["promise"]] = record
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    assert promises["private"]["verdict"] == "holds" and promises["private"]["outcome"] == "passed", promises
+    assert (
+        promises["private"]["verdict"] == "holds" and promises["private"]["outcome"] == "passed"
+    ), promises
     assert promises["who_pays"]["verdict"] == "does not hold", promises
 
 
@@ -250,11 +302,19 @@ def test_a_delegated_cgroup_v2_group_is_detected_and_reported(ordinary_user, tmp
         for name in ("cgroup.procs", "cgroup.subtree_control"):
             (root / group / name).touch()
         if owner:
-            for path in (root / group, root / group / "cgroup.procs", root / group / "cgroup.subtree_control"):
+            for path in (
+                root / group,
+                root / group / "cgroup.procs",
+                root / group / "cgroup.subtree_control",
+            ):
                 os.chown(path, owner.pw_uid, owner.pw_gid)
     (root / "cgroup.controllers").write_text("cpu memory pids\n")
-    done = _run_as_user(user, home, ["-c", DETECT.replace("FAKE_ROOT", repr(str(root)))], timeout_s=60)
+    done = _run_as_user(
+        user, home, ["-c", DETECT.replace("FAKE_ROOT", repr(str(root)))], timeout_s=60
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     job, other = done.stdout.splitlines()
-    assert job.startswith(f"{root}/job ") and f"its cgroup v2 group {root}/job is delegated" in job, job
+    assert (
+        job.startswith(f"{root}/job ") and f"its cgroup v2 group {root}/job is delegated" in job
+    ), job
     assert other.startswith("None ") and "delegated" not in other, other

@@ -24,7 +24,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("aiohttp", reason="the sandbox service needs the serve extra: pip install 'codedance[serve]'")
+pytest.importorskip(
+    "aiohttp", reason="the sandbox service needs the serve extra: pip install 'codedance[serve]'"
+)
 from codedance.policy import ScriptedPolicy
 from codedance.rollout import run_episode
 from codedance.sandbox import Sandbox, SandboxPool
@@ -96,23 +98,53 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, "PYTHONPATH": str(ROOT), "HOME": "/tmp", **extra}
 
 
-def as_uid(uid: int, code: str, *, url: str, popen: bool = False, timeout_s: float = 600, group: int | None = None,
-           **env: str):
+def as_uid(
+    uid: int,
+    code: str,
+    *,
+    url: str,
+    popen: bool = False,
+    timeout_s: float = 600,
+    group: int | None = None,
+    **env: str,
+):
     """Run ``code`` in a Python process of ``uid`` (not root; in supplementary ``group`` if
     given) with CODEDANCE_SANDBOX_URL=url."""
     groups = f"--groups={group}" if group is not None else "--clear-groups"
-    command = ["setpriv", f"--reuid={uid}", f"--regid={uid}", groups,
-               "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", sys.executable, "-c", code]
+    command = [
+        "setpriv",
+        f"--reuid={uid}",
+        f"--regid={uid}",
+        groups,
+        "--inh-caps=+dac_read_search",
+        "--ambient-caps=+dac_read_search",
+        sys.executable,
+        "-c",
+        code,
+    ]
     options = {"env": _env(**{URL_ENV: url}, **env), "cwd": "/tmp", "text": True}
     if popen:
-        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **options)
+        return subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **options
+        )
     return subprocess.run(command, check=False, capture_output=True, timeout=timeout_s, **options)
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    server = Served(tmp_path_factory.mktemp("serve"), "--allow-user", str(CLIENT_UID), "--allow-user",
-                    str(DYING_UID), "--allow-group", str(ALLOWED_GROUP), "--client-sandboxes", "6", "--client-memory-mib", str(3 * 4096))
+    server = Served(
+        tmp_path_factory.mktemp("serve"),
+        "--allow-user",
+        str(CLIENT_UID),
+        "--allow-user",
+        str(DYING_UID),
+        "--allow-group",
+        str(ALLOWED_GROUP),
+        "--client-sandboxes",
+        "6",
+        "--client-memory-mib",
+        str(3 * 4096),
+    )
     if not (server.output and "isolation: full" in server.output[0]):
         server.stop()
         pytest.skip(f"the service tests need full isolation: {server.output[:3]}")
@@ -138,10 +170,15 @@ def fresh(tmp_path):
 def test_the_contract_suite_passes_through_the_service_as_a_non_root_client(served):
     """tests/sandbox/test_contract.py and the public checks, run by uid 64123 against the service
     (its conftest creates every sandbox through CODEDANCE_SANDBOX_URL)."""
-    run = as_uid(CLIENT_UID, (
-        "import sys, pytest\nsys.exit(pytest.main(['-q', '-m', '', '-p', 'no:cacheprovider', '--rootdir', "
-        f"{str(ROOT)!r}, {str(ROOT / 'tests/sandbox/test_contract.py')!r}, "
-        f"{str(Path(__file__))!r} + '::test_each_check_holds_for_a_client_of_the_service']))"), url=served.unix)
+    run = as_uid(
+        CLIENT_UID,
+        (
+            "import sys, pytest\nsys.exit(pytest.main(['-q', '-m', '', '-p', 'no:cacheprovider', '--rootdir', "
+            f"{str(ROOT)!r}, {str(ROOT / 'tests/sandbox/test_contract.py')!r}, "
+            f"{str(Path(__file__))!r} + '::test_each_check_holds_for_a_client_of_the_service']))"
+        ),
+        url=served.unix,
+    )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     passed = re.search(r"(\d+) passed", run.stdout)
     # test_contract.py's 15 other tests and the 8 checks (test_property skips itself: no service here)
@@ -165,8 +202,11 @@ class _RemoteContext(_Context):
         return self.isolation is not None and self.isolation.namespaces and self.isolation.seccomp
 
 
-@pytest.mark.parametrize("number,name,check", [c for c in CHECKS if c[1] != "no leaks after close"],
-                         ids=[name for _, name, _ in CHECKS if name != "no leaks after close"])
+@pytest.mark.parametrize(
+    "number,name,check",
+    [c for c in CHECKS if c[1] != "no leaks after close"],
+    ids=[name for _, name, _ in CHECKS if name != "no leaks after close"],
+)
 def test_each_check_holds_for_a_client_of_the_service(number, name, check):
     if not os.environ.get(URL_ENV):
         pytest.skip("run by the contract test above, as a client of the service")
@@ -179,10 +219,14 @@ def test_each_check_holds_for_a_client_of_the_service(number, name, check):
 
 
 def test_a_uid_not_allowed_is_refused_with_one_line(served):
-    run = as_uid(STRANGER_UID, "from codedance.sandbox import SandboxPool\nSandboxPool()", url=served.unix)
+    run = as_uid(
+        STRANGER_UID, "from codedance.sandbox import SandboxPool\nSandboxPool()", url=served.unix
+    )
     assert run.returncode != 0
     last = run.stderr.strip().splitlines()[-1]
-    assert f"uid {STRANGER_UID} is not allowed to use this sandbox service" in last, run.stderr[-2000:]
+    assert f"uid {STRANGER_UID} is not allowed to use this sandbox service" in last, run.stderr[
+        -2000:
+    ]
 
 
 def test_a_second_service_on_a_live_socket_is_refused_with_one_line(served):
@@ -190,8 +234,10 @@ def test_a_second_service_on_a_live_socket_is_refused_with_one_line(served):
                              "--socket", str(served.socket)], capture_output=True, text=True, env=_env(),
                             timeout=120, check=False)  # fmt: skip
     assert second.returncode == 2 and second.stdout == "", second.stdout
-    assert second.stderr.strip() == (f"error: a sandbox service already listens on {served.socket}; "
-                                     "stop it first or pass another --socket")
+    assert second.stderr.strip() == (
+        f"error: a sandbox service already listens on {served.socket}; "
+        "stop it first or pass another --socket"
+    )
     assert Connection(served.unix).health()["instance"]  # the first still serves
 
 
@@ -208,9 +254,15 @@ def test_tcp_with_the_token_runs_and_without_it_is_refused(served):
     with SandboxPool(url=served.tcp, token=TOKEN) as pool:
         assert isinstance(pool, RemotePool)
         with pool.sandbox([example_image()]) as sb:
-            result = sb.run("from PIL import Image\nprint(input_image.size)\nImage.new('RGB', (64, 48), (0, 0, 255))")
+            result = sb.run(
+                "from PIL import Image\nprint(input_image.size)\nImage.new('RGB', (64, 48), (0, 0, 255))"
+            )
     assert result.status is ExecStatus.OK, result
-    assert result.images[0].size == (64, 48) and result.images[0].to_pil().getpixel((1, 1))[:3] == (0, 0, 255)
+    assert result.images[0].size == (64, 48) and result.images[0].to_pil().getpixel((1, 1))[:3] == (
+        0,
+        0,
+        255,
+    )
     for token in ("0" * 32, ""):
         with pytest.raises(ServiceError, match="a valid bearer token is required over TCP"):
             SandboxPool(url=served.tcp, token=token)
@@ -220,9 +272,13 @@ def test_tcp_over_tls_with_a_private_ca(fresh, tmp_path, monkeypatch):
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
                     "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(tmp_path / "key.pem"),
                     "-out", str(tmp_path / "cert.pem")], check=True, capture_output=True)  # fmt: skip
-    server = fresh(tmp_path, "--tls-cert", str(tmp_path / "cert.pem"), "--tls-key", str(tmp_path / "key.pem"))
+    server = fresh(
+        tmp_path, "--tls-cert", str(tmp_path / "cert.pem"), "--tls-key", str(tmp_path / "key.pem")
+    )
     assert server.tcp.startswith("https://127.0.0.1:")
-    with pytest.raises(ServiceError, match="CERTIFICATE_VERIFY_FAILED"):  # not a CA the client knows
+    with pytest.raises(
+        ServiceError, match="CERTIFICATE_VERIFY_FAILED"
+    ):  # not a CA the client knows
         SandboxPool(url=server.tcp, token=TOKEN)
     monkeypatch.setenv(wire.CA_ENV, str(tmp_path / "cert.pem"))
     with SandboxPool(url=server.tcp, token=TOKEN) as pool:
@@ -233,15 +289,22 @@ def test_tcp_over_tls_with_a_private_ca(fresh, tmp_path, monkeypatch):
 def test_a_client_over_its_quota_is_refused_and_another_client_is_not(served):
     with SandboxPool(url=served.tcp, token=TOKEN) as pool:
         held = [pool.sandbox() for _ in range(3)]  # 3 x the default 4 GiB: the memory quota
-        with pytest.raises(QuotaExceeded, match=r"^quota: token:workstation's live sandboxes may use 12288 MiB"):
+        with pytest.raises(
+            QuotaExceeded, match=r"^quota: token:workstation's live sandboxes may use 12288 MiB"
+        ):
             pool.sandbox()
-        other = as_uid(CLIENT_UID, "from codedance.sandbox import Sandbox\nprint(Sandbox().run('print(7)').stdout)",
-                       url=served.unix)
+        other = as_uid(
+            CLIENT_UID,
+            "from codedance.sandbox import Sandbox\nprint(Sandbox().run('print(7)').stdout)",
+            url=served.unix,
+        )
         assert other.stdout.strip() == "7", other.stdout + other.stderr[-2000:]
         for sandbox in held:
             sandbox.close()
         small = [pool.sandbox(limits=Limits(memory=64 << 20)) for _ in range(6)]
-        with pytest.raises(QuotaExceeded, match=r"^quota: token:workstation already has 6 live sandboxes") as refused:
+        with pytest.raises(
+            QuotaExceeded, match=r"^quota: token:workstation already has 6 live sandboxes"
+        ) as refused:
             pool.sandbox(limits=Limits(memory=64 << 20))
         assert "\n" not in str(refused.value)
         assert all(sandbox.run("print(1)").ok for sandbox in small)
@@ -251,14 +314,20 @@ def test_limits_above_the_ceiling_and_oversized_steps_are_refused_in_one_line(se
     """A client's `Limits` are the host's processes, CPUs and disk: above the service's ceiling
     (the defaults unless the operator raises them) a creation is refused, never clamped; a step's
     request over its cap is refused before its body is read."""
-    with SandboxPool(url=served.tcp, token=TOKEN) as pool, \
-            pytest.raises(ValueError, match=r"Limits.processes = 2000 is above this service's ceiling \(32\)"):
+    with (
+        SandboxPool(url=served.tcp, token=TOKEN) as pool,
+        pytest.raises(
+            ValueError, match=r"Limits.processes = 2000 is above this service's ceiling \(32\)"
+        ),
+    ):
         pool.sandbox(limits=Limits(processes=2000))
     connection = Connection(served.tcp, TOKEN)
     try:
         sandbox = RemoteSandbox(connection=connection)
         body = {"code": "#" * (5 << 20), "timeout_s": 5.0, "seq": 1}
-        status, text = connection.call("POST", f"/v1/sandboxes/{sandbox._id}/run", body, timeout_s=60)
+        status, text = connection.call(
+            "POST", f"/v1/sandboxes/{sandbox._id}/run", body, timeout_s=60
+        )
         assert status == 413, text
         sandbox._seq = 1
         assert sandbox.run("print(1)").stdout == "1\n"
@@ -291,9 +360,14 @@ def test_the_service_killed_mid_step_gives_lost_at_once_and_a_restart_is_picked_
         assert "did not answer this step" in outcome["result"].notes[0]
         later = sandbox.run("print(x)")
         assert later.status is ExecStatus.LOST and not sandbox.alive
-        episode = run_episode(ScriptedPolicy(["<think>t</think>\n<code>\n```python\nprint(x)\n```\n</code>"]),
-                              Task(id="t", question="q", images=(), answer="1"), sandbox)
-        assert episode.stop_reason is StopReason.SANDBOX_ERROR  # not the model's fault: no reward for it
+        episode = run_episode(
+            ScriptedPolicy(["<think>t</think>\n<code>\n```python\nprint(x)\n```\n</code>"]),
+            Task(id="t", question="q", images=(), answer="1"),
+            sandbox,
+        )
+        assert (
+            episode.stop_reason is StopReason.SANDBOX_ERROR
+        )  # not the model's fault: no reward for it
         server.process.wait(10)
         restarted = fresh(tmp_path)  # the same socket path: the dead service's file is taken over
         again = pool.sandbox()
@@ -348,7 +422,9 @@ def test_a_step_sent_twice_runs_once(served):
         assert sandbox.run("n = 0").ok
         body = {"code": "n += 1", "timeout_s": 5.0, "seq": 2}
         first, _ = connection.call("POST", f"/v1/sandboxes/{sandbox._id}/run", body, timeout_s=30)
-        replay, text = connection.call("POST", f"/v1/sandboxes/{sandbox._id}/run", body, timeout_s=30)
+        replay, text = connection.call(
+            "POST", f"/v1/sandboxes/{sandbox._id}/run", body, timeout_s=30
+        )
         assert first == 200 and replay == 409, text
         assert b"never run twice" in text
         sandbox._seq = 2
@@ -379,8 +455,13 @@ def test_a_client_that_dies_has_its_sandboxes_closed(served):
 
 def _held_by(uid: int, server: Served) -> int:
     """How many live sandboxes the service counts for ``uid`` (asked as that uid)."""
-    run = as_uid(uid, "import json\nfrom codedance.sandbox.remote.client import Connection\n"
-                      f"print(json.dumps(Connection({server.unix!r}).health()))", url=server.unix, timeout_s=120)
+    run = as_uid(
+        uid,
+        "import json\nfrom codedance.sandbox.remote.client import Connection\n"
+        f"print(json.dumps(Connection({server.unix!r}).health()))",
+        url=server.unix,
+        timeout_s=120,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     return json.loads(run.stdout.strip().splitlines()[-1])["sandboxes"]
 
@@ -389,7 +470,9 @@ def _held_by(uid: int, server: Served) -> int:
 def test_code_that_creates_sandboxes_uses_the_service_named_by_the_environment(served, monkeypatch):
     monkeypatch.setenv(URL_ENV, served.tcp)
     monkeypatch.setenv(wire.TOKEN_ENV, TOKEN)
-    with Sandbox([example_image()], timeout_s=5) as sandbox:  # as `codedance sandbox run`, eval's adapter
+    with Sandbox(
+        [example_image()], timeout_s=5
+    ) as sandbox:  # as `codedance sandbox run`, eval's adapter
         assert isinstance(sandbox, RemoteSandbox)
         assert sandbox.run("print(input_image.size)").ok
     with SandboxPool(timeout_s=5) as pool:  # as eval, curate, the verl agent loop create theirs
@@ -399,7 +482,9 @@ def test_code_that_creates_sandboxes_uses_the_service_named_by_the_environment(s
 def test_a_bad_url_is_one_line_before_any_work():
     with pytest.raises(ValueError, match="expected unix:///path/to/socket or http"):
         SandboxPool(url="tcp://host")
-    with pytest.raises(ServiceError, match="cannot reach the sandbox service at unix:///nonexistent"):
+    with pytest.raises(
+        ServiceError, match="cannot reach the sandbox service at unix:///nonexistent"
+    ):
         SandboxPool(url="unix:///nonexistent/sandbox.sock")
 
 

@@ -110,7 +110,12 @@ def _chunk(kind: bytes, data: bytes) -> bytes:
 def _png(width: int, height: int, extra: bytes = b"") -> bytes:
     """A structurally valid PNG header for ``width``x``height`` (its pixel data is not checked)."""
     ihdr = _chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-    return b"\x89PNG\r\n\x1a\n" + ihdr + _chunk(b"IDAT", zlib.compress(b"\x00") + extra) + _chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + ihdr
+        + _chunk(b"IDAT", zlib.compress(b"\x00") + extra)
+        + _chunk(b"IEND", b"")
+    )
 
 
 @pytest.mark.parametrize("fields,blobs,match", [
@@ -132,7 +137,9 @@ def _png(width: int, height: int, extra: bytes = b"") -> bytes:
     ({"images": [{"source": "s"}, {"source": "t"}]}, (_png(4, 4),), "does not match"),
 ])  # fmt: skip
 def test_a_forged_result_is_refused(fields, blobs, match):
-    message = protocol.Message(body={"op": "result", "status": "ok", **fields}, blobs=blobs, sender_pid=7)
+    message = protocol.Message(
+        body={"op": "result", "status": "ok", **fields}, blobs=blobs, sender_pid=7
+    )
     with pytest.raises(protocol.BadMessage, match=match) as info:
         protocol.parse_result(message, Limits())
     assert info.value.sender_pid == 7
@@ -144,7 +151,11 @@ def test_an_honest_result_is_accepted():
                                      "images": [{"source": "plot"}], "executed_nothing": True},
                                blobs=(_png(30, 20),))  # fmt: skip
     result = protocol.parse_result(message, Limits())
-    assert result.status.value == "error" and result.error.frames == ((1, "x"),) and result.executed_nothing
+    assert (
+        result.status.value == "error"
+        and result.error.frames == ((1, "x"),)
+        and result.executed_nothing
+    )
     assert result.images[0].size == (30, 20) and result.images[0].origin == "plot"
 
 
@@ -187,7 +198,9 @@ def test_a_changed_file_is_restored_in_place_unless_it_has_other_links(tmp_path)
         (work / "linked.txt").write_text("changed")
         os.link(work / "linked.txt", tmp_path / "outside.txt")  # a second link: not rewritten
         snapshot.restore()
-        assert (work / "kept.txt").read_text() == "one" and os.stat(work / "kept.txt").st_ino == inode
+        assert (work / "kept.txt").read_text() == "one" and os.stat(
+            work / "kept.txt"
+        ).st_ino == inode
         kept_open.write(", then this")
     assert (work / "kept.txt").read_text() == "one, then this"
     assert (work / "linked.txt").read_text() == "two"
@@ -208,7 +221,9 @@ def test_sparse_files_are_kept_sparse(tmp_path):
         pytest.skip("this file system does not keep holes")
     snapshot = WorkdirSnapshot(str(work), str(store), protected=frozenset(), owner=None,
                                max_entries=100, max_bytes=64 << 20)  # fmt: skip
-    kept = [os.path.join(d, f) for d, _, names in os.walk(store) for f in names if f == "sparse.bin"]
+    kept = [
+        os.path.join(d, f) for d, _, names in os.walk(store) for f in names if f == "sparse.bin"
+    ]
     assert kept and all(os.stat(path).st_blocks * 512 < 1 << 20 for path in kept)
     (work / "sparse.bin").write_bytes(b"overwritten")
     snapshot.restore()
@@ -223,8 +238,17 @@ def test_the_stores_of_all_trajectories_share_one_budget(tmp_path):
     snapshots = []
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
-        snapshots.append(WorkdirSnapshot(str(tmp_path / name), str(tmp_path / f"store-{name}"), protected=frozenset(),
-                                         owner=None, max_entries=100, max_bytes=1 << 20, budget=budget))
+        snapshots.append(
+            WorkdirSnapshot(
+                str(tmp_path / name),
+                str(tmp_path / f"store-{name}"),
+                protected=frozenset(),
+                owner=None,
+                max_entries=100,
+                max_bytes=1 << 20,
+                budget=budget,
+            )
+        )
         for i in range(3):
             (tmp_path / name / f"f{i}").write_text("x")
     a, b = snapshots
@@ -262,7 +286,11 @@ def test_a_commits_claim_on_the_store_budget_covers_what_its_store_takes_on_disk
     budget = StoreBudget(entries=1 << 20, size=1 << 40, block=os.statvfs(tmp_path).f_frsize)
     snapshot = WorkdirSnapshot(str(work), str(store), protected=frozenset(), owner=None,
                                max_entries=10_000, max_bytes=64 << 20, budget=budget)  # fmt: skip
-    used = sum(os.lstat(os.path.join(d, n)).st_blocks * 512 for d, dirs, files in os.walk(store) for n in dirs + files)
+    used = sum(
+        os.lstat(os.path.join(d, n)).st_blocks * 512
+        for d, dirs, files in os.walk(store)
+        for n in dirs + files
+    )
     used += os.lstat(store).st_blocks * 512
     claimed = budget._claimed[1]
     assert claimed >= used, f"claimed {claimed:,} B, the store takes {used:,} B"
@@ -281,7 +309,9 @@ def test_space_allocated_past_a_files_end_counts_against_the_byte_limit(tmp_path
     libc = ctypes.CDLL(None, use_errno=True)
     with open(work / "small.bin", "wb") as handle:
         handle.write(b"x")
-        if libc.fallocate(handle.fileno(), 1, ctypes.c_long(0), ctypes.c_long(4 << 20)) != 0:  # KEEP_SIZE
+        if (
+            libc.fallocate(handle.fileno(), 1, ctypes.c_long(0), ctypes.c_long(4 << 20)) != 0
+        ):  # KEEP_SIZE
             pytest.skip(f"no fallocate here: {os.strerror(ctypes.get_errno())}")
     assert os.stat(work / "small.bin").st_size == 1
     with pytest.raises(LimitExceeded, match="MiB in the working directory"):
@@ -320,7 +350,11 @@ def test_a_symlinked_parent_is_never_followed(tmp_path):
     os.rename(work / "d", work / "moved")
     os.symlink(str(host), work / "d")
     snapshot.restore()
-    assert (work / "d").is_dir() and not (work / "d").is_symlink() and (work / "d" / "f").read_text() == "mine"
+    assert (
+        (work / "d").is_dir()
+        and not (work / "d").is_symlink()
+        and (work / "d" / "f").read_text() == "mine"
+    )
     assert os.listdir(host) == ["secret"] and (host / "secret").read_text() == "host"
     assert sorted(os.listdir(work)) == ["d"]
 
@@ -406,12 +440,20 @@ def test_a_step_is_forked_with_libc_only_while_the_kernel_counts_one_thread():
     snippet joined may not have ended in the kernel yet; libc's fork beside a live thread can
     hang the child, so `runtime._one_thread` reads the kernel's count (in a process of its own:
     this one runs the tests' service threads)."""
-    code = ("import threading\nfrom codedance.sandbox.jail import runtime\nassert runtime._one_thread()\n"
-            "stop = threading.Event()\nthread = threading.Thread(target=stop.wait)\nthread.start()\n"
-            "assert not runtime._one_thread(wait_s=0.01)\nstop.set()\nthread.join()\n"
-            "assert runtime._one_thread(wait_s=1.0)\nprint('ok')")
-    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60,
-                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    code = (
+        "import threading\nfrom codedance.sandbox.jail import runtime\nassert runtime._one_thread()\n"
+        "stop = threading.Event()\nthread = threading.Thread(target=stop.wait)\nthread.start()\n"
+        "assert not runtime._one_thread(wait_s=0.01)\nstop.set()\nthread.join()\n"
+        "assert runtime._one_thread(wait_s=1.0)\nprint('ok')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+    )
     assert done.stdout == "ok\n", done.stderr
 
 
@@ -602,8 +644,9 @@ def _sleeper_in(service_dirs: list[str]) -> subprocess.Popen:
     return sleeper
 
 
-def _recorded_lock(tmp_path: Path, name: str, directories: list[str], mode: int = 0o600,
-                   forged: bool = False) -> Path:
+def _recorded_lock(
+    tmp_path: Path, name: str, directories: list[str], mode: int = 0o600, forged: bool = False
+) -> Path:
     """A dead service's lock file ``name``, recording ``directories`` as its groups (``forged``:
     the lines as they are, not as `record_service_groups` writes them)."""
     from codedance.sandbox import leftovers
@@ -653,7 +696,9 @@ def test_the_sweep_keeps_the_lock_while_a_recorded_group_is_left(tmp_path, monke
     name = f"codedance-{os.getpid()}-{secrets.token_hex(4)}"
     with _scratch_groups([name]) as groups:
         lock = _recorded_lock(tmp_path, name, groups[name])
-        monkeypatch.setattr(leftovers.cgroups, "_rmdir_when_empty", lambda directory: None)  # "busy"
+        monkeypatch.setattr(
+            leftovers.cgroups, "_rmdir_when_empty", lambda directory: None
+        )  # "busy"
         assert leftovers.sweep() == [] and lock.exists()
         monkeypatch.undo()
         monkeypatch.setattr(leftovers, "_locks_dir", lambda: str(tmp_path))
@@ -726,14 +771,18 @@ def test_which_recorded_groups_are_trusted(tmp_path, monkeypatch):
         assert leftovers.recorded_groups(fd, name) is None  # too big to be a record
         leftovers.record_service_groups(fd, [f"{root}/link/a"])
         assert leftovers.recorded_groups(fd, name) is None  # no line ends in the name
-        leftovers.record_service_groups(fd, [f"{root}/link/a/{name}", good])  # resolved when recorded
+        leftovers.record_service_groups(
+            fd, [f"{root}/link/a/{name}", good]
+        )  # resolved when recorded
         assert leftovers.recorded_groups(fd, name) == [good]
     finally:
         os.close(fd)
 
 
 def test_lone_surrogates_and_chunk_floods_are_refused():
-    message = protocol.Message(body={"op": "result", "status": "ok", "stdout": "\ud800"}, sender_pid=3)
+    message = protocol.Message(
+        body={"op": "result", "status": "ok", "stdout": "\ud800"}, sender_pid=3
+    )
     with pytest.raises(protocol.BadMessage, match="surrogate"):
         protocol.parse_result(message, Limits())
     flood = _png(4, 4)[:-12] + _chunk(b"tEXt", b"") * 5000 + _chunk(b"IEND", b"")
@@ -765,7 +814,9 @@ def test_acting_as_limits_this_thread_to_the_owners_rights(tmp_path):
     secret.chmod(0o600)
     seen_by_other_thread = []
     go = threading.Event()
-    other = threading.Thread(target=lambda: go.wait() and seen_by_other_thread.append(secret.read_text()))
+    other = threading.Thread(
+        target=lambda: go.wait() and seen_by_other_thread.append(secret.read_text())
+    )
     other.start()  # before the switch: a thread started inside would inherit this one's identity
     with acting_as((54321, 54321)):
         with pytest.raises(PermissionError):
@@ -825,8 +876,9 @@ def test_directories_that_lock_their_owner_out_are_restored(tmp_path):
     (work / "readonly" / "g.txt").write_text("kept too")
     (work / "readonly").chmod(0o500)
     (work / "locked").chmod(0o000)
-    snapshot = WorkdirSnapshot(str(work), str(store), protected=frozenset(), owner=None,
-                               max_entries=100, max_bytes=1 << 20)
+    snapshot = WorkdirSnapshot(
+        str(work), str(store), protected=frozenset(), owner=None, max_entries=100, max_bytes=1 << 20
+    )
     (work / "locked").chmod(0o700)
     (work / "locked" / "inner" / "f.txt").write_text("changed")
     (work / "locked").chmod(0o000)
@@ -900,9 +952,15 @@ def test_a_forked_child_lets_go_of_the_descriptors_held_from_forks():
     try:
         pid = os.fork()
         if pid == 0:
-            ok = os.path.samestat(os.fstat(write_end), os.stat(os.devnull)) and not os.get_inheritable(write_end)
+            ok = os.path.samestat(
+                os.fstat(write_end), os.stat(os.devnull)
+            ) and not os.get_inheritable(write_end)
             ok = os.write(other_write, b"k") == 1 and ok  # untouched
-            ok = bool(select.select([read_end], [], [], 10)[0]) and os.read(read_end, 1) == b"" and ok
+            ok = (
+                bool(select.select([read_end], [], [], 10)[0])
+                and os.read(read_end, 1) == b""
+                and ok
+            )
             os._exit(0 if ok else 1)
         os.close(other_write)
         assert os.read(other_read, 1) == b"k"
@@ -956,9 +1014,13 @@ def test_a_low_fs_file_max_is_raised_as_root_and_noted_else_reported_with_what_t
         assert file_table(needed, may_raise=True, read=fine.read, write=fine.write) == (None, None)
         assert fine.writes == []
 
-    for sysctl, may_raise in ((_FakeSysctl({FILE_MAX: 1000}), False),
-                              (_FakeSysctl({FILE_MAX: 1000}, refuse=PermissionError(13, "read-only")), True)):
-        note, missing = file_table(needed, may_raise=may_raise, read=sysctl.read, write=sysctl.write)
+    for sysctl, may_raise in (
+        (_FakeSysctl({FILE_MAX: 1000}), False),
+        (_FakeSysctl({FILE_MAX: 1000}, refuse=PermissionError(13, "read-only")), True),
+    ):
+        note, missing = file_table(
+            needed, may_raise=may_raise, read=sysctl.read, write=sysctl.write
+        )
         assert note is None and sysctl.writes == [] and sysctl.values[FILE_MAX] == 1000
         assert f"sysctl -w fs.file-max={FILE_MAX_RAISED}" in missing and "ENFILE" in missing
 
@@ -970,7 +1032,10 @@ def test_a_low_fs_file_max_is_raised_as_root_and_noted_else_reported_with_what_t
     capped = _Capped({FILE_MAX: 1000})
     note, missing = file_table(needed, may_raise=True, read=capped.read, write=capped.write)
     assert note is None and "still 5000" in missing
-    assert file_table(needed, may_raise=True, read=_FakeSysctl({}).read) == (None, None)  # no /proc: not Linux
+    assert file_table(needed, may_raise=True, read=_FakeSysctl({}).read) == (
+        None,
+        None,
+    )  # no /proc: not Linux
 
 
 def test_the_service_reports_the_file_table_in_its_isolation(monkeypatch):
@@ -993,10 +1058,15 @@ def test_the_service_reports_the_file_table_in_its_isolation(monkeypatch):
         assert "note: raised the host's fs.file-max (fake)" in svc.isolation.describe()
     finally:
         svc.close()
-    monkeypatch.setattr(service_module, "file_table", lambda needed, *, may_raise: (None, "run sysctl (fake)"))
+    monkeypatch.setattr(
+        service_module, "file_table", lambda needed, *, may_raise: (None, "run sysctl (fake)")
+    )
     svc = service_module.SandboxService(use_namespaces=False, use_cgroups=False, use_seccomp=False)
     try:
-        assert dict(svc.isolation.missing)["file table"] == "run sysctl (fake)" and svc.isolation.notes == ()
+        assert (
+            dict(svc.isolation.missing)["file table"] == "run sysctl (fake)"
+            and svc.isolation.notes == ()
+        )
     finally:
         svc.close()
     assert Isolation(True, True, True, True, True).notes == ()
@@ -1006,19 +1076,26 @@ def test_the_zygote_imports_none_of_the_controller_and_the_public_names_still_re
     """Every module the zygote holds is memory whose page tables each step's fork copies, and
     each at-fork hook a module registers runs in every forked step: the package's public names
     load on first use, so ``python -m codedance.sandbox.jail.runtime`` imports no controller module."""
-    probe = ("import sys, codedance.sandbox.jail.runtime\n"
-             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('asyncio', 'concurrent')"
-             " or m in ('codedance.sandbox.sandbox', 'codedance.sandbox.service', 'codedance.sandbox.pool',"
-             " 'codedance.sandbox.cgroups', 'codedance.sandbox.forks') or m.startswith('codedance.sandbox.memory')))\n"
-             "import codedance.sandbox as package\n"
-             "print(package.Sandbox.__module__, package.SandboxPool.__module__, package.Limits.__module__)\n")
+    probe = (
+        "import sys, codedance.sandbox.jail.runtime\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('asyncio', 'concurrent')"
+        " or m in ('codedance.sandbox.sandbox', 'codedance.sandbox.service', 'codedance.sandbox.pool',"
+        " 'codedance.sandbox.cgroups', 'codedance.sandbox.forks') or m.startswith('codedance.sandbox.memory')))\n"
+        "import codedance.sandbox as package\n"
+        "print(package.Sandbox.__module__, package.SandboxPool.__module__, package.Limits.__module__)\n"
+    )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert done.stdout.splitlines() == ["[]", "codedance.sandbox.sandbox codedance.sandbox.pool codedance.sandbox.layout"]
+    assert done.stdout.splitlines() == [
+        "[]",
+        "codedance.sandbox.sandbox codedance.sandbox.pool codedance.sandbox.layout",
+    ]
     import codedance.sandbox as package
 
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         package.Nope  # noqa: B018
-    assert set(package.__all__) == set(package._PUBLIC) and set(package.__all__) <= set(dir(package))
+    assert set(package.__all__) == set(package._PUBLIC) and set(package.__all__) <= set(
+        dir(package)
+    )
 
 
 def test_a_closing_sandboxs_checkpoint_and_restore_stop_walking(tmp_path):
@@ -1027,8 +1104,14 @@ def test_a_closing_sandboxs_checkpoint_and_restore_stop_walking(tmp_path):
     work, store = tmp_path / "work", tmp_path / "store"
     work.mkdir()
     (work / "kept.txt").write_text("kept")
-    snapshot = WorkdirSnapshot(str(work), str(store), protected=frozenset(), owner=None,
-                               max_entries=10_000, max_bytes=1 << 20)
+    snapshot = WorkdirSnapshot(
+        str(work),
+        str(store),
+        protected=frozenset(),
+        owner=None,
+        max_entries=10_000,
+        max_bytes=1 << 20,
+    )
     for n in range(600):
         (work / f"d{n}").mkdir()
     closing = []
@@ -1101,8 +1184,10 @@ def test_sandbox_check_fails_only_for_a_promise_the_host_makes():
     from codedance.cli.sandbox_cmd import show_promises
     from codedance.sandbox.checks import CheckResult
 
-    results = [CheckResult(1, "private working directory", "failed", "listed", 0.1),
-               CheckResult(2, "state persists across steps", "passed", "", 0.1)]
+    results = [
+        CheckResult(1, "private working directory", "failed", "listed", 0.1),
+        CheckResult(2, "state persists across steps", "passed", "", 0.1),
+    ]
     console = make_console()
     assert show_promises(console, _host(private_views=False), results, as_json=False) == []
     assert show_promises(console, _host(), results, as_json=False) == ["private working directory"]

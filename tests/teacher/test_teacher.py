@@ -79,21 +79,29 @@ def test_answers_follow_the_pixels_not_the_task(pool):
     color, shape = a.question.split()[2], a.question.split()[3][:-1]
     from codedance.world.draw import PALETTE
 
-    expected = pixels.count_shapes(pixels.blobs(pixels.color_mask(img, PALETTE[color], 40), img), shape, split=False)
+    expected = pixels.count_shapes(
+        pixels.blobs(pixels.color_mask(img, PALETTE[color], 40), img), shape, split=False
+    )
     assert trajectory.answer == str(expected)
 
 
 def test_temperature_zero_makes_no_mistakes():
     teacher = ExpertTeacher(TeacherConfig(temperature=0.0, mistake_rate=1.0))
-    assert all(teacher.policy(generate("counting", "hard", s), k).mistake is None
-               for s in range(3) for k in range(3))
+    assert all(
+        teacher.policy(generate("counting", "hard", s), k).mistake is None
+        for s in range(3)
+        for k in range(3)
+    )
     with pytest.raises(ValueError, match="no solver"):
         teacher.policy(replace(generate("counting", "easy", 0), metadata=(("skill", "x"),)))
 
 
 def test_measured_accuracy_per_cell(tmp_path):
-    report = measure(task_set(3 * len(skills()), seed=500), TeacherConfig(temperature=1.0, mistake_rate=0.5),
-                     run=tmp_path / "run")
+    report = measure(
+        task_set(3 * len(skills()), seed=500),
+        TeacherConfig(temperature=1.0, mistake_rate=0.5),
+        run=tmp_path / "run",
+    )
     assert len(report.cells) == 3 * len(skills())
     for cell in report.cells:
         assert cell.accuracy >= 0.5, cell
@@ -135,6 +143,6 @@ def test_touching_pairs_are_counted_whatever_their_angle():
         assert str(pixels.count_shapes(found, shape, split=True)) == task.answer, seed
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
-            exec(counting._compact_body(color, shape, 40, split=True, show=False),  # noqa: S102
-                 {"np": np, "cv2": cv2, "img": img})
+            body = counting._compact_body(color, shape, 40, split=True, show=False)
+            exec(body, {"np": np, "cv2": cv2, "img": img})  # noqa: S102
         assert printed.getvalue().strip() == f"RESULT: {task.answer}", seed

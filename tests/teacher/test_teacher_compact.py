@@ -40,11 +40,17 @@ def test_compact_programs_are_short_run_and_answer_right(pool, skill):
         for r in trajectory.tool_calls:  # a measurement, or the hard tasks' check of it
             assert ("RESULT:" in r.stdout or "check:" in r.stdout) and "DONE" in r.stdout
         quoted = results([r for r in trajectory.tool_calls if "RESULT:" in r.stdout][-1].stdout)[-1]
-        assert trajectory.turns[-1].think == f"The output reads\nRESULT: {quoted}\nwhich answers the question."
+        assert (
+            trajectory.turns[-1].think
+            == f"The output reads\nRESULT: {quoted}\nwhich answers the question."
+        )
         _, reference, _ = solve(pool, task, full)
         assert trajectory.answer == reference.answer
         assert len(trajectory.turns) == len(reference.turns)
-        assert reference.turns[-1].think == f"The output gives {reference.answer}, which answers the question."
+        assert (
+            reference.turns[-1].think
+            == f"The output gives {reference.answer}, which answers the question."
+        )
 
 
 @pytest.mark.parametrize("skill", SKILLS)
@@ -58,7 +64,9 @@ def test_compact_hard_mistakes_are_noticed_and_fixed(pool, skill):
         if policy.mistake == "bug":
             assert "failed" in trajectory.turns[1].think
         else:
-            assert trajectory.turns[1].think.startswith("Looking at the output"), trajectory.turns[1].think
+            assert trajectory.turns[1].think.startswith("Looking at the output"), trajectory.turns[
+                1
+            ].think
     assert len(seen) >= 2
 
 
@@ -90,7 +98,10 @@ def test_the_default_style_is_unchanged():
     assert TeacherConfig().code_style == "full"
     digest = _plans_digest(TeacherConfig(temperature=1.0, mistake_rate=1.0))
     assert digest == "0451688895bed0cf9e67f0c05194f0ab091aa1c2cd9873e943eb4afb587957b1"
-    assert _plans_digest(TeacherConfig(temperature=1.0, mistake_rate=1.0, code_style="compact")) != digest
+    assert (
+        _plans_digest(TeacherConfig(temperature=1.0, mistake_rate=1.0, code_style="compact"))
+        != digest
+    )
 
 
 def test_skills_without_a_compact_solver_keep_the_full_style_and_bad_styles_are_refused():

@@ -15,7 +15,9 @@ pytestmark = pytest.mark.tier("integration")
 
 
 def test_calls_at_a_fixed_rate_on_every_difficulty(pool):
-    teacher = ExpertTeacher(TeacherConfig(temperature=1.0, mistake_rate=0.3, call_rate=0.5, code_style="compact"))
+    teacher = ExpertTeacher(
+        TeacherConfig(temperature=1.0, mistake_rate=0.3, call_rate=0.5, code_style="compact")
+    )
     calls = {"easy": 0, "hard": 0}
     for difficulty in calls:
         for seed in range(16):
@@ -23,11 +25,15 @@ def test_calls_at_a_fixed_rate_on_every_difficulty(pool):
             assert ok, (difficulty, seed, trajectory.answer)
             assert policy.direct == (trajectory.tool_calls == ())
             calls[difficulty] += not policy.direct
-    assert 4 <= calls["easy"] <= 12 and 4 <= calls["hard"] <= 12  # ~8 of 16 each: no difficulty signal
+    assert (
+        4 <= calls["easy"] <= 12 and 4 <= calls["hard"] <= 12
+    )  # ~8 of 16 each: no difficulty signal
 
 
 def test_the_bug_hits_easy_episodes_and_is_fixed(pool):
-    teacher = ExpertTeacher(TeacherConfig(temperature=1.0, mistake_rate=1.0, call_rate=1.0, code_style="compact"))
+    teacher = ExpertTeacher(
+        TeacherConfig(temperature=1.0, mistake_rate=1.0, call_rate=1.0, code_style="compact")
+    )
     policy, trajectory, ok = solve(pool, generate("dots", "easy", 3), teacher)
     assert policy.mistake == "bug" and ok
     assert [c.status for c in trajectory.tool_calls] == [ExecStatus.ERROR, ExecStatus.OK]
@@ -49,7 +55,9 @@ def test_the_copy_probe_replays_the_teachers_own_tool_episode(pool):
     from codedance.teacher.policy import quoting_answer
     from codedance.train.branch import after_program
 
-    teacher = ExpertTeacher(TeacherConfig(temperature=1.0, mistake_rate=0.0, call_rate=1.0, code_style="compact"))
+    teacher = ExpertTeacher(
+        TeacherConfig(temperature=1.0, mistake_rate=0.0, call_rate=1.0, code_style="compact")
+    )
     for difficulty in ("easy", "hard"):
         task = generate("dots", difficulty, 5)
         _, trajectory, ok = solve(pool, task, teacher)

@@ -48,9 +48,16 @@ def test_turns_grow_with_difficulty(pool, skill):
     assert lengths[0] == (1, 0) and lengths[1] == (2, 1) and lengths[2][0] >= 3
 
 
-@pytest.mark.parametrize("skill,seed,kind", [
-    ("search", 5, "wrong_place"), ("search", 5, "loose"), ("charts", 1, "loose"),
-    ("charts", 8, "top_tick"), ("photos", 2, "global")])
+@pytest.mark.parametrize(
+    "skill,seed,kind",
+    [
+        ("search", 5, "wrong_place"),
+        ("search", 5, "loose"),
+        ("charts", 1, "loose"),
+        ("charts", 8, "top_tick"),
+        ("photos", 2, "global"),
+    ],
+)
 def test_first_mistake_is_wrong_and_corrected(pool, skill, seed, kind):
     task = generate(skill, "hard", seed)
     assert ("pie chart" in task.question) == (kind == "loose") or skill != "charts"
@@ -80,7 +87,10 @@ def test_glance_cannot_read_the_4k_tag_but_the_crop_can():
         assert search.glance(view, img) != task.answer
         assert search.read_tag(img, search.PALETTE[search._color(view)]) == task.answer
     easy = generate("search", "easy", 0)
-    assert search.glance(TaskView.from_task(easy), np.asarray(easy.images[0].to_pil().convert("RGB"))) == easy.answer
+    assert (
+        search.glance(TaskView.from_task(easy), np.asarray(easy.images[0].to_pil().convert("RGB")))
+        == easy.answer
+    )
 
 
 def test_glyph_reader_reads_rendered_codes():

@@ -38,8 +38,14 @@ class FakeRunner:
 
 def task(i: int = 0, difficulty: str = "medium") -> Task:
     image = Image.from_pil(PILImage.new("RGB", (56 + 8 * i, 56), (200, 10 * i, 10)), "input:0")
-    return Task(f"toy-{difficulty}-{i}", "How many red squares are there?", (image,), "3", AnswerKind.COUNT,
-                metadata=(("difficulty", difficulty),))
+    return Task(
+        f"toy-{difficulty}-{i}",
+        "How many red squares are there?",
+        (image,),
+        "3",
+        AnswerKind.COUNT,
+        metadata=(("difficulty", difficulty),),
+    )
 
 
 def scripted(t: Task, replies: list[str]) -> Trajectory:
@@ -52,7 +58,15 @@ def corpus() -> list[Trajectory]:
     for i in range(4):
         out.append(scripted(task(i), [CODE, ANSWER.format(a=3)]))
         out.append(scripted(task(i, "easy"), [ANSWER.format(a=5)]))
-    out.append(scripted(task(9, "hard"), ["<think>x</think><code>\n```python\nraise ValueError\n```\n</code>", ANSWER.format(a=3)]))
+    out.append(
+        scripted(
+            task(9, "hard"),
+            [
+                "<think>x</think><code>\n```python\nraise ValueError\n```\n</code>",
+                ANSWER.format(a=3),
+            ],
+        )
+    )
     return out
 
 
@@ -61,7 +75,11 @@ def tiny(trajectories: list[Trajectory], hidden: int = 64):  # type: ignore[no-u
     from codedance.train.processor import ImageTextProcessor
     from codedance.train.tiny import TinySize, build_model, build_tokenizer
 
-    texts = [p for t in trajectories for m in conversation(t) for p in m.parts if isinstance(p, str)]
+    texts = [
+        p for t in trajectories for m in conversation(t) for p in m.parts if isinstance(p, str)
+    ]
     tok = build_tokenizer(texts, 400, "lines")
-    size = TinySize(hidden=hidden, layers=2, heads=2, kv_heads=1, intermediate=2 * hidden, vision_hidden=16)
+    size = TinySize(
+        hidden=hidden, layers=2, heads=2, kv_heads=1, intermediate=2 * hidden, vision_hidden=16
+    )
     return build_model(tok, size), ImageTextProcessor(tok, max_pixels=56 * 56)

@@ -49,9 +49,19 @@ def sft(out: Path, steps: int, block_at: int) -> None:
     model, processor = tiny(trajectories)
     # 9 sequences in batches of 3: 3 steps an epoch, so a checkpoint at step 4 resumes mid-epoch
     # (the Trainer skips the epoch's batches already seen); warmup then cosine: the schedule matters
-    stage = SFTStage(epochs=10, max_steps=steps, batch_size=3, per_device_batch=3, lr=1e-2, warmup_ratio=0.25,
-                     logging_steps=1, gradient_checkpointing=False)  # a checkpoint every 4 steps
-    run_sft(model, processor, trajectories, stage, out, max_length=512, callbacks=[Report()], log=print)
+    stage = SFTStage(
+        epochs=10,
+        max_steps=steps,
+        batch_size=3,
+        per_device_batch=3,
+        lr=1e-2,
+        warmup_ratio=0.25,
+        logging_steps=1,
+        gradient_checkpointing=False,
+    )  # a checkpoint every 4 steps
+    run_sft(
+        model, processor, trajectories, stage, out, max_length=512, callbacks=[Report()], log=print
+    )
 
 
 def grpo(out: Path, steps: int, block_at: int) -> None:
@@ -70,15 +80,33 @@ def grpo(out: Path, steps: int, block_at: int) -> None:
         noise = torch.Generator().manual_seed(1)
         for param in ref.parameters():
             param.add_(0.05 * torch.randn(param.shape, generator=noise))
-    stage = GRPOStage(steps=steps, prompts_per_step=2, group_size=2, lr=1e-3, micro_batch=2, save_every=2,
-                      kl_coef=0.5)
-    trainer = GRPOTrainer(model, processor, stage, RolloutSettings(max_tokens=24, max_length=512, max_pixels=56 * 56),
-                          EpisodeSettings(max_turns=3, prompt_profile="paper"), [task(i) for i in range(4)], out,
-                          ref_model=ref, make_runner=lambda images: FakeRunner(images), threads=1)
+    stage = GRPOStage(
+        steps=steps,
+        prompts_per_step=2,
+        group_size=2,
+        lr=1e-3,
+        micro_batch=2,
+        save_every=2,
+        kl_coef=0.5,
+    )
+    trainer = GRPOTrainer(
+        model,
+        processor,
+        stage,
+        RolloutSettings(max_tokens=24, max_length=512, max_pixels=56 * 56),
+        EpisodeSettings(max_turns=3, prompt_profile="paper"),
+        [task(i) for i in range(4)],
+        out,
+        ref_model=ref,
+        make_runner=lambda images: FakeRunner(images),
+        threads=1,
+    )
     if trainer.resume():
         print(f"resumed at step {trainer.step}", flush=True)
-    trainer.train(on_step=lambda row: report(int(row["step"]), float(row["loss"]), block_at),
-                  log=lambda line: print(line, flush=True))
+    trainer.train(
+        on_step=lambda row: report(int(row["step"]), float(row["loss"]), block_at),
+        log=lambda line: print(line, flush=True),
+    )
 
 
 if __name__ == "__main__":

@@ -23,7 +23,9 @@ def test_every_preset_loads_and_its_header_gives_the_command() -> None:
     for path in presets:
         assert path.read_text().startswith("# codedance ")
         load_config(path)
-    tiny = load_config(PRESETS / "tiny-cpu.yaml", ["grpo.steps=3", "grpo.profile_overrides=[[delta, 0.0]]"])
+    tiny = load_config(
+        PRESETS / "tiny-cpu.yaml", ["grpo.steps=3", "grpo.profile_overrides=[[delta, 0.0]]"]
+    )
     assert tiny.grpo.steps == 3 and tiny.grpo.profile_overrides == (("delta", 0.0),)
     assert tiny.grpo.clip == 0.2 and tiny.grpo.kl_coef == 0.0 and tiny.sft.warmup_ratio == 0.05
     assert tiny.sft.teacher.code_style == "compact"
@@ -36,10 +38,16 @@ def test_every_preset_loads_and_its_header_gives_the_command() -> None:
 def test_the_pipeline_teacher_writes_the_configured_code_style(tmp_path, style) -> None:  # type: ignore[no-untyped-def]
     from codedance.train.pipeline import teacher_trajectories, world_tasks
 
-    cfg = load_config(PRESETS / "tiny-cpu.yaml", [f"out_dir={tmp_path}", "sft.tasks.n=6",
-                                                   f"sft.teacher.code_style={style}"])
-    codes = [t.code for tr in teacher_trajectories(cfg, world_tasks(cfg.sft.tasks), log=lambda _m: None)
-             for t in tr.turns if t.code]
+    cfg = load_config(
+        PRESETS / "tiny-cpu.yaml",
+        [f"out_dir={tmp_path}", "sft.tasks.n=6", f"sft.teacher.code_style={style}"],
+    )
+    codes = [
+        t.code
+        for tr in teacher_trajectories(cfg, world_tasks(cfg.sft.tasks), log=lambda _m: None)
+        for t in tr.turns
+        if t.code
+    ]
     assert codes and all(c.rstrip().endswith("print('DONE')") for c in codes)
     assert all(("def color_mask" in c) == (style == "full") for c in codes)
 
@@ -63,4 +71,6 @@ def test_canonical_record_and_swift_export(tmp_path) -> None:  # type: ignore[no
     assert write_records((canonical_record(t) for t in corpus()), path, "swift") == 9
     first = json.loads(path.read_text().splitlines()[0])
     assert [m["loss"] for m in first["messages"]] == [False, True, False, True]
-    assert all((tmp_path / "images").joinpath(p.rsplit("/", 1)[1]).exists() for p in first["images"])
+    assert all(
+        (tmp_path / "images").joinpath(p.rsplit("/", 1)[1]).exists() for p in first["images"]
+    )

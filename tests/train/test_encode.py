@@ -33,11 +33,22 @@ def test_teacher_text_is_trained_and_everything_else_is_not(setup) -> None:  # t
     assert sum(e.loss_mask) == sum(b - a for a, b in e.turn_spans)
     pad = tok.convert_tokens_to_ids("<|image_pad|>")
     assert len(e.images) == 2 and e.images[1].origin == "turn:0:0"
-    assert e.input_ids.count(pad) == sum(e.image_token_counts) == sum(processor.image_tokens(i) for i in e.images)
+    assert (
+        e.input_ids.count(pad)
+        == sum(e.image_token_counts)
+        == sum(processor.image_tokens(i) for i in e.images)
+    )
     # the prompt part is exactly what the policy's processor produces for the first request
     chat_prompt = processor.apply_chat_template(
-        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": t.prompt[0].text}]}],
-        tokenize=False, add_generation_prompt=True)
+        [
+            {
+                "role": "user",
+                "content": [{"type": "image"}, {"type": "text", "text": t.prompt[0].text}],
+            }
+        ],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
     first = processor(text=[chat_prompt], images=[t.prompt[0].images[0]])["input_ids"][0].tolist()
     assert list(e.input_ids[: len(first)]) == first
 
@@ -47,21 +58,38 @@ def test_sampled_ids_are_used_verbatim(setup) -> None:  # type: ignore[no-untype
     t = trajectories[1]
     odd = (5, 6, 7, processor.tokenizer.eos_token_id)  # not what the text would tokenize to
     t2 = replace(t, turns=(replace(t.turns[0], token_ids=odd),))
-    e = encode_trajectory(t2, processor.tokenizer, template=processor, image_tokens=processor.image_tokens)
+    e = encode_trajectory(
+        t2, processor.tokenizer, template=processor, image_tokens=processor.image_tokens
+    )
     a, b = e.turn_spans[0]
     assert e.input_ids[a:b] == odd and e.sampled_ids
-    e_text = encode_trajectory(t2, processor.tokenizer, template=processor, image_tokens=processor.image_tokens,
-                               use_sampled_ids=False)
+    e_text = encode_trajectory(
+        t2,
+        processor.tokenizer,
+        template=processor,
+        image_tokens=processor.image_tokens,
+        use_sampled_ids=False,
+    )
     assert e_text.input_ids[slice(*e_text.turn_spans[0])] != odd and not e_text.sampled_ids
 
 
 def test_truncation_never_cuts_an_image_in_half(setup) -> None:  # type: ignore[no-untyped-def]
     trajectories, processor = setup
-    full = encode_trajectory(trajectories[0], processor.tokenizer, template=processor, image_tokens=processor.image_tokens)
+    full = encode_trajectory(
+        trajectories[0],
+        processor.tokenizer,
+        template=processor,
+        image_tokens=processor.image_tokens,
+    )
     pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
     second = [j for j, x in enumerate(full.input_ids) if x == pad][-1]  # inside the feedback image
-    cut = encode_trajectory(trajectories[0], processor.tokenizer, template=processor,
-                            image_tokens=processor.image_tokens, max_length=second)
+    cut = encode_trajectory(
+        trajectories[0],
+        processor.tokenizer,
+        template=processor,
+        image_tokens=processor.image_tokens,
+        max_length=second,
+    )
     assert cut.truncated and len(cut.images) == 1 and len(cut) <= second
     assert cut.input_ids.count(pad) == cut.image_token_counts[0]
 
@@ -71,8 +99,15 @@ def test_a_template_that_rewrites_the_assistant_turn_is_refused(setup) -> None: 
 
     class Stripping:
         def apply_chat_template(self, chat, tokenize=False, add_generation_prompt=False):  # type: ignore[no-untyped-def]
-            text = processor.apply_chat_template(chat, tokenize=False, add_generation_prompt=add_generation_prompt)
+            text = processor.apply_chat_template(
+                chat, tokenize=False, add_generation_prompt=add_generation_prompt
+            )
             return text.replace("<think>", "")
 
     with pytest.raises(TemplateMismatch):
-        encode_trajectory(trajectories[0], processor.tokenizer, template=Stripping(), image_tokens=processor.image_tokens)
+        encode_trajectory(
+            trajectories[0],
+            processor.tokenizer,
+            template=Stripping(),
+            image_tokens=processor.image_tokens,
+        )

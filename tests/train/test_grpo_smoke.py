@@ -25,10 +25,27 @@ EPISODE = EpisodeSettings(max_turns=3, prompt_profile="paper")
 def trainer(tmp_path, **kw):  # type: ignore[no-untyped-def]
     torch.manual_seed(0)
     model, processor = tiny(corpus())
-    stage = GRPOStage(steps=2, prompts_per_step=2, group_size=2, lr=1e-3, micro_batch=2, save_every=1,
-                      save_rollouts=False, **kw)
-    return GRPOTrainer(model, processor, stage, ROLL, EPISODE, [task(i) for i in range(4)], tmp_path,
-                       make_runner=lambda images: FakeRunner(images), threads=1)
+    stage = GRPOStage(
+        steps=2,
+        prompts_per_step=2,
+        group_size=2,
+        lr=1e-3,
+        micro_batch=2,
+        save_every=1,
+        save_rollouts=False,
+        **kw,
+    )
+    return GRPOTrainer(
+        model,
+        processor,
+        stage,
+        ROLL,
+        EPISODE,
+        [task(i) for i in range(4)],
+        tmp_path,
+        make_runner=lambda images: FakeRunner(images),
+        threads=1,
+    )
 
 
 def test_steps_log_finite_metrics_and_resume_exactly(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -37,7 +54,16 @@ def test_steps_log_finite_metrics_and_resume_exactly(tmp_path) -> None:  # type:
     t.train(on_step=rows.append)
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:
-        for key in ("loss", "entropy", "grad_norm", "accuracy", "calls", "reward/total", "logprob_gap", "tokens"):
+        for key in (
+            "loss",
+            "entropy",
+            "grad_norm",
+            "accuracy",
+            "calls",
+            "reward/total",
+            "logprob_gap",
+            "tokens",
+        ):
             assert math.isfinite(r[key]), key
         assert r["logprob_gap"] < 0.05  # generation and training see the same tokens
     weights = {k: v.clone() for k, v in t.model.state_dict().items()}
@@ -58,7 +84,10 @@ def test_an_update_raises_the_logprob_of_positive_advantage_tokens(tmp_path, agg
         mask = list(ro.encoded[0].loss_mask)
         ro.advantages[0, : len(mask)] = mask
     batch = collate(ro.encoded, t.processor, t.processor.tokenizer.pad_token_id)
-    adv = torch.tensor(ro.advantages[:, : batch["input_ids"].shape[1]])[:, 1:] * batch["loss_mask"][:, 1:]
+    adv = (
+        torch.tensor(ro.advantages[:, : batch["input_ids"].shape[1]])[:, 1:]
+        * batch["loss_mask"][:, 1:]
+    )
 
     def objective() -> float:
         with torch.no_grad():
@@ -80,10 +109,26 @@ def test_resume_restores_a_model_that_was_loaded_from_disk(tmp_path) -> None:  #
 
     def loaded_trainer():  # type: ignore[no-untyped-def]
         m, p = load_policy(tmp_path / "init")
-        stage = GRPOStage(steps=1, prompts_per_step=2, group_size=2, lr=1e-2, micro_batch=2, save_every=1,
-                          save_rollouts=False)
-        return GRPOTrainer(m, p, stage, ROLL, EPISODE, [task(i) for i in range(4)], tmp_path / "grpo",
-                           make_runner=lambda images: FakeRunner(images), threads=1)
+        stage = GRPOStage(
+            steps=1,
+            prompts_per_step=2,
+            group_size=2,
+            lr=1e-2,
+            micro_batch=2,
+            save_every=1,
+            save_rollouts=False,
+        )
+        return GRPOTrainer(
+            m,
+            p,
+            stage,
+            ROLL,
+            EPISODE,
+            [task(i) for i in range(4)],
+            tmp_path / "grpo",
+            make_runner=lambda images: FakeRunner(images),
+            threads=1,
+        )
 
     from codedance.train.checkpoint import save_checkpoint
 

@@ -23,7 +23,9 @@ def test_clipping_by_hand() -> None:
 
 
 def test_token_mean_and_seq_mean_weights() -> None:
-    mask = torch.tensor([[0, 1, 1, 1, 1], [0, 1, 0, 0, 0]], dtype=torch.float32)  # 4 and 1 trained tokens
+    mask = torch.tensor(
+        [[0, 1, 1, 1, 1], [0, 1, 0, 0, 0]], dtype=torch.float32
+    )  # 4 and 1 trained tokens
     tok = loss_weights(mask, "token-mean", total_tokens=5, total_seqs=2)
     seq = loss_weights(mask, "seq-mean", total_tokens=5, total_seqs=2)
     assert tok.sum() == pytest.approx(1.0) and tok[0, 0] == pytest.approx(0.2)
@@ -40,7 +42,12 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient() -> None:
     for agg in ("token-mean", "seq-mean"):
         total = float(mask[:, 1:].sum())
         theta.grad = None
-        full = clipped_surrogate(theta, theta.detach() * 0.9, adv, loss_weights(mask, agg, total_tokens=total, total_seqs=4))[0]
+        full = clipped_surrogate(
+            theta,
+            theta.detach() * 0.9,
+            adv,
+            loss_weights(mask, agg, total_tokens=total, total_seqs=4),
+        )[0]
         full.backward()
         g_full = theta.grad.clone()
         theta.grad = None

@@ -27,13 +27,25 @@ def test_interval_is_the_student_t_one():
 
 
 def test_summary_reads_seeded_stages_and_decides_claims(tmp_path):
-    _eval(tmp_path, "after-sft", **{"p_direct/easy": 0.5, "p_direct/hard": 0.5, "accuracy/hard": 0.4})
+    _eval(
+        tmp_path, "after-sft", **{"p_direct/easy": 0.5, "p_direct/hard": 0.5, "accuracy/hard": 0.4}
+    )
     for seed, (easy, hard) in enumerate([(0.9, 0.1), (0.8, 0.2), (0.85, 0.05)]):
-        _eval(tmp_path, f"after-grpo-paper-s{seed}", **{"p_direct/easy": easy, "p_direct/hard": hard,
-                                                        "accuracy/hard": 0.5, "exec_success": 0.9})
+        _eval(
+            tmp_path,
+            f"after-grpo-paper-s{seed}",
+            **{
+                "p_direct/easy": easy,
+                "p_direct/hard": hard,
+                "accuracy/hard": 0.5,
+                "exec_success": 0.9,
+            },
+        )
         _eval(tmp_path, f"after-grpo-outcome-only-s{seed}", **{"p_direct/easy": 0.5 + 0.01 * seed})
         (tmp_path / f"grpo-paper-s{seed}").mkdir()
-        append_jsonl(tmp_path / f"grpo-paper-s{seed}" / "metrics.jsonl", {"step": 1, "calls/easy": easy})
+        append_jsonl(
+            tmp_path / f"grpo-paper-s{seed}" / "metrics.jsonl", {"step": 1, "calls/easy": easy}
+        )
     append_jsonl(tmp_path / "timings.jsonl", {"seed": 0, "stage": "paper-s0", "seconds": 61.0})
     data = write_summary(tmp_path)
     assert data["stages"]["after-grpo-paper"]["seeds"] == [0, 1, 2]
@@ -50,8 +62,13 @@ def test_summary_reads_seeded_stages_and_decides_claims(tmp_path):
 
 
 def test_one_seed_never_makes_a_claim_hold():
-    evals = {"after-sft": {0: {"p_direct/easy": 0.5}},
-             "after-grpo-paper": {0: {"p_direct/easy": 1.0, "p_direct/hard": 0.0}}}
+    evals = {
+        "after-sft": {0: {"p_direct/easy": 0.5}},
+        "after-grpo-paper": {0: {"p_direct/easy": 1.0, "p_direct/hard": 0.0}},
+    }
     rows = {c["claim"]: c for c in claims(evals)}
-    assert rows["R_BAT: calls on easy items fall well below calls on hard items"]["verdict"] == "does not hold"
+    assert (
+        rows["R_BAT: calls on easy items fall well below calls on hard items"]["verdict"]
+        == "does not hold"
+    )
     assert rows["R_BAT: calls on easy items fall well below calls on hard items"]["n"] == 1

@@ -45,9 +45,13 @@ def test_text_only_logits_equal_smollm2(smol) -> None:  # type: ignore[no-untype
     import torch
 
     llama, tok, qwen = smol
-    text = tok.apply_chat_template([{"role": "user", "content": "How many red squares?"},
-                                    {"role": "assistant", "content": "<code>\n```python\nprint(3)\n```\n</code>"}],
-                                   tokenize=False)
+    text = tok.apply_chat_template(
+        [
+            {"role": "user", "content": "How many red squares?"},
+            {"role": "assistant", "content": "<code>\n```python\nprint(3)\n```\n</code>"},
+        ],
+        tokenize=False,
+    )
     ids = torch.tensor([tok(text, add_special_tokens=False)["input_ids"]])
     assert ids.shape[1] > 20 and int(ids.max()) < 49152  # SmolLM2's own vocabulary only
     with torch.no_grad():
@@ -58,17 +62,28 @@ def test_text_only_logits_equal_smollm2(smol) -> None:  # type: ignore[no-untype
     assert float(ref.std()) > 1.0  # real logits, not a degenerate model
     # the q/k/v biases that Llama lacks are zero; new vision-token rows are the mean embedding
     attn = qwen.model.language_model.layers[0].self_attn
-    assert float(attn.q_proj.bias.detach().abs().max()) == 0.0 and float(attn.v_proj.bias.detach().abs().max()) == 0.0
+    assert (
+        float(attn.q_proj.bias.detach().abs().max()) == 0.0
+        and float(attn.v_proj.bias.detach().abs().max()) == 0.0
+    )
     emb = qwen.model.language_model.embed_tokens.weight
-    assert torch.allclose(emb[tok.convert_tokens_to_ids("<|image_pad|>")], emb[:49152].mean(0), atol=1e-6)
+    assert torch.allclose(
+        emb[tok.convert_tokens_to_ids("<|image_pad|>")], emb[:49152].mean(0), atol=1e-6
+    )
 
 
 @needs_smol
 def test_tokenizer_has_qwen_layout_and_single_vision_tokens(smol) -> None:  # type: ignore[no-untyped-def]
     _, tok, _ = smol
-    text = tok.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "hi"}]}],
-                                   tokenize=False, add_generation_prompt=True)
-    assert text == "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>hi<|im_end|>\n<|im_start|>assistant\n"
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "hi"}]}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    assert (
+        text
+        == "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>hi<|im_end|>\n<|im_start|>assistant\n"
+    )
     ids = tok(text, add_special_tokens=False)["input_ids"]
     assert ids.count(tok.convert_tokens_to_ids("<|image_pad|>")) == 1
     assert tok.decode(ids) == text
@@ -87,8 +102,11 @@ def test_forward_with_an_image_and_freezing(smol) -> None:  # type: ignore[no-un
     _, tok, qwen = smol
     processor = ImageTextProcessor(tok, max_pixels=56 * 56)
     image = Image.from_pil(PILImage.new("RGB", (56, 56), "red"), "input:0")
-    text = tok.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Count."}]}],
-                                   tokenize=False, add_generation_prompt=True)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Count."}]}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
     batch = processor([text], images=[image])
     with torch.no_grad():
         logits = qwen(**batch).logits
@@ -108,4 +126,3 @@ def test_forward_with_an_image_and_freezing(smol) -> None:  # type: ignore[no-un
         assert freeze_lower(qwen, len(layers)) == len(layers) * per_block + norm + vision
     finally:
         freeze_lower(qwen, -1)
-

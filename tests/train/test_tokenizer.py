@@ -10,8 +10,10 @@ from codedance.train.tiny import build_tokenizer
 
 pytestmark = pytest.mark.tier("torch")
 
-CORPUS = [f"<think>The output gives {n}, which answers the question.</think>\n<answer>{n}</answer>"
-          for n in range(40)] + [f"RESULT: {n}\nDONE\n" for n in range(40)] * 2
+CORPUS = [
+    f"<think>The output gives {n}, which answers the question.</think>\n<answer>{n}</answer>"
+    for n in range(40)
+] + [f"RESULT: {n}\nDONE\n" for n in range(40)] * 2
 
 
 def pieces(tok, text):

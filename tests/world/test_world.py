@@ -26,10 +26,18 @@ pytestmark = pytest.mark.tier("unit")
 @pytest.mark.parametrize("name", skills())
 @pytest.mark.parametrize("difficulty", [d.value for d in DIFFICULTIES])
 def test_every_skill_and_difficulty_is_deterministic(name, difficulty):
-    a, b, c = generate(name, difficulty, 5), generate(name, difficulty, 5), generate(name, difficulty, 6)
+    a, b, c = (
+        generate(name, difficulty, 5),
+        generate(name, difficulty, 5),
+        generate(name, difficulty, 6),
+    )
     assert a == b and a.images[0].png == b.images[0].png
     assert (c.images[0].png, c.question, c.answer) != (a.images[0].png, a.question, a.answer)
-    assert parse_task_id(a.id) == (name, DIFFICULTIES[[d.value for d in DIFFICULTIES].index(difficulty)], 5)
+    assert parse_task_id(a.id) == (
+        name,
+        DIFFICULTIES[[d.value for d in DIFFICULTIES].index(difficulty)],
+        5,
+    )
     w, h = a.images[0].size
     assert w % 28 == 0 and h % 28 == 0  # no resize on the way to the model
     meta = dict(a.metadata)
@@ -53,7 +61,8 @@ def test_a_small_task_set_draws_skills_evenly() -> None:
 def test_task_set_covers_the_grid_and_hard_is_harder():
     tasks = task_set(len(skills()) * 3, seed=0)
     assert {(dict(t.metadata)["skill"], dict(t.metadata)["difficulty"]) for t in tasks} == {
-        (s, d.value) for s in skills() for d in DIFFICULTIES}
+        (s, d.value) for s in skills() for d in DIFFICULTIES
+    }
     assert len({t.id for t in tasks}) == len(tasks)
     easy = [generate("counting", "easy", s).images[0].size for s in range(3)]
     hard = [generate("counting", "hard", s).images[0].size for s in range(3)]

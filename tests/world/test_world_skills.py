@@ -30,15 +30,19 @@ def test_search_sizes_and_the_tag_is_drawn_in_its_colour():
 
 
 def test_chart_answers_come_from_the_real_tables():
-    labels_values = {(t.title, lab): v for t in (*category_tables(), *series_tables())
-                     for lab, v in zip(t.labels, t.values)}
+    labels_values = {
+        (t.title, lab): v
+        for t in (*category_tables(), *series_tables())
+        for lab, v in zip(t.labels, t.values)
+    }
     assert len(category_tables()) > 20 and len(series_tables()) > 10
     from vega_datasets import local_data
 
     b = local_data.barley()
     row = b[(b.site == "Morris") & (b.year == 1931) & (b.variety == "Manchuria")]
     assert labels_values[("Barley yield of Manchuria, 1931 (bushels/acre)", "Morris")] == round(
-        float(row["yield"].iloc[0]), 1)
+        float(row["yield"].iloc[0]), 1
+    )
     seen = set()
     for seed in range(12):
         task = generate("charts", "medium", seed)
@@ -51,12 +55,11 @@ def test_chart_answers_come_from_the_real_tables():
     assert seen == {"In the bar chart", "In the line chart"}
 
 
-
 def test_coin_annotations_are_consistent():
     assert len(COINS) == 24  # counted by eye: 4 rows of 6
     for i, (x, y, r) in enumerate(COINS):
         assert r < x < PAD_W - r and r < y < PAD_H - r
-        for x2, y2, r2 in COINS[i + 1:]:
+        for x2, y2, r2 in COINS[i + 1 :]:
             assert np.hypot(x - x2, y - y2) > r + r2  # no two coins touch
     assert count_in((0, 0, PAD_W, PAD_H)) == 24
     assert count_in((0, 0, 75, 85)) == 1 and count_in((0, 0, 50, 80)) is None  # cuts the coin
@@ -73,7 +76,9 @@ def test_photo_counts_are_in_range_and_bright_blobs_agree(difficulty, lo, hi):
         if difficulty != "easy":
             continue
         g = np.asarray(task.images[0].to_pil().convert("L"))
-        _t, m = cv2.threshold(cv2.GaussianBlur(g, (5, 5), 0), 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU)
+        _t, m = cv2.threshold(
+            cv2.GaussianBlur(g, (5, 5), 0), 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU
+        )
         m = ndi.binary_fill_holes(m > 0)
         _n, _l, st, _c = cv2.connectedComponentsWithStats(m.astype(np.uint8))
         assert sum(1 for s in st[1:] if s[4] > 1500) == int(task.answer)  # big bright blobs = coins

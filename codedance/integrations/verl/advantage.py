@@ -41,11 +41,16 @@ from codedance.integrations.verl.reward import group_rewards
 from codedance.runs.stats import AgentStats
 from codedance.types import ExecStatus
 
-ESTIMATORS = {"codedance_paper": "paper", "codedance_release": "release",
-              "codedance_outcome_only": "outcome-only", "codedance_deepeyes": "deepeyes",
-              "codedance_paper_all_turns": "paper-all-turns",
-              "codedance_paper_no_turn": "paper-no-turn", "codedance_paper_delta0": "paper-delta0",
-              "codedance_paper_gamma5": "paper-gamma5"}
+ESTIMATORS = {
+    "codedance_paper": "paper",
+    "codedance_release": "release",
+    "codedance_outcome_only": "outcome-only",
+    "codedance_deepeyes": "deepeyes",
+    "codedance_paper_all_turns": "paper-all-turns",
+    "codedance_paper_no_turn": "paper-no-turn",
+    "codedance_paper_delta0": "paper-delta0",
+    "codedance_paper_gamma5": "paper-gamma5",
+}
 
 
 @dataclass
@@ -63,8 +68,9 @@ _CONTEXT: list[BatchContext] = []
 
 
 @contextlib.contextmanager
-def batch_context(records: Sequence[RolloutRecord], correct: Sequence[float],
-                  uids: Sequence[str]) -> Iterator[BatchContext]:
+def batch_context(
+    records: Sequence[RolloutRecord], correct: Sequence[float], uids: Sequence[str]
+) -> Iterator[BatchContext]:
     """Make one batch's records visible to the estimators until the block ends."""
     if not len(records) == len(correct) == len(uids):
         raise ValueError(f"{len(records)} records, {len(correct)} verdicts, {len(uids)} uids")
@@ -83,27 +89,41 @@ def _overrides(config) -> dict[str, object]:
     return dict(extra) if extra else {}
 
 
-def token_advantages_for(profile: str, token_level_rewards, response_mask, index, ctx: BatchContext,
-                         overrides: dict[str, object] | None = None):
+def token_advantages_for(
+    profile: str,
+    token_level_rewards,
+    response_mask,
+    index,
+    ctx: BatchContext,
+    overrides: dict[str, object] | None = None,
+):
     """(B, L) float32 numpy advantages for the rows of `ctx` under `profile`, after the checks
     of the module docstring; fills ``ctx.metrics``."""
     rewards_in = np.asarray(token_level_rewards, dtype=np.float64)
     mask = np.asarray(response_mask)
     n = mask.shape[0]
     if len(ctx.records) != n:
-        raise ValueError(f"the batch has {n} rows but the codedance context holds {len(ctx.records)}")
+        raise ValueError(
+            f"the batch has {n} rows but the codedance context holds {len(ctx.records)}"
+        )
     if index is not None and [str(u) for u in index] != list(ctx.uids):
         raise ValueError("verl's uids differ from the codedance context's: rows are misaligned")
     batch = group_rewards(ctx.records, ctx.correct, ctx.uids, profile=profile, **(overrides or {}))
     prof = batch.profile
-    per_sample = np.array([prof.weight("accuracy") * b.accuracy + prof.weight("format") * b.format
-                           for b in batch.breakdowns])
+    per_sample = np.array(
+        [
+            prof.weight("accuracy") * b.accuracy + prof.weight("format") * b.format
+            for b in batch.breakdowns
+        ]
+    )
     got = rewards_in.sum(axis=-1)
     if not np.allclose(got, per_sample, atol=1e-4):
         row = int(np.flatnonzero(~np.isclose(got, per_sample, atol=1e-4))[0])
-        raise ValueError(f"row {row}: verl's reward {got[row]:.6f} is not the codedance score "
-                         f"{per_sample[row]:.6f} (misaligned rows, another reward function, or "
-                         "use_kl_in_reward, which the codedance estimators do not support)")
+        raise ValueError(
+            f"row {row}: verl's reward {got[row]:.6f} is not the codedance score "
+            f"{per_sample[row]:.6f} (misaligned rows, another reward function, or "
+            "use_kl_in_reward, which the codedance estimators do not support)"
+        )
     spans = [r.spans for r in ctx.records]
     adv = batch_token_advantages(batch, turn_spans=spans, loss_mask=mask)
     ctx.metrics.update(_metrics(batch, ctx.records))
@@ -118,17 +138,26 @@ def _metrics(batch, records: Sequence[RolloutRecord]) -> dict[str, float]:
     prof = batch.profile
     seq = grpo_advantages(batch.rewards, batch.group_ids, scale=prof.adv_scale)
     include = batch.turn_is_call if prof.turn_scope == "call_turns" else None
-    turns = np.concatenate(turn_advantages(batch.turn_returns, include=include,
-                                           fallback=prof.turn_std_fallback)) if records else np.zeros(0)
+    turns = (
+        np.concatenate(
+            turn_advantages(batch.turn_returns, include=include, fallback=prof.turn_std_fallback)
+        )
+        if records
+        else np.zeros(0)
+    )
     stops = [r.stop_reason for r in records]
-    out = {"codedance/accuracy": mean("correct"), "codedance/d_mean": mean("d"),
-           "codedance/mu_mean": mean("mu"), "codedance/calls_per_traj": stats.calls_per_sample or 0.0,
-           "codedance/reward_total_mean": float(np.mean(batch.rewards)),
-           "codedance/r_tool_mean": float(np.mean([b.sequence_tool for b in batch.breakdowns])),
-           "codedance/format_error": mean("format_error"),
-           "codedance/a_seq_abs_mean": float(np.mean(np.abs(seq))),
-           "codedance/a_turn_mean": float(turns.mean()) if turns.size else 0.0,
-           "codedance/a_turn_std": float(turns.std()) if turns.size else 0.0}
+    out = {
+        "codedance/accuracy": mean("correct"),
+        "codedance/d_mean": mean("d"),
+        "codedance/mu_mean": mean("mu"),
+        "codedance/calls_per_traj": stats.calls_per_sample or 0.0,
+        "codedance/reward_total_mean": float(np.mean(batch.rewards)),
+        "codedance/r_tool_mean": float(np.mean([b.sequence_tool for b in batch.breakdowns])),
+        "codedance/format_error": mean("format_error"),
+        "codedance/a_seq_abs_mean": float(np.mean(np.abs(seq))),
+        "codedance/a_turn_mean": float(turns.mean()) if turns.size else 0.0,
+        "codedance/a_turn_std": float(turns.std()) if turns.size else 0.0,
+    }
     if stats.exec_success is not None:
         out["codedance/exec_success"] = stats.exec_success
     for reason in ("answered", "max_turns", "max_tokens", "format_error", "sandbox_error"):
@@ -144,11 +173,18 @@ def _make_estimator(name: str, profile: str):
         import torch
 
         if not _CONTEXT:
-            raise RuntimeError(f"advantage estimator {name!r} needs the codedance trainer "
-                               "(trainer.v1.trainer_mode=codedance_sync) to pass the rollout records")
-        adv = token_advantages_for(profile, token_level_rewards.detach().cpu().numpy(),
-                                   response_mask.detach().cpu().numpy(), index, _CONTEXT[-1],
-                                   _overrides(config))
+            raise RuntimeError(
+                f"advantage estimator {name!r} needs the codedance trainer "
+                "(trainer.v1.trainer_mode=codedance_sync) to pass the rollout records"
+            )
+        adv = token_advantages_for(
+            profile,
+            token_level_rewards.detach().cpu().numpy(),
+            response_mask.detach().cpu().numpy(),
+            index,
+            _CONTEXT[-1],
+            _overrides(config),
+        )
         out = torch.as_tensor(adv, dtype=torch.float32, device=token_level_rewards.device)
         return out, out.clone()
 

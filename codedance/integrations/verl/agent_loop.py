@@ -87,8 +87,10 @@ def verl_message(message: Message) -> dict[str, Any]:
     """A codedance `Message` as the chat-template dict verl's processor renders (PIL images)."""
     if all(isinstance(p, str) for p in message.parts):
         return {"role": message.role, "content": message.text}
-    content = [{"type": "image", "image": pil(p)} if isinstance(p, Image) else {"type": "text", "text": p}
-               for p in message.parts]
+    content = [
+        {"type": "image", "image": pil(p)} if isinstance(p, Image) else {"type": "text", "text": p}
+        for p in message.parts
+    ]
     return {"role": message.role, "content": content}
 
 
@@ -103,8 +105,14 @@ class CodeDanceAgentLoop(AgentLoopBase):
     the release's RL prompt), ``turn_max_tokens`` (None: the remaining response budget),
     ``max_running`` (None: CPUs)."""
 
-    def __init__(self, *args, prompt_profiles: str | None = None, turn_max_tokens: int | None = None,
-                 max_running: int | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        *args,
+        prompt_profiles: str | None = None,
+        turn_max_tokens: int | None = None,
+        max_running: int | None = None,
+        **kwargs,
+    ) -> None:
         knobs = {f.name: kwargs.pop(f.name) for f in fields(EpisodeSettings) if f.name in kwargs}
         super().__init__(*args, **kwargs)
         settings = build(EpisodeSettings(), {k: v for k, v in knobs.items() if v is not None})
@@ -113,27 +121,35 @@ class CodeDanceAgentLoop(AgentLoopBase):
         self.turn_max_tokens = int(turn_max_tokens) if turn_max_tokens else None
         self.max_running = max_running
         self.response_length = int(self.rollout_config.response_length)
-        ends = {self.tokenizer.eos_token_id, *(self.tokenizer.convert_tokens_to_ids(t)
-                                               for t in ("<|im_end|>", "<|endoftext|>"))}
+        ends = {
+            self.tokenizer.eos_token_id,
+            *(self.tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")),
+        }
         self.end_ids = {i for i in ends if isinstance(i, int) and i != self.tokenizer.unk_token_id}
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         extra_info = kwargs.get("extra_info") or {}
         if TASK_KEY not in extra_info:
-            raise KeyError(f"row has no extra_info[{TASK_KEY!r}]; prepare data with "
-                           "'codedance verl prepare-data'")
-        task, domain = task_from_fields(extra_info[TASK_KEY], images_from_prompt(kwargs["raw_prompt"]))
+            raise KeyError(
+                f"row has no extra_info[{TASK_KEY!r}]; prepare data with "
+                "'codedance verl prepare-data'"
+            )
+        task, domain = task_from_fields(
+            extra_info[TASK_KEY], images_from_prompt(kwargs["raw_prompt"])
+        )
         episode = Episode(task, self.episode_config)
         pool = sandbox_pool(self.max_running)
-        sandbox = await pool.asandbox(images=[image.png for image in episode.images],
-                                      timeout_s=self.exec_timeout_s)
+        sandbox = await pool.asandbox(
+            images=[image.png for image in episode.images], timeout_s=self.exec_timeout_s
+        )
         try:
             return await self._drive(episode, sandbox, sampling_params, domain)
         finally:
             await asyncio.get_running_loop().run_in_executor(None, sandbox.close)
 
-    async def _drive(self, episode: Episode, sandbox, sampling_params: dict[str, Any],
-                     domain: str) -> AgentLoopOutput:
+    async def _drive(
+        self, episode: Episode, sandbox, sampling_params: dict[str, Any], domain: str
+    ) -> AgentLoopOutput:
         messages = [verl_message(m) for m in episode.messages]
         images = [pil(image) for image in episode.images]
         self._assert_mm_supported(bool(images))
@@ -154,21 +170,33 @@ class CodeDanceAgentLoop(AgentLoopBase):
             max_new = min(self.turn_max_tokens or budget, budget)
             started = time.perf_counter()
             out = await self.server_manager.generate(
-                request_id=request_id, prompt_ids=runtime,
-                sampling_params={**sampling_params, "max_tokens": max_new}, image_data=images or None)
+                request_id=request_id,
+                prompt_ids=runtime,
+                sampling_params={**sampling_params, "max_tokens": max_new},
+                image_data=images or None,
+            )
             timing["generate"] += time.perf_counter() - started
             merge_server_fields(server_fields, out.extra_fields)
             if out.num_preempted is not None:
                 preempted.append(int(out.num_preempted))
             ids = [int(i) for i in out.token_ids]
             merge, mask, logprobs = await self.ct_merge_assistant_token(
-                runtime, ids, mask, logprobs, assistant_logprobs=list(out.log_probs) if want_logprobs else None)
+                runtime,
+                ids,
+                mask,
+                logprobs,
+                assistant_logprobs=list(out.log_probs) if want_logprobs else None,
+            )
             runtime = merge.token_ids
             spans.append((len(mask) - merge.appended_token_count, len(mask)))
             truncated = len(ids) >= max_new and (not ids or ids[-1] not in self.end_ids)
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            completion = Completion(text=text, finish_reason="length" if truncated else "stop",
-                                    token_ids=tuple(ids), logprobs=tuple(out.log_probs or ()))
+            completion = Completion(
+                text=text,
+                finish_reason="length" if truncated else "stop",
+                token_ids=tuple(ids),
+                logprobs=tuple(out.log_probs or ()),
+            )
             code = episode.on_completion(completion)
             if code is None:
                 break
@@ -185,38 +213,86 @@ class CodeDanceAgentLoop(AgentLoopBase):
             feedback = episode.messages[-1]
             updated = [*before, verl_message(feedback)]
             self._assert_mm_supported(bool(feedback.images))
-            merge, new_mask, new_logprobs = await self.ct_merge_context_msg(before, updated, runtime, mask, logprobs)
+            merge, new_mask, new_logprobs = await self.ct_merge_context_msg(
+                before, updated, runtime, mask, logprobs
+            )
             if len(new_mask) >= self.response_length:
-                episode.on_context_overflow(RuntimeError("feedback does not fit the response budget"))
+                episode.on_context_overflow(
+                    RuntimeError("feedback does not fit the response budget")
+                )
                 break
             runtime, mask, logprobs, messages = merge.token_ids, new_mask, new_logprobs, updated
             images += [pil(image) for image in feedback.images]
-        return self._output(episode, prompt_ids, runtime, mask, logprobs, spans, images, timing, domain,
-                            server_fields, sum(preempted) if preempted else -1)
+        return self._output(
+            episode,
+            prompt_ids,
+            runtime,
+            mask,
+            logprobs,
+            spans,
+            images,
+            timing,
+            domain,
+            server_fields,
+            sum(preempted) if preempted else -1,
+        )
 
-    def _output(self, episode: Episode, prompt_ids: list[int], runtime: list[int], mask: list[int],
-                logprobs: list[float] | None, spans: list[tuple[int, int]], images: list, timing: dict,
-                domain: str, server_fields: dict[str, Any], preempted: int) -> AgentLoopOutput:
+    def _output(
+        self,
+        episode: Episode,
+        prompt_ids: list[int],
+        runtime: list[int],
+        mask: list[int],
+        logprobs: list[float] | None,
+        spans: list[tuple[int, int]],
+        images: list,
+        timing: dict,
+        domain: str,
+        server_fields: dict[str, Any],
+        preempted: int,
+    ) -> AgentLoopOutput:
         trajectory = episode.trajectory()
         limit = self.response_length
-        response = runtime[len(prompt_ids):]
+        response = runtime[len(prompt_ids) :]
         cut = max(0, len(response) - limit)
         turns = tuple(
-            TurnRecord(text=turn.text, span=(min(start, limit), min(end, limit)),
-                       status=turn.result.status.value if turn.result is not None else None,
-                       executed_nothing=bool(turn.result and turn.result.executed_nothing),
-                       injected_turn_limit=turn.feedback_has_turn_limit, verdict_ok=turn.verdict.ok,
-                       verdict_reasons=turn.verdict.reasons, feedback_images=len(turn.feedback_images))
-            for turn, (start, end) in zip(trajectory.turns, spans, strict=True))
-        record = RolloutRecord(task_id=trajectory.task_id, turns=turns,
-                               stop_reason=trajectory.stop_reason.value, answer=trajectory.answer,
-                               domain=domain, truncated_tokens=cut)
+            TurnRecord(
+                text=turn.text,
+                span=(min(start, limit), min(end, limit)),
+                status=turn.result.status.value if turn.result is not None else None,
+                executed_nothing=bool(turn.result and turn.result.executed_nothing),
+                injected_turn_limit=turn.feedback_has_turn_limit,
+                verdict_ok=turn.verdict.ok,
+                verdict_reasons=turn.verdict.reasons,
+                feedback_images=len(turn.feedback_images),
+            )
+            for turn, (start, end) in zip(trajectory.turns, spans, strict=True)
+        )
+        record = RolloutRecord(
+            task_id=trajectory.task_id,
+            turns=turns,
+            stop_reason=trajectory.stop_reason.value,
+            answer=trajectory.answer,
+            domain=domain,
+            truncated_tokens=cut,
+        )
         n_user = sum(1 for turn in trajectory.turns if turn.feedback_text)
         return AgentLoopOutput(
-            prompt_ids=list(prompt_ids), response_ids=response[:limit], response_mask=mask[:limit],
+            prompt_ids=list(prompt_ids),
+            response_ids=response[:limit],
+            response_mask=mask[:limit],
             response_logprobs=logprobs[:limit] if logprobs is not None else None,
             multi_modal_data={"images": images} if images else {},
             num_turns=1 + len(trajectory.turns) + n_user,
-            metrics=AgentLoopMetrics(generate_sequences=timing["generate"], tool_calls=timing["tools"],
-                                     num_preempted=preempted),
-            extra_fields={**server_fields, "turn_scores": [], "tool_rewards": [], EXTRA_KEY: record.to_json()})
+            metrics=AgentLoopMetrics(
+                generate_sequences=timing["generate"],
+                tool_calls=timing["tools"],
+                num_preempted=preempted,
+            ),
+            extra_fields={
+                **server_fields,
+                "turn_scores": [],
+                "tool_rewards": [],
+                EXTRA_KEY: record.to_json(),
+            },
+        )

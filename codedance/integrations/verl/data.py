@@ -30,12 +30,16 @@ from codedance.types import Task
 AGENT_NAME = "codedance"
 
 
-def task_row(task: Task, index: int, *, domain: str = "general", data_source: str | None = None) -> dict:
+def task_row(
+    task: Task, index: int, *, domain: str = "general", data_source: str | None = None
+) -> dict:
     """One parquet row for `task` (see the module docstring)."""
     placeholders = "<image>" * len(task.images)
     return {
         "data_source": data_source or task.source or "codedance",
-        "prompt": [{"role": "user", "content": f"{placeholders}{task.question.replace('<image>', '')}"}],
+        "prompt": [
+            {"role": "user", "content": f"{placeholders}{task.question.replace('<image>', '')}"}
+        ],
         "images": [{"bytes": image.png} for image in task.images],
         "ability": domain,
         "agent_name": AGENT_NAME,
@@ -44,8 +48,13 @@ def task_row(task: Task, index: int, *, domain: str = "general", data_source: st
     }
 
 
-def write_parquet(tasks: Iterable[Task], path: str | Path, *, domain: str = "general",
-                  data_source: str | None = None) -> int:
+def write_parquet(
+    tasks: Iterable[Task],
+    path: str | Path,
+    *,
+    domain: str = "general",
+    data_source: str | None = None,
+) -> int:
     """Write `tasks` as one verl parquet file; returns the number of rows."""
     import pandas as pd
 
@@ -76,14 +85,24 @@ class PrepareDataConfig:
         return [s.strip() for s in self.skills.split(",") if s.strip()] or None
 
 
-def prepare_world(out_dir: str | Path, *, n_train: int, n_val: int, seed: int = 0,
-                  skills: Sequence[str] | None = None) -> tuple[Path, Path]:
+def prepare_world(
+    out_dir: str | Path,
+    *,
+    n_train: int,
+    n_val: int,
+    seed: int = 0,
+    skills: Sequence[str] | None = None,
+) -> tuple[Path, Path]:
     """``train.parquet`` and ``val.parquet`` from the synthetic world; the validation seeds
     start after the training ones, so the two sets never share a task."""
     from codedance.world.base import task_set
 
     out = Path(out_dir)
     train, val = out / "train.parquet", out / "val.parquet"
-    write_parquet(task_set(n_train, seed=seed, skill_names=skills), train, data_source="codedance-world")
-    write_parquet(task_set(n_val, seed=seed + n_train, skill_names=skills), val, data_source="codedance-world")
+    write_parquet(
+        task_set(n_train, seed=seed, skill_names=skills), train, data_source="codedance-world"
+    )
+    write_parquet(
+        task_set(n_val, seed=seed + n_train, skill_names=skills), val, data_source="codedance-world"
+    )
     return train, val

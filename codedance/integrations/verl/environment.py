@@ -39,8 +39,10 @@ def register_resolvers() -> None:
     """Register ``codedance_flash_attn`` and ``codedance_attn_implementation`` (idempotent)."""
     from omegaconf import OmegaConf
 
-    for name, fn in (("codedance_flash_attn", flash_attn_available),
-                     ("codedance_attn_implementation", attn_implementation)):
+    for name, fn in (
+        ("codedance_flash_attn", flash_attn_available),
+        ("codedance_attn_implementation", attn_implementation),
+    ):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
 
@@ -55,5 +57,7 @@ def check_trl() -> None:
         from trl.experimental.ppo import AutoModelForCausalLMWithValueHead  # noqa: F401
     except ImportError:
         if not hasattr(trl, "AutoModelForCausalLMWithValueHead"):
-            raise RuntimeError(f"trl {trl.__version__} has no AutoModelForCausalLMWithValueHead, which verl 0.9.1 "
-                               "imports at every actor init; pip install 'trl==0.27.0' (or uninstall trl)") from None
+            raise RuntimeError(
+                f"trl {trl.__version__} has no AutoModelForCausalLMWithValueHead, which verl 0.9.1 "
+                "imports at every actor init; pip install 'trl==0.27.0' (or uninstall trl)"
+            ) from None

@@ -82,8 +82,19 @@ def tiny_model(path: Path, texts: Sequence[str], *, max_pixels: int = 12544, see
     from codedance.train.tiny import TinySize, build_model, build_tokenizer
 
     tokenizer = build_tokenizer(texts, vocab_size=512, split="lines-digits")
-    model = build_model(tokenizer, TinySize(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=128,
-                                            vision_hidden=32, vision_depth=1), seed=seed)
+    model = build_model(
+        tokenizer,
+        TinySize(
+            hidden=64,
+            layers=2,
+            heads=2,
+            kv_heads=1,
+            intermediate=128,
+            vision_hidden=32,
+            vision_depth=1,
+        ),
+        seed=seed,
+    )
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(path))
     tokenizer.save_pretrained(str(path))
@@ -128,35 +139,53 @@ def _rows(parquet: Path) -> int:
     return pq.ParquetFile(parquet).metadata.num_rows
 
 
-def command(preset: LocalPreset, run: RunArgs, data: Path, model: Path) -> tuple[list[str], dict[str, str]]:
+def command(
+    preset: LocalPreset, run: RunArgs, data: Path, model: Path
+) -> tuple[list[str], dict[str, str]]:
     """The ``main_ppo`` command line and environment for `preset`."""
     out = run.out_dir.resolve()
-    env_vars = {"VERL_USE_EXTERNAL_MODULES": PLUGIN,
-                "CODEDANCE_AGENT_LOOP_YAML": str(PRESETS / preset.agent_loop_yaml),
-                "VERL_FILE_LOGGER_PATH": str(out / "metrics.jsonl"),
-                "TOKENIZERS_PARALLELISM": "false"}
+    env_vars = {
+        "VERL_USE_EXTERNAL_MODULES": PLUGIN,
+        "CODEDANCE_AGENT_LOOP_YAML": str(PRESETS / preset.agent_loop_yaml),
+        "VERL_FILE_LOGGER_PATH": str(out / "metrics.jsonl"),
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     if preset.platform:
         env_vars["VERL_PLATFORM"] = preset.platform
     for name in PROFILE_ENV:  # the agent loop YAML reads them (an imported prompt profile)
         if os.environ.get(name):
             value = os.environ[name]
             env_vars[name] = str(Path(value).resolve()) if name == "CODEDANCE_PROFILES" else value
-    cmd = [sys.executable, "-m", "verl.trainer.main_ppo", "--config-path", str(PRESETS),
-           "--config-name", preset.config_name,
-           f"data.train_files={data.resolve() / 'train.parquet'}",
-           f"data.val_files={data.resolve() / 'val.parquet'}",
-           f"actor_rollout_ref.model.path={model.resolve()}",
-           f"trainer.total_training_steps={run.steps}",
-           f"trainer.default_local_dir={out / 'checkpoints'}",
-           f"actor_rollout_ref.rollout.custom.hf_server.weight_log={out / 'weight_sync.jsonl'}",
-           f"hydra.run.dir={out / 'hydra'}",
-           *[f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}='{v}'" for k, v in env_vars.items()],
-           *run.overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "verl.trainer.main_ppo",
+        "--config-path",
+        str(PRESETS),
+        "--config-name",
+        preset.config_name,
+        f"data.train_files={data.resolve() / 'train.parquet'}",
+        f"data.val_files={data.resolve() / 'val.parquet'}",
+        f"actor_rollout_ref.model.path={model.resolve()}",
+        f"trainer.total_training_steps={run.steps}",
+        f"trainer.default_local_dir={out / 'checkpoints'}",
+        f"actor_rollout_ref.rollout.custom.hf_server.weight_log={out / 'weight_sync.jsonl'}",
+        f"hydra.run.dir={out / 'hydra'}",
+        *[f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}='{v}'" for k, v in env_vars.items()],
+        *run.overrides,
+    ]
     return cmd, {**os.environ, **env_vars}
 
 
-SUMMARY_KEYS = ("step", "actor/grad_norm", "critic/score/mean", "codedance/accuracy",
-                "codedance/calls_per_traj", "codedance/exec_success", "timing_s/step")
+SUMMARY_KEYS = (
+    "step",
+    "actor/grad_norm",
+    "critic/score/mean",
+    "codedance/accuracy",
+    "codedance/calls_per_traj",
+    "codedance/exec_success",
+    "timing_s/step",
+)
 
 
 def step_summary(line: str) -> str:
@@ -175,8 +204,10 @@ def run_local(preset_name: str, args: Sequence[str], echo: Callable[[str], None]
     from codedance.integrations.verl.environment import check_trl
 
     if preset_name not in LOCAL_PRESETS:
-        raise ValueError(f"unknown preset {preset_name!r}; local presets: {', '.join(LOCAL_PRESETS)} "
-                         "(GPU presets: scripts/train_verl.sh, docs/verl.md)")
+        raise ValueError(
+            f"unknown preset {preset_name!r}; local presets: {', '.join(LOCAL_PRESETS)} "
+            "(GPU presets: scripts/train_verl.sh, docs/verl.md)"
+        )
     preset = LOCAL_PRESETS[preset_name]
     run = parse_args(args)
     check_trl()
@@ -188,8 +219,15 @@ def run_local(preset_name: str, args: Sequence[str], echo: Callable[[str], None]
     log = run.out_dir / "train.log"
     echo(f"running verl ({run.steps} step(s)); log: {log}")
     with open(log, "w", encoding="utf-8") as handle:
-        process = subprocess.Popen(cmd, cwd=run.out_dir, env=env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True, bufsize=1)
+        process = subprocess.Popen(
+            cmd,
+            cwd=run.out_dir,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+        )
         assert process.stdout is not None
         for line in process.stdout:
             handle.write(line)
@@ -197,6 +235,10 @@ def run_local(preset_name: str, args: Sequence[str], echo: Callable[[str], None]
                 echo(step_summary(line))
         code = process.wait()
     if code != 0:
-        echo("".join(log.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[-40:]))
+        echo(
+            "".join(
+                log.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[-40:]
+            )
+        )
     echo(f"verl exited with {code}; metrics: {run.out_dir / 'metrics.jsonl'}")
     return code

@@ -28,8 +28,10 @@ import importlib.util
 import types
 from typing import Any
 
-QWEN_VL = {"qwen2_vl": ("Qwen2VLProcessor", "Qwen2VLModel"),
-           "qwen2_5_vl": ("Qwen2_5_VLProcessor", "Qwen2_5_VLModel")}
+QWEN_VL = {
+    "qwen2_vl": ("Qwen2VLProcessor", "Qwen2VLModel"),
+    "qwen2_5_vl": ("Qwen2_5_VLProcessor", "Qwen2_5_VLModel"),
+}
 
 
 def torchvision_available() -> bool:
@@ -51,9 +53,15 @@ def _without_video(processor_cls: type) -> type:
             return type(argument)
         return processor_cls.check_argument_for_proper_class(self, argument_name, argument)
 
-    return type(processor_cls.__name__, (processor_cls,),
-                {"check_argument_for_proper_class": check_argument_for_proper_class,
-                 "__module__": __name__, "__doc__": f"{processor_cls.__name__} without torchvision."})
+    return type(
+        processor_cls.__name__,
+        (processor_cls,),
+        {
+            "check_argument_for_proper_class": check_argument_for_proper_class,
+            "__module__": __name__,
+            "__doc__": f"{processor_cls.__name__} without torchvision.",
+        },
+    )
 
 
 def build_processor(path: str, **kwargs: Any) -> Any:
@@ -63,20 +71,29 @@ def build_processor(path: str, **kwargs: Any) -> Any:
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
     from transformers.video_processing_utils import BaseVideoProcessor
 
-    config = AutoConfig.from_pretrained(path, trust_remote_code=kwargs.get("trust_remote_code", False))
+    config = AutoConfig.from_pretrained(
+        path, trust_remote_code=kwargs.get("trust_remote_code", False)
+    )
     if config.model_type not in QWEN_VL:
-        raise ValueError(f"{path}: no torchvision-free processor for model type {config.model_type!r}")
+        raise ValueError(
+            f"{path}: no torchvision-free processor for model type {config.model_type!r}"
+        )
     processor_name, model_name = QWEN_VL[config.model_type]
     tokenizer = AutoTokenizer.from_pretrained(path)
     image_processor = Qwen2VLImageProcessorPil.from_pretrained(path)
     processor = _without_video(getattr(transformers, processor_name))(
-        image_processor=image_processor, tokenizer=tokenizer, video_processor=BaseVideoProcessor(),
-        chat_template=getattr(tokenizer, "chat_template", None))
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=BaseVideoProcessor(),
+        chat_template=getattr(tokenizer, "chat_template", None),
+    )
     processor.config = config
     model_cls = getattr(transformers, model_name)
     processor.get_rope_index = types.MethodType(model_cls.get_rope_index, processor)
     if hasattr(model_cls, "get_vision_position_ids"):
-        processor.get_vision_position_ids = types.MethodType(model_cls.get_vision_position_ids, processor)
+        processor.get_vision_position_ids = types.MethodType(
+            model_cls.get_vision_position_ids, processor
+        )
     return processor
 
 
@@ -84,7 +101,9 @@ def _has_vision(path: str, **kwargs: Any) -> tuple[bool, str | None]:
     from transformers import AutoConfig
 
     try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=kwargs.get("trust_remote_code", False))
+        config = AutoConfig.from_pretrained(
+            path, trust_remote_code=kwargs.get("trust_remote_code", False)
+        )
     except Exception:  # noqa: BLE001  (not a transformers checkpoint: leave it to verl)
         return False, None
     return hasattr(config, "vision_config"), config.model_type
@@ -102,9 +121,11 @@ def wrap(verl_hf_processor):
             return None
         if model_type in QWEN_VL and not torchvision_available():
             return build_processor(name_or_path, **kwargs)
-        raise RuntimeError(f"{name_or_path}: verl could not build the processor of this vision model "
-                           f"({model_type}); install torchvision matching your torch (verl's vllm extra "
-                           "pins it), see docs/verl.md")
+        raise RuntimeError(
+            f"{name_or_path}: verl could not build the processor of this vision model "
+            f"({model_type}); install torchvision matching your torch (verl's vllm extra "
+            "pins it), see docs/verl.md"
+        )
 
     hf_processor.__wrapped__ = verl_hf_processor
     return hf_processor

@@ -54,11 +54,17 @@ class TurnRecord:
     def turn(self) -> Turn:
         result = None
         if self.status is not None:
-            result = ExecResult(status=ExecStatus(self.status), executed_nothing=self.executed_nothing)
+            result = ExecResult(
+                status=ExecStatus(self.status), executed_nothing=self.executed_nothing
+            )
         shown = tuple(Image(png=b"", origin="record") for _ in range(self.feedback_images))
-        return Turn(text=self.text, result=result, feedback_has_turn_limit=self.injected_turn_limit,
-                    verdict=FormatVerdict(ok=self.verdict_ok, reasons=self.verdict_reasons),
-                    feedback_images=shown)
+        return Turn(
+            text=self.text,
+            result=result,
+            feedback_has_turn_limit=self.injected_turn_limit,
+            verdict=FormatVerdict(ok=self.verdict_ok, reasons=self.verdict_reasons),
+            feedback_images=shown,
+        )
 
 
 @dataclass(frozen=True)
@@ -78,17 +84,35 @@ class RolloutRecord:
 
     def trajectory(self) -> Trajectory:
         """The skeleton trajectory the reward functions grade."""
-        return Trajectory(task_id=self.task_id, turns=tuple(t.turn() for t in self.turns),
-                          stop_reason=StopReason(self.stop_reason), answer=self.answer)
+        return Trajectory(
+            task_id=self.task_id,
+            turns=tuple(t.turn() for t in self.turns),
+            stop_reason=StopReason(self.stop_reason),
+            answer=self.answer,
+        )
 
     def to_json(self) -> str:
-        body = {"v": RECORD_VERSION, "task_id": self.task_id, "stop_reason": self.stop_reason,
-                "answer": self.answer, "domain": self.domain, "truncated_tokens": self.truncated_tokens,
-                "turns": [{"text": t.text, "span": list(t.span), "status": t.status,
-                           "executed_nothing": t.executed_nothing,
-                           "injected_turn_limit": t.injected_turn_limit, "verdict_ok": t.verdict_ok,
-                           "verdict_reasons": list(t.verdict_reasons),
-                           "feedback_images": t.feedback_images} for t in self.turns]}
+        body = {
+            "v": RECORD_VERSION,
+            "task_id": self.task_id,
+            "stop_reason": self.stop_reason,
+            "answer": self.answer,
+            "domain": self.domain,
+            "truncated_tokens": self.truncated_tokens,
+            "turns": [
+                {
+                    "text": t.text,
+                    "span": list(t.span),
+                    "status": t.status,
+                    "executed_nothing": t.executed_nothing,
+                    "injected_turn_limit": t.injected_turn_limit,
+                    "verdict_ok": t.verdict_ok,
+                    "verdict_reasons": list(t.verdict_reasons),
+                    "feedback_images": t.feedback_images,
+                }
+                for t in self.turns
+            ],
+        }
         return json.dumps(body, ensure_ascii=False)
 
     @classmethod
@@ -96,15 +120,27 @@ class RolloutRecord:
         body = json.loads(text)
         if body.get("v") != RECORD_VERSION:
             raise ValueError(f"rollout record version {body.get('v')!r}, expected {RECORD_VERSION}")
-        turns = tuple(TurnRecord(text=t["text"], span=(int(t["span"][0]), int(t["span"][1])),
-                                 status=t["status"], executed_nothing=bool(t["executed_nothing"]),
-                                 injected_turn_limit=bool(t["injected_turn_limit"]),
-                                 verdict_ok=bool(t["verdict_ok"]),
-                                 verdict_reasons=tuple(t["verdict_reasons"]),
-                                 feedback_images=int(t.get("feedback_images", 0))) for t in body["turns"])
-        return cls(task_id=body["task_id"], turns=turns, stop_reason=body["stop_reason"],
-                   answer=body["answer"], domain=body["domain"],
-                   truncated_tokens=int(body["truncated_tokens"]))
+        turns = tuple(
+            TurnRecord(
+                text=t["text"],
+                span=(int(t["span"][0]), int(t["span"][1])),
+                status=t["status"],
+                executed_nothing=bool(t["executed_nothing"]),
+                injected_turn_limit=bool(t["injected_turn_limit"]),
+                verdict_ok=bool(t["verdict_ok"]),
+                verdict_reasons=tuple(t["verdict_reasons"]),
+                feedback_images=int(t.get("feedback_images", 0)),
+            )
+            for t in body["turns"]
+        )
+        return cls(
+            task_id=body["task_id"],
+            turns=turns,
+            stop_reason=body["stop_reason"],
+            answer=body["answer"],
+            domain=body["domain"],
+            truncated_tokens=int(body["truncated_tokens"]),
+        )
 
 
 def record_from_extra(extra: object) -> RolloutRecord:
@@ -112,6 +148,8 @@ def record_from_extra(extra: object) -> RolloutRecord:
     did not come from the codedance agent loop raises, naming the key."""
     if not isinstance(extra, dict) or EXTRA_KEY not in extra:
         keys = sorted(extra) if isinstance(extra, dict) else type(extra).__name__
-        raise KeyError(f"no {EXTRA_KEY!r} record in the sample's extra fields ({keys}); was it "
-                       "generated by the 'codedance' agent loop?")
+        raise KeyError(
+            f"no {EXTRA_KEY!r} record in the sample's extra fields ({keys}); was it "
+            "generated by the 'codedance' agent loop?"
+        )
     return RolloutRecord.from_json(extra[EXTRA_KEY])

@@ -52,9 +52,18 @@ def _judge(url: str | None, model: str | None) -> JudgeClient | None:
         return _JUDGES[key]
 
 
-def compute_score(data_source: str = "", solution_str: str = "", ground_truth: object = None,
-                  extra_info: dict | None = None, *, profile: str = "paper", judge_url: str | None = None,
-                  judge_model: str | None = None, judge_policy: str = "never", **_: object) -> dict[str, float]:
+def compute_score(
+    data_source: str = "",
+    solution_str: str = "",
+    ground_truth: object = None,
+    extra_info: dict | None = None,
+    *,
+    profile: str = "paper",
+    judge_url: str | None = None,
+    judge_model: str | None = None,
+    judge_policy: str = "never",
+    **_: object,
+) -> dict[str, float]:
     """verl's custom reward function for one rollout (see the module docstring).
 
     ``extra_info`` must hold the row's task (``codedance_task``) and the agent loop's record
@@ -67,25 +76,46 @@ def compute_score(data_source: str = "", solution_str: str = "", ground_truth: o
         raise KeyError(f"extra_info has no {TASK_KEY!r}: the row was not prepared by codedance")
     task, domain = task_from_fields(extra_info[TASK_KEY], ())
     if ground_truth is not None and str(ground_truth) != task.answer:
-        raise ValueError(f"ground truth {ground_truth!r} differs from the task's answer {task.answer!r}")
+        raise ValueError(
+            f"ground truth {ground_truth!r} differs from the task's answer {task.answer!r}"
+        )
     record = record_from_extra(extra_info)
     trajectory = record.trajectory()
-    grade = grade_trajectory(trajectory=trajectory, task=task, judge=_judge(judge_url, judge_model),
-                             judge_policy=judge_policy)
+    grade = grade_trajectory(
+        trajectory=trajectory,
+        task=task,
+        judge=_judge(judge_url, judge_model),
+        judge_policy=judge_policy,
+    )
     prof = get_profile(profile)
-    kw = {"trajectories": [trajectory], "correct": [grade.correct], "domain": domain, "profile": prof}
+    kw = {
+        "trajectories": [trajectory],
+        "correct": [grade.correct],
+        "domain": domain,
+        "profile": prof,
+    }
     r_acc = accuracy(**kw)[0]  # type: ignore[arg-type]
     r_fmt = format_penalty(**kw)[0]  # type: ignore[arg-type]
     stats = call_stats(trajectory)
-    return {"score": prof.weight("accuracy") * r_acc + prof.weight("format") * r_fmt,
-            "correct": float(grade.correct), "acc": r_acc, "format": r_fmt,
-            "format_error": float(r_fmt < 0), "n_calls": float(stats.n_total),
-            "n_success": float(stats.n_success)}
+    return {
+        "score": prof.weight("accuracy") * r_acc + prof.weight("format") * r_fmt,
+        "correct": float(grade.correct),
+        "acc": r_acc,
+        "format": r_fmt,
+        "format_error": float(r_fmt < 0),
+        "n_calls": float(stats.n_total),
+        "n_success": float(stats.n_success),
+    }
 
 
-def group_rewards(records: Sequence[RolloutRecord], correct: Sequence[float | bool],
-                  group_ids: Sequence[Hashable], *, profile: str = "paper",
-                  **overrides: object) -> BatchRewards:
+def group_rewards(
+    records: Sequence[RolloutRecord],
+    correct: Sequence[float | bool],
+    group_ids: Sequence[Hashable],
+    *,
+    profile: str = "paper",
+    **overrides: object,
+) -> BatchRewards:
     """The profile's rewards for a batch of rollouts grouped by ``group_ids`` (verl's ``uid``).
 
     >>> from codedance.integrations.verl.record import TurnRecord
@@ -96,6 +126,10 @@ def group_rewards(records: Sequence[RolloutRecord], correct: Sequence[float | bo
     [1.3, 0.0]
     """
     prof = get_profile(profile, **overrides)
-    return compute_batch_rewards(trajectories=[r.trajectory() for r in records],
-                                 correct=[bool(c) for c in correct], group_ids=list(group_ids),
-                                 domains=[r.domain for r in records], profile=prof)
+    return compute_batch_rewards(
+        trajectories=[r.trajectory() for r in records],
+        correct=[bool(c) for c in correct],
+        group_ids=list(group_ids),
+        domains=[r.domain for r in records],
+        profile=prof,
+    )

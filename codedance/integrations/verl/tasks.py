@@ -18,20 +18,34 @@ TASK_KEY = "codedance_task"
 
 def task_fields(task: Task, domain: str = "general") -> dict[str, object]:
     """JSON-able fields of `task` (images excluded; they go to verl's ``images`` column)."""
-    return {"id": task.id, "question": task.question, "answer": task.answer, "kind": task.kind.value,
-            "choices": [list(c) for c in task.choices], "source": task.source,
-            "metadata": [list(m) for m in task.metadata], "domain": domain}
+    return {
+        "id": task.id,
+        "question": task.question,
+        "answer": task.answer,
+        "kind": task.kind.value,
+        "choices": [list(c) for c in task.choices],
+        "source": task.source,
+        "metadata": [list(m) for m in task.metadata],
+        "domain": domain,
+    }
 
 
 def task_from_fields(fields: dict, images: Sequence[Image]) -> tuple[Task, str]:
     """(`Task`, domain) from `task_fields`' output and the row's images."""
+
     def pairs(value) -> tuple[tuple[str, str], ...]:
         return tuple((str(a), str(b)) for a, b in (value if value is not None else ()))
 
-    task = Task(id=str(fields["id"]), question=str(fields["question"]), images=tuple(images),
-                answer=str(fields["answer"]), kind=AnswerKind(fields["kind"]),
-                choices=pairs(fields.get("choices")), source=str(fields.get("source") or ""),
-                metadata=pairs(fields.get("metadata")))
+    task = Task(
+        id=str(fields["id"]),
+        question=str(fields["question"]),
+        images=tuple(images),
+        answer=str(fields["answer"]),
+        kind=AnswerKind(fields["kind"]),
+        choices=pairs(fields.get("choices")),
+        source=str(fields.get("source") or ""),
+        metadata=pairs(fields.get("metadata")),
+    )
     return task, str(fields.get("domain") or "general")
 
 
@@ -46,14 +60,18 @@ def image_from_block(block: object, index: int) -> Image:
         if isinstance(value, dict):
             value = value.get("bytes")
     if isinstance(value, PILImage.Image):
-        return Image.from_pil(value.convert("RGB") if value.mode not in ("RGB", "RGBA") else value,
-                              origin=f"input:{index}")
+        return Image.from_pil(
+            value.convert("RGB") if value.mode not in ("RGB", "RGBA") else value,
+            origin=f"input:{index}",
+        )
     if isinstance(value, (bytes, bytearray)):
         from codedance.prompts import image_from_bytes
 
         return image_from_bytes(bytes(value), origin=f"input:{index}")
-    raise TypeError(f"image {index}: expected a PIL image, bytes or a dict with 'bytes', got "
-                    f"{type(block).__name__}")
+    raise TypeError(
+        f"image {index}: expected a PIL image, bytes or a dict with 'bytes', got "
+        f"{type(block).__name__}"
+    )
 
 
 def images_from_prompt(raw_prompt: Sequence[dict]) -> tuple[Image, ...]:

@@ -32,8 +32,10 @@ def records_from_fields(extra_fields: Sequence[dict]) -> tuple[list[RolloutRecor
         records.append(record_from_extra(extra))
         info = extra.get("reward_extra_info") or {}
         if "correct" not in info:
-            raise KeyError(f"row {i}: no reward_extra_info['correct']; set reward.custom_reward_function"
-                           " to pkg://codedance.integrations.verl.reward / compute_score")
+            raise KeyError(
+                f"row {i}: no reward_extra_info['correct']; set reward.custom_reward_function"
+                " to pkg://codedance.integrations.verl.reward / compute_score"
+            )
         correct.append(float(info["correct"]))
     return records, correct
 
@@ -45,8 +47,9 @@ class CodeDancePPOTrainerSync(PPOTrainerSync):
     def _compute_advantage(self, batch, metrics: dict):
         import transfer_queue as tq
 
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
-                               select_fields=["uid", "extra_fields"])
+        data = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["uid", "extra_fields"]
+        )
         records, correct = records_from_fields(list(data["extra_fields"]))
         with batch_context(records, correct, [str(u) for u in data["uid"]]) as ctx:
             out = super()._compute_advantage(batch, metrics=metrics)

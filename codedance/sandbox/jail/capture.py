@@ -118,8 +118,10 @@ class ImageCollector:
 
     def _keep(self, png: bytes, width: int, height: int, source: str) -> None:
         if self._bytes + len(png) > self.max_bytes:
-            self.notes.append(f"image from {source} not returned: {len(png) >> 20} MiB of PNG would pass "
-                              f"the {self.max_bytes >> 20} MiB per step")
+            self.notes.append(
+                f"image from {source} not returned: {len(png) >> 20} MiB of PNG would pass "
+                f"the {self.max_bytes >> 20} MiB per step"
+            )
             return
         self._bytes += len(png)
         self.images.append((png, width, height, source))
@@ -159,7 +161,9 @@ class ImageCollector:
         figure.savefig(buffer, format="png")
         buffer.seek(0)
         with Image.open(buffer) as image:
-            self.add_pil(image.convert("RGBA") if image.mode == "RGBA" else image.convert("RGB"), source)
+            self.add_pil(
+                image.convert("RGBA") if image.mode == "RGBA" else image.convert("RGB"), source
+            )
 
     def finish_notes(self, max_notes: int = 8) -> list[str]:
         if self._dropped:
@@ -167,7 +171,9 @@ class ImageCollector:
                 f"{self._dropped} more image(s) not returned: at most {self.max_images} per step"
             )
         if len(self.notes) > max_notes:
-            self.notes[max_notes - 1 :] = [f"{len(self.notes) - max_notes + 1} more notes about images"]
+            self.notes[max_notes - 1 :] = [
+                f"{len(self.notes) - max_notes + 1} more notes about images"
+            ]
         return self.notes
 
 
@@ -212,11 +218,15 @@ def _displayable(image: Image.Image) -> Image.Image:
     if image.mode in ("LA", "PA") or (image.mode == "P" and "transparency" in image.info):
         return image.convert("RGBA")
     if image.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
-        return array_to_image(np.asarray(image).astype(np.float64) / max(1, np.asarray(image).max()), bgr=False)
+        return array_to_image(
+            np.asarray(image).astype(np.float64) / max(1, np.asarray(image).max()), bgr=False
+        )
     return image.convert("RGB")
 
 
-def list_image_files(root: str, limit: int = 10_000, max_depth: int = 32) -> dict[str, tuple[int, int]]:
+def list_image_files(
+    root: str, limit: int = 10_000, max_depth: int = 32
+) -> dict[str, tuple[int, int]]:
     """Image files under ``root`` (relative path -> (size, mtime_ns)): at most ``limit`` entries,
     ``max_depth`` levels down, hidden directories and symlinks skipped."""
     found: dict[str, tuple[int, int]] = {}
@@ -234,7 +244,9 @@ def list_image_files(root: str, limit: int = 10_000, max_depth: int = 32) -> dic
                     if item.is_dir(follow_symlinks=False):
                         if depth + 1 < max_depth and not item.name.startswith("."):
                             pending.append((relative, depth + 1))
-                    elif item.is_file(follow_symlinks=False) and item.name.lower().endswith(IMAGE_SUFFIXES):
+                    elif item.is_file(follow_symlinks=False) and item.name.lower().endswith(
+                        IMAGE_SUFFIXES
+                    ):
                         info = item.stat(follow_symlinks=False)
                         found[relative] = (info.st_size, info.st_mtime_ns)
                         if len(found) >= limit:

@@ -68,10 +68,16 @@ def run_snippet(code: str, namespace: dict) -> object:
 
 
 def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else f"{text[: limit - 40]} [... {len(text) - limit + 40} characters cut]"
+    return (
+        text
+        if len(text) <= limit
+        else f"{text[: limit - 40]} [... {len(text) - limit + 40} characters cut]"
+    )
 
 
-def describe_failure(exc: BaseException, code: str, max_frames: int = 5, max_chars: int = 4000) -> Failure:
+def describe_failure(
+    exc: BaseException, code: str, max_frames: int = 5, max_chars: int = 4000
+) -> Failure:
     """Type, message, the user's frames and a short traceback for an exception from a snippet,
     each bounded (the message to ``max_chars``, the traceback to twice that). An exception whose
     ``str()`` itself fails is described as unprintable."""
@@ -109,10 +115,16 @@ def _describe(exc: BaseException, code: str, max_frames: int, max_chars: int) ->
         frames = [(number, source.strip())]
         caret = " " * max(0, (exc.offset or 1) - 1) + "^"
         shown = [f'  File "{SNIPPET_FILENAME}", line {number}\n    {source}\n    {caret}']
-    message = _clip(str(exc) if not isinstance(exc, SyntaxError) else (exc.msg or str(exc)), max_chars)
+    message = _clip(
+        str(exc) if not isinstance(exc, SyntaxError) else (exc.msg or str(exc)), max_chars
+    )
     frames = [(number, _clip(source, 500)) for number, source in frames]
     shown = [_clip(line, 1000) for line in shown]
-    header = "Traceback (most recent call last):\n" if shown and not isinstance(exc, SyntaxError) else ""
+    header = (
+        "Traceback (most recent call last):\n" if shown and not isinstance(exc, SyntaxError) else ""
+    )
     name = _clip(type(exc).__name__, 200)
-    text = _clip(header + "\n".join(shown) + ("\n" if shown else "") + f"{name}: {message}", 2 * max_chars)
+    text = _clip(
+        header + "\n".join(shown) + ("\n" if shown else "") + f"{name}: {message}", 2 * max_chars
+    )
     return Failure(type=name, message=message, traceback=text, frames=frames)

@@ -174,8 +174,11 @@ class _CapHeader(ctypes.Structure):
 
 
 class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32)]
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
 
 
 def hide_other_processes() -> str | None:
@@ -263,27 +266,46 @@ def install_seccomp() -> None:
     rules.add_rule(deny, "prctl", seccomp.Arg(0, seccomp.MASKED_EQ, low32, _PR_SET_DUMPABLE))
     for command in (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX, _F_SETLEASE, _F_NOTIFY):
         rules.add_rule(deny, "fcntl", seccomp.Arg(1, seccomp.MASKED_EQ, low32, command))
-    rules.add_rule(deny, "fcntl", seccomp.Arg(1, seccomp.MASKED_EQ, low32, _F_SETFL),
-                   seccomp.Arg(2, seccomp.MASKED_EQ, _O_ASYNC, _O_ASYNC))
+    rules.add_rule(
+        deny,
+        "fcntl",
+        seccomp.Arg(1, seccomp.MASKED_EQ, low32, _F_SETFL),
+        seccomp.Arg(2, seccomp.MASKED_EQ, _O_ASYNC, _O_ASYNC),
+    )
     for request in _SIGNAL_IOCTLS:
         rules.add_rule(deny, "ioctl", seccomp.Arg(1, seccomp.MASKED_EQ, low32, request))
-    for call, flags_arg in (("sendto", 3), ("sendmsg", 2), ("sendmmsg", 3),
-                            ("recvfrom", 3), ("recvmsg", 2), ("recvmmsg", 3)):
+    for call, flags_arg in (
+        ("sendto", 3),
+        ("sendmsg", 2),
+        ("sendmmsg", 3),
+        ("recvfrom", 3),
+        ("recvmsg", 2),
+        ("recvmmsg", 3),
+    ):
         rules.add_rule(deny, call, seccomp.Arg(flags_arg, seccomp.MASKED_EQ, _MSG_OOB, _MSG_OOB))
     for sharing in (_MAP_SHARED, _MAP_SHARED_VALIDATE):
-        rules.add_rule(deny, "mmap", seccomp.Arg(2, seccomp.MASKED_EQ, _PROT_WRITE, _PROT_WRITE),
-                       seccomp.Arg(3, seccomp.MASKED_EQ, _MAP_TYPE | _MAP_ANONYMOUS, sharing))
+        rules.add_rule(
+            deny,
+            "mmap",
+            seccomp.Arg(2, seccomp.MASKED_EQ, _PROT_WRITE, _PROT_WRITE),
+            seccomp.Arg(3, seccomp.MASKED_EQ, _MAP_TYPE | _MAP_ANONYMOUS, sharing),
+        )
     rules.add_rule(deny, "mmap", seccomp.Arg(3, seccomp.MASKED_EQ, _MAP_LOCKED, _MAP_LOCKED))
     for call in ("preadv2", "pwritev2"):
         rules.add_rule(deny, call, seccomp.Arg(5, seccomp.MASKED_EQ, _RWF_NOWAIT, _RWF_NOWAIT))
-    rules.add_rule(deny, "fadvise64", seccomp.Arg(3, seccomp.MASKED_EQ, low32, _POSIX_FADV_DONTNEED))
+    rules.add_rule(
+        deny, "fadvise64", seccomp.Arg(3, seccomp.MASKED_EQ, low32, _POSIX_FADV_DONTNEED)
+    )
     for flag in _bits(_CLONE_NAMESPACE_FLAGS):
         rules.add_rule(deny, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
     for family in range(_AF_MAX):
         if family != _AF_UNIX:
             for call in ("socket", "socketpair"):
-                rules.add_rule(seccomp.ERRNO(errno.EAFNOSUPPORT), call,
-                               seccomp.Arg(0, seccomp.MASKED_EQ, 0xFFFFFFFF, family))
+                rules.add_rule(
+                    seccomp.ERRNO(errno.EAFNOSUPPORT),
+                    call,
+                    seccomp.Arg(0, seccomp.MASKED_EQ, 0xFFFFFFFF, family),
+                )
     rules.load()
 
 

@@ -18,7 +18,9 @@ class Hooks:
     copy-on-write page fault)."""
 
     collector = None  # the current step's ImageCollector
-    _targets: ClassVar[list[tuple[object, str, object]]] = []  # (owner, attribute, hook), built once
+    _targets: ClassVar[
+        list[tuple[object, str, object]]
+    ] = []  # (owner, attribute, hook), built once
 
     @classmethod
     def install(cls) -> None:
@@ -66,9 +68,14 @@ class Hooks:
             raise RuntimeError("input() is not available in the sandbox: there is no user to ask")
 
         windows = ("waitKey", "destroyAllWindows", "destroyWindow", "namedWindow", "pollKey")
-        return [(plt, "show", show), (matplotlib.figure.Figure, "show", figure_show),
-                (Image.Image, "show", pil_show), (cv2, "imshow", cv2_imshow),
-                *((cv2, name, no_window) for name in windows), (builtins, "input", no_input)]
+        return [
+            (plt, "show", show),
+            (matplotlib.figure.Figure, "show", figure_show),
+            (Image.Image, "show", pil_show),
+            (cv2, "imshow", cv2_imshow),
+            *((cv2, name, no_window) for name in windows),
+            (builtins, "input", no_input),
+        ]
 
 
 def preload() -> dict:
@@ -83,7 +90,9 @@ def preload() -> dict:
     matplotlib.use("Agg", force=True)
     figure = plt.figure()
     figure.text(0.5, 0.5, "warm-up")
-    figure.savefig(io.BytesIO(), format="png")  # the font list and text layout loaded now, not per step
+    figure.savefig(
+        io.BytesIO(), format="png"
+    )  # the font list and text layout loaded now, not per step
     plt.close("all")
     # matplotlib empties this cache of opened fonts in every child of os.fork() (an FT2Font's
     # file is shared across a fork), which cost each holder's start ~0.5 ms while the zygote's

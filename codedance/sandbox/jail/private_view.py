@@ -51,8 +51,11 @@ class _CapHeader(ctypes.Structure):
 
 
 class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32)]
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
 
 
 def _check(result: int, what: str) -> None:
@@ -61,7 +64,9 @@ def _check(result: int, what: str) -> None:
         raise OSError(errno, f"{what}: {os.strerror(errno)}")
 
 
-def _mount(source: bytes | None, target: str, fstype: bytes | None, flags: int, data: bytes | None = None) -> None:
+def _mount(
+    source: bytes | None, target: str, fstype: bytes | None, flags: int, data: bytes | None = None
+) -> None:
     _check(_LIBC.mount(source, os.fsencode(target), fstype, flags, data), f"mount on {target}")
 
 
@@ -79,7 +84,9 @@ def enter(work_root: str, workdir: str, inputs: tuple[str, ...] | list[str] = ()
     # a bind mount's source must be in this namespace: open the directory only now
     own = os.open(workdir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        _mount(b"codedance", work_root, b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, _COVER_OPTIONS)
+        _mount(
+            b"codedance", work_root, b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, _COVER_OPTIONS
+        )
         os.makedirs(workdir, mode=0o700, exist_ok=True)
         _mount(f"/proc/self/fd/{own}".encode(), workdir, None, _MS_BIND)
     finally:
@@ -134,8 +141,13 @@ def _drop_capabilities() -> None:
     with open("/proc/sys/kernel/cap_last_cap") as handle:
         last = int(handle.read())
     for capability in range(last + 1):
-        _check(_LIBC.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0), f"dropping capability {capability}")
-    _check(_LIBC.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clearing ambient capabilities")
+        _check(
+            _LIBC.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0), f"dropping capability {capability}"
+        )
+    _check(
+        _LIBC.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0),
+        "clearing ambient capabilities",
+    )
     header, data = _CapHeader(_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
     _check(_LIBC.capset(ctypes.byref(header), data), "capset")
 

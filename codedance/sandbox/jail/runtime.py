@@ -47,7 +47,9 @@ _LIBC_FORK = ctypes.PyDLL(None, use_errno=True).fork  # PyDLL: the GIL stays hel
 _MAX_CONTROL_MESSAGE = 1 << 16
 
 
-def zygote_main(control_fd: int, hide_processes: bool = False, private_views: str | None = None) -> None:
+def zygote_main(
+    control_fd: int, hide_processes: bool = False, private_views: str | None = None
+) -> None:
     from codedance.sandbox.jail import guards, private_view
 
     hidden: bool | str = False  # True, or why not
@@ -64,8 +66,15 @@ def zygote_main(control_fd: int, hide_processes: bool = False, private_views: st
     control = socket.socket(fileno=control_fd)
     gc.collect()
     gc.freeze()
-    protocol_send_packet(control, {"op": "zygote_ready", "pid": os.getpid(), "processes_hidden": hidden,
-                                   "private_views": views})
+    protocol_send_packet(
+        control,
+        {
+            "op": "zygote_ready",
+            "pid": os.getpid(),
+            "processes_hidden": hidden,
+            "private_views": views,
+        },
+    )
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(control, _MAX_CONTROL_MESSAGE, 1)
@@ -207,7 +216,9 @@ def _initial_namespace(image_files: list[str]) -> dict:
                 probe.verify()
             images.append(Image.open(io.BufferedReader(PositionalFile(path))))
         except Exception as exc:
-            raise ValueError(f"input image {index} could not be opened: {type(exc).__name__}: {exc}") from exc
+            raise ValueError(
+                f"input image {index} could not be opened: {type(exc).__name__}: {exc}"
+            ) from exc
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     paths = [os.path.abspath(path) for path in image_files]
     namespace.update(images=images, image_paths=paths)
@@ -227,20 +238,26 @@ def _serve(conn: socket.socket, namespace: dict, request: dict, pristine_builtin
     step process is inside) and after a failure (so the controller's kill of the failed step's
     processes never races with a new spare)."""
     reader = protocol.Reader(conn, max_bytes=64 << 20)
-    wait_for_resume = True  # at start (the controller first moves us into our cgroup) and after failures
+    wait_for_resume = (
+        True  # at start (the controller first moves us into our cgroup) and after failures
+    )
     pages = _resident_pages()  # the holder's size, which its spare starts from
     while True:
         if wait_for_resume:  # a "run" sent to a spare that died before reading it is stale: dropped
             _expect(reader, "resume", stale=("run",))
         try:
             pid = _fork_continuation()
-        except OSError as exc:  # no memory (the service is full) or pids left: a step that could not start
+        except (
+            OSError
+        ) as exc:  # no memory (the service is full) or pids left: a step that could not start
             protocol.send(conn, {"op": "step_done", "wait_status": 0, "fork_errno": exc.errno or 0})
             wait_for_resume = True
             continue
         if pid == 0:
             protocol.send(conn, {"op": "spare"})  # before the code arrives: off the step's path
-            step = _PreparedStep(namespace, request["limits"], request["workdir"], pristine_builtins)
+            step = _PreparedStep(
+                namespace, request["limits"], request["workdir"], pristine_builtins
+            )
             run = _expect(reader, "run")
             step.run(conn, run["code"])
             pages = step.finish(pages)
@@ -328,11 +345,14 @@ class _PreparedStep:
         _restore_builtins(pristine_builtins)
         namespace["__builtins__"] = builtins
         Hooks.install()
-        self.collector = capture.ImageCollector(limits["max_images"], limits["max_pixels"],
-                                                limits["max_image_bytes"])
+        self.collector = capture.ImageCollector(
+            limits["max_images"], limits["max_pixels"], limits["max_image_bytes"]
+        )
         self.out = capture.BoundedText(limits["output_head"], limits["output_tail"])
         self.err = capture.BoundedText(limits["output_head"], limits["output_tail"])
-        self.captured = [os.memfd_create(f"fd{n}", os.MFD_CLOEXEC) for n in (1, 2)]  # this process's alone
+        self.captured = [
+            os.memfd_create(f"fd{n}", os.MFD_CLOEXEC) for n in (1, 2)
+        ]  # this process's alone
         for target, handle in zip((1, 2), self.captured):
             os.dup2(handle, target)
         self.images_before = capture.list_image_files(workdir)
@@ -355,14 +375,20 @@ class _PreparedStep:
             reply["error"] = vars(failure)
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
         _remember_cwd()
-        _restore_builtins(self.pristine_builtins)  # this process may become the holder: keep it working
+        _restore_builtins(
+            self.pristine_builtins
+        )  # this process may become the holder: keep it working
         _stop_timers()  # an alarm left by the snippet would otherwise kill it once it is the holder
         try:
             reply.update(self._collect())
         except BaseException as exc:  # noqa: BLE001 - e.g. MemoryError while encoding an image
-            reply.update(status="oom" if isinstance(exc, MemoryError) else "error",
-                         stdout=self.out.value(), stderr=self.err.value(), images=[],
-                         notes=[f"capturing the step's output failed: {type(exc).__name__}: {exc}"])
+            reply.update(
+                status="oom" if isinstance(exc, MemoryError) else "error",
+                stdout=self.out.value(),
+                stderr=self.err.value(),
+                images=[],
+                notes=[f"capturing the step's output failed: {type(exc).__name__}: {exc}"],
+            )
             self.collector.images.clear()
         _release_captured_output(self.captured)
         if reply["status"] == "ok":
@@ -370,12 +396,14 @@ class _PreparedStep:
             if leftover:
                 reply["status"] = "refused"
                 reply["notes"].append(leftover)
-        reply["notes"] = [note[: protocol.NOTE_CHARS] for note in reply["notes"]][: protocol.MAX_NOTES]
+        reply["notes"] = [note[: protocol.NOTE_CHARS] for note in reply["notes"]][
+            : protocol.MAX_NOTES
+        ]
         if len(code) > execution.CONTROLLER_PARSE_CHARS:  # the controller does not parse it
             reply["executed_nothing"] = execution.executes_nothing(code)
         protocol.send(conn, reply, [png for png, _, _, _ in self.collector.images])
         while reply["status"] != "ok":  # rolled back: the controller kills this process (exiting
-            signal.pause()              # first would leave its result without a sender to credit)
+            signal.pause()  # first would leave its result without a sender to credit)
 
     def finish(self, pages_at_start: int) -> int:
         """Once it has succeeded (it is the holder now): give back what the step grew by 1 MB+,
@@ -396,7 +424,11 @@ class _PreparedStep:
         for stream, handle in zip((self.out, self.err), self.captured):
             text, size = capture.read_head(handle, self.limits["output_head"])
             if text:
-                cut = f"\n[... {size - len(text.encode())} bytes cut ...]" if size > len(text.encode()) else ""
+                cut = (
+                    f"\n[... {size - len(text.encode())} bytes cut ...]"
+                    if size > len(text.encode())
+                    else ""
+                )
                 stream.write(text + cut)
         collector = self.collector
         figures = plt.get_fignums()
@@ -414,8 +446,12 @@ class _PreparedStep:
                     collector.notes.append(f"could not read saved image {path}: {exc}")
         Hooks.collector = None
         sources = [{"width": w, "height": h, "source": s} for _, w, h, s in collector.images]
-        return {"stdout": self.out.value(), "stderr": self.err.value(), "images": sources,
-                "notes": collector.finish_notes()}
+        return {
+            "stdout": self.out.value(),
+            "stderr": self.err.value(),
+            "images": sources,
+            "notes": collector.finish_notes(),
+        }
 
 
 def _drop_open_fonts() -> None:
@@ -509,12 +545,20 @@ def _stop_timers() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="codedance sandbox zygote (started by the controller)")
+    parser = argparse.ArgumentParser(
+        description="codedance sandbox zygote (started by the controller)"
+    )
     parser.add_argument("--control-fd", type=int, required=True)
-    parser.add_argument("--hide-processes", action="store_true",
-                        help="remount the jail's /proc so no trajectory sees another's processes")
-    parser.add_argument("--private-views", metavar="WORK_ROOT",
-                        help="give each holder a mount view of its own working directory alone (private_view)")
+    parser.add_argument(
+        "--hide-processes",
+        action="store_true",
+        help="remount the jail's /proc so no trajectory sees another's processes",
+    )
+    parser.add_argument(
+        "--private-views",
+        metavar="WORK_ROOT",
+        help="give each holder a mount view of its own working directory alone (private_view)",
+    )
     args = parser.parse_args()
     zygote_main(args.control_fd, args.hide_processes, args.private_views)
 

@@ -102,7 +102,9 @@ from codedance.sandbox.protocol import wait_any
 
 SETTLE_S = 0.005  # between two looks at the group while a victim gives its memory back
 NO_ONE_LOOK_S = 0.5  # between two looks while the group stays under pressure with no one to choose
-WATCH_S = 0.02  # between two looks while charged past the threshold but not nearly full (3 reads each)
+WATCH_S = (
+    0.02  # between two looks while charged past the threshold but not nearly full (3 reads each)
+)
 # growth acted on while the group is only nearly full (nothing waits yet), and what a stopped
 # step's rollback may leave behind without its trajectory being lost
 SLACK_BYTES = 32 << 20
@@ -112,8 +114,12 @@ SLACK_BYTES = 32 << 20
 # (benchmarks/sandbox_idle_growth.py, cgroup v1); three times that, so noise is never
 # taken for growth, and k hostile idle trajectories keep at most k x 8 MiB past a smaller step
 IDLE_FLOOR_BYTES = 8 << 20
-ESCALATE_S = 5.0  # a victim that gave nothing back this long after its step was stopped loses its holder
-FREEING_WAIT_S = 10.0  # the longest the arbiter waits, each time it is woken, for closed sandboxes' files to go
+ESCALATE_S = (
+    5.0  # a victim that gave nothing back this long after its step was stopped loses its holder
+)
+FREEING_WAIT_S = (
+    10.0  # the longest the arbiter waits, each time it is woken, for closed sandboxes' files to go
+)
 
 
 def idle_floor(out_of_memory: bool) -> int:
@@ -128,9 +134,11 @@ def rank_victims(growths: Iterable[tuple[object, int, int, bool]], *, out_of_mem
     an idle one grown past ``IDLE_FLOOR_BYTES`` (else it holds committed state and noise; kernel
     memory left out), ranked together; only nearly full: any grown past ``SLACK_BYTES``, kernel
     memory left out (nothing has been reclaimed yet)."""
-    eligible = [(with_kernel if out_of_memory and running else growth, n, sandbox)
-                for n, (sandbox, growth, with_kernel, running) in enumerate(growths)
-                if growth > SLACK_BYTES or (out_of_memory and (running or growth > IDLE_FLOOR_BYTES))]
+    eligible = [
+        (with_kernel if out_of_memory and running else growth, n, sandbox)
+        for n, (sandbox, growth, with_kernel, running) in enumerate(growths)
+        if growth > SLACK_BYTES or (out_of_memory and (running or growth > IDLE_FLOOR_BYTES))
+    ]
     return [sandbox for _, _, sandbox in sorted(eligible, key=lambda item: (-item[0], item[1]))]
 
 
@@ -138,17 +146,25 @@ class OomArbiter:
     """A daemon thread that waits on the kernel's word about the service's parent group (out of
     memory, or nearly full) and makes the trajectory that grew most give memory back."""
 
-    def __init__(self, memory: ServiceMemory, sandboxes: Callable[[], list],
-                 freeing: Callable[[], bool] = lambda: False):
+    def __init__(
+        self,
+        memory: ServiceMemory,
+        sandboxes: Callable[[], list],
+        freeing: Callable[[], bool] = lambda: False,
+    ):
         self._memory = memory
         self._sandboxes = sandboxes
         self._freeing = freeing  # closed sandboxes' files are being removed (`remover`)
         self._stop = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         self.victims = 0  # how many times a trajectory was made to give memory back
-        self._restores_waiting = 0  # restores whose copy the full group refused (see `restore_waiting`)
+        self._restores_waiting = (
+            0  # restores whose copy the full group refused (see `restore_waiting`)
+        )
         self._waiting_lock = threading.Lock()
         self.last_error: str | None = None  # the last failure while settling (kept for inspection)
-        self._thread = threading.Thread(target=self._loop, name="codedance-oom-arbiter", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop, name="codedance-oom-arbiter", daemon=True
+        )
         self._thread.start()
 
     @contextlib.contextmanager
@@ -166,8 +182,9 @@ class OomArbiter:
             with self._waiting_lock:
                 self._restores_waiting -= 1
 
-    def commit_takes_what_is_owed(self, committing, grown: int, page_tables: Callable[[], int],
-                                  running: Iterable) -> bool:
+    def commit_takes_what_is_owed(
+        self, committing, grown: int, page_tables: Callable[[], int], running: Iterable
+    ) -> bool:
         """Whether committing the step of ``committing`` (which grew by ``grown``, and made
         ``page_tables()`` bytes of page tables, kernel memory the group's `held` leaves out; read
         only when something is owed) would take memory that
@@ -200,8 +217,10 @@ class OomArbiter:
             # poll, not select: a controller holding over 1,024 descriptors (a pool of a few
             # hundred sandboxes) would get a ValueError, and no arbiter
             # pinned by `tests/sandbox/test_memory_arbiter.py::test_the_arbiter_runs_in_a_controller_that_holds_over_1024_descriptors`
-            readable = wait_any((self._memory.event, self._stop),
-                                None if look_again is None else time.monotonic() + look_again)
+            readable = wait_any(
+                (self._memory.event, self._stop),
+                None if look_again is None else time.monotonic() + look_again,
+            )
             if self._stop in readable:
                 return
             if readable:
@@ -217,7 +236,10 @@ class OomArbiter:
     def _restore_past_its_state(self):
         """A trajectory whose waiting restore would leave it holding more than its committed
         state by over ``SLACK_BYTES`` (`Sandbox.restore_excess`), if any."""
-        return next((sandbox for sandbox in self._sandboxes() if sandbox.restore_excess() > SLACK_BYTES), None)
+        return next(
+            (sandbox for sandbox in self._sandboxes() if sandbox.restore_excess() > SLACK_BYTES),
+            None,
+        )
 
     def _stopping(self) -> bool:
         return bool(wait_any((self._stop,), time.monotonic()))
@@ -227,17 +249,25 @@ class OomArbiter:
         returns when to look again (None: at the kernel's next word)."""
         waiting_for, since, escalated = None, 0.0, False  # waiting_for: (victim, its run number)
         settled_by = 0.0  # how long to wait for an escalated victim to give everything back
-        freeing_until = time.monotonic() + FREEING_WAIT_S  # how long to wait for closed sandboxes' files
+        freeing_until = (
+            time.monotonic() + FREEING_WAIT_S
+        )  # how long to wait for closed sandboxes' files
         growth_then = 0
         while not self._stopping():
             charged_past, nearly_full = self._memory.fullness()
             # a restore the full group refused tries again within FULL_RETRY_S: once the group is
             # charged below the margin again, its next try fits (counting it longer stopped an
             # honest step in the moment between a victim's kill and that try)
-            out_of_memory = self._memory.under_oom() or (self._restores_waiting > 0 and charged_past)
+            out_of_memory = self._memory.under_oom() or (
+                self._restores_waiting > 0 and charged_past
+            )
             if not out_of_memory and not nearly_full:
                 return WATCH_S if charged_past else None  # cache or kernel memory: may be reclaimed
-            if waiting_for is not None and waiting_for[0].giving_back() and time.monotonic() < settled_by:
+            if (
+                waiting_for is not None
+                and waiting_for[0].giving_back()
+                and time.monotonic() < settled_by
+            ):
                 # the victim's processes were all killed: until its run has unwound and they have
                 # exited, what they free is not free yet, and whoever ranks next would pay for it
                 time.sleep(SETTLE_S)
@@ -265,23 +295,37 @@ class OomArbiter:
                 if measured is not None:
                     growths[sandbox] = (*measured, running)
             idle_past, victim = idle_floor(out_of_memory), None
-            ranked = rank_victims([(sandbox, *value) for sandbox, value in growths.items()],
-                                  out_of_memory=out_of_memory)
+            ranked = rank_victims(
+                [(sandbox, *value) for sandbox, value in growths.items()],
+                out_of_memory=out_of_memory,
+            )
             for candidate in ranked:
-                if waiting_for == (candidate, candidate.runs):  # stopped or busy already: wait for it
+                if waiting_for == (
+                    candidate,
+                    candidate.runs,
+                ):  # stopped or busy already: wait for it
                     victim = candidate
                     break
                 answer = candidate.yield_memory(idle_past)
                 if answer != "no":  # stopped, or a moment away from being stoppable: wait for it
                     self.victims += answer == "stopped"
-                    victim, waiting_for, since, escalated = candidate, (candidate, candidate.runs), time.monotonic(), False
+                    victim, waiting_for, since, escalated = (
+                        candidate,
+                        (candidate, candidate.runs),
+                        time.monotonic(),
+                        False,
+                    )
                     growth_then = growths[candidate][0]
                     break
             if victim is None:
                 return NO_ONE_LOOK_S
             growth = growths[victim][0]
-            if (not escalated and time.monotonic() - since > ESCALATE_S and growth > SLACK_BYTES
-                    and growth > growth_then * 0.9):  # it kept its growth (kernel memory left out)
+            if (
+                not escalated
+                and time.monotonic() - since > ESCALATE_S
+                and growth > SLACK_BYTES
+                and growth > growth_then * 0.9
+            ):  # it kept its growth (kernel memory left out)
                 escalated = victim.yield_memory(idle_past, whole_trajectory=True) == "stopped"
                 settled_by = time.monotonic() + ESCALATE_S
             time.sleep(SETTLE_S)

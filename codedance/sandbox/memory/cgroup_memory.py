@@ -20,16 +20,22 @@ def _write(path: str, value: str) -> None:
 
 
 # what `unreclaimable` reads: usage, stat and (v1) the kernel memory counter
-UNRECLAIMABLE_FILES = {1: ("memory.usage_in_bytes", "memory.stat", "memory.kmem.usage_in_bytes"),
-                        2: ("memory.current", "memory.stat")}
+UNRECLAIMABLE_FILES = {
+    1: ("memory.usage_in_bytes", "memory.stat", "memory.kmem.usage_in_bytes"),
+    2: ("memory.current", "memory.stat"),
+}
 
 
-def unreclaimable(version: int, usage: bytes, stat: bytes, kmem: bytes = b"0", prefix: bytes = b"") -> int:
+def unreclaimable(
+    version: int, usage: bytes, stat: bytes, kmem: bytes = b"0", prefix: bytes = b""
+) -> int:
     """A memory group's charge less its file cache and its kernel memory (v1: the kmem counter;
     v2: reclaimable slab only), from the texts of its files; ``prefix`` b"total_" for v1's
     hierarchical figures."""
     left_out = int(kmem) if version == 1 else 0
-    names = {prefix + b"active_file", prefix + b"inactive_file"} | ({b"slab_reclaimable"} if version == 2 else set())
+    names = {prefix + b"active_file", prefix + b"inactive_file"} | (
+        {b"slab_reclaimable"} if version == 2 else set()
+    )
     for line in stat.splitlines():
         name, _, value = line.partition(b" ")
         if name in names:
@@ -119,13 +125,20 @@ class ServiceMemory:
         kernel memory (see `TrajectoryCgroup.memory_measure`) within it: nearly full, writes
         to files may soon fail with ENOMEM without anyone waiting)."""
         usage = os.pread(self._usage, 64, 0)
-        held = unreclaimable(1, usage, os.pread(self._stat, 8192, 0), os.pread(self._kmem, 64, 0), prefix=b"total_")
+        held = unreclaimable(
+            1, usage, os.pread(self._stat, 8192, 0), os.pread(self._kmem, 64, 0), prefix=b"total_"
+        )
         return int(usage) >= self.limit - self.margin, held >= self.limit - self.margin
 
     def held(self) -> int:
         """What the group holds less its file cache and kernel memory (as `fullness` measures)."""
-        return unreclaimable(1, os.pread(self._usage, 64, 0), os.pread(self._stat, 8192, 0),
-                             os.pread(self._kmem, 64, 0), prefix=b"total_")
+        return unreclaimable(
+            1,
+            os.pread(self._usage, 64, 0),
+            os.pread(self._stat, 8192, 0),
+            os.pread(self._kmem, 64, 0),
+            prefix=b"total_",
+        )
 
     def close(self) -> None:
         for fd in self._fds:

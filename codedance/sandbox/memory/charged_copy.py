@@ -52,8 +52,14 @@ if __name__ != "__main__":  # the helper itself imports only the standard librar
     from codedance.sandbox import forks
 
 KEEP_IDLE = 4  # helpers kept between restores (each about 10 MB; restores run one per helper)
-_FULL = (errno.ENOMEM, errno.ENOBUFS, errno.ENOSPC)  # the service's memory, or the work root's tmpfs, is full
-FULL_RETRY_S = 0.01  # between two tries of a copy the full service refused (the arbiter looks every 20 ms)
+_FULL = (
+    errno.ENOMEM,
+    errno.ENOBUFS,
+    errno.ENOSPC,
+)  # the service's memory, or the work root's tmpfs, is full
+FULL_RETRY_S = (
+    0.01  # between two tries of a copy the full service refused (the arbiter looks every 20 ms)
+)
 _JOIN, _LEAVE, _COPY, _FILE, _DIRECTORY = b"J", b"L", b"C", b"F", b"D"
 _IDENTITY = struct.Struct("<ii")  # the uid and gid a new entry is made with (-1: the helper's own)
 # a name is one component of at most 255 bytes (NAME_MAX); room for longer ones, so that the
@@ -93,7 +99,9 @@ def _copy_range(source_fd: int, target_fd: int, offset: int, count: int) -> None
     end = offset + count
     while offset < end:
         try:
-            copied = os.copy_file_range(source_fd, target_fd, min(end - offset, 1 << 30), offset, offset)
+            copied = os.copy_file_range(
+                source_fd, target_fd, min(end - offset, 1 << 30), offset, offset
+            )
         except OSError as exc:
             if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
                 raise
@@ -152,7 +160,11 @@ def _serve(channel: socket.socket, home_fd: int) -> None:
                 copy_data(fds[0], fds[1])
             elif op in (_FILE, _DIRECTORY) and len(fds) == 1 and len(message) > 1 + _IDENTITY.size:
                 uid, gid = _IDENTITY.unpack_from(message, 1)
-                made.append(_make(fds[0], message[1 + _IDENTITY.size:], uid, gid, directory=op == _DIRECTORY))
+                made.append(
+                    _make(
+                        fds[0], message[1 + _IDENTITY.size :], uid, gid, directory=op == _DIRECTORY
+                    )
+                )
             else:
                 raise OSError(errno.EPROTO, "unexpected request")
             _on_channel(socket.send_fds, channel, [b"0"], made)
@@ -219,9 +231,21 @@ class _Helper:
         forks.hold(ours.fileno())  # a forked child of the controller would keep the helper alive
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-I", "-S", __file__, str(theirs.fileno()), str(home_procs_fd), str(_holders_rank())],
-                pass_fds=(theirs.fileno(), home_procs_fd), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                user=0, group=0)  # root's file-system identity: the calling thread may be acting as a trajectory
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    __file__,
+                    str(theirs.fileno()),
+                    str(home_procs_fd),
+                    str(_holders_rank()),
+                ],
+                pass_fds=(theirs.fileno(), home_procs_fd),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                user=0,
+                group=0,
+            )  # root's file-system identity: the calling thread may be acting as a trajectory
         except BaseException:
             forks.release(ours.fileno())
             ours.close()
@@ -236,7 +260,9 @@ class _Helper:
             self.kill()
             raise
 
-    def ask(self, request: bytes, fds: list[int], deadline: float, interrupt_fd: int | None = None) -> int | None:
+    def ask(
+        self, request: bytes, fds: list[int], deadline: float, interrupt_fd: int | None = None
+    ) -> int | None:
         """Send one request and wait for its answer until ``deadline``; the descriptor it made,
         if it made one. Raises OSError (or its `TimeoutError`) if the helper failed, is gone or is
         late, `InterruptedError` once ``interrupt_fd`` is readable (the sandbox is being closed)."""
@@ -272,8 +298,13 @@ class ChargedCopies:
     function for one restore. ``home_memory_dir``: the memory group helpers start in and return
     to (the controller's own)."""
 
-    def __init__(self, home_memory_dir: str,
-                 waiting_for_memory: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext):
+    def __init__(
+        self,
+        home_memory_dir: str,
+        waiting_for_memory: Callable[
+            [], contextlib.AbstractContextManager
+        ] = contextlib.nullcontext,
+    ):
         self._home_procs = _open_procs(home_memory_dir)
         self._waiting_for_memory = waiting_for_memory
         self._idle: list[_Helper] = []
@@ -281,10 +312,15 @@ class ChargedCopies:
         self._closed = False
 
     @contextlib.contextmanager
-    def charged_to(self, memory_dir: str, deadline: float, interrupt_fd: int | None = None,
-                   owner: tuple[int, int] | None = None,
-                   give_up: Callable[[], bool] = lambda: False,
-                   on_full: Callable[[], None] = lambda: None) -> Iterator[_ChargedWriter]:
+    def charged_to(
+        self,
+        memory_dir: str,
+        deadline: float,
+        interrupt_fd: int | None = None,
+        owner: tuple[int, int] | None = None,
+        give_up: Callable[[], bool] = lambda: False,
+        on_full: Callable[[], None] = lambda: None,
+    ) -> Iterator[_ChargedWriter]:
         """A writer (as `LocalWriter`) whose pages, inodes and dentries are charged to the memory
         group ``memory_dir``, and whose new entries belong to ``owner``'s file-system identity;
         the helper is taken (and joins the group) at the first write, so a restore that writes
@@ -339,12 +375,22 @@ class ChargedCopies:
 class _ChargedWriter:
     """One restore's writes through a helper in the trajectory's memory group (`charged_to`)."""
 
-    def __init__(self, copies: ChargedCopies, memory_dir: str, deadline: float, interrupt_fd: int | None,
-                 owner: tuple[int, int] | None, give_up: Callable[[], bool], on_full: Callable[[], None]):
+    def __init__(
+        self,
+        copies: ChargedCopies,
+        memory_dir: str,
+        deadline: float,
+        interrupt_fd: int | None,
+        owner: tuple[int, int] | None,
+        give_up: Callable[[], bool],
+        on_full: Callable[[], None],
+    ):
         self._copies, self._deadline, self._interrupt_fd = copies, deadline, interrupt_fd
         self._give_up, self._on_full = give_up, on_full
         self._identity = _IDENTITY.pack(*(owner if owner is not None else (-1, -1)))
-        self._join = _open_procs(memory_dir)  # now: the restore then runs with the trajectory's rights
+        self._join = _open_procs(
+            memory_dir
+        )  # now: the restore then runs with the trajectory's rights
         self._helper: _Helper | None = None
         self._joined = self._waited = False
         self._waiting = contextlib.ExitStack()  # held from the first write the full service refuses
@@ -377,9 +423,13 @@ class _ChargedWriter:
                 if exc.errno not in _FULL:
                     raise
                 if time.monotonic() + FULL_RETRY_S > self._deadline:
-                    raise TimeoutError(errno.ETIMEDOUT, "no memory for the restore before its deadline") from exc
+                    raise TimeoutError(
+                        errno.ETIMEDOUT, "no memory for the restore before its deadline"
+                    ) from exc
                 if self._give_up():
-                    raise OSError(errno.ECANCELED, "the restore was given up while it waited for memory") from exc
+                    raise OSError(
+                        errno.ECANCELED, "the restore was given up while it waited for memory"
+                    ) from exc
                 if not self._waited:
                     self._on_full()
                     self._waiting.enter_context(self._copies._waiting_for_memory())
@@ -419,7 +469,9 @@ def _holders_rank() -> int:
 def _wait(fds: list[int], timeout_s: float, interrupt_fd: int | None) -> list[int]:
     """The descriptors among ``fds`` readable within ``timeout_s``; `InterruptedError` as soon as
     ``interrupt_fd`` is readable."""
-    poller = select.poll()  # not select(): a controller with thousands of sandboxes has fds above 1024
+    poller = (
+        select.poll()
+    )  # not select(): a controller with thousands of sandboxes has fds above 1024
     for fd in fds if interrupt_fd is None else [*fds, interrupt_fd]:
         poller.register(fd, select.POLLIN)
     ready = [fd for fd, _ in poller.poll(max(0, int(timeout_s * 1000) + 1))]

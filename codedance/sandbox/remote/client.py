@@ -40,13 +40,22 @@ from codedance.types import ExecResult, ExecStatus
 
 CONNECT_S = 10.0  # to reach the service
 SLACK_S = 10.0  # beyond a call's own bound (a step's timeout plus recovery) before the service counts as gone
-SESSION_SILENCE_S = 10.0  # the session stream beats every second: this long without a beat, the service is gone
-CLOSE_S = 30.0  # a close waits this long for the service (its own close waits up to 15 s for a step)
+SESSION_SILENCE_S = (
+    10.0  # the session stream beats every second: this long without a beat, the service is gone
+)
+CLOSE_S = (
+    30.0  # a close waits this long for the service (its own close waits up to 15 s for a step)
+)
 
 
 # every way a request can fail for want of the service (httpcore's errors have no common base)
-TRANSPORT_ERRORS = (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError,
-                    httpcore.UnsupportedProtocol, OSError)
+TRANSPORT_ERRORS = (
+    httpcore.TimeoutException,
+    httpcore.NetworkError,
+    httpcore.ProtocolError,
+    httpcore.UnsupportedProtocol,
+    OSError,
+)
 
 
 class QuotaExceeded(ServiceError):
@@ -63,11 +72,15 @@ class _Session:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._response: httpcore.Response | None = None
-        self._thread = threading.Thread(target=self._hold, args=(connection,), name="codedance-session", daemon=True)
+        self._thread = threading.Thread(
+            target=self._hold, args=(connection,), name="codedance-session", daemon=True
+        )
         self._thread.start()
         if not self._ready.wait(CONNECT_S + SESSION_SILENCE_S) and self._error is None:
-            self._error = ServiceError(f"the sandbox service at {self.url} did not open a session within "
-                                       f"{CONNECT_S + SESSION_SILENCE_S:.0f} s")
+            self._error = ServiceError(
+                f"the sandbox service at {self.url} did not open a session within "
+                f"{CONNECT_S + SESSION_SILENCE_S:.0f} s"
+            )
         if self._error is not None:
             self.end()
             raise self._error
@@ -90,11 +103,15 @@ class _Session:
                             self._ready.set()
                     if self.ended.is_set():
                         return
-            self.why = f"the sandbox service at {self.url} closed the session (it stopped or restarted)"
+            self.why = (
+                f"the sandbox service at {self.url} closed the session (it stopped or restarted)"
+            )
         except Exception as exc:  # noqa: BLE001 - every way the stream can end means the service is gone
             if not self._ready.is_set() and self._error is None:
-                self._error = ServiceError(f"cannot reach the sandbox service at {self.url}: {exc or type(exc).__name__}; "
-                                           "is `codedance sandbox serve` running there?")
+                self._error = ServiceError(
+                    f"cannot reach the sandbox service at {self.url}: {exc or type(exc).__name__}; "
+                    "is `codedance sandbox serve` running there?"
+                )
             self.why = f"the sandbox service at {self.url} went away ({type(exc).__name__}: {exc})"
         finally:
             if not self.why:
@@ -107,7 +124,9 @@ class _Session:
         self.ended.set()
         response = self._response
         if response is not None:
-            with contextlib.suppress(Exception):  # the reader thread's next read fails; the connection closes
+            with contextlib.suppress(
+                Exception
+            ):  # the reader thread's next read fails; the connection closes
                 response.close()
 
 
@@ -122,16 +141,22 @@ class Connection:
         token = token if token is not None else os.environ.get(wire.TOKEN_ENV)
         self._headers = [(b"Authorization", f"Bearer {token}".encode())] if token else []
         if parts.scheme == "unix" and parts.path:
-            self._pool = httpcore.ConnectionPool(uds=parts.path, max_connections=None, max_keepalive_connections=64)
+            self._pool = httpcore.ConnectionPool(
+                uds=parts.path, max_connections=None, max_keepalive_connections=64
+            )
             self._base = "http://codedance-sandbox"
         elif parts.scheme in ("http", "https") and parts.hostname:
             ca = os.environ.get(wire.CA_ENV)
-            context = ssl.create_default_context(cafile=ca) if ca and parts.scheme == "https" else None
+            context = (
+                ssl.create_default_context(cafile=ca) if ca and parts.scheme == "https" else None
+            )
             self._pool = httpcore.ConnectionPool(ssl_context=context, max_connections=None,
                                                  max_keepalive_connections=64)  # fmt: skip
             self._base = f"{parts.scheme}://{parts.netloc}"
         else:
-            raise ValueError(f"sandbox service url {url!r}: expected unix:///path/to/socket or http(s)://host:port")
+            raise ValueError(
+                f"sandbox service url {url!r}: expected unix:///path/to/socket or http(s)://host:port"
+            )
         self._lock = threading.Lock()
         self._session: _Session | None = None
 
@@ -144,11 +169,17 @@ class Connection:
 
     def _options(self, body: object, timeout_s: float) -> dict:
         timeouts = {"connect": CONNECT_S, "read": timeout_s, "write": timeout_s, "pool": timeout_s}
-        headers = self._headers if body is None else [*self._headers, (b"Content-Type", wire.CONTENT_TYPE.encode())]
+        headers = (
+            self._headers
+            if body is None
+            else [*self._headers, (b"Content-Type", wire.CONTENT_TYPE.encode())]
+        )
         return {"headers": headers, "content": None if body is None else wire.pack(body),
                 "extensions": {"timeout": timeouts}}  # fmt: skip
 
-    def call(self, method: str, path: str, body: object = None, *, timeout_s: float) -> tuple[int, bytes]:
+    def call(
+        self, method: str, path: str, body: object = None, *, timeout_s: float
+    ) -> tuple[int, bytes]:
         """One request, never retried: (status, body). `TRANSPORT_ERRORS` (the service gone) propagate."""
         response = self._pool.request(method, self._base + path, **self._options(body, timeout_s))
         return response.status, response.content
@@ -198,16 +229,27 @@ def _error_of(status: int, content: bytes, url: str) -> Exception:
 class RemoteSandbox:
     """A `Sandbox` that lives in a sandbox service (see the module docstring)."""
 
-    def __init__(self, images: Iterable[ImageInput] = (), *, timeout_s: float = 15.0,
-                 limits: Limits | None = None, require: str | tuple[str, ...] | None = None,
-                 start_timeout_s: float = 30.0, url: str | None = None, token: str | None = None,
-                 executor: Executor | None = None, connection: Connection | None = None):
+    def __init__(
+        self,
+        images: Iterable[ImageInput] = (),
+        *,
+        timeout_s: float = 15.0,
+        limits: Limits | None = None,
+        require: str | tuple[str, ...] | None = None,
+        start_timeout_s: float = 30.0,
+        url: str | None = None,
+        token: str | None = None,
+        executor: Executor | None = None,
+        connection: Connection | None = None,
+    ):
         self.timeout_s = seconds("timeout_s", timeout_s)
         seconds("start_timeout_s", start_timeout_s)
         self.limits = limits or Limits()
         normalize_requirement(require)
         data = []
-        for index, image in enumerate(images):  # read here: the service never opens a client's paths
+        for index, image in enumerate(
+            images
+        ):  # read here: the service never opens a client's paths
             data.append(_as_bytes(image, index))
             if not data[-1]:
                 raise ValueError(f"input image {index} is empty")
@@ -227,8 +269,10 @@ class RemoteSandbox:
             status, content = self._connection.call("POST", f"/v1/sessions/{self._session.id}/sandboxes", body,
                                                     timeout_s=start_timeout_s + SLACK_S)  # fmt: skip
         except TRANSPORT_ERRORS as exc:
-            raise ServiceError(f"the sandbox service at {self._connection.url} did not create the sandbox: "
-                               f"{type(exc).__name__}: {exc}") from None
+            raise ServiceError(
+                f"the sandbox service at {self._connection.url} did not create the sandbox: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
         if status != 200:
             raise _error_of(status, content, self._connection.url)
         reply = wire.unpack(content)
@@ -249,20 +293,34 @@ class RemoteSandbox:
             if self._closed:
                 raise SandboxClosed("this sandbox is closed; create a new Sandbox to run more code")
             if self._lost is None and self._session.ended.is_set():
-                self._lost = f"{self._session.why}: the sandbox's state is lost; create a new sandbox"
+                self._lost = (
+                    f"{self._session.why}: the sandbox's state is lost; create a new sandbox"
+                )
             if self._lost is not None:
                 return _lost_result(self._lost)
             self._seq += 1
-            body = {"code": code.encode("utf-8", "replace").decode("utf-8"), "timeout_s": timeout, "seq": self._seq}
+            body = {
+                "code": code.encode("utf-8", "replace").decode("utf-8"),
+                "timeout_s": timeout,
+                "seq": self._seq,
+            }
             try:
-                status, content = self._connection.call("POST", f"/v1/sandboxes/{self._id}/run", body,
-                                                        timeout_s=timeout + self.limits.recovery_s + SLACK_S)
+                status, content = self._connection.call(
+                    "POST",
+                    f"/v1/sandboxes/{self._id}/run",
+                    body,
+                    timeout_s=timeout + self.limits.recovery_s + SLACK_S,
+                )
             except TRANSPORT_ERRORS as exc:
-                return self._lose(f"the sandbox service at {self._connection.url} did not answer this step "
-                                  f"({type(exc).__name__}: {exc})")
+                return self._lose(
+                    f"the sandbox service at {self._connection.url} did not answer this step "
+                    f"({type(exc).__name__}: {exc})"
+                )
             if status == 404:
-                return self._lose(f"the sandbox service at {self._connection.url} no longer has this sandbox "
-                                  "(it was restarted)")
+                return self._lose(
+                    f"the sandbox service at {self._connection.url} no longer has this sandbox "
+                    "(it was restarted)"
+                )
             if status == 410:
                 self._closed = True
                 raise SandboxClosed(content.decode("utf-8", "replace"))
@@ -330,13 +388,21 @@ class RemotePool:
     """A `SandboxPool` whose sandboxes live in a sandbox service; its own session, so closing
     the pool (or the process ending) closes all of them there."""
 
-    def __init__(self, *, url: str, token: str | None = None, max_running: int | None = None,
-                 **sandbox_defaults):
+    def __init__(
+        self,
+        *,
+        url: str,
+        token: str | None = None,
+        max_running: int | None = None,
+        **sandbox_defaults,
+    ):
         self.max_running = max_running or os.cpu_count() or 1
         self.url = url
         self._connection = Connection(url, token)
         try:
-            self.isolation = self._connection.session().isolation  # an unreachable service: one line now
+            self.isolation = (
+                self._connection.session().isolation
+            )  # an unreachable service: one line now
         except BaseException:
             self._connection.close()
             raise
@@ -355,7 +421,9 @@ class RemotePool:
 
     async def asandbox(self, images: Iterable[ImageInput] = (), **options) -> RemoteSandbox:
         images = list(images)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, lambda: self.sandbox(images, **options))
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, lambda: self.sandbox(images, **options)
+        )
 
     @property
     def live(self) -> int:

@@ -19,7 +19,9 @@ from codedance.types import ExecError, ExecResult, ExecStatus, Image
 
 CONTENT_TYPE = "application/msgpack"
 TOKEN_ENV = "CODEDANCE_SANDBOX_TOKEN"  # the bearer token for a service reached over TCP
-CA_ENV = "CODEDANCE_SANDBOX_CA"  # a CA bundle that signed an https service's certificate (a private CA)
+CA_ENV = (
+    "CODEDANCE_SANDBOX_CA"  # a CA bundle that signed an https service's certificate (a private CA)
+)
 
 
 def pack(value: object) -> bytes:

@@ -33,7 +33,9 @@ class Peer:
 
 def peer_of(sock: socket.socket) -> Peer:
     """The credentials the kernel recorded when ``sock``'s peer connected."""
-    pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    pid, uid, gid = struct.unpack(
+        "3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    )
     try:
         raw = sock.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, 4 * MAX_PEER_GROUPS)
         groups = struct.unpack(f"{len(raw) // 4}I", raw)
@@ -89,8 +91,10 @@ class Tokens:
             if not fields or line.lstrip().startswith("#"):
                 continue
             if len(fields) != 2 or len(fields[1]) < 16:
-                raise ValueError(f"--token-file {path}:{number}: expected 'NAME TOKEN' with a token of "
-                                 "at least 16 characters (e.g. from `openssl rand -hex 32`)")
+                raise ValueError(
+                    f"--token-file {path}:{number}: expected 'NAME TOKEN' with a token of "
+                    "at least 16 characters (e.g. from `openssl rand -hex 32`)"
+                )
             names[fields[0]] = fields[1].encode()
         if not names:
             raise ValueError(f"--token-file {path}: no 'NAME TOKEN' line")
@@ -100,7 +104,7 @@ class Tokens:
         """The client name whose token the ``Authorization`` header shows, or None."""
         if not authorization or not authorization.startswith("Bearer "):
             return None
-        shown = authorization[len("Bearer "):].strip().encode()
+        shown = authorization[len("Bearer ") :].strip().encode()
         found = None
         for name, token in self.by_name.items():  # every token compared: the time says nothing
             if hmac.compare_digest(shown, token):

@@ -71,8 +71,10 @@ def above_ceiling(limits: Limits, ceiling: Limits) -> str | None:
     for name in (f.name for f in fields(Limits)):
         asked, most = getattr(limits, name), getattr(ceiling, name)
         if asked > most:
-            return (f"Limits.{name} = {asked} is above this service's ceiling ({most}): ask for less, or "
-                    f"ask its operator to raise it (codedance sandbox serve --ceiling {name}=VALUE)")
+            return (
+                f"Limits.{name} = {asked} is above this service's ceiling ({most}): ask for less, or "
+                f"ask its operator to raise it (codedance sandbox serve --ceiling {name}=VALUE)"
+            )
     return None
 
 
@@ -109,8 +111,14 @@ class SandboxServer:
     by ``policy`` (peer credentials); TCP clients by ``tokens``.
     """
 
-    def __init__(self, service: SandboxService, *, policy: LocalPolicy, tokens: Tokens | None = None,
-                 quotas: Quotas = Quotas()):
+    def __init__(
+        self,
+        service: SandboxService,
+        *,
+        policy: LocalPolicy,
+        tokens: Tokens | None = None,
+        quotas: Quotas = Quotas(),
+    ):
         self.service = service
         self.policy = policy
         self.tokens = tokens
@@ -143,14 +151,20 @@ class SandboxServer:
         if sock.family == socket.AF_UNIX:
             peer = peer_of(sock)
             if not self.policy.admits(peer):
-                raise web.HTTPForbidden(text=f"uid {peer.uid} is not allowed to use this sandbox service: "
-                                             "ask its operator to add it (--allow-user/--allow-group)")
+                raise web.HTTPForbidden(
+                    text=f"uid {peer.uid} is not allowed to use this sandbox service: "
+                    "ask its operator to add it (--allow-user/--allow-group)"
+                )
             name = f"uid:{peer.uid}"
         else:
-            token_name = self.tokens.name_of(request.headers.get("Authorization")) if self.tokens else None
+            token_name = (
+                self.tokens.name_of(request.headers.get("Authorization")) if self.tokens else None
+            )
             if token_name is None:
-                raise web.HTTPUnauthorized(text="a valid bearer token is required over TCP: set "
-                                                f"{wire.TOKEN_ENV} to a token from the service's --token-file")
+                raise web.HTTPUnauthorized(
+                    text="a valid bearer token is required over TCP: set "
+                    f"{wire.TOKEN_ENV} to a token from the service's --token-file"
+                )
             name = f"token:{token_name}"
         if name not in self._clients:
             self._clients[name] = _Client(name)
@@ -159,15 +173,23 @@ class SandboxServer:
     def _entry(self, request: web.Request, client: _Client) -> _Entry:
         entry = self._entries.get(request.match_info["sandbox"])
         if entry is None or entry.session.client is not client:
-            raise web.HTTPNotFound(text="no such sandbox on this service (closed, or the service restarted)")
+            raise web.HTTPNotFound(
+                text="no such sandbox on this service (closed, or the service restarted)"
+            )
         return entry
 
     # ----------------------------------------------------------------- handlers
     async def _health(self, request: web.Request) -> web.Response:
         """This instance, and what the caller holds on it."""
         client = self._client(request)
-        return web.json_response({"instance": self.instance, "client": client.name,
-                                  "sandboxes": client.sandboxes, "memory": client.memory})
+        return web.json_response(
+            {
+                "instance": self.instance,
+                "client": client.name,
+                "sandboxes": client.sandboxes,
+                "memory": client.memory,
+            }
+        )
 
     async def _session(self, request: web.Request) -> web.StreamResponse:
         client = self._client(request)
@@ -201,12 +223,16 @@ class SandboxServer:
         client = self._client(request)
         session = self._sessions.get(request.match_info["session"])
         if session is None or session.client is not client or not session.open:
-            raise web.HTTPNotFound(text="no such session on this service (it ended, or the service restarted)")
+            raise web.HTTPNotFound(
+                text="no such session on this service (it ended, or the service restarted)"
+            )
         try:
             body = wire.unpack(await request.read())
             images = body["images"]
             if not isinstance(images, list) or not all(isinstance(i, bytes) for i in images):
-                raise ValueError("images must be a list of image bytes (the client reads files itself)")
+                raise ValueError(
+                    "images must be a list of image bytes (the client reads files itself)"
+                )
             limits = wire.limits_from(body["limits"])
             if (why := above_ceiling(limits, self.quotas.ceiling)) is not None:
                 raise ValueError(why)
@@ -218,7 +244,8 @@ class SandboxServer:
         loop = asyncio.get_running_loop()
         try:
             sandbox = await loop.run_in_executor(
-                self._executor, lambda: Sandbox(images, service=self.service, **options))
+                self._executor, lambda: Sandbox(images, service=self.service, **options)
+            )
         except BaseException as exc:
             client.sandboxes -= 1
             client.memory -= limits.memory
@@ -242,14 +269,18 @@ class SandboxServer:
     def _reserve(self, client: _Client, memory: int) -> None:
         quotas = self.quotas
         if client.sandboxes + 1 > quotas.sandboxes:
-            raise web.HTTPTooManyRequests(text=f"quota: {client.name} already has {client.sandboxes} live sandboxes, "
-                                               f"the most this service allows a client (--client-sandboxes); "
-                                               "close some first")
+            raise web.HTTPTooManyRequests(
+                text=f"quota: {client.name} already has {client.sandboxes} live sandboxes, "
+                f"the most this service allows a client (--client-sandboxes); "
+                "close some first"
+            )
         if quotas.memory is not None and client.memory + memory > quotas.memory:
-            raise web.HTTPTooManyRequests(text=f"quota: {client.name}'s live sandboxes may use {client.memory >> 20} MiB "
-                                               f"and this one {memory >> 20} MiB more, over the {quotas.memory >> 20} MiB "
-                                               "this service allows a client (--client-memory-mib); close some or lower "
-                                               "Limits.memory")
+            raise web.HTTPTooManyRequests(
+                text=f"quota: {client.name}'s live sandboxes may use {client.memory >> 20} MiB "
+                f"and this one {memory >> 20} MiB more, over the {quotas.memory >> 20} MiB "
+                "this service allows a client (--client-memory-mib); close some or lower "
+                "Limits.memory"
+            )
         client.sandboxes += 1
         client.memory += memory
 
@@ -257,9 +288,12 @@ class SandboxServer:
         client = self._client(request)
         entry = self._entry(request, client)
         if request.content_length is None or request.content_length > MAX_RUN_BODY_BYTES:
-            raise web.HTTPRequestEntityTooLarge(max_size=MAX_RUN_BODY_BYTES, actual_size=request.content_length or 0,
-                                                text=f"a step's request must give its length and hold at most "
-                                                     f"{MAX_RUN_BODY_BYTES >> 20} MiB")
+            raise web.HTTPRequestEntityTooLarge(
+                max_size=MAX_RUN_BODY_BYTES,
+                actual_size=request.content_length or 0,
+                text=f"a step's request must give its length and hold at most "
+                f"{MAX_RUN_BODY_BYTES >> 20} MiB",
+            )
         try:
             body = wire.unpack(await request.read())
             code, timeout_s, seq = body["code"], body["timeout_s"], body["seq"]
@@ -270,15 +304,21 @@ class SandboxServer:
         except (ValueError, TypeError, KeyError) as exc:
             raise web.HTTPBadRequest(text=f"bad run request: {exc}") from None
         if seq <= entry.last_seq:  # a replayed request: this step was received once already
-            raise web.HTTPConflict(text=f"step {seq} of this sandbox was already received; it is never run twice")
+            raise web.HTTPConflict(
+                text=f"step {seq} of this sandbox was already received; it is never run twice"
+            )
         entry.last_seq = seq
         # no queue here: a step waiting for a turn would spend its client's deadline (the client's
         # pool bounds its running steps; each trajectory's cgroup bounds its CPU)
         try:
-            result = await asyncio.get_running_loop().run_in_executor(self._executor, entry.sandbox.run, code, timeout_s)
+            result = await asyncio.get_running_loop().run_in_executor(
+                self._executor, entry.sandbox.run, code, timeout_s
+            )
         except SandboxClosed:
             if entry.ended is None:
-                raise web.HTTPGone(text="this sandbox is closed; create a new one to run more code") from None
+                raise web.HTTPGone(
+                    text="this sandbox is closed; create a new one to run more code"
+                ) from None
             result = None
         if entry.ended is not None:
             result = ExecResult(status=ExecStatus.LOST, notes=(entry.ended,))
@@ -307,11 +347,18 @@ class SandboxServer:
     async def _end_session(self, session: _Session, why: str) -> None:
         session.open = False
         self._sessions.pop(session.id, None)
-        await asyncio.gather(*(self._release(sandbox_id, why) for sandbox_id in list(session.entries)))
+        await asyncio.gather(
+            *(self._release(sandbox_id, why) for sandbox_id in list(session.entries))
+        )
 
     async def _shutdown(self, _app: web.Application) -> None:
         self._stopping.set()
-        await asyncio.gather(*(self._end_session(s, "the sandbox service stopped") for s in list(self._sessions.values())))
+        await asyncio.gather(
+            *(
+                self._end_session(s, "the sandbox service stopped")
+                for s in list(self._sessions.values())
+            )
+        )
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
@@ -342,13 +389,16 @@ def claim_socket_path(path: str) -> None:
     except OSError:
         os.unlink(path)  # nobody listens: what a killed service left
     else:
-        raise ServiceError(f"a sandbox service already listens on {path}; stop it first or pass another --socket")
+        raise ServiceError(
+            f"a sandbox service already listens on {path}; stop it first or pass another --socket"
+        )
     finally:
         probe.close()
 
 
-async def serve(server: SandboxServer, listen: Listen, stop: asyncio.Event,
-                on_ready=lambda urls: None) -> None:
+async def serve(
+    server: SandboxServer, listen: Listen, stop: asyncio.Event, on_ready=lambda urls: None
+) -> None:
     """Serve until ``stop`` is set; then close every session's sandboxes."""
     runner = web.AppRunner(server.app(), handle_signals=False, access_log=None)
     await runner.setup()
@@ -372,7 +422,9 @@ async def serve(server: SandboxServer, listen: Listen, stop: asyncio.Event,
                 ssl_context.load_cert_chain(listen.tls_cert, listen.tls_key)
             site = web.TCPSite(runner, listen.tcp_host, listen.tcp_port, ssl_context=ssl_context)
             await site.start()
-            port = next(a[1] for a in runner.addresses if isinstance(a, tuple))  # the one chosen for 0
+            port = next(
+                a[1] for a in runner.addresses if isinstance(a, tuple)
+            )  # the one chosen for 0
             urls.append(f"{'https' if ssl_context else 'http'}://{listen.tcp_host}:{port}")
         on_ready(urls)
         await stop.wait()

@@ -67,14 +67,26 @@ class ScriptedServer:
         self.sent: list[list[int]] = []
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, image_data=None, **_):
-        self.requests.append({"prompt_ids": list(prompt_ids), "images": len(image_data or []),
-                              "max_tokens": sampling_params.get("max_tokens")})
+        self.requests.append(
+            {
+                "prompt_ids": list(prompt_ids),
+                "images": len(image_data or []),
+                "max_tokens": sampling_params.get("max_tokens"),
+            }
+        )
         ids = self.tokenizer.encode(self.replies.pop(0), add_special_tokens=False) + [self.end]
         ids = ids[: sampling_params.get("max_tokens") or len(ids)]
         self.sent.append(ids)
-        extra = {} if self.global_steps is None else {"global_steps": self.global_steps}  # as vLLM's server
-        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids), stop_reason="completed", num_preempted=0,
-                           extra_fields=extra)
+        extra = (
+            {} if self.global_steps is None else {"global_steps": self.global_steps}
+        )  # as vLLM's server
+        return TokenOutput(
+            token_ids=ids,
+            log_probs=[-0.5] * len(ids),
+            stop_reason="completed",
+            num_preempted=0,
+            extra_fields=extra,
+        )
 
 
 class _Remote:
@@ -87,7 +99,9 @@ class VerlClient(LLMServerClient):
     one in-process server whose ``generate.remote`` is the scripted server."""
 
     def __init__(self, server: ScriptedServer) -> None:
-        config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "vllm", "full_determinism": False}}})
+        config = OmegaConf.create(
+            {"actor_rollout_ref": {"rollout": {"name": "vllm", "full_determinism": False}}}
+        )
         super().__init__(config=config)
         self.handle = type("Handle", (), {"generate": _Remote(server.generate)})()
 
@@ -98,30 +112,55 @@ class VerlClient(LLMServerClient):
         pass
 
 
-def make_loop(tok_proc, server, response_length=4096, cls=None, hf_model_type="qwen2_5_vl", **settings):
+def make_loop(
+    tok_proc, server, response_length=4096, cls=None, hf_model_type="qwen2_5_vl", **settings
+):
     cls = cls or al.CodeDanceAgentLoop
     tokenizer, processor = tok_proc
-    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 4096,
-                                                                 "response_length": response_length}}})
-    return cls(trainer_config=DictConfigWrap(config), server_manager=server,
-                                 tokenizer=tokenizer, processor=processor, dataset_cls=None,
-                                 data_config=DictConfigWrap(OmegaConf.create({})),
-                                 hf_model_type=hf_model_type, **settings)
+    config = OmegaConf.create(
+        {
+            "actor_rollout_ref": {
+                "rollout": {"prompt_length": 4096, "response_length": response_length}
+            }
+        }
+    )
+    return cls(
+        trainer_config=DictConfigWrap(config),
+        server_manager=server,
+        tokenizer=tokenizer,
+        processor=processor,
+        dataset_cls=None,
+        data_config=DictConfigWrap(OmegaConf.create({})),
+        hf_model_type=hf_model_type,
+        **settings,
+    )
 
 
 def row(question="How many dots?"):
     buf = io.BytesIO()
     PILImage.new("RGB", (56, 56), (200, 30, 30)).save(buf, format="PNG")
-    task = Task(id="dots-1", question=question, images=(Image.from_png(buf.getvalue()),), answer="7",
-                kind=AnswerKind.COUNT)
+    task = Task(
+        id="dots-1",
+        question=question,
+        images=(Image.from_png(buf.getvalue()),),
+        answer="7",
+        kind=AnswerKind.COUNT,
+    )
     pil = PILImage.open(io.BytesIO(buf.getvalue()))
-    return {"raw_prompt": [{"role": "user", "content": [{"type": "image", "image": pil},
-                                                        {"type": "text", "text": question}]}],
-            "extra_info": {TASK_KEY: task_fields(task)}}
+    return {
+        "raw_prompt": [
+            {
+                "role": "user",
+                "content": [{"type": "image", "image": pil}, {"type": "text", "text": question}],
+            }
+        ],
+        "extra_info": {TASK_KEY: task_fields(task)},
+    }
 
 
 def run(tok_proc, server, logprobs=True, cls=None, **settings):
     """Build the loop inside the event loop, as verl's worker does (it binds the running loop)."""
+
     async def go():
         loop = make_loop(tok_proc, server, cls=cls, **settings)
         return await loop.run({"temperature": 1.0, "logprobs": logprobs}, **row())
@@ -138,13 +177,19 @@ def test_episode_masks_spans_images_and_statuses(tok_proc, pool):
     assert len(resp) == len(mask) == len(out.response_logprobs)
     # mask-1 tokens are exactly the sampled ids, turn by turn, at the recorded spans
     assert [resp[s:e] for s, e in record.spans] == server.sent
-    assert [i for i, m in zip(resp, mask, strict=True) if m] == [i for ids in server.sent for i in ids]
-    model_text = tokenizer.decode([i for i, m in zip(resp, mask, strict=True) if m], skip_special_tokens=True)
+    assert [i for i, m in zip(resp, mask, strict=True) if m] == [
+        i for ids in server.sent for i in ids
+    ]
+    model_text = tokenizer.decode(
+        [i for i, m in zip(resp, mask, strict=True) if m], skip_special_tokens=True
+    )
     assert model_text == CROP + FAIL + NOOP + ANSWER
     covered = {k for s, e in record.spans for k in range(s, e)}
     assert all(bool(mask[k]) == (k in covered) for k in range(len(mask)))
     feedback = tokenizer.decode([i for i, m in zip(resp, mask, strict=True) if not m])
-    assert "<tool_response>" in feedback and "ZeroDivisionError" in feedback and "(28, 28)" in feedback
+    assert (
+        "<tool_response>" in feedback and "ZeroDivisionError" in feedback and "(28, 28)" in feedback
+    )
     assert all(lp == -0.5 for lp, m in zip(out.response_logprobs, mask, strict=True) if m)
     assert all(lp == 0.0 for lp, m in zip(out.response_logprobs, mask, strict=True) if not m)
     # token-in: each request is the prompt plus everything so far, never re-tokenized
@@ -189,8 +234,13 @@ def test_the_episode_knobs_are_the_shared_episode_settings(tok_proc):
     loop = asyncio.run(build(prompt_profiles=None))
     assert loop.episode_config == EpisodeSettings().episode_config()
     assert loop.exec_timeout_s == EpisodeSettings().exec_timeout_s
-    loop = asyncio.run(build(max_turns=3, max_pixels=56 * 56, min_pixels=None, prompt_profile="paper"))
-    assert loop.episode_config == EpisodeSettings(max_turns=3, max_pixels=56 * 56, prompt_profile="paper").episode_config()
+    loop = asyncio.run(
+        build(max_turns=3, max_pixels=56 * 56, min_pixels=None, prompt_profile="paper")
+    )
+    assert (
+        loop.episode_config
+        == EpisodeSettings(max_turns=3, max_pixels=56 * 56, prompt_profile="paper").episode_config()
+    )
     with pytest.raises(SettingsError, match="max_turns must be at least 1"):
         asyncio.run(build(max_turns=0))
 
@@ -223,19 +273,35 @@ def test_output_keeps_the_fields_verls_own_loops_return(tok_proc, pool):
     tokenizer, _ = tok_proc
 
     async def verls_loop():  # text only: verl's image path needs qwen-vl-utils with torchvision
-        loop = make_loop((tokenizer, None), VerlClient(ScriptedServer(tokenizer, [ANSWER], global_steps=7)),
-                         cls=SingleTurnAgentLoop, hf_model_type="qwen2")
-        return await loop.run({"temperature": 1.0, "logprobs": True},
-                              raw_prompt=[{"role": "user", "content": "How many dots?"}])
+        loop = make_loop(
+            (tokenizer, None),
+            VerlClient(ScriptedServer(tokenizer, [ANSWER], global_steps=7)),
+            cls=SingleTurnAgentLoop,
+            hf_model_type="qwen2",
+        )
+        return await loop.run(
+            {"temperature": 1.0, "logprobs": True},
+            raw_prompt=[{"role": "user", "content": "How many dots?"}],
+        )
 
     theirs = asyncio.run(verls_loop())
     server = ScriptedServer(tokenizer, [CROP, ANSWER], global_steps=7)
     client = VerlClient(server)
     ours = run(tok_proc, client)
     assert set(theirs.extra_fields) <= set(ours.extra_fields)
-    for key in ("global_steps", "min_global_steps", "max_global_steps", "turn_scores", "tool_rewards"):
+    for key in (
+        "global_steps",
+        "min_global_steps",
+        "max_global_steps",
+        "turn_scores",
+        "tool_rewards",
+    ):
         assert ours.extra_fields[key] == theirs.extra_fields[key], key
-    assert int(ours.extra_fields["min_global_steps"]) == int(ours.extra_fields["max_global_steps"]) == 7
+    assert (
+        int(ours.extra_fields["min_global_steps"])
+        == int(ours.extra_fields["max_global_steps"])
+        == 7
+    )
     assert ours.metrics.num_preempted == theirs.metrics.num_preempted == 0
     assert record_from_extra(ours.extra_fields).stop_reason == "answered"
     assert len(server.requests) == 2
@@ -243,13 +309,19 @@ def test_output_keeps_the_fields_verls_own_loops_return(tok_proc, pool):
 
 def test_newest_weights_version_of_a_trajectory_is_kept():
     fields: dict = {}
-    al.merge_server_fields(fields, {"global_steps": 3, "min_global_steps": 3, "max_global_steps": 3, "n": 1})
-    al.merge_server_fields(fields, {"global_steps": 4, "min_global_steps": 4, "max_global_steps": 4, "n": 2})
+    al.merge_server_fields(
+        fields, {"global_steps": 3, "min_global_steps": 3, "max_global_steps": 3, "n": 1}
+    )
+    al.merge_server_fields(
+        fields, {"global_steps": 4, "min_global_steps": 4, "max_global_steps": 4, "n": 2}
+    )
     assert fields == {"global_steps": 3, "min_global_steps": 3, "max_global_steps": 4, "n": 1}
 
 
 @pytest.mark.parametrize("env", [True, False])
-def test_an_imported_profile_through_verls_agent_loop_registry(tok_proc, pool, tmp_path, monkeypatch, env):
+def test_an_imported_profile_through_verls_agent_loop_registry(
+    tok_proc, pool, tmp_path, monkeypatch, env
+):
     """The release's RL prompt, imported from a CodeDance-RL fixture (the card's schema) as profile
     ``codedance-rl``, chosen in the agent loop YAML that ships (through the environment, as
     ``scripts/train_verl.sh`` passes it) or in a YAML of one's own, then loaded and instantiated as
@@ -271,22 +343,34 @@ def test_an_imported_profile_through_verls_agent_loop_registry(tok_proc, pool, t
         loop_yaml = Path(al.__file__).parents[2] / "presets" / "verl" / "agent_loop.yaml"
     else:
         loop_yaml = tmp_path / "agent_loop.yaml"
-        loop_yaml.write_text(f"- name: codedance\n  _target_: {al.__name__}.CodeDanceAgentLoop\n"
-                             f"  prompt_profile: codedance-rl\n  prompt_profiles: {profiles}\n")
+        loop_yaml.write_text(
+            f"- name: codedance\n  _target_: {al.__name__}.CodeDanceAgentLoop\n"
+            f"  prompt_profile: codedance-rl\n  prompt_profiles: {profiles}\n"
+        )
     saved = dict(_agent_loop_registry)
     tokenizer, processor = tok_proc
     server = ScriptedServer(tokenizer, [ANSWER])
-    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 4096, "response_length": 4096}},
-                               "data": {}})
+    config = OmegaConf.create(
+        {
+            "actor_rollout_ref": {"rollout": {"prompt_length": 4096, "response_length": 4096}},
+            "data": {},
+        }
+    )
 
     async def go():
         for entry in OmegaConf.load(loop_yaml):  # AgentLoopWorker.__init__
             _agent_loop_registry[entry.name] = entry
         loop = hydra.utils.instantiate(  # AgentLoopWorker._run_agent_loop
-            config=_agent_loop_registry["codedance"], trainer_config=DictConfigWrap(config=config),
-            server_manager=VerlClient(server), tokenizer=tokenizer, processor=processor,
-            hf_model_type="qwen2_5_vl", dataset_cls=None, data_config=DictConfigWrap(config.data),
-            tools=ToolListWrap([]))
+            config=_agent_loop_registry["codedance"],
+            trainer_config=DictConfigWrap(config=config),
+            server_manager=VerlClient(server),
+            tokenizer=tokenizer,
+            processor=processor,
+            hf_model_type="qwen2_5_vl",
+            dataset_cls=None,
+            data_config=DictConfigWrap(config.data),
+            tools=ToolListWrap([]),
+        )
         return loop, await loop.run({"temperature": 1.0, "logprobs": True}, **row())
 
     try:
@@ -298,7 +382,12 @@ def test_an_imported_profile_through_verls_agent_loop_registry(tok_proc, pool, t
     prompt = tokenizer.decode(out.prompt_ids)
     assert RL_SYSTEM in prompt and "How many dots?" in prompt
     assert record_from_extra(out.extra_fields).stop_reason == "answered"
-    for name in ("CODEDANCE_PROMPT_PROFILE", "CODEDANCE_PROFILES"):  # unset: the shipped YAML's defaults
+    for name in (
+        "CODEDANCE_PROMPT_PROFILE",
+        "CODEDANCE_PROFILES",
+    ):  # unset: the shipped YAML's defaults
         monkeypatch.delenv(name, raising=False)
-    shipped = OmegaConf.load(Path(al.__file__).parents[2] / "presets" / "verl" / "agent_loop.yaml")[0]
+    shipped = OmegaConf.load(Path(al.__file__).parents[2] / "presets" / "verl" / "agent_loop.yaml")[
+        0
+    ]
     assert (shipped.prompt_profile, shipped.prompt_profiles) == ("release", None)

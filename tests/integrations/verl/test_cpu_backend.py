@@ -21,7 +21,7 @@ pytestmark = pytest.mark.tier("verl")
 
 pytest.importorskip("verl")
 
-CHECKS = textwrap.dedent('''
+CHECKS = textwrap.dedent("""
     import asyncio, inspect, json, os, socket, sys
     import torch
     import verl  # loads codedance.integrations.verl through VERL_USE_EXTERNAL_MODULES
@@ -108,18 +108,24 @@ CHECKS = textwrap.dedent('''
     after = asyncio.run(server.generate(prompt, dict(params), "r4", image_data=[image]))
     out["weights"] = [record["max_abs_delta"], record["unknown"], after.extra_fields["global_steps"]]
     print("RESULT " + json.dumps(out))
-''')
+""")
 
 
 @pytest.fixture(scope="module")
 def checks(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_"))}
     env.update(VERL_PLATFORM="cpu", VERL_USE_EXTERNAL_MODULES="codedance.integrations.verl")
-    done = subprocess.run([sys.executable, "-c", CHECKS, str(tmp_path_factory.mktemp("tiny") / "model")],
-                          check=False, env=env, capture_output=True, text=True, timeout=280)
+    done = subprocess.run(
+        [sys.executable, "-c", CHECKS, str(tmp_path_factory.mktemp("tiny") / "model")],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, done.stderr[-5000:]
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def test_platform_answers_for_the_cpu(checks):

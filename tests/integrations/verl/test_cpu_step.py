@@ -28,9 +28,23 @@ pytestmark = [pytest.mark.tier("verl"), pytest.mark.slow, pytest.mark.timeout(90
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("verl-cpu")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_", "RAY_"))}
-    done = subprocess.run([sys.executable, "-c", "from codedance.cli import main; main()", "verl", "train",
-                           "--preset", "cpu-smoke",
-                           f"out_dir={out}"], check=False, env=env, capture_output=True, text=True, timeout=840)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from codedance.cli import main; main()",
+            "verl",
+            "train",
+            "--preset",
+            "cpu-smoke",
+            f"out_dir={out}",
+        ],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=840,
+    )
     log = (out / "train.log").read_text() if (out / "train.log").exists() else ""
     assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}\n{log[-6000:]}"
     assert "step:1 actor/grad_norm:" in done.stdout  # the command's per-step summary
@@ -54,12 +68,29 @@ def test_one_step_with_a_real_update(run):
 
 def test_estimator_and_sandbox_metrics(run):
     m = read_jsonl(run / "metrics.jsonl")[0]["data"]
-    for key in ("accuracy", "d_mean", "mu_mean", "reward_total_mean", "r_tool_mean", "a_seq_abs_mean",
-                "a_turn_mean", "a_turn_std", "stop_answered", "exec_success"):
+    for key in (
+        "accuracy",
+        "d_mean",
+        "mu_mean",
+        "reward_total_mean",
+        "r_tool_mean",
+        "a_seq_abs_mean",
+        "a_turn_mean",
+        "a_turn_std",
+        "stop_answered",
+        "exec_success",
+    ):
         assert math.isfinite(m[f"codedance/{key}"]), key
     assert m["codedance/a_seq_abs_mean"] > 0
-    statuses = {k: v for k, v in m.items() if k.startswith("codedance/calls_") and k != "codedance/calls_per_traj"}
-    assert set(statuses) == {f"codedance/calls_{s}" for s in ("ok", "error", "timeout", "crashed", "oom", "refused", "lost")}
+    statuses = {
+        k: v
+        for k, v in m.items()
+        if k.startswith("codedance/calls_") and k != "codedance/calls_per_traj"
+    }
+    assert set(statuses) == {
+        f"codedance/calls_{s}"
+        for s in ("ok", "error", "timeout", "crashed", "oom", "refused", "lost")
+    }
     n_traj = 2 * 2  # train_batch_size x rollout.n
     assert sum(statuses.values()) == pytest.approx(m["codedance/calls_per_traj"] * n_traj)
     assert statuses["codedance/calls_ok"] >= 2  # each group's scripted rollout ran its snippet

@@ -16,12 +16,15 @@ from codedance.integrations.verl import launch
 pytestmark = pytest.mark.tier("verl")
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--preset", "paper"], "unknown preset 'paper'"),
-    (["--preset", "cpu-smoke"], "out_dir=DIR is required"),
-    (["--preset", "cpu-smoke", "out_dir=x", "steps=0"], "steps must be a positive integer"),
-    (["--preset", "cpu-smoke", "out_dir=x", "oops"], "expected key=value"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--preset", "paper"], "unknown preset 'paper'"),
+        (["--preset", "cpu-smoke"], "out_dir=DIR is required"),
+        (["--preset", "cpu-smoke", "out_dir=x", "steps=0"], "steps must be a positive integer"),
+        (["--preset", "cpu-smoke", "out_dir=x", "oops"], "expected key=value"),
+    ],
+)
 def test_setting_errors(args, message, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(app, ["verl", "train", *args])
@@ -32,22 +35,38 @@ def test_setting_errors(args, message, tmp_path, monkeypatch):
 
 def test_command_passes_the_plugin_and_outputs(tmp_path):
     run = launch.parse_args([f"out_dir={tmp_path}", "steps=3", "trainer.seed=5"])
-    cmd, env = launch.command(launch.LOCAL_PRESETS["cpu-smoke"], run, tmp_path / "data", tmp_path / "model")
+    cmd, env = launch.command(
+        launch.LOCAL_PRESETS["cpu-smoke"], run, tmp_path / "data", tmp_path / "model"
+    )
     assert cmd[1:4] == ["-m", "verl.trainer.main_ppo", "--config-path"]
     assert "trainer.total_training_steps=3" in cmd and cmd[-1] == "trainer.seed=5"
-    assert env["VERL_PLATFORM"] == "cpu" and env["VERL_USE_EXTERNAL_MODULES"] == "codedance.integrations.verl"
+    assert (
+        env["VERL_PLATFORM"] == "cpu"
+        and env["VERL_USE_EXTERNAL_MODULES"] == "codedance.integrations.verl"
+    )
     assert env["VERL_FILE_LOGGER_PATH"] == str(tmp_path.resolve() / "metrics.jsonl")
-    for key in ("VERL_PLATFORM", "VERL_USE_EXTERNAL_MODULES", "VERL_FILE_LOGGER_PATH", "CODEDANCE_AGENT_LOOP_YAML"):
-        assert any(c.startswith(f"+ray_kwargs.ray_init.runtime_env.env_vars.{key}=") for c in cmd), key
+    for key in (
+        "VERL_PLATFORM",
+        "VERL_USE_EXTERNAL_MODULES",
+        "VERL_FILE_LOGGER_PATH",
+        "CODEDANCE_AGENT_LOOP_YAML",
+    ):
+        assert any(
+            c.startswith(f"+ray_kwargs.ray_init.runtime_env.env_vars.{key}=") for c in cmd
+        ), key
     assert not any("CODEDANCE_PROFILES" in c for c in cmd)
 
 
 def test_an_imported_prompt_profile_reaches_every_process(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CODEDANCE_PROMPT_PROFILE", "codedance-rl")
-    monkeypatch.setenv("CODEDANCE_PROFILES", "rl/profiles.yaml")  # relative: made absolute for the workers
+    monkeypatch.setenv(
+        "CODEDANCE_PROFILES", "rl/profiles.yaml"
+    )  # relative: made absolute for the workers
     run = launch.parse_args([f"out_dir={tmp_path}"])
-    cmd, _ = launch.command(launch.LOCAL_PRESETS["cpu-smoke"], run, tmp_path / "data", tmp_path / "model")
+    cmd, _ = launch.command(
+        launch.LOCAL_PRESETS["cpu-smoke"], run, tmp_path / "data", tmp_path / "model"
+    )
     prefix = "+ray_kwargs.ray_init.runtime_env.env_vars."
     assert f"{prefix}CODEDANCE_PROMPT_PROFILE='codedance-rl'" in cmd
     assert f"{prefix}CODEDANCE_PROFILES='{tmp_path.resolve() / 'rl' / 'profiles.yaml'}'" in cmd

@@ -34,11 +34,20 @@ def compose(name: str, monkeypatch):
 def test_paper_preset_matches_spec(monkeypatch):
     cfg = compose("paper_qwen25vl_7b", monkeypatch)
     a, r = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
-    assert (cfg.data.train_batch_size, r.n, a.optim.lr, a.use_kl_loss, cfg.algorithm.use_kl_in_reward) == (
-        256, 8, 1e-6, False, False)
+    assert (
+        cfg.data.train_batch_size,
+        r.n,
+        a.optim.lr,
+        a.use_kl_loss,
+        cfg.algorithm.use_kl_in_reward,
+    ) == (256, 8, 1e-6, False, False)
     assert (a.clip_ratio, a.clip_ratio_c, a.entropy_coeff) == (0.2, 3.0, 0)
     assert (r.prompt_length, r.response_length, r.temperature) == (10240, 10240, 1.0)
-    assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node, cfg.trainer.v1.trainer_mode) == (2, 8, "codedance_sync")
+    assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node, cfg.trainer.v1.trainer_mode) == (
+        2,
+        8,
+        "codedance_sync",
+    )
     assert cfg.algorithm.adv_estimator == "codedance_paper"
     assert cfg.reward.custom_reward_function.path == "pkg://codedance.integrations.verl.reward"
     assert r.agent.default_agent_loop == "codedance"
@@ -48,7 +57,11 @@ def test_other_presets_and_agent_loop_yaml(monkeypatch):
     from omegaconf import OmegaConf
 
     one = compose("single_node_8gpu", monkeypatch)
-    assert (one.trainer.nnodes, one.data.train_batch_size, one.actor_rollout_ref.rollout.n) == (1, 256, 8)
+    assert (one.trainer.nnodes, one.data.train_batch_size, one.actor_rollout_ref.rollout.n) == (
+        1,
+        256,
+        8,
+    )
     small = compose("small_1gpu", monkeypatch)
     assert (small.trainer.n_gpus_per_node, small.data.train_batch_size) == (1, 16)
     assert small.reward.custom_reward_function.reward_kwargs.judge_policy == "never"
@@ -72,8 +85,14 @@ def test_cpu_smoke_preset(monkeypatch):
     assert (cfg.trainer.device, a.strategy, r.name, r.mode) == ("cpu", "fsdp2", "hf", "async")
     assert cfg.actor_rollout_ref.model.use_remove_padding is False
     assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
-    assert (a.use_kl_loss, cfg.algorithm.use_kl_in_reward) == (False, False)  # no reference model on CPU
-    assert (cfg.algorithm.adv_estimator, cfg.trainer.v1.trainer_mode) == ("codedance_paper", "codedance_sync")
+    assert (a.use_kl_loss, cfg.algorithm.use_kl_in_reward) == (
+        False,
+        False,
+    )  # no reference model on CPU
+    assert (cfg.algorithm.adv_estimator, cfg.trainer.v1.trainer_mode) == (
+        "codedance_paper",
+        "codedance_sync",
+    )
     assert "file" in cfg.trainer.logger and cfg.trainer.total_training_steps == 1
     assert r.custom.hf_server.test_policy == "scripted-first"
     ray_init = cfg.ray_kwargs.ray_init
@@ -101,7 +120,9 @@ def test_trl_without_the_class_is_a_one_line_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "trl", fake)
     for name in ("trl.experimental", "trl.experimental.ppo"):
         monkeypatch.delitem(sys.modules, name, raising=False)
-    with pytest.raises(RuntimeError, match=r"trl 1\.16\.0 has no AutoModelForCausalLMWithValueHead.*trl==0\.27\.0"):
+    with pytest.raises(
+        RuntimeError, match=r"trl 1\.16\.0 has no AutoModelForCausalLMWithValueHead.*trl==0\.27\.0"
+    ):
         check_trl()
 
 

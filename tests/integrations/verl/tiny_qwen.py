@@ -13,8 +13,15 @@ import pytest
 
 pytestmark = pytest.mark.tier("verl")
 
-SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
-            "<|image_pad|>", "<|video_pad|>")
+SPECIALS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+)
 
 TEMPLATE = (
     "{% for message in messages %}"
@@ -39,8 +46,12 @@ def build():
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                        additional_special_tokens=list(SPECIALS[1:]))
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=list(SPECIALS[1:]),
+    )
     tokenizer.chat_template = TEMPLATE
     image_processor = Qwen2VLImageProcessorPil(min_pixels=28 * 28, max_pixels=56 * 56 * 4)
     from transformers.video_processing_utils import BaseVideoProcessor
@@ -48,10 +59,16 @@ def build():
     # no videos here; the base video processor avoids torchvision
     class TinyProcessor(Qwen2_5_VLProcessor):
         def check_argument_for_proper_class(self, argument_name, argument):
-            if argument_name == "video_processor":  # transformers swaps in a dummy class without torchvision
+            if (
+                argument_name == "video_processor"
+            ):  # transformers swaps in a dummy class without torchvision
                 return type(argument)
             return super().check_argument_for_proper_class(argument_name, argument)
 
-    processor = TinyProcessor(image_processor=image_processor, tokenizer=tokenizer,
-                                    video_processor=BaseVideoProcessor(), chat_template=TEMPLATE)
+    processor = TinyProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=BaseVideoProcessor(),
+        chat_template=TEMPLATE,
+    )
     return tokenizer, processor

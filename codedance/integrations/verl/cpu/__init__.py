@@ -60,8 +60,13 @@ def _register_engines() -> None:
         FSDPEngineWithValueHead,
     )
 
-    for model_type, engine in (("language_model", FSDPEngineWithLMHead), ("value_model", FSDPEngineWithValueHead)):
-        EngineRegistry.register(model_type=model_type, backend=["fsdp", "fsdp2"], device=["cpu"])(engine)
+    for model_type, engine in (
+        ("language_model", FSDPEngineWithLMHead),
+        ("value_model", FSDPEngineWithValueHead),
+    ):
+        EngineRegistry.register(model_type=model_type, backend=["fsdp", "fsdp2"], device=["cpu"])(
+            engine
+        )
 
 
 def _load_replica():
@@ -77,4 +82,6 @@ def _register_rollout() -> None:
     from codedance.integrations.verl.cpu.hf_rollout import NAME
 
     RolloutReplicaRegistry.register(NAME, _load_replica)
-    base._ROLLOUT_REGISTRY[(NAME, "async")] = "codedance.integrations.verl.cpu.hf_rollout.HFServerAdapter"
+    base._ROLLOUT_REGISTRY[(NAME, "async")] = (
+        "codedance.integrations.verl.cpu.hf_rollout.HFServerAdapter"
+    )

@@ -93,12 +93,16 @@ class HFServer:
         generation = self.model.generation_config
         eos = generation.eos_token_id
         self.eos_ids = [eos] if isinstance(eos, int) else list(eos or [self.tokenizer.eos_token_id])
-        self.pad_id = generation.pad_token_id if generation.pad_token_id is not None else self.eos_ids[0]
+        self.pad_id = (
+            generation.pad_token_id if generation.pad_token_id is not None else self.eos_ids[0]
+        )
         self.suppress = vision_token_ids(self.tokenizer)
         settings = server_settings(config)
         policy = settings.get("test_policy")
         if policy not in (None, SCRIPTED_FIRST):
-            raise ValueError(f"unknown hf_server.test_policy {policy!r}; use {SCRIPTED_FIRST!r} or null")
+            raise ValueError(
+                f"unknown hf_server.test_policy {policy!r}; use {SCRIPTED_FIRST!r} or null"
+            )
         self.script = ScriptedFirstRollout(self.tokenizer, self.eos_ids[0]) if policy else None
         self.weight_log = settings.get("weight_log")
         self.global_steps: int | None = None
@@ -107,13 +111,20 @@ class HFServer:
 
     # --- generation ---------------------------------------------------------------------------
 
-    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str,
-                       image_data: list[Any] | None = None, video_data: list[Any] | None = None,
-                       **_: Any) -> TokenOutput:
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        request_id: str,
+        image_data: list[Any] | None = None,
+        video_data: list[Any] | None = None,
+        **_: Any,
+    ) -> TokenOutput:
         if video_data:
             raise NotImplementedError("the hf rollout server does not handle videos")
-        return await asyncio.to_thread(self._generate, [int(i) for i in prompt_ids], dict(sampling_params),
-                                       image_data)
+        return await asyncio.to_thread(
+            self._generate, [int(i) for i in prompt_ids], dict(sampling_params), image_data
+        )
 
     def _max_tokens(self, prompt_len: int, params: dict[str, Any]) -> int:
         limit = params.pop("max_tokens", params.pop("max_new_tokens", None))
@@ -136,20 +147,33 @@ class HFServer:
             scripted = self.script.reply(prompt_ids) if self.script is not None else None
             if scripted is not None:
                 ids = list(scripted[:max_tokens])
-                logprobs = self._score(prompt_ids, ids, vision, temperature) if want_logprobs else None
+                logprobs = (
+                    self._score(prompt_ids, ids, vision, temperature) if want_logprobs else None
+                )
             else:
-                ids, logprobs = self._sample(prompt_ids, vision, params, max_tokens, temperature, want_logprobs)
-        return TokenOutput(token_ids=ids, log_probs=logprobs, stop_reason="completed",
-                           extra_fields={"global_steps": self.global_steps})
+                ids, logprobs = self._sample(
+                    prompt_ids, vision, params, max_tokens, temperature, want_logprobs
+                )
+        return TokenOutput(
+            token_ids=ids,
+            log_probs=logprobs,
+            stop_reason="completed",
+            extra_fields={"global_steps": self.global_steps},
+        )
 
     @torch.no_grad()
     def _sample(self, prompt_ids, vision, params, max_tokens, temperature, want_logprobs):
         input_ids = torch.tensor([prompt_ids])
         greedy = temperature <= 0 or not params.get("do_sample", self.config.do_sample)
-        kwargs: dict[str, Any] = {"do_sample": not greedy, "max_new_tokens": max_tokens,
-                                  "pad_token_id": self.pad_id, "return_dict_in_generate": True,
-                                  "output_scores": want_logprobs, "suppress_tokens": self.suppress or None,
-                                  "repetition_penalty": float(params.get("repetition_penalty", 1.0))}
+        kwargs: dict[str, Any] = {
+            "do_sample": not greedy,
+            "max_new_tokens": max_tokens,
+            "pad_token_id": self.pad_id,
+            "return_dict_in_generate": True,
+            "output_scores": want_logprobs,
+            "suppress_tokens": self.suppress or None,
+            "repetition_penalty": float(params.get("repetition_penalty", 1.0)),
+        }
         if not greedy:
             top_k, top_p = int(params.get("top_k", -1)), float(params.get("top_p", 1.0))
             kwargs.update(temperature=temperature, top_k=top_k if top_k > 0 else None, top_p=top_p)
@@ -157,28 +181,36 @@ class HFServer:
             kwargs["eos_token_id"] = None
         else:
             kwargs["eos_token_id"] = self.eos_ids
-        out = self.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **vision,
-                                  **kwargs)
-        ids = out.sequences[0, len(prompt_ids):].tolist()  # one sequence: no padding
+        out = self.model.generate(
+            input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **vision, **kwargs
+        )
+        ids = out.sequences[0, len(prompt_ids) :].tolist()  # one sequence: no padding
         logprobs = None
         if want_logprobs:
-            logprobs = [float(torch.log_softmax(score[0].float(), dim=-1)[token])
-                        for score, token in zip(out.scores, ids, strict=False)]
+            logprobs = [
+                float(torch.log_softmax(score[0].float(), dim=-1)[token])
+                for score, token in zip(out.scores, ids, strict=False)
+            ]
         return ids, logprobs
 
     @torch.no_grad()
-    def _score(self, prompt_ids: list[int], ids: list[int], vision: dict[str, Any],
-               temperature: float) -> list[float]:
+    def _score(
+        self, prompt_ids: list[int], ids: list[int], vision: dict[str, Any], temperature: float
+    ) -> list[float]:
         """The model's own log-probs of ``ids`` after ``prompt_ids`` (one forward pass)."""
         sequence = torch.tensor([prompt_ids + ids])
-        logits = self.model(input_ids=sequence, attention_mask=torch.ones_like(sequence), **vision).logits[0]
+        logits = self.model(
+            input_ids=sequence, attention_mask=torch.ones_like(sequence), **vision
+        ).logits[0]
         scale = temperature if temperature > 0 else 1.0
-        steps = torch.log_softmax(logits[len(prompt_ids) - 1: -1].float() / scale, dim=-1)
+        steps = torch.log_softmax(logits[len(prompt_ids) - 1 : -1].float() / scale, dim=-1)
         return steps.gather(-1, torch.tensor(ids)[:, None])[:, 0].tolist()
 
     # --- weights ------------------------------------------------------------------------------
 
-    def load_weights(self, state: dict[str, torch.Tensor], global_steps: int | None = None) -> dict[str, Any]:
+    def load_weights(
+        self, state: dict[str, torch.Tensor], global_steps: int | None = None
+    ) -> dict[str, Any]:
         """Load the actor's tensors (HF names); returns and logs what changed."""
         with self._lock:
             params = self.model.state_dict(keep_vars=True)  # tied weights appear under both names
@@ -189,15 +221,25 @@ class HFServer:
                     if name in params:
                         target = params[name]
                         new = tensor.to(dtype=target.dtype).reshape(target.shape)
-                        delta = max(delta, float((new - target).abs().max()) if new.numel() else 0.0)
+                        delta = max(
+                            delta, float((new - target).abs().max()) if new.numel() else 0.0
+                        )
                         target.copy_(new)
             self.weights_version += 1
             self.global_steps = global_steps
-            record = {"version": self.weights_version, "global_steps": global_steps, "tensors": len(state),
-                      "unknown": unknown, "not_updated": len(set(params) - set(state)),
-                      "max_abs_delta": delta, "time": time.time()}
+            record = {
+                "version": self.weights_version,
+                "global_steps": global_steps,
+                "tensors": len(state),
+                "unknown": unknown,
+                "not_updated": len(set(params) - set(state)),
+                "max_abs_delta": delta,
+                "time": time.time(),
+            }
         if unknown:
-            raise ValueError(f"the actor sent tensors the rollout model does not have: {unknown[:5]}")
+            raise ValueError(
+                f"the actor sent tensors the rollout model does not have: {unknown[:5]}"
+            )
         if self.weight_log:
             Path(self.weight_log).parent.mkdir(parents=True, exist_ok=True)
             with open(self.weight_log, "a", encoding="utf-8") as log:
@@ -228,8 +270,13 @@ class HFReplica(RolloutReplica):
 
     async def launch_servers(self) -> None:
         name = server_name(self.replica_rank)
-        server = ray.remote(HFServer).options(name=name, max_concurrency=self.max_concurrency).remote(
-            config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
+        server = (
+            ray.remote(HFServer)
+            .options(name=name, max_concurrency=self.max_concurrency)
+            .remote(
+                config=self.config, model_config=self.model_config, replica_rank=self.replica_rank
+            )
+        )
         self.servers = [server]
         self._server_handle = server
         self._server_address = name  # no HTTP endpoint: the handle is the interface
@@ -241,11 +288,16 @@ class HFReplica(RolloutReplica):
 class HFServerAdapter(BaseRollout):
     """The hybrid worker's end of the weight sync to its replica's `HFServer`."""
 
-    def __init__(self, config: Any, model_config: Any, device_mesh: Any, replica_rank: int = -1, **_: Any) -> None:
+    def __init__(
+        self, config: Any, model_config: Any, device_mesh: Any, replica_rank: int = -1, **_: Any
+    ) -> None:
         super().__init__(config, model_config, device_mesh)
         rank = int(os.environ.get("RANK", "0"))
-        size = (self.config.tensor_model_parallel_size * self.config.data_parallel_size
-                * self.config.pipeline_model_parallel_size)
+        size = (
+            self.config.tensor_model_parallel_size
+            * self.config.data_parallel_size
+            * self.config.pipeline_model_parallel_size
+        )
         self.replica_rank = rank // size if replica_rank == -1 else replica_rank
         self.is_sender = rank % size == 0
         self._server = None
@@ -262,8 +314,13 @@ class HFServerAdapter(BaseRollout):
         """Weights and cache never leave memory on CPU."""
 
     @torch.no_grad()
-    async def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]], global_steps: int | None = None,
-                             wire_format: str = "named_tensors", **_: Any) -> None:
+    async def update_weights(
+        self,
+        weights: Iterable[tuple[str, torch.Tensor]],
+        global_steps: int | None = None,
+        wire_format: str = "named_tensors",
+        **_: Any,
+    ) -> None:
         if wire_format != "named_tensors":
             raise NotImplementedError(f"the hf rollout takes full tensors, not {wire_format!r}")
         state = {}
@@ -272,5 +329,9 @@ class HFServerAdapter(BaseRollout):
             state[name] = full.detach().to("cpu", dtype=torch.float32, copy=True)
         if self.is_sender:
             record = await self._handle().load_weights.remote(state, global_steps)
-            logger.info("hf rollout weights v%s: %s tensors, max |delta| %.3g", record["version"],
-                        record["tensors"], record["max_abs_delta"])
+            logger.info(
+                "hf rollout weights v%s: %s tensors, max |delta| %.3g",
+                record["version"],
+                record["tensors"],
+                record["max_abs_delta"],
+            )

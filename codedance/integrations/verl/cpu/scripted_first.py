@@ -22,8 +22,10 @@ from __future__ import annotations
 import threading
 
 NAME = "scripted-first"
-CODE_TURN = ("<think>I will look at the image size first.</think>\n<code>\n```python\n"
-             "print(input_image.size)\n```\n</code>")
+CODE_TURN = (
+    "<think>I will look at the image size first.</think>\n<code>\n```python\n"
+    "print(input_image.size)\n```\n</code>"
+)
 ANSWER_TURN = "<think>The program printed the size.</think>\n<answer>0</answer>"
 
 
