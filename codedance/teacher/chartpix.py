@@ -44,7 +44,7 @@ def y_scale(img, frame):
     ticks = []
     for y in _runs(dark[:, left - 3]):
         y = round(y)
-        text = read_glyphs(ink[max(0, y - 12) : y + 12, max(0, left - 90) : left - 6], "0123456789")
+        text = read_glyphs(ink[max(0, y - 12):y + 12, max(0, left - 90):left - 6], "0123456789")
         if text and "?" not in text:
             ticks.append((y, float(text)))
     fit = robust_line(ticks)
@@ -76,7 +76,7 @@ def robust_line(points):
 def main_color(img, frame):
     """The most frequent saturated colour inside the frame (the bars' or the line's)."""
     left, top, right, bottom = frame
-    inner = img[top + 2 : bottom - 1, left + 2 : right - 1].reshape(-1, 3)
+    inner = img[top + 2:bottom - 1, left + 2:right - 1].reshape(-1, 3)
     sat = inner[(inner.max(axis=1).astype(int) - inner.min(axis=1)) > 40]
     colors, counts = np.unique(sat, axis=0, return_counts=True)
     return tuple(int(v) for v in colors[counts.argmax()])
@@ -87,7 +87,7 @@ def bar_tops(img, frame, rgb):
     left, top, right, bottom = frame
     diff = np.abs(img.astype(np.int16) - np.array(rgb, dtype=np.int16)).max(axis=2)
     mask = np.zeros(img.shape[:2], np.uint8)
-    mask[top + 1 : bottom, left + 1 : right] = diff[top + 1 : bottom, left + 1 : right] <= 30
+    mask[top + 1:bottom, left + 1:right] = diff[top + 1:bottom, left + 1:right] <= 30
     _n, _lab, stats, _c = cv2.connectedComponentsWithStats(mask)
     bars = [(float(s[0] + s[2] / 2), int(s[1])) for s in stats[1:] if s[4] > 30]
     return sorted(bars)
@@ -99,11 +99,9 @@ def x_ticks(img, frame):
     dark = img.max(axis=2) < 90
     ink = img.max(axis=2) < 128
     out = []
-    for x in _runs(dark[bottom + 3, left + 1 : right]):
+    for x in _runs(dark[bottom + 3, left + 1:right]):
         x = round(x) + left + 1
-        out.append(
-            (x, read_glyphs(ink[bottom + 5 : bottom + 30, max(0, x - 30) : x + 30], "0123456789"))
-        )
+        out.append((x, read_glyphs(ink[bottom + 5:bottom + 30, max(0, x - 30):x + 30], "0123456789")))
     return out
 
 
@@ -125,7 +123,7 @@ def find_text(img, text, region, sizes=(13, 14, 15, 16, 17, 18)):
         ImageDraw.Draw(canvas).text((size, size), text, fill=0, font=font)
         t = np.asarray(canvas)
         ys, xs = np.nonzero(t < 200)
-        t = t[ys.min() : ys.max() + 1, xs.min() : xs.max() + 1]
+        t = t[ys.min():ys.max() + 1, xs.min():xs.max() + 1]
         if t.shape[0] > sub.shape[0] or t.shape[1] > sub.shape[1]:
             continue
         res = cv2.matchTemplate(sub, t, cv2.TM_CCOEFF_NORMED)
@@ -153,8 +151,6 @@ def pie_shares(img):
         return disc["box"], []
     d = np.stack([np.abs(pix - c).sum(axis=1) for c in cols])
     counts = np.bincount(d.argmin(axis=0), minlength=len(cols))
-    shares = [
-        (p["centre"][1], tuple(int(v) for v in c), 100.0 * k / len(pix))
-        for p, c, k in zip(patches, cols, counts)
-    ]
+    shares = [(p["centre"][1], tuple(int(v) for v in c), 100.0 * k / len(pix))
+              for p, c, k in zip(patches, cols, counts)]
     return (x, y, w, h), sorted(shares)

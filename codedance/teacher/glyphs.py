@@ -33,7 +33,7 @@ def glyph_templates(size, alphabet):
         ImageDraw.Draw(canvas).text((size, size // 2), ch, fill=255, font=font)
         ink = np.asarray(canvas) > 127
         ys, xs = np.nonzero(ink)
-        out[ch] = ink[ys.min() : ys.max() + 1, xs.min() : xs.max() + 1]
+        out[ch] = ink[ys.min():ys.max() + 1, xs.min():xs.max() + 1]
     return out
 
 
@@ -55,18 +55,15 @@ def read_glyphs(ink, alphabet="0123456789", min_height=4):
     templates = {}  # three sizes around the estimate: rasterisers differ by a pixel here and there
     for k, s in enumerate((size - 1, size, size + 1)):
         templates.update({(ch, k): t for ch, t in glyph_templates(s, alphabet).items()})
-
     def norm(a):
-        v = cv2.GaussianBlur(
-            cv2.resize(a.astype(np.float32), (16, 24), interpolation=cv2.INTER_AREA), (3, 3), 0
-        )
+        v = cv2.GaussianBlur(cv2.resize(a.astype(np.float32), (16, 24), interpolation=cv2.INTER_AREA), (3, 3), 0)
         v = v - v.mean()
         return v / (np.linalg.norm(v) + 1e-6)
 
     shapes = {ch: (norm(t), t.shape[1] / t.shape[0]) for ch, t in templates.items()}
     text = ""
     for x, y, w, h, _area in sorted(comps):
-        glyph, aspect = norm(ink[y : y + h, x : x + w]), w / h
+        glyph, aspect = norm(ink[y:y + h, x:x + w]), w / h
         best, best_score = "?", -2.0
         for (ch, _k), (t, ar) in shapes.items():
             score = float((t * glyph).sum()) * min(ar, aspect) / max(ar, aspect)

@@ -55,12 +55,7 @@ def background_levels(img):
     """Median of the darkest 30 % of each quadrant (the background's brightness there)."""
     g = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY)
     h, w = g.shape
-    quads = [
-        g[: h // 2, : w // 2],
-        g[: h // 2, w // 2 :],
-        g[h // 2 :, : w // 2],
-        g[h // 2 :, w // 2 :],
-    ]
+    quads = [g[:h // 2, :w // 2], g[:h // 2, w // 2:], g[h // 2:, :w // 2], g[h // 2:, w // 2:]]
     return [int(np.median(q[q <= np.percentile(q, 30)])) for q in quads]
 
 
@@ -69,16 +64,14 @@ HELPERS = (count_coins, background_levels)
 
 def _body(adaptive: bool, block: int = 61) -> str:
     method = f"local mean, block {block}" if adaptive else "global Otsu"
-    return "\n".join(
-        [
-            "print('background level per quadrant:', background_levels(img))",
-            f"kept, dropped = count_coins(img, adaptive={adaptive}, block={block})",
-            "print('kept areas:', sorted(kept))",
-            "print('discarded:', sorted(dropped))",
-            f"print('threshold:', {method!r})",
-            "print('RESULT:', len(kept))",
-        ]
-    )
+    return "\n".join([
+        "print('background level per quadrant:', background_levels(img))",
+        f"kept, dropped = count_coins(img, adaptive={adaptive}, block={block})",
+        "print('kept areas:', sorted(kept))",
+        "print('discarded:', sorted(dropped))",
+        f"print('threshold:', {method!r})",
+        "print('RESULT:', len(kept))",
+    ])
 
 
 def _check(feedback: str) -> str | None:
@@ -86,42 +79,28 @@ def _check(feedback: str) -> str | None:
     if "Otsu" in feedback and levels:
         lv = json.loads(levels.group(1))
         if max(lv) - min(lv) > 30:
-            return (
-                f"the background brightness runs from {min(lv)} to {max(lv)} across the picture: "
-                "one global threshold cannot separate the coins everywhere"
-            )
+            return (f"the background brightness runs from {min(lv)} to {max(lv)} across the picture: "
+                    "one global threshold cannot separate the coins everywhere")
     kept, dropped = KEPT.search(feedback), DISCARD.search(feedback)
     if not kept or not dropped:
         return None
     k, d = json.loads(kept.group(1)), json.loads(dropped.group(1))
     if d and k and max(d) > 3 * float(np.median(k)):
-        return (
-            "a discarded blob is far larger than any coin: the global threshold joined the "
-            "bright part of the background to the coins"
-        )
+        return ("a discarded blob is far larger than any coin: the global threshold joined the "
+                "bright part of the background to the coins")
     return None
 
 
 def steps(view: TaskView, hard: bool, mistake: str | None) -> list[Step]:
-    good = Step(
-        "The light is uneven, so I threshold against the local mean, fill the coins' holes "
-        "and count the round blobs away from the border.",
-        snippet(_body(True), HELPERS),
-    )
+    good = Step("The light is uneven, so I threshold against the local mean, fill the coins' holes "
+                "and count the round blobs away from the border.", snippet(_body(True), HELPERS))
     if not hard:
         return [good]
-    verify = Step(
-        "Let me recount with a larger neighbourhood for the local threshold.",
-        snippet(_body(True, 81), HELPERS),
-    )
+    verify = Step("Let me recount with a larger neighbourhood for the local threshold.",
+                  snippet(_body(True, 81), HELPERS))
     if mistake == "global":
-        first = Step(
-            "The coins are bright on a dark background: one global Otsu threshold, then "
-            "count the blobs.",
-            snippet(_body(False), HELPERS),
-            _check,
-            good,
-        )
+        first = Step("The coins are bright on a dark background: one global Otsu threshold, then "
+                     "count the blobs.", snippet(_body(False), HELPERS), _check, good)
         return [first, verify]
     return [good, verify]
 

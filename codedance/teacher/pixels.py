@@ -28,15 +28,8 @@ def blobs(mask, img, min_area=20):
         if area < min_area:
             continue
         rgb = tuple(int(v) for v in img[lab == i].mean(axis=0))
-        out.append(
-            {
-                "area": area,
-                "box": (x, y, w, h),
-                "centre": (round(float(cents[i][0]), 1), round(float(cents[i][1]), 1)),
-                "fill": round(area / (w * h), 3),
-                "rgb": rgb,
-            }
-        )
+        out.append({"area": area, "box": (x, y, w, h), "centre": (round(float(cents[i][0]), 1),
+                    round(float(cents[i][1]), 1)), "fill": round(area / (w * h), 3), "rgb": rgb})
     return sorted(out, key=lambda b: -b["area"])
 
 
