@@ -228,7 +228,7 @@ def test_sigterm_stops_synth_like_ctrl_c_and_a_rerun_resumes(tmp_path):
 
 
 def test_sigkill_leaves_only_what_the_next_sandbox_start_sweeps(tmp_path):
-    from codedance.sandbox import Sandbox
+    from codedance.sandbox import Sandbox, SandboxService
 
     out = tmp_path / "demo"
     process = start(["demo", "--out", str(out), "--tasks", "60", "--rollouts", "2"])
@@ -236,6 +236,11 @@ def test_sigkill_leaves_only_what_the_next_sandbox_start_sweeps(tmp_path):
     process.kill()
     process.communicate(timeout=60)
     assert leftovers(process.pid), "a SIGKILL cannot clean up: the service's folders stay"
-    with Sandbox() as sandbox:  # its start sweeps what dead services left, before it returns
+    # a service of its own: the process's default one may have started (and swept) long before
+    service = SandboxService()  # its start sweeps what dead services left, before it returns
+    try:
         assert leftovers(process.pid) == []
-        assert sandbox.run("print(1)").ok
+        with Sandbox(service=service) as sandbox:
+            assert sandbox.run("print(1)").ok
+    finally:
+        service.close()
