@@ -31,20 +31,6 @@ _spec.loader.exec_module(fc)  # type: ignore[union-attr]
 CASES = fc.cases("thyme")
 
 
-def joined(messages: list[dict]) -> list[dict]:
-    """Messages with adjacent text parts joined (the template renders them back to back)."""
-    out = []
-    for message in messages:
-        parts: list[dict] = []
-        for part in message["parts"]:
-            if "text" in part and parts and "text" in parts[-1]:
-                parts[-1] = {"text": parts[-1]["text"] + part["text"]}
-            elif part.get("text") != "":
-                parts.append(dict(part))
-        out.append({"role": message["role"], "parts": parts})
-    return out
-
-
 class Recording:
     """The profile's runner, keeping every action it is given."""
 
@@ -78,13 +64,14 @@ def test_thyme_matches_its_eval_loop(case, pool):
     theirs = case["thyme"]
     ours = [
         {
-            "messages": joined(fc.normal([message_json(m) for m in seen])),
+            "messages": fc.joined(fc.normal([message_json(m) for m in seen])),
             "continue": seen[-1].continued,
         }
         for seen in policy.seen
     ]
     assert ours == [
-        {"messages": joined(r["messages"]), "continue": r["continue"]} for r in theirs["requests"]
+        {"messages": fc.joined(r["messages"]), "continue": r["continue"]}
+        for r in theirs["requests"]
     ]
     size = (images[0].width, images[0].height)
     codes = [a.removeprefix(NEW_ATTEMPT) for a in runner.actions]
