@@ -38,8 +38,8 @@ The protocol, as that file runs it (a transformers loop; here over an OpenAI end
 
 Not reproduced: the source raises the temperature to 1.0 after a failed attempt and drops the
 stop strings for the fallback; here every request uses the run's sampling and the protocol's stop
-strings (``--temperature 0.01 --top-p 0.001`` with top-k 1 and ``--max-tokens 2048`` are its
-settings). The image path in the prompt is the sandbox's (``input_image.jpg``), not VLMEvalKit's.
+strings (its settings, temperature 0.01 with top-k 1 and 2048 new tokens, are greedy in effect:
+``--temperature 0 --max-tokens 2048``). The image path in the prompt is the sandbox's (``input_image.jpg``), not VLMEvalKit's.
 Yes/no, MMMU and OlympiadBench questions are not built its way (they get the VQA suffix).
 """
 
