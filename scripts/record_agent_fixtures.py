@@ -50,6 +50,7 @@ PINNED = {
     "deepeyes": ("6c5e79671dbff958a6f9d44848ba2ca87854f0b0", "eval/eval_vstar.py"),
     "deepeyesv2": ("0373e6e0c923110fd6ff807b30474d8184785562", "evaluation/VLMEvalKit/vlmeval"),
     "thyme": ("b9285b7a0c5f1effcd9908ec5936fae47fc592e5", "eval/VLMEvalKit/vlmeval"),
+    "mini-o3": ("8654dbf42d2ea98b9d81b6cc7179026dd0598fdf", "verl"),
 }
 IMAGES = Path(__file__).resolve().parents[1] / "tests" / "agents" / "fixtures" / "images"
 
@@ -893,7 +894,218 @@ def record_thyme(git_dir: Path) -> list[dict]:
     return lines
 
 
-RECORDERS = {"deepeyes": record_deepeyes, "deepeyesv2": record_deepeyesv2, "thyme": record_thyme}
+def grounding(
+    box: str, source: str = "original_image", think: str = "<think>Zoom in.</think>\n"
+) -> str:
+    """A Mini-o3 call as its rollout receives it: generation stopped at ``</grounding>``, kept."""
+    return f'{think}<grounding>{{"bbox_2d": {box}, "source": "{source}"}}</grounding>'
+
+
+ANSWER_TAGGED = "<think>Now it is clear.</think>\n<answer>B</answer>"
+MINI_O3_CASES: list[dict] = [
+    {"id": "direct-answer", "replies": ["<think>I can see it.</think>\n<answer>B</answer>"]},
+    {"id": "one-zoom", "replies": [grounding("[0.1, 0.1, 0.5, 0.5]"), ANSWER_TAGGED]},
+    {
+        "id": "zoom-into-an-observation",
+        "replies": [
+            grounding("[0.2, 0.2, 0.8, 0.7]"),
+            grounding("[0.25, 0.25, 0.75, 0.75]", "observation_1"),
+            ANSWER_TAGGED,
+        ],
+    },
+    {"id": "box-past-the-edge", "replies": [grounding("[0.8, 0.8, 1.2, 1.2]"), ANSWER_TAGGED]},
+    {"id": "zero-width-box", "replies": [grounding("[0.5, 0.1, 0.5, 0.4]"), ANSWER_TAGGED]},
+    {
+        "id": "missing-observation",
+        "replies": [grounding("[0.1, 0.1, 0.5, 0.5]", "observation_5"), ANSWER_TAGGED],
+    },
+    {
+        "id": "unknown-source-name",
+        "replies": [grounding("[0.1, 0.1, 0.5, 0.5]", "crop_1"), ANSWER_TAGGED],
+    },
+    {
+        "id": "other-argument-name",
+        "replies": [
+            (
+                '<think>z</think><grounding>{"bbox": [0.1, 0.1, 0.5, 0.5], '
+                '"source": "original_image"}</grounding>'
+            ),
+            ANSWER_TAGGED,
+        ],
+    },
+    {"id": "three-numbers", "replies": [grounding("[0.1, 0.1, 0.5]"), ANSWER_TAGGED]},
+    {
+        "id": "unclosed-list",
+        "replies": [
+            (
+                '<think>z</think><grounding>{"bbox_2d": [0.1, 0.2, 0.3, '
+                '"source": "original_image"}</grounding>'
+            ),
+            ANSWER_TAGGED,
+        ],
+    },
+    {
+        "id": "single-quoted-source",
+        "replies": [
+            (
+                '<think>z</think><grounding>{"bbox_2d": [0.3, 0.3, 0.6, 0.6], "source": '
+                "'original_image'}</grounding>"
+            ),
+            ANSWER_TAGGED,
+        ],
+    },
+    {
+        "id": "two-calls-in-one-reply",
+        "replies": [
+            grounding("[0.0, 0.0, 0.3, 0.3]") + "\n" + grounding("[0.5, 0.5, 0.9, 0.9]", think=""),
+            ANSWER_TAGGED,
+        ],
+    },
+    {
+        "id": "small-input-upscaled",
+        "image": "small.png",
+        "replies": [grounding("[0.0, 0.0, 0.5, 0.5]"), ANSWER_TAGGED],
+    },
+    {"id": "tiny-crop-upscaled", "replies": [grounding("[0.5, 0.5, 0.52, 0.53]"), ANSWER_TAGGED]},
+    {"id": "prose-without-answer", "replies": ["The sign looks blue."]},
+    {
+        "id": "twelve-rounds",
+        "replies": [
+            grounding(f"[{i / 40:.3f}, {i / 50:.3f}, {0.5 + i / 40:.3f}, {0.5 + i / 50:.3f}]")
+            for i in range(12)
+        ],
+    },
+]
+
+
+def record_mini_o3(git_dir: Path) -> list[dict]:
+    """Its tool and observation code on the cases' calls: ``function_tools.py`` whole,
+    ``process_image`` and ``process_tool_call`` cut out of ``vllm_async_engine.py`` (run on an
+    object with the README's settings; its tokenizer's ``encode`` keeps the message text), the
+    input sized by its dataset's ``process_image``. The rollout loop itself (vLLM's async engine)
+    cannot run here; its control (a reply without ``<grounding>`` ends; a call in round 12 or with
+    12 images ends) is applied around those calls as written there."""
+    import io as _io
+    import math
+    import os
+    import re
+
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    commit = PINNED["mini-o3"][0]
+    show = lambda path: (
+        subprocess.run(
+            ["git", "--git-dir", str(git_dir), "show", f"{commit}:{path}"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
+    helpers = _helpers()
+    tools: dict = {}
+    tools_source = show("verl/workers/rollout/vllm_rollout/function_tools.py")
+    exec(compile(tools_source, "function_tools.py", "exec"), tools)  # noqa: S102
+    constants: dict = {}
+    exec(compile(show("verl/trainer/constants.py"), "constants.py", "exec"), constants)  # noqa: S102
+    space: dict = {
+        "re": re,
+        "os": os,
+        "json": json,
+        "math": math,
+        "np": np,
+        "torch": torch,
+        "Image": Image,
+        "prepare_grounding_inputs_multi_turn": tools["prepare_grounding_inputs_multi_turn"],
+        "crop_image": tools["crop_image"],
+        "TOOL_CALL_CROP_MULTI_TRUN_PROMPT": constants["TOOL_CALL_CROP_MULTI_TRUN_PROMPT"],
+        "ERROR_INFO_MULTI_TURN_PROMPT": constants["ERROR_INFO_MULTI_TURN_PROMPT"],
+    }
+    engine = show("verl/workers/rollout/vllm_rollout/vllm_async_engine.py")
+    _cut(engine, "vllm_async_engine.py", ["process_image", "process_tool_call"], space)
+    dataset: dict = {"np": np, "os": os, "math": math}
+    _cut(
+        show("verl/utils/dataset/multimodal_dataset.py"),
+        "multimodal_dataset.py",
+        ["process_image"],
+        dataset,
+    )
+    rollout = types.SimpleNamespace(
+        config=types.SimpleNamespace(rollout=types.SimpleNamespace(use_relative_coordinates=True)),
+        tokenizer=types.SimpleNamespace(encode=lambda text: [text]),
+        max_pixels=2_000_000,
+        min_pixels=40_000,
+        calculate_image_token_num=lambda image: 1,
+    )
+    tool_call = space["process_tool_call"]
+    calls = re.compile(r"<grounding>(.*?)</grounding>", re.DOTALL)
+
+    def key(image) -> str:
+        buffer = _io.BytesIO()
+        image.save(buffer, format="PNG")
+        return helpers.pixel_key(buffer.getvalue())
+
+    lines = []
+    for case in MINI_O3_CASES:
+        image = case.get("image", "scene.png")
+        original = Image.open(IMAGES / image).convert("RGB")  # its load_image
+        first = dataset["process_image"](original, 2_000_000, 40_000)
+        vllm_input = {"prompt_token_ids": [], "multi_modal_data": {"image": [first]}}
+        observations, sizes = [original], [first.size]
+        mask = [torch.zeros(1)]
+        turns, end = [], "answer"
+        with contextlib_quiet():
+            for n, reply in enumerate(case["replies"]):
+                if not calls.findall(reply):
+                    end = "answer"
+                    break
+                if len(vllm_input["multi_modal_data"]["image"]) >= 12 or n == 11:
+                    end = "exceed"
+                    break
+                before = len(vllm_input["multi_modal_data"]["image"])
+                tool_call(
+                    rollout, vllm_input, reply, observations, sizes, mask, n, False, None, None
+                )
+                shown = vllm_input["multi_modal_data"]["image"][before:]
+                turns.append(
+                    {
+                        "message": vllm_input["prompt_token_ids"][-1],
+                        "images": [key(i) for i in shown],
+                    }
+                )
+        lines.append(
+            {
+                "id": case["id"],
+                "image": image,
+                "question": QUESTION,
+                "options": OPTIONS,
+                "replies": case["replies"],
+                "mini-o3": {
+                    "input": key(first),
+                    "turns": turns,
+                    "calls": len(turns) + 1,
+                    "end": end,
+                },
+            }
+        )
+    return lines
+
+
+def contextlib_quiet():
+    """Its tool prints each error; keep the recorder's output to the summary line."""
+    import contextlib
+    import io as _io
+
+    return contextlib.redirect_stdout(_io.StringIO())
+
+
+RECORDERS = {
+    "deepeyes": record_deepeyes,
+    "deepeyesv2": record_deepeyesv2,
+    "thyme": record_thyme,
+    "mini-o3": record_mini_o3,
+}
 
 
 def main(argv: list[str]) -> None:
