@@ -214,8 +214,7 @@ class MiniO3Episode(PeerEpisode):
 
     def __init__(self, task: Task, config: EpisodeConfig) -> None:
         first = Image.from_pil(fit_input(_pil(task.images[0])), origin="input:0")
-        question = dict(task.metadata).get("mini_o3_question") or task.question
-        prompt = (Message("system", (SYSTEM,)), Message("user", (first, question)))
+        prompt = (Message("system", (SYSTEM,)), Message("user", (first, task.question)))
         super().__init__(task, config, prompt)
         self.images = 1
 
