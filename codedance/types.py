@@ -241,11 +241,14 @@ class Message:
 
     ``role`` is ``"system"``, ``"user"`` or ``"assistant"``; each part is text or an `Image`,
     in the order the model sees them (an image before the question, an image after
-    "Output image:" in feedback).
+    "Output image:" in feedback). ``continued`` on the last message asks the model to go on
+    writing that message (its end-of-turn left off, no new assistant turn opened): a protocol
+    that extends one message across tool runs (`codedance.agents.thyme`).
     """
 
     role: str
     parts: tuple[str | Image, ...]
+    continued: bool = False  # the last message only: the model continues it, no new turn opened
 
     @property
     def text(self) -> str:

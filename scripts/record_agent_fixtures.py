@@ -49,6 +49,8 @@ from typing import ClassVar
 PINNED = {
     "deepeyes": ("6c5e79671dbff958a6f9d44848ba2ca87854f0b0", "eval/eval_vstar.py"),
     "deepeyesv2": ("0373e6e0c923110fd6ff807b30474d8184785562", "evaluation/VLMEvalKit/vlmeval"),
+    "thyme": ("b9285b7a0c5f1effcd9908ec5936fae47fc592e5", "eval/VLMEvalKit/vlmeval"),
+    "mini-o3": ("8654dbf42d2ea98b9d81b6cc7179026dd0598fdf", "verl"),
 }
 IMAGES = Path(__file__).resolve().parents[1] / "tests" / "agents" / "fixtures" / "images"
 
@@ -528,7 +530,582 @@ def record_deepeyesv2(git_dir: Path) -> list[dict]:
     return lines
 
 
-RECORDERS = {"deepeyes": record_deepeyes, "deepeyesv2": record_deepeyesv2}
+def crop_code(body: str, think: str = "<think>Crop the sign.</think>\n") -> str:
+    """A Thyme code reply as its loop receives it: generation stopped at ``</code>``, kept."""
+    return f"{think}<code>\n```python\n{body}\n```\n</code>"
+
+
+SAVE = (
+    "img = Image.open(image_path)\n"
+    "crop = img.crop(crop_box)\n"
+    "processed = '/mnt/data/temp_processed_images/crop.jpg'\n"
+    "crop.save(processed)\n"
+    "print(processed)"
+)
+THEN_B = "\nThe sign is blue.</think>\n<answer>B</answer>"
+PROSE = "<think>Let me look at every part of the image in turn, starting"
+THYME_CASES: list[dict] = [
+    {"id": "direct-answer", "replies": ["<think>I can see it.</think>\n<answer>B</answer>"]},
+    {
+        "id": "crop-and-print",
+        "replies": [crop_code("crop_box = (40, 30, 200, 150)\n" + SAVE), THEN_B],
+    },
+    {
+        "id": "box-clamped-into-the-image",
+        "replies": [crop_code("crop_box = (400, 300, 520, 400)\n" + SAVE), THEN_B],
+    },
+    {
+        "id": "tiny-corners-widened",
+        "replies": [
+            crop_code(
+                "x1, y1, x2, y2 = (100, 100, 110, 108)\n"
+                "crop = Image.open(image_path).crop((x1, y1, x2, y2))\n"
+                "crop.save('/mnt/data/temp_processed_images/tiny.png')\n"
+                "print('/mnt/data/temp_processed_images/tiny.png')"
+            ),
+            THEN_B,
+        ],
+    },
+    {
+        "id": "wrong-image-path-replaced",
+        "replies": [
+            crop_code("image_path = '/data/vstar/sign.jpg'\ncrop_box = (0, 0, 224, 168)\n" + SAVE),
+            THEN_B,
+        ],
+    },
+    {
+        "id": "processed-path-variable",
+        "replies": [
+            crop_code(
+                "processed_path = temp_output_dir + 'half.jpg'\n"
+                "Image.open(image_path).resize((224, 168)).save(processed_path)"
+            ),
+            THEN_B,
+        ],
+    },
+    {
+        "id": "opencv-namespace",
+        "replies": [
+            crop_code(
+                "import cv2\nimg = cv.imread(image_path)\ngray = cv.cvtColor(img, cv.COLOR_BGR2GRAY)\n"
+                "cv.imwrite('/mnt/data/temp_processed_images/gray.png', gray)\n"
+                "print('/mnt/data/temp_processed_images/gray.png')"
+            ),
+            THEN_B,
+        ],
+    },
+    {
+        "id": "printed-result",
+        "replies": [
+            crop_code("w, h = Image.open(image_path).size\nprint(w * h, f'{w / h:.2f}')"),
+            THEN_B,
+        ],
+    },
+    {
+        "id": "two-files-named-by-name",
+        "replies": [
+            crop_code(
+                "img = Image.open(image_path)\n"
+                "img.crop((0, 0, 100, 100)).save(temp_output_dir + 'a.png')\n"
+                "img.crop((100, 100, 300, 300)).save(temp_output_dir + 'b.jpg')\n"
+                "print('saved a.png and b.jpg')"
+            ),
+            THEN_B,
+        ],
+    },
+    {
+        "id": "variables-carry-over",
+        "replies": [
+            crop_code("img = Image.open(image_path)\ncrop_box = (0, 0, 150, 120)\n" + SAVE),
+            crop_code(
+                "img.crop((150, 120, 400, 300)).save(temp_output_dir + 'second.jpg')\n"
+                "print(temp_output_dir + 'second.jpg')",
+                think="\nNow the other half.\n",
+            ),
+            THEN_B,
+        ],
+    },
+    {
+        "id": "error-discarded-then-answer",
+        "replies": [crop_code("print(1 / 0)"), "<think>Direct.</think>\n<answer>B</answer>"],
+    },
+    {
+        "id": "no-output-discarded",
+        "replies": [crop_code("x = 1"), "<think>Direct.</think>\n<answer>B</answer>"],
+    },
+    {
+        "id": "refused-call",
+        "replies": [crop_code("import sys\nprint(sys.version)"), "<answer>B</answer>"],
+    },
+    {
+        "id": "builtin-not-allowed",
+        "replies": [crop_code("print(set([1, 2]))"), "<answer>B</answer>"],
+    },
+    {
+        "id": "code-and-answer-in-one-reply",
+        "replies": [
+            "<think>t</think><answer>B</answer>" + crop_code("print(image_path)", think="")
+        ],
+    },
+    {
+        "id": "prose-then-new-attempt",
+        "replies": ["I think the sign is blue.", "<answer>B</answer>"],
+    },
+    {"id": "boxed-answer", "replies": ["<think>t</think>\n<answer>\\boxed{B}</answer>"]},
+    {"id": "no-answer-tag-closed", "replies": ["<think>done</think> B</answer>"]},
+    {
+        "id": "five-calls-then-new-attempt",
+        "replies": [
+            crop_code(f"print({i} * 7)", think=f"<think>step {i}</think>") for i in range(5)
+        ]
+        + ["<answer>B</answer>"],
+    },
+    {"id": "truncated-thinking-then-fallback", "replies": [PROSE] * 5 + ["The sign is blue."]},
+    {
+        "id": "short-answer-question",
+        "options": [],
+        "replies": ["<think>t</think><answer>blue</answer>"],
+    },
+]
+
+
+class _Processor:
+    """Stands in for the transformers processor (and the model's tokenizer): keeps each rendering
+    request (the conversation, whether a generation prompt was asked) and the images
+    qwen-vl-utils prepared for it; decodes to the case's next reply."""
+
+    eos_token_id = 2
+
+    def __init__(self, replies: list[str]) -> None:
+        self.replies, self.requests, self.tokenizer = replies, [], self
+
+    def apply_chat_template(self, conversations, tokenize=False, add_generation_prompt=False):
+        self.requests.append(
+            {"messages": copy.deepcopy(conversations[0]), "continue": not add_generation_prompt}
+        )
+        return ["<|im_end|>\n"]
+
+    def __call__(self, text, images=None, videos=None, padding=True, return_tensors=None):
+        self.requests[-1]["images"] = list(images or [])
+        inputs = _Inputs(input_ids=[[0]])
+        inputs.to = lambda device: inputs
+        return inputs
+
+    def reply(self) -> str:
+        return self.replies[len(self.requests) - 1]
+
+    def batch_decode(self, ids, skip_special_tokens=True, clean_up_tokenization_spaces=False):
+        return [self.reply()]
+
+
+class _Inputs(dict):
+    @property
+    def input_ids(self):
+        return self["input_ids"]
+
+
+class _Model:
+    """Stands in for the Qwen2.5-VL model: one token past the prompt, the end-of-sequence token
+    unless the reply ends with a stop string (where generation stopped instead)."""
+
+    def __init__(self, processor: _Processor) -> None:
+        self.processor = processor
+
+    def generate(self, input_ids, stop_strings=None, temperature=None, **_: object):
+        self.processor.requests[-1]["temperature"] = temperature
+        self.processor.requests[-1]["stop"] = list(stop_strings or [])
+        stopped = any(self.processor.reply().endswith(s) for s in stop_strings or [])
+        return [input_ids[0] + [1 if stopped else _Processor.eos_token_id]]
+
+
+def _thyme_request(request: dict, helpers: types.ModuleType) -> dict:
+    """A rendering request as the fixture keeps it: messages as parts (images as pixel keys of
+    what qwen-vl-utils handed the processor, in order), whether the last message is continued."""
+    import io as _io
+
+    images = iter(request["images"])
+    messages = []
+    for message in request["messages"]:
+        content = message["content"]
+        parts = [{"text": content}] if isinstance(content, str) else []
+        for item in content if isinstance(content, list) else ():
+            if item["type"] == "text":
+                parts.append({"text": item["text"]})
+            else:
+                buffer = _io.BytesIO()
+                next(images).save(buffer, format="PNG")
+                parts.append({"image": helpers.pixel_key(buffer.getvalue())})
+        messages.append({"role": message["role"], "parts": parts})
+    return {
+        "messages": messages,
+        "continue": request["continue"],
+        "temperature": request["temperature"],
+        "stop": request["stop"],
+    }
+
+
+def record_thyme(git_dir: Path) -> list[dict]:
+    import base64 as b64
+    import contextlib
+    import io as _io
+    import logging
+    import os
+    import re
+    import warnings
+
+    from PIL import Image
+
+    commit, root = PINNED["thyme"]
+    show = lambda path: (
+        subprocess.run(
+            ["git", "--git-dir", str(git_dir), "show", f"{commit}:{root}/{path}"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
+    helpers = _helpers()
+    sys.modules["autopep8"] = types.SimpleNamespace(fix_code=lambda code, options=None: code)  # type: ignore[assignment]
+    sys.modules["timeout_decorator"] = types.SimpleNamespace(  # type: ignore[assignment]
+        timeout=lambda *a, **k: lambda f: f, TimeoutError=TimeoutError
+    )
+    vision = types.ModuleType("torchvision")  # qwen-vl-utils imports it for videos only
+    vision.io, vision.transforms = types.ModuleType("io"), types.ModuleType("transforms")  # type: ignore[attr-defined]
+    vision.transforms.InterpolationMode = None  # type: ignore[attr-defined]
+    sys.modules.update({"torchvision": vision, "torchvision.transforms": vision.transforms})
+    sandbox = types.ModuleType("thyme_sandbox")
+    exec(compile(show("vlm/thyme/sandbox.py"), "sandbox.py", "exec"), sandbox.__dict__)  # noqa: S102
+    executed: list[str] = []
+
+    def recording_exec(code, *namespaces):
+        executed.append(code)
+        return exec(code, *namespaces)  # noqa: S102 - the peer's sandbox running the case's code
+
+    sandbox.exec = recording_exec  # type: ignore[attr-defined]
+    utils = types.ModuleType("thyme_utils")
+    exec(compile(show("vlm/thyme/utils.py"), "utils.py", "exec"), utils.__dict__)  # noqa: S102
+    space: dict = {
+        "os": os,
+        "re": re,
+        "copy": copy,
+        "logging": logging,
+        "warnings": warnings,
+        "DynamicCache": list,
+        "execute_code_in_sandbox": sandbox.execute_code_in_sandbox,
+        "listinstr": lambda names, text: any(n in text for n in names),
+        **{
+            n: getattr(utils, n)
+            for n in (
+                "generate_prompt_final_qa",
+                "generate_prompt_simple_qa",
+                "SPECIAL_STRING_LIST",
+                "REASONING_SYS_PROMPT",
+                "SIMPLE_SYS_PROMPT",
+            )
+        },
+    }
+    model_methods = [
+        "ensure_image_url",
+        "_extract_image_path",
+        "_prepare_content",
+        "_prepare_content_simple",
+        "_extract_box_answer",
+        "_remove_unpickable_values",
+        "generate_inner_transformers",
+    ]
+    _cut(show("vlm/thyme/model.py"), "model.py", model_methods, space)
+    _cut(
+        show("vlm/thyme/prompt.py"), "prompt.py", ["_build_mcq_prompt", "_build_vqa_prompt"], space
+    )
+    smp: dict = {"io": _io, "os": os, "base64": b64, "Image": Image, "osp": os.path}
+    _cut(
+        show("smp/vlm.py"), "vlm.py", ["decode_base64_to_image", "decode_base64_to_image_file"], smp
+    )
+    thyme = type(
+        "Thyme",
+        (),
+        {m: space[m] for m in [*model_methods[1:], "_build_mcq_prompt", "_build_vqa_prompt"]},
+    )
+    scratch, here = Path(tempfile.mkdtemp()), Path.cwd()
+    lines = []
+    for case in THYME_CASES:
+        folder = scratch / case["id"]
+        folder.mkdir()
+        os.chdir(folder)  # its image path and output folder are relative to here
+        try:
+            image = case.get("image", "scene.png")
+            smp["decode_base64_to_image_file"](
+                b64.b64encode((IMAGES / image).read_bytes()).decode(),
+                str(folder / "input_image.jpg"),
+            )
+            processor = _Processor(case["replies"])
+            model = thyme()
+            model.__dict__.update(
+                processor=processor,
+                model=_Model(processor),
+                min_pixels=None,
+                max_pixels=None,
+                max_iterations=5,
+                max_retry=5,
+                verbose=True,
+                post_process=True,
+                system_prompt="You are a helpful assistant.",
+                temperature=0.01,
+                dump_image=lambda line, dataset: "input_image.jpg",
+                generate_kwargs={
+                    "max_new_tokens": 2048,
+                    "top_p": 0.001,
+                    "top_k": 1,
+                    "temperature": 0.01,
+                    "repetition_penalty": 1.0,
+                    "stop_strings": utils.SPECIAL_STRING_LIST,
+                    "eos_token_id": _Processor.eos_token_id,
+                    "tokenizer": processor,
+                },
+            )
+            options = case.get("options", OPTIONS)
+            line = {"question": QUESTION, **dict(zip("ABCD", options))}
+            build = model._build_mcq_prompt if options else model._build_vqa_prompt
+            message = build(line, "VStarBench")
+            del executed[:]
+            status, answer = "success", None
+            with contextlib.redirect_stdout(_io.StringIO()):
+                try:
+                    answer = model.generate_inner_transformers(message, dataset="VStarBench")
+                except Exception as exc:  # noqa: BLE001 - the loop's own failure is recorded
+                    status = f"error: {type(exc).__name__}: {exc}"
+        finally:
+            os.chdir(here)
+        lines.append(
+            {
+                "id": case["id"],
+                "image": image,
+                "question": QUESTION,
+                "options": options,
+                "replies": case["replies"],
+                "thyme": {
+                    "requests": [_thyme_request(r, helpers) for r in processor.requests],
+                    "executed": list(executed),
+                    "answer": answer,
+                    "status": status,
+                },
+            }
+        )
+    return lines
+
+
+def grounding(
+    box: str, source: str = "original_image", think: str = "<think>Zoom in.</think>\n"
+) -> str:
+    """A Mini-o3 call as its rollout receives it: generation stopped at ``</grounding>``, kept."""
+    return f'{think}<grounding>{{"bbox_2d": {box}, "source": "{source}"}}</grounding>'
+
+
+ANSWER_TAGGED = "<think>Now it is clear.</think>\n<answer>B</answer>"
+MINI_O3_CASES: list[dict] = [
+    {"id": "direct-answer", "replies": ["<think>I can see it.</think>\n<answer>B</answer>"]},
+    {"id": "one-zoom", "replies": [grounding("[0.1, 0.1, 0.5, 0.5]"), ANSWER_TAGGED]},
+    {
+        "id": "zoom-into-an-observation",
+        "replies": [
+            grounding("[0.2, 0.2, 0.8, 0.7]"),
+            grounding("[0.25, 0.25, 0.75, 0.75]", "observation_1"),
+            ANSWER_TAGGED,
+        ],
+    },
+    {"id": "box-past-the-edge", "replies": [grounding("[0.8, 0.8, 1.2, 1.2]"), ANSWER_TAGGED]},
+    {"id": "zero-width-box", "replies": [grounding("[0.5, 0.1, 0.5, 0.4]"), ANSWER_TAGGED]},
+    {
+        "id": "missing-observation",
+        "replies": [grounding("[0.1, 0.1, 0.5, 0.5]", "observation_5"), ANSWER_TAGGED],
+    },
+    {
+        "id": "unknown-source-name",
+        "replies": [grounding("[0.1, 0.1, 0.5, 0.5]", "crop_1"), ANSWER_TAGGED],
+    },
+    {
+        "id": "other-argument-name",
+        "replies": [
+            (
+                '<think>z</think><grounding>{"bbox": [0.1, 0.1, 0.5, 0.5], '
+                '"source": "original_image"}</grounding>'
+            ),
+            ANSWER_TAGGED,
+        ],
+    },
+    {"id": "three-numbers", "replies": [grounding("[0.1, 0.1, 0.5]"), ANSWER_TAGGED]},
+    {
+        "id": "unclosed-list",
+        "replies": [
+            (
+                '<think>z</think><grounding>{"bbox_2d": [0.1, 0.2, 0.3, '
+                '"source": "original_image"}</grounding>'
+            ),
+            ANSWER_TAGGED,
+        ],
+    },
+    {
+        "id": "single-quoted-source",
+        "replies": [
+            (
+                '<think>z</think><grounding>{"bbox_2d": [0.3, 0.3, 0.6, 0.6], "source": '
+                "'original_image'}</grounding>"
+            ),
+            ANSWER_TAGGED,
+        ],
+    },
+    {
+        "id": "two-calls-in-one-reply",
+        "replies": [
+            grounding("[0.0, 0.0, 0.3, 0.3]") + "\n" + grounding("[0.5, 0.5, 0.9, 0.9]", think=""),
+            ANSWER_TAGGED,
+        ],
+    },
+    {
+        "id": "small-input-upscaled",
+        "image": "small.png",
+        "replies": [grounding("[0.0, 0.0, 0.5, 0.5]"), ANSWER_TAGGED],
+    },
+    {"id": "tiny-crop-upscaled", "replies": [grounding("[0.5, 0.5, 0.52, 0.53]"), ANSWER_TAGGED]},
+    {"id": "prose-without-answer", "replies": ["The sign looks blue."]},
+    {
+        "id": "twelve-rounds",
+        "replies": [
+            grounding(f"[{i / 40:.3f}, {i / 50:.3f}, {0.5 + i / 40:.3f}, {0.5 + i / 50:.3f}]")
+            for i in range(12)
+        ],
+    },
+]
+
+
+def record_mini_o3(git_dir: Path) -> list[dict]:
+    """Its tool and observation code on the cases' calls: ``function_tools.py`` whole,
+    ``process_image`` and ``process_tool_call`` cut out of ``vllm_async_engine.py`` (run on an
+    object with the README's settings; its tokenizer's ``encode`` keeps the message text), the
+    input sized by its dataset's ``process_image``. The rollout loop itself (vLLM's async engine)
+    cannot run here; its control (a reply without ``<grounding>`` ends; a call in round 12 or with
+    12 images ends) is applied around those calls as written there."""
+    import io as _io
+    import math
+    import os
+    import re
+
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    commit = PINNED["mini-o3"][0]
+    show = lambda path: (
+        subprocess.run(
+            ["git", "--git-dir", str(git_dir), "show", f"{commit}:{path}"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
+    helpers = _helpers()
+    tools: dict = {}
+    tools_source = show("verl/workers/rollout/vllm_rollout/function_tools.py")
+    exec(compile(tools_source, "function_tools.py", "exec"), tools)  # noqa: S102
+    constants: dict = {}
+    exec(compile(show("verl/trainer/constants.py"), "constants.py", "exec"), constants)  # noqa: S102
+    space: dict = {
+        "re": re,
+        "os": os,
+        "json": json,
+        "math": math,
+        "np": np,
+        "torch": torch,
+        "Image": Image,
+        "prepare_grounding_inputs_multi_turn": tools["prepare_grounding_inputs_multi_turn"],
+        "crop_image": tools["crop_image"],
+        "TOOL_CALL_CROP_MULTI_TRUN_PROMPT": constants["TOOL_CALL_CROP_MULTI_TRUN_PROMPT"],
+        "ERROR_INFO_MULTI_TURN_PROMPT": constants["ERROR_INFO_MULTI_TURN_PROMPT"],
+    }
+    engine = show("verl/workers/rollout/vllm_rollout/vllm_async_engine.py")
+    _cut(engine, "vllm_async_engine.py", ["process_image", "process_tool_call"], space)
+    dataset: dict = {"np": np, "os": os, "math": math}
+    _cut(
+        show("verl/utils/dataset/multimodal_dataset.py"),
+        "multimodal_dataset.py",
+        ["process_image"],
+        dataset,
+    )
+    rollout = types.SimpleNamespace(
+        config=types.SimpleNamespace(rollout=types.SimpleNamespace(use_relative_coordinates=True)),
+        tokenizer=types.SimpleNamespace(encode=lambda text: [text]),
+        max_pixels=2_000_000,
+        min_pixels=40_000,
+        calculate_image_token_num=lambda image: 1,
+    )
+    tool_call = space["process_tool_call"]
+    calls = re.compile(r"<grounding>(.*?)</grounding>", re.DOTALL)
+
+    def key(image) -> str:
+        buffer = _io.BytesIO()
+        image.save(buffer, format="PNG")
+        return helpers.pixel_key(buffer.getvalue())
+
+    lines = []
+    for case in MINI_O3_CASES:
+        image = case.get("image", "scene.png")
+        original = Image.open(IMAGES / image).convert("RGB")  # its load_image
+        first = dataset["process_image"](original, 2_000_000, 40_000)
+        vllm_input = {"prompt_token_ids": [], "multi_modal_data": {"image": [first]}}
+        observations, sizes = [original], [first.size]
+        mask = [torch.zeros(1)]
+        turns, end = [], "answer"
+        with contextlib_quiet():
+            for n, reply in enumerate(case["replies"]):
+                if not calls.findall(reply):
+                    end = "answer"
+                    break
+                if len(vllm_input["multi_modal_data"]["image"]) >= 12 or n == 11:
+                    end = "exceed"
+                    break
+                before = len(vllm_input["multi_modal_data"]["image"])
+                tool_call(
+                    rollout, vllm_input, reply, observations, sizes, mask, n, False, None, None
+                )
+                shown = vllm_input["multi_modal_data"]["image"][before:]
+                turns.append(
+                    {
+                        "message": vllm_input["prompt_token_ids"][-1],
+                        "images": [key(i) for i in shown],
+                    }
+                )
+        lines.append(
+            {
+                "id": case["id"],
+                "image": image,
+                "question": QUESTION,
+                "options": OPTIONS,
+                "replies": case["replies"],
+                "mini-o3": {
+                    "input": key(first),
+                    "turns": turns,
+                    "calls": len(turns) + 1,
+                    "end": end,
+                },
+            }
+        )
+    return lines
+
+
+def contextlib_quiet():
+    """Its tool prints each error; keep the recorder's output to the summary line."""
+    import contextlib
+    import io as _io
+
+    return contextlib.redirect_stdout(_io.StringIO())
+
+
+RECORDERS = {
+    "deepeyes": record_deepeyes,
+    "deepeyesv2": record_deepeyesv2,
+    "thyme": record_thyme,
+    "mini-o3": record_mini_o3,
+}
 
 
 def main(argv: list[str]) -> None:

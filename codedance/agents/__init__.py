@@ -7,10 +7,12 @@ default) is CodeDance's own protocol with the run's prompt profile.
 from codedance.agents.base import CODEDANCE, CODEDANCE_PAPER, AgentProfile
 from codedance.agents.deepeyes import DEEPEYES
 from codedance.agents.deepeyesv2 import DEEPEYESV2
+from codedance.agents.mini_o3 import MINI_O3
+from codedance.agents.thyme import THYME
 from codedance.errors import SettingsError
 
 AGENTS: dict[str, AgentProfile] = {
-    a.name: a for a in (CODEDANCE, CODEDANCE_PAPER, DEEPEYES, DEEPEYESV2)
+    a.name: a for a in (CODEDANCE, CODEDANCE_PAPER, DEEPEYES, DEEPEYESV2, THYME, MINI_O3)
 }
 
 

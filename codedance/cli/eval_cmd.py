@@ -130,7 +130,7 @@ def eval_(
     ),
     agent: str = typer.Option(
         None,
-        help="The model family's own protocol: codedance, codedance-paper, deepeyes, deepeyesv2 "
+        help="The model family's own protocol: codedance, codedance-paper, deepeyes, deepeyesv2, thyme, mini-o3 "
         "(docs/eval.md, reproduction cards) \\[codedance]",
         rich_help_panel=opt.RUN,
     ),

@@ -49,7 +49,7 @@ class EvalConfig:
     fetch_images: bool = False
     concurrency: int = not_resumed(64)
     stop_after: int = not_resumed(10)
-    agent: str = "codedance"  # the protocol (`codedance.agents`): codedance, codedance-paper, deepeyes, deepeyesv2
+    agent: str = "codedance"  # the protocol (`codedance.agents`): codedance, codedance-paper, deepeyes, deepeyesv2, thyme, mini-o3
 
     def lmu_dir(self) -> Path:
         return Path(self.lmu_data or os.environ.get("LMUData", "~/LMUData")).expanduser()

@@ -8,7 +8,9 @@ sampled token ids and logprobs when the server returns them.
 Token ids: with ``server_extras`` (default) the request also carries vLLM's
 ``return_token_ids`` (ids in ``choices[0].token_ids``, prompt ids in ``prompt_token_ids``) and,
 with stop strings, ``include_stop_str_in_output`` so the text keeps the stop string the model
-generated. With ``logprobs`` and vLLM's ``--return-tokens-as-token-ids``, tokens arrive as
+generated. A conversation whose last message is ``continued`` (`codedance.types.Message`) is
+sent with vLLM's ``continue_final_message: true, add_generation_prompt: false``: the server
+renders that message open and the reply is its continuation. With ``logprobs`` and vLLM's ``--return-tokens-as-token-ids``, tokens arrive as
 ``token_id:N`` and the ids are read from there. Servers that reject unknown fields (the OpenAI
 API itself) need ``server_extras=False``.
 
@@ -235,6 +237,11 @@ class OpenAIChatPolicy:
         }
         if s.stop:
             body["stop"] = list(s.stop)
+        if messages and messages[-1].continued:
+            # vLLM renders the last message open (no end-of-turn) and generates its continuation;
+            # it refuses the pair unless the generation prompt is turned off explicitly
+            body["continue_final_message"] = True
+            body["add_generation_prompt"] = False
         if s.seed is not None:
             body["seed"] = s.seed
         if s.logprobs:

@@ -113,8 +113,12 @@ class TransformersPolicy:
         import torch
 
         chat, images = chat_template_messages(messages)
+        continued = bool(messages) and messages[-1].continued  # the model goes on writing it
         prompt = self.processor.apply_chat_template(
-            chat, tokenize=False, add_generation_prompt=True
+            chat,
+            tokenize=False,
+            add_generation_prompt=not continued,
+            continue_final_message=continued,
         )
         kwargs: dict[str, Any] = {"text": [prompt], "return_tensors": "pt"}
         if images and isinstance(self.processor, ImageTextProcessor):

@@ -79,3 +79,17 @@ def deltas(requests: list[list[dict]]) -> list[list[dict]]:
         out.append(messages[len(before) :])
         before = messages
     return out
+
+
+def joined(messages: list[dict]) -> list[dict]:
+    """Messages with adjacent text parts joined (the chat template renders them back to back)."""
+    out = []
+    for message in messages:
+        parts: list[dict] = []
+        for part in message["parts"]:
+            if "text" in part and parts and "text" in parts[-1]:
+                parts[-1] = {"text": parts[-1]["text"] + part["text"]}
+            elif part.get("text") != "":
+                parts.append(dict(part))
+        out.append({"role": message["role"], "parts": parts})
+    return out

@@ -17,12 +17,13 @@ import pytest
 from typer.testing import CliRunner
 
 from codedance.agents.deepeyes import SOURCE as DEEPEYES_SOURCE
+from codedance.agents.thyme import SOURCE as THYME_SOURCE
 from codedance.cli import app
 from codedance.config import load
 from codedance.eval.options import EvalConfig
 from codedance.eval.runner import run_eval
 from codedance.policy import OpenAIChatPolicy
-from codedance.policy.replay_server import ReplayServer
+from codedance.policy.replay_server import ReplayServer, ServerReply
 from codedance.prompts import image_from_bytes
 from codedance.types import ExecResult, ExecStatus
 
@@ -255,3 +256,137 @@ def test_eval_deepeyesv2_runs_its_code_in_the_sandbox_with_image_1(tmp_path):
         observation
         == "Code execution result:\nstdout:\n```\n(448, 336) PIL.Image\n\n```\n\nstderr:\n```\n\n```\n\nImages:\n"
     )
+
+
+def test_eval_thyme_replays_the_recorded_protocol(tmp_path):
+    """Thyme over HTTP: later calls of an attempt continue the last message (vLLM's
+    ``continue_final_message``), its code runs in the real sandbox, and what the server receives
+    matches what Thyme's own loop rendered."""
+    cases = {c["id"]: c for c in fc.cases("thyme") if c["options"]}
+    asked: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def reply(body: dict) -> ServerReply:
+        with lock:
+            case = case_of(body["messages"], list(cases))
+            asked[case] += 1
+            text = cases[case]["replies"][asked[case] - 1]
+        stop = next((s for s in ("</code>", "</answer>") if text.endswith(s)), None)
+        return ServerReply(text=text, stop_reason=stop)
+
+    data = vstar_tsv(tmp_path / "VStarBench.tsv", list(cases.values()))
+    with ReplayServer(reply) as server:
+        result = CliRunner().invoke(
+            app,
+            [
+                "eval",
+                "--agent",
+                "thyme",
+                "--benchmarks",
+                "vstar",
+                "--data",
+                f"vstar={data}",
+                "--model",
+                server.url,
+                "--out",
+                str(tmp_path / "run"),
+                "--concurrency",
+                "4",
+                "--lmu-data",
+                str(tmp_path),
+            ],
+        )
+        requests = list(server.requests)
+    assert result.exit_code == 0, result.output
+    assert {tuple(r["stop"]) for r in requests} == {("</code>", "</answer>")}
+    by_case: dict[str, list[dict]] = {}
+    for body in requests:
+        case = case_of(body["messages"], list(cases))
+        messages = fc.normal(body["messages"])
+        for message in messages:
+            message["parts"] = [
+                {"text": p["text"].replace(f" [{case}]", "")} if "text" in p else p
+                for p in message["parts"]
+            ]
+        continued = body.get("continue_final_message", False)
+        assert body.get("add_generation_prompt", True) is not continued
+        by_case.setdefault(case, []).append(
+            {"messages": fc.joined(messages), "continue": continued}
+        )
+    records = {
+        r["task_id"]: r for r in map(json.loads, (tmp_path / "run" / "trajectories.jsonl").open())
+    }
+    for n, (name, case) in enumerate(cases.items()):
+        theirs = [
+            {"messages": fc.joined(r["messages"]), "continue": r["continue"]}
+            for r in case["thyme"]["requests"]
+        ]
+        assert by_case[name] == theirs, name
+        assert records[f"vstar/{n}"]["answer"] == case["thyme"]["answer"], name
+        assert ["agent_source", THYME_SOURCE] in records[f"vstar/{n}"]["metadata"]
+    pages = "".join(p.read_text() for p in (tmp_path / "run" / "view").rglob("*.html"))
+    assert "&lt;code&gt;" in pages and "&lt;sandbox_output&gt;" in pages
+    assert "profile thyme" in (tmp_path / "run" / "report.md").read_text()
+
+
+def test_eval_mini_o3_replays_the_recorded_protocol(tmp_path):
+    """Mini-o3 over HTTP: the input and every observation the server receives match what its own
+    tool code produced for the same calls."""
+    cases = {c["id"]: c for c in fc.cases("mini_o3")}
+    asked: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def reply(body: dict) -> ServerReply:
+        with lock:
+            case = case_of(body["messages"], list(cases))
+            asked[case] += 1
+            text = cases[case]["replies"][asked[case] - 1]
+        stop = "</grounding>" if text.endswith("</grounding>") else None
+        return ServerReply(text=text, stop_reason=stop)
+
+    data = vstar_tsv(tmp_path / "VStarBench.tsv", list(cases.values()))
+    with ReplayServer(reply) as server:
+        result = CliRunner().invoke(
+            app,
+            [
+                "eval",
+                "--agent",
+                "mini-o3",
+                "--benchmarks",
+                "vstar",
+                "--data",
+                f"vstar={data}",
+                "--model",
+                server.url,
+                "--out",
+                str(tmp_path / "run"),
+                "--concurrency",
+                "4",
+                "--lmu-data",
+                str(tmp_path),
+            ],
+        )
+        requests = list(server.requests)
+    assert result.exit_code == 0, result.output
+    assert {tuple(r["stop"]) for r in requests} == {("</grounding>",)}
+    by_case: dict[str, list[list[dict]]] = {}
+    for body in requests:
+        by_case.setdefault(case_of(body["messages"], list(cases)), []).append(
+            fc.normal(body["messages"])
+        )
+    vision = "<|vision_start|><|image_pad|><|vision_end|>"
+    for name, case in cases.items():
+        theirs, seen = case["mini-o3"], by_case[name]
+        assert len(seen) == theirs["calls"], name
+        assert seen[0][1]["parts"][0] == {"image": theirs["input"]}, name
+        for messages, turn in zip(seen[1:], theirs["turns"], strict=True):
+            parts = messages[-1]["parts"]
+            text = "".join(p.get("text", vision) for p in parts)
+            assert (
+                f"<|im_end|>\n<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+                == (turn["message"])
+            ), name
+            assert [p["image"] for p in parts if "image" in p] == turn["images"], name
+    pages = "".join(p.read_text() for p in (tmp_path / "run" / "view").rglob("*.html"))
+    assert "&lt;grounding&gt;" in pages
+    assert "profile mini-o3" in (tmp_path / "run" / "report.md").read_text()

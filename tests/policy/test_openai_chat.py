@@ -63,6 +63,29 @@ def test_request_carries_images_sampling_and_stop_strings() -> None:
     assert body["logprobs"] is True and body["return_token_ids"] is True
 
 
+def test_a_continued_last_message_is_sent_for_vllm_to_continue() -> None:
+    open_turn = Message("assistant", ("<code>x</code>", "<sandbox_output>", IMAGE), continued=True)
+    with ReplayServer(["first", "more"]) as server:
+        client = policy(server)
+        client.complete(CONVERSATION)
+        assert client.complete((*CONVERSATION, open_turn)).text == "more"
+        first, second = server.requests
+    assert "continue_final_message" not in first and "add_generation_prompt" not in first
+    assert (second["continue_final_message"], second["add_generation_prompt"]) == (True, False)
+    assert second["messages"][-1]["role"] == "assistant"
+    assert [p["type"] for p in second["messages"][-1]["content"]] == ["text", "text", "image_url"]
+
+
+def test_the_replay_server_refuses_continuing_with_a_generation_prompt_as_vllm_does() -> None:
+    with ReplayServer(["x"]) as server:
+        client = policy(server)
+        body = {**client.request_body(CONVERSATION), "continue_final_message": True}
+        assert client.send(body).text == "x"  # an absent add_generation_prompt is not set
+        with pytest.raises(PolicyHTTPError, match="Cannot set both") as raised:
+            client.send({**body, "add_generation_prompt": True})
+    assert raised.value.status == 400 and len(server.requests) == 1
+
+
 def test_plain_openai_mode_sends_no_server_extras() -> None:
     with ReplayServer(["x"]) as server:
         policy(server, server_extras=False).complete(CONVERSATION)

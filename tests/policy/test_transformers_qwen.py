@@ -124,6 +124,17 @@ def test_greedy_turn_keeps_sampled_ids_and_logprobs(tiny) -> None:  # type: igno
     assert policy.complete(CHAT) == first  # greedy is deterministic
 
 
+def test_a_continued_last_message_is_rendered_open(tiny) -> None:  # type: ignore[no-untyped-def]
+    model, tokenizer = tiny
+    policy = TransformersPolicy(model, tokenizer, SamplingParams(max_tokens=2))
+    open_turn = Message("assistant", ("<code>x</code><sandbox_output>1</sandbox_output>",), True)
+    completion = policy.complete((*CHAT, open_turn))
+    prompt = tokenizer.decode(list(completion.prompt_token_ids))
+    assert prompt.endswith(
+        "<|im_start|>assistant\n<code>x</code><sandbox_output>1</sandbox_output>"
+    )
+
+
 async def test_sampling_with_seed_is_reproducible_and_async(tiny) -> None:  # type: ignore[no-untyped-def]
     model, tokenizer = tiny
     policy = TransformersPolicy(
