@@ -17,9 +17,9 @@ from ``vlmeval/dataset/image_vqa.py`` are cut out of their files with ``ast`` an
 Stubs (package glue only; no scoring logic): the packages ``vlmeval``, ``vlmeval.smp``,
 ``vlmeval.utils``, ``vlmeval.dataset`` and ``vlmeval.dataset.utils`` are created empty instead of
 running their ``__init__`` (which imports every model and dataset); ``vlmeval.smp.file`` gets a
-``load`` that returns the DataFrame it is given and a no-op ``dump``; ``vlmeval.utils`` gets a serial
-``track_progress_rich``; in ``misc.py`` the imports of ``huggingface_hub``'s cache scanner and
-``sty`` (colour output) are replaced by None; ``timeout_decorator.timeout`` (a 30 s limit around
+``load`` that returns the DataFrame it is given and a no-op ``dump``; ``vlmeval.utils`` gets a
+serial ``track_progress_rich``; in ``misc.py`` the imports of ``huggingface_hub``'s cache scanner
+and ``sty`` (colour output) are replaced by None; ``timeout_decorator.timeout`` (a 30 s limit around
 MATH-V's ``is_equal``) is the identity when the package is not installed. The judge is a scripted
 object: ``generate`` returns the case's ``judge_replies`` in order (``null`` = an API failure, i.e.
 VLMEvalKit's FAIL_MSG), and the number of calls is recorded.
@@ -257,7 +257,8 @@ _MCQ_PREDICTIONS = [
     "A or B",
     "Looking closely at the image, the umbrella appears to be blue.",
     (
-        "Answer: B\nExplanation: the umbrella near the top left corner of the photo is blue, a person holds it"
+        "Answer: B\nExplanation: the umbrella near the top left corner of the photo is blue, a "
+        "person holds it"
     ),
     "The answer is A. No wait, the answer is B.",
     "The answer is (A) or (B)",

@@ -32,7 +32,10 @@ found = {}
 for path in Path(sys.argv[1]).rglob("*.py"):
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ClassDef):
-            bases = [b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else "" for b in node.bases]
+            bases = [
+                b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else ""
+                for b in node.bases
+            ]
             found[node.name] = [bases, str(path.relative_to(Path(sys.argv[1]).parent))]
 print(json.dumps(found))
 """

@@ -14,7 +14,10 @@ from codedance.types import StopReason
 pytestmark = pytest.mark.tier("integration")
 
 SCRIPT = [
-    "<think>zoom</think>\n<code>\n```python\ncrop = input_image.crop((0, 0, 20, 20))\ncrop.show()\nprint(crop.size)\n```\n</code>",
+    (
+        "<think>zoom</think>\n<code>\n```python\ncrop = input_image.crop((0, 0, 20, 20))\n"
+        "crop.show()\nprint(crop.size)\n```\n</code>"
+    ),
     "<think>it is red</think>\n<answer>red</answer>",
 ]
 

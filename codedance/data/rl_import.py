@@ -2,7 +2,8 @@
 
     from codedance.data.rl_import import import_rl
     result = import_rl(["CodeDance-RL/data"], "data/codedance-rl")
-    # then: DATA=data/codedance-rl bash scripts/train_verl.sh codedance/presets/verl/single_node_8gpu.yaml
+    # then, with PRESET=codedance/presets/verl/single_node_8gpu.yaml:
+    # DATA=data/codedance-rl bash scripts/train_verl.sh $PRESET
 
 One `Task` per row (id = the row key ``<file>#<row>``):
 
@@ -29,11 +30,11 @@ One `Task` per row (id = the row key ``<file>#<row>``):
   gives: the card does not say whether they are pixels or fractions of the image).
 
 Output folder: ``tasks.jsonl`` + ``images/`` (`codedance.task_records`), ``rows.jsonl``,
-``summary.json`` (with ``verl_rows``: rows per split); then ``train.parquet`` and ``val.parquet`` (a deterministic ``val_fraction``
-of the rows by a hash of their key), rewritten from ``tasks.jsonl`` at the end of every run
-with `codedance.integrations.verl.data.task_row`, in bounded memory; ``prompts.json`` (every
-distinct system prompt and user template around the question, with counts) and
-``profiles.yaml`` holding the most common one as prompt profile ``codedance-rl`` (feedback
+``summary.json`` (with ``verl_rows``: rows per split); then ``train.parquet`` and ``val.parquet`` (a
+deterministic ``val_fraction`` of the rows by a hash of their key), rewritten from ``tasks.jsonl``
+at the end of every run with `codedance.integrations.verl.data.task_row`, in bounded memory;
+``prompts.json`` (every distinct system prompt and user template around the question, with counts)
+and ``profiles.yaml`` holding the most common one as prompt profile ``codedance-rl`` (feedback
 worded as the release's tool: base ``release``), for ``--profiles``.
 
 Not handled: videos, rows without images.
@@ -69,7 +70,8 @@ _OPTION = re.compile(r"^\s*\(?([A-Z])[.):]\s+(.+?)\s*$", re.MULTILINE)
 def infer_domain(data_source: str, ability: str) -> str:
     """``math`` or ``general`` (module docstring).
 
-    >>> infer_domain("thinklite_eureka", ""), infer_domain("chart", "vqa"), infer_domain("x", "Math")
+    >>> (infer_domain("thinklite_eureka", ""), infer_domain("chart", "vqa"),
+    ...  infer_domain("x", "Math"))
     ('math', 'general', 'math')
     """
     if data_source.strip().lower() in MATH_SOURCES or "math" in ability.lower():
@@ -192,7 +194,8 @@ def detected_objects(extra: dict, seen: set[str]) -> tuple[tuple[str, str], ...]
     """Metadata pairs of ``extra_info.detected_objects`` (module docstring); () when empty.
     Points whose x and y lists differ in length are dropped (noted in `seen`).
 
-    >>> detected_objects({"detected_objects": {"label": "cat", "point": {"x": [1.5, 3.0], "y": [2.0, 4.0]}}}, set())
+    >>> point = {"x": [1.5, 3.0], "y": [2.0, 4.0]}
+    >>> detected_objects({"detected_objects": {"label": "cat", "point": point}}, set())
     (('detected_label', 'cat'), ('detected_points', '[[1.5, 2.0], [3.0, 4.0]]'))
     """
     objects = extra.get("detected_objects") or {}
@@ -346,7 +349,8 @@ def write_prompts(out: Path, templates: dict[str, Template]) -> Template | None:
 
     user_template = braces(top.prefix) + "{question}" + braces(top.suffix)
     (out / "profiles.yaml").write_text(
-        f"# the most common prompt of {out} ({entries[0]['rows']} rows; all of them: prompts.json)\n"
+        f"# the most common prompt of {out} ({entries[0]['rows']} rows; all of them: "
+        "prompts.json)\n"
         f'{PROFILE}:\n  base: release\n  system: {_yaml_text(top.system)}\n  instruction: ""\n'
         f"  user_template: {_yaml_text(user_template)}\n"
     )

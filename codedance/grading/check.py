@@ -118,7 +118,8 @@ def _dollar(gold: str) -> str:
 def check_math(prediction: str, gold: str) -> bool:
     """math-verify equivalence, thread-safe (no signal-based timeout).
 
-    >>> check_math("0.5", "\\\\frac{1}{2}"), check_math("$\\\\sqrt{12}$", "2\\\\sqrt{3}"), check_math("3", "2")
+    >>> (check_math("0.5", "\\\\frac{1}{2}"), check_math("$\\\\sqrt{12}$", "2\\\\sqrt{3}"),
+    ...  check_math("3", "2"))
     (True, True, False)
     """
     from math_verify import parse, verify

@@ -46,15 +46,16 @@ def smart_resize(height: int, width: int, limits: VisionLimits = VisionLimits())
     (112, 196)
     >>> smart_resize(10, 10)
     (56, 56)
-    >>> h, w = smart_resize(4000, 3000, VisionLimits(max_pixels=1280 * 28 * 28)); (h % 28, w % 28, h * w <= 1280 * 784)
+    >>> h, w = smart_resize(4000, 3000, VisionLimits(max_pixels=1280 * 28 * 28))
+    >>> (h % 28, w % 28, h * w <= 1280 * 784)
     (0, 0, True)
     """
     if height <= 0 or width <= 0:
         raise ValueError(f"image size must be positive, got {width}x{height}")
     if max(height, width) / min(height, width) > limits.max_ratio:
         raise ValueError(
-            f"aspect ratio {max(height, width) / min(height, width):.0f} of a {width}x{height} image"
-            f" exceeds {limits.max_ratio:g}"
+            f"aspect ratio {max(height, width) / min(height, width):.0f} of a {width}x{height} "
+            f"image exceeds {limits.max_ratio:g}"
         )
     f = limits.factor
     h_bar = max(f, round(height / f) * f)

@@ -1,4 +1,4 @@
-"""The ``grading`` CLI module, driven through typer's test runner (not registered in the main app here)."""
+"""The ``grading`` CLI module, driven by typer's test runner (not in the main app here)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""``codedance verl train``: build what a preset needs, then run ``python -m verl.trainer.main_ppo``.
+"""``codedance verl train``: build what a preset needs, then run verl's ``main_ppo``.
+
+The trainer runs as ``python -m verl.trainer.main_ppo``.
 
 Presets that run here (`LOCAL_PRESETS`): ``cpu-smoke`` (``codedance/presets/verl/cpu_smoke.yaml``).
 `run_local` for it, in ``out_dir``:
@@ -191,7 +193,8 @@ SUMMARY_KEYS = (
 def step_summary(line: str) -> str:
     """The `SUMMARY_KEYS` of one line of verl's console logger (``key:value - key:value ...``).
 
-    >>> step_summary("(TaskRunner pid=1) step:2 - actor/grad_norm:0.5 - other:1 - timing_s/step:3.25")
+    >>> step_summary("(TaskRunner pid=1) step:2 - actor/grad_norm:0.5 - other:1 - "
+    ...              "timing_s/step:3.25")
     'step:2 actor/grad_norm:0.5 timing_s/step:3.25'
     """
     pairs = dict(part.strip().rsplit(":", 1) for part in line.split(" - ") if ":" in part)

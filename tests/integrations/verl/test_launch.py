@@ -73,5 +73,8 @@ def test_an_imported_prompt_profile_reaches_every_process(tmp_path, monkeypatch)
 
 
 def test_step_summary_reads_verls_console_line():
-    line = "\x1b[36m(TaskRunnerV1 pid=7)\x1b[0m step:1 - actor/entropy:6.2 - actor/grad_norm:0.8 - timing_s/step:13.1"
+    line = (
+        "\x1b[36m(TaskRunnerV1 pid=7)\x1b[0m step:1 - actor/entropy:6.2 - actor/grad_norm:0.8"
+        " - timing_s/step:13.1"
+    )
     assert launch.step_summary(line) == "step:1 actor/grad_norm:0.8 timing_s/step:13.1"
