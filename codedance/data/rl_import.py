@@ -53,6 +53,7 @@ from codedance.data.formats import IMAGE, Unmappable, image_bytes, to_image
 from codedance.data.importing import ImportResult, Progress, claim, run_import
 from codedance.data.ledger import iter_jsonl, summarize
 from codedance.data.stream import check_columns, parquet_files
+from codedance.errors import SettingsError
 from codedance.grading.numbers import parse_number
 from codedance.prompts.profiles import PAPER_INSTRUCTION, RELEASE_INSTRUCTION
 from codedance.records import ImageStore
@@ -296,7 +297,7 @@ def write_verl(tasks_file: Path, out: Path, batch: int = 64) -> dict[str, int]:
     try:  # the package imports verl (registration), so this needs the train extra
         from codedance.integrations.verl.data import task_row
     except ImportError as exc:
-        raise ImportError(
+        raise SettingsError(
             f"writing verl parquet needs the train extra (pip install -e '.[train]'): {exc}; "
             "tasks.jsonl is written: rerun the import afterwards to write the parquet"
         ) from exc
@@ -367,7 +368,7 @@ def import_rl(
 ) -> ImportResult:
     """Import CodeDance-RL parquet files (or folders) into `out`; resumes (module docstring)."""
     if not 0.0 <= val_fraction < 1.0:
-        raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+        raise SettingsError(f"val_fraction must be in [0, 1), got {val_fraction}")
     files = parquet_files(paths)
     check_columns(files, COLUMNS)
     out = Path(out)

@@ -324,8 +324,9 @@ async def averify_dir(
     out = Path(out)
     records = out / "trajectories.jsonl"
     if not records.exists():
-        raise FileNotFoundError(
-            f"no {records}: run `codedance data import codedance-sft ... --out {out}` first"
+        raise DataError(
+            f"no {records}: import with "
+            f"`codedance data import codedance-sft PATH --out {out}` first"
         )
     check_records(records)
     start = time.perf_counter()
