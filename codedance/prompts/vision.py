@@ -20,7 +20,9 @@ import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 
+from codedance.errors import SettingsError
 from codedance.types import Image
 
 IMAGE_FACTOR = 28
@@ -133,3 +135,17 @@ def image_from_bytes(data: bytes, origin: str = "") -> Image:
     if data[:8] == b"\x89PNG\r\n\x1a\n":
         return Image(png=data, origin=origin, width=pil.width, height=pil.height)
     return Image.from_pil(pil, origin=origin)
+
+
+def image_file(path: Path, option: str = "--image") -> bytes:
+    """The bytes of an image file a person named, decoded once to check it: an unreadable one is
+    a `SettingsError` naming the option and the file, before any sandbox or server is started."""
+    try:
+        data = Path(path).read_bytes()
+        image_from_bytes(data, origin=str(path))
+    except OSError as exc:
+        raise SettingsError(f"{option} {path}: cannot read it ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        reason = str(exc).split("cannot be decoded: ", 1)[-1]
+        raise SettingsError(f"{option} {path}: not a readable image ({reason})") from None
+    return data

@@ -123,14 +123,28 @@ class RunDir:
         """Take the folder for this run, or check that it holds this very run; ``extra`` fields
         are written to ``run.json`` beside ``kind`` and ``settings``. Raises `SettingsError`."""
         have = self.check()
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SettingsError(
+                f"{self.path}: cannot create the folder ({exc.strerror or exc}); "
+                "choose another output folder"
+            ) from None
         kept = (
             {k: v for k, v in have.items() if k not in ("kind", "settings")}
             if have.get("kind") == self.kind
             else {}
         )
         body = {**kept, "kind": self.kind, "settings": self.settings, **extra}
-        self.run_file.write_text(json.dumps(body, indent=1, ensure_ascii=False), encoding="utf-8")
+        try:
+            self.run_file.write_text(
+                json.dumps(body, indent=1, ensure_ascii=False), encoding="utf-8"
+            )
+        except OSError as exc:
+            raise SettingsError(
+                f"{self.path}: cannot write the run there ({exc.strerror or exc}); "
+                "choose another output folder"
+            ) from None
 
     def check(self) -> dict[str, Any]:
         """`claim`'s refusals without writing (a dry run); returns ``run.json``'s content."""
