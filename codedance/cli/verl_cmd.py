@@ -82,7 +82,9 @@ def prepare_data(
 def train(
     ctx: typer.Context,
     config: opt.Presets = None,
-    preset: str = typer.Option(None, help="Local preset: cpu-smoke (GRPO on the CPU backend)."),
+    preset: str = typer.Option(
+        None, help="Local preset: cpu-smoke (GRPO on the CPU backend) \\[cpu-smoke]"
+    ),
     print_config: opt.PrintConfig = False,
 ) -> None:
     """Build a preset's tiny model and data, then run GRPO steps with verl's main_ppo.
