@@ -1,6 +1,7 @@
 """Harness overhead of ``codedance curate`` per item at 64 in-flight requests, zero model latency.
 
-    .venv/bin/python benchmarks/curate_overhead.py [--items 64] [--k 4] [--in-flight 64] [--skill search]
+    .venv/bin/python benchmarks/curate_overhead.py \\
+        [--items 64] [--k 4] [--in-flight 64] [--skill search]
 
 A replay server (`codedance.policy.replay_server`, in its own process so its JSON decoding does
 not share our interpreter) answers every request at once with a wrong direct answer, so every item
@@ -18,10 +19,11 @@ images); that time is measured separately (``load_items``) and subtracted, as it
 cost. The run streams its source in a worker thread, overlapping the requests, so the subtracted
 figure is a lower bound; the overhead counting the source is printed too (an upper bound).
 Each is run ``--repeats`` times, alternating; the fastest of each counts (the machine is shared).
-Printed: wall seconds of each, harness overhead per item = (curate - source - baseline) / items, and that
-overhead as a share of the wall time an item costs at a realistic 1 s model latency with the same
-concurrency (2k requests per item / in-flight x 1 s). Goal: under 5 %.
-Shared machine: small negative overheads are noise. Not measured: the atomic and verify stages (their cost is the sandbox's, see sandbox_bench.py).
+Printed: wall seconds of each, harness overhead per item = (curate - source - baseline) / items, and
+that overhead as a share of the wall time an item costs at a realistic 1 s model latency with the
+same concurrency (2k requests per item / in-flight x 1 s). Goal: under 5 %.
+Shared machine: small negative overheads are noise. Not measured: the atomic and verify stages
+(their cost is the sandbox's, see sandbox_bench.py).
 """
 
 from __future__ import annotations
@@ -130,10 +132,10 @@ def main() -> None:
         f"{load_s:.2f} s reading the source; without it, ratio {(curate_s - load_s) / base_s:.2f}"
     )
     print(
-        f"harness overhead per item: {per_item * 1000:.1f} ms = {100 * per_item / realistic:.1f} % of the "
-        f"{realistic * 1000:.0f} ms an item costs at 1 s model latency (goal < 5 %); counting the source "
-        f"(streamed, so it overlaps the requests and the figure above is a lower bound): "
-        f"{with_source * 1000:.1f} ms = {100 * with_source / realistic:.1f} %"
+        f"harness overhead per item: {per_item * 1000:.1f} ms = {100 * per_item / realistic:.1f} % "
+        f"of the {realistic * 1000:.0f} ms an item costs at 1 s model latency (goal < 5 %); "
+        "counting the source (streamed, so it overlaps the requests and the figure above is a "
+        f"lower bound): {with_source * 1000:.1f} ms = {100 * with_source / realistic:.1f} %"
     )
 
 

@@ -45,7 +45,8 @@ base = hwm()
 endpoint = {"url": sys.argv[2], "max_in_flight": 16, "max_retries": 0}
 raw = {"out": sys.argv[3], "stages": ["filter"], "filter": {"k": 1, "judge": "never"},
        "sources": [{"kind": "table", "path": sys.argv[1], "answer_kind": "count"}],
-       "endpoints": {"weak": {**endpoint, "model": "weak"}, "strong": {**endpoint, "model": "strong"}}}
+       "endpoints": {"weak": {**endpoint, "model": "weak"},
+                     "strong": {**endpoint, "model": "strong"}}}
 result = run_curate(parse_config(raw), stream=None)
 print(json.dumps({"peak_kb": hwm(), "base_kb": base, "items": result.items}))
 """
@@ -117,8 +118,9 @@ def main() -> None:
                 working["curate"].append(c)
                 working["load"].append(b)
                 print(
-                    f"{rows} rows, {size_mb:.0f} MB: curate (streamed, filter stage, {seconds:.0f} s) working peak "
-                    f"{c:.0f} MB; load everything {b:.0f} MB; ratio streamed / loaded {c / b:.2f}"
+                    f"{rows} rows, {size_mb:.0f} MB: curate (streamed, filter stage, {seconds:.0f} "
+                    f"s) working peak {c:.0f} MB; load everything {b:.0f} MB; ratio streamed / "
+                    f"loaded {c / b:.2f}"
                 )
     finally:
         server.stdin.close()

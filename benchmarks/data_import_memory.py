@@ -11,8 +11,8 @@ the inputs are JPEG (decoded and stored as PNG by the import, as a JPEG release 
 Then, each in a fresh process, measured by the peak resident set size of that process (``VmHWM``):
 
 - the import (`codedance.data.sft_import.import_sft`), streaming record batches;
-- the baseline in the same run: ``pyarrow.parquet.read_table`` of the file, then ``to_pylist`` (how a
-  script that loads the dataset in one go would start), before any conversion.
+- the baseline in the same run: ``pyarrow.parquet.read_table`` of the file, then ``to_pylist`` (how
+  a script that loads the dataset in one go would start), before any conversion.
 
 Printed: input size, peak RSS of each, their ratio, rows/s of the import, and the peak RSS
 minus the same interpreter's RSS after importing the modules (the import's own working memory).
@@ -31,7 +31,11 @@ import time
 from pathlib import Path
 
 # VmHWM (this process image's peak RSS), not ru_maxrss: Linux carries ru_maxrss over fork and exec
-HWM = "def hwm():\n    return int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1])\n"
+HWM = (
+    "def hwm():\n"
+    "    status = open('/proc/self/status')\n"
+    "    return int(next(l for l in status if l.startswith('VmHWM')).split()[1])\n"
+)
 CHILD_IMPORT = (
     HWM
     + """
@@ -93,7 +97,9 @@ def make(path: Path, rows: int, side: int, jpeg_share: float) -> None:
                             {"role": "assistant", "content": code},
                             {
                                 "role": "user",
-                                "content": "<tool_response>\nOutput image:\n<image>\n</tool_response>",
+                                "content": (
+                                    "<tool_response>\nOutput image:\n<image>\n</tool_response>"
+                                ),
                             },
                             {
                                 "role": "assistant",
@@ -125,14 +131,17 @@ def main() -> None:
         make(data, args.rows, args.side, args.jpeg_share)
         size_mb = os.path.getsize(data) / 1e6
         print(
-            f"input: {data.name}, {size_mb:.0f} MB, {args.rows} rows (made in {time.perf_counter() - t:.0f} s)"
+            f"input: {data.name}, {size_mb:.0f} MB, {args.rows} rows (made in "
+            f"{time.perf_counter() - t:.0f} s)"
         )
         ours = child(CHILD_IMPORT, str(data), str(Path(tmp) / "out"))
         base = child(CHILD_BASELINE, str(data))
     mb = 1024
     print(
-        f"import:   peak RSS {ours['peak_kb'] / mb:.0f} MB (interpreter and modules {ours['base_kb'] / mb:.0f} MB, "
-        f"working {(ours['peak_kb'] - ours['base_kb']) / mb:.0f} MB); {ours['imported']}/{ours['rows']} rows "
+        f"import:   peak RSS {ours['peak_kb'] / mb:.0f} MB "
+        f"(interpreter and modules {ours['base_kb'] / mb:.0f} MB, "
+        f"working {(ours['peak_kb'] - ours['base_kb']) / mb:.0f} MB); "
+        f"{ours['imported']}/{ours['rows']} rows "
         f"in {ours['seconds']:.1f} s = {ours['rows'] / ours['seconds']:.1f} rows/s"
     )
     print(f"baseline: read_table + to_pylist peak RSS {base['peak_kb'] / mb:.0f} MB")

@@ -135,15 +135,17 @@ def main() -> None:
     episode_cpu, episode_wall = cpu - fixed_cpu, wall - fixed_wall
     capacity = args.samples / episode_cpu
     print(
-        f"samples: {args.samples}, concurrency {args.concurrency}, zero-latency replay server (own process)"
+        f"samples: {args.samples}, concurrency {args.concurrency}, "
+        "zero-latency replay server (own process)"
     )
     print(
-        f"codedance eval end to end:      {rate:8.1f} samples/s ({wall:.2f} s, of which {fixed_wall:.2f} s "
-        f"fixed: loading, report, plots, viewer; {fixed_cpu:.2f} s CPU)"
+        f"codedance eval end to end:      {rate:8.1f} samples/s ({wall:.2f} s, of which "
+        f"{fixed_wall:.2f} s fixed: loading, report, plots, viewer; {fixed_cpu:.2f} s CPU)"
     )
     print(
-        f"episodes: our CPU per sample    {1000 * episode_cpu / args.samples:8.2f} ms -> capacity {capacity:.0f} "
-        f"samples/s on one core (goal >= 200: {'met' if capacity >= 200 else 'NOT met'})"
+        f"episodes: our CPU per sample    {1000 * episode_cpu / args.samples:8.2f} ms -> capacity "
+        f"{capacity:.0f} samples/s on one core (goal >= 200: "
+        f"{'met' if capacity >= 200 else 'NOT met'})"
     )
     print(
         f"episodes: share of wall time    {episode_cpu / episode_wall:8.0%} in our code, "

@@ -1,9 +1,9 @@
 """Benchmark: rewards + advantages for a batch of 2048 trajectories × 6 turns (judge excluded).
 
-Run: ``.venv/bin/python benchmarks/rewards_bench.py [--profile paper] [--tokens 256]``. Prints the best
-wall time of a few repeats for `compute_batch_rewards` + `batch_token_advantages` on a synthetic
-batch (256 prompts × 8 rollouts, 5 code turns + 1 answer turn, random call outcomes, ``tokens``
-tokens per turn with 32 feedback tokens after each code turn). Target: ≤ 100 ms.
+Run: ``.venv/bin/python benchmarks/rewards_bench.py [--profile paper] [--tokens 256]``. Prints the
+best wall time of a few repeats for `compute_batch_rewards` + `batch_token_advantages` on a
+synthetic batch (256 prompts × 8 rollouts, 5 code turns + 1 answer turn, random call outcomes,
+``tokens`` tokens per turn with 32 feedback tokens after each code turn). Target: ≤ 100 ms.
 """
 
 from __future__ import annotations

@@ -89,7 +89,8 @@ def main() -> None:
             )
             elapsed, turns = asyncio.run(_level(url, level, episodes, config))
             print(
-                f"concurrency {level:4d}: {episodes} episodes, {turns} turns, {1000 * elapsed / turns:.2f} ms per turn"
+                f"concurrency {level:4d}: {episodes} episodes, {turns} turns, "
+                f"{1000 * elapsed / turns:.2f} ms per turn"
             )
     finally:
         stop.set()

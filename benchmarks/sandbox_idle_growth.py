@@ -1,6 +1,7 @@
 """What an honest idle trajectory shows as growth to the OOM arbiter (`Sandbox.memory_growth`).
 
-    unshare --pid --fork --mount-proc .venv/bin/python benchmarks/sandbox_idle_growth.py [--rounds N]
+    unshare --pid --fork --mount-proc \\
+        .venv/bin/python benchmarks/sandbox_idle_growth.py [--rounds N]
 
 The arbiter's floor for idle trajectories (``arbiter.IDLE_FLOOR_BYTES``) must sit above this.
 Needs root and cgroup v1 or v2 memory groups. For several fresh trajectories it runs a sequence
@@ -28,11 +29,17 @@ from codedance.sandbox import Limits, Sandbox, SandboxService
 MOMENTS_S = (0.0, 0.005, 0.05, 0.3, 1.0)  # after `run` returns (the idle freezer acts at 20 ms)
 STEPS = {
     "print": "print('hello')",
-    "numpy": "import numpy as np\na = np.random.rand(2000, 2000)\nb = a @ a.T\nprint(float(b.trace()))",
-    "numpy big temp": "import numpy as np\nt = np.ones(200 << 20, np.uint8)\ns = int(t.sum())\ndel t\nprint(s)",
+    "numpy": (
+        "import numpy as np\na = np.random.rand(2000, 2000)\nb = a @ a.T\nprint(float(b.trace()))"
+    ),
+    "numpy big temp": (
+        "import numpy as np\nt = np.ones(200 << 20, np.uint8)\ns = int(t.sum())\ndel t\nprint(s)"
+    ),
     "PIL": (
-        "from PIL import Image, ImageDraw, ImageFilter\nim = Image.new('RGB', (2048, 2048), 'white')\n"
-        "d = ImageDraw.Draw(im)\nfor i in range(200): d.line((0, i * 10, 2047, 2047 - i * 10), fill='red')\n"
+        "from PIL import Image, ImageDraw, ImageFilter\n"
+        "im = Image.new('RGB', (2048, 2048), 'white')\n"
+        "d = ImageDraw.Draw(im)\n"
+        "for i in range(200): d.line((0, i * 10, 2047, 2047 - i * 10), fill='red')\n"
         "im = im.filter(ImageFilter.GaussianBlur(3)).resize((1024, 1024)).rotate(30)\n"
         "im.crop((100, 100, 700, 700)).save('crop.png')\nprint(im.size)"
     ),
@@ -93,7 +100,8 @@ def main() -> None:
                 for moment, value in zip(MOMENTS_S, values, strict=True):
                     if value > 1 << 20:
                         print(
-                            f"round {round_} {name:>15} +{moment * 1000:4.0f} ms: {value / (1 << 20):6.2f} MiB"
+                            f"round {round_} {name:>15} +{moment * 1000:4.0f} ms: "
+                            f"{value / (1 << 20):6.2f} MiB"
                         )
     finally:
         service.close()

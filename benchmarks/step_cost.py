@@ -7,8 +7,8 @@ Why it exists: on two cores a back-to-back step is bounded by CPU, not by waitin
 the jail's share is copy-on-write faults. Each step process is a fork of a process holding the
 ~50 MB the preloaded libraries leave, and every page Python writes first (a reference count
 is enough) is copied. CPython's after-fork work cost ~230 of them per step; steps
-are forked without it (`runtime._fork_continuation`). Wall time is too noisy on a shared machine to show a
-change of that size; these counts are not.
+are forked without it (`runtime._fork_continuation`). Wall time is too noisy on a shared machine to
+show a change of that size; these counts are not.
 
 Prints the p50 step latency, the jail's CPU per step (a cgroup v1 cpuacct group over the
 service's processes, as `sandbox_bench.CpuMeter`), the controller's CPU per step, and the faults
@@ -59,7 +59,8 @@ def main() -> None:
         controller = (time.process_time() - controller_before) / STEPS * 1000
         print(
             f"p50 {statistics.median(latencies) * 1000:.2f} ms, jail CPU {jail:.2f} ms/step, "
-            f"controller CPU {controller:.2f} ms/step, {(faults(memory_dir) - faults_before) / STEPS:.0f} faults/step"
+            f"controller CPU {controller:.2f} ms/step, "
+            f"{(faults(memory_dir) - faults_before) / STEPS:.0f} faults/step"
         )
     finally:
         sandbox.close()

@@ -1,4 +1,6 @@
-"""Wall time and peak memory of the CPU verl GRPO step (``codedance verl train --preset cpu-smoke``).
+"""Wall time and peak memory of the CPU verl GRPO step.
+
+The command: ``codedance verl train --preset cpu-smoke``.
 
     .venv/bin/python benchmarks/verl_cpu_step_resources.py [OUT_DIR] [steps=N]
 

@@ -94,8 +94,8 @@ def turn_advantages(
 
     >>> [a.round(6).tolist() for a in turn_advantages([np.array([-0.5, 0.0]), np.array([0.0])])]
     [[-1.414214, 0.707107], [0.707107]]
-    >>> [a.tolist() for a in turn_advantages([np.array([-0.5, 0.0])], include=[np.array([True, False])],
-    ...                                        fallback="raw")]   # one value: std 0, raw kept
+    >>> one = [np.array([True, False])]  # one value: std 0, raw kept
+    >>> [a.tolist() for a in turn_advantages([np.array([-0.5, 0.0])], include=one, fallback="raw")]
     [[-0.5, 0.0]]
     """
     if fallback not in ("zero", "raw"):
@@ -152,7 +152,8 @@ def token_advantages(
     0 where the mask is 0. A mask-1 token outside every span, overlapping or out-of-range spans,
     or a span count unequal to n_i raise.
 
-    >>> token_advantages([1.0], [np.array([-1.0, 0.5])], [[(0, 2), (3, 4)]], [[1, 1, 0, 1]]).tolist()
+    >>> spans, mask = [[(0, 2), (3, 4)]], [[1, 1, 0, 1]]
+    >>> token_advantages([1.0], [np.array([-1.0, 0.5])], spans, mask).tolist()
     [[0.0, 0.0, 0.0, 1.5]]
     """
     seq = np.asarray(seq_adv, dtype=np.float64)
@@ -245,12 +246,13 @@ def first_turn_pushes(
     >>> from codedance.rewards import compute_batch_rewards
     >>> from codedance.types import ExecResult, ExecStatus, StopReason, Trajectory, Turn
     >>> fin = Turn("<think>.</think><answer>7</answer>")
-    >>> call = lambda s: Trajectory("q", (Turn("<think>.</think><code>c</code>", result=ExecResult(s)), fin),
-    ...                             StopReason.ANSWERED)
+    >>> code = lambda s: Turn("<think>.</think><code>c</code>", result=ExecResult(s))
+    >>> call = lambda s: Trajectory("q", (code(s), fin), StopReason.ANSWERED)
     >>> direct = Trajectory("q", (fin,), StopReason.ANSWERED)
     >>> group = [call(ExecStatus.OK), call(ExecStatus.ERROR), direct, direct]
-    >>> pushes = {name: first_turn_pushes([compute_batch_rewards(
-    ...     trajectories=group, correct=[True] * 4, group_ids=["g"] * 4, profile=name)], [["hard"] * 4])["hard"]
+    >>> rewards = lambda name: compute_batch_rewards(
+    ...     trajectories=group, correct=[True] * 4, group_ids=["g"] * 4, profile=name)
+    >>> pushes = {name: first_turn_pushes([rewards(name)], [["hard"] * 4])["hard"]
     ...           for name in ("paper", "paper-all-turns")}
     >>> [(p.p_call, round(p.delta_turn, 4)) for p in pushes.values()]  # call turns: ±1, mean 0
     [(0.5, 0.0), (0.5, -1.3416)]

@@ -4,7 +4,7 @@ cut mid-word or mid-JSON. Only the standard library is imported here.
 
     >>> shorten("connection refused by the server at http://h:8000/v1", 30)
     'connection refused by the …'
-    >>> error_text('{"error": {"message": "server is shutting down", "type": "ServiceUnavailable"}}')
+    >>> error_text('{"error": {"message": "server is shutting down", "type": "Unavailable"}}')
     'server is shutting down'
 """
 

@@ -174,7 +174,8 @@ def extract_code(text: str) -> tuple[str | None, CodeForm | None]:
 
     >>> extract_code("<think>crop</think><code>\\n```python\\nprint(1)\\n```\\n</code>")
     ('print(1)\\n', <CodeForm.CODE_TAG: 'code_tag'>)
-    >>> extract_code('<tool_call>{"name": "execute_python_code", "arguments": {"code": "x=1"}}</tool_call>')[0]
+    >>> call = '{"name": "execute_python_code", "arguments": {"code": "x=1"}}'
+    >>> extract_code(f"<tool_call>{call}</tool_call>")[0]
     'x=1'
     """
     for snippet in _snippets(text):
@@ -274,7 +275,8 @@ def format_errors(
     - math: ``<think>``/``</think>`` counts differ; ``tool_call`` after the last ``</think>``; no
       ``<answer>…</answer>`` after the last ``</think>``.
 
-    >>> format_errors(("<think>a</think><code>```python\\nx=1\\n```</code>", "<think>b</think><answer>2</answer>"))
+    >>> format_errors(("<think>a</think><code>```python\\nx=1\\n```</code>",
+    ...                "<think>b</think><answer>2</answer>"))
     ()
     >>> format_errors(("<think>a<answer>2</answer>",))
     ('unbalanced think tags',)

@@ -203,7 +203,7 @@ def read_jsonl(path: str | Path) -> list[dict]:
 
 
 def load_trajectories(out_dir: str | Path) -> list[tuple[str, Trajectory]]:
-    """(key, trajectory) pairs of ``out_dir/trajectories.jsonl`` with images from ``out_dir/images``."""
+    """(key, trajectory) pairs of ``out_dir/trajectories.jsonl`` (images from ``images/``)."""
     store = ImageStore(Path(out_dir) / "images")
     return [
         (r["key"], trajectory_from_json(r, store))

@@ -13,9 +13,10 @@ Stop reasons (`StopReason`):
 - ``answered``: the turn has a complete ``<answer>…</answer>``; code in the same turn is not run
   (the verdict flags it).
 - ``max_turns``: the last allowed turn (``max_turns``: `MAX_TURNS`, `EVAL_MAX_TURNS` in eval and
-  solve) had code but no answer; that code is not run. With ``inject_turn_limit`` the feedback before the
-  last turn ends with the profile's "Turn limit reached" text (`Turn.feedback_has_turn_limit` on
-  the turn whose feedback carries it; that turn's code ran, so it is a tool call like any other).
+  solve) had code but no answer; that code is not run. With ``inject_turn_limit`` the feedback
+  before the last turn ends with the profile's "Turn limit reached" text
+  (`Turn.feedback_has_turn_limit` on the turn whose feedback carries it; that turn's code ran, so it
+  is a tool call like any other).
 - ``max_tokens``: the reply was cut at ``max_tokens`` (finish reason ``length``) without an
   answer, or the server said the conversation overflows its context (`ContextOverflowError`).
 - ``format_error``: a reply with neither code nor answer (empty, prose only, unclosed tags).

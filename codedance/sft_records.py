@@ -62,7 +62,7 @@ class SFTRecord:
 
 
 def canonical_record(trajectory: Trajectory) -> SFTRecord:
-    """The record of `trajectory`, built from `codedance.prompts.conversation` (what the model saw)."""
+    """The record of `trajectory`, from `codedance.prompts.conversation` (what the model saw)."""
     messages: list[SFTMessage] = []
     images: list[Image] = []
     for message in conversation(trajectory):

@@ -93,7 +93,7 @@ def tasks_file(path: str | Path) -> Path:
 
 
 def iter_tasks(path: str | Path) -> Iterator[tuple[Task, str, str]]:
-    """Every task of a Task JSONL file (or folder), one at a time (images read as each is yielded)."""
+    """Every task of a Task JSONL file (or folder), one at a time (images read as each comes)."""
     path = tasks_file(path)
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):

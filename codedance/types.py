@@ -25,7 +25,8 @@ SCHEMA_VERSION = 1
 def png_size(data: bytes) -> tuple[int, int]:
     """(width, height) read from a PNG header, without decoding the pixels.
 
-    >>> png_size(b"\\x89PNG\\r\\n\\x1a\\n" + b"\\x00\\x00\\x00\\rIHDR" + (3).to_bytes(4, "big") + (2).to_bytes(4, "big"))
+    >>> header = b"\\x89PNG\\r\\n\\x1a\\n" + b"\\x00\\x00\\x00\\rIHDR"
+    >>> png_size(header + (3).to_bytes(4, "big") + (2).to_bytes(4, "big"))
     (3, 2)
     """
     if len(data) < 24 or data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
@@ -219,9 +220,10 @@ class Turn:
     def call_outcome(self) -> CallOutcome:
         """`CallOutcome` of this turn.
 
-        >>> Turn("a").call_outcome.value, Turn("b", result=ExecResult(ExecStatus.OK)).call_outcome.value
+        >>> ran = ExecResult(ExecStatus.OK)
+        >>> Turn("a").call_outcome.value, Turn("b", result=ran).call_outcome.value
         ('none', 'ok')
-        >>> Turn("c", result=ExecResult(ExecStatus.OK), feedback_has_turn_limit=True).call_outcome.value
+        >>> Turn("c", result=ran, feedback_has_turn_limit=True).call_outcome.value
         'ok'
         """
         if self.result is None:

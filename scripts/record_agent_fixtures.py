@@ -1,20 +1,24 @@
 """Record what each peer's own evaluation loop does with scripted model replies, as test fixtures.
 
-    .venv/bin/python scripts/record_agent_fixtures.py deepeyes GIT_DIR tests/agents/fixtures/deepeyes.jsonl
-    .venv/bin/python scripts/record_agent_fixtures.py deepeyesv2 GIT_DIR tests/agents/fixtures/deepeyesv2.jsonl
+    .venv/bin/python scripts/record_agent_fixtures.py deepeyes GIT_DIR \\
+        tests/agents/fixtures/deepeyes.jsonl
+    .venv/bin/python scripts/record_agent_fixtures.py deepeyesv2 GIT_DIR \\
+        tests/agents/fixtures/deepeyesv2.jsonl
 
 ``GIT_DIR`` is a git repository (bare or not) of the peer holding the pinned commit below, for
-example ``git clone https://github.com/Visual-Agent/DeepEyes`` (or ``.../DeepEyesV2``). The peer's evaluation file is read
-from that commit (``git show``) and run as it is; its parsing, tool and answer code run unchanged
-on the shared cases of `CASES` and the images of ``tests/agents/fixtures/images/`` (made by
-`write_images` when missing). ``tests/agents/test_agent_fixtures.py`` replays the same cases
-through codedance's agent profile and compares.
+example ``git clone https://github.com/Visual-Agent/DeepEyes`` (or ``.../DeepEyesV2``). The peer's
+evaluation file is read from that commit (``git show``) and run as it is; its parsing, tool and
+answer code run unchanged on the shared cases of `CASES` and the images of
+``tests/agents/fixtures/images/`` (made by `write_images` when missing).
+``tests/agents/test_agent_fixtures.py`` replays the same cases through codedance's agent profile and
+compares.
 
 The only stand-in is the model: the ``openai`` package is replaced by a client whose
 ``chat.completions.create`` returns the case's replies in order and keeps a copy of every request's
 messages. Each output line: case id, image, question, options, replies, and what the peer's loop
 did: ``requests`` (per model call, the messages added since the previous call; images as the
-SHA-256 of their RGB pixels plus size, as ``tests/agents/fixture_cases.py`` reduces them), ``answer`` (its ``pred_ans``) and ``status``.
+SHA-256 of their RGB pixels plus size, as ``tests/agents/fixture_cases.py`` reduces them),
+``answer`` (its ``pred_ans``) and ``status``.
 
 DeepEyes (``eval/eval_vstar.py``): the module is executed with ``sys.argv`` naming a model (so it
 does not ask a server for one) and a scratch save folder; its ``process`` runs each case. It also
@@ -54,7 +58,10 @@ PINNED = {
 }
 IMAGES = Path(__file__).resolve().parents[1] / "tests" / "agents" / "fixtures" / "images"
 
-Z = '<tool_call>\n{{"name": "image_zoom_in_tool", "arguments": {{"bbox_2d": {box}, "label": "the sign"}}}}\n</tool_call>'
+Z = (
+    '<tool_call>\n{{"name": "image_zoom_in_tool", '
+    '"arguments": {{"bbox_2d": {box}, "label": "the sign"}}}}\n</tool_call>'
+)
 THINK = "<think>The sign is small; zoom in.</think>\n"
 
 
@@ -257,12 +264,12 @@ def record_deepeyes(git_dir: Path) -> list[dict]:
 
 
 def code(body: str, think: str = "<think>Crop the sign.</think>\n") -> str:
-    """A DeepEyesV2 code reply as vLLM returns it: generation stopped at ``</code>``, which is dropped."""
+    """A DeepEyesV2 code reply as vLLM returns it: stopped at ``</code>``, which is dropped."""
     return f"{think}<code>\n```python\n{body}\n```\n"
 
 
 def shown(*images: str, stdout: str = "", stderr: str = "") -> dict:
-    """A scripted session-server result: stdout, stderr and the images (files in IMAGES) it showed."""
+    """A scripted session-server result: stdout, stderr and the images (in IMAGES) it showed."""
     return {"stdout": stdout, "stderr": stderr, "images": list(images)}
 
 
@@ -380,7 +387,7 @@ class _Requests:
 
 
 def _cut(source: str, filename: str, names: list[str], namespace: dict) -> None:
-    """Top-level functions, or methods of any class, cut out of a file and defined in ``namespace``."""
+    """Top-level functions, or methods of any class, cut from a file into ``namespace``."""
     import ast
 
     tree = ast.parse(source)

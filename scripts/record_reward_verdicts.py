@@ -2,8 +2,8 @@
 
     git -C <CodeDance mirror> archive 62f8c6f | tar -x -C /tmp/codedance-release
     git -C <DeepEyes mirror> archive 6c5e796 | tar -x -C /tmp/deepeyes
-    PYTHONPATH=$PWD .venv/bin/python scripts/record_reward_verdicts.py /tmp/codedance-release /tmp/deepeyes \\
-        > tests/fixtures/reward_verdicts.jsonl
+    PYTHONPATH=$PWD .venv/bin/python scripts/record_reward_verdicts.py \\
+        /tmp/codedance-release /tmp/deepeyes > tests/fixtures/reward_verdicts.jsonl
 
 The checkouts must be CodeDance-VL/CodeDance at 62f8c6f (only
 ``verl/utils/reward_score/llm_judge_qwen_tool_step.py`` is read) and Visual-Agent/DeepEyes at

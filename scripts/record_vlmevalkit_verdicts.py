@@ -17,9 +17,9 @@ from ``vlmeval/dataset/image_vqa.py`` are cut out of their files with ``ast`` an
 Stubs (package glue only; no scoring logic): the packages ``vlmeval``, ``vlmeval.smp``,
 ``vlmeval.utils``, ``vlmeval.dataset`` and ``vlmeval.dataset.utils`` are created empty instead of
 running their ``__init__`` (which imports every model and dataset); ``vlmeval.smp.file`` gets a
-``load`` that returns the DataFrame it is given and a no-op ``dump``; ``vlmeval.utils`` gets a serial
-``track_progress_rich``; in ``misc.py`` the imports of ``huggingface_hub``'s cache scanner and
-``sty`` (colour output) are replaced by None; ``timeout_decorator.timeout`` (a 30 s limit around
+``load`` that returns the DataFrame it is given and a no-op ``dump``; ``vlmeval.utils`` gets a
+serial ``track_progress_rich``; in ``misc.py`` the imports of ``huggingface_hub``'s cache scanner
+and ``sty`` (colour output) are replaced by None; ``timeout_decorator.timeout`` (a 30 s limit around
 MATH-V's ``is_equal``) is the identity when the package is not installed. The judge is a scripted
 object: ``generate`` returns the case's ``judge_replies`` in order (``null`` = an API failure, i.e.
 VLMEvalKit's FAIL_MSG), and the number of calls is recorded.
@@ -257,7 +257,8 @@ _MCQ_PREDICTIONS = [
     "A or B",
     "Looking closely at the image, the umbrella appears to be blue.",
     (
-        "Answer: B\nExplanation: the umbrella near the top left corner of the photo is blue, a person holds it"
+        "Answer: B\nExplanation: the umbrella near the top left corner of the photo is blue, a "
+        "person holds it"
     ),
     "The answer is A. No wait, the answer is B.",
     "The answer is (A) or (B)",
@@ -273,12 +274,19 @@ _MCQ_PREDICTIONS = [
 ]
 
 
+def _case(benchmark: str, row: dict, prediction: str, replies: list | None = None) -> dict:
+    """One case: a row of `benchmark` and a prediction, with the judge's scripted replies (a
+    case without ``judge_replies`` is scored by the rules alone)."""
+    case = {"benchmark": benchmark, "row": row, "prediction": prediction}
+    return case if replies is None else {**case, "judge_replies": replies}
+
+
 def _mcq_cases(bench: str) -> list[dict]:
     rows = _mcq_rows(bench)
     cases = []
     for n, pred in enumerate(_MCQ_PREDICTIONS):
         row = rows[2] if pred in ("There are 4.", "4") else rows[n % 2]
-        cases.append({"benchmark": bench, "row": row, "prediction": pred})
+        cases.append(_case(bench, row, pred))
     judge_row = rows[0]
     for pred, replies in (
         ("it looks bluish to me", ["B"]),
@@ -288,9 +296,7 @@ def _mcq_cases(bench: str) -> list[dict]:
         ("no idea", ["A", "B"]),
         ("azure", [None, "B"]),
     ):
-        cases.append(
-            {"benchmark": bench, "row": judge_row, "prediction": pred, "judge_replies": replies}
-        )
+        cases.append(_case(bench, judge_row, pred, replies))
     return cases
 
 
@@ -321,11 +327,7 @@ def cases() -> list[dict]:
         ("I count 8.", "8"),
     ):
         out.append(
-            {
-                "benchmark": "countbench",
-                "row": {"index": "0", "question": "How many?", "answer": gold},
-                "prediction": pred,
-            }
+            _case("countbench", {"index": "0", "question": "How many?", "answer": gold}, pred)
         )
     out += _mcq_cases("vstar") + _mcq_cases("hrbench")
     for pred, gold in (
@@ -354,11 +356,9 @@ def cases() -> list[dict]:
         ("", "3"),
     ):
         out.append(
-            {
-                "benchmark": "chartqa",
-                "row": {"index": "0", "question": "Q?", "answer": gold, "split": "human"},
-                "prediction": pred,
-            }
+            _case(
+                "chartqa", {"index": "0", "question": "Q?", "answer": gold, "split": "human"}, pred
+            )
         )
     wemath_row = {
         "index": "0",
@@ -395,16 +395,14 @@ def cases() -> list[dict]:
         "H",
         "",
     ):
-        out.append({"benchmark": "wemath", "row": wemath_row, "prediction": pred})
+        out.append(_case("wemath", wemath_row, pred))
     for pred, replies in (
         ("(B)", []),
         ("It is 6 cm long", ["B"]),
         ("no idea", ["Z"]),
         ("maybe 7", ["C"]),
     ):
-        out.append(
-            {"benchmark": "wemath", "row": wemath_row, "prediction": pred, "judge_replies": replies}
-        )
+        out.append(_case("wemath", wemath_row, pred, replies))
     mv_mc = {
         "index": "0",
         "question": "Hint: Please answer the question and provide the correct option letter.\n"
@@ -463,7 +461,7 @@ def cases() -> list[dict]:
         (mv_list, "[2007, 2008]"),
         (mv_int, "There are 4 bars."),
     ):
-        out.append({"benchmark": "mathvista", "row": row, "prediction": pred})
+        out.append(_case("mathvista", row, pred))
     for row, pred, replies in (
         (mv_int, "There are 4 bars.", ["4"]),
         (mv_float, "about 1.449 dollars", ["1.449"]),
@@ -474,9 +472,7 @@ def cases() -> list[dict]:
         (mv_list, "2007 and 2008", ["[2007, 2008]"]),
         (mv_int, "no idea", [None, None, None, None, None]),
     ):
-        out.append(
-            {"benchmark": "mathvista", "row": row, "prediction": pred, "judge_replies": replies}
-        )
+        out.append(_case("mathvista", row, pred, replies))
     mvi_mc = {
         "index": "0",
         "question": "Which picture shows the kittens?\n<image1>",
@@ -523,7 +519,7 @@ def cases() -> list[dict]:
         (mvi_pair, "(3, -4)"),
         (mvi_free, "1,000"),
     ):
-        out.append({"benchmark": "mathvision", "row": row, "prediction": pred})
+        out.append(_case("mathvision", row, pred))
     for row, pred, replies in (
         (mvi_free, "The answer is 6", ["6"]),
         (mvi_free, "six", ["6"]),
@@ -533,9 +529,7 @@ def cases() -> list[dict]:
         (mvi_mc_text, "it is four", ["B"]),
         (mvi_free, "no idea", [None, None, None, None, None]),
     ):
-        out.append(
-            {"benchmark": "mathvision", "row": row, "prediction": pred, "judge_replies": replies}
-        )
+        out.append(_case("mathvision", row, pred, replies))
     mverse = {
         "index": "0",
         "question": "As shown, find BC.",
@@ -568,9 +562,7 @@ def cases() -> list[dict]:
         (mverse, "C", [" C "]),
         (mverse_free, "2sqrt3", ["2sqrt3", "yes", "1"]),
     ):
-        out.append(
-            {"benchmark": "mathverse", "row": row, "prediction": pred, "judge_replies": replies}
-        )
+        out.append(_case("mathverse", row, pred, replies))
     cx = {
         "index": "0",
         "question": "What is the peak?",
@@ -600,9 +592,7 @@ def cases() -> list[dict]:
         ("3.5", ['"{\\"score\\": 1}"']),
         ("3.5", ['{"extracted_answer": "3.5", "score": 0.25}']),
     ):
-        out.append(
-            {"benchmark": "charxiv", "row": cx, "prediction": pred, "judge_replies": replies}
-        )
+        out.append(_case("charxiv", cx, pred, replies))
     return out
 
 

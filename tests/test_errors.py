@@ -32,7 +32,10 @@ found = {}
 for path in Path(sys.argv[1]).rglob("*.py"):
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ClassDef):
-            bases = [b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else "" for b in node.bases]
+            bases = [
+                b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else ""
+                for b in node.bases
+            ]
             found[node.name] = [bases, str(path.relative_to(Path(sys.argv[1]).parent))]
 print(json.dumps(found))
 """
@@ -96,3 +99,35 @@ def test_every_exception_is_in_the_tree_or_named_internal() -> None:
         "EndpointDown",
         "InputError",
     } <= tree
+
+
+# the names each ``except`` of the command line catches, read in a child interpreter as above
+HANDLERS = """
+import ast, json, sys
+from pathlib import Path
+
+found = []
+for path in sorted(Path(sys.argv[1]).rglob("*.py")):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ExceptHandler) and node.type is not None:
+            kinds = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+            names = [k.id if isinstance(k, ast.Name) else getattr(k, "attr", "") for k in kinds]
+            found.append([f"{path.name}:{node.lineno}", names])
+print(json.dumps(found))
+"""
+
+
+def test_the_command_line_converts_no_library_error() -> None:
+    """A library's built-in error a person can cause becomes a `CodeDanceError` where it is
+    raised; the command line catches those (and its own file reads and optional imports)."""
+    handlers = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", HANDLERS, str(PACKAGE / "cli")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
+    )
+    converted = {"ValueError", "KeyError", "TypeError", "RuntimeError", "FileNotFoundError"}
+    assert [(where, names) for where, names in handlers if converted & set(names)] == []

@@ -4,11 +4,11 @@ circle between the modules of one package.
 A room is a top-level module or subpackage of ``codedance`` (``types``, ``sandbox``, ``eval``...).
 Every ``import codedance.x`` / ``from codedance.x import`` (relative ones resolved) is read from the
 source with `ast`, function-level imports included (they are real dependencies, only deferred).
-``from package import name`` is an import of the submodule ``package.name`` where one exists, else of
-the package itself. The floors: the core at the front (types and errors; the leaf rooms; the loop and
-its math), the wings behind (the runs layer, the world wing, eval, train), then the plugins other
-programs load (integrations) and the importer of the authors' data (data, which writes verl's parquet
-layout through integrations), then the data engine (curate), then the command line.
+``from package import name`` is an import of the submodule ``package.name`` where one exists, else
+of the package itself. The floors: the core at the front (types and errors; the leaf rooms; the loop
+and its math), the wings behind (the runs layer, the world wing, eval, train), then the plugins
+other programs load (integrations) and the importer of the authors' data (data, which writes verl's
+parquet layout through integrations), then the data engine (curate), then the command line.
 
 The sources are parsed in a child interpreter that runs nothing else: CPython 3.11.7's AST
 constructor keeps its recursion depth per interpreter, not per thread, so an ``ast.parse`` here

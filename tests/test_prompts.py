@@ -207,7 +207,8 @@ def test_image_from_bytes_reads_jpeg_and_refuses_garbage() -> None:
 def test_user_profiles_from_yaml(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "profiles.yaml"
     path.write_text(
-        "terse:\n  base: paper\n  feedback_open: '<obs>'\n  feedback_close: '</obs>'\nterser:\n  base: terse\n  show_frames: false\n"
+        "terse:\n  base: paper\n  feedback_open: '<obs>'\n  feedback_close: '</obs>'\nterser:\n  "
+        "base: terse\n  show_frames: false\n"
     )
     profiles = load_profiles(path)
     assert (

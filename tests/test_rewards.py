@@ -349,7 +349,10 @@ def test_import_does_not_pull_torch() -> None:
     import subprocess
     import sys
 
-    code = "import sys, codedance.rewards, codedance.advantages, codedance.grading; print('torch' in sys.modules)"
+    code = (
+        "import sys, codedance.rewards, codedance.advantages, codedance.grading; "
+        "print('torch' in sys.modules)"
+    )
     assert (
         subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True

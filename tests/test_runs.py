@@ -21,7 +21,10 @@ PICTURE = Image.from_pil(PILImage.new("RGB", (64, 64), "green"), origin="input:0
 
 def reply(body: dict) -> str:
     if not any(m["role"] == "assistant" for m in body["messages"]):
-        return "<think>look</think><code>\n```python\ninput_image.crop((0, 0, 32, 32)).show()\nprint('ok')\n```\n</code>"
+        return (
+            "<think>look</think><code>\n```python\ninput_image.crop((0, 0, 32, 32)).show()\n"
+            "print('ok')\n```\n</code>"
+        )
     return "<think>seen</think><answer>green</answer>"
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from click.testing import Result
 from PIL import Image as PILImage
 from typer.testing import CliRunner
 
@@ -14,30 +17,30 @@ from codedance.types import StopReason
 pytestmark = pytest.mark.tier("integration")
 
 SCRIPT = [
-    "<think>zoom</think>\n<code>\n```python\ncrop = input_image.crop((0, 0, 20, 20))\ncrop.show()\nprint(crop.size)\n```\n</code>",
+    (
+        "<think>zoom</think>\n<code>\n```python\ncrop = input_image.crop((0, 0, 20, 20))\n"
+        "crop.show()\nprint(crop.size)\n```\n</code>"
+    ),
     "<think>it is red</think>\n<answer>red</answer>",
 ]
 
 
+def solve(url: str, image: Path, question: str, out: Path | None = None) -> Result:
+    """``codedance solve`` with the server, one image and the question (and ``--out``)."""
+    args = ["--model", url, "--image", str(image), "--question", question]
+    return CliRunner().invoke(root, ["solve", *args, *(["--out", str(out)] if out else [])])
+
+
+def red_picture(path: Path) -> Path:
+    PILImage.new("RGB", (80, 60), "red").save(path)
+    return path
+
+
 def test_solve_prints_the_episode_and_writes_html_and_record(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    picture = tmp_path / "in.jpg"
-    PILImage.new("RGB", (80, 60), "red").save(picture)
+    picture = red_picture(tmp_path / "in.jpg")
     out = tmp_path / "out"
     with ReplayServer(SCRIPT, model_names=("codedance-7b",)) as server:
-        result = CliRunner().invoke(
-            root,
-            [
-                "solve",
-                "--model",
-                server.url,
-                "--image",
-                str(picture),
-                "--question",
-                "Which colour?",
-                "--out",
-                str(out),
-            ],
-        )
+        result = solve(server.url, picture, "Which colour?", out)
         assert server.requests[0]["model"] == "codedance-7b"  # found through /v1/models
     assert result.exit_code == 0, result.output
     assert (
@@ -57,52 +60,21 @@ def test_solve_prints_the_episode_and_writes_html_and_record(tmp_path) -> None: 
 
 
 def test_solve_reports_an_unreachable_server_and_a_bad_image(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    picture = tmp_path / "in.png"
-    PILImage.new("RGB", (30, 30)).save(picture)
-    runner = CliRunner()
-    result = runner.invoke(
-        root,
-        [
-            "solve",
-            "--model",
-            "http://127.0.0.1:9",
-            "--image",
-            str(picture),
-            "--question",
-            "q",
-            "--out",
-            str(tmp_path / "o"),
-        ],
-    )
+    picture = red_picture(tmp_path / "in.png")
+    result = solve("http://127.0.0.1:9", picture, "q", tmp_path / "o")
     assert result.exit_code == 2 and "cannot reach" in result.output
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"garbage")
-    result = runner.invoke(
-        root, ["solve", "--model", "http://127.0.0.1:9", "--image", str(bad), "--question", "q"]
-    )
+    result = solve("http://127.0.0.1:9", bad, "q")
     assert result.exit_code == 2 and f"--image {bad}: not a readable image" in result.output
 
 
 def test_solve_saves_the_turns_done_before_a_server_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    picture = tmp_path / "in.png"
-    PILImage.new("RGB", (80, 60), "red").save(picture)
+    picture = red_picture(tmp_path / "in.png")
     out = tmp_path / "out"
     script = [SCRIPT[0], ServerReply(status=400, error="GPU fell over (scripted)")]
     with ReplayServer(script, model_names=("m",)) as server:
-        result = CliRunner().invoke(
-            root,
-            [
-                "solve",
-                "--model",
-                server.url,
-                "--image",
-                str(picture),
-                "--question",
-                "q",
-                "--out",
-                str(out),
-            ],
-        )
+        result = solve(server.url, picture, "q", out)
     assert result.exit_code == 2 and "GPU fell over" in result.output
     assert result.output.index("(20, 20)") < result.output.index(
         "stop: interrupted"
@@ -153,24 +125,10 @@ def test_ctrl_c_keeps_the_finished_turns(tmp_path, monkeypatch) -> None:  # type
         return real(self, messages)
 
     monkeypatch.setattr(OpenAIChatPolicy, "complete", complete)
-    picture = tmp_path / "in.png"
-    PILImage.new("RGB", (80, 60), "red").save(picture)
+    picture = red_picture(tmp_path / "in.png")
     out = tmp_path / "out"
     with ReplayServer(SCRIPT, model_names=("m",)) as server:
-        result = CliRunner().invoke(
-            root,
-            [
-                "solve",
-                "--model",
-                server.url,
-                "--image",
-                str(picture),
-                "--question",
-                "q",
-                "--out",
-                str(out),
-            ],
-        )
+        result = solve(server.url, picture, "q", out)
     assert result.exit_code == 130 and "stop: interrupted" in result.output
     ((_, trajectory),) = load_trajectories(out)
     assert trajectory.stop_reason is StopReason.INTERRUPTED and len(trajectory.tool_calls) == 1
@@ -178,24 +136,10 @@ def test_ctrl_c_keeps_the_finished_turns(tmp_path, monkeypatch) -> None:  # type
 
 
 def test_solve_refuses_an_out_folder_that_holds_a_run(tmp_path):
-    image = tmp_path / "chart.png"
-    PILImage.new("RGB", (32, 24), (200, 30, 30)).save(image)
+    image = red_picture(tmp_path / "chart.png")
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "trajectories.jsonl").write_text("{}\n")
     with ReplayServer(["<answer>1</answer>"]) as server:
-        result = CliRunner().invoke(
-            root,
-            [
-                "solve",
-                "--model",
-                server.url,
-                "--image",
-                str(image),
-                "--question",
-                "q",
-                "--out",
-                str(tmp_path / "s"),
-            ],
-        )
+        result = solve(server.url, image, "q", tmp_path / "s")
         assert server.requests == []
     assert result.exit_code == 2 and "already holds a solve run" in result.output

@@ -22,7 +22,10 @@ CONFIG = EpisodeConfig(max_turns=6)
 
 
 def _code(body: str) -> str:
-    return f"<think>look</think>\n<code>\n```python\nimport numpy as np\na = np.asarray(input_image)\n{body}\n```\n</code>"
+    return (
+        "<think>look</think>\n<code>\n```python\nimport numpy as np\n"
+        f"a = np.asarray(input_image)\n{body}\n```\n</code>"
+    )
 
 
 async def _episode(pool: SandboxPool, task: Task, policy) -> Trajectory:  # type: ignore[no-untyped-def]
@@ -94,8 +97,10 @@ def test_instrumented_code_computes_the_same_and_records_only_image_sized_crops(
     size = Episode(task, CONFIG).images[0].size
     code = (
         "import numpy as np\nimg = np.asarray(input_image.convert('RGB'))\nsmall = img[::2, ::2]\n"
-        "print(img[3:50, 7:90].sum(), small[1:4, 2:5].sum(), img[2:9, 4:8, 0].sum(), img[:, 5:].shape)\n"
-        "class K:\n    __x = 1\n    def f(self):\n        return img[0:2, 0:3].shape\nprint(K().f())\n"
+        "print(img[3:50, 7:90].sum(), small[1:4, 2:5].sum(), img[2:9, 4:8, 0].sum(), "
+        "img[:, 5:].shape)\n"
+        "class K:\n    __x = 1\n    def f(self):\n        return img[0:2, 0:3].shape\n"
+        "print(K().f())\n"
     )
 
     async def main() -> tuple[str, str, str]:

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.tier("unit")
 
 
 def load_conftest():  # type: ignore[no-untyped-def]
-    """tests/conftest.py as a module of its own (pytest's import mode gives it no importable name)."""
+    """tests/conftest.py as a module of its own (pytest's import mode gives it no name)."""
     spec = importlib.util.spec_from_file_location(
         "tests_conftest", Path(__file__).parent / "conftest.py"
     )

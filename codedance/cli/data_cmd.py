@@ -3,9 +3,9 @@
     codedance data import codedance-sft CodeDance-SFT/data --out data/cd-sft [--verify]
     codedance data import codedance-rl CodeDance-RL/data --out data/cd-rl
     codedance data verify data/cd-sft [--concurrency 8 | concurrency=8] [-c FILE.yaml] [--print-config]
-    codedance data stats data/cd-sft
+    codedance data stats data/cd-sft [--png FILE | png=FILE] [-c FILE.yaml] [--print-config]
 
-Settings of import and verify are `codedance.data.options` trees through the one loader
+Settings of import, verify and stats are `codedance.data.options` trees through the one loader
 (``-c FILE.yaml``, ``key=value``, ``--print-config``); the flags are sugar for their keys and win
 over files and overrides. Every command resumes when rerun with the same ``--out``. Exit codes: 0 done; 1 when an import
 kept no row at all (every row skipped: the wrong dataset?); 2 on bad input
@@ -77,11 +77,6 @@ def _nothing_imported(console, result) -> None:  # type: ignore[no-untyped-def]
 
 def _text(path: Path | None) -> str | None:
     return None if path is None else str(path)
-
-
-def _fail(console, exc: Exception) -> None:  # type: ignore[no-untyped-def]
-    console.print(f"[red]error:[/red] {exc}")
-    raise typer.Exit(2) from None
 
 
 def _verify(
@@ -163,7 +158,6 @@ def import_sft_cmd(
     """CodeDance-SFT → trajectory records (what `codedance sft --data OUT` trains on)."""
     from codedance.data.options import SftImportConfig
     from codedance.data.sft_import import import_sft
-    from codedance.data.stream import InputError
 
     console = make_console()
     paths, overrides = opt.split_positionals(items)
@@ -192,8 +186,6 @@ def import_sft_cmd(
             progress=lambda p: bar(p.done, p.total),
             limit=cfg.limit,
         )
-    except (InputError, FileNotFoundError) as exc:
-        _fail(console, exc)
     finally:
         bar.stop()
     _report(console, result, "codedance-sft")
@@ -221,7 +213,6 @@ def import_rl_cmd(
     """CodeDance-RL → Task JSONL plus verl's train.parquet / val.parquet."""
     from codedance.data.options import RlImportConfig
     from codedance.data.rl_import import import_rl
-    from codedance.data.stream import InputError
 
     console = make_console()
     paths, overrides = opt.split_positionals(items)
@@ -248,8 +239,6 @@ def import_rl_cmd(
             progress=lambda p: bar(p.done, p.total),
             limit=cfg.limit,
         )
-    except (InputError, FileNotFoundError, ValueError, ImportError) as exc:
-        _fail(console, exc)
     finally:
         bar.stop()
     _report(console, result, "codedance-rl")
@@ -309,33 +298,46 @@ def verify_cmd(
         limit=limit,
     )
     cfg.check()
-    out = Path(cfg.out)
-    if not (out / "trajectories.jsonl").exists():
-        _fail(
-            console,
-            FileNotFoundError(
-                f"no {out / 'trajectories.jsonl'}: import with "
-                f"`codedance data import codedance-sft PATH --out {out}` first"
-            ),
-        )
-    _verify(console, out, cfg.concurrency, cfg.tolerance, cfg.timeout_s, cfg.limit)
+    _verify(console, Path(cfg.out), cfg.concurrency, cfg.tolerance, cfg.timeout_s, cfg.limit)
 
 
 @app.command("stats")
+@user_errors
 def stats_cmd(
-    out: Path = typer.Argument(..., help="An import folder"),
-    png: Path | None = typer.Option(None, help="Histogram file (default OUT/stats.png)"),
+    items: list[str] | None = typer.Argument(
+        None,
+        metavar="DIR [KEY=VALUE]...",
+        show_default=False,
+        help="An import folder, then settings, e.g. png=hist.png (all: --print-config)",
+    ),
+    config: opt.Presets = None,
+    png: Path | None = typer.Option(None, help="Histogram file \\[OUT/stats.png]"),
+    print_config: opt.PrintConfig = False,
 ) -> None:
     """Tables of an import folder and a histogram PNG."""
+    from codedance.data.options import StatsConfig
     from codedance.data.stats import collect, histogram, tables
+    from codedance.errors import SettingsError
 
     console = make_console()
-    try:
-        stats = collect(out)
-    except FileNotFoundError as exc:
-        _fail(console, exc)
+    folders, overrides = opt.split_positionals(items)
+    if len(folders) > 1:
+        raise SettingsError(f"give one import folder, got {len(folders)}: {' '.join(folders)}")
+    cfg = opt.resolve(
+        StatsConfig,
+        config,
+        overrides,
+        print_config=print_config,
+        console=console,
+        command="data",
+        out=folders[0] if folders else None,
+        png=_text(png),
+    )
+    cfg.check()
+    out = Path(cfg.out)
+    stats = collect(out)
     for table in tables(stats):
         console.print(table)
-    written = histogram(stats, png or out / "stats.png")
+    written = histogram(stats, Path(cfg.png) if cfg.png else out / "stats.png")
     if written is not None:
         console.print(f"histograms: {written}")

@@ -213,12 +213,6 @@ def eval_(
             on_loaded=lambda spec, n: console.print(f"{spec.title}: {n} samples"),
         )
         policy.close()
-    except (
-        OSError,
-        ImportError,
-    ) as exc:  # a data file that cannot be read, an optional library missing
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(code=2) from exc
     finally:
         if judge_client is not None:
             judge_client.close()
@@ -256,6 +250,7 @@ def eval_(
         raise typer.Exit(code=1)
 
 
+@user_errors
 def report(
     runs: list[Path] = typer.Argument(..., help="Run folders (or report.json files)"),
     allow_incomplete: bool = typer.Option(
@@ -266,10 +261,5 @@ def report(
     deltas vs the first and whether each accuracy delta lies outside both intervals."""
     from codedance.eval.report import compare_markdown, load_report
 
-    console = make_console()
-    try:
-        reports = [load_report(r) for r in runs]
-    except (FileNotFoundError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(code=2) from exc
+    reports = [load_report(r) for r in runs]
     typer.echo(compare_markdown(reports, [str(r) for r in runs], allow_incomplete=allow_incomplete))

@@ -30,10 +30,7 @@ def check(
             f"--choice expects LETTER=TEXT, got {[c for c in choice or [] if '=' not in c]}"
         )
     choices = dict(c.split("=", 1) for c in (choice or [])) or None
-    try:
-        ok = check_answer(answer, gold, kind, choices)
-    except ValueError as exc:
-        raise SettingsError(str(exc)) from None
+    ok = check_answer(answer, gold, kind, choices)
     make_console().print(
         f"{'correct' if ok else 'wrong'}: answer {answer!r} (from {extracted.source}), "
         f"gold {gold!r}, kind {kind}",

@@ -146,24 +146,6 @@ ExecTimeout = Annotated[
 ]
 
 
-def image_file(path: Path, option: str = "--image") -> bytes:
-    """The bytes of an image file a person named, decoded once to check it: an unreadable one is
-    a `SettingsError` naming the option and the file, before any sandbox or server is started."""
-    from codedance.errors import SettingsError
-    from codedance.prompts import image_from_bytes
-
-    try:
-        data = path.read_bytes()
-        image_from_bytes(data, origin=str(path))
-    except OSError as exc:
-        raise SettingsError(f"{option} {path}: cannot read it ({exc.strerror or exc})") from None
-    except ValueError as exc:
-        raise SettingsError(
-            f"{option} {path}: not a readable image ({str(exc).split('cannot be decoded: ', 1)[-1]})"
-        ) from None
-    return data
-
-
 def resolve(
     kind: type[T],
     presets: list[str] | None,

@@ -10,8 +10,8 @@ from pathlib import Path
 import typer
 
 from codedance.cli.console import echo_untrusted, make_console, user_errors
-from codedance.cli.options import image_file
 from codedance.errors import SettingsError
+from codedance.prompts.vision import image_file
 from codedance.rollout import EXEC_TIMEOUT_S
 
 app = typer.Typer(help="The transactional code sandbox.", no_args_is_help=True)
@@ -44,10 +44,7 @@ def check(
     data = (
         image_file(image) if image else None
     )  # a bad image is the user's file, not a failed property
-    try:
-        normalize_requirement(require)
-    except ValueError as exc:  # an unknown layer name
-        raise SettingsError(f"--require: {exc}") from None
+    normalize_requirement(require)
     service = SandboxService(raise_file_max=False)  # a check reports the host, never changes it
     try:
         service.isolation.require(require)  # SandboxUnavailable: one message, exit 2
@@ -125,11 +122,7 @@ def run(
     if timeout <= 0:
         raise SettingsError(f"--timeout must be above 0, got {timeout}")
     images = [image_file(p) for p in image]
-    try:
-        sandbox = Sandbox(images=images, timeout_s=timeout)
-    except ValueError as exc:  # an --image that is not an image
-        raise SettingsError(f"--image: {exc}") from None
-    with sandbox:
+    with Sandbox(images=images, timeout_s=timeout) as sandbox:
         result = sandbox.run(code)
     typer.echo(f"status: {result.status.value} ({result.duration_s * 1000:.0f} ms"
                f"{', rolled back' if result.rolled_back else ''})")  # fmt: skip
@@ -167,25 +160,6 @@ def gc() -> None:
         f"removed the leftovers of {len(swept)} dead sandbox service(s)"
         + (f": {', '.join(swept)}" if swept else "")
     )
-
-
-def _ceiling(pairs: list[str]):  # type: ignore[no-untyped-def]
-    """`Limits` from ``--ceiling NAME=VALUE`` pairs, the rest at their defaults."""
-    from codedance.sandbox.remote.wire import limits_from
-
-    fields = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        try:
-            if not sep:
-                raise ValueError("expected NAME=VALUE")
-            fields[name] = float(value) if name in ("cpus", "recovery_s") else int(value)
-        except ValueError as exc:
-            raise SettingsError(f"--ceiling {pair!r}: {exc}") from None
-    try:
-        return limits_from(fields)
-    except (ValueError, TypeError) as exc:
-        raise SettingsError(f"--ceiling: {exc}") from None
 
 
 @app.command()
@@ -259,19 +233,17 @@ def serve(
         ) from None
     from codedance.sandbox import SandboxService
     from codedance.sandbox.isolation import normalize_requirement
+    from codedance.sandbox.remote.wire import limits_from_pairs
     from codedance.sandbox.serving.peers import LocalPolicy, Tokens, gid_of, uid_of
     from codedance.sandbox.serving.server import Listen, Quotas, SandboxServer, claim_socket_path
     from codedance.sandbox.serving.server import serve as serve_forever
 
-    try:
-        normalize_requirement(require)
-        policy = LocalPolicy(
-            frozenset(uid_of(u) for u in allow_user), frozenset(gid_of(g) for g in allow_group)
-        )
-        group = gid_of(socket_group) if socket_group else None
-        tokens = Tokens.read(token_file) if token_file else None
-    except (ValueError, OSError) as exc:
-        raise SettingsError(str(exc)) from None
+    normalize_requirement(require)
+    policy = LocalPolicy(
+        frozenset(uid_of(u) for u in allow_user), frozenset(gid_of(g) for g in allow_group)
+    )
+    group = gid_of(socket_group) if socket_group else None
+    tokens = Tokens.read(token_file) if token_file else None
     host, port = None, 0
     if tcp:
         host, _, port_text = tcp.rpartition(":")
@@ -287,7 +259,7 @@ def serve(
     quotas = Quotas(
         sandboxes=client_sandboxes,
         memory=client_memory_mib << 20 if client_memory_mib else None,
-        ceiling=_ceiling(ceiling),
+        ceiling=limits_from_pairs(ceiling),
     )
     listen = Listen(
         str(socket_path),

@@ -32,7 +32,7 @@ from codedance.cli.solve_view import (
 from codedance.errors import SettingsError
 from codedance.policy import PolicyError
 from codedance.policy.server_config import ServerConfig
-from codedance.prompts import image_from_bytes
+from codedance.prompts.vision import image_file, image_from_bytes
 from codedance.records import ImageStore, append_jsonl, trajectory_json
 from codedance.rollout import EVAL_MAX_TURNS, Episode, EpisodeSettings, drive_episode
 from codedance.runs.rundir import episode_key
@@ -120,24 +120,20 @@ def solve(
         raise SettingsError(
             f"--out {out_dir} already holds a solve run; give another folder (solve does not resume)"
         )
-    try:
-        images = tuple(
-            image_from_bytes(opt.image_file(p), origin=f"input:{k}") for k, p in enumerate(image)
-        )
-        episode_config = cfg.episode.episode_config(
-            profiles=cfg.profiles or None
-        )  # a bad profile: before the server
-        policy = cfg.server.policy(api_key, seed=cfg.seed, top_p=cfg.top_p)
-        if not cfg.server.model:
-            served = policy.list_models()
-            if not served:
-                raise PolicyError(f"{policy.base_url}/models lists no models")
-            policy.model = served[0]
-        config = replace(episode_config, metadata=(("model", policy.model),))
-        task = Task(id="solve", question=question, images=images, answer="")
-    except (ValueError, OSError) as exc:  # an unreadable --image
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(code=2) from exc
+    images = tuple(
+        image_from_bytes(image_file(p), origin=f"input:{k}") for k, p in enumerate(image)
+    )
+    episode_config = cfg.episode.episode_config(
+        profiles=cfg.profiles or None
+    )  # a bad profile: before the server
+    policy = cfg.server.policy(api_key, seed=cfg.seed, top_p=cfg.top_p)
+    if not cfg.server.model:
+        served = policy.list_models()
+        if not served:
+            raise PolicyError(f"{policy.base_url}/models lists no models")
+        policy.model = served[0]
+    config = replace(episode_config, metadata=(("model", policy.model),))
+    task = Task(id="solve", question=question, images=images, answer="")
     from codedance.sandbox import Sandbox
 
     console.print(

@@ -44,7 +44,6 @@ def load_cli_config(
     """The `PipelineConfig` of ``--preset`` then ``--config`` (files or preset names), then what
     ``--tasks`` sets, then the ``key=value`` overrides; a bad setting is a `SettingsError` (one
     line, exit 2, through `user_errors`)."""
-    from codedance.errors import SettingsError
     from codedance.train.config import load_config
 
     specs = ([preset] if preset else []) + (
@@ -61,14 +60,7 @@ def load_cli_config(
         profiles = (tasks if tasks.is_dir() else tasks.parent) / "profiles.yaml"
         if profiles.is_file():
             given.append(f"profiles={profiles}")
-    try:
-        return load_config(
-            specs, given + list(overrides or [])
-        )  # key=value refines what --tasks set
-    except SettingsError:
-        raise
-    except ValueError as exc:
-        raise SettingsError(str(exc)) from None
+    return load_config(specs, given + list(overrides or []))  # key=value refines what --tasks set
 
 
 def print_table(console: Console, evals: dict[str, dict[str, float]]) -> None:

@@ -1,10 +1,15 @@
 """``codedance verl``: prepare data for RL on verl, and run a local preset (see docs/verl.md).
 
     codedance verl prepare-data --out data/verl [-c FILE.yaml] [n_train=N ...] [--print-config]
-    codedance verl train --preset cpu-smoke out_dir=runs/verl-cpu [steps=N] [hydra overrides...]
+    codedance verl train --preset cpu-smoke out_dir=runs/verl-cpu [steps=N] [-c FILE.yaml]
+        [--print-config] [hydra overrides...]
 
-``prepare-data``'s settings are `codedance.integrations.verl.data.PrepareDataConfig` through the
-one loader; its flags are sugar for the keys. GPU runs launch with ``scripts/train_verl.sh`` and a preset from ``codedance/presets/verl``.
+Settings go through the one loader (``-c FILE.yaml``, ``key=value``, ``--print-config``; flags
+are sugar for their keys): ``prepare-data``'s are
+`codedance.integrations.verl.data.PrepareDataConfig`, ``train``'s
+`codedance.integrations.verl.launch.VerlTrainConfig` (a ``key=value`` that names none of its
+settings is a Hydra override of the preset, kept in its ``hydra`` list). GPU runs launch with
+``scripts/train_verl.sh`` and a preset from ``codedance/presets/verl``.
 ``train`` exits with verl's exit code, or 2 on a setting error; both exit 130 when interrupted
 (Ctrl-C, SIGTERM). Needs the ``train`` extra.
 """
@@ -76,17 +81,26 @@ def prepare_data(
 @user_errors
 def train(
     ctx: typer.Context,
+    config: opt.Presets = None,
     preset: str = typer.Option(
-        "cpu-smoke", help="Local preset: cpu-smoke (GRPO on the CPU backend)."
+        None, help="Local preset: cpu-smoke (GRPO on the CPU backend) \\[cpu-smoke]"
     ),
+    print_config: opt.PrintConfig = False,
 ) -> None:
     """Build a preset's tiny model and data, then run GRPO steps with verl's main_ppo.
-    Arguments: out_dir=DIR (required), steps=N (default 1), and Hydra overrides."""
-    from codedance.integrations.verl.launch import run_local
+    Arguments: out_dir=DIR (required), steps=N (default 1), and Hydra overrides of the preset."""
+    from dataclasses import replace
 
-    try:
-        code = run_local(preset, list(ctx.args), echo=typer.echo)
-    except (ValueError, RuntimeError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
-    raise typer.Exit(code)
+    from codedance.config import dump
+    from codedance.integrations.verl.launch import VerlTrainConfig, run_local, split_args
+
+    ours, hydra = split_args(ctx.args)
+    console = make_console()
+    cfg = opt.resolve(
+        VerlTrainConfig, config, ours, print_config=False, console=console, preset=preset
+    )
+    cfg = replace(cfg, hydra=(*cfg.hydra, *hydra))  # after a file's own, so they win in Hydra
+    if print_config:
+        console.print(dump(cfg), end="", markup=False, highlight=False)
+        raise typer.Exit(0)
+    raise typer.Exit(run_local(cfg, echo=typer.echo))

@@ -6,8 +6,8 @@
 Modules: `config` (the YAML), `sources` (adapters, dedup), `endpoints` (bounded, retried,
 breaker-guarded servers), `inspectors` (Tables 5 and 7), `filtering` (weak-to-strong),
 `atomic` (boxes, rule filter, trajectories), `drawing` (open-ended operations),
-`math_recipe` (Tables 8-9), `judging` (the judge's verdict), `verification`, `pipeline` (stages, resume,
-export), `report`. See docs/curate.md.
+`math_recipe` (Tables 8-9), `judging` (the judge's verdict), `verification`, `pipeline` (stages,
+resume, export), `report`. See docs/curate.md.
 """
 
 from codedance.curate.config import CurateConfig, CurateError, load_config, parse_config

@@ -131,7 +131,8 @@ def propose_messages(task: Task, image: Image, prompts: Any = None) -> tuple[Mes
 
 def _crop_turn(box: Box, name: str, why: str) -> str:
     return (
-        f"<think>{why} The {box.label} is at ({box.x1}, {box.y1}, {box.x2}, {box.y2}); I crop it and "
+        f"<think>{why} The {box.label} is at ({box.x1}, {box.y1}, {box.x2}, {box.y2}); "
+        "I crop it and "
         f"zoom in {ZOOM}x to read it.</think>\n<code>\n```python\n"
         f"{name} = input_image.crop(({box.x1}, {box.y1}, {box.x2}, {box.y2}))\n"
         f"print('{box.label}:', {name}.size)\n"
@@ -147,9 +148,11 @@ def annotate_turn(boxes: list[Box]) -> str:
         for b in boxes
     )
     return (
-        "<think>First I mark the candidate regions on the whole image to see where they lie.</think>\n"
+        "<think>First I mark the candidate regions on the whole image to see where they lie."
+        "</think>\n"
         "<code>\n```python\nfrom PIL import ImageDraw\nmarked = input_image.convert('RGB').copy()\n"
-        f"draw = ImageDraw.Draw(marked)\n{draw}print('marked', {len(boxes)}, 'regions on', marked.size)\n"
+        f"draw = ImageDraw.Draw(marked)\n{draw}"
+        f"print('marked', {len(boxes)}, 'regions on', marked.size)\n"
         "marked.show()\n```\n</code>"
     )
 
@@ -173,7 +176,8 @@ def code_turns(
         "```python\nfrom PIL import ImageOps\n"
         f"sharp = ImageOps.autocontrast({last}.convert('RGB'))\n"
         f"print('contrast range:', sharp.getextrema())\n"
-        f"sharp.resize(({last}.width * {ZOOM * 2}, {last}.height * {ZOOM * 2})).show()\n```\n</code>"
+        f"sharp.resize(({last}.width * {ZOOM * 2}, {last}.height * {ZOOM * 2})).show()\n"
+        "```\n</code>"
     )
     return turns
 
@@ -212,7 +216,7 @@ async def crop_trajectory(
 
 
 def direct_trajectory(task: Task, reply: str, episode: EpisodeConfig) -> Trajectory:
-    """The direct-answer example of an easy item: the weak model's own correct reply as the one turn."""
+    """The direct-answer example of an easy item: the weak model's correct reply as the one turn."""
     ep = Episode(task, episode)
     ep.on_completion(Completion(reply))
     return ep.trajectory()

@@ -36,10 +36,10 @@ that reject unknown fields). Unknown keys are refused, so a typo fails loudly; a
 its new one. Sources are read by `codedance.curate.sources`.
 
 `run_settings_of` is what defines a run (saved in ``run.json`` by `codedance.runs.RunDir`; a rerun
-with other values is refused): sources, filter, atomic, verify, inspect and episode settings, the prompts
-folder, each endpoint's model, temperature and max_tokens. Not defining (free to change between
-attempts): ``out``, ``stages``, ``sandboxes``, the endpoints' URLs, keys, timeouts, retries and
-bounds. Not handled: edits inside a prompts folder or a source file (the names are compared).
+with other values is refused): sources, filter, atomic, verify, inspect and episode settings, the
+prompts folder, each endpoint's model, temperature and max_tokens. Not defining (free to change
+between attempts): ``out``, ``stages``, ``sandboxes``, the endpoints' URLs, keys, timeouts, retries
+and bounds. Not handled: edits inside a prompts folder or a source file (the names are compared).
 """
 
 from __future__ import annotations

@@ -172,13 +172,15 @@ def op_code(op: Op, name: str) -> str:
             f"ImageDraw.Draw(keep).rectangle(({x1}, {y1}, {x2}, {y2}), fill=255)\n"
             "canvas = Image.composite(canvas, ImageEnhance.Brightness(canvas).enhance(0.3), keep)\n"
             "draw = ImageDraw.Draw(canvas)\n"
-            f"print({label}, 'kept:', round({(x2 - x1) * (y2 - y1)} / (canvas.width * canvas.height), 3), "
+            f"print({label}, 'kept:', "
+            f"round({(x2 - x1) * (y2 - y1)} / (canvas.width * canvas.height), 3), "
             "'of the image')\n"
         )
     factor = op.factor
     return (
         f"{name} = input_image.crop(({x1}, {y1}, {x2}, {y2}))\n"
-        f"{name} = {name}.resize((round({name}.width * {factor}), round({name}.height * {factor})))\n"
+        f"{name} = {name}.resize("
+        f"(round({name}.width * {factor}), round({name}.height * {factor})))\n"
         f"print({label}, 'zoomed {factor}x:', {name}.size)\n{name}.show()\n"
     )
 

@@ -70,7 +70,7 @@ class Endpoint:
     async def ask(
         self, messages: tuple[Message, ...], temperature: float | None = None
     ) -> Completion:
-        """One completion; raises `EndpointDown` when the breaker is open, `PolicyError` otherwise."""
+        """One completion; raises `EndpointDown` if the breaker is open, else `PolicyError`."""
         if self.down_reason:
             raise EndpointDown(self.down_reason)
         if self._semaphore is None:

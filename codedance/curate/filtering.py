@@ -10,9 +10,10 @@ an answer the rules reject is then graded by the judge endpoint when ``filter.ju
 an item (whitespace- and case-normalised; the k samples often agree), and its verdict is recorded
 on each sample it decided (``graded_by`` ``rule`` or ``judge``, ``judge``: verdict and reply). A
 judge reply that is no verdict, or a failed judge request, leaves that sample out of the rate
-(recorded with its ``problem``, never guessed). A weak solve rate at or above ``easy_threshold`` makes the item *easy*; otherwise the strong model
-is asked ``k`` times and a strong solve rate at or above ``medium_threshold`` makes it *medium*,
-below it *hard*. Every reply (text, extracted answer, correct or not) is recorded.
+(recorded with its ``problem``, never guessed). A weak solve rate at or above ``easy_threshold``
+makes the item *easy*; otherwise the strong model is asked ``k`` times and a strong solve rate at or
+above ``medium_threshold`` makes it *medium*, below it *hard*. Every reply (text, extracted answer,
+correct or not) is recorded.
 
 A reply the server could not give as a chat completion (malformed body, 4xx) is recorded as an
 ``error`` sample and left out of the rate; an item with no usable weak (or strong) reply is

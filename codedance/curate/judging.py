@@ -1,4 +1,4 @@
-"""One judge question: is `prediction` the gold answer? Asked of the judge endpoint, parsed strictly.
+"""One judge question: is `prediction` the gold answer? Asked of the judge endpoint, read strictly.
 
 `ask_judge` sends the few-shot "Judgement: 1/0" prompt of `codedance.grading.judge` at
 temperature 0 and returns a `JudgeReply`: ``correct`` True/False, or None when the reply is no

@@ -91,7 +91,7 @@ def steps_of(cot: str) -> str:
 
 
 def agrees(claimed: str | None, result: ExecResult) -> bool:
-    """Whether the sandbox's real `result` is what the revision claimed (stdout, whitespace-normalised)."""
+    """Whether the sandbox's real `result` is the revision's claim (stdout, spaces normalised)."""
     return claimed is not None and result.ok and claimed.split() == result.stdout.split()
 
 
@@ -110,7 +110,7 @@ def closing_turn(closing: str) -> str | None:
 
 
 class _Watched:
-    """The sandbox, remembering the last result it returned (the policy compares it to the claim)."""
+    """The sandbox, keeping its last result (the policy compares it to the claim)."""
 
     def __init__(self, sandbox: Any) -> None:
         self.sandbox = sandbox

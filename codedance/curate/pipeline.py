@@ -4,8 +4,9 @@ Stages, in this order for each item: ``inspect`` (`codedance.curate.inspectors`)
 (`codedance.curate.filtering`), ``atomic`` (`codedance.curate.atomic`: easy items kept as
 direct-answer examples from the weak model's own correct reply; medium/hard items of a ``crop``
 source: boxes, rule filter, the trajectory through the loop and sandbox; of a ``draw`` source:
-`codedance.curate.drawing`'s operations; of a ``math`` source: `codedance.curate.math_recipe`), ``verify`` (`codedance.curate.verification`); then the export
-and the report always run. An item dropped by a stage (its record's ``reason``) goes no further.
+`codedance.curate.drawing`'s operations; of a ``math`` source: `codedance.curate.math_recipe`),
+``verify`` (`codedance.curate.verification`); then the export and the report always run. An item
+dropped by a stage (its record's ``reason``) goes no further.
 
 The sources are streamed (`codedance.curate.sources.iter_items`, read in a worker thread so the
 event loop keeps serving replies): each item is taken through every stage as soon as it is read,
@@ -21,8 +22,9 @@ values of those is refused (naming them), so records are never mixed across sett
 another ``out`` to start a new run.
 - ``<stage>.jsonl``: one record per item with ``key``, ``task_id`` and ``reason`` ('' = kept),
   written as each item finishes the stage; a rerun reuses the records already there (resume by
-  item key; they are read at the start and dropped from memory as their items pass). ``atomic.jsonl`` records
-  hold the trajectory (`codedance.records` format; images under ``images/``).
+  item key; they are read at the start and dropped from memory as their items pass).
+  ``atomic.jsonl`` records hold the trajectory (`codedance.records` format; images under
+  ``images/``).
 - ``sft.jsonl`` (canonical), ``swift.jsonl``, ``trl.jsonl``: the accepted items' SFT records with
   image paths relative to ``out`` (so the folder can be moved), and ``meta`` (key, source,
   difficulty).

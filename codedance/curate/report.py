@@ -169,12 +169,14 @@ def render_html(report: dict[str, Any]) -> str:
     return (
         "<!doctype html><meta charset='utf-8'><title>codedance curate report</title><style>"
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
-        "td,th{border:1px solid #ccc;padding:4px 8px}.s{display:inline-block;width:300px;vertical-align:top;"
+        "td,th{border:1px solid #ccc;padding:4px "
+        "8px}.s{display:inline-block;width:300px;vertical-align:top;"
         "margin:8px;padding:8px;border:2px solid #ccc}.ok{border-color:#4a4}.no{border-color:#c44}"
         "img{max-width:280px}</style>"
         f"<h1>codedance curate</h1><p>{report['items']} items, {report['accepted']} accepted, "
         f"{report['wall_s']} s</p><h2>Stages</h2>{stages}<h2>Difficulty per source</h2>{diff}"
-        f"<h2>Requests per difficulty</h2>{calls}<h2>Endpoints (this run)</h2>{ends}<h2>Samples</h2>{samples}"
+        f"<h2>Requests per difficulty</h2>{calls}<h2>Endpoints (this "
+        f"run)</h2>{ends}<h2>Samples</h2>{samples}"
     )
 
 

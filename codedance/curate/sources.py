@@ -21,8 +21,8 @@ YAML's folder for relative paths).
 `iter_items` streams every source (table files by parquet record batches or JSONL / TSV lines, the
 world and benchmarks task by task) and keeps the first task per (image hashes, normalised
 question); the item key is a short hash of that pair, so it is stable across runs and resumes by
-key. A ``.json`` table (one document) and the benchmark loaders read their file whole. Not handled: near-duplicate
-images (perceptual hashing), videos.
+key. A ``.json`` table (one document) and the benchmark loaders read their file whole. Not handled:
+near-duplicate images (perceptual hashing), videos.
 """
 
 from __future__ import annotations
@@ -171,6 +171,6 @@ def check_sources(specs: Iterable[dict[str, Any]]) -> None:
 
 
 def load_items(specs: Iterable[dict[str, Any]], base: Path) -> tuple[list[Item], dict[str, int]]:
-    """`iter_items` as a list (every task with its images in memory: for small sources and tests)."""
+    """`iter_items` as a list (every task and image in memory: for small sources and tests)."""
     counts: dict[str, int] = {}
     return list(iter_items(specs, base, counts)), counts

@@ -22,8 +22,8 @@ A row is unmappable when: a role is unknown, a system message is not first, no u
 precedes the first assistant turn, there is no assistant turn, an assistant turn holds an image
 placeholder, a turn with code is followed by another assistant turn or ends the conversation
 without an answer (a tool call that never got a response; a last turn with code *and* an answer
-is kept, counted as "final turn with code and answer"), the conversation ends on a user message, or the placeholders and
-images disagree in number (some placeholders but not one per image).
+is kept, counted as "final turn with code and answer"), the conversation ends on a user message, or
+the placeholders and images disagree in number (some placeholders but not one per image).
 
 Image columns: a list of binary (the cards' ``list: binary``) or of ``{bytes, path}`` structs
 (``datasets.Image``); a path is resolved against the parquet file's folder.

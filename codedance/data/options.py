@@ -1,4 +1,4 @@
-"""The settings of ``codedance data import`` and ``codedance data verify`` as trees for the one
+"""The settings of ``codedance data import``, ``verify`` and ``stats`` as trees for the one
 loader (`codedance.config`: ``-c FILE.yaml``, ``key=value``, ``--print-config``); the command
 line's flags are sugar for their keys. Numbers out of range are refused at load (`bounded`),
 before any row is read or a sandbox started.
@@ -65,6 +65,18 @@ class RlImportConfig:
             raise SettingsError(
                 f"--val-fraction must be at least 0 and below 1, got {self.val_fraction}"
             )
+
+
+@dataclass(frozen=True)
+class StatsConfig:
+    """``codedance data stats``: tables of an import folder and a histogram PNG."""
+
+    out: str = ""  # the import folder (codedance-sft or codedance-rl)
+    png: str = ""  # the histogram file; '' writes OUT/stats.png
+
+    def check(self) -> None:
+        if not self.out:
+            raise SettingsError("give the import folder: codedance data stats DIR (or out=DIR)")
 
 
 def _check_import(paths: tuple[str, ...], out: str) -> None:

@@ -2,7 +2,8 @@
 
     from codedance.data.rl_import import import_rl
     result = import_rl(["CodeDance-RL/data"], "data/codedance-rl")
-    # then: DATA=data/codedance-rl bash scripts/train_verl.sh codedance/presets/verl/single_node_8gpu.yaml
+    # then, with PRESET=codedance/presets/verl/single_node_8gpu.yaml:
+    # DATA=data/codedance-rl bash scripts/train_verl.sh $PRESET
 
 One `Task` per row (id = the row key ``<file>#<row>``):
 
@@ -29,11 +30,11 @@ One `Task` per row (id = the row key ``<file>#<row>``):
   gives: the card does not say whether they are pixels or fractions of the image).
 
 Output folder: ``tasks.jsonl`` + ``images/`` (`codedance.task_records`), ``rows.jsonl``,
-``summary.json`` (with ``verl_rows``: rows per split); then ``train.parquet`` and ``val.parquet`` (a deterministic ``val_fraction``
-of the rows by a hash of their key), rewritten from ``tasks.jsonl`` at the end of every run
-with `codedance.integrations.verl.data.task_row`, in bounded memory; ``prompts.json`` (every
-distinct system prompt and user template around the question, with counts) and
-``profiles.yaml`` holding the most common one as prompt profile ``codedance-rl`` (feedback
+``summary.json`` (with ``verl_rows``: rows per split); then ``train.parquet`` and ``val.parquet`` (a
+deterministic ``val_fraction`` of the rows by a hash of their key), rewritten from ``tasks.jsonl``
+at the end of every run with `codedance.integrations.verl.data.task_row`, in bounded memory;
+``prompts.json`` (every distinct system prompt and user template around the question, with counts)
+and ``profiles.yaml`` holding the most common one as prompt profile ``codedance-rl`` (feedback
 worded as the release's tool: base ``release``), for ``--profiles``.
 
 Not handled: videos, rows without images.
@@ -52,6 +53,7 @@ from codedance.data.formats import IMAGE, Unmappable, image_bytes, to_image
 from codedance.data.importing import ImportResult, Progress, claim, run_import
 from codedance.data.ledger import iter_jsonl, summarize
 from codedance.data.stream import check_columns, parquet_files
+from codedance.errors import SettingsError
 from codedance.grading.numbers import parse_number
 from codedance.prompts.profiles import PAPER_INSTRUCTION, RELEASE_INSTRUCTION
 from codedance.records import ImageStore
@@ -69,7 +71,8 @@ _OPTION = re.compile(r"^\s*\(?([A-Z])[.):]\s+(.+?)\s*$", re.MULTILINE)
 def infer_domain(data_source: str, ability: str) -> str:
     """``math`` or ``general`` (module docstring).
 
-    >>> infer_domain("thinklite_eureka", ""), infer_domain("chart", "vqa"), infer_domain("x", "Math")
+    >>> (infer_domain("thinklite_eureka", ""), infer_domain("chart", "vqa"),
+    ...  infer_domain("x", "Math"))
     ('math', 'general', 'math')
     """
     if data_source.strip().lower() in MATH_SOURCES or "math" in ability.lower():
@@ -192,7 +195,8 @@ def detected_objects(extra: dict, seen: set[str]) -> tuple[tuple[str, str], ...]
     """Metadata pairs of ``extra_info.detected_objects`` (module docstring); () when empty.
     Points whose x and y lists differ in length are dropped (noted in `seen`).
 
-    >>> detected_objects({"detected_objects": {"label": "cat", "point": {"x": [1.5, 3.0], "y": [2.0, 4.0]}}}, set())
+    >>> point = {"x": [1.5, 3.0], "y": [2.0, 4.0]}
+    >>> detected_objects({"detected_objects": {"label": "cat", "point": point}}, set())
     (('detected_label', 'cat'), ('detected_points', '[[1.5, 2.0], [3.0, 4.0]]'))
     """
     objects = extra.get("detected_objects") or {}
@@ -293,7 +297,7 @@ def write_verl(tasks_file: Path, out: Path, batch: int = 64) -> dict[str, int]:
     try:  # the package imports verl (registration), so this needs the train extra
         from codedance.integrations.verl.data import task_row
     except ImportError as exc:
-        raise ImportError(
+        raise SettingsError(
             f"writing verl parquet needs the train extra (pip install -e '.[train]'): {exc}; "
             "tasks.jsonl is written: rerun the import afterwards to write the parquet"
         ) from exc
@@ -346,7 +350,8 @@ def write_prompts(out: Path, templates: dict[str, Template]) -> Template | None:
 
     user_template = braces(top.prefix) + "{question}" + braces(top.suffix)
     (out / "profiles.yaml").write_text(
-        f"# the most common prompt of {out} ({entries[0]['rows']} rows; all of them: prompts.json)\n"
+        f"# the most common prompt of {out} ({entries[0]['rows']} rows; all of them: "
+        "prompts.json)\n"
         f'{PROFILE}:\n  base: release\n  system: {_yaml_text(top.system)}\n  instruction: ""\n'
         f"  user_template: {_yaml_text(user_template)}\n"
     )
@@ -363,7 +368,7 @@ def import_rl(
 ) -> ImportResult:
     """Import CodeDance-RL parquet files (or folders) into `out`; resumes (module docstring)."""
     if not 0.0 <= val_fraction < 1.0:
-        raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+        raise SettingsError(f"val_fraction must be in [0, 1), got {val_fraction}")
     files = parquet_files(paths)
     check_columns(files, COLUMNS)
     out = Path(out)

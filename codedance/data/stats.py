@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from codedance.data.ledger import iter_jsonl, summarize
+from codedance.errors import DataError
 from codedance.parsing import CodeForm, parse_message
 
 
@@ -84,7 +85,7 @@ def collect(out: str | Path) -> Stats:
     out = Path(out)
     has_sft, has_rl = (out / "trajectories.jsonl").exists(), (out / "tasks.jsonl").exists()
     if not (has_sft or has_rl):
-        raise FileNotFoundError(
+        raise DataError(
             f"{out} holds neither trajectories.jsonl nor tasks.jsonl: "
             "pass the --out folder of `codedance data import`"
         )

@@ -6,8 +6,9 @@
 For every trajectory of an import folder (``trajectories.jsonl``), one fresh sandbox from a
 `SandboxPool` gets the trajectory's input images (the prompt's images, in order: the first is
 ``input_image`` / ``input_image.jpg``, as in the release) and runs each turn's code in order (a
-last turn's code that got no feedback is not run: nothing was recorded to compare with). Each step's result is compared with the feedback the trajectory recorded after that turn, read
-in the release tool's wording (`recorded`):
+last turn's code that got no feedback is not run: nothing was recorded to compare with). Each step's
+result is compared with the feedback the trajectory recorded after that turn, read in the release
+tool's wording (`recorded`):
 
 - ``text_equal``: both succeeded, stdout equal (line ends and surrounding blank space ignored),
   no images on either side;
@@ -85,7 +86,8 @@ def _body(text: str) -> str:
 def recorded(feedback: str, images: tuple[Image, ...]) -> Recorded:
     """Read one recorded feedback in the release tool's wording (module docstring).
 
-    >>> recorded("<tool_response>\\n--- Execution Error (Error) ---\\nValueError: x\\n</tool_response>", ()).error_type
+    >>> error = "--- Execution Error (Error) ---\\nValueError: x"
+    >>> recorded(f"<tool_response>\\n{error}\\n</tool_response>", ()).error_type
     'ValueError'
     """
     body = _body(feedback).replace(RELEASE_REMINDER.strip(), "")
@@ -322,8 +324,9 @@ async def averify_dir(
     out = Path(out)
     records = out / "trajectories.jsonl"
     if not records.exists():
-        raise FileNotFoundError(
-            f"no {records}: run `codedance data import codedance-sft ... --out {out}` first"
+        raise DataError(
+            f"no {records}: import with "
+            f"`codedance data import codedance-sft PATH --out {out}` first"
         )
     check_records(records)
     start = time.perf_counter()

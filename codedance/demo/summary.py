@@ -84,7 +84,7 @@ class DemoRow:
 def score_run(
     pairs: Sequence[tuple[str, Trajectory]], tasks: Mapping[str, Task], profile: str = "paper"
 ) -> list[Scored]:
-    """Grade, reward (one group per task) and compute GRPO advantages for (key, trajectory) pairs."""
+    """Grade, reward (one group per task) and GRPO advantages of (key, trajectory) pairs."""
     if not pairs:
         return []
     trajs = [t for _k, t in pairs]

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from codedance.errors import DataError
 from codedance.eval.agent_stats import AgentSummary, agent_stats, group_rows, tool_use_split
 from codedance.eval.intervals import bootstrap, outside, pass_at_k, wilson
 from codedance.eval.metrics import BREAKDOWNS, Breakdown, benchmark_metrics
@@ -468,12 +469,19 @@ def markdown(report: EvalReport) -> str:
 
 
 def load_report(path: str | Path) -> dict:
-    """A ``report.json`` (``path`` may be the run folder)."""
+    """A ``report.json`` (``path`` may be the run folder); a missing or unreadable one is a
+    `DataError` naming the file."""
     p = Path(path)
     p = p if p.suffix == ".json" else p / "report.json"
     if not p.is_file():
-        raise FileNotFoundError(f"expected {p}: run `codedance eval ... --out {p.parent}` first")
-    return json.loads(p.read_text(encoding="utf-8"))
+        raise DataError(f"expected {p}: run `codedance eval ... --out {p.parent}` first")
+    try:
+        report = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"{p}: not a readable report ({exc})") from None
+    if not isinstance(report, dict):
+        raise DataError(f"{p}: not a report (a JSON object is expected)")
+    return report
 
 
 def compare_markdown(

@@ -33,7 +33,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from codedance.errors import DataError
+from codedance.errors import CodeDanceError, DataError, SettingsError
 
 
 class DataNotFoundError(DataError, FileNotFoundError):
@@ -85,6 +85,8 @@ def _tsv_rows(path: Path) -> Iterator[dict[str, str]]:
         ) from None
     except csv.Error as exc:
         raise DataError(f"{path}: not a VLMEvalKit TSV file ({exc})") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read it ({exc.strerror or exc})") from None
 
 
 def iter_tsv(path: str | Path) -> Iterator[RawItem]:
@@ -127,6 +129,13 @@ def _listish(text: str) -> list[str]:
     return [text]
 
 
+def _read_image(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise DataError(f"image {path}: cannot read it ({exc.strerror or exc})") from None
+
+
 def _image_bytes(value: object, base: Path) -> list[bytes]:
     if value is None:
         return []
@@ -137,14 +146,14 @@ def _image_bytes(value: object, base: Path) -> list[bytes]:
             data = value["bytes"]
             return [data if isinstance(data, bytes) else _b64(str(data))]
         if value.get("path"):
-            return [(base / str(value["path"])).read_bytes()]
+            return [_read_image(base / str(value["path"]))]
         return []
     if isinstance(value, (bytes, bytearray)):
         return [bytes(value)]
     text = str(value)
     candidate = base / text
     if len(text) < 1024 and candidate.is_file():
-        return [candidate.read_bytes()]
+        return [_read_image(candidate)]
     if len(text) < 1024 and _tiny_encoded_image(text) is None:
         raise DataNotFoundError(f"image file {candidate} (named in the export) is missing")
     return [_b64(text)]
@@ -176,11 +185,21 @@ def _export_files(path: Path) -> list[Path]:
 
 
 def _records(file: Path) -> Iterator[dict]:
+    """The records of one export file; a file that cannot be read is a `DataError` naming it."""
+    try:
+        yield from _file_records(file)
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, CodeDanceError):
+            raise
+        raise DataError(f"{file}: cannot read its records ({exc})") from None
+
+
+def _file_records(file: Path) -> Iterator[dict]:
     if file.suffix == ".parquet":
         try:
             import pyarrow.parquet as pq
-        except ImportError as exc:
-            raise ImportError(f"reading {file} needs pyarrow: pip install pyarrow") from exc
+        except ImportError:
+            raise SettingsError(f"reading {file} needs pyarrow: pip install pyarrow") from None
         # a few rows in memory at a time: no pre-buffering of whole row groups (image datasets
         # write row groups of ~100 rows, tens of MB), reads through a 1 MiB buffer
         parquet = pq.ParquetFile(file, pre_buffer=False, buffer_size=1 << 20)
@@ -234,7 +253,7 @@ def read_mathv(root: str | Path, split: str) -> list[RawItem]:
         image = record.get("image")
         try:
             images = tuple(_image_bytes(image, root)) if image else ()
-        except (OSError, DataNotFoundError) as exc:
+        except (OSError, DataError) as exc:
             raise DataNotFoundError(f"{file}: item {record.get('id')}: {exc}") from exc
         fields = {k: t for k, v in record.items() if k != "image" and (t := _text(v)) is not None}
         if isinstance(image, str) and len(image) < 1024 and _tiny_encoded_image(image) is None:

@@ -28,6 +28,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 
+from codedance.errors import SettingsError
 from codedance.grading.choice import check_choice
 from codedance.grading.numbers import numbers_in, parse_number, word_number
 from codedance.types import AnswerKind
@@ -65,7 +66,7 @@ def check_count(prediction: str, gold: str) -> bool:
     """
     gold_value = _as_count(gold)
     if gold_value is None:
-        raise ValueError(f"count gold {gold!r} is not an integer")
+        raise SettingsError(f"count gold {gold!r} is not an integer")
     return _as_count(prediction) == gold_value
 
 
@@ -79,7 +80,7 @@ def check_number(
     """
     gold_value = parse_number(gold)
     if gold_value is None:
-        raise ValueError(f"number gold {gold!r} is not a number")
+        raise SettingsError(f"number gold {gold!r} is not a number")
     value = parse_number(prediction)
     if value is None:
         found = set(numbers_in(prediction))
@@ -118,7 +119,8 @@ def _dollar(gold: str) -> str:
 def check_math(prediction: str, gold: str) -> bool:
     """math-verify equivalence, thread-safe (no signal-based timeout).
 
-    >>> check_math("0.5", "\\\\frac{1}{2}"), check_math("$\\\\sqrt{12}$", "2\\\\sqrt{3}"), check_math("3", "2")
+    >>> (check_math("0.5", "\\\\frac{1}{2}"), check_math("$\\\\sqrt{12}$", "2\\\\sqrt{3}"),
+    ...  check_math("3", "2"))
     (True, True, False)
     """
     from math_verify import parse, verify
@@ -160,12 +162,16 @@ def check_answer(
     >>> check_answer(None, "1", "math")
     False
     """
-    kind = AnswerKind(kind)
+    try:
+        kind = AnswerKind(kind)
+    except ValueError:
+        known = ", ".join(k.value for k in AnswerKind)
+        raise SettingsError(f"unknown answer kind {kind!r}; one of: {known}") from None
     if prediction is None or not prediction.strip():
         return False
     golds = [gold] if isinstance(gold, str) else list(gold)
     if not golds:
-        raise ValueError("check_answer needs at least one gold answer")
+        raise SettingsError("check_answer needs at least one gold answer")
     options = dict(choices) if choices is not None else None
     return any(_check_one(prediction, str(g), kind, options, abs_tol, rel_tol) for g in golds)
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from codedance.errors import SettingsError
+
 _PUNCT = str.maketrans({c: " " for c in ".()[],:;!*#{}"})
 _ANSWER_IS_LETTER = re.compile(  # the phrase is case-insensitive, the letter is not ("is a dog")
     r"(?i:answer\s*(?:is|:)\s*(?:option\s*)?)[\(\[]?\s*([A-Z])\s*[\)\]]?(?![A-Za-z])"
@@ -81,11 +83,11 @@ def check_choice(prediction: str, gold: str, choices: Mapping[str, str] | None) 
         if gold_s.upper() not in options:
             by_text = [k for k, v in options.items() if v.strip().lower() == gold_s.lower()]
             if len(by_text) != 1:
-                raise ValueError(f"gold {gold!r} is neither an option letter nor an option text")
+                raise SettingsError(f"gold {gold!r} is neither an option letter nor an option text")
             gold_s = by_text[0]
     else:
         if not re.fullmatch(r"[A-Za-z]", gold_s.strip("()")):
-            raise ValueError(f"without choices the gold must be an option letter, got {gold!r}")
+            raise SettingsError(f"without choices the gold must be an option letter, got {gold!r}")
         gold_s = gold_s.strip("()")
         options = {c: "" for c in "ABCDE"} | {gold_s.upper(): ""}
     return infer_option(prediction, options) == gold_s.upper()

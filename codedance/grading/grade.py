@@ -37,7 +37,8 @@ def grade_response(
     """Grade a model response (one message or the whole trace) against ``task``.
 
     >>> from codedance.types import AnswerKind, Task
-    >>> task = Task(id="t", question="How many coins?", images=(), answer="24", kind=AnswerKind.COUNT)
+    >>> task = Task(id="t", question="How many coins?", images=(), answer="24",
+    ...             kind=AnswerKind.COUNT)
     >>> grade_response(response="<think>..</think><answer>twenty-four</answer>", task=task)
     Grade(correct=True, answer='twenty-four', source='answer_tag', scorer='rule:count')
     """

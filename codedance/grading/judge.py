@@ -67,14 +67,18 @@ class JudgeVerdictError(JudgeError):
 def build_prompt(*, question: str, gold: str, prediction: str) -> str:
     """The few-shot "Judgement: 1/0" prompt for one item.
 
-    >>> build_prompt(question="Q?", gold="A", prediction="B").endswith("[Model answer]: B\\nJudgement:")
+    >>> prompt = build_prompt(question="Q?", gold="A", prediction="B")
+    >>> prompt.endswith("[Model answer]: B\\nJudgement:")
     True
     """
     shots = "\n\n".join(
         f"[Question]: {q}\n[Standard answer]: {g}\n[Model answer]: {p}\nJudgement: {v}"
         for q, g, p, v in _EXAMPLES
     )
-    item = f"[Question]: {question}\n[Standard answer]: {gold}\n[Model answer]: {prediction}\nJudgement:"
+    item = (
+        f"[Question]: {question}\n[Standard answer]: {gold}\n"
+        f"[Model answer]: {prediction}\nJudgement:"
+    )
     return f"{_INSTRUCTION}{shots}\n\n{item}"
 
 
@@ -169,8 +173,8 @@ class JudgeClient:
             except PolicyConnectionError as exc:
                 if isinstance(exc.__cause__, (httpx.ConnectError, httpx.ConnectTimeout)):
                     raise JudgeUnavailableError(
-                        f"LLM judge at {url} is not reachable ({exc.__cause__}). Start an OpenAI-compatible "
-                        f"server serving {self.config.model!r} (e.g. `vllm serve "
+                        f"LLM judge at {url} is not reachable ({exc.__cause__}). Start an "
+                        f"OpenAI-compatible server serving {self.config.model!r} (e.g. `vllm serve "
                         f"{self.config.model}`) or point the judge's url at one."
                     ) from exc
                 raise JudgeError(f"LLM judge request to {url} failed: {exc}") from exc

@@ -173,7 +173,8 @@ def _close(a: object, b: object) -> bool:
 def mathv_is_equal(answer: str, gold: str) -> bool:
     """MATH-V's ``is_equal`` as VLMEvalKit runs it (see the module docstring).
 
-    >>> mathv_is_equal("0.5", "1/2"), mathv_is_equal("\\\\frac{1}{2}", "0.5"), mathv_is_equal("\\\\sqrt{12}", "2\\\\sqrt{3}")
+    >>> (mathv_is_equal("0.5", "1/2"), mathv_is_equal("\\\\frac{1}{2}", "0.5"),
+    ...  mathv_is_equal("\\\\sqrt{12}", "2\\\\sqrt{3}"))
     (True, True, False)
     """
     a, g = str(answer).lower().strip(), str(gold).lower().strip()
@@ -214,7 +215,8 @@ def mathvista_match(
 
     >>> mathvista_match("1.45", question_type="free_form", answer_type="float", answer="1.45")
     1.45
-    >>> mathvista_match("1.449", question_type="free_form", answer_type="float", answer="1.45") is None
+    >>> float_question = dict(question_type="free_form", answer_type="float", answer="1.45")
+    >>> mathvista_match("1.449", **float_question) is None
     True
     """
     if question_type == "multi_choice":
@@ -242,7 +244,8 @@ def mathvista_correct(response: object, **item: object) -> bool:
 def relaxed_correctness(target: str, prediction: str, max_relative_change: float = 0.05) -> bool:
     """ChartQA's relaxed accuracy as VLMEvalKit computes it (only the prediction is stripped).
 
-    >>> relaxed_correctness("12", "12.4"), relaxed_correctness("0", "0.0"), relaxed_correctness("Cable TV ", "Cable TV")
+    >>> (relaxed_correctness("12", "12.4"), relaxed_correctness("0", "0.0"),
+    ...  relaxed_correctness("Cable TV ", "Cable TV"))
     (True, False, False)
     """
 

@@ -29,8 +29,8 @@ trajectory)`` is called, from VLMEvalKit's worker threads, with every finished t
 
 Registering: `register` adds the class to ``vlmeval.config.supported_VLM`` under a name (and to
 ``vlmeval.api`` as ``CodeDance`` for ``run.py --config``); ``python -m
-codedance.integrations.vlmeval_adapter --vlmevalkit DIR --model-url URL -- <run.py arguments>`` registers
-it and runs VLMEvalKit's own ``run.py``. Importing this module never needs VLMEvalKit.
+codedance.integrations.vlmeval_adapter --vlmevalkit DIR --model-url URL -- <run.py arguments>``
+registers it and runs VLMEvalKit's own ``run.py``. Importing this module never needs VLMEvalKit.
 
 Not handled: video (VLMEvalKit's own check rejects it: ``allowed_types`` is text and image);
 image placement inside interleaved messages (all images go to the task in order, texts are
@@ -238,7 +238,8 @@ def register(name: str = "codedance", **kwargs) -> partial:
 
     ``kwargs`` go to the class (``model_url``, ``model_name``, ``max_turns``, ``records``, ...);
     ``retry`` and ``verbose`` are always present so ``run.py --retry/--verbose`` override them.
-    Also sets ``vlmeval.api.CodeDance`` so a ``run.py --config`` file can say ``"class": "CodeDance"``.
+    Also sets ``vlmeval.api.CodeDance`` so a ``run.py --config`` file can name the class
+    ``"CodeDance"``.
     """
     cls = vlmeval_model_class()
     import vlmeval.api
@@ -253,7 +254,7 @@ def register(name: str = "codedance", **kwargs) -> partial:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m codedance.integrations.vlmeval_adapter [options] -- <VLMEvalKit run.py arguments>``."""
+    """``python -m codedance.integrations.vlmeval_adapter [options] -- <run.py arguments>``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     ours, rest = (
         (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])

@@ -1,4 +1,4 @@
-"""`ClientShards`: several small httpx clients in place of one big one, for many concurrent requests.
+"""`ClientShards`: several small httpx clients in place of one big one, for many requests at once.
 
 Why: httpcore's connection pool (1.0.x) scans every connection of the pool for every queued
 request and, for each idle connection, every connection again, each time a request starts or
@@ -41,7 +41,7 @@ def shared_ssl_context() -> object:
 
 
 class ClientShards(Generic[C]):
-    """Clients made by ``factory(limits, verify)``, leased least-busy first; see the module docstring."""
+    """Clients made by ``factory(limits, verify)``, leased least-busy first (module docstring)."""
 
     def __init__(
         self, factory: ClientFactory[C], max_connections: int, per_shard: int = 16

@@ -21,15 +21,15 @@ server's per-prompt limit (vLLM: "At most N image(s) may be provided in one prom
 `MalformedResponseError`. vLLM 0.32 no longer answers 400 when prompt + ``max_tokens`` exceed
 the context: it clamps and finishes with ``length`` (a ``max_tokens`` stop for the loop).
 
-Text and token ids (checked against recorded vLLM replies, ``tests/policy/test_vllm_recordings.py``):
-the loop trusts ``content``; ``token_ids`` may hold more (see `Completion`). With a stop string
-and ``include_stop_str_in_output`` the text ends right after the stop string even when that is
-inside a token, while the ids hold the whole token. ``stop_reason`` and ``usage`` are kept.
-If a server parses tool calls itself (``message.tool_calls``), they are written back into the
-text in the hermes ``<tool_call>`` form the model generated; ``content: null`` becomes "".
-Connections: up to ``max_connections``, split over small httpx clients (`ClientShards`;
-one big httpx pool costs time quadratic in its connections at hundreds of concurrent requests).
-Not handled: streaming, ``n > 1``.
+Text and token ids (checked against recorded vLLM replies,
+``tests/policy/test_vllm_recordings.py``): the loop trusts ``content``; ``token_ids`` may hold more
+(see `Completion`). With a stop string and ``include_stop_str_in_output`` the text ends right after
+the stop string even when that is inside a token, while the ids hold the whole token.
+``stop_reason`` and ``usage`` are kept. If a server parses tool calls itself
+(``message.tool_calls``), they are written back into the text in the hermes ``<tool_call>`` form the
+model generated; ``content: null`` becomes "". Connections: up to ``max_connections``, split over
+small httpx clients (`ClientShards`; one big httpx pool costs time quadratic in its connections at
+hundreds of concurrent requests). Not handled: streaming, ``n > 1``.
 """
 
 from __future__ import annotations

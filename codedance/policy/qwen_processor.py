@@ -81,7 +81,7 @@ class ImageTextProcessor:
         return int(grid.prod()) // (self.merge**2)
 
     def pixel_inputs(self, images: list[Image] | tuple[Image, ...]) -> dict[str, Any]:
-        """``pixel_values`` (patches, C·T·P·P) and ``image_grid_thw`` (n, 3) of `images`, in order."""
+        """``pixel_values`` (patches, C·T·P·P) and ``image_grid_thw`` (n, 3) of `images`."""
         import torch
 
         parts = [self._one(i) for i in images]
@@ -100,8 +100,8 @@ class ImageTextProcessor:
         return_tensors: str = "pt",
         **_: Any,
     ) -> Any:
-        """Tokenize one prompt (a list of one string, as `TransformersPolicy` passes), images expanded.
-        ``images`` may be PIL images or `Image`s."""
+        """Tokenize one prompt (a list of one string, as `TransformersPolicy` passes), images
+        expanded. ``images`` may be PIL images or `Image`s."""
         from transformers import BatchFeature
 
         texts = [text] if isinstance(text, str) else list(text)

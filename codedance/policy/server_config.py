@@ -36,7 +36,9 @@ class ServerConfig:
         "request_timeout_s": "timeout_s",
         "max_retries": "retries",
         "max_concurrency": "max_in_flight",
-        "plain_openai": "vllm_extras, with the opposite meaning (plain_openai: true is vllm_extras: false)",
+        "plain_openai": (
+            "vllm_extras, with the opposite meaning (plain_openai: true is vllm_extras: false)"
+        ),
     }
 
     url: str = not_resumed("")

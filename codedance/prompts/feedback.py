@@ -88,8 +88,8 @@ def _images(
         if len(kept) >= budget:
             over = len(result.images) - index
             notes.append(
-                f"[{over} more image(s) not shown: at most {limits.max_images_per_turn} per turn and "
-                f"{limits.max_images_per_trajectory} per conversation]"
+                f"[{over} more image(s) not shown: at most {limits.max_images_per_turn} per turn "
+                f"and {limits.max_images_per_trajectory} per conversation]"
             )
             break
         try:

@@ -14,8 +14,8 @@ Built-in profiles:
   the instruction) with feedback in ``<interpreter>…</interpreter>`` (paper Table 9).
 
 Departure from the release, in every profile: on failure the model also gets the last frames of
-its own code (a departure documented in docs/loop.md) and the sandbox's notes (rolled back, output cut); set ``show_frames:
-false`` in a user profile to drop the frames.
+its own code (a departure documented in docs/loop.md) and the sandbox's notes (rolled back, output
+cut); set ``show_frames: false`` in a user profile to drop the frames.
 
 User profiles come from a YAML file mapping names to fields of `PromptProfile`; ``base:`` names
 the profile whose other fields are inherited (``release`` when absent)::

@@ -20,7 +20,9 @@ import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 
+from codedance.errors import SettingsError
 from codedance.types import Image
 
 IMAGE_FACTOR = 28
@@ -46,15 +48,16 @@ def smart_resize(height: int, width: int, limits: VisionLimits = VisionLimits())
     (112, 196)
     >>> smart_resize(10, 10)
     (56, 56)
-    >>> h, w = smart_resize(4000, 3000, VisionLimits(max_pixels=1280 * 28 * 28)); (h % 28, w % 28, h * w <= 1280 * 784)
+    >>> h, w = smart_resize(4000, 3000, VisionLimits(max_pixels=1280 * 28 * 28))
+    >>> (h % 28, w % 28, h * w <= 1280 * 784)
     (0, 0, True)
     """
     if height <= 0 or width <= 0:
         raise ValueError(f"image size must be positive, got {width}x{height}")
     if max(height, width) / min(height, width) > limits.max_ratio:
         raise ValueError(
-            f"aspect ratio {max(height, width) / min(height, width):.0f} of a {width}x{height} image"
-            f" exceeds {limits.max_ratio:g}"
+            f"aspect ratio {max(height, width) / min(height, width):.0f} of a {width}x{height} "
+            f"image exceeds {limits.max_ratio:g}"
         )
     f = limits.factor
     h_bar = max(f, round(height / f) * f)
@@ -132,3 +135,17 @@ def image_from_bytes(data: bytes, origin: str = "") -> Image:
     if data[:8] == b"\x89PNG\r\n\x1a\n":
         return Image(png=data, origin=origin, width=pil.width, height=pil.height)
     return Image.from_pil(pil, origin=origin)
+
+
+def image_file(path: Path, option: str = "--image") -> bytes:
+    """The bytes of an image file a person named, decoded once to check it: an unreadable one is
+    a `SettingsError` naming the option and the file, before any sandbox or server is started."""
+    try:
+        data = Path(path).read_bytes()
+        image_from_bytes(data, origin=str(path))
+    except OSError as exc:
+        raise SettingsError(f"{option} {path}: cannot read it ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        reason = str(exc).split("cannot be decoded: ", 1)[-1]
+        raise SettingsError(f"{option} {path}: not a readable image ({reason})") from None
+    return data

@@ -5,8 +5,8 @@ Public helpers (a contract): `difficulty_scale(mu_acc, gamma=4.0, delta=0.2)`,
 `turn_returns(failed, beta=0.2, penalty=-0.5)`. Group and batch computation:
 `compute_group_rewards`, `compute_batch_rewards`; profiles: `get_profile` / `PROFILES`
 (``paper`` default, ``paper-all-turns``, ``release``, ``outcome-only``, ``deepeyes`` and the
-named ablations `ABLATIONS`). What a tool call is lives in `codedance.types.CallOutcome`; the format rule in
-`codedance.parsing.format_errors`. See docs/rewards.md.
+named ablations `ABLATIONS`). What a tool call is lives in `codedance.types.CallOutcome`; the format
+rule in `codedance.parsing.format_errors`. See docs/rewards.md.
 """
 
 from codedance.parsing import format_errors

@@ -39,7 +39,7 @@ def compute_group_rewards(
     >>> from codedance.types import ExecResult, ExecStatus, StopReason, Trajectory, Turn
     >>> call = Turn("<think>.</think><code>c</code>", result=ExecResult(ExecStatus.OK))
     >>> fin = Turn("<think>.</think><answer>7</answer>")
-    >>> g = [Trajectory("q", (call, fin), StopReason.ANSWERED), Trajectory("q", (fin,), StopReason.ANSWERED)]
+    >>> g = [Trajectory("q", turns, StopReason.ANSWERED) for turns in ((call, fin), (fin,))]
     >>> a, b = compute_group_rewards(trajectories=g, correct=[True, False])
     >>> round(a.total, 6), a.turn_returns, b.total   # 1 + 0 + 1.0·d(0.5)·1 = 1.3
     (1.3, (0.0, 0.0), 0.0)

@@ -75,7 +75,8 @@ def accuracy(
     >>> from codedance.rewards.profiles import get_profile
     >>> from codedance.types import StopReason, Trajectory, Turn
     >>> t = Trajectory("q", (Turn("<think>.</think><answer>4</answer>"),), StopReason.ANSWERED)
-    >>> accuracy(trajectories=[t, t], correct=[True, False], domain="math", profile=get_profile("paper"))
+    >>> accuracy(trajectories=[t, t], correct=[True, False], domain="math",
+    ...          profile=get_profile("paper"))
     (1.2, 0.0)
     """
     _check(trajectories, correct)
@@ -105,7 +106,8 @@ def format_penalty(
     >>> from codedance.rewards.profiles import get_profile
     >>> from codedance.types import StopReason, Trajectory, Turn
     >>> bad = Trajectory("q", (Turn("<think>no answer</think>"),), StopReason.MAX_TURNS)
-    >>> format_penalty(trajectories=[bad], correct=[False], domain="general", profile=get_profile("paper"))
+    >>> format_penalty(trajectories=[bad], correct=[False], domain="general",
+    ...                profile=get_profile("paper"))
     (-0.2,)
     """
     _check(trajectories, correct)
@@ -198,8 +200,8 @@ def deepeyes_tool(
     >>> cropped = Turn("<code>x</code>", result=ExecResult(ExecStatus.OK), feedback_images=shown)
     >>> fin = Turn("<answer>4</answer>")
     >>> text, image = (Trajectory("q", (c, fin), StopReason.ANSWERED) for c in (printed, cropped))
-    >>> deepeyes_tool(trajectories=[text, image, image], correct=[True, True, False], domain="general",
-    ...               profile=get_profile("deepeyes"))
+    >>> deepeyes_tool(trajectories=[text, image, image], correct=[True, True, False],
+    ...               domain="general", profile=get_profile("deepeyes"))
     (0.0, 1.2, 0.0)
     """
     acc = accuracy(trajectories=trajectories, correct=correct, domain=domain, profile=profile)

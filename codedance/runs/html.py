@@ -19,12 +19,17 @@ from codedance.prompts import split_placeholders
 from codedance.types import Image, StopReason, Trajectory
 
 STYLE = """body{font-family:system-ui,sans-serif;max-width:72rem;margin:1.5rem auto;padding:0 1rem}
-.msg{border-left:4px solid #999;margin:.8rem 0;padding:.2rem 1rem;background:#fafafa;overflow:hidden}
-.user{border-color:#2a7ae2}.assistant{border-color:#2ca02c}.system{border-color:#888}.exec{border-color:#9467bd}
+.msg{border-left:4px solid #999;margin:.8rem 0;padding:.2rem 1rem;background:#fafafa;
+overflow:hidden}
+.user{border-color:#2a7ae2}.assistant{border-color:#2ca02c}.system{border-color:#888}
+.exec{border-color:#9467bd}
 .role{font-weight:bold;font-size:.85rem;color:#555;display:block}
-pre{white-space:pre-wrap;word-break:break-word;margin:.4rem 0}img{max-width:100%;border:1px solid #ccc;display:block}
-img.thumb{max-width:360px}table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:.2rem .5rem;font-size:.9rem}
-.ok{color:#2ca02c}.bad{color:#d62728}.na{color:#888}details{margin:6px 0;border:1px solid #ddd;padding:4px 8px}"""
+pre{white-space:pre-wrap;word-break:break-word;margin:.4rem 0}
+img{max-width:100%;border:1px solid #ccc;display:block}
+img.thumb{max-width:360px}table{border-collapse:collapse}
+td,th{border:1px solid #ddd;padding:.2rem .5rem;font-size:.9rem}
+.ok{color:#2ca02c}.bad{color:#d62728}.na{color:#888}
+details{margin:6px 0;border:1px solid #ddd;padding:4px 8px}"""
 
 
 def image_file(image: Image, prefix: str = "images/") -> str:
@@ -51,8 +56,8 @@ def trajectory_html(
     """The conversation of `trajectory` as HTML (see the module docstring).
 
     >>> from codedance.types import ExecResult, ExecStatus, StopReason, Trajectory, Turn
-    >>> t = Trajectory("q", (Turn("<code>x</code>", code="x", result=ExecResult(ExecStatus.ERROR)),),
-    ...                StopReason.MAX_TURNS)
+    >>> failed = Turn("<code>x</code>", code="x", result=ExecResult(ExecStatus.ERROR))
+    >>> t = Trajectory("q", (failed,), StopReason.MAX_TURNS)
     >>> "sandbox: error" in trajectory_html(t, lambda image: "")
     True
     """
@@ -77,8 +82,8 @@ def trajectory_html(
                 _message(
                     "exec",
                     "",
-                    f'<span class="{css}">sandbox: {r.status.value} in '
-                    f"{r.duration_s:.2f}s{' (ran nothing)' if r.executed_nothing else ''}</span>{error}",
+                    f'<span class="{css}">sandbox: {r.status.value} in {r.duration_s:.2f}s'
+                    f"{' (ran nothing)' if r.executed_nothing else ''}</span>{error}",
                 )
             )
         elif turn.code and m == last and trajectory.stop_reason is StopReason.MAX_TURNS:

@@ -90,7 +90,7 @@ def _differences(have: Any, want: Any, prefix: str = "") -> list[str]:
 
 
 class RunDir:
-    """The folder ``path`` of a run of ``kind`` defined by ``settings`` (see the module docstring)."""
+    """The folder ``path`` of a run of ``kind`` defined by ``settings`` (module docstring)."""
 
     def __init__(
         self, path: str | Path, kind: str = "", settings: dict[str, Any] | None = None
@@ -123,17 +123,31 @@ class RunDir:
         """Take the folder for this run, or check that it holds this very run; ``extra`` fields
         are written to ``run.json`` beside ``kind`` and ``settings``. Raises `SettingsError`."""
         have = self.check()
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SettingsError(
+                f"{self.path}: cannot create the folder ({exc.strerror or exc}); "
+                "choose another output folder"
+            ) from None
         kept = (
             {k: v for k, v in have.items() if k not in ("kind", "settings")}
             if have.get("kind") == self.kind
             else {}
         )
         body = {**kept, "kind": self.kind, "settings": self.settings, **extra}
-        self.run_file.write_text(json.dumps(body, indent=1, ensure_ascii=False), encoding="utf-8")
+        try:
+            self.run_file.write_text(
+                json.dumps(body, indent=1, ensure_ascii=False), encoding="utf-8"
+            )
+        except OSError as exc:
+            raise SettingsError(
+                f"{self.path}: cannot write the run there ({exc.strerror or exc}); "
+                "choose another output folder"
+            ) from None
 
     def check(self) -> dict[str, Any]:
-        """`claim`'s refusals without writing anything (a dry run); returns ``run.json``'s content."""
+        """`claim`'s refusals without writing (a dry run); returns ``run.json``'s content."""
         if self.path.exists() and not self.path.is_dir():
             raise SettingsError(
                 f"{self.path} is a file; the output must be a folder (choose another)"
@@ -154,7 +168,8 @@ class RunDir:
                 )
         elif not have and self.has_results():
             raise SettingsError(
-                f"{self.path} is not empty and holds no {self.kind} run; choose another output folder"
+                f"{self.path} is not empty and holds no {self.kind} run; "
+                "choose another output folder"
             )
         return have
 

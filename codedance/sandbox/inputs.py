@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Union
 
+from codedance.errors import SettingsError
 from codedance.types import Image
 
 ImageInput = Union[str, os.PathLike, bytes, bytearray, Image, "PIL.Image.Image"]  # noqa: F821
@@ -34,7 +35,7 @@ def _as_bytes(image: ImageInput, index: int) -> bytes:
         if not path.is_file():
             raise FileNotFoundError(f"input image {index}: no such file {str(path)!r}")
         if path.stat().st_size > MAX_INPUT_BYTES:
-            raise ValueError(f"input image {index}: {path} is over {MAX_INPUT_BYTES >> 20} MiB")
+            raise SettingsError(f"input image {index}: {path} is over {MAX_INPUT_BYTES >> 20} MiB")
         return path.read_bytes()
     if hasattr(image, "save") and hasattr(image, "mode"):  # a PIL image, without importing PIL
         buffer = io.BytesIO()
@@ -52,9 +53,9 @@ def write_inputs(images: list[ImageInput], workdir: str) -> list[str]:
     for index, image in enumerate(images):
         data = _as_bytes(image, index)
         if not data:
-            raise ValueError(f"input image {index} is empty")
+            raise SettingsError(f"input image {index} is empty")
         if len(data) > MAX_INPUT_BYTES:
-            raise ValueError(f"input image {index} is over {MAX_INPUT_BYTES >> 20} MiB")
+            raise SettingsError(f"input image {index} is over {MAX_INPUT_BYTES >> 20} MiB")
         name = input_name(index)
         with open(os.path.join(workdir, name), "wb") as handle:
             handle.write(data)

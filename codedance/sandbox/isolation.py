@@ -25,7 +25,7 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from codedance.errors import CodeDanceError
+from codedance.errors import CodeDanceError, SettingsError
 
 LAYERS = ("namespaces", "users", "seccomp", "cgroups", "rlimits")
 
@@ -102,7 +102,7 @@ def normalize_requirement(required: str | tuple[str, ...] | list[str] | None) ->
         required = LAYERS if required == "full" else tuple(p.strip() for p in required.split(","))
     unknown = [name for name in required if name not in LAYERS]
     if unknown:
-        raise ValueError(
+        raise SettingsError(
             f"unknown isolation layer(s) {unknown}; choose from {', '.join(LAYERS)} or 'full'"
         )
     return tuple(required)

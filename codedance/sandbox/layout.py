@@ -19,6 +19,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from codedance.errors import SettingsError
 from codedance.sandbox.inputs import ImageInput, write_inputs
 
 # one thread per step: a step that leaves threads alive is refused, and steps are bounded by cores
@@ -69,12 +70,14 @@ class Limits:
         positive_finite("Limits.cpus", self.cpus)
         seconds("Limits.recovery_s", self.recovery_s)
         if self.max_message < self.max_image_bytes + (1 << 20):
-            raise ValueError("max_message must leave room for max_image_bytes plus 1 MiB of text")
+            raise SettingsError(
+                "max_message must leave room for max_image_bytes plus 1 MiB of text"
+            )
 
 
 def _check_count(name: str, value, minimum: int) -> None:
     if type(value) is not int or value < minimum:
-        raise ValueError(f"Limits.{name} must be an int >= {minimum}, got {value!r}")
+        raise SettingsError(f"Limits.{name} must be an int >= {minimum}, got {value!r}")
 
 
 MAX_SECONDS = (
@@ -83,23 +86,25 @@ MAX_SECONDS = (
 
 
 def seconds(name: str, value) -> float:
-    """`positive_finite`, and at most ``MAX_SECONDS`` (a week), else ValueError naming ``name``."""
+    """`positive_finite`, and at most ``MAX_SECONDS`` (a week), else a `SettingsError` (a
+    ValueError) naming ``name``."""
     value = positive_finite(name, value)
     if value > MAX_SECONDS:
-        raise ValueError(f"{name} must be at most {MAX_SECONDS} seconds (a week), got {value!r}")
+        raise SettingsError(f"{name} must be at most {MAX_SECONDS} seconds (a week), got {value!r}")
     return value
 
 
 def positive_finite(name: str, value) -> float:
     """``value`` as a float if it is a finite number above 0 (NaN and infinity are refused:
-    deadlines and quotas are computed from it), else ValueError naming ``name``."""
+    deadlines and quotas are computed from it), else a `SettingsError` (a ValueError) naming
+    ``name``."""
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
         or not math.isfinite(value)
         or value <= 0
     ):
-        raise ValueError(f"{name} must be a finite number above 0, got {value!r}")
+        raise SettingsError(f"{name} must be a finite number above 0, got {value!r}")
     return float(value)
 
 

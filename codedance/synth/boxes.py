@@ -38,11 +38,13 @@ def __cd_box__(a, key):
     shape = getattr(a, "shape", None)
     if (isinstance(key, tuple) and len(key) >= 2 and isinstance(key[0], slice)
             and isinstance(key[1], slice) and key[0].step in (None, 1) and key[1].step in (None, 1)
-            and shape is not None and len(shape) >= 2 and (int(shape[1]), int(shape[0])) in __cd_sizes__):
+            and shape is not None and len(shape) >= 2
+            and (int(shape[1]), int(shape[0])) in __cd_sizes__):
         h, w = int(shape[0]), int(shape[1])
         ys, xs = key[0], key[1]
         bound = lambda v, edge: edge if v is None else int(v)
-        __cd_record__((bound(xs.start, 0), bound(ys.start, 0), bound(xs.stop, w), bound(ys.stop, h)), (w, h))
+        box = (bound(xs.start, 0), bound(ys.start, 0), bound(xs.stop, w), bound(ys.stop, h))
+        __cd_record__(box, (w, h))
     return a[key]
 
 def __cd_crop__(im, *args, **kwargs):

@@ -4,17 +4,17 @@
     result = run_synth(SynthConfig(n=50, skills=("counting", "search"), out="runs/synth"))
 
 Task ``i`` is ``generate(skill, difficulty, seed + i)`` cycling over skills × difficulties
-(`codedance.world.task_cycle`: skills round-robin, so a small ``n`` still covers every skill). The expert teacher (temperature and first-mistake rate as
-in the demo, so hard items carry noticed-and-corrected mistakes) solves each task once through
-the real loop and sandbox; `codedance.synth.verify` accepts or rejects it. Tasks are tried in
-order, in windows of as many tasks as records are still missing, until ``n`` are accepted or
-``max_tasks`` were tried.
+(`codedance.world.task_cycle`: skills round-robin, so a small ``n`` still covers every skill). The
+expert teacher (temperature and first-mistake rate as in the demo, so hard items carry
+noticed-and-corrected mistakes) solves each task once through the real loop and sandbox;
+`codedance.synth.verify` accepts or rejects it. Tasks are tried in order, in windows of as many
+tasks as records are still missing, until ``n`` are accepted or ``max_tasks`` were tried.
 
 Run directory:
 - ``run.json``: kind ``synth`` and the settings (`codedance.runs.RunDir`); a directory holding
   another run (or anything else) is refused.
-- ``verdicts.jsonl``: one line per tried task (``key`` ``task_id#0``, ``reason`` — '' when accepted —,
-  ``detail``, ``crops``); a rerun skips these keys, so an interrupted run continues.
+- ``verdicts.jsonl``: one line per tried task (``key`` ``task_id#0``, ``reason`` — '' when accepted
+  —, ``detail``, ``crops``); a rerun skips these keys, so an interrupted run continues.
 - ``failures.jsonl``: episodes that raised (retried by the next run).
 - ``trajectories.jsonl`` + ``images/``: the accepted trajectories, appended as each is verified
   (`codedance.records`; what ``codedance sft --data`` reads).
@@ -118,7 +118,8 @@ def check(config: SynthConfig) -> tuple[tuple[str, str], ...]:
         )
     if config.concurrency < 1:
         raise SynthError(f"concurrency must be at least 1, got {config.concurrency}")
-    config.episode.episode_config()  # an unknown prompt profile raises before the run folder is written
+    # an unknown prompt profile raises here, before the run folder is written
+    config.episode.episode_config()
     if not config.difficulties:
         raise SynthError("no difficulty selected")
     return tuple(

@@ -103,8 +103,11 @@ def static_problem(task: Task, trajectory: Trajectory) -> Verdict | None:
 
 def recorded_steps(trajectory: Trajectory) -> list[tuple[int, str, ExecResult]]:
     """(turn index, code, recorded result) of every turn whose code ran."""
-    return [(i, t.code, t.result) for i, t in enumerate(trajectory.turns)
-            if t.code is not None and t.result is not None]  # fmt: skip
+    return [
+        (i, t.code, t.result)
+        for i, t in enumerate(trajectory.turns)
+        if t.code is not None and t.result is not None
+    ]
 
 
 async def replay_mismatch(pool: SandboxPool, images, steps, exec_timeout_s: float) -> str | None:

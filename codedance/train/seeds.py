@@ -25,7 +25,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -128,9 +128,98 @@ def _num(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and value is not None else math.nan
 
 
+def _above_zero(mean: float, low: float, high: float) -> bool:
+    return low > 0
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim of the paper, tested on per-seed differences ``a − b`` of held-out metrics, each
+    a (stage, metric) pair; ``holds`` decides on (mean, low, high) of the 95 % interval."""
+
+    text: str
+    paper: str
+    measured: str
+    a: tuple[str, str]
+    b: tuple[str, str]
+    holds: Callable[[float, float, float], bool] = _above_zero
+
+
+PAPER, OUTCOME, SFT = "after-grpo-paper", "after-grpo-outcome-only", "after-sft"
+CLAIMS = (
+    Claim(
+        "R_BAT: calls on easy items fall well below calls on hard items",
+        "R_BAT penalizes redundant calls and rewards selective, high-impact ones (§4.4, Table 4)",
+        "p_direct/easy − p_direct/hard after GRPO paper (≥ 0.1, interval above 0)",
+        (PAPER, "p_direct/easy"),
+        (PAPER, "p_direct/hard"),
+        lambda m, lo, hi: m >= 0.1 and lo > 0,
+    ),
+    Claim(
+        "R_BAT: calls on easy items fall from the SFT policy's",
+        "suppresses unnecessary calls when the group already performs well (§3.1)",
+        "p_direct/easy after GRPO paper − after SFT (interval above 0)",
+        (PAPER, "p_direct/easy"),
+        (SFT, "p_direct/easy"),
+    ),
+    Claim(
+        "R_BAT: hard accuracy holds",
+        "keeps accuracy high while restraining unnecessary tool usage (Fig. 9)",
+        "accuracy/hard after GRPO paper − after SFT (mean ≥ −0.05)",
+        (PAPER, "accuracy/hard"),
+        (SFT, "accuracy/hard"),
+        lambda m, lo, hi: m >= -0.05,
+    ),
+    Claim(
+        "outcome-only: calls on easy items stay near the SFT policy's",
+        "the issue's expectation; the paper: outcome-only GRPO under-utilizes tools (§4.4)",
+        "p_direct/easy after GRPO outcome-only − after SFT (|mean| ≤ 0.05)",
+        (OUTCOME, "p_direct/easy"),
+        (SFT, "p_direct/easy"),
+        lambda m, lo, hi: abs(m) <= 0.05,
+    ),
+    Claim(
+        "outcome-only leaves more calls on easy items than R_BAT",
+        "R_BAT avoids unnecessary tool use; outcome-only has no term for it (§4.4)",
+        "p_direct/easy paper − outcome-only (interval above 0)",
+        (PAPER, "p_direct/easy"),
+        (OUTCOME, "p_direct/easy"),
+    ),
+    Claim(
+        "w/o R_turn: execution success is lower",
+        "removing the turn-level reward severely degrades the execution success rate (§4.4)",
+        "exec_success (sampled) paper − paper-no-turn (interval above 0)",
+        (PAPER, "exec_success"),
+        ("after-grpo-paper-no-turn", "exec_success"),
+    ),
+    Claim(
+        "w/o R_turn: the failing program stays likelier",
+        "(the mechanism behind the line above: R_turn penalizes the failing turn)",
+        "p_bug paper-no-turn − paper (interval above 0)",
+        ("after-grpo-paper-no-turn", "p_bug"),
+        (PAPER, "p_bug"),
+    ),
+    Claim(
+        "δ = 0: more tool calls than δ = 0.2",
+        "δ = 0 removes suppression ... substantially more tool calls with similar accuracy (Fig. 9)",
+        "p_direct paper − paper-delta0 (interval above 0)",
+        (PAPER, "p_direct"),
+        ("after-grpo-paper-delta0", "p_direct"),
+    ),
+    Claim(
+        "deepeyes: more calls on easy items than R_BAT",
+        "tool overuse on trivial problems, more turns without accuracy gains (§4.4)",
+        "p_direct/easy paper − deepeyes (interval above 0)",
+        (PAPER, "p_direct/easy"),
+        ("after-grpo-deepeyes", "p_direct/easy"),
+    ),
+)
+
+
 def claims(evals: dict[str, dict[int, dict[str, float]]]) -> list[dict[str, Any]]:
-    """The paper's claims this testbed can test, each on per-seed differences of held-out
-    metrics: (claim, paper's words, difference measured, its mean and 95 % interval, verdict)."""
+    """The paper's claims this testbed can test (`CLAIMS`), each on per-seed differences of
+    held-out metrics: (claim, paper's words, difference measured, its mean and 95 % interval,
+    verdict)."""
 
     def diff(stage_a: str, key_a: str, stage_b: str, key_b: str) -> list[float]:
         """Per seed: a − b; a stage with one value (the SFT) is compared with every seed."""
@@ -141,98 +230,18 @@ def claims(evals: dict[str, dict[int, dict[str, float]]]) -> list[dict[str, Any]
         return [v for v in vals if not math.isnan(v)]
 
     rows = []
-
-    def claim(
-        text: str,
-        paper: str,
-        what: str,
-        values: list[float],
-        holds: Callable[[float, float, float], bool],
-    ) -> None:
+    for claim in CLAIMS:
+        values = diff(*claim.a, *claim.b)
+        row = {"claim": claim.text, "paper": claim.paper, "measured": claim.measured}
         if not values:
-            rows.append(
-                {"claim": text, "paper": paper, "measured": what, "n": 0, "verdict": "not run"}
-            )
-            return
+            rows.append({**row, "n": 0, "verdict": "not run"})
+            continue
         mean, low, high = interval(values)
-        ok = len(values) >= 2 and holds(mean, low, high)
+        ok = len(values) >= 2 and claim.holds(mean, low, high)
+        verdict = "holds" if ok else "does not hold"
         rows.append(
-            {
-                "claim": text,
-                "paper": paper,
-                "measured": what,
-                "n": len(values),
-                "mean": mean,
-                "low": low,
-                "high": high,
-                "verdict": "holds" if ok else "does not hold",
-            }
+            {**row, "n": len(values), "mean": mean, "low": low, "high": high, "verdict": verdict}
         )
-
-    p, o, sft = "after-grpo-paper", "after-grpo-outcome-only", "after-sft"
-    claim(
-        "R_BAT: calls on easy items fall well below calls on hard items",
-        "R_BAT penalizes redundant calls and rewards selective, high-impact ones (§4.4, Table 4)",
-        "p_direct/easy − p_direct/hard after GRPO paper (≥ 0.1, interval above 0)",
-        diff(p, "p_direct/easy", p, "p_direct/hard"),
-        lambda m, lo, hi: m >= 0.1 and lo > 0,
-    )
-    claim(
-        "R_BAT: calls on easy items fall from the SFT policy's",
-        "suppresses unnecessary calls when the group already performs well (§3.1)",
-        "p_direct/easy after GRPO paper − after SFT (interval above 0)",
-        diff(p, "p_direct/easy", sft, "p_direct/easy"),
-        lambda m, lo, hi: lo > 0,
-    )
-    claim(
-        "R_BAT: hard accuracy holds",
-        "keeps accuracy high while restraining unnecessary tool usage (Fig. 9)",
-        "accuracy/hard after GRPO paper − after SFT (mean ≥ −0.05)",
-        diff(p, "accuracy/hard", sft, "accuracy/hard"),
-        lambda m, lo, hi: m >= -0.05,
-    )
-    claim(
-        "outcome-only: calls on easy items stay near the SFT policy's",
-        "the issue's expectation; the paper: outcome-only GRPO under-utilizes tools (§4.4)",
-        "p_direct/easy after GRPO outcome-only − after SFT (|mean| ≤ 0.05)",
-        diff(o, "p_direct/easy", sft, "p_direct/easy"),
-        lambda m, lo, hi: abs(m) <= 0.05,
-    )
-    claim(
-        "outcome-only leaves more calls on easy items than R_BAT",
-        "R_BAT avoids unnecessary tool use; outcome-only has no term for it (§4.4)",
-        "p_direct/easy paper − outcome-only (interval above 0)",
-        diff(p, "p_direct/easy", o, "p_direct/easy"),
-        lambda m, lo, hi: lo > 0,
-    )
-    claim(
-        "w/o R_turn: execution success is lower",
-        "removing the turn-level reward severely degrades the execution success rate (§4.4)",
-        "exec_success (sampled) paper − paper-no-turn (interval above 0)",
-        diff(p, "exec_success", "after-grpo-paper-no-turn", "exec_success"),
-        lambda m, lo, hi: lo > 0,
-    )
-    claim(
-        "w/o R_turn: the failing program stays likelier",
-        "(the mechanism behind the line above: R_turn penalizes the failing turn)",
-        "p_bug paper-no-turn − paper (interval above 0)",
-        diff("after-grpo-paper-no-turn", "p_bug", p, "p_bug"),
-        lambda m, lo, hi: lo > 0,
-    )
-    claim(
-        "δ = 0: more tool calls than δ = 0.2",
-        "δ = 0 removes suppression ... substantially more tool calls with similar accuracy (Fig. 9)",
-        "p_direct paper − paper-delta0 (interval above 0)",
-        diff(p, "p_direct", "after-grpo-paper-delta0", "p_direct"),
-        lambda m, lo, hi: lo > 0,
-    )
-    claim(
-        "deepeyes: more calls on easy items than R_BAT",
-        "tool overuse on trivial problems, more turns without accuracy gains (§4.4)",
-        "p_direct/easy paper − deepeyes (interval above 0)",
-        diff(p, "p_direct/easy", "after-grpo-deepeyes", "p_direct/easy"),
-        lambda m, lo, hi: lo > 0,
-    )
     return rows
 
 

@@ -31,7 +31,8 @@ def _snippet(code: str, claim: str | None) -> str:
 def test_revision_splits_into_steps_and_refuses_malformed_snippets() -> None:
     reply = (
         f"1. Read the sides.\n{_snippet('a, b = 3, 4' + chr(10) + 'print(a, b)', '3 4')}\n"
-        f"2. Pythagoras.\n{_snippet('print((3**2 + 4**2) ** 0.5)', None)}\nSo 5.\n<answer>5</answer>"
+        f"2. Pythagoras.\n{_snippet('print((3**2 + 4**2) ** 0.5)', None)}\nSo "
+        "5.\n<answer>5</answer>"
     )
     revision = split_revision(reply)
     assert [(s.text, s.claimed) for s in revision.steps] == [
@@ -92,7 +93,10 @@ def test_each_step_runs_in_the_sandbox_and_a_wrong_claim_hands_over_to_the_model
                 [
                     "1. Count: 6.\n<answer>12</answer>",
                     wrong,
-                    "<think>The sandbox printed 5, not 6: doubling gives 10.</think>\n<answer>10</answer>",
+                    (
+                        "<think>The sandbox printed 5, not 6: doubling gives 10.</think>\n"
+                        "<answer>10</answer>"
+                    ),
                 ]
             )
             return await run(held), held, await run(diverged), diverged

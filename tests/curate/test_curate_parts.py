@@ -48,93 +48,30 @@ def _jpeg(color: tuple[int, int, int]) -> bytes:
 
 
 @pytest.mark.parametrize(
-    ("raw", "message"),
+    ("changes", "message"),
     [
+        ({"filtr": {}}, "unknown setting(s) filtr"),
+        ({"endpoints": {"weak": ENDPOINTS["weak"]}}, "need judge, strong"),
+        ({"filter": {"k": 0}}, "filter.k must be"),
+        ({"atomic": {"zoom": 3}}, "unknown setting(s) atomic.zoom"),
+        ({"sources": [], "stages": ["filter"]}, "sources must be a non-empty list"),
+        ({"stages": ["crop"]}, "unknown stage(s) crop"),
         (
-            {"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "filtr": {}},
-            "unknown setting(s) filtr",
-        ),
-        (
-            {"out": "o", "endpoints": {"weak": ENDPOINTS["weak"]}, "sources": [{"kind": "world"}]},
-            "need judge, strong",
-        ),
-        (
-            {
-                "out": "o",
-                "endpoints": ENDPOINTS,
-                "sources": [{"kind": "world"}],
-                "filter": {"k": 0},
-            },
-            "filter.k must be",
-        ),
-        (
-            {
-                "out": "o",
-                "endpoints": ENDPOINTS,
-                "sources": [{"kind": "world"}],
-                "atomic": {"zoom": 3},
-            },
-            "unknown setting(s) atomic.zoom",
-        ),
-        (
-            {"out": "o", "endpoints": ENDPOINTS, "sources": [], "stages": ["filter"]},
-            "sources must be a non-empty list",
-        ),
-        (
-            {
-                "out": "o",
-                "endpoints": ENDPOINTS,
-                "sources": [{"kind": "world"}],
-                "stages": ["crop"],
-            },
-            "unknown stage(s) crop",
-        ),
-        (
-            {
-                "out": "o",
-                "endpoints": {**ENDPOINTS, "weak": {**ENDPOINTS["weak"], "max_retries": 0}},
-                "sources": [{"kind": "world"}],
-            },
+            {"endpoints": {**ENDPOINTS, "weak": {**ENDPOINTS["weak"], "max_retries": 0}}},
             "endpoints.weak.max_retries is now endpoints.weak.retries",
         ),
         (
-            {
-                "out": "o",
-                "endpoints": {**ENDPOINTS, "strong": {**ENDPOINTS["strong"], "vllm_extras": "no"}},
-                "sources": [{"kind": "world"}],
-            },
+            {"endpoints": {**ENDPOINTS, "strong": {**ENDPOINTS["strong"], "vllm_extras": "no"}}},
             "endpoints.strong.vllm_extras: expected true or false",
         ),
-        (
-            {
-                "out": "o",
-                "endpoints": ENDPOINTS,
-                "sources": [{"kind": "world"}],
-                "atomic": {"max_turns": 4},
-            },
-            "atomic.max_turns is now episode.max_turns",
-        ),
-        (
-            {
-                "out": "o",
-                "endpoints": ENDPOINTS,
-                "sources": [{"kind": "world"}],
-                "verify": {"exec_timeout_s": 5},
-            },
-            "verify.exec_timeout_s is now episode.exec_timeout_s",
-        ),
-        (
-            {
-                "out": "o",
-                "endpoints": ENDPOINTS,
-                "sources": [{"kind": "world"}],
-                "episode": {"max_turns": 0},
-            },
-            "max_turns must be at least 1",
-        ),
+        ({"atomic": {"max_turns": 4}}, "atomic.max_turns is now episode.max_turns"),
+        ({"verify": {"exec_timeout_s": 5}}, "verify.exec_timeout_s is now episode.exec_timeout_s"),
+        ({"episode": {"max_turns": 0}}, "max_turns must be at least 1"),
     ],
 )
-def test_bad_configs_fail_with_one_clear_line(raw: dict, message: str) -> None:
+def test_bad_configs_fail_with_one_clear_line(changes: dict, message: str) -> None:
+    """Each case changes one part of a config that is otherwise valid."""
+    raw = {"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], **changes}
     with pytest.raises(CurateError, match=None) as info:
         parse_config(raw)
     assert message in str(info.value) and "\n" not in str(info.value)

@@ -139,8 +139,9 @@ def _plans() -> dict[str, dict]:
     width, height = Episode(w[0], EpisodeConfig()).images[0].size
     good = [100, 100, 300, 260]
     plans = {
-        # easy: the weak model solves 2/4 by the rules and 2/4 in words the rules reject and the judge
-        # accepts (one judge request for the two) -> a direct-answer example, accepted by the rules
+        # easy: the weak model solves 2/4 by the rules and 2/4 in words the rules reject and the
+        # judge accepts (one judge request for the two) -> a direct-answer example, accepted by
+        # the rules
         w[0].id: {
             "weak": 2,
             "weak_paraphrase": 2,
@@ -180,9 +181,10 @@ def _plans() -> dict[str, dict]:
             "judge": "It might be right.",
             "boxes": _boxes(("blue tag", good)),
         },
-        # MathVision (recipe math): easy, but the cross-check finds its reasoning inconsistent; medium: the CoT
-        # revised into two code steps the sandbox runs one turn each; both real outputs agree with the
-        # revision's claims, so its closing text is the answer turn; weak replies malformed
+        # MathVision (recipe math): easy, but the cross-check finds its reasoning inconsistent;
+        # medium: the CoT revised into two code steps the sandbox runs one turn each; both real
+        # outputs agree with the revision's claims, so its closing text is the answer turn; weak
+        # replies malformed
         m[0].id: {"weak": 4, "cross": "**INCONSISTENT**"},
         m[1].id: {
             "weak": 0,
@@ -190,8 +192,9 @@ def _plans() -> dict[str, dict]:
             "final": m[1].answer,
             "cot": f"1. Each daisy adds 13.\n2. 48 + 13 = 61.\n<answer>{m[1].answer}</answer>",
             "revision": (
-                "1. Each daisy adds 13.\n<code>\n```python\nstep = 61 - 48\nprint('step:', step)\n```\n"
-                "</code>\n<interpreter>step: 13</interpreter>\n2. The last daisy is 48 plus one step.\n"
+                "1. Each daisy adds 13.\n"
+                "<code>\n```python\nstep = 61 - 48\nprint('step:', step)\n```\n</code>\n"
+                "<interpreter>step: 13</interpreter>\n2. The last daisy is 48 plus one step.\n"
                 "<code>\n```python\nlast = 48 + 13\nprint('48 + 13 =', last)\n```\n</code>\n"
                 "<interpreter>\n48 + 13 = 61\n</interpreter>\nSo the last daisy holds 61.\n"
                 f"<answer>\\boxed{{{m[1].answer}}}</answer>"
@@ -420,7 +423,8 @@ def test_exports_hold_relative_image_paths_and_report_counts(run) -> None:
     assert calls["easy"] == {"items": 2, "requests": 2 * K + 2 + 1}
     # medium: crop (2K filter + boxes + final + cross-check), bad boxes (2K + boxes),
     # math (2K + CoT + revision + cross-check: the revision's own closing answers); each item's
-    # filter also asked the judge once about its wrong answer "nothing" (MathVision: if not a choice)
+    # filter also asked the judge once about its wrong answer "nothing" (MathVision: if not a
+    # choice)
     math_judged = int(_mathv()[1].kind in UNDECIDED_KINDS)
     assert calls["medium"] == {
         "items": 3,

@@ -1,4 +1,4 @@
-"""``codedance data import`` and ``data verify`` on the one loader: files, key=value overrides
+"""``codedance data import``, ``verify`` and ``stats`` on the one loader: files, key=value overrides
 beside the positional paths, flags winning, --print-config, ranges refused at load."""
 
 from __future__ import annotations
@@ -46,6 +46,14 @@ def test_import_takes_paths_and_overrides_side_by_side():
     assert "val_fraction: 0.1" in text and "out: o" in text
 
 
+def test_stats_settings_compose_from_a_file_overrides_and_flags(tmp_path):
+    mine = tmp_path / "stats.yaml"
+    mine.write_text("png: from-file.png\n")
+    assert "out: d\npng: from-file.png" in shown("data", "stats", "d", "-c", str(mine))
+    assert "png: h.png" in shown("data", "stats", "d", "png=h.png")
+    assert "png: flag.png" in shown("data", "stats", "d", "png=h.png", "--png", "flag.png")
+
+
 @pytest.mark.parametrize(
     ("args", "words"),
     [
@@ -56,6 +64,10 @@ def test_import_takes_paths_and_overrides_side_by_side():
         (["data", "verify", "d", "limit=abc"], "limit: expected a whole number, got 'abc'"),
         (["data", "verify", "d", "e"], "give one import folder, got 2: d e"),
         (["data", "verify"], "give the import folder"),
+        (["data", "stats"], "give the import folder"),
+        (["data", "stats", "d", "e"], "give one import folder, got 2: d e"),
+        (["data", "stats", "d", "bins=3"], "unknown setting(s) bins"),
+        (["data", "verify", "d"], "no d/trajectories.jsonl: import with"),
         (
             ["data", "import", "codedance-rl", "a.parquet"],
             "give the parquet files and the output folder",

@@ -67,7 +67,8 @@ def _img(color: tuple[int, int, int], size: tuple[int, int] = (20, 10)) -> Image
 
 def test_recorded_wordings_and_comparison() -> None:
     ok = recorded(
-        f"<tool_response>\nCode execution successful, output:\n 7 \n{RELEASE_REMINDER}\n</tool_response>",
+        "<tool_response>\nCode execution successful, output:\n 7 "
+        f"\n{RELEASE_REMINDER}\n</tool_response>",
         (),
     )
     assert (ok.ok, ok.stdout) == (True, "7")

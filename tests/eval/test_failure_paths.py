@@ -74,6 +74,45 @@ def _args(root, out, url, limit, *extra):
     ]
 
 
+def _charxiv(fx, root):
+    """Three CharXiv reasoning rows in ``root``, each scored by a judge."""
+    fx.tsv(
+        root / "CharXiv_reasoning_val.tsv",
+        [
+            {
+                "index": str(i),
+                "image": fx.png(),
+                "question": f"CX{i}",
+                "answer": "3",
+                "inst_category": "3",
+                "grading_query": "Grade {PREDICTION} as JSON.",
+            }
+            for i in range(3)
+        ],
+    )
+
+
+def _judged_args(root, model_url, judge_url):
+    """`_charxiv`'s rows evaluated into ``root/j`` with the judge at ``judge_url``."""
+    return [
+        "eval",
+        "--benchmarks",
+        "charxiv",
+        "--lmu-data",
+        str(root),
+        "--out",
+        str(root / "j"),
+        "--model",
+        model_url,
+        "--judge",
+        judge_url,
+        "--judge-model",
+        "judge",
+        "--retries",
+        "0",
+    ]
+
+
 def test_dead_server_mid_run_stops_after_consecutive_failures_and_a_rerun_resumes(
     tmp_path, mathv_root
 ):
@@ -175,44 +214,12 @@ def test_an_unreadable_image_fails_that_row_only_and_names_it(tmp_path, mathv_ro
 
 
 def test_a_judge_that_answers_garbage_scores_zero_and_is_counted(tmp_path, fx):
-    fx.tsv(
-        tmp_path / "CharXiv_reasoning_val.tsv",
-        [
-            {
-                "index": str(i),
-                "image": fx.png(),
-                "question": f"CX{i}",
-                "answer": "3",
-                "inst_category": "3",
-                "grading_query": "Grade {PREDICTION} as JSON.",
-            }
-            for i in range(3)
-        ],
-    )
+    _charxiv(fx, tmp_path)
     with (
         ReplayServer(lambda body: "<answer>3</answer>") as model,
         ReplayServer(lambda body: "I think it is right!", model_names=("judge",)) as judge,
     ):
-        result = CliRunner().invoke(
-            cli(),
-            [
-                "eval",
-                "--benchmarks",
-                "charxiv",
-                "--lmu-data",
-                str(tmp_path),
-                "--out",
-                str(tmp_path / "j"),
-                "--model",
-                model.url,
-                "--judge",
-                judge.url,
-                "--judge-model",
-                "judge",
-                "--retries",
-                "0",
-            ],
-        )
+        result = CliRunner().invoke(cli(), _judged_args(tmp_path, model.url, judge.url))
         assert len(judge.requests) == 3 * 10  # VLMEvalKit's 10 tries per sample, then 0
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "j" / "report.json").read_text())["results"][0]
@@ -415,41 +422,9 @@ def test_a_judge_that_never_answers_leaves_judged_numbers_not_produced_and_exit_
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
-    fx.tsv(
-        tmp_path / "CharXiv_reasoning_val.tsv",
-        [
-            {
-                "index": str(i),
-                "image": fx.png(),
-                "question": f"CX{i}",
-                "answer": "3",
-                "inst_category": "3",
-                "grading_query": "Grade {PREDICTION} as JSON.",
-            }
-            for i in range(3)
-        ],
-    )
+    _charxiv(fx, tmp_path)
     with ReplayServer(lambda body: "<answer>3</answer>") as model:
-        result = CliRunner().invoke(
-            cli(),
-            [
-                "eval",
-                "--benchmarks",
-                "charxiv",
-                "--lmu-data",
-                str(tmp_path),
-                "--out",
-                str(tmp_path / "j"),
-                "--model",
-                model.url,
-                "--judge",
-                dead,
-                "--judge-model",
-                "judge",
-                "--retries",
-                "0",
-            ],
-        )
+        result = CliRunner().invoke(cli(), _judged_args(tmp_path, model.url, dead))
     assert result.exit_code == 1, result.output
     printed = " ".join(result.output.split())
     assert f"the judge at {dead} did not answer" in printed

@@ -1,4 +1,4 @@
-"""The ``grading`` CLI module, driven through typer's test runner (not registered in the main app here)."""
+"""The ``grading`` CLI module, driven by typer's test runner (not in the main app here)."""
 
 from __future__ import annotations
 
@@ -36,3 +36,14 @@ def test_judge_command_reports_unreachable_server() -> None:
         app, ["judge", "q", "a", "a", "--base-url", "http://127.0.0.1:9/v1"]
     )
     assert result.exit_code == 2 and "not reachable" in result.output
+
+
+def test_an_unknown_answer_kind_is_one_line_naming_the_kinds() -> None:
+    result = CliRunner().invoke(app, ["check", "<answer>7</answer>", "7", "--kind", "colour"])
+    assert result.exit_code == 2 and "unknown answer kind 'colour'; one of: " in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_gold_the_kind_cannot_hold_is_one_line() -> None:
+    result = CliRunner().invoke(app, ["check", "<answer>7</answer>", "seven", "--kind", "number"])
+    assert result.exit_code == 2 and "number gold 'seven' is not a number" in result.output

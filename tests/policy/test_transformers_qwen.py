@@ -26,9 +26,12 @@ from codedance.types import ExecResult, ExecStatus, Image, Message, StopReason, 
 pytestmark = pytest.mark.tier("torch")
 
 TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{% for c in message['content'] %}"
-    "{% if c['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>{% else %}{{ c['text'] }}{% endif %}"
-    "{% endfor %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% for c in message['content'] %}"
+    "{% if c['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% else %}{{ c['text'] }}{% endif %}"
+    "{% endfor %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 SPECIALS = [
     "<|endoftext|>",
@@ -165,7 +168,7 @@ CODE = "<think>look closer</think>\n<code>\n```python\nprint(1)\n```\n</code>"
 
 
 def image_episode() -> Episode:
-    """The loop after one code turn: task image in the prompt, a feedback image in the last message."""
+    """The loop after one code turn: task image in the prompt, a feedback image in the last."""
     task_image = Image.from_pil(PILImage.new("RGB", (60, 40), (200, 30, 30)), origin="input:0")
     episode = Episode(Task("t", "How many?", (task_image,), "1"), EpisodeConfig(max_turns=4))
     assert episode.on_completion(Completion(text=CODE)) is not None

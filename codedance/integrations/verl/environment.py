@@ -19,6 +19,8 @@ from __future__ import annotations
 import functools
 import importlib.util
 
+from codedance.errors import SettingsError
+
 
 @functools.cache
 def flash_attn_available() -> bool:
@@ -57,7 +59,7 @@ def check_trl() -> None:
         from trl.experimental.ppo import AutoModelForCausalLMWithValueHead  # noqa: F401
     except ImportError:
         if not hasattr(trl, "AutoModelForCausalLMWithValueHead"):
-            raise RuntimeError(
+            raise SettingsError(
                 f"trl {trl.__version__} has no AutoModelForCausalLMWithValueHead, which verl 0.9.1 "
                 "imports at every actor init; pip install 'trl==0.27.0' (or uninstall trl)"
             ) from None

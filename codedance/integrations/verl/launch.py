@@ -1,4 +1,6 @@
-"""``codedance verl train``: build what a preset needs, then run ``python -m verl.trainer.main_ppo``.
+"""``codedance verl train``: build what a preset needs, then run verl's ``main_ppo``.
+
+The trainer runs as ``python -m verl.trainer.main_ppo``.
 
 Presets that run here (`LOCAL_PRESETS`): ``cpu-smoke`` (``codedance/presets/verl/cpu_smoke.yaml``).
 `run_local` for it, in ``out_dir``:
@@ -29,8 +31,11 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
+
+from codedance.config import bounded
+from codedance.errors import SettingsError
 
 PRESETS = Path(__file__).resolve().parents[2] / "presets" / "verl"
 PLUGIN = "codedance.integrations.verl"
@@ -48,31 +53,39 @@ LOCAL_PRESETS = {"cpu-smoke": LocalPreset("cpu_smoke", "agent_loop_cpu.yaml", "c
 
 
 @dataclass(frozen=True)
-class RunArgs:
-    """``out_dir=``, ``steps=`` and the remaining Hydra overrides, parsed from ``key=value``s."""
+class VerlTrainConfig:
+    """Settings of ``codedance verl train``, through the one loader (`codedance.config.load`):
+    the local preset, the run folder, the GRPO steps, and ``hydra``, overrides of the preset's
+    verl config handed to ``main_ppo`` as they are (``trainer.seed=5``)."""
 
-    out_dir: Path
-    steps: int
-    overrides: tuple[str, ...]
+    preset: str = "cpu-smoke"
+    out_dir: str = ""
+    steps: int = bounded(1, at_least=1)
+    hydra: tuple[str, ...] = ()
+
+    def check(self) -> None:
+        """Refuse what the loader's types and ranges cannot: an unknown preset, no run folder."""
+        if self.preset not in LOCAL_PRESETS:
+            raise SettingsError(
+                f"unknown preset {self.preset!r}; local presets: {', '.join(LOCAL_PRESETS)} "
+                "(GPU presets: scripts/train_verl.sh, docs/verl.md)"
+            )
+        if not self.out_dir:
+            raise SettingsError("out_dir=DIR is required")
 
 
-def parse_args(args: Sequence[str]) -> RunArgs:
-    out_dir, steps, rest = None, 1, []
+def split_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(our ``key=value`` overrides, verl's Hydra overrides) of the command line's extra
+    arguments: a key naming a `VerlTrainConfig` setting is ours, any other ``key=value`` (also
+    ``+key=`` and ``~key``) is Hydra's."""
+    ours_keys = {f.name for f in fields(VerlTrainConfig)}
+    ours, hydra = [], []
     for arg in args:
-        key, sep, value = arg.partition("=")
-        if not sep:
-            raise ValueError(f"expected key=value, got {arg!r}")
-        if key == "out_dir":
-            out_dir = Path(value)
-        elif key == "steps":
-            if not value.isdigit() or int(value) < 1:
-                raise ValueError(f"steps must be a positive integer, got {value!r}")
-            steps = int(value)
-        else:
-            rest.append(arg)
-    if out_dir is None:
-        raise ValueError("out_dir=DIR is required")
-    return RunArgs(out_dir, steps, tuple(rest))
+        key, sep, _ = arg.partition("=")
+        if not sep and not arg.startswith("~"):
+            raise SettingsError(f"expected key=value, got {arg!r}")
+        (ours if key.split(".")[0] in ours_keys else hydra).append(arg)
+    return ours, hydra
 
 
 def tiny_model(path: Path, texts: Sequence[str], *, max_pixels: int = 12544, seed: int = 0) -> Path:
@@ -140,10 +153,10 @@ def _rows(parquet: Path) -> int:
 
 
 def command(
-    preset: LocalPreset, run: RunArgs, data: Path, model: Path
+    preset: LocalPreset, run: VerlTrainConfig, data: Path, model: Path
 ) -> tuple[list[str], dict[str, str]]:
     """The ``main_ppo`` command line and environment for `preset`."""
-    out = run.out_dir.resolve()
+    out = Path(run.out_dir).resolve()
     env_vars = {
         "VERL_USE_EXTERNAL_MODULES": PLUGIN,
         "CODEDANCE_AGENT_LOOP_YAML": str(PRESETS / preset.agent_loop_yaml),
@@ -172,7 +185,7 @@ def command(
         f"actor_rollout_ref.rollout.custom.hf_server.weight_log={out / 'weight_sync.jsonl'}",
         f"hydra.run.dir={out / 'hydra'}",
         *[f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}='{v}'" for k, v in env_vars.items()],
-        *run.overrides,
+        *run.hydra,
     ]
     return cmd, {**os.environ, **env_vars}
 
@@ -191,7 +204,8 @@ SUMMARY_KEYS = (
 def step_summary(line: str) -> str:
     """The `SUMMARY_KEYS` of one line of verl's console logger (``key:value - key:value ...``).
 
-    >>> step_summary("(TaskRunner pid=1) step:2 - actor/grad_norm:0.5 - other:1 - timing_s/step:3.25")
+    >>> step_summary("(TaskRunner pid=1) step:2 - actor/grad_norm:0.5 - other:1 - "
+    ...              "timing_s/step:3.25")
     'step:2 actor/grad_norm:0.5 timing_s/step:3.25'
     """
     pairs = dict(part.strip().rsplit(":", 1) for part in line.split(" - ") if ":" in part)
@@ -199,29 +213,25 @@ def step_summary(line: str) -> str:
     return " ".join(f"{key}:{pairs[key]}" for key in SUMMARY_KEYS if key in pairs)
 
 
-def run_local(preset_name: str, args: Sequence[str], echo: Callable[[str], None] = print) -> int:
+def run_local(run: VerlTrainConfig, echo: Callable[[str], None] = print) -> int:
     """Prepare and run a local preset (see the module docstring); returns verl's exit code."""
     from codedance.integrations.verl.environment import check_trl
 
-    if preset_name not in LOCAL_PRESETS:
-        raise ValueError(
-            f"unknown preset {preset_name!r}; local presets: {', '.join(LOCAL_PRESETS)} "
-            "(GPU presets: scripts/train_verl.sh, docs/verl.md)"
-        )
-    preset = LOCAL_PRESETS[preset_name]
-    run = parse_args(args)
+    run.check()
+    preset = LOCAL_PRESETS[run.preset]
     check_trl()
-    run.out_dir.mkdir(parents=True, exist_ok=True)
-    data, model = prepare(run.out_dir, run.steps)
+    out_dir = Path(run.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data, model = prepare(out_dir, run.steps)
     for stale in ("metrics.jsonl", "weight_sync.jsonl"):
-        (run.out_dir / stale).unlink(missing_ok=True)
+        (out_dir / stale).unlink(missing_ok=True)
     cmd, env = command(preset, run, data, model)
-    log = run.out_dir / "train.log"
+    log = out_dir / "train.log"
     echo(f"running verl ({run.steps} step(s)); log: {log}")
     with open(log, "w", encoding="utf-8") as handle:
         process = subprocess.Popen(
             cmd,
-            cwd=run.out_dir,
+            cwd=out_dir,
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -240,5 +250,5 @@ def run_local(preset_name: str, args: Sequence[str], echo: Callable[[str], None]
                 log.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[-40:]
             )
         )
-    echo(f"verl exited with {code}; metrics: {run.out_dir / 'metrics.jsonl'}")
+    echo(f"verl exited with {code}; metrics: {out_dir / 'metrics.jsonl'}")
     return code

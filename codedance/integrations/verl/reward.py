@@ -122,7 +122,8 @@ def group_rewards(
     >>> fin = TurnRecord("<think>.</think><answer>7</answer>", (0, 5))
     >>> call = TurnRecord("<think>.</think><code>c</code>", (0, 5), status="ok")
     >>> recs = [RolloutRecord("q", (call, fin), "answered"), RolloutRecord("q", (fin,), "answered")]
-    >>> [round(float(x), 6) for x in group_rewards(recs, [1, 0], ["u", "u"]).rewards]   # 1 + 1.0·d(0.5)
+    >>> rewards = group_rewards(recs, [1, 0], ["u", "u"]).rewards  # 1 + 1.0·d(0.5)
+    >>> [round(float(x), 6) for x in rewards]
     [1.3, 0.0]
     """
     prof = get_profile(profile, **overrides)

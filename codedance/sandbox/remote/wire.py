@@ -12,6 +12,7 @@ import dataclasses
 
 import msgpack
 
+from codedance.errors import SettingsError
 from codedance.sandbox.isolation import Isolation
 from codedance.sandbox.layout import Limits
 from codedance.sandbox.service import URL_ENV  # noqa: F401  (re-exported: the client's names in one place)
@@ -70,22 +71,39 @@ def limits_fields(limits: Limits) -> dict:
 
 
 def limits_from(fields: dict) -> Limits:
-    """`Limits` from a client's fields; unknown names or bad values raise ValueError (one line).
+    """`Limits` from a client's fields; unknown names or bad values raise `SettingsError` (a
+    ValueError, one line).
 
     >>> limits_from({"memory": 64 << 20}).memory
     67108864
     >>> limits_from({"memroy": 1})
     Traceback (most recent call last):
     ...
-    ValueError: unknown Limits fields ['memroy']; known: ['cpus', 'error_chars', 'file_size', 'max_image_bytes', 'max_images', 'max_message', 'max_pixels', 'memory', 'open_files', 'output_head', 'output_tail', 'processes', 'recovery_s', 'workdir_bytes', 'workdir_files']
+    codedance.errors.SettingsError: unknown Limits fields ['memroy']; known: ['cpus', 'error_chars', 'file_size', 'max_image_bytes', 'max_images', 'max_message', 'max_pixels', 'memory', 'open_files', 'output_head', 'output_tail', 'processes', 'recovery_s', 'workdir_bytes', 'workdir_files']
     """
     if not isinstance(fields, dict):
         raise TypeError("limits must be a map of Limits fields")
     known = {f.name for f in dataclasses.fields(Limits)}
     unknown = sorted(set(fields) - known)
     if unknown:
-        raise ValueError(f"unknown Limits fields {unknown}; known: {sorted(known)}")
+        raise SettingsError(f"unknown Limits fields {unknown}; known: {sorted(known)}")
     return Limits(**fields)
+
+
+def limits_from_pairs(pairs: list[str], option: str = "--ceiling") -> Limits:
+    """`Limits` from a command line's ``NAME=VALUE`` texts, the rest at their defaults; a pair
+    that is not one is a `SettingsError` naming ``option`` and the pair."""
+    defaults, fields = Limits(), {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        number = float if isinstance(getattr(defaults, name, 0), float) else int
+        try:
+            if not sep:
+                raise ValueError("expected NAME=VALUE")
+            fields[name] = number(value)
+        except ValueError as exc:
+            raise SettingsError(f"{option} {pair!r}: {exc}") from None
+    return limits_from(fields)
 
 
 def isolation_fields(isolation: Isolation) -> dict:

@@ -17,6 +17,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from codedance.errors import SettingsError
+
 SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13
 MAX_PEER_GROUPS = 256  # Python's getsockopt takes buffers of at most 1,024 bytes
 
@@ -51,7 +53,7 @@ def uid_of(name: str) -> int:
     try:
         return pwd.getpwnam(name).pw_uid
     except KeyError:
-        raise ValueError(f"--allow-user {name!r}: no such user on this host") from None
+        raise SettingsError(f"--allow-user {name!r}: no such user on this host") from None
 
 
 def gid_of(name: str) -> int:
@@ -60,7 +62,7 @@ def gid_of(name: str) -> int:
     try:
         return grp.getgrnam(name).gr_gid
     except KeyError:
-        raise ValueError(f"--allow-group {name!r}: no such group on this host") from None
+        raise SettingsError(f"--allow-group {name!r}: no such group on this host") from None
 
 
 @dataclass(frozen=True)
@@ -83,21 +85,25 @@ class Tokens:
 
     @classmethod
     def read(cls, path: Path) -> Tokens:
-        if path.stat().st_mode & 0o077:
-            raise ValueError(f"--token-file {path}: readable by others (chmod 600 {path})")
+        try:
+            mode, text = path.stat().st_mode, path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SettingsError(f"--token-file {path}: cannot read it ({exc})") from None
+        if mode & 0o077:
+            raise SettingsError(f"--token-file {path}: readable by others (chmod 600 {path})")
         names: dict[str, bytes] = {}
-        for number, line in enumerate(path.read_text().splitlines(), 1):
+        for number, line in enumerate(text.splitlines(), 1):
             fields = line.split()
             if not fields or line.lstrip().startswith("#"):
                 continue
             if len(fields) != 2 or len(fields[1]) < 16:
-                raise ValueError(
+                raise SettingsError(
                     f"--token-file {path}:{number}: expected 'NAME TOKEN' with a token of "
                     "at least 16 characters (e.g. from `openssl rand -hex 32`)"
                 )
             names[fields[0]] = fields[1].encode()
         if not names:
-            raise ValueError(f"--token-file {path}: no 'NAME TOKEN' line")
+            raise SettingsError(f"--token-file {path}: no 'NAME TOKEN' line")
         return cls(names)
 
     def name_of(self, authorization: str | None) -> str | None:

@@ -37,7 +37,10 @@ import tiny_qwen
 
 pytestmark = pytest.mark.tier("verl")
 
-CROP = "<think>crop it</think>\n<code>\n```python\nim = input_image.crop((0, 0, 28, 28))\nim.show()\nprint(im.size)\n```\n</code>"
+CROP = (
+    "<think>crop it</think>\n<code>\n```python\nim = input_image.crop((0, 0, 28, 28))\n"
+    "im.show()\nprint(im.size)\n```\n</code>"
+)
 FAIL = "<think>divide</think>\n<code>\n```python\nprint('before')\n1 / 0\n```\n</code>"
 NOOP = "<think>nothing</think>\n<code>\n```python\npass\n```\n</code>"
 ANSWER = "<think>seven</think>\n<answer>7</answer>"
@@ -325,7 +328,8 @@ def test_an_imported_profile_through_verls_agent_loop_registry(
     """The release's RL prompt, imported from a CodeDance-RL fixture (the card's schema) as profile
     ``codedance-rl``, chosen in the agent loop YAML that ships (through the environment, as
     ``scripts/train_verl.sh`` passes it) or in a YAML of one's own, then loaded and instantiated as
-    verl's ``AgentLoopWorker`` does (``OmegaConf.load``, its registry, ``hydra.utils.instantiate``)."""
+    verl's ``AgentLoopWorker`` does (``OmegaConf.load``, its registry,
+    ``hydra.utils.instantiate``)."""
     import hydra
     from verl.experimental.agent_loop.agent_loop import ToolListWrap, _agent_loop_registry
 

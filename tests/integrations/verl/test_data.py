@@ -1,4 +1,4 @@
-"""Data preparation: verl's own RLHFDataset reads our parquet and the agent loop's task comes back."""
+"""Data preparation: verl's own RLHFDataset reads our parquet; the agent loop's task comes back."""
 
 from __future__ import annotations
 

@@ -2,9 +2,10 @@
 
 Byte-level BPE with no merges (every byte is one token, so any text round-trips exactly), the
 Qwen2.5-VL special tokens, a ChatML template with Qwen2.5-VL's image markers, and transformers'
-PIL Qwen2-VL image processor and the base video processor (no torchvision needed). Not Qwen's real vocabulary: token ids differ
-from the real model's, but the structure (``<|im_start|>``, ``<|im_end|>``, ``<|vision_start|>``
-``<|image_pad|>``×n ``<|vision_end|>``, one pad per 2×2 merged 14-px patch) is the same.
+PIL Qwen2-VL image processor and the base video processor (no torchvision needed). Not Qwen's real
+vocabulary: token ids differ from the real model's, but the structure (``<|im_start|>``,
+``<|im_end|>``, ``<|vision_start|>`` ``<|image_pad|>``×n ``<|vision_end|>``, one pad per 2×2 merged
+14-px patch) is the same.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ SPECIALS = (
 
 TEMPLATE = (
     "{% for message in messages %}"
-    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
     "<|im_start|>{{ message['role'] }}\n"
     "{% if message['content'] is string %}{{ message['content'] }}"
     "{% else %}{% for c in message['content'] %}"
