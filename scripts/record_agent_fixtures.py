@@ -594,7 +594,8 @@ THYME_CASES: list[dict] = [
         "id": "opencv-namespace",
         "replies": [
             crop_code(
-                "import cv2\nimg = cv.imread(image_path)\ngray = cv.cvtColor(img, cv.COLOR_BGR2GRAY)\n"
+                "import cv2\nimg = cv.imread(image_path)\n"
+                "gray = cv.cvtColor(img, cv.COLOR_BGR2GRAY)\n"
                 "cv.imwrite('/mnt/data/temp_processed_images/gray.png', gray)\n"
                 "print('/mnt/data/temp_processed_images/gray.png')"
             ),

@@ -10,9 +10,9 @@ Token ids: with ``server_extras`` (default) the request also carries vLLM's
 with stop strings, ``include_stop_str_in_output`` so the text keeps the stop string the model
 generated. A conversation whose last message is ``continued`` (`codedance.types.Message`) is
 sent with vLLM's ``continue_final_message: true, add_generation_prompt: false``: the server
-renders that message open and the reply is its continuation. With ``logprobs`` and vLLM's ``--return-tokens-as-token-ids``, tokens arrive as
-``token_id:N`` and the ids are read from there. Servers that reject unknown fields (the OpenAI
-API itself) need ``server_extras=False``.
+renders that message open and the reply is its continuation. With ``logprobs`` and vLLM's
+``--return-tokens-as-token-ids``, tokens arrive as ``token_id:N`` and the ids are read from
+there. Servers that reject unknown fields (the OpenAI API itself) need ``server_extras=False``.
 
 Errors: unreachable server -> `PolicyConnectionError`; unknown model -> `ModelNotFoundError`;
 context overflow (a 400 that says so) -> `ContextOverflowError`; too many images for the

@@ -13,10 +13,11 @@ Not an inference server: no tokenization; token ids are whatever the script says
 Shapes follow vLLM 0.32 as recorded against a real server (``shared/data/vllm-recordings``):
 every choice has ``stop_reason``, ``token_ids`` and ``logprobs`` (``null`` unless scripted), the
 message has vLLM's null fields, the body has ``usage`` (prompt tokens are the scripted prompt ids'
-count, else 0), ``prompt_token_ids`` (``null`` unless scripted) and ``system_fingerprint``; a body asking for
-both ``continue_final_message`` and ``add_generation_prompt`` is refused (400) as vLLM's request
-validation refuses it (vLLM reads an absent ``add_generation_prompt`` as not set there);
-logprob entries have ``bytes`` as a list of ints; error bodies carry ``message``, ``type``
+count, else 0), ``prompt_token_ids`` (``null`` unless scripted) and ``system_fingerprint``; a
+body asking for both ``continue_final_message`` and ``add_generation_prompt`` is refused (400)
+as vLLM's request validation refuses it (vLLM reads an absent ``add_generation_prompt`` as not
+set there); logprob entries have ``bytes`` as a list of ints; error bodies carry ``message``,
+``type``
 (``BadRequestError`` / ``NotFoundError`` / ...), ``param`` and ``code``; an unknown path answers
 FastAPI's ``{"detail": "Not Found"}``; ``/v1/models`` entries have ``owned_by`` and
 ``max_model_len``.
