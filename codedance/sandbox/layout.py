@@ -31,6 +31,10 @@ SINGLE_THREADED = {
 }
 
 
+PAGE = os.sysconf("SC_PAGE_SIZE")  # a tmpfs allocates files in pages
+CAPTURE_FILES = 2  # a step's descriptors 1 and 2 (`workdir_tmpfs`)
+
+
 @dataclass(frozen=True)
 class Limits:
     """Per-trajectory resource limits. Sizes in bytes unless the name says otherwise."""
@@ -169,4 +173,17 @@ def holder_request(dirs: TrajectoryDirs, uid: int | None, limits: Limits) -> dic
             "max_image_bytes": limits.max_image_bytes, "error_chars": limits.error_chars,
             "output_head": limits.output_head, "output_tail": limits.output_tail,
         },
+        "workdir_tmpfs": workdir_tmpfs(limits, len(dirs.images)),
     }  # fmt: skip
+
+
+def workdir_tmpfs(limits: Limits, images: int) -> dict:
+    """The size of a trajectory's own working directory where it gets one (a tmpfs in its
+    private view): what a commit may keep, ``workdir_bytes`` with each of ``workdir_files`` files
+    rounded up to a page as the tmpfs allocates them (a step's captured outputs, files there
+    where memfds are refused, share that space). Inodes: the entries a commit may keep, the
+    inputs, the top directory, ``.tmp``, and two steps' captured outputs (the running step's
+    and the spare's)."""
+    size = limits.workdir_bytes + limits.workdir_files * PAGE
+    inodes = limits.workdir_files + images + 2 + 2 * CAPTURE_FILES
+    return {"size_bytes": size, "inodes": inodes, "directories": [".tmp"]}

@@ -493,6 +493,9 @@ class SandboxService:
             "seccomp": self.seccomp,
             "private_view": self.private_views,
             "work_root": self.work_root,
+            # a memfd is memory no address-space rlimit sees: refused where no memory cgroup
+            # counts it (`guards`)
+            "refuse_memfd": self.cgroup_layout is None,
         }
         # its own lock, not the service's: the zygote's fork may wait for memory, and the OOM
         # arbiter, which frees it, lists the sandboxes under the service's lock
