@@ -414,3 +414,43 @@ def test_a_trajectory_that_fills_its_space_leaves_its_neighbours_commits_alone(o
     assert out["b_after"][:2] == [True, "42 1 ['.tmp', 'last.bin', 'more.bin', 'state.bin']"], out
     assert "Operation not permitted" in out["memfd"], out
     assert out["captured"] == [True, ["42", "at fd 1 "]] and out["shm"] is False, out
+
+
+# Run by the ordinary user: a trajectory whose patched holder quits as it resumes is lost; the
+# controller then holds nothing of its own tmpfs (which its processes' end would otherwise free).
+LOST = """
+import json, os, time
+from codedance.sandbox import Sandbox
+PATCH = ("import sys, os\\n_runtime = sys.modules['__main__']\\n_real = _runtime._expect\\n"
+         "def _quit_on_resume(reader, op, stale=()):\\n    if op == 'resume':\\n        os._exit(0)\\n"
+         "    return _real(reader, op, stale)\\n_runtime._expect = _quit_on_resume\\n"
+         "open('committed', 'wb').write(b'c' * (1 << 20))")
+def held(device):
+    found = []
+    for name in os.listdir('/proc/self/fd'):
+        try:
+            if os.stat(f'/proc/self/fd/{name}').st_dev == device:
+                found.append(name)
+        except OSError:
+            pass
+    return found
+with Sandbox() as sandbox:
+    assert sandbox.run(PATCH).ok
+    device = int(sandbox.run("import os; print(os.stat('.').st_dev)").stdout)
+    before = held(device)
+    failed = sandbox.run("raise ValueError('x')")
+    lost = sandbox.run("x = 1") if failed.ok is False and 'lost' not in str(failed.notes) else failed
+    out = {"before": len(before), "after": len(held(device)), "lost": 'lost' in str(lost.notes)}
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_a_lost_trajectorys_own_tmpfs_is_let_go_at_once(ordinary_user):
+    """The controller's descriptor of a trajectory's own tmpfs is all that keeps it once the
+    trajectory's processes are gone: a lost trajectory's is closed then, not at close()."""
+    user, home = ordinary_user
+    done = _run_as_user(user, home, ["-c", LOST], timeout_s=120)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stdout[-3000:] + done.stderr[-3000:]
+    out = json.loads(lines[-1][len("RESULT ") :])
+    assert out == {"before": 1, "after": 0, "lost": True}, out
