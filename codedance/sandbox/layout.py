@@ -8,9 +8,12 @@ group: it may enter, not list or write)::
                  rolled back with the rest
 
 A step's file descriptors 1 and 2 go to a memfd of its own (in memory, bounded by the memory
-limit, gone with the process): nothing of the trajectory lives outside ``work/``.
+limit, gone with the process), or where no memory cgroup counts memfds to unnamed files in
+``work/``: nothing of the trajectory lives outside ``work/``.
 
-Without a per-trajectory uid (an unprivileged host) everything is the caller's, mode 0700.
+Without a per-trajectory uid (an unprivileged host) everything is the caller's, mode 0700, and
+in the trajectory's private view ``work/`` is a tmpfs of its own (`workdir_tmpfs`) laid out as
+the host's directory is.
 """
 
 from __future__ import annotations
