@@ -115,6 +115,8 @@ def _memory(h: Host) -> Verdict:
     )
     if h.private_views:
         return Verdict(BOUNDED, f"{rlimit}; its working directory's own tmpfs adds {_OWN_TMPFS}")
+    if h.seccomp:  # the captured outputs need unnamed files where memfds are refused
+        rlimit += " where the work root's file system makes O_TMPFILE files"
     shm = "" if h.namespaces else "; the host's /dev/shm is bounded by its own size only"
     return Verdict(BOUNDED, f"{rlimit}; files go to disk, bounded at each commit{shm}")
 

@@ -1198,6 +1198,16 @@ def test_a_view_of_its_own_bounds_a_trajectorys_space_where_nothing_else_does():
     assert "memfds unbounded" in verdict(_host(seccomp=False), "memory").why
 
 
+def test_memfds_are_refused_only_where_captured_outputs_can_be_unnamed_files(tmp_path):
+    """Without memfds a step's captured outputs are O_TMPFILE files in its working directory: a
+    file system that cannot make them (here /proc; overlayfs before Linux 6.6) keeps memfds."""
+    from codedance.sandbox.service import takes_unnamed_files
+
+    assert takes_unnamed_files(str(tmp_path))
+    assert not takes_unnamed_files("/proc")
+    assert os.listdir(tmp_path) == []
+
+
 def test_sandbox_check_fails_only_for_a_promise_the_host_makes():
     from codedance.cli.console import make_console
     from codedance.cli.sandbox_cmd import show_promises

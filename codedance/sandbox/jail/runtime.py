@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import builtins
 import ctypes
-import errno
 import gc
 import io
 import json
@@ -509,21 +508,13 @@ def _leftover_work() -> str | None:
 def _capture_file(number: int) -> int:
     """A file of this step's own for its descriptor ``number``: a memfd, or where the filter
     refuses them (no memory cgroup counts their pages) an unnamed file in the working directory,
-    bounded with the trajectory's other files (its own tmpfs in a private view)."""
+    bounded with the trajectory's other files (its own tmpfs in a private view). Never a named
+    one: the controller may be saving the directory as the spare prepares (the service refuses
+    memfds only where the file system takes ``O_TMPFILE``)."""
     try:
         return os.memfd_create(f"fd{number}", os.MFD_CLOEXEC)
     except PermissionError:
-        pass
-    try:
         return os.open(".", os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
-    except OSError as exc:  # a file system without O_TMPFILE (overlayfs before Linux 6.6)
-        if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR):
-            raise
-    import tempfile
-
-    handle, path = tempfile.mkstemp(dir=".", prefix=".fd")  # close-on-exec already
-    os.unlink(path)
-    return handle
 
 
 def _release_captured_output(captured: list[int]) -> None:
