@@ -628,10 +628,17 @@ class WorkdirSnapshot:
     def close(self) -> None:
         if self.budget is not None:
             self.budget.release(id(self))
-        for fd in (self._work_fd, self._store_fd):
-            if fd >= 0:
-                os.close(fd)
-        self._work_fd = self._store_fd = -1
+        self.drop_workdir()
+        if self._store_fd >= 0:
+            os.close(self._store_fd)
+        self._store_fd = -1
+
+    def drop_workdir(self) -> None:
+        """Close the working directory (a lost trajectory's): where it is a tmpfs of the
+        trajectory's own, this descriptor is what keeps its files once its processes are gone."""
+        if self._work_fd >= 0:
+            os.close(self._work_fd)
+        self._work_fd = -1
 
     def _scan(self, deadline: float | None) -> dict[str, Entry]:
         return scan(self._work_fd, protected=self.protected, owner_uid=self.owner[0] if self.owner else None,

@@ -8,9 +8,12 @@ group: it may enter, not list or write)::
                  rolled back with the rest
 
 A step's file descriptors 1 and 2 go to a memfd of its own (in memory, bounded by the memory
-limit, gone with the process): nothing of the trajectory lives outside ``work/``.
+limit, gone with the process), or where no memory cgroup counts memfds to unnamed files in
+``work/``: nothing of the trajectory lives outside ``work/``.
 
-Without a per-trajectory uid (an unprivileged host) everything is the caller's, mode 0700.
+Without a per-trajectory uid (an unprivileged host) everything is the caller's, mode 0700, and
+in the trajectory's private view ``work/`` is a tmpfs of its own (`workdir_tmpfs`) laid out as
+the host's directory is.
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ SINGLE_THREADED = {
     "NUMEXPR_NUM_THREADS": "1",
     "VECLIB_MAXIMUM_THREADS": "1",
 }
+
+
+PAGE = os.sysconf("SC_PAGE_SIZE")  # a tmpfs allocates files in pages
+CAPTURE_FILES = 2  # a step's descriptors 1 and 2 (`workdir_tmpfs`)
 
 
 @dataclass(frozen=True)
@@ -174,4 +181,17 @@ def holder_request(dirs: TrajectoryDirs, uid: int | None, limits: Limits) -> dic
             "max_image_bytes": limits.max_image_bytes, "error_chars": limits.error_chars,
             "output_head": limits.output_head, "output_tail": limits.output_tail,
         },
+        "workdir_tmpfs": workdir_tmpfs(limits, len(dirs.images)),
     }  # fmt: skip
+
+
+def workdir_tmpfs(limits: Limits, images: int) -> dict:
+    """The size of a trajectory's own working directory where it gets one (a tmpfs in its
+    private view): what a commit may keep, ``workdir_bytes`` with each of ``workdir_files`` files
+    rounded up to a page as the tmpfs allocates them (a step's captured outputs, files there
+    where memfds are refused, share that space). Inodes: the entries a commit may keep, the
+    inputs, the top directory, ``.tmp``, and two steps' captured outputs (the running step's
+    and the spare's)."""
+    size = limits.workdir_bytes + limits.workdir_files * PAGE
+    inodes = limits.workdir_files + images + 2 + 2 * CAPTURE_FILES
+    return {"size_bytes": size, "inodes": inodes, "directories": [".tmp"]}

@@ -21,7 +21,9 @@ class Host:
 
     root: bool  # the controller is root: a uid per trajectory
     namespaces: bool  # the bubblewrap jail
-    private_views: bool  # a user and mount namespace per trajectory (non-root, `private_view`)
+    # a user and mount namespace per trajectory (non-root, `private_view`), its working directory
+    # a size-bounded tmpfs of its own there
+    private_views: bool
     seccomp: bool
     cgroups: int | None  # the cgroup version in force, None: no cgroups
     arbiter: bool  # the service's OOM arbiter (cgroup v1)
@@ -91,11 +93,12 @@ def _independent(h: Host) -> Verdict:
             "trajectories share a uid and no seccomp filter refuses it: a step can lower any "
             "jailed process's CPU priority, affinity or scheduling class, a neighbour's toward its timeout",
         )
-    if not h.tmpfs:
+    if not (h.tmpfs or h.private_views):
         return Verdict(
             BOUNDED,
-            "trajectories share the controller's temporary file system: a step that fills it "
-            "makes a neighbour's next commit fail, and that neighbour's state is lost",
+            "trajectories share the controller's temporary file system: a step that fills it, or "
+            "a holder that keeps unnamed files open, makes a neighbour's next commit fail, and "
+            "that neighbour's state is lost",
         )
     return Verdict(HOLDS)  # the filter refuses scheduling any process but the caller
 
@@ -105,9 +108,20 @@ def _memory(h: Host) -> Verdict:
         return Verdict(HOLDS, "Limits.memory, files written included")
     if h.cgroups:
         return Verdict(BOUNDED, "Limits.memory; files go to disk, bounded at each commit")
-    return Verdict(
-        BOUNDED, "the address-space rlimit only; files go to disk, bounded at each commit"
+    rlimit = (
+        "the address-space rlimit, memfds refused"
+        if h.seccomp
+        else "the address-space rlimit; memfds unbounded"
     )
+    if h.private_views:
+        return Verdict(BOUNDED, f"{rlimit}; its working directory's own tmpfs adds {_OWN_TMPFS}")
+    if h.seccomp:  # the captured outputs need unnamed files where memfds are refused
+        rlimit += " where the work root's file system makes O_TMPFILE files"
+    shm = "" if h.namespaces else "; the host's /dev/shm is bounded by its own size only"
+    return Verdict(BOUNDED, f"{rlimit}; files go to disk, bounded at each commit{shm}")
+
+
+_OWN_TMPFS = "Limits.workdir_bytes and a page per Limits.workdir_files"
 
 
 def _processes(h: Host) -> Verdict:
@@ -135,6 +149,12 @@ def _who_pays(h: Host) -> Verdict:
 def _files_are_memory(h: Host) -> Verdict:
     if h.tmpfs and h.cgroups:
         return Verdict(HOLDS)
+    if h.private_views:
+        return Verdict(
+            BOUNDED,
+            f"a tmpfs of the trajectory's own: its writes, unnamed files kept open included, stop "
+            f"at {_OWN_TMPFS}; no memory cgroup counts it",
+        )
     return Verdict(
         BOUNDED,
         "working directories on disk: a step writes there until its commit is refused"

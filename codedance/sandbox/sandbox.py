@@ -202,13 +202,6 @@ class Sandbox:
                             if self.service.inputs_root else None)  # fmt: skip
         dirs = layout.prepare(self._dir, images, self.uid, self._inputs_dir)
         self.workdir = dirs.workdir
-        store = os.path.join(self.service.store_root, os.path.basename(self._dir))
-        self._files = files.WorkdirSnapshot(
-            self.workdir, store, protected=dirs.protected, owner=dirs.owner,
-            max_entries=self.limits.workdir_files, max_bytes=self.limits.workdir_bytes,
-            budget=self.service.store_budget,
-        )  # fmt: skip
-        self._files.stop = lambda: self._closed  # a closing sandbox's walk stops (`_Closing`)
         if self.service.cgroup_layout is not None:
             self._cgroup = TrajectoryCgroup(
                 self.service.cgroup_layout,
@@ -246,6 +239,7 @@ class Sandbox:
         self._holder_pid = ready.sender_pid
         self._holder_pidfd = os.pidfd_open(self._holder_pid)
         self._awaiting_new_process = False
+        self._files = self._snapshot(dirs, own_view="private_view" in ready.body.get("layers", {}))
         if self._cgroup is not None:
             self._cgroup.add(self._holder_pid)
             # never the OOM victim where it is allowed (root with CAP_SYS_RESOURCE) and safe (its
@@ -267,6 +261,26 @@ class Sandbox:
         self._isolation = replace(
             base, seccomp=base.seccomp and "seccomp" in layers, missing=tuple(missing.items())
         )
+
+    def _snapshot(self, dirs: layout.TrajectoryDirs, own_view: bool) -> files.WorkdirSnapshot:
+        """The transactional copy of the working directory as the trajectory sees it: in a
+        private view of its own that is the holder's own tmpfs (`private_view`), reached through
+        ``/proc/<holder>/root`` now, while the holder has run no code but ours (no step can
+        have changed what that path leads to), and kept open from then on."""
+        workdir = self.workdir
+        if own_view:
+            workdir = f"/proc/{self._holder_pid}/root{self.workdir}"
+        store = os.path.join(self.service.store_root, os.path.basename(self._dir))
+        snapshot = files.WorkdirSnapshot(
+            workdir, store, protected=dirs.protected, owner=dirs.owner,
+            max_entries=self.limits.workdir_files, max_bytes=self.limits.workdir_bytes,
+            budget=self.service.store_budget,
+        )  # fmt: skip
+        snapshot.stop = lambda: self._closed  # a closing sandbox's walk stops (`_Closing`)
+        if own_view and not procs.alive(self._holder_pidfd):  # the pid may name another now
+            snapshot.close()
+            raise ServiceError("the sandbox's holder exited right after starting")
+        return snapshot
 
     def _budget(self, pid: int | None) -> int:
         """How many bytes a message from ``pid`` may have (0: its bytes are dropped unread)."""
@@ -912,6 +926,8 @@ class Sandbox:
         )  # run's bound
         with contextlib.suppress(OSError):
             self.service.remover.discard(self.workdir, inline_s=0.0)  # within the run's bound too
+        if self._files is not None:  # its own tmpfs, where it has one, goes with its processes
+            self._files.drop_workdir()
         return ExecResult(status=ExecStatus.CRASHED, notes=(self._lost,))
 
     def _kill_all(self, timeout_s: float = 5.0) -> None:

@@ -401,6 +401,12 @@ class SandboxService:
                 self.isolation, missing=(*self.isolation.missing, ("private views", why))
             )
         self.isolation = replace(self.isolation, private_views=self.private_views)
+        # a memfd is memory no address-space rlimit sees: refused where no memory cgroup counts
+        # it (`guards`) and a step's captured outputs can be unnamed files in its working
+        # directory instead (a private view's own tmpfs, or a work root that takes O_TMPFILE)
+        self.refuse_memfd = self.cgroup_layout is None and (
+            self.private_views or takes_unnamed_files(self.work_root)
+        )
         if reply.get("processes_hidden") is not True:
             why = (
                 reply.get("processes_hidden")
@@ -493,6 +499,7 @@ class SandboxService:
             "seccomp": self.seccomp,
             "private_view": self.private_views,
             "work_root": self.work_root,
+            "refuse_memfd": self.refuse_memfd,
         }
         # its own lock, not the service's: the zygote's fork may wait for memory, and the OOM
         # arbiter, which frees it, lists the sandboxes under the service's lock
@@ -567,6 +574,16 @@ class SandboxService:
         if self._uid_lock is not None:
             leftovers.release_uid_block(self._uid_lock)
         atexit.unregister(self.close)
+
+
+def takes_unnamed_files(directory: str) -> bool:
+    """Whether ``directory``'s file system makes ``O_TMPFILE`` files (overlayfs only from Linux
+    6.6 on)."""
+    try:
+        os.close(os.open(directory, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600))
+    except OSError:
+        return False
+    return True
 
 
 def _raise_descriptor_limit() -> None:

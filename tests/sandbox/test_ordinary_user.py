@@ -11,6 +11,7 @@ not run as root, when ``/usr/bin/python3`` is another minor version than the tes
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pwd
@@ -32,11 +33,16 @@ PROJECT = Path(__file__).resolve().parents[2]
 
 
 def _run_as_user(
-    user: pwd.struct_passwd, home: Path, argv: list[str], timeout_s: float
+    user: pwd.struct_passwd,
+    home: Path,
+    argv: list[str],
+    timeout_s: float,
+    disk_bytes: int | None = None,
 ) -> subprocess.CompletedProcess:
     """``argv`` (after the python) as ``user``, in the project's bound copy, with the test
     environment's site-packages: both bound under ``home`` in a mount and PID namespace of
-    its own."""
+    its own. With ``disk_bytes``, TMPDIR (where the service keeps its directories) is a private
+    tmpfs of that size owned by the user: a small disk that a test may fill."""
     project, packages = home / "project", home / "site-packages"
     binds = [(str(PROJECT), project), (sysconfig.get_paths()["purelib"], packages)]
     if sysconfig.get_paths()["platlib"] != binds[1][0]:
@@ -46,6 +52,12 @@ def _run_as_user(
     )
     for _, target in binds:
         target.mkdir(exist_ok=True)
+    disk = []
+    if disk_bytes is not None:
+        (home / "disk").mkdir(exist_ok=True)
+        options = f"size={disk_bytes},uid={user.pw_uid},gid={user.pw_gid},mode=0700"
+        mounts += f" && mount -t tmpfs -o {options} disk {shlex.quote(str(home / 'disk'))}"
+        disk = [f"TMPDIR={home / 'disk'}"]
     python_path = ":".join(str(target) for _, target in binds)
     env = [
         "env",
@@ -55,6 +67,7 @@ def _run_as_user(
         "LANG=C.UTF-8",
         "PYTHONDONTWRITEBYTECODE=1",
         f"PYTHONPATH={python_path}",
+        *disk,
     ]
     user_command = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups",
                     *env, PYTHON, *argv]  # fmt: skip
@@ -133,7 +146,7 @@ def ordinary_user(tmp_path_factory):
 # the shared /tmp and /); prints the ways that worked.
 ATTACK = """
 import json, os
-target, secret, inode = TARGET  # the directory, the token in its secret.txt, its inode
+target, secret = TARGET  # the directory, the token in its secret.txt
 name = os.path.basename(os.path.dirname(target))
 reached = []
 def attempt(how, action):
@@ -151,10 +164,10 @@ def write(path):  # never creates a file: only an existing secret.txt of the tar
         if not handle.read().startswith(secret):
             raise PermissionError(path)
         handle.write("A")
-def listing(path):
-    if os.stat(path).st_ino != inode:
+def listing(path):  # the target's own listing (its secret.txt in it), not any directory's
+    if "secret.txt" not in os.listdir(path):
         raise PermissionError(path)
-    os.listdir(path)
+    read(path + "/secret.txt")
 def listed_in_work_root():
     if name not in os.listdir(os.path.dirname(os.path.dirname(target))):
         raise FileNotFoundError(name)
@@ -212,8 +225,8 @@ with Sandbox(service=service) as a, Sandbox(service=service) as b:
     out["b_wrote"] = b.run("open('secret.txt', 'w').write('B-secret')\\ntry:\\n    open('/tmp/b-was-here', 'w')\\n"
                          "except OSError:\\n    pass").ok
     assert a.run("open('secret.txt', 'w').write('A-secret')").ok
-    against_b = a.run(attack.replace("TARGET", repr((b.workdir, "B-secret", os.stat(b.workdir).st_ino))))
-    against_self = a.run(attack.replace("TARGET", repr((a.workdir, "A-secret", os.stat(a.workdir).st_ino))))
+    against_b = a.run(attack.replace("TARGET", repr((b.workdir, "B-secret"))))
+    against_self = a.run(attack.replace("TARGET", repr((a.workdir, "A-secret"))))
     out["against_b"] = json.loads(against_b.stdout) if against_b.ok else str(against_b)
     out["against_self"] = json.loads(against_self.stdout) if against_self.ok else str(against_self)
     out["b_secret"] = b.run("print(open('secret.txt').read())").stdout.strip()
@@ -318,3 +331,126 @@ def test_a_delegated_cgroup_v2_group_is_detected_and_reported(ordinary_user, tmp
         job.startswith(f"{root}/job ") and f"its cgroup v2 group {root}/job is delegated" in job
     ), job
     assert other.startswith("None ") and "delegated" not in other, other
+
+
+# Run by the ordinary user with a 64 MiB disk (TMPDIR, where the service keeps every trajectory's
+# directory and committed copy). A (a 4 MiB working directory) fills what it can while B's step
+# commits, then keeps unnamed files open across a commit; then B commits again.
+FILLS = """
+import json, os, threading, time
+from codedance.sandbox import Sandbox, SandboxService
+from codedance.sandbox.layout import Limits
+FILL = '''
+import os, time
+written = 0
+try:
+    while True:
+        with open(f'junk{written >> 20}', 'wb') as f:
+            f.write(b'x' * (1 << 20))
+        written += 1 << 20
+except OSError as e:
+    print(written, e.errno)
+time.sleep(3)
+raise RuntimeError('rolled back')
+'''
+HOLD = '''
+import os
+kept, held = [], 0
+try:
+    for i in range(200):
+        f = open(f'h{i}', 'wb')
+        os.unlink(f'h{i}')
+        kept.append(f)
+        f.write(b'x' * (1 << 20))
+        f.flush()
+        held += 1 << 20
+except OSError as e:
+    pass
+print(held)
+'''
+service = SandboxService()
+small = Limits(workdir_bytes=4 << 20, workdir_files=16)
+out = {"bound": (4 << 20) + 16 * os.sysconf("SC_PAGE_SIZE")}  # its bytes, each file's last page
+with Sandbox(service=service, limits=small) as a, Sandbox(service=service) as b:
+    assert b.run("open('state.bin', 'wb').write(b'b' * (1 << 20)); x = 42").ok
+    filled = {}
+    thread = threading.Thread(target=lambda: filled.update(r=a.run(FILL)))
+    thread.start()
+    time.sleep(1.5)  # A has filled all it can and sleeps
+    during = b.run("open('more.bin', 'wb').write(b'c' * (4 << 20)); y = 1")
+    thread.join()
+    out["a_filled"] = filled["r"].stdout.split()
+    out["b_during"] = [during.ok, during.notes]
+    held = a.run(HOLD)
+    out["a_held"] = [held.ok, held.stdout.strip()]
+    after = b.run("import os; open('last.bin', 'wb').write(b'd' * (4 << 20)); print(x, y, sorted(os.listdir('.')))")
+    out["b_after"] = [after.ok, after.stdout.strip(), after.notes]
+with Sandbox(service=service) as c:
+    out["memfd"] = str(c.run("import os; os.memfd_create('m')").error)
+    captured = c.run("import ctypes, os; os.write(1, b'at fd 1 '); "
+                     "print(ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(lambda v: v + 1)(41))")
+    out["captured"] = [captured.ok, sorted(captured.stdout.split("\\n"))]
+    out["shm"] = c.run("open('/dev/shm/x', 'wb')").ok
+service.close()
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_a_trajectory_that_fills_its_space_leaves_its_neighbours_commits_alone(ordinary_user):
+    """Each trajectory's working directory is a tmpfs of its own, sized by its limits: a step
+    that fills its space, or a holder that keeps unnamed files open, gets ENOSPC at that size
+    and never fills the disk where a neighbour's commit copies its files. memfds (memory no
+    address-space rlimit sees) are refused where no memory cgroup counts them; the step's
+    captured outputs and ctypes callbacks work without them."""
+    user, home = ordinary_user
+    done = _run_as_user(user, home, ["-c", FILLS], timeout_s=240, disk_bytes=64 << 20)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stdout[-3000:] + done.stderr[-3000:]
+    out = json.loads(lines[-1][len("RESULT ") :])
+    written, error = out["a_filled"]
+    assert int(error) == errno.ENOSPC and 4 << 20 <= int(written) <= out["bound"], out
+    assert out["b_during"] == [True, []], out
+    assert out["a_held"][0] and int(out["a_held"][1]) <= out["bound"], out
+    assert out["b_after"][:2] == [True, "42 1 ['.tmp', 'last.bin', 'more.bin', 'state.bin']"], out
+    assert "Operation not permitted" in out["memfd"], out
+    assert out["captured"] == [True, ["42", "at fd 1 "]] and out["shm"] is False, out
+
+
+# Run by the ordinary user: a trajectory whose patched holder quits as it resumes is lost; the
+# controller then holds nothing of its own tmpfs (which its processes' end would otherwise free).
+LOST = """
+import json, os, time
+from codedance.sandbox import Sandbox
+PATCH = ("import sys, os\\n_runtime = sys.modules['__main__']\\n_real = _runtime._expect\\n"
+         "def _quit_on_resume(reader, op, stale=()):\\n    if op == 'resume':\\n        os._exit(0)\\n"
+         "    return _real(reader, op, stale)\\n_runtime._expect = _quit_on_resume\\n"
+         "open('committed', 'wb').write(b'c' * (1 << 20))")
+def held(device):
+    found = []
+    for name in os.listdir('/proc/self/fd'):
+        try:
+            if os.stat(f'/proc/self/fd/{name}').st_dev == device:
+                found.append(name)
+        except OSError:
+            pass
+    return found
+with Sandbox() as sandbox:
+    assert sandbox.run(PATCH).ok
+    device = int(sandbox.run("import os; print(os.stat('.').st_dev)").stdout)
+    before = held(device)
+    failed = sandbox.run("raise ValueError('x')")
+    lost = sandbox.run("x = 1") if failed.ok is False and 'lost' not in str(failed.notes) else failed
+    out = {"before": len(before), "after": len(held(device)), "lost": 'lost' in str(lost.notes)}
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_a_lost_trajectorys_own_tmpfs_is_let_go_at_once(ordinary_user):
+    """The controller's descriptor of a trajectory's own tmpfs is all that keeps it once the
+    trajectory's processes are gone: a lost trajectory's is closed then, not at close()."""
+    user, home = ordinary_user
+    done = _run_as_user(user, home, ["-c", LOST], timeout_s=120)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stdout[-3000:] + done.stderr[-3000:]
+    out = json.loads(lines[-1][len("RESULT ") :])
+    assert out == {"before": 1, "after": 0, "lost": True}, out

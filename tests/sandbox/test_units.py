@@ -1179,6 +1179,35 @@ def test_a_private_working_directory_is_promised_only_with_a_uid_or_a_view_of_it
     assert private(_host(private_views=False, namespaces=False)).state == NO
 
 
+def test_a_view_of_its_own_bounds_a_trajectorys_space_where_nothing_else_does():
+    """A private view's own tmpfs keeps neighbours' commits apart and bounds the files; where no
+    mount is possible the shared disk is said plainly; memfds are refused without cgroups."""
+    from codedance.sandbox.promises import BOUNDED, HOLDS, verdicts
+
+    def verdict(host, wanted):
+        return next(verdict for key, _, _, verdict in verdicts(host) if key == wanted)
+
+    container = _host(private_views=False, namespaces=False, root=True)
+    assert verdict(_host(), "independent").state == HOLDS
+    assert verdict(container, "independent").state == BOUNDED
+    assert "unnamed files" in verdict(container, "independent").why
+    own = verdict(_host(), "files_memory")
+    assert own.state == BOUNDED and "tmpfs of the trajectory's own" in own.why
+    assert "memfds refused" in verdict(_host(), "memory").why
+    assert "/dev/shm" in verdict(container, "memory").why
+    assert "memfds unbounded" in verdict(_host(seccomp=False), "memory").why
+
+
+def test_memfds_are_refused_only_where_captured_outputs_can_be_unnamed_files(tmp_path):
+    """Without memfds a step's captured outputs are O_TMPFILE files in its working directory: a
+    file system that cannot make them (here /proc; overlayfs before Linux 6.6) keeps memfds."""
+    from codedance.sandbox.service import takes_unnamed_files
+
+    assert takes_unnamed_files(str(tmp_path))
+    assert not takes_unnamed_files("/proc")
+    assert os.listdir(tmp_path) == []
+
+
 def test_sandbox_check_fails_only_for_a_promise_the_host_makes():
     from codedance.cli.console import make_console
     from codedance.cli.sandbox_cmd import show_promises

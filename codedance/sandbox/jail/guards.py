@@ -39,6 +39,11 @@ The seccomp filter (libseccomp through PyPI ``pyseccomp``) returns ``EPERM`` for
   ``SCHED_IDLE``; each comparison is on all 64 bits, so high bits only widen what is refused
   (`tests/sandbox/test_hostile_pages.py::test_the_seccomp_filter_alone_refuses_scheduling_others`);
 - host-wide write-back: ``sync``, ``syncfs`` (``fsync`` of one's own files stays);
+- ``memfd_create`` where no memory cgroup bounds the trajectory (``refuse_memfd``): a memfd's
+  pages are memory in no process's address space, so the address-space rlimit, the only memory
+  bound there, never sees them (a committed holder kept 768 MiB in unmapped memfds under a
+  128 MiB limit). The step's own captured outputs are then files in its working directory
+  (`runtime`), and POSIX shared memory has no ``/dev/shm`` in the jail to go to;
 - ``memfd_secret`` (its pages are taken out of the kernel's direct map, which fragments it for
   the whole host) and ``modify_ldt`` (a per-process descriptor table: attack surface nothing
   here needs; Chrome's sandbox denies it too);
@@ -242,13 +247,14 @@ def forbid_new_privileges() -> None:
     _prctl(_PR_SET_DUMPABLE, 0)
 
 
-def install_seccomp() -> None:
-    """Load the filter described in the module docstring; raises if libseccomp is unusable."""
+def install_seccomp(refuse_memfd: bool = False) -> None:
+    """Load the filter described in the module docstring (``memfd_create`` refused too with
+    ``refuse_memfd``); raises if libseccomp is unusable."""
     import pyseccomp as seccomp
 
     deny = seccomp.ERRNO(errno.EPERM)
     rules = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
-    for name in DENIED_SYSCALLS:
+    for name in DENIED_SYSCALLS + (("memfd_create",) if refuse_memfd else ()):
         try:
             rules.add_rule(deny, name)
         except (ValueError, OSError):  # a syscall this architecture does not have

@@ -6,12 +6,19 @@ uid: file permissions cannot keep one trajectory out of another's working direct
 
 `enter` puts the holder in a user and mount namespace of its own:
 - the service's work root is covered by an empty read-only tmpfs on which only the trajectory's
-  own working directory is bind-mounted back, at the same path: the other trajectories'
-  directories are not in its view at all (not listed by ``/proc/self/mountinfo`` either);
+  own working directory is mounted, at the same path: the other trajectories' directories are
+  not in its view at all (not listed by ``/proc/self/mountinfo`` either);
+- that working directory is a tmpfs of the trajectory's own, of the size its limits allow a
+  commit to keep (`layout.workdir_tmpfs`), so a step that fills it, or a holder that keeps
+  unnamed files open, fills nothing of the host's: the host's file system, where the controller
+  keeps every trajectory's committed copy, is never written from the jail. The controller
+  reaches it through ``/proc/<holder>/root`` (`Sandbox`); it goes when the last of the
+  trajectory's processes and the controller's descriptor of it are gone;
 - every other writable mount of the jail but ``/proc`` (its root, ``/tmp``, ``/dev``) is
   remounted read-only in this view, so no trajectory leaves files where another can read them;
-- each input image in the working directory is bound read-only onto itself: the trajectory
-  can neither change nor remove it (a mount point), as where a root controller owns them;
+- each input image is bound read-only from the host's directory onto its name in the working
+  directory: the trajectory can neither change nor remove it (a mount point), as where a root
+  controller owns them, and it takes nothing of the tmpfs's size;
 - the user namespace makes every process outside the trajectory (the zygote, bubblewrap, other
   trajectories' holders and steps) unreachable through ``/proc/<pid>/root``, ``cwd``, ``fd``,
   ``map_files`` and ``mem``: the kernel grants those only to a caller in the target's own user
@@ -30,6 +37,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import stat
+from dataclasses import dataclass
 
 _CLONE_NEWNS, _CLONE_NEWUSER = 0x00020000, 0x10000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
@@ -42,6 +51,7 @@ _KEPT_FLAGS = ((os.ST_NOSUID, _MS_NOSUID), (os.ST_NODEV, _MS_NODEV), (os.ST_NOEX
                (os.ST_RELATIME, _MS_RELATIME))  # fmt: skip
 _PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
 _CAPABILITY_VERSION_3 = 0x20080522
+_NO_SUID_DEV_EXEC = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
 _COVER_OPTIONS = b"size=64k,nr_inodes=64,mode=0711"
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
@@ -70,10 +80,13 @@ def _mount(
     _check(_LIBC.mount(source, os.fsencode(target), fstype, flags, data), f"mount on {target}")
 
 
-def enter(work_root: str, workdir: str, inputs: tuple[str, ...] | list[str] = ()) -> None:
+def enter(
+    work_root: str, workdir: str, inputs: tuple[str, ...] | list[str], tmpfs: WorkdirTmpfs
+) -> None:
     """Make ``workdir`` (below ``work_root``) the only directory of the work root this process
-    and its children see, with nothing else of the jail writable but ``workdir`` (its ``inputs``,
-    the input images' names, read-only and unremovable: each is a mount point of its own), and
+    and its children see, a tmpfs of its own of ``tmpfs``'s size laid out as the host's
+    directory is (`_own_tmpfs`), with nothing else of the jail writable (its ``inputs``, the
+    input images' names, read-only and unremovable: each is a mount point of its own), and
     drop the capabilities that took. Raises OSError naming the step that failed."""
     uid, gid = os.getuid(), os.getgid()
     _check(_LIBC.unshare(_CLONE_NEWUSER | _CLONE_NEWNS), "unshare(CLONE_NEWUSER | CLONE_NEWNS)")
@@ -84,20 +97,52 @@ def enter(work_root: str, workdir: str, inputs: tuple[str, ...] | list[str] = ()
     # a bind mount's source must be in this namespace: open the directory only now
     own = os.open(workdir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        _mount(
-            b"codedance", work_root, b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, _COVER_OPTIONS
-        )
+        _mount(b"codedance", work_root, b"tmpfs", _NO_SUID_DEV_EXEC, _COVER_OPTIONS)
         os.makedirs(workdir, mode=0o700, exist_ok=True)
-        _mount(f"/proc/self/fd/{own}".encode(), workdir, None, _MS_BIND)
+        _own_tmpfs(own, workdir, inputs, tmpfs)
     finally:
         os.close(own)
-    for name in inputs:  # made read-only with the rest below
-        path = os.path.join(workdir, name)
-        _mount(os.fsencode(path), path, None, _MS_BIND)
     for point in _writable_mount_points():
         if point != workdir and point != "/proc" and not point.startswith("/proc/"):
             _remount_read_only(point)
     _drop_capabilities()
+
+
+@dataclass(frozen=True)
+class WorkdirTmpfs:
+    """The size of a trajectory's own working directory (a tmpfs) and the directories the host's
+    working directory has that it starts with (``.tmp``)."""
+
+    size_bytes: int
+    inodes: int
+    directories: tuple[str, ...] = ()
+
+
+def _own_tmpfs(host_dir: int, workdir: str, inputs, tmpfs: WorkdirTmpfs) -> None:
+    """Mount the trajectory's own size-bounded tmpfs on ``workdir`` and lay it out as the host's
+    directory (``host_dir``, an ``O_PATH`` descriptor of it) is: each of ``tmpfs.directories``
+    made with its mode, each input bound from the host onto an empty file of its name (made
+    read-only with the rest in `enter`; on the host's disk, outside the tmpfs's size).
+
+    Every byte a step writes, unlinked files kept open included, then counts against this
+    trajectory's ``size_bytes`` alone: a step that fills it gets ``ENOSPC`` in its own
+    directory, and the host's file system (where the controller keeps every trajectory's
+    committed copy) is never written by the jail."""
+    sources = [os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=host_dir)
+               for name in inputs]  # fmt: skip
+    try:
+        options = f"size={tmpfs.size_bytes},nr_inodes={tmpfs.inodes},mode=0700".encode()
+        _mount(b"codedance", workdir, b"tmpfs", _NO_SUID_DEV_EXEC, options)
+        for name in tmpfs.directories:
+            mode = os.stat(name, dir_fd=host_dir, follow_symlinks=False).st_mode
+            os.mkdir(os.path.join(workdir, name), stat.S_IMODE(mode))
+        for name, source in zip(inputs, sources, strict=True):
+            path = os.path.join(workdir, name)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o400))
+            _mount(f"/proc/self/fd/{source}".encode(), path, None, _MS_BIND)
+    finally:
+        for source in sources:
+            os.close(source)
 
 
 def _write(path: str, text: str) -> None:
@@ -159,7 +204,7 @@ def probe(work_root: str) -> str | None:
     if pid == 0:
         os.close(read)
         try:
-            enter(work_root, work_root)
+            enter(work_root, work_root, (), WorkdirTmpfs(size_bytes=64 << 10, inodes=16))
             message = b""
         except BaseException as exc:  # noqa: BLE001 - reported to the zygote, which reports it
             message = f"{type(exc).__name__}: {exc}".encode()[:500]

@@ -118,7 +118,8 @@ def _holder_main(fd: int, request: dict, pristine_builtins: dict) -> None:
         limits = request["limits"]
         if request.get("private_view"):  # before RLIMIT_NPROC: the kernel also caps every process
             # of the uid in the jail at the limit the namespace's creator had (all trajectories)
-            private_view.enter(request["work_root"], request["workdir"], request["images"])
+            tmpfs = private_view.WorkdirTmpfs(**request["workdir_tmpfs"])
+            private_view.enter(request["work_root"], request["workdir"], request["images"], tmpfs)
             layers["private_view"] = "in force"
         own_count = request.get("uid") is not None or request.get("private_view")
         guards.apply_rlimits(
@@ -141,7 +142,7 @@ def _holder_main(fd: int, request: dict, pristine_builtins: dict) -> None:
         guards.forbid_new_privileges()
         if request.get("seccomp"):
             try:
-                guards.install_seccomp()
+                guards.install_seccomp(refuse_memfd=request.get("refuse_memfd", False))
                 layers["seccomp"] = "in force"
             except Exception as exc:  # noqa: BLE001 - reported to the controller, which decides
                 layers["seccomp_error"] = f"{type(exc).__name__}: {exc}"
@@ -350,9 +351,7 @@ class _PreparedStep:
         )
         self.out = capture.BoundedText(limits["output_head"], limits["output_tail"])
         self.err = capture.BoundedText(limits["output_head"], limits["output_tail"])
-        self.captured = [
-            os.memfd_create(f"fd{n}", os.MFD_CLOEXEC) for n in (1, 2)
-        ]  # this process's alone
+        self.captured = [_capture_file(n) for n in (1, 2)]  # this process's alone
         for target, handle in zip((1, 2), self.captured):
             os.dup2(handle, target)
         self.images_before = capture.list_image_files(workdir)
@@ -504,6 +503,18 @@ def _leftover_work() -> str | None:
             return None
         if pid == 0:
             return "the step left processes running; wait for every child process before it ends"
+
+
+def _capture_file(number: int) -> int:
+    """A file of this step's own for its descriptor ``number``: a memfd, or where the filter
+    refuses them (no memory cgroup counts their pages) an unnamed file in the working directory,
+    bounded with the trajectory's other files (its own tmpfs in a private view). Never a named
+    one: the controller may be saving the directory as the spare prepares (the service refuses
+    memfds only where the file system takes ``O_TMPFILE``)."""
+    try:
+        return os.memfd_create(f"fd{number}", os.MFD_CLOEXEC)
+    except PermissionError:
+        return os.open(".", os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
 
 
 def _release_captured_output(captured: list[int]) -> None:
