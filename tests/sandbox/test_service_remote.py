@@ -57,13 +57,14 @@ SERVE_WAIT_S = 120.0
 class Served:
     """One ``codedance sandbox serve`` process and the urls it printed."""
 
-    def __init__(self, directory: Path, *args: str):
+    def __init__(self, directory: Path, *args: str, nofile: int | None = None):
         self.socket = directory / "sandbox.sock"
         tokens = directory / "tokens"
         tokens.write_text(f"workstation {TOKEN}\n")
         tokens.chmod(0o600)
+        limit = ["prlimit", f"--nofile={nofile}:{nofile}"] if nofile else []
         self.process = subprocess.Popen(
-            [sys.executable, "-c", "from codedance.cli import main; main()", "sandbox", "serve",
+            [*limit, sys.executable, "-c", "from codedance.cli import main; main()", "sandbox", "serve",
              "--socket", str(self.socket), "--tcp", "127.0.0.1:0", "--token-file", str(tokens), *args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(), cwd=ROOT,
         )  # fmt: skip
@@ -157,8 +158,8 @@ def fresh(tmp_path):
     """A service of this test alone (it gets killed or restarted)."""
     servers = []
 
-    def start(directory: Path = tmp_path, *args: str) -> Served:
-        servers.append(Served(directory, *args))
+    def start(directory: Path = tmp_path, *args: str, nofile: int | None = None) -> Served:
+        servers.append(Served(directory, *args, nofile=nofile))
         return servers[-1]
 
     yield start
