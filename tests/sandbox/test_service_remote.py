@@ -186,6 +186,34 @@ def test_the_contract_suite_passes_through_the_service_as_a_non_root_client(serv
     assert passed and int(passed.group(1)) >= 23 and "skipped" in run.stdout, run.stdout[-2000:]
 
 
+HOSTILE_SUITES = ("test_hostile.py", "test_hostile_holder.py", "test_hostile_pages.py")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_the_hostile_suites_pass_through_the_service_as_a_non_root_client(fresh, tmp_path):
+    """The snippet-level hostile tests (fork and memory bombs, kill(-1), escapes, attacks on a
+    neighbour), run by uid 64123 against a service of their own; the tests that need the holder's
+    internals (its cgroup, its files, its lock) or a controller in the test's process skip
+    themselves there, each saying why."""
+    server = fresh(tmp_path, "--allow-user", str(CLIENT_UID))
+    suites = [str(ROOT / "tests/sandbox" / name) for name in HOSTILE_SUITES]
+    run = as_uid(
+        CLIENT_UID,
+        "import sys, pytest\nsys.exit(pytest.main(['-q', '-rfs', '-m', '', '-p', 'no:cacheprovider', "
+        f"'--rootdir', {str(ROOT)!r}, *{suites!r}]))",
+        url=server.unix,
+        timeout_s=1100,
+    )
+    summary = "\n".join(
+        line for line in run.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))
+    )
+    assert run.returncode == 0, summary + run.stdout[-4000:] + run.stderr[-2000:]
+    passed = re.search(r"(\d+) passed", run.stdout)
+    assert passed and int(passed.group(1)) >= 100, run.stdout[-3000:]
+    assert server.process.poll() is None, "".join(server.output[-20:])
+
+
 class _RemoteContext(_Context):
     """The public checks' context with sandboxes in the service (CODEDANCE_SANDBOX_URL)."""
 
