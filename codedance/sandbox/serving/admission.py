@@ -12,8 +12,10 @@ to take their next step. So a connection is a resource of its client, bounded li
   address over TCP), and all clients together at most ``total``: half of the descriptors left
   above `RESERVE_FDS`, so the other half and the reserve stay for the sandboxes;
 - a TCP connection has not shown its token yet: at most ``unauthenticated`` such connections at
-  once, and every connection must make an admitted request within ``first_request_s`` or it is
-  closed (a client that connects and sends nothing, or sends its request a byte at a time);
+  once, a new one displacing the one that has waited longest (a token holder's request follows
+  its connection at once, so peers without a token cannot keep it out), and every connection
+  must make an admitted request within ``first_request_s`` or it is closed (a client that
+  connects and sends nothing, or sends its request a byte at a time);
 - out of descriptors at accept (``EMFILE``), the service closes a spare descriptor it keeps for
   that moment, accepts and closes the waiting connection (its client sees it refused at once,
   not a hang), and opens the spare again: never a busy loop, never a crash.
@@ -71,7 +73,6 @@ class _Connection(socket.socket):
 
     gate: Gate | None = None
     key = ""
-    authenticated = False  # its client is known: a Unix peer, or a TCP peer that showed a token
     served = False  # it made a request the service serves
 
     def close(self) -> None:
@@ -90,7 +91,7 @@ class Gate:
         self.total = limits.total_now()
         self.by_client: dict[str, int] = {}
         self.live = 0
-        self.unauthenticated = 0
+        self.waiting: dict[_Connection, None] = {}  # TCP, no token shown yet; the oldest first
         self._by_fd: dict[int, _Connection] = {}
         self._logged: dict[str, float] = {}
 
@@ -104,9 +105,6 @@ class Gate:
             key = f"uid:{peer.uid}"
         else:
             key = f"address:{address[0]}"
-            if self.unauthenticated >= self.limits.unauthenticated:
-                return 503, (f"the sandbox service holds {self.unauthenticated} TCP connections "
-                             "that have not shown a token yet: try again later")  # fmt: skip
         if self.live >= self.total:
             return 503, (f"the sandbox service holds {self.live} connections, the most it keeps: "
                          "try again later")  # fmt: skip
@@ -121,9 +119,10 @@ class Gate:
         self.live += 1
         self.by_client[conn.key] = self.by_client.get(conn.key, 0) + 1
         self._by_fd[conn.fileno()] = conn
-        conn.authenticated = conn.family == socket.AF_UNIX  # its peer was checked above
-        if not conn.authenticated:
-            self.unauthenticated += 1
+        if conn.family != socket.AF_UNIX:  # a Unix peer was checked above
+            if len(self.waiting) >= self.limits.unauthenticated:
+                self._cut(next(iter(self.waiting)), "displaced by a newer one without a token")
+            self.waiting[conn] = None
         asyncio.get_running_loop().call_later(
             self.limits.first_request_s, self._expire, conn, conn.fileno()
         )
@@ -134,9 +133,7 @@ class Gate:
         conn = self._by_fd.get(fileno)
         if conn is not None and not conn.served:
             conn.served = True
-            if not conn.authenticated:
-                conn.authenticated = True
-                self.unauthenticated -= 1
+            self.waiting.pop(conn, None)
 
     def release(self, conn: _Connection) -> None:
         self.live -= 1
@@ -146,17 +143,21 @@ class Gate:
         else:
             del self.by_client[conn.key]
         self._by_fd.pop(conn.fileno(), None)
-        if not conn.authenticated:
-            self.unauthenticated -= 1
+        self.waiting.pop(conn, None)
 
     def _expire(self, conn: _Connection, fileno: int) -> None:
         if conn.gate is self and not conn.served and conn.fileno() == fileno:
-            self.note("connections", f"closed a connection of {conn.key}: no admitted request "
-                      f"in {self.limits.first_request_s:g} s")  # fmt: skip
-            try:  # its transport sees the end of the stream and closes it (and so the descriptor)
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            self._cut(conn, f"no admitted request in {self.limits.first_request_s:g} s")
+
+    def _cut(self, conn: _Connection, why: str) -> None:
+        """End ``conn``: its transport sees the end of the stream and closes it (and so its
+        descriptor, and its place here)."""
+        self.waiting.pop(conn, None)
+        self.note("connections", f"closed a connection of {conn.key}: {why}")
+        try:
+            conn.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     def note(self, kind: str, line: str) -> None:
         now = time.monotonic()
