@@ -232,9 +232,10 @@ def serve(
         help="Sum of Limits.memory over one client's live sandboxes, in MiB (default: no bound).",
     ),
     client_connections: int = typer.Option(
-        2048 + 64,
+        None,
         min=1,
-        help="Connections one client (a uid, or a TCP address) may hold open; "
+        help="Connections one client (a uid, or a TCP address) may hold open "
+        "(default: --client-sandboxes + 64, one per step in flight); "
         "all clients together hold at most half the service's descriptors.",
     ),
     client_request_mib: int = typer.Option(
@@ -323,7 +324,7 @@ def serve(
             policy=policy,
             tokens=tokens,
             quotas=quotas,
-            connections=ConnectionLimits(per_client=client_connections),
+            connections=ConnectionLimits(per_client=client_connections or client_sandboxes + 64),
         )
 
         async def main() -> None:
