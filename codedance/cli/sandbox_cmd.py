@@ -205,6 +205,19 @@ def serve(
         min=1,
         help="Sum of Limits.memory over one client's live sandboxes, in MiB (default: no bound).",
     ),
+    client_connections: int = typer.Option(
+        None,
+        min=1,
+        help="Connections one client (a uid, or a TCP address) may hold open "
+        "(default: --client-sandboxes + 64, one per step in flight); "
+        "all clients together hold at most half the service's descriptors.",
+    ),
+    client_request_mib: int = typer.Option(
+        256, min=1, help="Bodies of one client's requests in flight together, in MiB."
+    ),
+    max_images_mib: int = typer.Option(
+        64, min=1, help="A sandbox's images (one creation request), in MiB."
+    ),
     memory_total_mib: int = typer.Option(
         None,
         min=1,
@@ -234,6 +247,7 @@ def serve(
     from codedance.sandbox import SandboxService
     from codedance.sandbox.isolation import normalize_requirement
     from codedance.sandbox.remote.wire import limits_from_pairs
+    from codedance.sandbox.serving.admission import ConnectionLimits
     from codedance.sandbox.serving.peers import LocalPolicy, Tokens, gid_of, uid_of
     from codedance.sandbox.serving.server import Listen, Quotas, SandboxServer, claim_socket_path
     from codedance.sandbox.serving.server import serve as serve_forever
@@ -259,6 +273,8 @@ def serve(
     quotas = Quotas(
         sandboxes=client_sandboxes,
         memory=client_memory_mib << 20 if client_memory_mib else None,
+        images=max_images_mib << 20,
+        request_bytes=client_request_mib << 20,
         ceiling=limits_from_pairs(ceiling),
     )
     listen = Listen(
@@ -275,7 +291,13 @@ def serve(
     service = SandboxService(memory_total=memory_total_mib << 20 if memory_total_mib else None)
     try:
         service.isolation.require(require)
-        server = SandboxServer(service, policy=policy, tokens=tokens, quotas=quotas)
+        server = SandboxServer(
+            service,
+            policy=policy,
+            tokens=tokens,
+            quotas=quotas,
+            connections=ConnectionLimits(per_client=client_connections or client_sandboxes + 64),
+        )
 
         async def main() -> None:
             stop = asyncio.Event()

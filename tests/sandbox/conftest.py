@@ -53,6 +53,24 @@ def in_fresh_pid_namespace(pid: int) -> bool:
 
 
 @pytest.fixture
+def local():
+    """For a test that reads the controller's own objects: skipped for a client of a sandbox
+    service (`test_service_remote.py` runs the hostile suites so), which has none of them."""
+    if os.environ.get(URL_ENV):
+        pytest.skip(
+            "reads the controller's own objects (a holder's cgroup, pid, files or lock, or a "
+            "service of its own), which a client of a sandbox service does not have"
+        )
+
+
+# binds no name in the trajectory: what the holder itself says of its PID namespace and seccomp
+_JAILED_PROBE = (
+    "print(__import__('os').readlink('/proc/self/ns/pid'), "
+    "'Seccomp:\\t2' in open('/proc/self/status').read())"
+)
+
+
+@pytest.fixture
 def jail(make):
     """A factory of sandboxes in which hostile code may run: PID namespace and seccomp asserted."""
 
@@ -62,6 +80,15 @@ def jail(make):
             pytest.skip(
                 f"hostile tests need the jail's PID namespace and seccomp: {sandbox.isolation.describe()}"
             )
+        if os.environ.get(URL_ENV):  # a client of a sandbox service: the holder asserts it itself
+            probe = sandbox.run(_JAILED_PROBE)
+            assert probe.ok, probe
+            namespace, seccomp = probe.stdout.split()
+            assert namespace != os.readlink("/proc/self/ns/pid"), (
+                "the holder is in our PID namespace"
+            )
+            assert seccomp == "True", "the holder runs without its seccomp filter"
+            return sandbox
         assert in_fresh_pid_namespace(sandbox._holder_pid), (
             "the holder is in the host's PID namespace"
         )

@@ -124,6 +124,7 @@ def _no_setuid_files(root, *, owned_by_root_only: bool = False) -> None:
             assert not info.st_mode & (stat.S_ISUID | stat.S_ISGID), os.path.join(directory, name)
 
 
+@pytest.mark.usefixtures("local")
 def test_symlink_swaps_during_restore_never_reach_the_host(jail, tmp_path):
     """The holder swaps a committed directory for a symlink to a host directory while
     the controller restores and checkpoints. Nothing on the host is written, read or deleted."""
@@ -177,6 +178,7 @@ def test_a_fifo_swapped_in_during_restore_does_not_block_the_controller(jail):
     sandbox.close()  # and closing does not hang either
 
 
+@pytest.mark.usefixtures("local")
 def test_a_chatty_holder_cannot_extend_the_deadline(jail):
     """The holder drips bytes (and whole junk messages) forever: every run() still returns
     by timeout + recovery time; the trajectory is declared lost, its processes killed."""
@@ -452,6 +454,7 @@ FORGERIES = {
 }
 
 
+@pytest.mark.usefixtures("local")
 @pytest.mark.parametrize("name", list(FORGERIES))
 def test_a_forged_reply_fails_its_step_and_keeps_the_trajectory(jail, name):
     """Each forgery of a step's reply (once, by a patched runtime) comes back as a
@@ -723,6 +726,7 @@ def _processes_left_in_groups_of(service_name: str, timeout_s: float) -> int:
         time.sleep(0.05)
 
 
+@pytest.mark.usefixtures("local")
 def test_two_services_never_share_a_uid_block():
     from codedance.sandbox.leftovers import claim_uid_block, release_uid_block
 
@@ -734,6 +738,7 @@ def test_two_services_never_share_a_uid_block():
             release_uid_block(fd)
 
 
+@pytest.mark.usefixtures("local")
 def test_the_holder_is_frozen_while_the_controller_restores(jail):
     """With a freezer, the holder cannot run at all while the controller writes its files (a
     restore with work to do runs frozen; one with nothing to do needs no freeze)."""
@@ -789,6 +794,7 @@ def test_the_denied_syscalls_do_not_break_ordinary_libraries(jail):
     assert result.ok and result.stdout == "66 (32, 32)\n", result
 
 
+@pytest.mark.usefixtures("local")
 def test_hundreds_of_commits_leave_the_holder_as_it_was(jail):
     """Each step captures its output in memfds of its own; a committed step (the next holder)
     must not carry them on, or the holder runs out of descriptors after ~120 commits."""
@@ -799,6 +805,7 @@ def test_hundreds_of_commits_leave_the_holder_as_it_was(jail):
     assert len(os.listdir(f"/proc/{sandbox._holder_pid}/fd")) <= 8
 
 
+@pytest.mark.usefixtures("local")
 def test_an_idle_trajectory_runs_nothing(jail):
     """A holder patched so that its spare spins instead of waiting for code: while the trajectory
     is idle (between run() calls) its processes are frozen, so the spinning one gets no CPU time;
@@ -830,6 +837,7 @@ def _cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
+@pytest.mark.usefixtures("local")
 def test_files_written_during_a_step_are_memory_not_host_disk(jail):
     """On the tmpfs work root a step's writes are charged to its trajectory's memory: writing far
     past the limit ends the step as oom (the step, never the holder, is the OOM victim)."""
@@ -845,6 +853,7 @@ def test_files_written_during_a_step_are_memory_not_host_disk(jail):
     assert_state_intact(sandbox, expected)
 
 
+@pytest.mark.usefixtures("local")
 def test_the_step_is_the_oom_victim_from_its_first_statement(jail):
     """The step's oom_score_adj is 1000 before its code runs, so a child forked by its first
     statement inherits it (set after the code was sent, such a child could
@@ -862,6 +871,7 @@ def test_the_step_is_the_oom_victim_from_its_first_statement(jail):
         assert holder in (0, -1000), holder  # -1000 where the controller has CAP_SYS_RESOURCE
 
 
+@pytest.mark.usefixtures("local")
 def test_each_trajectory_has_a_cpu_quota(jail):
     sandbox = jail(limits=Limits(cpus=1.5))
     if sandbox._cgroup is None or sandbox._cgroup.cpu_dir is None:
@@ -875,6 +885,7 @@ def test_each_trajectory_has_a_cpu_quota(jail):
     assert sandbox._holder_pid in sandbox._cgroup.pids()
 
 
+@pytest.mark.usefixtures("local")
 def test_processes_racing_to_announce_themselves_are_bounded(jail):
     """A patched spare forks many children that each leave an incomplete message while the
     controller waits for the step's reply: it keeps at most a few hundred bytes each, for a
@@ -998,6 +1009,7 @@ def _wait_until_code_is_queued(sandbox, timeout_s: float = 10.0) -> None:
     raise AssertionError("the code was never sent")
 
 
+@pytest.mark.usefixtures("local")
 def test_close_wakes_a_run_whose_code_the_holder_never_reads(jail):
     """A spare that never reads its code blocks the send of a long snippet until the run's
     deadline, and close() would wait the whole timeout; the send watches the sandbox's

@@ -278,6 +278,7 @@ def _unevictable(sandbox) -> int:
         return next(int(line.split()[1]) for line in handle if line.startswith(b"unevictable "))
 
 
+@pytest.mark.usefixtures("local")
 def test_pages_a_trajectory_read_first_and_another_process_locked_are_not_its_growth(make):
     """A trajectory reads a file first (its input image, 7 MiB on disk, whose cache is then
     charged to it); a process outside the service then locks its pages. The arbiter's measure of

@@ -57,13 +57,14 @@ SERVE_WAIT_S = 120.0
 class Served:
     """One ``codedance sandbox serve`` process and the urls it printed."""
 
-    def __init__(self, directory: Path, *args: str):
+    def __init__(self, directory: Path, *args: str, nofile: int | None = None):
         self.socket = directory / "sandbox.sock"
         tokens = directory / "tokens"
         tokens.write_text(f"workstation {TOKEN}\n")
         tokens.chmod(0o600)
+        limit = ["prlimit", f"--nofile={nofile}:{nofile}"] if nofile else []
         self.process = subprocess.Popen(
-            [sys.executable, "-c", "from codedance.cli import main; main()", "sandbox", "serve",
+            [*limit, sys.executable, "-c", "from codedance.cli import main; main()", "sandbox", "serve",
              "--socket", str(self.socket), "--tcp", "127.0.0.1:0", "--token-file", str(tokens), *args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(), cwd=ROOT,
         )  # fmt: skip
@@ -157,8 +158,8 @@ def fresh(tmp_path):
     """A service of this test alone (it gets killed or restarted)."""
     servers = []
 
-    def start(directory: Path = tmp_path, *args: str) -> Served:
-        servers.append(Served(directory, *args))
+    def start(directory: Path = tmp_path, *args: str, nofile: int | None = None) -> Served:
+        servers.append(Served(directory, *args, nofile=nofile))
         return servers[-1]
 
     yield start
@@ -183,6 +184,34 @@ def test_the_contract_suite_passes_through_the_service_as_a_non_root_client(serv
     passed = re.search(r"(\d+) passed", run.stdout)
     # test_contract.py's 15 other tests and the 8 checks (test_property skips itself: no service here)
     assert passed and int(passed.group(1)) >= 23 and "skipped" in run.stdout, run.stdout[-2000:]
+
+
+HOSTILE_SUITES = ("test_hostile.py", "test_hostile_holder.py", "test_hostile_pages.py")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_the_hostile_suites_pass_through_the_service_as_a_non_root_client(fresh, tmp_path):
+    """The snippet-level hostile tests (fork and memory bombs, kill(-1), escapes, attacks on a
+    neighbour), run by uid 64123 against a service of their own; the tests that need the holder's
+    internals (its cgroup, its files, its lock) or a controller in the test's process skip
+    themselves there, each saying why."""
+    server = fresh(tmp_path, "--allow-user", str(CLIENT_UID))
+    suites = [str(ROOT / "tests/sandbox" / name) for name in HOSTILE_SUITES]
+    run = as_uid(
+        CLIENT_UID,
+        "import sys, pytest\nsys.exit(pytest.main(['-q', '-rfs', '-m', '', '-p', 'no:cacheprovider', "
+        f"'--rootdir', {str(ROOT)!r}, *{suites!r}]))",
+        url=server.unix,
+        timeout_s=1100,
+    )
+    summary = "\n".join(
+        line for line in run.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))
+    )
+    assert run.returncode == 0, summary + run.stdout[-4000:] + run.stderr[-2000:]
+    passed = re.search(r"(\d+) passed", run.stdout)
+    assert passed and int(passed.group(1)) >= 100, run.stdout[-3000:]
+    assert server.process.poll() is None, "".join(server.output[-20:])
 
 
 class _RemoteContext(_Context):

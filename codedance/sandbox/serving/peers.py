@@ -46,6 +46,14 @@ def peer_of(sock: socket.socket) -> Peer:
     return Peer(uid=uid, gid=gid, pid=pid, groups=tuple(groups))
 
 
+def not_allowed(uid: int) -> str:
+    """The one line a uid outside the allow-lists is answered."""
+    return (
+        f"uid {uid} is not allowed to use this sandbox service: "
+        "ask its operator to add it (--allow-user/--allow-group)"
+    )
+
+
 def uid_of(name: str) -> int:
     """A user name or number as a uid; a one-line error for an unknown name."""
     if name.isdigit():

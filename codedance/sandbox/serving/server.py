@@ -30,21 +30,28 @@ from typing import Any
 
 from aiohttp import web
 
-from codedance.sandbox.inputs import MAX_INPUT_BYTES
 from codedance.sandbox.isolation import SandboxUnavailable
 from codedance.sandbox.layout import Limits, seconds
 from codedance.sandbox.remote import wire
 from codedance.sandbox.sandbox import Sandbox, SandboxClosed
 from codedance.sandbox.service import SandboxService, ServiceError
-from codedance.sandbox.serving.peers import LocalPolicy, Tokens, peer_of
+from codedance.sandbox.serving.admission import (
+    FDS_PER_SANDBOX,
+    RESERVE_FDS,
+    ConnectionLimits,
+    Gate,
+    GuardedListener,
+    descriptors_left,
+)
+from codedance.sandbox.serving.peers import LocalPolicy, Tokens, not_allowed, peer_of
 from codedance.types import ExecResult, ExecStatus
 
 BEAT_S = 1.0  # between two heartbeats of a session stream
 TCP_UNACKED_S = 30.0  # a TCP client's session ends when its beats go unacknowledged this long
-MAX_BODY_BYTES = 2 * MAX_INPUT_BYTES  # a creation request's images
 # a step's request: its code (at most a few MiB in any rollout) and a few fields; read no further
-# (aiohttp's buffer and the unpacked copy would hold MAX_BODY_BYTES twice per request otherwise)
+# (a body is held about twice while it is read: aiohttp's buffer and the unpacked copy)
 MAX_RUN_BODY_BYTES = 4 << 20
+BACKLOG = 1024  # connections the kernel holds before the service accepts them
 WORKERS = 4096  # the most blocking sandbox calls (runs, creations, closes) at once; threads start as needed
 SESSION_ENDED = "the client's session ended (its connection closed): the sandbox was closed"
 
@@ -55,6 +62,11 @@ class Quotas:
 
     sandboxes: int = 2048  # live sandboxes
     memory: int | None = None  # the sum of their ``Limits.memory`` (each enforced by its cgroup)
+    # a creation request's images, read only when its Content-Length is at most this
+    images: int = 64 << 20
+    # the bodies of a client's requests in flight together (each is held about twice while read)
+    request_bytes: int = 256 << 20
+    requests: int | None = None  # a client's requests in flight; None: ``sandboxes`` + 16
     # the largest `Limits` a client may ask, field by field (a client's processes, CPUs and disk
     # are the host's): a request above it is refused, never clamped
     ceiling: Limits = field(default_factory=Limits)
@@ -83,6 +95,8 @@ class _Client:
         self.name = name
         self.sandboxes = 0
         self.memory = 0
+        self.requests = 0  # in flight
+        self.request_bytes = 0
 
 
 @dataclass(eq=False)
@@ -91,6 +105,7 @@ class _Entry:
     session: _Session
     memory: int
     last_seq: int = 0
+    running: bool = False  # a step is in flight (a client runs one step of a sandbox at a time)
     ended: str | None = None  # why the service closed it (the client did not ask)
 
 
@@ -118,11 +133,13 @@ class SandboxServer:
         policy: LocalPolicy,
         tokens: Tokens | None = None,
         quotas: Quotas = Quotas(),
+        connections: ConnectionLimits | None = None,
     ):
         self.service = service
         self.policy = policy
         self.tokens = tokens
         self.quotas = quotas
+        self.gate = Gate(policy, connections or ConnectionLimits())
         self.instance = secrets.token_hex(8)  # a restarted service is another instance
         self._clients: dict[str, _Client] = {}
         self._sessions: dict[str, _Session] = {}
@@ -131,7 +148,7 @@ class SandboxServer:
         self._stopping = asyncio.Event()  # session streams end (else shutting down waits for them)
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app = web.Application(client_max_size=max(self.quotas.images, MAX_RUN_BODY_BYTES))
         app.add_routes([
             web.get("/v1/health", self._health),
             web.get("/v1/session", self._session),
@@ -151,10 +168,7 @@ class SandboxServer:
         if sock.family == socket.AF_UNIX:
             peer = peer_of(sock)
             if not self.policy.admits(peer):
-                raise web.HTTPForbidden(
-                    text=f"uid {peer.uid} is not allowed to use this sandbox service: "
-                    "ask its operator to add it (--allow-user/--allow-group)"
-                )
+                raise web.HTTPForbidden(text=not_allowed(peer.uid))
             name = f"uid:{peer.uid}"
         else:
             token_name = (
@@ -166,6 +180,7 @@ class SandboxServer:
                     f"{wire.TOKEN_ENV} to a token from the service's --token-file"
                 )
             name = f"token:{token_name}"
+        self.gate.served(sock.fileno())
         if name not in self._clients:
             self._clients[name] = _Client(name)
         return self._clients[name]
@@ -226,6 +241,13 @@ class SandboxServer:
             raise web.HTTPNotFound(
                 text="no such session on this service (it ended, or the service restarted)"
             )
+        _bounded(request, self.quotas.images, "a sandbox's images", "--max-images-mib")
+        with self._in_flight(client, request.content_length):
+            return await self._create_read(request, client, session)
+
+    async def _create_read(
+        self, request: web.Request, client: _Client, session: _Session
+    ) -> web.Response:
         try:
             body = wire.unpack(await request.read())
             images = body["images"]
@@ -240,6 +262,11 @@ class SandboxServer:
                        "require": body["require"], "start_timeout_s": body["start_timeout_s"]}  # fmt: skip
         except (ValueError, TypeError, KeyError) as exc:
             raise web.HTTPBadRequest(text=f"bad sandbox request: {exc}") from None
+        if descriptors_left() < RESERVE_FDS + FDS_PER_SANDBOX:
+            raise web.HTTPServiceUnavailable(
+                text="the sandbox service is out of descriptors for another sandbox: close some "
+                "first, or ask its operator to raise its RLIMIT_NOFILE (LimitNOFILE=)"
+            )
         self._reserve(client, limits.memory)
         loop = asyncio.get_running_loop()
         try:
@@ -284,16 +311,46 @@ class SandboxServer:
         client.sandboxes += 1
         client.memory += memory
 
+    @contextlib.contextmanager
+    def _in_flight(self, client: _Client, size: int):
+        """Count a request of ``client`` while it is read and served: 429 over its bounds."""
+        quotas = self.quotas
+        most = quotas.requests if quotas.requests is not None else quotas.sandboxes + 16
+        if client.requests >= most:
+            raise web.HTTPTooManyRequests(
+                text=f"quota: {client.name} has {client.requests} requests in flight, the most "
+                "this service allows a client; wait for some to end"
+            )
+        if client.request_bytes + size > quotas.request_bytes:
+            raise web.HTTPTooManyRequests(
+                text=f"quota: {client.name}'s requests in flight hold {client.request_bytes >> 20} "
+                f"MiB and this one {size >> 20} MiB more, over the {quotas.request_bytes >> 20} MiB "
+                "this service allows a client (--client-request-mib); wait for some to end"
+            )
+        client.requests += 1
+        client.request_bytes += size
+        try:
+            yield
+        finally:
+            client.requests -= 1
+            client.request_bytes -= size
+
     async def _run(self, request: web.Request) -> web.Response:
         client = self._client(request)
         entry = self._entry(request, client)
-        if request.content_length is None or request.content_length > MAX_RUN_BODY_BYTES:
-            raise web.HTTPRequestEntityTooLarge(
-                max_size=MAX_RUN_BODY_BYTES,
-                actual_size=request.content_length or 0,
-                text=f"a step's request must give its length and hold at most "
-                f"{MAX_RUN_BODY_BYTES >> 20} MiB",
+        _bounded(request, MAX_RUN_BODY_BYTES, "a step's request", None)
+        if entry.running:
+            raise web.HTTPConflict(
+                text="a step of this sandbox is running: send the next when it has ended"
             )
+        with self._in_flight(client, request.content_length):
+            entry.running = True
+            try:
+                return await self._run_read(request, entry)
+            finally:
+                entry.running = False
+
+    async def _run_read(self, request: web.Request, entry: _Entry) -> web.Response:
         try:
             body = wire.unpack(await request.read())
             code, timeout_s, seq = body["code"], body["timeout_s"], body["seq"]
@@ -362,6 +419,17 @@ class SandboxServer:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
+def _bounded(request: web.Request, most: int, what: str, option: str | None) -> None:
+    """413, before the body is read, unless its length is given and at most ``most``."""
+    if request.content_length is None or request.content_length > most:
+        raise web.HTTPRequestEntityTooLarge(
+            max_size=most,
+            actual_size=request.content_length or 0,
+            text=f"{what} must give its length and hold at most {most >> 20} MiB"
+            + (f" (this service's {option})" if option else ""),
+        )
+
+
 def _packed(value: Any) -> web.Response:
     return web.Response(body=wire.pack(value), content_type=wire.CONTENT_TYPE)
 
@@ -404,11 +472,13 @@ async def serve(
     await runner.setup()
     try:
         claim_socket_path(listen.socket_path)
+        unix = GuardedListener(socket.AF_UNIX, server.gate)
         old_umask = os.umask(0o177)  # the socket is born private, then opened as asked
         try:
-            await web.UnixSite(runner, listen.socket_path).start()
+            unix.bind(listen.socket_path)
         finally:
             os.umask(old_umask)
+        await web.SockSite(runner, unix, backlog=BACKLOG).start()
         if listen.socket_group is not None:
             os.chown(listen.socket_path, -1, listen.socket_group)
         os.chmod(listen.socket_path, listen.socket_mode)
@@ -420,8 +490,13 @@ async def serve(
 
                 ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
                 ssl_context.load_cert_chain(listen.tls_cert, listen.tls_key)
-            site = web.TCPSite(runner, listen.tcp_host, listen.tcp_port, ssl_context=ssl_context)
-            await site.start()
+            family, _, _, _, address = socket.getaddrinfo(
+                listen.tcp_host, listen.tcp_port, type=socket.SOCK_STREAM
+            )[0]
+            tcp = GuardedListener(family, server.gate)
+            tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            tcp.bind(address)
+            await web.SockSite(runner, tcp, ssl_context=ssl_context, backlog=BACKLOG).start()
             port = next(
                 a[1] for a in runner.addresses if isinstance(a, tuple)
             )  # the one chosen for 0
