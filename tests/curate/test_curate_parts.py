@@ -65,7 +65,28 @@ def _jpeg(color: tuple[int, int, int]) -> bytes:
                 "sources": [{"kind": "world"}],
                 "filter": {"k": 0},
             },
-            "filter.k must be",
+            "filter.k: must be at least 1, got 0",
+        ),
+        (
+            {
+                "out": "o",
+                "endpoints": ENDPOINTS,
+                "sources": [{"kind": "world"}],
+                "filter": {"easy_keep": 1.5},
+            },
+            "filter.easy_keep: must be at least 0 and at most 1, got 1.5",
+        ),
+        (
+            {
+                "out": "o",
+                "endpoints": {**ENDPOINTS, "weak": {**ENDPOINTS["weak"], "max_in_flight": 0}},
+                "sources": [{"kind": "world"}],
+            },
+            "endpoints.weak.max_in_flight: must be at least 1, got 0",
+        ),
+        (
+            {"out": "o", "endpoints": ENDPOINTS, "sources": [{"kind": "world"}], "sandboxes": -1},
+            "sandboxes: must be at least 1, got -1",
         ),
         (
             {
@@ -130,7 +151,7 @@ def _jpeg(color: tuple[int, int, int]) -> bytes:
                 "sources": [{"kind": "world"}],
                 "episode": {"max_turns": 0},
             },
-            "max_turns must be at least 1",
+            "episode.max_turns: must be at least 1",
         ),
     ],
 )
