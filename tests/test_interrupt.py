@@ -244,3 +244,47 @@ def test_sigkill_leaves_only_what_the_next_sandbox_start_sweeps(tmp_path):
             assert sandbox.run("print(1)").ok
     finally:
         service.close()
+
+
+def test_sigterm_stops_curate_like_ctrl_c_and_a_rerun_resumes(tmp_path):
+    delay = {"s": 0.3}  # the first run's servers are slow, so SIGTERM finds items in flight
+    weak_asked = []
+
+    def reply(body):
+        time.sleep(delay["s"])
+        return "<think>look</think>\n<answer>nothing</answer>"
+
+    def weak_reply(body):
+        weak_asked.append(1)
+        return reply(body)
+
+    with ReplayServer(weak_reply) as weak, ReplayServer(reply) as strong:
+        config = tmp_path / "curate.yaml"
+        config.write_text(
+            f"out: {tmp_path / 'run'}\n"
+            "stages: [filter, atomic]\n"  # atomic: the run holds a sandbox service
+            "endpoints:\n"
+            f"  weak: {{url: {weak.url}, model: scripted, max_in_flight: 2}}\n"
+            f"  strong: {{url: {strong.url}, model: scripted, max_in_flight: 2}}\n"
+            "sources: [{kind: world, skills: [counting], n: 30, seed: 0}]\n"
+            "filter: {k: 2, judge: never}\n"
+            "sandboxes: 1\n"
+        )
+        records = tmp_path / "run" / "filter.jsonl"
+        process = start(["curate", "run", str(config)])
+        wait_for_lines(process, records, 2)
+        assert leftovers(process.pid), "the curate run's sandbox service should be running"
+        code, err = terminate(process)
+        assert code == 130, err
+        assert "interrupted: finished work is saved" in err and "Traceback" not in err
+        kept = lines(records)
+        assert 2 <= kept < 30
+        assert leftovers(process.pid) == []
+        delay["s"] = 0.0
+        asked = len(weak_asked)
+        again = start(["curate", "run", str(config)])
+        _, err = again.communicate(timeout=300)
+        assert again.returncode == 0, err
+        assert lines(records) == 30
+        assert len(weak_asked) - asked == 2 * (30 - kept)  # k = 2 per item not yet filtered
+        assert leftovers(again.pid) == []
