@@ -34,8 +34,24 @@ def start(args: list[str]) -> subprocess.Popen:
         "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
         "COLUMNS": "120",
     }
-    return subprocess.Popen(
+    before = _services()
+    process = subprocess.Popen(
         [*ENTRY, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    _OLDER[process.pid] = before
+    return process
+
+
+# pid -> the services there were before that process started: in a PID namespace (how these
+# tests are run) pids are small and another namespace's live service may carry the same one
+_OLDER: dict[int, set[str]] = {}
+
+
+def _services() -> set[str]:
+    return set(
+        glob.glob(os.path.join(tempfile.gettempdir(), "codedance-*"))
+        + glob.glob("/sys/fs/cgroup/*/codedance-*")
+        + glob.glob("/sys/fs/cgroup/*/*/codedance-*")
     )
 
 
@@ -54,13 +70,14 @@ def wait_for_lines(
 
 
 def leftovers(pid: int) -> list[str]:
-    """What a sandbox service of controller ``pid`` would leave: its folders and lock in the
-    temporary directory, its cgroups."""
-    return (
+    """What a sandbox service of controller ``pid`` (started by `start`) would leave: its folders
+    and lock in the temporary directory, its cgroups."""
+    found = (
         glob.glob(os.path.join(tempfile.gettempdir(), f"codedance-{pid}-*"))
         + glob.glob(f"/sys/fs/cgroup/*/codedance-{pid}-*")
         + glob.glob(f"/sys/fs/cgroup/*/*/codedance-{pid}-*")
     )
+    return [path for path in found if path not in _OLDER.get(pid, set())]
 
 
 def terminate(process: subprocess.Popen) -> tuple[int, str]:
