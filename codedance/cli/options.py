@@ -146,6 +146,11 @@ ExecTimeout = Annotated[
 ]
 
 
+def knob(help: str, panel: str = RUN, *names: str) -> Any:
+    """A command's own option whose default None keeps the settings' value (see above)."""
+    return typer.Option(None, *names, help=help, rich_help_panel=panel)
+
+
 def image_file(path: Path, option: str = "--image") -> bytes:
     """The bytes of an image file a person named, decoded once to check it: an unreadable one is
     a `SettingsError` naming the option and the file, before any sandbox or server is started."""
