@@ -314,3 +314,36 @@ def test_demo_synth_curate_solve_and_sft_refuse_bad_input_before_any_work(tmp_pa
     missing = tmp_path / "no-data"
     refused(["sft", "--data", str(missing)], f"no trajectories in {missing / 'trajectories.jsonl'}")
     assert not missing.exists() and not out.exists()
+
+
+def test_curate_reads_each_source_s_first_row_before_writing_its_folder(tmp_path):
+    import json
+
+    table = tmp_path / "rows.jsonl"
+    table.write_text(json.dumps({"q": "how many?", "answer": "2"}) + "\n")  # no image
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    out = tmp_path / "run"
+
+    def config(source: str) -> str:
+        path = tmp_path / "curate.yaml"
+        path.write_text(
+            f"out: {out}\n"
+            "stages: [filter]\n"
+            "endpoints:\n"
+            "  weak: {url: http://127.0.0.1:9/v1, model: w}\n"
+            "  strong: {url: http://127.0.0.1:9/v1, model: s}\n"
+            "  judge: {url: http://127.0.0.1:9/v1, model: j}\n"
+            f"sources: [{source}]\n"
+        )
+        return str(path)
+
+    refused(
+        ["curate", "run", config(f"{{kind: table, path: {table}, question: q}}")],
+        f"{table} row 0: needs 'q', 'answer' and an image in 'image'",
+    )
+    refused(
+        ["curate", "run", config(f"{{kind: table, path: {empty}}}")],
+        "sources[0] (table): no rows to curate",
+    )
+    assert not out.exists()
