@@ -70,6 +70,14 @@ def _check_bounds(key: str, value: Any, bounds: dict[str, float]) -> None:
         raise SettingsError(f"{key}: must be {' and '.join(p for p in parts if p)}, got {value!r}")
 
 
+def check_bounds(instance: Any) -> None:
+    """Refuse a dataclass built in code (not through `load`) whose `bounded` or `not_resumed`
+    field is out of its declared range, with the loader's message: the declaration is the one
+    place that says what a number may be, whichever way the settings were made."""
+    for f in fields(instance):
+        _check_bounds(f.name, getattr(instance, f.name), f.metadata.get("bounds", {}))
+
+
 def secret(default: Any) -> Any:
     """A `not_resumed` field that `dump` never shows (an API key)."""
     return field(default=default, metadata={"resume": False, "secret": True})

@@ -203,9 +203,10 @@ def read_jsonl(path: str | Path) -> list[dict]:
 
 
 def load_trajectories(out_dir: str | Path) -> list[tuple[str, Trajectory]]:
-    """(key, trajectory) pairs of ``out_dir/trajectories.jsonl`` (images from ``images/``)."""
+    """(key, trajectory) pairs of ``out_dir/trajectories.jsonl`` with images from
+    ``out_dir/images`` (none, and nothing written, where the folder holds no trajectories)."""
+    records = read_jsonl(Path(out_dir) / "trajectories.jsonl")
+    if not records:
+        return []
     store = ImageStore(Path(out_dir) / "images")
-    return [
-        (r["key"], trajectory_from_json(r, store))
-        for r in read_jsonl(Path(out_dir) / "trajectories.jsonl")
-    ]
+    return [(r["key"], trajectory_from_json(r, store)) for r in records]

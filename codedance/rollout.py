@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
+from codedance.config import bounded, check_bounds
 from codedance.errors import SettingsError
 from codedance.parsing import parse_message
 from codedance.policy.base import Completion, ContextOverflowError, ImageLimitError, Policy
@@ -122,21 +123,18 @@ class EpisodeSettings:
     solve start from `EVAL_MAX_TURNS`), seconds per code execution, prompt profile, and the image
     area the model sees (the sandbox gets the same pixels)."""
 
-    max_turns: int = MAX_TURNS
-    exec_timeout_s: float = EXEC_TIMEOUT_S
+    max_turns: int = bounded(MAX_TURNS, at_least=1)
+    exec_timeout_s: float = bounded(EXEC_TIMEOUT_S, above=0)
     prompt_profile: str = "release"
-    min_pixels: int = VisionLimits.min_pixels
-    max_pixels: int = VisionLimits.max_pixels
+    min_pixels: int = bounded(VisionLimits.min_pixels, at_least=1)
+    max_pixels: int = bounded(VisionLimits.max_pixels, at_least=1)
     inject_turn_limit: bool = True
 
     def __post_init__(self) -> None:
-        if self.max_turns < 1:
-            raise SettingsError(f"max_turns must be at least 1, got {self.max_turns}")
-        if self.exec_timeout_s <= 0:
-            raise SettingsError(f"exec_timeout_s must be above 0, got {self.exec_timeout_s}")
-        if not 0 < self.min_pixels <= self.max_pixels:
+        check_bounds(self)
+        if self.min_pixels > self.max_pixels:
             raise SettingsError(
-                f"need 0 < min_pixels <= max_pixels, got {self.min_pixels}, {self.max_pixels}"
+                f"need min_pixels <= max_pixels, got {self.min_pixels}, {self.max_pixels}"
             )
 
     def episode_config(

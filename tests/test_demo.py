@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from codedance.demo import DemoConfig, DemoError, run_demo
+from codedance.demo import DemoConfig, run_demo
 from codedance.errors import SettingsError
 from codedance.records import read_jsonl
 
@@ -61,7 +61,7 @@ def test_rerun_resumes_and_other_settings_are_refused(run, tmp_path):
 def test_bad_settings_are_refused_before_the_folder_is_written(tmp_path):
     with pytest.raises(SettingsError, match="unknown reward profile"):
         DemoConfig(reward_profile="nope", out=str(tmp_path / "d"))
-    with pytest.raises(DemoError, match="at least 1"):
+    with pytest.raises(SettingsError, match="tasks: must be at least 1, got 0"):
         DemoConfig(tasks=0)
     out = tmp_path / "late"
     out.mkdir()

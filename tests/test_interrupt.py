@@ -34,8 +34,24 @@ def start(args: list[str]) -> subprocess.Popen:
         "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
         "COLUMNS": "120",
     }
-    return subprocess.Popen(
+    before = _services()
+    process = subprocess.Popen(
         [*ENTRY, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    _OLDER[process.pid] = before
+    return process
+
+
+# pid -> the services there were before that process started: in a PID namespace (how these
+# tests are run) pids are small and another namespace's live service may carry the same one
+_OLDER: dict[int, set[str]] = {}
+
+
+def _services() -> set[str]:
+    return set(
+        glob.glob(os.path.join(tempfile.gettempdir(), "codedance-*"))
+        + glob.glob("/sys/fs/cgroup/*/codedance-*")
+        + glob.glob("/sys/fs/cgroup/*/*/codedance-*")
     )
 
 
@@ -54,13 +70,14 @@ def wait_for_lines(
 
 
 def leftovers(pid: int) -> list[str]:
-    """What a sandbox service of controller ``pid`` would leave: its folders and lock in the
-    temporary directory, its cgroups."""
-    return (
+    """What a sandbox service of controller ``pid`` (started by `start`) would leave: its folders
+    and lock in the temporary directory, its cgroups."""
+    found = (
         glob.glob(os.path.join(tempfile.gettempdir(), f"codedance-{pid}-*"))
         + glob.glob(f"/sys/fs/cgroup/*/codedance-{pid}-*")
         + glob.glob(f"/sys/fs/cgroup/*/*/codedance-{pid}-*")
     )
+    return [path for path in found if path not in _OLDER.get(pid, set())]
 
 
 def terminate(process: subprocess.Popen) -> tuple[int, str]:
@@ -244,3 +261,47 @@ def test_sigkill_leaves_only_what_the_next_sandbox_start_sweeps(tmp_path):
             assert sandbox.run("print(1)").ok
     finally:
         service.close()
+
+
+def test_sigterm_stops_curate_like_ctrl_c_and_a_rerun_resumes(tmp_path):
+    delay = {"s": 0.3}  # the first run's servers are slow, so SIGTERM finds items in flight
+    weak_asked = []
+
+    def reply(body):
+        time.sleep(delay["s"])
+        return "<think>look</think>\n<answer>nothing</answer>"
+
+    def weak_reply(body):
+        weak_asked.append(1)
+        return reply(body)
+
+    with ReplayServer(weak_reply) as weak, ReplayServer(reply) as strong:
+        config = tmp_path / "curate.yaml"
+        config.write_text(
+            f"out: {tmp_path / 'run'}\n"
+            "stages: [filter, atomic]\n"  # atomic: the run holds a sandbox service
+            "endpoints:\n"
+            f"  weak: {{url: {weak.url}, model: scripted, max_in_flight: 2}}\n"
+            f"  strong: {{url: {strong.url}, model: scripted, max_in_flight: 2}}\n"
+            "sources: [{kind: world, skills: [counting], n: 30, seed: 0}]\n"
+            "filter: {k: 2, judge: never}\n"
+            "sandboxes: 1\n"
+        )
+        records = tmp_path / "run" / "filter.jsonl"
+        process = start(["curate", "run", str(config)])
+        wait_for_lines(process, records, 2)
+        assert leftovers(process.pid), "the curate run's sandbox service should be running"
+        code, err = terminate(process)
+        assert code == 130, err
+        assert "interrupted: finished work is saved" in err and "Traceback" not in err
+        kept = lines(records)
+        assert 2 <= kept < 30
+        assert leftovers(process.pid) == []
+        delay["s"] = 0.0
+        asked = len(weak_asked)
+        again = start(["curate", "run", str(config)])
+        _, err = again.communicate(timeout=300)
+        assert again.returncode == 0, err
+        assert lines(records) == 30
+        assert len(weak_asked) - asked == 2 * (30 - kept)  # k = 2 per item not yet filtered
+        assert leftovers(again.pid) == []

@@ -126,7 +126,7 @@ def test_task_order_is_the_worlds() -> None:
 
 
 def test_bad_settings_are_clear_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(SynthError, match="at least 1"):
+    with pytest.raises(SettingsError, match="n: must be at least 1, got 0"):
         check(SynthConfig(n=0))
     with pytest.raises(SynthError, match="--max-tasks 3 cannot give 5"):
         check(SynthConfig(n=5, max_tasks=3))

@@ -270,3 +270,80 @@ def test_an_eval_row_with_a_corrupt_image_fails_naming_its_file_and_row(tmp_path
         f"vstar/1: image of row 1 of {data} is not a readable image (no image format Pillow reads)"
         in failures
     )
+
+
+def test_demo_synth_curate_solve_and_sft_refuse_bad_input_before_any_work(tmp_path):
+    out = tmp_path / "out"
+    refused(
+        ["demo", "--max-turns", "0", "--out", str(out)], "--max-turns must be at least 1, got 0"
+    )
+    refused(["demo", "--concurrency", "0", "--out", str(out)], "--concurrency must be at least 1")
+    refused(
+        ["synth", "--mistake-rate", "2", "--out", str(out)],
+        "--mistake-rate must be at least 0 and at most 1, got 2.0",
+    )
+    refused(["synth", "--n", "0", "--out", str(out)], "--n must be at least 1, got 0")
+    image = tmp_path / "chart.png"
+    PILImage.new("RGB", (32, 24)).save(image)
+    with ReplayServer(["<answer>1</answer>"]) as server:
+        solve = ["solve", "--model", server.url, "--image", str(image), "--question", "q"]
+        refused([*solve, "--out", str(out), "--max-pixels", "0"], "--max-pixels must be at least 1")
+        refused(
+            [*solve, "--out", str(out), "--request-timeout", "0"],
+            "--request-timeout must be above 0, got 0.0",
+        )
+        eval_ = ["eval", "--model", server.url, "--benchmarks", "vstar", "--out", str(out)]
+        refused([*eval_, "--retries", "-1"], "--retries must be at least 0, got -1")
+        refused([*eval_, "--exec-timeout", "0"], "--exec-timeout must be above 0, got 0.0")
+        assert server.requests == []
+    config = tmp_path / "curate.yaml"
+    config.write_text(
+        f"out: {out}\n"
+        "endpoints:\n"
+        "  weak: {url: http://127.0.0.1:9/v1, model: w}\n"
+        "  strong: {url: http://127.0.0.1:9/v1, model: s}\n"
+        "  judge: {url: http://127.0.0.1:9/v1, model: j}\n"
+        "sources: [{kind: world, n: 2}]\n"
+    )
+    curate = ["curate", "run", str(config)]
+    refused([*curate, "sandboxes=0"], "sandboxes: must be at least 1, got 0")
+    refused(
+        [*curate, "endpoints.strong.breaker_failures=0"],
+        "endpoints.strong.breaker_failures: must be at least 1, got 0",
+    )
+    missing = tmp_path / "no-data"
+    refused(["sft", "--data", str(missing)], f"no trajectories in {missing / 'trajectories.jsonl'}")
+    assert not missing.exists() and not out.exists()
+
+
+def test_curate_reads_each_source_s_first_row_before_writing_its_folder(tmp_path):
+    import json
+
+    table = tmp_path / "rows.jsonl"
+    table.write_text(json.dumps({"q": "how many?", "answer": "2"}) + "\n")  # no image
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    out = tmp_path / "run"
+
+    def config(source: str) -> str:
+        path = tmp_path / "curate.yaml"
+        path.write_text(
+            f"out: {out}\n"
+            "stages: [filter]\n"
+            "endpoints:\n"
+            "  weak: {url: http://127.0.0.1:9/v1, model: w}\n"
+            "  strong: {url: http://127.0.0.1:9/v1, model: s}\n"
+            "  judge: {url: http://127.0.0.1:9/v1, model: j}\n"
+            f"sources: [{source}]\n"
+        )
+        return str(path)
+
+    refused(
+        ["curate", "run", config(f"{{kind: table, path: {table}, question: q}}")],
+        f"{table} row 0: needs 'q', 'answer' and an image in 'image'",
+    )
+    refused(
+        ["curate", "run", config(f"{{kind: table, path: {empty}}}")],
+        "sources[0] (table): no rows to curate",
+    )
+    assert not out.exists()

@@ -23,7 +23,7 @@ evaluates a Task JSONL (``codedance data import codedance-rl`` or ``codedance wo
 unless ``--benchmarks`` names others), scored by the rule of each task's kind. Rerunning the same command
 resumes. Exit codes: 0 when every sample ran; 1 when samples failed (the most common reason and
 the failures file are printed; rerunning retries them), the run stopped after consecutive server
-failures (unreachable, or HTTP 429/5xx after retries), or the judge given never answered (the
+failures (unreachable, a refused key or model, or HTTP 429/5xx after retries), or the judge given never answered (the
 judged numbers are "not produced"); 2 on an error a person can act on before the run (missing
 data, bad settings, unreachable server); 130 when interrupted (Ctrl-C, SIGTERM).
 """
@@ -51,11 +51,7 @@ def eval_(
     out: Path = typer.Option(
         None, "--out", help="Run folder (rerun the same command to resume)", rich_help_panel=opt.RUN
     ),
-    benchmarks: str = typer.Option(
-        None,
-        help="Comma-separated names, 'paper' (the eleven) or 'all' \\[paper]",
-        rich_help_panel=opt.RUN,
-    ),
+    benchmarks: str = opt.knob("Comma-separated names, 'paper' (the eleven) or 'all' \\[paper]"),
     tasks: Path = typer.Option(
         None,
         metavar="PATH",
@@ -64,12 +60,8 @@ def eval_(
     ),
     model_name: opt.ModelName = None,
     max_turns: opt.MaxTurns = None,
-    concurrency: int = typer.Option(
-        None, help="Samples in flight at once [64]", rich_help_panel=opt.RUN
-    ),
-    limit: int = typer.Option(
-        None, help="First N samples of each benchmark \\[all]", rich_help_panel=opt.RUN
-    ),
+    concurrency: int = opt.knob("Samples in flight at once [64]"),
+    limit: int = opt.knob("First N samples of each benchmark \\[all]"),
     no_tools: bool = typer.Option(
         None,
         "--no-tools",
@@ -77,12 +69,8 @@ def eval_(
         rich_help_panel=opt.RUN,
         show_default=False,
     ),
-    judge: str = typer.Option(
-        None, help="OpenAI-compatible judge URL for judge-based metrics", rich_help_panel=opt.RUN
-    ),
-    judge_model: str = typer.Option(
-        None, help="Judge model name \\[Qwen/Qwen2.5-72B-Instruct]", rich_help_panel=opt.RUN
-    ),
+    judge: str = opt.knob("OpenAI-compatible judge URL for judge-based metrics"),
+    judge_model: str = opt.knob("Judge model name \\[Qwen/Qwen2.5-72B-Instruct]"),
     data: list[str] = typer.Option(
         [], "--data", help="NAME=PATH: a TSV, HF export or MATH-V folder", rich_help_panel=DATA
     ),
@@ -107,26 +95,15 @@ def eval_(
     request_timeout: opt.RequestTimeout = None,
     api_key: opt.ApiKey = "EMPTY",
     plain_openai: opt.PlainOpenai = None,
-    scoring: str = typer.Option(
-        None,
-        help="vlmevalkit (VLMEvalKit's rules per sample) or strict \\[vlmevalkit]",
-        rich_help_panel=opt.RUN,
+    scoring: str = opt.knob("vlmevalkit (VLMEvalKit's rules per sample) or strict \\[vlmevalkit]"),
+    samples: int = opt.knob("Samples per item (Avg@k, pass@k); needs --temperature > 0 [1]"),
+    stop_after: int = opt.knob(
+        "Stop after this many consecutive server failures (unreachable, a refused key or "
+        "model, or 429/5xx after retries) [10]",
+        opt.SERVER,
     ),
-    samples: int = typer.Option(
-        None,
-        help="Samples per item (Avg@k, pass@k); needs --temperature > 0 [1]",
-        rich_help_panel=opt.RUN,
-    ),
-    stop_after: int = typer.Option(
-        None,
-        help="Stop after this many consecutive server failures (unreachable, "
-        "or 429/5xx after retries) [10]",
-        rich_help_panel=opt.SERVER,
-    ),
-    retries: int = typer.Option(
-        None,
-        help="Retries of a failed model request (connection errors, 429, 5xx) [4]",
-        rich_help_panel=opt.SERVER,
+    retries: int = opt.knob(
+        "Retries of a failed model request (connection errors, 429, 5xx) [4]", opt.SERVER
     ),
     agent: str = typer.Option(
         None,

@@ -146,6 +146,11 @@ ExecTimeout = Annotated[
 ]
 
 
+def knob(help: str, panel: str = RUN, *names: str) -> Any:
+    """A command's own option whose default None keeps the settings' value (see above)."""
+    return typer.Option(None, *names, help=help, rich_help_panel=panel)
+
+
 def resolve(
     kind: type[T],
     presets: list[str] | None,
@@ -171,12 +176,27 @@ def resolve(
     return settings
 
 
+FLAG_OF = {
+    "server__url": "--model",
+    "server__model": "--model-name",
+    "server__timeout_s": "--request-timeout",
+    "episode__exec_timeout_s": "--exec-timeout",
+    "episode__prompt_profile": "--profile",
+    "judge__url": "--judge",
+    "judge__model": "--judge-model",
+}
+"""The flag of a key whose flag is not its last part (``episode__max_turns`` is ``--max-turns``)."""
+
+
 def _as_flag(message: str, flags: dict[str, Any]) -> str:
-    """A loader error about a top-level key the person gave as a flag names the flag they typed
-    (``--concurrency must be at least 1, got 0``, not ``concurrency: must be ...``)."""
+    """A loader error about a key the person gave as a flag names the flag they typed
+    (``--concurrency must be at least 1, got 0``, not ``concurrency: must be ...``;
+    ``--max-turns ...``, not ``episode.max_turns: ...``)."""
     key, sep, rest = message.partition(": ")
-    if sep and "__" not in key and flags.get(key) is not None:
-        return f"--{key.replace('_', '-')} {rest}"
+    name = key.replace(".", "__")
+    if sep and " " not in key and flags.get(name) is not None:
+        flag = FLAG_OF.get(name, f"--{name.rpartition('__')[2].replace('_', '-')}")
+        return f"{flag} {rest}"
     return message
 
 

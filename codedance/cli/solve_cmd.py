@@ -29,6 +29,7 @@ from codedance.cli.solve_view import (
     save_input_images,
     save_turn_images,
 )
+from codedance.config import bounded
 from codedance.errors import SettingsError
 from codedance.policy import PolicyError
 from codedance.policy.server_config import ServerConfig
@@ -51,7 +52,7 @@ class SolveConfig:
         default_factory=lambda: EpisodeSettings(max_turns=EVAL_MAX_TURNS)
     )
     profiles: str = ""  # a YAML file of user prompt profiles
-    top_p: float = 1.0
+    top_p: float = bounded(1.0, above=0, at_most=1)
     seed: int | None = None
 
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codedance.config import build, merged, not_resumed, refuse_moved
+from codedance.config import bounded, build, merged, not_resumed, refuse_moved
 from codedance.errors import SettingsError
 from codedance.policy.server_config import ServerConfig
 from codedance.rollout import EpisodeSettings
@@ -80,11 +80,11 @@ class FilterConfig:
     answers the rules reject go to the judge endpoint (``never``, ``undecided``: text and math
     answer kinds, ``fallback``: every kind; `codedance.curate.filtering`)."""
 
-    k: int = 4
-    temperature: float = 1.0
-    easy_threshold: float = 0.75
-    medium_threshold: float = 0.5
-    easy_keep: float = 0.25
+    k: int = bounded(4, at_least=1)
+    temperature: float = bounded(1.0, at_least=0)
+    easy_threshold: float = bounded(0.75, at_least=0, at_most=1)
+    medium_threshold: float = bounded(0.5, at_least=0, at_most=1)
+    easy_keep: float = bounded(0.25, at_least=0, at_most=1)
     judge: str = "undecided"
 
 
@@ -94,9 +94,9 @@ class AtomicConfig:
     ``max_box_area`` of the image is "nearly the whole image"; at most ``max_boxes`` boxes are
     used by a hard trajectory (medium uses the first plausible one)."""
 
-    min_box_side: int = 8
-    max_box_area: float = 0.9
-    max_boxes: int = 3
+    min_box_side: int = bounded(8, at_least=0)
+    max_box_area: float = bounded(0.9, above=0, at_most=1)
+    max_boxes: int = bounded(3, at_least=1)
 
 
 @dataclass(frozen=True)
@@ -128,36 +128,22 @@ class CurateConfig:
     inspect: InspectConfig = InspectConfig()
     episode: EpisodeSettings = EpisodeSettings()
     prompts: Path | None = None
-    sandboxes: int = not_resumed(4)
+    sandboxes: int = not_resumed(4, at_least=1)
     base: Path = field(
         default=Path("."), metadata={"resume": False}
     )  # the YAML's folder: relative paths
 
 
 def _check(config: CurateConfig) -> None:
-    """The ranges and choices the types cannot say."""
+    """The choices the types cannot say (the numbers' ranges are the fields' `bounded`, checked
+    by the loader)."""
     f = config.filter
-    if f.k < 1:
-        raise CurateError(f"filter.k must be at least 1, got {f.k}")
-    for name in ("easy_threshold", "medium_threshold", "easy_keep"):
-        if not 0.0 <= getattr(f, name) <= 1.0:
-            raise CurateError(f"filter.{name} must be within [0, 1], got {getattr(f, name)}")
     if f.judge not in JUDGE_MODES:
         raise CurateError(f"filter.judge must be one of {', '.join(JUDGE_MODES)}, got {f.judge!r}")
-    if not 0.0 < config.atomic.max_box_area <= 1.0:
-        raise CurateError(
-            f"atomic.max_box_area must be within (0, 1], got {config.atomic.max_box_area}"
-        )
-    if config.sandboxes < 1:
-        raise CurateError(f"sandboxes must be at least 1, got {config.sandboxes}")
     for role, e in config.endpoints.items():
         if not e.url or not e.model:
             raise CurateError(
                 f"endpoints.{role} needs url and model ({{url: http://HOST:PORT/v1, model: NAME}})"
-            )
-        if e.max_in_flight < 1 or e.breaker_failures < 1:
-            raise CurateError(
-                f"endpoints.{role}: max_in_flight and breaker_failures must be at least 1"
             )
 
 

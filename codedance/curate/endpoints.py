@@ -5,10 +5,11 @@ breaker and request/token accounting.
 (which retries 408/429/5xx, dropped connections and timeouts with exponential backoff and
 ``Retry-After``). At most ``max_in_flight`` requests are outstanding at once (an asyncio
 semaphore). After ``breaker_failures`` consecutive requests that failed even after their retries
-(unreachable, 5xx), the breaker opens and every later call raises `EndpointDown` at once: the
-pipeline stops that stage, keeps what it finished, and a rerun resumes. A reply that is not a chat
-completion (`MalformedResponseError`) or another 4xx is the item's problem, not the server's: it is
-raised to the caller and does not trip the breaker.
+for a reason of the server's (`codedance.runs.batch.server_fault`: unreachable, 429, 5xx, or a
+key / model name it refuses), the breaker opens and every later call raises `EndpointDown` at
+once: the pipeline stops that stage, keeps what it finished, and a rerun resumes. A reply that is
+not a chat completion (`MalformedResponseError`) or another 4xx is the item's problem, not the
+server's: it is raised to the caller and does not trip the breaker.
 
 Counted per endpoint: requests, failures, prompt and completion tokens (from ``usage``), seconds
 spent waiting for replies. Not handled: rate limits in tokens per minute (bound ``max_in_flight``).
@@ -25,6 +26,7 @@ from codedance.policy.base import Completion, PolicyConnectionError, PolicyHTTPE
 from codedance.policy.openai_chat import OpenAIChatPolicy
 from codedance.policy.server_config import ServerConfig
 from codedance.prompts import bound_text
+from codedance.runs.batch import server_fault
 from codedance.types import Message
 
 
@@ -86,8 +88,7 @@ class Endpoint:
             except (PolicyConnectionError, PolicyHTTPError) as exc:
                 self.stats.failures += 1
                 self.stats.seconds += time.perf_counter() - start
-                server_side = isinstance(exc, PolicyConnectionError) or exc.status >= 500
-                if server_side:
+                if server_fault(exc):
                     self._consecutive_failures += 1
                     if self._consecutive_failures >= self.config.breaker_failures:
                         self.down_reason = (

@@ -66,7 +66,7 @@ from codedance.curate.filtering import UNDECIDED_KINDS, classify
 from codedance.curate.inspectors import inspect_item
 from codedance.curate.math_recipe import ProgramUnparseable, math_trajectory
 from codedance.curate.report import write_report
-from codedance.curate.sources import Item, check_sources, iter_items
+from codedance.curate.sources import Item, check_first_rows, check_sources, iter_items
 from codedance.curate.verification import verify
 from codedance.policy.base import PolicyError
 from codedance.progress import clock
@@ -474,6 +474,7 @@ async def arun_curate(config: CurateConfig, stream: TextIO | None = sys.stderr) 
     start = time.perf_counter()
     out = config.out
     check_sources(config.sources)
+    check_first_rows(config.sources, config.base)
     run_dir(config).claim()
     store = ImageStore(out / "images")
     endpoints = endpoints_from(config.endpoints)

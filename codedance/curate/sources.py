@@ -170,6 +170,23 @@ def check_sources(specs: Iterable[dict[str, Any]]) -> None:
             )
 
 
+def check_first_rows(specs: Iterable[dict[str, Any]], base: Path) -> None:
+    """Read the first task of every source (a world source is asked for one task, a benchmark for
+    one row), so that a missing file, a missing column or an unreadable first row is refused
+    before the run folder is written, and a source with no rows is an error, not an empty run."""
+    for i, spec in enumerate(specs):
+        kind = spec["kind"]
+        one = (
+            {**spec, "n": 1}
+            if kind == "world"
+            else {**spec, "limit": 1}
+            if kind == "benchmark"
+            else spec
+        )
+        if next(iter(SOURCES[kind](one, base)), None) is None:
+            raise CurateError(f"sources[{i}] ({spec.get('name') or kind}): no rows to curate")
+
+
 def load_items(specs: Iterable[dict[str, Any]], base: Path) -> tuple[list[Item], dict[str, int]]:
     """`iter_items` as a list (every task and image in memory: for small sources and tests)."""
     counts: dict[str, int] = {}

@@ -10,6 +10,6 @@ rewards → advantages → a report.
     result = run_demo(DemoConfig(tasks=6, rollouts=2, out="runs/demo-quick"))
 """
 
-from codedance.demo.run import DemoConfig, DemoError, DemoResult, demo_tasks, run_demo
+from codedance.demo.run import DemoConfig, DemoResult, demo_tasks, run_demo
 
-__all__ = ["DemoConfig", "DemoError", "DemoResult", "demo_tasks", "run_demo"]
+__all__ = ["DemoConfig", "DemoResult", "demo_tasks", "run_demo"]

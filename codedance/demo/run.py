@@ -23,9 +23,8 @@ import json
 import time
 from dataclasses import asdict, dataclass, replace
 
-from codedance.config import not_resumed
+from codedance.config import bounded, check_bounds, not_resumed
 from codedance.demo.summary import DemoRow, score_run, summary_rows
-from codedance.errors import SettingsError
 from codedance.rewards import get_profile
 from codedance.rollout import EpisodeSettings
 from codedance.runs.batch import arun_batch
@@ -35,27 +34,20 @@ from codedance.types import Task
 from codedance.world import parse_skills, task_set
 
 
-class DemoError(SettingsError):
-    """Settings the demo cannot run with (the text says what to change)."""
-
-
 @dataclass(frozen=True)
 class DemoConfig:
-    tasks: int = 18
-    rollouts: int = 4
+    tasks: int = bounded(18, at_least=1)
+    rollouts: int = bounded(4, at_least=1)
     seed: int = 0  # of the task set and of the teacher's sampling (it replaces teacher.seed)
     out: str = not_resumed("runs/demo")
     skills: tuple[str, ...] = ()
     reward_profile: str = "paper"
     teacher: TeacherConfig = TeacherConfig()
     episode: EpisodeSettings = EpisodeSettings()
-    concurrency: int = not_resumed(2)
+    concurrency: int = not_resumed(2, at_least=1)
 
     def __post_init__(self) -> None:
-        if self.tasks < 1 or self.rollouts < 1:
-            raise DemoError("tasks and rollouts must be at least 1")
-        if self.concurrency < 1:
-            raise DemoError(f"concurrency must be at least 1, got {self.concurrency}")
+        check_bounds(self)
         get_profile(self.reward_profile)  # an unknown profile raises before anything runs
 
 

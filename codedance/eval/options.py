@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from codedance.config import not_resumed
+from codedance.config import bounded, check_bounds, not_resumed
 from codedance.errors import SettingsError
 from codedance.eval.spec import BenchmarkSpec
 from codedance.grading import JUDGE_SERVER
@@ -39,16 +39,16 @@ class EvalConfig:
     )
     profiles: str = ""  # a YAML file of user prompt profiles
     no_tools: bool = False
-    limit: int | None = None  # None: every sample
-    samples: int = 1
+    limit: int | None = bounded(None, at_least=1)  # None: every sample
+    samples: int = bounded(1, at_least=1)
     scoring: str = "vlmevalkit"
     judge: ServerConfig = JUDGE_SERVER  # the judge of judge-based metrics (url '' = none)
     data: tuple[str, ...] = ()  # NAME=PATH
     lmu_data: str = ""  # '' = $LMUData or ~/LMUData
     pixmo_cache: str = ""  # '' = <lmu_data>/pixmo_cache
     fetch_images: bool = False
-    concurrency: int = not_resumed(64)
-    stop_after: int = not_resumed(10)
+    concurrency: int = not_resumed(64, at_least=1)
+    stop_after: int = not_resumed(10, at_least=1)
     agent: str = "codedance"  # the protocol (`codedance.agents`): codedance, codedance-paper, deepeyes, deepeyesv2, thyme, mini-o3
 
     def lmu_dir(self) -> Path:
@@ -65,12 +65,8 @@ class EvalConfig:
                 "give the model server and the run folder: --model URL --out DIR "
                 "(or server.url=... out=...)"
             )
+        check_bounds(self)  # built in code rather than by the loader, which checked them
         s = self.server
-        if s.max_tokens < 1 or s.timeout_s <= 0 or s.retries < 0:
-            raise SettingsError(
-                f"--max-tokens must be at least 1, --request-timeout above 0 and --retries at "
-                f"least 0 (got {s.max_tokens}, {s.timeout_s}, {s.retries})"
-            )
         if self.limit is not None and (
             not isinstance(self.limit, int) or isinstance(self.limit, bool)
         ):
@@ -81,26 +77,14 @@ class EvalConfig:
             problems.append(
                 f"--no-tools is a codedance baseline; drop --agent {self.agent} or --no-tools"
             )
-        if self.concurrency < 1:
-            problems.append(f"--concurrency must be at least 1, got {self.concurrency}")
-        if self.limit is not None and self.limit < 1:
-            problems.append(f"--limit must be at least 1, got {self.limit}")
-        if self.samples < 1:
-            problems.append(f"--samples must be at least 1, got {self.samples}")
         if self.samples > 1 and s.temperature <= 0:
             problems.append(
                 f"--samples {self.samples} needs --temperature above 0 (at 0 every sample is the same)"
             )
-        if s.temperature < 0:
-            problems.append(f"--temperature must be at least 0, got {s.temperature}")
-        if self.episode.exec_timeout_s <= 0:
-            problems.append(f"--exec-timeout must be above 0, got {self.episode.exec_timeout_s}")
         if self.scoring not in SCORING_MODES:
             problems.append(
                 f"--scoring must be one of {', '.join(SCORING_MODES)}, got {self.scoring!r}"
             )
-        if self.stop_after < 1:
-            problems.append(f"--stop-after must be at least 1, got {self.stop_after}")
         if problems:
             raise SettingsError("; ".join(problems))
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from codedance.config import not_resumed, secret
+from codedance.config import bounded, check_bounds, not_resumed, secret
 from codedance.policy.base import SamplingParams
 from codedance.policy.openai_chat import OpenAIChatPolicy, RetrySettings
 
@@ -44,14 +44,17 @@ class ServerConfig:
     url: str = not_resumed("")
     model: str = ""
     api_key: str = secret("EMPTY")
-    temperature: float = 0.0
-    max_tokens: int = 2048
-    timeout_s: float = not_resumed(300.0)
-    retries: int = not_resumed(4)
-    backoff_s: float = not_resumed(0.5)
-    max_in_flight: int = not_resumed(512)
-    breaker_failures: int = not_resumed(5)
+    temperature: float = bounded(0.0, at_least=0)
+    max_tokens: int = bounded(2048, at_least=1)
+    timeout_s: float = not_resumed(300.0, above=0)
+    retries: int = not_resumed(4, at_least=0)
+    backoff_s: float = not_resumed(0.5, at_least=0)
+    max_in_flight: int = not_resumed(512, at_least=1)
+    breaker_failures: int = not_resumed(5, at_least=1)
     vllm_extras: bool = not_resumed(True)
+
+    def __post_init__(self) -> None:
+        check_bounds(self)
 
     def policy(
         self, api_key: str | None = None, seed: int | None = None, top_p: float = 1.0

@@ -11,8 +11,9 @@ it returns True. A rerun skips every key already saved (or every key in ``done``
 synth counts a task done once it has a verdict). An episode that raises
 (unreachable server, a runner that cannot start, ...) is logged to ``failures.jsonl`` and the
 batch goes on; a rerun tries it again. With ``stop_after`` set, that many consecutive server
-faults (`server_fault`: a `PolicyConnectionError`, or HTTP 429 / 5xx; each already retried by the
-policy, so the server is gone or overloaded) stop the batch:
+faults (`server_fault`: a `PolicyConnectionError`, HTTP 429 / 5xx, each already retried by the
+policy, so the server is gone or overloaded; or 401 / 403 / 404, a key or model name that every
+request would meet) stop the batch:
 episodes not yet started are not run, ``BatchSummary.stopped`` says why, and a rerun resumes.
 ``on_trajectory`` / ``on_failure`` see each episode as it ends; `BatchProgress` is the progress
 bar every command shows (done/total, failures, elapsed and remaining time).
@@ -103,12 +104,18 @@ def finished_keys(out_dir: str | Path) -> set[str]:
     return RunDir(out_dir).keys()
 
 
+SETTINGS_FAULTS = (401, 403, 404)
+"""A key the server refuses, a model it does not serve, a URL that is not a chat endpoint: every
+later request meets the same answer, whatever its sample."""
+
+
 def server_fault(exc: BaseException) -> bool:
-    """Whether an episode failed because of the server, not the sample: unreachable, or an
+    """Whether an episode failed because of the server, not the sample: unreachable, an
     overload / server error still there after the policy's retries (a 503-answering server
-    would otherwise be retried sample after sample to the end)."""
+    would otherwise be retried sample after sample to the end), or a `SETTINGS_FAULTS` answer."""
     return isinstance(exc, PolicyConnectionError) or (
-        isinstance(exc, PolicyHTTPError) and (exc.status == 429 or exc.status >= 500)
+        isinstance(exc, PolicyHTTPError)
+        and (exc.status == 429 or exc.status >= 500 or exc.status in SETTINGS_FAULTS)
     )
 
 

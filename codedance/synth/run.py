@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from codedance.config import not_resumed
+from codedance.config import check_bounds, not_resumed
 from codedance.errors import SettingsError
 from codedance.records import ImageStore, append_jsonl, load_trajectories, read_jsonl
 from codedance.rollout import EpisodeSettings
@@ -70,15 +70,15 @@ class SynthError(SettingsError):
 
 @dataclass(frozen=True)
 class SynthConfig:
-    n: int = not_resumed(36)
+    n: int = not_resumed(36, at_least=1)  # records wanted
     out: str = not_resumed("runs/synth")
     skills: tuple[str, ...] = ()  # () = every skill
     difficulties: tuple[str, ...] = tuple(d.value for d in DIFFICULTIES)
     seed: int = 0
-    max_tasks: int = not_resumed(0)  # 0 = 2·n + 10
+    max_tasks: int = not_resumed(0, at_least=0)  # 0 = 2·n + 10
     teacher: TeacherConfig = TeacherConfig()  # its seed is replaced by ``seed``
     episode: EpisodeSettings = EpisodeSettings()
-    concurrency: int = not_resumed(2)
+    concurrency: int = not_resumed(2, at_least=1)
 
     @property
     def task_limit(self) -> int:
@@ -109,15 +109,12 @@ class SynthResult:
 
 def check(config: SynthConfig) -> tuple[tuple[str, str], ...]:
     """The (skill, difficulty) cycle; raises `SynthError` / `WorldError` on impossible settings."""
-    if config.n < 1:
-        raise SynthError(f"--n must be at least 1 (records wanted), got {config.n}")
+    check_bounds(config)
     if config.task_limit < config.n:
         raise SynthError(
             f"--max-tasks {config.task_limit} cannot give {config.n} records "
             "(each task gives at most one); raise --max-tasks or lower --n"
         )
-    if config.concurrency < 1:
-        raise SynthError(f"concurrency must be at least 1, got {config.concurrency}")
     # an unknown prompt profile raises here, before the run folder is written
     config.episode.episode_config()
     if not config.difficulties:

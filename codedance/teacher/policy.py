@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from codedance.config import bounded, check_bounds
 from codedance.policy.base import Completion
 from codedance.teacher import charts, counting, dots, geometry, photos, search, spatial
 from codedance.teacher.program import LOAD, Step, finished, results
@@ -65,21 +66,15 @@ class TeacherConfig:
     a first mistake on a hard task at temperature ≥ 1; ``code_style`` is ``full`` (helpers'
     source pasted in, the default) or ``compact`` (see the module docstring)."""
 
-    temperature: float = 1.0
-    mistake_rate: float = 0.5
+    temperature: float = bounded(1.0, at_least=0)
+    mistake_rate: float = bounded(0.5, at_least=0, at_most=1)
     seed: int = 0
     code_style: str = "full"
-    call_rate: float = (
-        -1.0
-    )  # < 0: adaptive; p in [0, 1]: calls on every difficulty with probability p
+    # < 0: adaptive; p in [0, 1]: calls on every difficulty with probability p
+    call_rate: float = bounded(-1.0, at_most=1)
 
     def __post_init__(self) -> None:
-        if self.temperature < 0 or not 0 <= self.mistake_rate <= 1:
-            raise ValueError("temperature must be ≥ 0 and mistake_rate within [0, 1]")
-        if self.call_rate > 1:
-            raise ValueError(
-                f"call_rate must be at most 1 (negative: adaptive), got {self.call_rate}"
-            )
+        check_bounds(self)
         if self.code_style not in CODE_STYLES:
             raise ValueError(f"code_style must be one of {CODE_STYLES}, got {self.code_style!r}")
 

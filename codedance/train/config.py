@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from codedance.config import bounded, load, merged, not_resumed, refuse_moved
+from codedance.config import bounded, check_bounds, load, merged, not_resumed, refuse_moved
 from codedance.errors import SettingsError
 from codedance.rewards.profiles import ABLATIONS, get_profile
 from codedance.rollout import EpisodeSettings
@@ -33,7 +33,7 @@ class TaskSpec:
     """World tasks (n from seed, skills, difficulties) or, with ``file`` (a Task JSONL or the
     folder holding its ``tasks.jsonl``), its first ``n`` tasks of ``split`` ('' = every split)."""
 
-    n: int = 90
+    n: int = bounded(90, at_least=1)
     seed: int = 0
     skills: tuple[str, ...] = ()  # empty: every skill the teacher can solve
     difficulties: tuple[str, ...] = ("easy", "medium", "hard")
@@ -41,8 +41,7 @@ class TaskSpec:
     split: str = ""
 
     def __post_init__(self) -> None:
-        if self.n < 1:
-            raise SettingsError(f"tasks.n must be at least 1, got {self.n}")
+        check_bounds(self)
 
 
 @dataclass(frozen=True)

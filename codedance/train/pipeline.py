@@ -172,15 +172,18 @@ def evaluate(
     model.eval()
     torch.manual_seed(config.eval.tasks.seed)
     sampler = make_sampler(model, processor, config.rollout, config.eval.temperature)
-    bar = BatchProgress(len(tasks), f"eval {name}")
+    episode = episode_config(config)
+    bar = BatchProgress(
+        len(tasks) * episode.max_turns, f"eval {name}: turns of {len(tasks)} tasks (at most)"
+    )
     try:
         trajectories = run_lockstep(
             sampler,
             tasks,
             sandbox_factory(config.episode.exec_timeout_s),
-            episode_config(config),
+            episode,
             threads=config.threads,
-            on_done=bar.set,
+            on_turns=bar.set,
         )
     finally:
         bar.stop()

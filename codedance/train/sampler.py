@@ -12,7 +12,10 @@ the same replies.
 ``suppress`` token ids (the vision placeholders) are never sampled: a sampled
 ``<|image_pad|>`` would break the model's image-token count on the training forward pass.
 A conversation whose prompt exceeds ``max_prompt_tokens`` ends with ``max_tokens`` (as a
-server's context overflow does). Not handled: several processes sharing one model.
+server's context overflow does). ``on_reply(n)`` hears of replies as they end (a row's
+end-of-turn token, looked for at every generated token; the rest when its ``generate`` call
+returns), and `run_lockstep`'s ``on_turns`` counts turns from it, so a progress bar moves
+within a long first turn. Not handled: several processes sharing one model.
 """
 
 from __future__ import annotations
@@ -56,24 +59,34 @@ class BatchedSampler:
         return out["input_ids"][0].tolist(), images
 
     def complete_many(
-        self, conversations: Sequence[tuple[Message, ...]]
+        self,
+        conversations: Sequence[tuple[Message, ...]],
+        on_reply: Callable[[int], None] | None = None,
     ) -> list[Completion | None]:
-        """One completion per conversation; None where the prompt is over ``max_prompt_tokens``."""
+        """One completion per conversation; None where the prompt is over ``max_prompt_tokens``.
+        ``on_reply(n)``: ``n`` more replies ended (those over the limit at once)."""
+        report = on_reply or (lambda n: None)
         encoded = [self.encode_prompt(c) for c in conversations]
         out: list[Completion | None] = [None] * len(encoded)
         fits = [i for i, (ids, _) in enumerate(encoded) if len(ids) <= self.max_prompt_tokens]
+        if len(fits) < len(encoded):
+            report(len(encoded) - len(fits))
         for start in range(0, len(fits), self.batch_size):
             chunk = fits[start : start + self.batch_size]
             for i, completion in zip(
-                chunk, self._generate([encoded[i] for i in chunk]), strict=True
+                chunk, self._generate([encoded[i] for i in chunk], report), strict=True
             ):
                 out[i] = completion
         return out
 
-    def _generate(self, prompts: list[tuple[list[int], list[Image]]]) -> list[Completion]:
+    def _generate(
+        self, prompts: list[tuple[list[int], list[Image]]], report: Callable[[int], None]
+    ) -> list[Completion]:
         import torch
+        from transformers import StoppingCriteriaList
 
         width = max(len(ids) for ids, _ in prompts)
+        ended = _Ended(width, self.eos_id, report)
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         attention = torch.zeros((len(prompts), width), dtype=torch.long)
         images: list[Image] = []
@@ -90,6 +103,7 @@ class BatchedSampler:
             "output_scores": True,
             "pad_token_id": self.pad_id,
             "eos_token_id": self.eos_id,
+            "stopping_criteria": StoppingCriteriaList([ended]),
         }
         if images:
             kwargs.update(self.processor.pixel_inputs(images))
@@ -107,6 +121,7 @@ class BatchedSampler:
                 result.sequences, result.scores, normalize_logits=True
             )
         self.calls += 1
+        report(len(prompts) - ended.seen)  # the rows cut at max_tokens
         completions = []
         for row in range(len(prompts)):
             new = result.sequences[row, width:].tolist()
@@ -127,6 +142,23 @@ class BatchedSampler:
         return completions
 
 
+class _Ended:
+    """A stopping criterion that stops nothing: at each generated token it reports how many more
+    rows have written their end-of-turn token (those rows are then only padded)."""
+
+    def __init__(self, width: int, eos_id: int, report: Callable[[int], None]) -> None:
+        self.width, self.eos_id, self.report, self.seen = width, eos_id, report, 0
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        ended = int((input_ids[:, self.width :] == self.eos_id).any(dim=1).sum())
+        if ended > self.seen:
+            self.report(ended - self.seen)
+            self.seen = ended
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
 RunnerFactory = Callable[[tuple[Image, ...]], Any]
 
 
@@ -137,18 +169,31 @@ def run_lockstep(
     config: EpisodeConfig = EpisodeConfig(),
     *,
     threads: int = 4,
-    on_done: Callable[[int], None] | None = None,
+    on_turns: Callable[[int], None] | None = None,
 ) -> list[Trajectory]:
-    """One trajectory per entry of `tasks` (repeat a task for G rollouts), in order;
-    ``on_done(n)`` hears how many have ended after each turn (a progress bar)."""
+    """One trajectory per entry of `tasks` (repeat a task for G rollouts), in order.
+    ``on_turns(n)`` (a progress bar) hears the turns done out of ``len(tasks) × max_turns`` as
+    each reply ends: a turn is done when its reply is, and an ended episode's unused turns are
+    done with it, so the count reaches the total exactly when the last episode ends."""
     episodes = [Episode(task, config) for task in tasks]
     runners: list[Any] = [None] * len(episodes)
+    calls = [0] * len(episodes)
+    turns_done = 0
+
+    def done(n: int) -> None:
+        nonlocal turns_done
+        turns_done += n
+        if on_turns is not None:
+            on_turns(turns_done)
+
     with ThreadPoolExecutor(max_workers=threads) as pool:
         try:
             runners = list(pool.map(lambda ep: make_runner(ep.images), episodes))
             active = list(range(len(episodes)))
             while active:
-                replies = sampler.complete_many([episodes[i].messages for i in active])
+                replies = sampler.complete_many(
+                    [episodes[i].messages for i in active], on_reply=done
+                )
                 pending = []
                 for i, reply in zip(active, replies, strict=True):
                     if reply is None:
@@ -168,9 +213,12 @@ def run_lockstep(
                         episodes[i].on_runner_error(outcome)
                     else:
                         episodes[i].on_result(outcome)
+                for i in active:
+                    calls[i] += 1
+                ended = [i for i in active if episodes[i].done]
                 active = [i for i in active if not episodes[i].done]
-                if on_done is not None:
-                    on_done(len(episodes) - len(active))
+                if ended:
+                    done(sum(max(0, config.max_turns - calls[i]) for i in ended))
         finally:
             for runner in runners:
                 if runner is not None:

@@ -52,7 +52,16 @@ def _jpeg(color: tuple[int, int, int]) -> bytes:
     [
         ({"filtr": {}}, "unknown setting(s) filtr"),
         ({"endpoints": {"weak": ENDPOINTS["weak"]}}, "need judge, strong"),
-        ({"filter": {"k": 0}}, "filter.k must be"),
+        ({"filter": {"k": 0}}, "filter.k: must be at least 1, got 0"),
+        (
+            {"filter": {"easy_keep": 1.5}},
+            "filter.easy_keep: must be at least 0 and at most 1, got 1.5",
+        ),
+        (
+            {"endpoints": {**ENDPOINTS, "weak": {**ENDPOINTS["weak"], "max_in_flight": 0}}},
+            "endpoints.weak.max_in_flight: must be at least 1, got 0",
+        ),
+        ({"sandboxes": -1}, "sandboxes: must be at least 1, got -1"),
         ({"atomic": {"zoom": 3}}, "unknown setting(s) atomic.zoom"),
         ({"sources": [], "stages": ["filter"]}, "sources must be a non-empty list"),
         ({"stages": ["crop"]}, "unknown stage(s) crop"),
@@ -66,7 +75,7 @@ def _jpeg(color: tuple[int, int, int]) -> bytes:
         ),
         ({"atomic": {"max_turns": 4}}, "atomic.max_turns is now episode.max_turns"),
         ({"verify": {"exec_timeout_s": 5}}, "verify.exec_timeout_s is now episode.exec_timeout_s"),
-        ({"episode": {"max_turns": 0}}, "max_turns must be at least 1"),
+        ({"episode": {"max_turns": 0}}, "episode.max_turns: must be at least 1"),
     ],
 )
 def test_bad_configs_fail_with_one_clear_line(changes: dict, message: str) -> None:

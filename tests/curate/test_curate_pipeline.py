@@ -469,6 +469,22 @@ def test_breaker_stops_a_run_at_a_dead_endpoint_and_a_rerun_resumes(servers, tmp
     )
 
 
+def test_a_model_name_the_server_does_not_serve_trips_the_breaker(servers, tmp_path) -> None:
+    raw = _config(tmp_path / "run", servers, stages=["filter"])
+    raw["sources"] = raw["sources"][:1]
+    raw["endpoints"]["weak"] = {
+        "url": servers["weak"].url,
+        "model": "no-such-model",
+        "retries": 0,
+        "breaker_failures": 2,
+        "max_in_flight": 1,
+    }
+    result = run_curate(parse_config(raw), stream=None)
+    assert "endpoint weak" in result.down and "2 consecutive failures" in result.down
+    assert "does not serve model 'no-such-model'" in result.down
+    assert not (tmp_path / "run" / "filter.jsonl").exists()  # no item recorded as unsolvable
+
+
 def test_run_directory_holds_its_settings_and_refuses_other_ones(run, servers) -> None:
     from codedance.errors import SettingsError
 

@@ -244,7 +244,7 @@ def test_the_episode_knobs_are_the_shared_episode_settings(tok_proc):
         loop.episode_config
         == EpisodeSettings(max_turns=3, max_pixels=56 * 56, prompt_profile="paper").episode_config()
     )
-    with pytest.raises(SettingsError, match="max_turns must be at least 1"):
+    with pytest.raises(SettingsError, match="max_turns: must be at least 1"):
         asyncio.run(build(max_turns=0))
 
 
