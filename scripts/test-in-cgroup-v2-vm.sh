@@ -13,6 +13,7 @@
 # VM_MEM (default 6G) is the guest's memory; VM_CGROUP=/some/group runs the tests from that
 # (non-root) cgroup, as under systemd, instead of the root cgroup.
 set -euo pipefail
+VM_CGROUP=${VM_CGROUP:-}
 cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || { echo "usage: $0 TEST_PATH... [pytest arguments]" >&2; exit 2; }
 [ -x .venv/bin/python ] || { echo "no .venv: run scripts/setup.sh first" >&2; exit 2; }

@@ -28,6 +28,7 @@ that kernel memory apart.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
@@ -174,15 +175,15 @@ def detect_layout(
     service_name: str, memory_total: int | None = None
 ) -> tuple[CgroupLayout | None, str]:
     """Create the service's parent groups (with ``memory_total`` as the limit of all its
-    trajectories together); returns (layout, "") or (None, why not)."""
-    if os.geteuid() != 0:
-        delegated = delegated_v2_group()
-        if delegated:
-            return None, (
-                f"the controller is not root; its cgroup v2 group {delegated} is delegated to it "
-                "(writable), but a controller that is not root does not use it yet"
-            )
-        return None, "the controller is not root, so it cannot create cgroups"
+    trajectories together); returns (layout, "") or (None, why not). A controller that is not
+    root does so in the cgroup v2 group delegated to it (`delegated_v2_group`: the directory and
+    its ``cgroup.procs`` and ``cgroup.subtree_control`` its own, as cgroup-v2.rst's delegation
+    asks), as root does in its own: the groups it creates there are its own."""
+    if os.geteuid() != 0 and delegated_v2_group() is None:
+        return None, (
+            "the controller is not root and its cgroup is not a cgroup v2 group delegated to it; "
+            "run it in one, e.g. `systemd-run --user --scope -p Delegate=yes <command>`"
+        )
     try:
         if os.path.exists(os.path.join(_ROOT, "cgroup.controllers")):
             base = _v2_base()
@@ -392,6 +393,17 @@ class TrajectoryCgroup:
         for pid in others:
             _kill_if_member(pid, group)
         return len(others)
+
+    def kill_steps_together(self) -> None:
+        """cgroup v2: a kernel OOM kill in this trajectory (at its own ``memory.max``, or the
+        service's when memory.high could not hold it) takes every process of the group at once,
+        but those at ``oom_score_adj`` -1000 (``memory.oom.group``: "tasks with the OOM
+        protection are never killed"). Called once the holder is at -1000, so that the kill takes
+        the running step and every process it made, never the holder or its spare. Nothing on v1,
+        or where the file is missing (kernels before 4.19)."""
+        if self.layout.version == 2:
+            with contextlib.suppress(OSError):
+                _write(os.path.join(self.memory_dir, "memory.oom.group"), "1")
 
     def oom_kills(self) -> int:
         """How many processes the kernel's OOM killer has killed in this group so far."""

@@ -5,8 +5,10 @@ tmpfs files).
 
 A service of its own here (``memory_total`` 640 MiB, each trajectory allowed 600 MiB: memory is
 overcommitted, as when a pool runs many trajectories). Hostile code runs only in sandboxes from
-the ``jail`` fixture (PID namespace and seccomp asserted first). The arbiter needs cgroup v1
-(``memory.oom_control``); elsewhere these tests skip and docs/sandbox.md says what happens.
+the ``jail`` fixture (PID namespace and seccomp asserted first). The arbiter needs a writable
+memory cgroup (v1's ``memory.oom_control``, v2's ``memory.high``); elsewhere these tests skip and
+docs/sandbox.md says what happens. On cgroup v2 they run in the QEMU guest
+(``scripts/test-in-cgroup-v2-vm.sh``).
 """
 
 from __future__ import annotations
@@ -41,12 +43,11 @@ NEIGHBOUR_STATE = "import numpy as np\nx = np.ones(250 << 20, np.uint8)\nprint(i
 def service():
     """Overrides the suite's shared service for this module's ``make``/``jail`` fixtures."""
     svc = SandboxService(memory_total=640 << 20)
-    layout = svc.cgroup_layout
-    if layout is None or layout.version != 1:
+    if svc.cgroup_layout is None:
         svc.close()
-        pytest.skip("the OOM arbiter needs cgroup v1's memory.oom_control (and root)")
+        pytest.skip("the OOM arbiter needs a writable memory cgroup (root)")
     assert svc.oom_arbiter is not None, (
-        "cgroup v1 is writable here, yet the service has no OOM arbiter"
+        "cgroups are writable here, yet the service has no OOM arbiter"
     )
     yield svc
     svc.close()
@@ -282,11 +283,14 @@ def _headroom(service) -> int:
     counted: at most what allocations can still get without the arbiter)."""
     from codedance.sandbox.memory.cgroup_memory import unreclaimable
 
+    version = service.cgroup_layout.version
     usage, stat = (
         Path(service.cgroup_layout.memory_parent, name).read_bytes()
-        for name in ("memory.usage_in_bytes", "memory.stat")
+        for name in ("memory.usage_in_bytes" if version == 1 else "memory.current", "memory.stat")
     )
-    return service.memory_total - unreclaimable(1, usage, stat, prefix=b"total_")
+    return service.memory_total - unreclaimable(
+        version, usage, stat, prefix=b"total_" if version == 1 else b""
+    )
 
 
 def test_idle_trajectories_each_keeping_under_the_slack_pay_before_a_smaller_running_step(jail):
@@ -774,7 +778,7 @@ def test_the_arbiter_runs_in_a_controller_that_holds_over_1024_descriptors():
         svc = SandboxService(memory_total=640 << 20)
         try:
             if svc.oom_arbiter is None:
-                pytest.skip("the OOM arbiter needs cgroup v1's memory.oom_control (and root)")
+                pytest.skip("the OOM arbiter needs a writable memory cgroup (root)")
             arbiter = svc.oom_arbiter
             assert arbiter._memory.event >= 1024
             os.eventfd_write(
