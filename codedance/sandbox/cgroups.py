@@ -44,6 +44,7 @@ from codedance.sandbox.memory.cgroup_memory import (
     read_bytes,
     stat_value,
     unreclaimable,
+    v2_kernel,
 )
 from codedance.sandbox.thaw_on_exit import thaw
 
@@ -436,7 +437,8 @@ class TrajectoryCgroup:
         outlive it) that v1 does not tell apart from what is not (inodes of files that exist,
         pipe and socket buffers, page tables): ``kernel`` is v1's kmem counter, which the
         arbiter adds only where the kernel has already reclaimed what it could (out of memory).
-        v2 leaves out only reclaimable slab (``kernel`` 0).
+        v2 the same (`cgroup_memory.v2_kernel`): its unreclaimable slab holds cache too (the
+        long names of negative dentries).
         Unevictable pages (``unevictable``: locked memory) are left out too. No process of a
         trajectory can lock memory (``RLIMIT_MEMLOCK`` 0 and the seccomp filter, `guards`), so
         those in its group were locked by a process outside it, in pages it was charged for
@@ -460,7 +462,8 @@ class TrajectoryCgroup:
             held = unreclaimable(self.layout.version, *texts)
             files = stat_value(texts[1], b"shmem")
             other = max(0, held - files - stat_value(texts[1], b"unevictable"))
-            return MemoryMeasure(other, files, int(texts[2]) if self.layout.version == 1 else 0)
+            kernel = int(texts[2]) if self.layout.version == 1 else v2_kernel(texts[1])
+            return MemoryMeasure(other, files, kernel)
         except (OSError, ValueError):
             return None
 

@@ -280,7 +280,8 @@ AFTER_THE_HOLDER_HELD = "import os, time\nwhile not os.path.exists('held'): time
 
 def _headroom(service) -> int:
     """``memory_total`` less what the service's group holds but its file cache (kernel memory
-    counted: at most what allocations can still get without the arbiter)."""
+    counted: at most what allocations can still get without the arbiter). On cgroup v2 the
+    arbiter acts from ``memory.high``, ``margin`` below ``memory_total``: the headroom is to it."""
     from codedance.sandbox.memory.cgroup_memory import unreclaimable
 
     version = service.cgroup_layout.version
@@ -288,9 +289,8 @@ def _headroom(service) -> int:
         Path(service.cgroup_layout.memory_parent, name).read_bytes()
         for name in ("memory.usage_in_bytes" if version == 1 else "memory.current", "memory.stat")
     )
-    return service.memory_total - unreclaimable(
-        version, usage, stat, prefix=b"total_" if version == 1 else b""
-    )
+    limit = service.memory_total if version == 1 else service.oom_arbiter._memory.high
+    return limit - unreclaimable(version, usage, stat, prefix=b"total_" if version == 1 else b"")
 
 
 def test_idle_trajectories_each_keeping_under_the_slack_pay_before_a_smaller_running_step(jail):
@@ -327,6 +327,27 @@ def test_idle_trajectories_each_keeping_under_the_slack_pay_before_a_smaller_run
     assert after.status is ExecStatus.CRASHED and "outside any step" in after.notes[0], after
     state = filler.run("print(int(big[0]), int(small[-1]))")
     assert state.ok and state.stdout == "1 1\n", state
+
+
+def test_a_kernel_oom_kill_takes_the_whole_step_and_never_the_holder(jail, service):
+    """cgroup v2: the kernel's OOM killer (here at the trajectory's own limit; at the service's
+    when memory.high could not hold it) picks the step's largest process, and ``memory.oom.group``
+    kills every other process of the step with it, never the holder at -1000: the step's parent,
+    which waits for the child and would go on, dies too, and the trajectory keeps its state."""
+    if service.cgroup_layout.version != 2:
+        pytest.skip("memory.oom.group is cgroup v2's")
+    a = jail(timeout_s=120, limits=Limits(memory=200 << 20, workdir_bytes=1 << 30))
+    assert a.run("state = 'kept'").ok
+    group = Path(a._cgroup.memory_dir)
+    assert (group / "memory.oom.group").read_text().strip() == "1"
+    result = a.run(
+        "import os, time\npid = os.fork()\nif pid == 0:\n    hoard = bytearray(300 << 20)\n"
+        "    os._exit(0)\nos.waitpid(pid, 0)\ntime.sleep(60)\nprint('the parent went on')"
+    )
+    assert result.status is ExecStatus.OOM and "went on" not in result.stdout, result
+    assert result.duration_s < 50, result  # not the parent's 60 s
+    after = a.run("print(state)")
+    assert after.ok and after.stdout == "kept\n", after
 
 
 def test_the_default_memory_total_respects_the_controllers_own_cgroup_limit():
@@ -535,10 +556,10 @@ def test_unreclaimable_leaves_out_file_cache_and_kernel_memory():
     stat = b"cache 15\nrss 3\nactive_file 10\ninactive_file 5\ntotal_active_file 12\ntotal_inactive_file 6\n"
     assert unreclaimable(1, b"100\n", stat, b"20\n") == 65
     assert unreclaimable(1, b"100\n", stat, b"20\n", prefix=b"total_") == 62
-    assert (
-        unreclaimable(2, b"100\n", b"active_file 10\ninactive_file 5\nslab_reclaimable 7\nslab 9\n")
-        == 78
-    )
+    # v2: all kernel memory, its "kernel" line where listed, else its parts
+    v2_stat = b"active_file 10\ninactive_file 5\nslab_reclaimable 7\nslab 9\npagetables 2\n"
+    assert unreclaimable(2, b"100\n", v2_stat) == 74
+    assert unreclaimable(2, b"100\n", b"kernel 20\n" + v2_stat) == 65
 
 
 def _fill_leaving(filler, service, mib: int) -> None:

@@ -96,8 +96,8 @@ ENOMEM (that step fails and is rolled back; nothing is stopped) until an allocat
 group is out of memory: nearly full can last (committed state alone can fill the group), so a
 floor set too low for some host's noise would there lose idle trajectories one after another.
 On cgroup v2 "out of memory" is an allocation throttled now (`ThrottledServiceMemory.under_oom`)
-and "nearly full" as on v1; kernel memory is measured as v2 reports it (reclaimable slab left
-out, the rest counted in each kind), so there is no kernel memory apart to add.
+and "nearly full" as on v1; kernel memory is kept apart as on v1 (`cgroup_memory.v2_kernel`:
+v2's unreclaimable slab holds cache too, such as the long names of negative dentries).
 Not handled: hosts where the parent group's files cannot be written. Written by hand because no tool does this: systemd-oomd
 and earlyoom act on whole services or the host, not on one trajectory's rollback.
 """

@@ -46,17 +46,30 @@ def unreclaimable(
     version: int, usage: bytes, stat: bytes, kmem: bytes = b"0", prefix: bytes = b""
 ) -> int:
     """A memory group's charge less its file cache and its kernel memory (v1: the kmem counter;
-    v2: reclaimable slab only), from the texts of its files; ``prefix`` b"total_" for v1's
-    hierarchical figures."""
-    left_out = int(kmem) if version == 1 else 0
-    names = {prefix + b"active_file", prefix + b"inactive_file"} | (
-        {b"slab_reclaimable"} if version == 2 else set()
-    )
+    v2: `v2_kernel`), from the texts of its files; ``prefix`` b"total_" for v1's hierarchical
+    figures."""
+    left_out = int(kmem) if version == 1 else v2_kernel(stat)
+    names = {prefix + b"active_file", prefix + b"inactive_file"}
     for line in stat.splitlines():
         name, _, value = line.partition(b" ")
         if name in names:
             left_out += int(value)
     return int(usage) - left_out
+
+
+# the parts of a v2 group's kernel memory, for kernels whose memory.stat has no "kernel" line
+V2_KERNEL_PARTS = (b"slab", b"kernel_stack", b"pagetables", b"percpu", b"sock", b"vmalloc")
+
+
+def v2_kernel(stat: bytes) -> int:
+    """A cgroup v2 group's kernel memory, from its ``memory.stat`` text: the ``kernel`` line
+    (Linux 6.0 on), else the sum of its parts. All of it is left out of what the arbiter
+    compares, as v1's kmem counter is: not only reclaimable slab is cache there (a negative
+    dentry's long name sits in unreclaimable slab, and goes with the dentry)."""
+    figures = dict(line.split(b" ", 1) for line in stat.splitlines() if b" " in line)
+    if b"kernel" in figures:
+        return int(figures[b"kernel"])
+    return sum(int(figures.get(name, b"0")) for name in V2_KERNEL_PARTS)
 
 
 def stat_value(stat: bytes, name: bytes) -> int:
@@ -76,7 +89,7 @@ class MemoryMeasure(NamedTuple):
 
     other: int  # what the kernel cannot reclaim without swap besides tmpfs files and locked pages: anonymous memory above all
     files: int  # tmpfs files (shmem): the working directory
-    kernel: int  # v1: kernel memory, left out of the two above; v2: 0 (only reclaimable slab is left out)
+    kernel: int  # kernel memory (v1: kmem; v2: `v2_kernel`), left out of the two above
 
     @property
     def held(self) -> int:
@@ -260,7 +273,7 @@ class ThrottledServiceMemory:
         return int(usage) >= self.high, held >= self.high
 
     def held(self) -> int:
-        """What the group holds less its file cache and reclaimable slab."""
+        """What the group holds less its file cache and kernel memory."""
         return unreclaimable(2, os.pread(self._current, 64, 0), os.pread(self._stat, 8192, 0))
 
     def close(self) -> None:
