@@ -562,6 +562,50 @@ def test_unreclaimable_leaves_out_file_cache_and_kernel_memory():
     assert unreclaimable(2, b"100\n", b"kernel 20\n" + v2_stat) == 65
 
 
+def test_v2_out_of_memory_is_an_allocation_throttled_now(tmp_path, monkeypatch):
+    """cgroup v2: the parent group gets memory.high a margin below memory_total; it is out of
+    memory only while charged past memory.high with a high/max/oom event within the longest
+    throttle sleep (a group merely charged past it, with nothing throttled since, is not), and
+    nearly full when what it holds but file cache and kernel memory reaches memory.high. Laid out
+    in plain files, so it runs on any host."""
+    from codedance.sandbox.memory import cgroup_memory
+
+    mib = 1 << 20
+    files = {
+        "memory.current": "0\n",
+        "memory.stat": "",
+        "memory.pressure": "",
+        "memory.high": "max",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    events = tmp_path / "memory.events.local"
+    events.write_text("low 0\nhigh 3\nmax 0\noom 0\noom_kill 0\n")
+    memory = cgroup_memory.arbitrate_oom(2, str(tmp_path), 640 * mib)
+    try:
+        assert isinstance(memory, cgroup_memory.ThrottledServiceMemory)
+        assert (tmp_path / "memory.high").read_text() == str(620 * mib)  # 640 - max(16, 640/32)
+        (tmp_path / "memory.current").write_text(f"{630 * mib}\n")
+        assert not memory.under_oom()  # the high events counted are from before
+        events.write_text("low 0\nhigh 4\nmax 0\noom 0\noom_kill 0\n")
+        assert memory.under_oom()
+        clock = [cgroup_memory.time.monotonic() + cgroup_memory.THROTTLE_S + 0.1]
+        monkeypatch.setattr(cgroup_memory.time, "monotonic", lambda: clock[0])
+        assert not memory.under_oom()  # no allocation throttled for longer than any sleep
+        events.write_text("low 0\nhigh 4\nmax 1\noom 0\noom_kill 0\n")
+        assert memory.under_oom()
+        (tmp_path / "memory.current").write_text(f"{600 * mib}\n")
+        assert not memory.under_oom()  # reclaimed below memory.high
+        stat = f"anon {500 * mib}\nactive_file {30 * mib}\nkernel {80 * mib}\n"
+        (tmp_path / "memory.stat").write_text(stat)
+        (tmp_path / "memory.current").write_text(f"{630 * mib}\n")
+        assert memory.fullness() == (True, False) and memory.held() == 520 * mib
+        (tmp_path / "memory.stat").write_text(f"anon {625 * mib}\nkernel {5 * mib}\n")
+        assert memory.fullness() == (True, True)
+    finally:
+        memory.close()
+
+
 def _fill_leaving(filler, service, mib: int) -> None:
     """Commit files in ``filler`` until the service has about ``mib`` MiB left (in two files:
     one would pass `Limits.file_size`)."""

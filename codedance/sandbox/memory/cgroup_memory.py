@@ -212,7 +212,7 @@ class ThrottledServiceMemory:
             self._events = self._open(os.path.join(directory, "memory.events.local"))
             self._pressure = self._psi_trigger(os.path.join(directory, "memory.pressure"))
             _write(os.path.join(directory, "memory.high"), str(self.high))
-            self._count_events()
+            self._events_seen = self._event_count()  # what happened before is no event now
         except OSError:
             self.close()
             raise
@@ -253,9 +253,12 @@ class ThrottledServiceMemory:
             os.eventfd_read(self.event)
         self._count_events()
 
-    def _count_events(self) -> None:
+    def _event_count(self) -> int:
         text = os.pread(self._events, 4096, 0)
-        count = sum(stat_value(text, name) for name in (b"high", b"max", b"oom"))
+        return sum(stat_value(text, name) for name in (b"high", b"max", b"oom"))
+
+    def _count_events(self) -> None:
+        count = self._event_count()
         if count != self._events_seen:
             self._events_seen, self._event_at = count, time.monotonic()
 
