@@ -50,7 +50,7 @@ if \$bb mount -t 9p -o trans=virtio,version=9p2000.L,msize=1048576,cache=loose,r
   echo "guest: kernel \$(\$bb uname -r), cgroup2 controllers: \$(\$bb cat /newroot/sys/fs/cgroup/cgroup.controllers)"
   # switch_root, not chroot: in a chroot the kernel refuses user namespaces (unshare(2), EPERM),
   # which an ordinary user's controller needs
-  exec \$bb switch_root /newroot /bin/bash -c "/bin/bash /tmp/out/guest.sh; sync; echo o > /proc/sysrq-trigger; sleep 60"
+  exec \$bb switch_root /newroot /bin/bash -c "/bin/bash /tmp/out/guest.sh; sync; $(command -v busybox) poweroff -f"
 fi
 \$bb sync
 \$bb poweroff -f
