@@ -13,6 +13,7 @@
 # VM_MEM (default 6G) is the guest's memory; VM_CGROUP=/some/group runs the tests from that
 # (non-root) cgroup, as under systemd, instead of the root cgroup.
 set -euo pipefail
+VM_CGROUP=${VM_CGROUP:-}
 cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || { echo "usage: $0 TEST_PATH... [pytest arguments]" >&2; exit 2; }
 [ -x .venv/bin/python ] || { echo "no .venv: run scripts/setup.sh first" >&2; exit 2; }
@@ -23,7 +24,8 @@ if ! command -v qemu-system-x86_64 >/dev/null || ! command -v busybox >/dev/null
   apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-system-x86 busybox-static >/dev/null
 fi
-if [ ! -f "$work/initrd.gz" ]; then
+# an initrd from before the guest switched roots (switch_root) is built again
+if [ ! -f "$work/initrd.gz" ] || ! grep -q switch_root "$work/initrd/init" 2>/dev/null; then
   # the kernel package linux-image-amd64 points at, unpacked (not installed)
   package=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/ {print $2; exit}')
   rm -rf "$work/kernel" "$work/initrd" && mkdir -p "$work/kernel" "$work/initrd"/{bin,mod,proc,sys,dev,newroot}
@@ -46,7 +48,9 @@ if \$bb mount -t 9p -o trans=virtio,version=9p2000.L,msize=1048576,cache=loose,r
   \$bb mkdir -p /newroot/tmp/out
   \$bb mount -t 9p -o trans=virtio,version=9p2000.L,msize=1048576 out /newroot/tmp/out
   echo "guest: kernel \$(\$bb uname -r), cgroup2 controllers: \$(\$bb cat /newroot/sys/fs/cgroup/cgroup.controllers)"
-  \$bb chroot /newroot /bin/bash /tmp/out/guest.sh
+  # switch_root, not chroot: in a chroot the kernel refuses user namespaces (unshare(2), EPERM),
+  # which an ordinary user's controller needs
+  exec \$bb switch_root /newroot /bin/bash -c "/bin/bash /tmp/out/guest.sh; sync; $(command -v busybox) poweroff -f"
 fi
 \$bb sync
 \$bb poweroff -f
@@ -60,6 +64,8 @@ cd $(printf '%q' "$PWD")
 export PYTHONDONTWRITEBYTECODE=1 HOME=/tmp
 eval "set -- \$(cat /tmp/out/arguments)"
 move=true
+# in the guest alone: ordinary users may create user namespaces, as most distributions ship
+[ -w /proc/sys/kernel/unprivileged_userns_clone ] && echo 1 > /proc/sys/kernel/unprivileged_userns_clone
 if [ -n "${VM_CGROUP:-}" ]; then  # pytest alone in a group of its own, as under systemd-run --scope -p Delegate=yes
   echo "+cpu +memory +pids" > /sys/fs/cgroup/cgroup.subtree_control  # as systemd leaves the root
   mkdir -p /sys/fs/cgroup/${VM_CGROUP#/}

@@ -28,6 +28,7 @@ that kernel memory apart.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
@@ -43,6 +44,7 @@ from codedance.sandbox.memory.cgroup_memory import (
     read_bytes,
     stat_value,
     unreclaimable,
+    v2_kernel,
 )
 from codedance.sandbox.thaw_on_exit import thaw
 
@@ -174,15 +176,15 @@ def detect_layout(
     service_name: str, memory_total: int | None = None
 ) -> tuple[CgroupLayout | None, str]:
     """Create the service's parent groups (with ``memory_total`` as the limit of all its
-    trajectories together); returns (layout, "") or (None, why not)."""
-    if os.geteuid() != 0:
-        delegated = delegated_v2_group()
-        if delegated:
-            return None, (
-                f"the controller is not root; its cgroup v2 group {delegated} is delegated to it "
-                "(writable), but a controller that is not root does not use it yet"
-            )
-        return None, "the controller is not root, so it cannot create cgroups"
+    trajectories together); returns (layout, "") or (None, why not). A controller that is not
+    root does so in the cgroup v2 group delegated to it (`delegated_v2_group`: the directory and
+    its ``cgroup.procs`` and ``cgroup.subtree_control`` its own, as cgroup-v2.rst's delegation
+    asks), as root does in its own: the groups it creates there are its own."""
+    if os.geteuid() != 0 and delegated_v2_group() is None:
+        return None, (
+            "the controller is not root and its cgroup is not a cgroup v2 group delegated to it; "
+            "run it in one, e.g. `systemd-run --user --scope -p Delegate=yes <command>`"
+        )
     try:
         if os.path.exists(os.path.join(_ROOT, "cgroup.controllers")):
             base = _v2_base()
@@ -393,6 +395,17 @@ class TrajectoryCgroup:
             _kill_if_member(pid, group)
         return len(others)
 
+    def kill_steps_together(self) -> None:
+        """cgroup v2: a kernel OOM kill in this trajectory (at its own ``memory.max``, or the
+        service's when memory.high could not hold it) takes every process of the group at once,
+        but those at ``oom_score_adj`` -1000 (``memory.oom.group``: "tasks with the OOM
+        protection are never killed"). Called once the holder is at -1000, so that the kill takes
+        the running step and every process it made, never the holder or its spare. Nothing on v1,
+        or where the file is missing (kernels before 4.19)."""
+        if self.layout.version == 2:
+            with contextlib.suppress(OSError):
+                _write(os.path.join(self.memory_dir, "memory.oom.group"), "1")
+
     def oom_kills(self) -> int:
         """How many processes the kernel's OOM killer has killed in this group so far."""
         if self.layout.version == 2:
@@ -424,7 +437,8 @@ class TrajectoryCgroup:
         outlive it) that v1 does not tell apart from what is not (inodes of files that exist,
         pipe and socket buffers, page tables): ``kernel`` is v1's kmem counter, which the
         arbiter adds only where the kernel has already reclaimed what it could (out of memory).
-        v2 leaves out only reclaimable slab (``kernel`` 0).
+        v2 the same (`cgroup_memory.v2_kernel`): its unreclaimable slab holds cache too (the
+        long names of negative dentries).
         Unevictable pages (``unevictable``: locked memory) are left out too. No process of a
         trajectory can lock memory (``RLIMIT_MEMLOCK`` 0 and the seccomp filter, `guards`), so
         those in its group were locked by a process outside it, in pages it was charged for
@@ -448,7 +462,8 @@ class TrajectoryCgroup:
             held = unreclaimable(self.layout.version, *texts)
             files = stat_value(texts[1], b"shmem")
             other = max(0, held - files - stat_value(texts[1], b"unevictable"))
-            return MemoryMeasure(other, files, int(texts[2]) if self.layout.version == 1 else 0)
+            kernel = int(texts[2]) if self.layout.version == 1 else v2_kernel(texts[1])
+            return MemoryMeasure(other, files, kernel)
         except (OSError, ValueError):
             return None
 

@@ -26,7 +26,7 @@ class Host:
     private_views: bool
     seccomp: bool
     cgroups: int | None  # the cgroup version in force, None: no cgroups
-    arbiter: bool  # the service's OOM arbiter (cgroup v1)
+    arbiter: bool  # the service's OOM arbiter (cgroup v1: the kernel's killer off; v2: memory.high)
     tmpfs: bool  # the working directories on the service's tmpfs
     processes_hidden: bool  # the jail's /proc remounted with hidepid
 
@@ -104,7 +104,9 @@ def _independent(h: Host) -> Verdict:
 
 
 def _memory(h: Host) -> Verdict:
-    if h.cgroups and h.tmpfs:
+    # a tmpfs page is charged to the memory group of the process that writes it: a private
+    # view's own tmpfs, written by the trajectory's steps, counts in the trajectory's group
+    if h.cgroups and (h.tmpfs or h.private_views):
         return Verdict(HOLDS, "Limits.memory, files written included")
     if h.cgroups:
         return Verdict(BOUNDED, "Limits.memory; files go to disk, bounded at each commit")
@@ -135,8 +137,22 @@ def _processes(h: Host) -> Verdict:
 
 
 def _who_pays(h: Host) -> Verdict:
-    if h.arbiter:
+    if h.arbiter and h.cgroups == 1:
         return Verdict(HOLDS)
+    if h.arbiter and h.root:
+        return Verdict(
+            BOUNDED,
+            "memory.high throttles the service while the arbiter stops the grower; an allocation "
+            "that jumps the whole margin at once meets the kernel's OOM killer, which kills a "
+            "running step (holders are at -1000), not always the grower's",
+        )
+    if h.arbiter:
+        return Verdict(
+            BOUNDED,
+            "memory.high throttles the service while the arbiter stops the grower; an allocation "
+            "that jumps the whole margin at once meets the kernel's OOM killer, which prefers "
+            "running steps (adj 1000) but may take an idle holder (a non-root controller cannot set -1000)",
+        )
     if h.cgroups:
         return Verdict(
             NO,
@@ -147,7 +163,7 @@ def _who_pays(h: Host) -> Verdict:
 
 
 def _files_are_memory(h: Host) -> Verdict:
-    if h.tmpfs and h.cgroups:
+    if h.cgroups and (h.tmpfs or h.private_views):
         return Verdict(HOLDS)
     if h.private_views:
         return Verdict(
@@ -233,9 +249,12 @@ COLUMNS = (
     ("root, cgroup v1", Host(root=True, namespaces=True, private_views=False, seccomp=True, cgroups=1,
                              arbiter=True, tmpfs=True, processes_hidden=True)),
     ("root, cgroup v2 (delegated group)", Host(root=True, namespaces=True, private_views=False, seccomp=True,
-                                               cgroups=2, arbiter=False, tmpfs=True, processes_hidden=True)),
+                                               cgroups=2, arbiter=True, tmpfs=True, processes_hidden=True)),
     ("ordinary user, user namespaces", Host(root=False, namespaces=True, private_views=True, seccomp=True,
                                             cgroups=None, arbiter=False, tmpfs=False, processes_hidden=False)),
+    ("ordinary user, user namespaces, delegated cgroup v2 group",
+     Host(root=False, namespaces=True, private_views=True, seccomp=True, cgroups=2, arbiter=True, tmpfs=False,
+          processes_hidden=False)),
     ("container without user namespaces (root inside)", Host(root=True, namespaces=False, private_views=False,
                                                              seccomp=True, cgroups=None, arbiter=False,
                                                              tmpfs=False, processes_hidden=False)),

@@ -248,6 +248,7 @@ class Sandbox:
                 self._holder_pid, procs.HOLDER_OOM_SCORE_ADJ, self._holder_pidfd
             ):
                 self._holder_oom_score_adj = procs.HOLDER_OOM_SCORE_ADJ
+                self._cgroup.kill_steps_together()
         if not self._resume(
             time.monotonic() + start_timeout_s
         ):  # the holder forks its first spare only now

@@ -5,8 +5,10 @@ tmpfs files).
 
 A service of its own here (``memory_total`` 640 MiB, each trajectory allowed 600 MiB: memory is
 overcommitted, as when a pool runs many trajectories). Hostile code runs only in sandboxes from
-the ``jail`` fixture (PID namespace and seccomp asserted first). The arbiter needs cgroup v1
-(``memory.oom_control``); elsewhere these tests skip and docs/sandbox.md says what happens.
+the ``jail`` fixture (PID namespace and seccomp asserted first). The arbiter needs a writable
+memory cgroup (v1's ``memory.oom_control``, v2's ``memory.high``); elsewhere these tests skip and
+docs/sandbox.md says what happens. On cgroup v2 they run in the QEMU guest
+(``scripts/test-in-cgroup-v2-vm.sh``).
 """
 
 from __future__ import annotations
@@ -41,12 +43,11 @@ NEIGHBOUR_STATE = "import numpy as np\nx = np.ones(250 << 20, np.uint8)\nprint(i
 def service():
     """Overrides the suite's shared service for this module's ``make``/``jail`` fixtures."""
     svc = SandboxService(memory_total=640 << 20)
-    layout = svc.cgroup_layout
-    if layout is None or layout.version != 1:
+    if svc.cgroup_layout is None:
         svc.close()
-        pytest.skip("the OOM arbiter needs cgroup v1's memory.oom_control (and root)")
+        pytest.skip("the OOM arbiter needs a writable memory cgroup (root)")
     assert svc.oom_arbiter is not None, (
-        "cgroup v1 is writable here, yet the service has no OOM arbiter"
+        "cgroups are writable here, yet the service has no OOM arbiter"
     )
     yield svc
     svc.close()
@@ -279,14 +280,17 @@ AFTER_THE_HOLDER_HELD = "import os, time\nwhile not os.path.exists('held'): time
 
 def _headroom(service) -> int:
     """``memory_total`` less what the service's group holds but its file cache (kernel memory
-    counted: at most what allocations can still get without the arbiter)."""
+    counted: at most what allocations can still get without the arbiter). On cgroup v2 the
+    arbiter acts from ``memory.high``, ``margin`` below ``memory_total``: the headroom is to it."""
     from codedance.sandbox.memory.cgroup_memory import unreclaimable
 
+    version = service.cgroup_layout.version
     usage, stat = (
         Path(service.cgroup_layout.memory_parent, name).read_bytes()
-        for name in ("memory.usage_in_bytes", "memory.stat")
+        for name in ("memory.usage_in_bytes" if version == 1 else "memory.current", "memory.stat")
     )
-    return service.memory_total - unreclaimable(1, usage, stat, prefix=b"total_")
+    limit = service.memory_total if version == 1 else service.oom_arbiter._memory.high
+    return limit - unreclaimable(version, usage, stat, prefix=b"total_" if version == 1 else b"")
 
 
 def test_idle_trajectories_each_keeping_under_the_slack_pay_before_a_smaller_running_step(jail):
@@ -323,6 +327,31 @@ def test_idle_trajectories_each_keeping_under_the_slack_pay_before_a_smaller_run
     assert after.status is ExecStatus.CRASHED and "outside any step" in after.notes[0], after
     state = filler.run("print(int(big[0]), int(small[-1]))")
     assert state.ok and state.stdout == "1 1\n", state
+
+
+def test_a_kernel_oom_kill_takes_the_whole_step_and_never_the_holder(jail, service):
+    """cgroup v2: the kernel's OOM killer (here at the trajectory's own limit; at the service's
+    when memory.high could not hold it) picks the step's largest process, and ``memory.oom.group``
+    kills every other process of the step with it, never the holder at -1000: the step's parent,
+    which waits for the child and would go on, dies too, and the trajectory keeps its state.
+    (The child allocates in small pieces: one large allocation would meet the address-space
+    rlimit first, a MemoryError, not the kernel's killer.)"""
+    if service.cgroup_layout.version != 2:
+        pytest.skip("memory.oom.group is cgroup v2's")
+    a = jail(timeout_s=120, limits=Limits(memory=200 << 20, workdir_bytes=1 << 30))
+    assert a.run("state = 'kept'").ok
+    group = Path(a._cgroup.memory_dir)
+    assert (group / "memory.oom.group").read_text().strip() == "1"
+    result = a.run(
+        "import os, time\npid = os.fork()\nif pid == 0:\n    hoard = []\n    try:\n"
+        "        while True: hoard.append(bytearray(1 << 20))\n"
+        "    except MemoryError:\n        os._exit(3)\nos.waitpid(pid, 0)\ntime.sleep(60)\n"
+        "print('the parent went on')"
+    )
+    assert result.status is ExecStatus.OOM and "went on" not in result.stdout, result
+    assert result.duration_s < 50, result  # not the parent's 60 s
+    after = a.run("print(state)")
+    assert after.ok and after.stdout == "kept\n", after
 
 
 def test_the_default_memory_total_respects_the_controllers_own_cgroup_limit():
@@ -531,10 +560,54 @@ def test_unreclaimable_leaves_out_file_cache_and_kernel_memory():
     stat = b"cache 15\nrss 3\nactive_file 10\ninactive_file 5\ntotal_active_file 12\ntotal_inactive_file 6\n"
     assert unreclaimable(1, b"100\n", stat, b"20\n") == 65
     assert unreclaimable(1, b"100\n", stat, b"20\n", prefix=b"total_") == 62
-    assert (
-        unreclaimable(2, b"100\n", b"active_file 10\ninactive_file 5\nslab_reclaimable 7\nslab 9\n")
-        == 78
-    )
+    # v2: all kernel memory, its "kernel" line where listed, else its parts
+    v2_stat = b"active_file 10\ninactive_file 5\nslab_reclaimable 7\nslab 9\npagetables 2\n"
+    assert unreclaimable(2, b"100\n", v2_stat) == 74
+    assert unreclaimable(2, b"100\n", b"kernel 20\n" + v2_stat) == 65
+
+
+def test_v2_out_of_memory_is_an_allocation_throttled_now(tmp_path, monkeypatch):
+    """cgroup v2: the parent group gets memory.high a margin below memory_total; it is out of
+    memory only while charged past memory.high with a high/max/oom event within the longest
+    throttle sleep (a group merely charged past it, with nothing throttled since, is not), and
+    nearly full when what it holds but file cache and kernel memory reaches memory.high. Laid out
+    in plain files, so it runs on any host."""
+    from codedance.sandbox.memory import cgroup_memory
+
+    mib = 1 << 20
+    files = {
+        "memory.current": "0\n",
+        "memory.stat": "",
+        "memory.pressure": "",
+        "memory.high": "max",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    events = tmp_path / "memory.events.local"
+    events.write_text("low 0\nhigh 3\nmax 0\noom 0\noom_kill 0\n")
+    memory = cgroup_memory.arbitrate_oom(2, str(tmp_path), 640 * mib)
+    try:
+        assert isinstance(memory, cgroup_memory.ThrottledServiceMemory)
+        assert (tmp_path / "memory.high").read_text() == str(620 * mib)  # 640 - max(16, 640/32)
+        (tmp_path / "memory.current").write_text(f"{630 * mib}\n")
+        assert not memory.under_oom()  # the high events counted are from before
+        events.write_text("low 0\nhigh 4\nmax 0\noom 0\noom_kill 0\n")
+        assert memory.under_oom()
+        clock = [cgroup_memory.time.monotonic() + cgroup_memory.THROTTLE_S + 0.1]
+        monkeypatch.setattr(cgroup_memory.time, "monotonic", lambda: clock[0])
+        assert not memory.under_oom()  # no allocation throttled for longer than any sleep
+        events.write_text("low 0\nhigh 4\nmax 1\noom 0\noom_kill 0\n")
+        assert memory.under_oom()
+        (tmp_path / "memory.current").write_text(f"{600 * mib}\n")
+        assert not memory.under_oom()  # reclaimed below memory.high
+        stat = f"anon {500 * mib}\nactive_file {30 * mib}\nkernel {80 * mib}\n"
+        (tmp_path / "memory.stat").write_text(stat)
+        (tmp_path / "memory.current").write_text(f"{630 * mib}\n")
+        assert memory.fullness() == (True, False) and memory.held() == 520 * mib
+        (tmp_path / "memory.stat").write_text(f"anon {625 * mib}\nkernel {5 * mib}\n")
+        assert memory.fullness() == (True, True)
+    finally:
+        memory.close()
 
 
 def _fill_leaving(filler, service, mib: int) -> None:
@@ -774,7 +847,7 @@ def test_the_arbiter_runs_in_a_controller_that_holds_over_1024_descriptors():
         svc = SandboxService(memory_total=640 << 20)
         try:
             if svc.oom_arbiter is None:
-                pytest.skip("the OOM arbiter needs cgroup v1's memory.oom_control (and root)")
+                pytest.skip("the OOM arbiter needs a writable memory cgroup (root)")
             arbiter = svc.oom_arbiter
             assert arbiter._memory.event >= 1024
             os.eventfd_write(

@@ -4,9 +4,21 @@ Why it exists: a trajectory's files on the tmpfs work root are charged to its me
 sit in no process's RSS, and the kernel's OOM killer ranks processes by RSS. When all the
 trajectories together reach ``memory_total`` it would kill whichever process is largest: an
 honest neighbour's running step, or an idle neighbour's holder (its whole state), for another
-trajectory's files. So where it can (cgroup v1) the service switches the kernel's killer off at
-its parent group (`cgroup_memory.arbitrate_oom`; each trajectory's own group keeps it, so a trajectory
-over its *own* limit still loses only its step) and this thread decides instead.
+trajectory's files. So the service keeps the kernel's killer from choosing at its parent group
+and this thread decides instead (`cgroup_memory.arbitrate_oom`):
+- cgroup v1: the killer is switched off at the parent group (each trajectory's own group keeps
+  it, so a trajectory over its *own* limit still loses only its step); allocations past
+  ``memory_total`` wait in the kernel's OOM wait until the arbiter frees memory.
+- cgroup v2, which has no such switch: ``memory.high`` ``margin`` below ``memory_total`` (the
+  parent's ``memory.max``) makes the kernel throttle allocations there (reclaim, then a sleep
+  on the way back to user space, longer the further past) instead of killing, and wakes the
+  arbiter (``memory.events.local``, a PSI trigger on ``memory.pressure``): the group slows down
+  while the arbiter stops the grower, and reaches ``memory.max`` only if one allocation jumps
+  the whole margin at once (a single write of that size). Should the kernel's killer fire
+  there after all, it finds holders and spares at ``oom_score_adj`` -1000 (never killed) and
+  steps at 1000, and ``memory.oom.group`` on each trajectory's group kills the chosen step with
+  every process it made: a step pays, never committed state, though not always the largest
+  grower (the kernel ranks by RSS).
 
 While the parent group is out of memory, processes that allocate wait (a page fault sleeps; a
 write to a file fails with ENOMEM, and wakes no one). The kernel signals an eventfd when a process
@@ -83,9 +95,10 @@ nearly full they can keep up to k x 32 MiB, and a neighbour's writes and forks t
 ENOMEM (that step fails and is rolled back; nothing is stopped) until an allocation waits and the
 group is out of memory: nearly full can last (committed state alone can fill the group), so a
 floor set too low for some host's noise would there lose idle trajectories one after another.
-Not handled: cgroup v2, which has no switch for one group's OOM killer (there the kernel still
-chooses at ``memory.max``; docs/sandbox.md says how to rule the case out), and hosts where the
-parent group's files cannot be written. Written by hand because no tool does this: systemd-oomd
+On cgroup v2 "out of memory" is an allocation throttled now (`ThrottledServiceMemory.under_oom`)
+and "nearly full" as on v1; kernel memory is kept apart as on v1 (`cgroup_memory.v2_kernel`:
+v2's unreclaimable slab holds cache too, such as the long names of negative dentries).
+Not handled: hosts where the parent group's files cannot be written. Written by hand because no tool does this: systemd-oomd
 and earlyoom act on whole services or the host, not on one trajectory's rollback.
 """
 
@@ -93,11 +106,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from codedance.sandbox.memory.cgroup_memory import ServiceMemory
+from codedance.sandbox.memory.cgroup_memory import ServiceMemory, ThrottledServiceMemory
 from codedance.sandbox.protocol import wait_any
 
 SETTLE_S = 0.005  # between two looks at the group while a victim gives its memory back
@@ -120,6 +134,16 @@ ESCALATE_S = (
 FREEING_WAIT_S = (
     10.0  # the longest the arbiter waits, each time it is woken, for closed sandboxes' files to go
 )
+
+
+def _wait_for(watched: list[tuple[int, int]], deadline: float | None) -> set[int]:
+    """The descriptors of ``watched`` (descriptor, poll events) that have an event; empty at the
+    deadline. A cgroup file polls readable always: it is watched for POLLPRI alone."""
+    poller = select.poll()
+    for fd, events in watched:
+        poller.register(fd, events)
+    timeout = None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000) + 1)
+    return {fd for fd, _ in poller.poll(timeout)}
 
 
 def idle_floor(out_of_memory: bool) -> int:
@@ -148,7 +172,7 @@ class OomArbiter:
 
     def __init__(
         self,
-        memory: ServiceMemory,
+        memory: ServiceMemory | ThrottledServiceMemory,
         sandboxes: Callable[[], list],
         freeing: Callable[[], bool] = lambda: False,
     ):
@@ -217,17 +241,14 @@ class OomArbiter:
             # poll, not select: a controller holding over 1,024 descriptors (a pool of a few
             # hundred sandboxes) would get a ValueError, and no arbiter
             # pinned by `tests/sandbox/test_memory_arbiter.py::test_the_arbiter_runs_in_a_controller_that_holds_over_1024_descriptors`
-            readable = wait_any(
-                (self._memory.event, self._stop),
+            readable = _wait_for(
+                [*self._memory.watched(), (self._stop, select.POLLIN)],
                 None if look_again is None else time.monotonic() + look_again,
             )
             if self._stop in readable:
                 return
             if readable:
-                try:
-                    os.eventfd_read(self._memory.event)
-                except BlockingIOError:
-                    pass
+                self._memory.drain()
             try:
                 look_again = self._settle()
             except Exception as exc:  # noqa: BLE001 - e.g. a trajectory closed under it: look again soon
