@@ -433,9 +433,11 @@ def fork_floor_ms(n: int) -> dict:
     return json.loads(output)
 
 
-def hold_many(make, image, n, pss_per_trajectory) -> dict:
+def hold_many(make, image, n, pss_per_trajectory, keep_free_mb: float) -> dict:
     """``n`` live trajectories made by ``make(image)``, each stepped once, then each asked for
-    its state: memory, and how many lost it. ``pss_per_trajectory(sandboxes)``: their mean PSS."""
+    its state: memory, and how many lost it. ``pss_per_trajectory(sandboxes)``: their mean PSS.
+    Stops early, saying so, rather than leave the machine less than ``keep_free_mb`` available
+    (others share it: checked before every creation, since memory can go fast)."""
 
     def available_mb() -> float:
         with open("/proc/meminfo") as handle:
@@ -447,19 +449,20 @@ def hold_many(make, image, n, pss_per_trajectory) -> dict:
     sandboxes: list[Sandbox] = []
 
     def add_one(_):
+        if available_mb() < keep_free_mb:
+            return None
         sb = make(image)
         sb.run("x = 1; import numpy as np; a = np.zeros(1000)")
         return sb
 
     with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
-        for start in range(0, n, 128):  # stop early rather than push a shared machine into OOM
-            if available_mb() < 3 * 1024:
-                print(
-                    f"stopping at {len(sandboxes)} trajectories: under 3 GiB of memory left",
-                    flush=True,
-                )
+        for start in range(0, n, 128):
+            made = list(pool.map(add_one, range(start, min(n, start + 128))))
+            sandboxes += [sb for sb in made if sb is not None]
+            if None in made:
+                print(f"stopping at {len(sandboxes)} trajectories: under {keep_free_mb / 1024:.1f} "
+                      "GiB of memory available", flush=True)  # fmt: skip
                 break
-            sandboxes += list(pool.map(add_one, range(start, min(n, start + 128))))
     created_s = time.perf_counter() - started
     used = before - available_mb()
     with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
@@ -524,6 +527,12 @@ def main() -> None:
         type=int,
         help="live trajectories to hold, locally and through the service, at the end "
         "(default: 2048; 0 with --quick)",
+    )
+    parser.add_argument(
+        "--keep-free-gib",
+        type=float,
+        default=3.0,
+        help="holding trajectories stops before the machine has less memory available (default 3)",
     )
     parser.add_argument("--json", help="also write the figures to this JSON file")
     parser.add_argument(
@@ -657,7 +666,11 @@ def main() -> None:
     save(args.json, results, user)  # the long run below adds its rows
     if holding:
         results["codedance"]["hold"] = hold_many(
-            lambda image: Sandbox([image], service=service), image, holding, sampled_pss
+            lambda image: Sandbox([image], service=service),
+            image,
+            holding,
+            sampled_pss,
+            args.keep_free_gib * 1024,
         )
         if served:
             before = set(descendants(served.pid))
@@ -666,6 +679,7 @@ def main() -> None:
                 image,
                 holding,
                 lambda sandboxes: served_pss(served.pid, before) / len(sandboxes),
+                args.keep_free_gib * 1024,
             )
     service.close()
     if served:
