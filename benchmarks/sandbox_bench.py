@@ -107,7 +107,11 @@ def descendants(pid: int) -> list[int]:
     found, frontier = [], [pid]
     while frontier:
         parent = frontier.pop()
-        for task in os.listdir(f"/proc/{parent}/task"):
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except FileNotFoundError:  # it exited meanwhile
+            continue
+        for task in tasks:
             try:
                 with open(f"/proc/{parent}/task/{task}/children") as handle:
                     children = [int(c) for c in handle.read().split()]
