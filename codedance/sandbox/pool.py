@@ -14,20 +14,17 @@ never block the event loop.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import threading
-import weakref
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Self
+from concurrent.futures import Executor
 
 from codedance.sandbox.inputs import ImageInput
+from codedance.sandbox.pool_base import PoolBase
 from codedance.sandbox.sandbox import Sandbox
 from codedance.sandbox.service import URL_ENV, SandboxService
 
 
-class SandboxPool:
+class SandboxPool(PoolBase):
     """Creates sandboxes on a private service; closing the pool closes all of them."""
 
     def __new__(
@@ -56,56 +53,14 @@ class SandboxPool:
         token: str | None = None,
         **sandbox_defaults,
     ):
-        self.max_running = max_running or os.cpu_count() or 1
         self.service = service or SandboxService()
         self._owns_service = service is None
-        self._executor = ThreadPoolExecutor(self.max_running, thread_name_prefix="codedance-step")
-        self._defaults = sandbox_defaults
-        self._live: weakref.WeakSet[Sandbox] = weakref.WeakSet()
-        self._lock = threading.Lock()
+        super().__init__(max_running, sandbox_defaults)
         self.isolation = self.service.isolation
 
-    def sandbox(self, images: Iterable[ImageInput] = (), **options) -> Sandbox:
-        sandbox = Sandbox(images, service=self.service, executor=self._executor,
-                          **{**self._defaults, **options})  # fmt: skip
-        with self._lock:
-            self._live.add(sandbox)
-        return sandbox
+    def _make(self, images: Iterable[ImageInput], executor: Executor, **options) -> Sandbox:
+        return Sandbox(images, service=self.service, executor=executor, **options)
 
-    async def asandbox(self, images: Iterable[ImageInput] = (), **options) -> Sandbox:
-        """`sandbox` without blocking the event loop."""
-        loop = asyncio.get_running_loop()
-        images = list(images)
-        return await loop.run_in_executor(self._executor, lambda: self.sandbox(images, **options))
-
-    @property
-    def live(self) -> int:
-        """How many sandboxes of this pool are open."""
-        with self._lock:
-            return sum(1 for sandbox in self._live if sandbox.alive)
-
-    def close(self) -> None:
-        with self._lock:
-            sandboxes = list(self._live)
-        for sandbox in sandboxes:  # every run woken first: closing one does not wait on another's
-            sandbox.begin_closing()
-        for sandbox in sandboxes:
-            sandbox.close()
-        self._executor.shutdown(wait=True, cancel_futures=True)
+    def _release(self) -> None:
         if self._owns_service:
             self.service.close()
-
-    async def aclose(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self.close)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *_exc) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *_exc) -> None:
-        await self.aclose()

@@ -24,7 +24,7 @@ import os
 import ssl
 import threading
 from collections.abc import Iterable
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor
 from typing import Self
 from urllib.parse import urlsplit
 
@@ -34,6 +34,7 @@ from codedance.errors import SandboxClosed
 from codedance.sandbox.inputs import ImageInput, _as_bytes
 from codedance.sandbox.isolation import Isolation, SandboxUnavailable, normalize_requirement
 from codedance.sandbox.layout import Limits, seconds
+from codedance.sandbox.pool_base import PoolBase
 from codedance.sandbox.remote import wire
 from codedance.sandbox.service import ServiceError
 from codedance.types import ExecResult, ExecStatus
@@ -384,7 +385,7 @@ def _lost_result(why: str) -> ExecResult:
     return ExecResult(status=ExecStatus.LOST, notes=(why,), rolled_back=False)
 
 
-class RemotePool:
+class RemotePool(PoolBase):
     """A `SandboxPool` whose sandboxes live in a sandbox service; its own session, so closing
     the pool (or the process ending) closes all of them there."""
 
@@ -396,61 +397,18 @@ class RemotePool:
         max_running: int | None = None,
         **sandbox_defaults,
     ):
-        self.max_running = max_running or os.cpu_count() or 1
         self.url = url
         self._connection = Connection(url, token)
         try:
-            self.isolation = (
-                self._connection.session().isolation
-            )  # an unreachable service: one line now
+            # an unreachable service: one line now
+            self.isolation = self._connection.session().isolation
         except BaseException:
             self._connection.close()
             raise
-        self._executor = ThreadPoolExecutor(self.max_running, thread_name_prefix="codedance-step")
-        self._defaults = sandbox_defaults
-        self._live: list[RemoteSandbox] = []
-        self._lock = threading.Lock()
+        super().__init__(max_running, sandbox_defaults)
 
-    def sandbox(self, images: Iterable[ImageInput] = (), **options) -> RemoteSandbox:
-        sandbox = RemoteSandbox(images, connection=self._connection, executor=self._executor,
-                                **{**self._defaults, **options})  # fmt: skip
-        with self._lock:
-            self._live = [s for s in self._live if s.alive]
-            self._live.append(sandbox)
-        return sandbox
+    def _make(self, images: Iterable[ImageInput], executor: Executor, **options) -> RemoteSandbox:
+        return RemoteSandbox(images, connection=self._connection, executor=executor, **options)
 
-    async def asandbox(self, images: Iterable[ImageInput] = (), **options) -> RemoteSandbox:
-        images = list(images)
-        return await asyncio.get_running_loop().run_in_executor(
-            self._executor, lambda: self.sandbox(images, **options)
-        )
-
-    @property
-    def live(self) -> int:
-        with self._lock:
-            return sum(1 for sandbox in self._live if sandbox.alive)
-
-    def close(self) -> None:
-        with self._lock:
-            sandboxes, self._live = self._live, []
-        for sandbox in sandboxes:
-            sandbox.begin_closing()
-        for sandbox in sandboxes:
-            sandbox.close()
-        self._executor.shutdown(wait=True, cancel_futures=True)
+    def _release(self) -> None:
         self._connection.close()
-
-    async def aclose(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self.close)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *_exc) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *_exc) -> None:
-        await self.aclose()
