@@ -73,8 +73,10 @@ respectively (suppose the width and height of the image are 1.0), and 'source' r
 that you zoom in and could be either 'original_image' or 'observation_i'. Once the final answer is \
 confirmed, put it within <answer> and </answer>."""
 OBSERVATION = (
-    "After the above Action {action_turn}, here is the the zoom-in image "
-    "(Observation {observation_turn}):\n",
+    (
+        "After the above Action {action_turn}, here is the the zoom-in image "
+        "(Observation {observation_turn}):\n"
+    ),
     (
         ".\nContinue your reasoning process inside <think> and </think>. If needed, you can "
         "continue to zoom in on the original image or any of the observations, by outputting "

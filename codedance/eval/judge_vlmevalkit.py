@@ -91,8 +91,10 @@ _MATHVERSE_EXTRACT_TASK = (
 _MATHVERSE_EXTRACT_SHOTS = (
     ("So the solution set, in interval notation, is:\n\n(-3, 2]", "(-3, 2]"),
     (
-        "Comparing both curves, the option that describes where they cross is:\n\n"
-        "B. p(x)=q(x) there.",
+        (
+            "Comparing both curves, the option that describes where they cross is:\n\n"
+            "B. p(x)=q(x) there."
+        ),
         "B",
     ),
     (

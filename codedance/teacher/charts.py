@@ -99,8 +99,10 @@ def _body(view: TaskView, mistake: str | None = None) -> str:
         if mistake == "loose":
             lines += [
                 "area = box[2] * box[3]  # the pie's box",
-                "shares = [(y, c, 100.0 * color_mask(img, c, 40).sum() / area) "
-                "for y, c, _s in shares]",
+                (
+                    "shares = [(y, c, 100.0 * color_mask(img, c, 40).sum() / area) "
+                    "for y, c, _s in shares]"
+                ),
             ]
         lines += [
             "for y, c, s in shares:",
