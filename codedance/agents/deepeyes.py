@@ -65,7 +65,13 @@ SYSTEM = """You are a helpful assistant.
 You may call one or more functions to assist with the user query.
 You are provided with function signatures within <tools></tools> XML tags:
 <tools>
-{"type":"function","function":{"name":"image_zoom_in_tool","description":"Zoom in on a specific region of an image by cropping it based on a bounding box (bbox) and an optional object label.","parameters":{"type":"object","properties":{"bbox_2d":{"type":"array","items":{"type":"number"},"minItems":4,"maxItems":4,"description":"The bounding box of the region to zoom in, as [x1, y1, x2, y2], where (x1, y1) is the top-left corner and (x2, y2) is the bottom-right corner."},"label":{"type":"string","description":"The name or label of the object in the specified bounding box (optional)."}},"required":["bbox"]}}}
+{"type":"function","function":{"name":"image_zoom_in_tool","description":"Zoom in on a specific \
+region of an image by cropping it based on a bounding box (bbox) and an optional object label.",\
+"parameters":{"type":"object","properties":{"bbox_2d":{"type":"array","items":{"type":"number"},\
+"minItems":4,"maxItems":4,"description":"The bounding box of the region to zoom in, as [x1, y1, \
+x2, y2], where (x1, y1) is the top-left corner and (x2, y2) is the bottom-right corner."},\
+"label":{"type":"string","description":"The name or label of the object in the specified bounding \
+box (optional)."}},"required":["bbox"]}}}
 </tools>
 
 # How to call a tool
@@ -76,7 +82,8 @@ Return a json object with function name and arguments within <tool_call></tool_c
 
 **Example**:  
 <tool_call>  
-{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [10, 20, 100, 200], "label": "the apple on the desk"}}  
+{"name": "image_zoom_in_tool", "arguments": {"bbox_2d": [10, 20, 100, 200], "label": "the apple on \
+the desk"}}  
 </tool_call>"""
 INSTRUCTION = (
     "\nThink first, call **image_zoom_in_tool** if needed, then answer. Format strictly as:  "
@@ -93,7 +100,8 @@ CROP_LIMITS = VisionLimits(
 def user_text(task: Task) -> str:
     """The first user turn's text: the V* template with the task's options.
 
-    >>> t = Task(id="v/1", question="Q?", images=(), answer="A", choices=(("A", "red"), ("B", "blue")))
+    >>> t = Task(id="v/1", question="Q?", images=(), answer="A",
+    ...          choices=(("A", "red"), ("B", "blue")))
     >>> user_text(t).splitlines()[:4]
     ['Question: Q?', 'Options: ', 'A. red', 'B. blue']
     """
@@ -140,7 +148,8 @@ def crop_size(height: float, width: float) -> tuple[int, int]:
 
 
 def zoom(image: Image, box: tuple[object, object, object, object]) -> Image:
-    """The box cropped out of ``image`` and resized as the source does (see the module docstring)."""
+    """The box cropped out of ``image`` and resized as the source does (see the module
+    docstring)."""
     from PIL import Image as PILImage
 
     left, top, right, bottom = box
@@ -166,7 +175,8 @@ def _answered(text: str) -> StopReason:
 
 
 class ZoomRunner:
-    """The zoom-in tool on the episode's first image: a call body in, the crop (or the error) out."""
+    """The zoom-in tool on the episode's first image: a call body in, the crop (or the error)
+    out."""
 
     def __init__(self, images: tuple[Image, ...]) -> None:
         self.image = images[0]

@@ -1,5 +1,6 @@
-"""`PeerEpisode`: the bookkeeping every peer protocol's episode shares (`codedance.rollout.Episode`'s
-driving interface); a protocol adds ``on_completion`` and ``on_result``."""
+"""`PeerEpisode`: the bookkeeping every peer protocol's episode shares
+(`codedance.rollout.Episode`'s driving interface); a protocol adds ``on_completion`` and
+``on_result``."""
 
 from __future__ import annotations
 

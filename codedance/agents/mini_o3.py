@@ -1,4 +1,5 @@
-"""Mini-o3: ``<grounding>`` zoom-ins in relative coordinates on the original image or an observation.
+"""Mini-o3: ``<grounding>`` zoom-ins in relative coordinates on the original image or an
+observation.
 
 Follows Mini-o3/Mini-o3 at commit 8654dbf42d2ea98b9d81b6cc7179026dd0598fdf, the asynchronous rollout
 its README's evaluation command runs (``rollout.mode="async"``):
@@ -63,13 +64,24 @@ SOURCE = (
     "Mini-o3/Mini-o3@8654dbf42d2ea98b9d81b6cc7179026dd0598fdf:"
     "verl/workers/rollout/vllm_rollout/vllm_async_engine.py"
 )
-SYSTEM = """You are a helpful assistant. Answer the user's question based on the image provided. Output your thinking process within the <think> and </think> tags. Whenever you find anything unclear, you can zoom in a specific region in the given image to see more clearly by outputing <grounding>{"bbox_2d": [x0, y0, x1, y1], "source": "original_image"}</grounding>, where (x0, y0) and (x1, y1) are the top-left and bottom-right coordinates of the region that you want to zoom in, respectively (suppose the width and height of the image are 1.0), and 'source' refers to the image that you zoom in and could be either 'original_image' or 'observation_i'. Once the final answer is confirmed, put it within <answer> and </answer>."""
+SYSTEM = """You are a helpful assistant. Answer the user's question based on the image provided. \
+Output your thinking process within the <think> and </think> tags. Whenever you find anything \
+unclear, you can zoom in a specific region in the given image to see more clearly by outputing \
+<grounding>{"bbox_2d": [x0, y0, x1, y1], "source": "original_image"}</grounding>, where (x0, y0) \
+and (x1, y1) are the top-left and bottom-right coordinates of the region that you want to zoom in, \
+respectively (suppose the width and height of the image are 1.0), and 'source' refers to the image \
+that you zoom in and could be either 'original_image' or 'observation_i'. Once the final answer is \
+confirmed, put it within <answer> and </answer>."""
 OBSERVATION = (
-    "After the above Action {action_turn}, here is the the zoom-in image (Observation {observation_turn}):\n",
     (
-        ".\nContinue your reasoning process inside <think> and </think>. If needed, you can continue "
-        "to zoom in on the original image or any of the observations, by outputting <grounding> and "
-        "</grounding> as before. If the final answer is confirmed, put your final answer inside "
+        "After the above Action {action_turn}, here is the the zoom-in image "
+        "(Observation {observation_turn}):\n"
+    ),
+    (
+        ".\nContinue your reasoning process inside <think> and </think>. If needed, you can "
+        "continue to zoom in on the original image or any of the observations, by outputting "
+        "<grounding> and </grounding> as before. If the final answer is confirmed, put your final "
+        "answer inside "
         "<answer> and </answer>."
     ),
 )
@@ -159,7 +171,8 @@ def crop_box(box: object, source: str, observations: list) -> tuple[object, list
             index = int(match.group(1))  # type: ignore[union-attr]
         except Exception as exc:
             raise ValueError(
-                f"The 'source' argument \"{source}\" does not match the pattern 'observation_([0-9]*)'."
+                f"The 'source' argument \"{source}\" does not match the pattern "
+                "'observation_([0-9]*)'."
             ) from exc
     if index >= len(observations):
         raise ValueError(f'Error in predicting the source observation: "{source}".')

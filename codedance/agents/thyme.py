@@ -39,8 +39,9 @@ The protocol, as that file runs it (a transformers loop; here over an OpenAI end
 Not reproduced: the source raises the temperature to 1.0 after a failed attempt and drops the
 stop strings for the fallback; here every request uses the run's sampling and the protocol's stop
 strings (its settings, temperature 0.01 with top-k 1 and 2048 new tokens, are greedy in effect:
-``--temperature 0 --max-tokens 2048``). The image path in the prompt is the sandbox's (``input_image.jpg``), not VLMEvalKit's.
-Yes/no, MMMU and OlympiadBench questions are not built its way (they get the VQA suffix).
+``--temperature 0 --max-tokens 2048``). The image path in the prompt is the sandbox's
+(``input_image.jpg``), not VLMEvalKit's. Yes/no, MMMU and OlympiadBench questions are not built its
+way (they get the VQA suffix).
 """
 
 from __future__ import annotations
@@ -64,18 +65,25 @@ SOURCE = (
 )
 SYSTEM = """You are a helpful assistant.
 
-Solve the following problem step by step, and optionally write Python code for image manipulation to enhance your reasoning process. The Python code will be executed by an external sandbox, and the processed image or result (wrapped in <sandbox_output></sandbox_output>) can be returned to aid your reasoning and help you arrive at the final answer.
+Solve the following problem step by step, and optionally write Python code for image manipulation \
+to enhance your reasoning process. The Python code will be executed by an external sandbox, and \
+the processed image or result (wrapped in <sandbox_output></sandbox_output>) can be returned to \
+aid your reasoning and help you arrive at the final answer.
 
 **Reasoning & Image Manipulation (Optional but Encouraged):**
-    * You have the capability to write executable Python code to perform image manipulations (e.g., cropping to a Region of Interest (ROI), resizing, rotation, adjusting contrast) or perform calculation for better reasoning.
-    * The code will be executed in a secure sandbox, and its output will be provided back to you for further analysis.
+    * You have the capability to write executable Python code to perform image manipulations \
+(e.g., cropping to a Region of Interest (ROI), resizing, rotation, adjusting contrast) or perform \
+calculation for better reasoning.
+    * The code will be executed in a secure sandbox, and its output will be provided back to you \
+for further analysis.
     * All Python code snippets **must** be wrapped as follows:
     <code>
     ```python
     # your code.
     ```
     </code>
-    * At the end of the code, print the path of the processed image (processed_path) or the result for further processing in a sandbox environment."""
+    * At the end of the code, print the path of the processed image (processed_path) or the result \
+for further processing in a sandbox environment."""
 USER_TEMPLATE = """<image>
 {question}
 
@@ -89,7 +97,8 @@ USER_TEMPLATE = """<image>
 """
 FALLBACK_SYSTEM = "You are a helpful assistant."
 FALLBACK_TEMPLATE = """
-You are an advanced AI assistant specializing in visual question answering (VQA). You don't need to perform any image manipulation or reasoning. Give the answer to the following question directly.
+You are an advanced AI assistant specializing in visual question answering (VQA). You don't need \
+to perform any image manipulation or reasoning. Give the answer to the following question directly.
 **User's Question:** "{question}"
 """
 MCQ_PROMPT = "Please select the correct answer from the options above."
@@ -110,9 +119,11 @@ _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 def question_of(task: Task) -> str:
     """The question as its ``build_prompt`` writes it (multiple choice or short answer).
 
-    >>> t = Task(id="v/1", question="Q?", images=(), answer="A", choices=(("A", "red"), ("B", "blue")))
-    >>> question_of(t).splitlines()
-    ['Question: Q?', 'Options:', 'A. red', 'B. blue', 'Please select the correct answer from the options above.']
+    >>> t = Task(id="v/1", question="Q?", images=(), answer="A",
+    ...          choices=(("A", "red"), ("B", "blue")))
+    >>> question_of(t).splitlines()  # doctest: +NORMALIZE_WHITESPACE
+    ['Question: Q?', 'Options:', 'A. red', 'B. blue',
+     'Please select the correct answer from the options above.']
     """
     meta = dict(task.metadata)
     question = meta.get("raw_question") or task.question.replace("<image>", "").strip()

@@ -302,7 +302,8 @@ def _thyme_outputs(code, printed, had_processed):
     folder = {OUTPUT_DIR!r}
     paths = []
     value = _thyme_locals.get("processed_path")
-    if not had_processed and isinstance(value, str) and value.startswith(folder) and _os.path.isfile(value):
+    if not had_processed and isinstance(value, str) and value.startswith(folder) and \
+_os.path.isfile(value):
         paths.append(value)
     if printed:
         in_folder = _re.findall({_IN_FOLDER!r}, printed)

@@ -52,8 +52,8 @@ RESUMABLE = "interrupted: finished work is saved; rerun the same command to resu
 def user_errors(command: Callable[..., Any] | None = None, *, interrupted: str = RESUMABLE) -> Any:
     """Wrap a command: an error a person can act on (`codedance.errors.CodeDanceError`, the
     sandbox's `ServiceError` / `SandboxUnavailable` included) prints one line ``error: ...`` on
-    stderr and exits with code 2; Ctrl-C (and SIGTERM, `interrupt_on_sigterm`) prints what was kept and
-    exits with `INTERRUPTED` (130). Anything else is a bug and keeps its traceback.
+    stderr and exits with code 2; Ctrl-C (and SIGTERM, `interrupt_on_sigterm`) prints what was kept
+    and exits with `INTERRUPTED` (130). Anything else is a bug and keeps its traceback.
     ``@user_errors(interrupted=TEXT)``: what a command that does not resume prints instead."""
     from codedance.errors import CodeDanceError
 

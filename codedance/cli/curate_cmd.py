@@ -1,7 +1,8 @@
 """``codedance curate``: the data engine over your images and questions with your model servers.
 
     codedance curate run curate.yaml                      # all configured stages, resumable
-    codedance curate run curate.yaml --dry-run            # the plan and the request budget, nothing sent
+    codedance curate run curate.yaml --dry-run            # the plan and the request budget,
+                                                          # nothing sent
     codedance curate run local-vllm sources.yaml filter.k=8   # a preset, a file, an override
 
 Settings: `codedance.curate.config` through the one config loader (`codedance.config`: presets

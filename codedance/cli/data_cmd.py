@@ -2,13 +2,14 @@
 
     codedance data import codedance-sft CodeDance-SFT/data --out data/cd-sft [--verify]
     codedance data import codedance-rl CodeDance-RL/data --out data/cd-rl
-    codedance data verify data/cd-sft [--concurrency 8 | concurrency=8] [-c FILE.yaml] [--print-config]
+    codedance data verify data/cd-sft [--concurrency 8 | concurrency=8] [-c FILE.yaml] \\
+        [--print-config]
     codedance data stats data/cd-sft [--png FILE | png=FILE] [-c FILE.yaml] [--print-config]
 
 Settings of import, verify and stats are `codedance.data.options` trees through the one loader
 (``-c FILE.yaml``, ``key=value``, ``--print-config``); the flags are sugar for their keys and win
-over files and overrides. Every command resumes when rerun with the same ``--out``. Exit codes: 0 done; 1 when an import
-kept no row at all (every row skipped: the wrong dataset?); 2 on bad input
+over files and overrides. Every command resumes when rerun with the same ``--out``. Exit codes: 0
+done; 1 when an import kept no row at all (every row skipped: the wrong dataset?); 2 on bad input
 (missing files, wrong columns, a folder of another import, an option out of range: checked before
 any row is read or sandbox started); 130 when interrupted (Ctrl-C, SIGTERM). See docs/data.md and
 `codedance.data`.
@@ -55,7 +56,8 @@ def _report(console, result, what: str) -> None:  # type: ignore[no-untyped-def]
     skipped = sum(result.skipped.values())
     console.print(
         f"{what}: {result.imported} imported, {skipped} skipped of {result.rows} rows read "
-        f"({result.total} in the input; {result.ran} this run, {result.seconds:.1f} s) → {result.out}"
+        f"({result.total} in the input; {result.ran} this run, {result.seconds:.1f} s) "
+        f"→ {result.out}"
     )
     for reason, n in result.skipped.items():
         console.print(f"  skipped {n}: {reason}")
@@ -129,7 +131,8 @@ PATHS = Annotated[
     typer.Argument(
         metavar="PATH... [KEY=VALUE]...",
         show_default=False,
-        help="Parquet files or folders (the dataset's data/), then settings, e.g. limit=100 (all: --print-config)",
+        help="Parquet files or folders (the dataset's data/), then settings, e.g. limit=100 "
+        "(all: --print-config)",
     ),
 ]
 
@@ -252,7 +255,8 @@ def import_rl_cmd(
             "[yellow]val.parquet is empty: raise --val-fraction (verl validates on it)[/yellow]"
         )
     console.print(
-        f"verl: DATA={out} bash scripts/train_verl.sh codedance/presets/verl/single_node_8gpu.yaml; "
+        f"verl: DATA={out} bash scripts/train_verl.sh "
+        "codedance/presets/verl/single_node_8gpu.yaml; "
         f"tasks: {out / 'tasks.jsonl'}; prompt profile: --profiles {out / 'profiles.yaml'} "
         "--profile codedance-rl"
     )
@@ -265,7 +269,8 @@ def verify_cmd(
         None,
         metavar="DIR [KEY=VALUE]...",
         show_default=False,
-        help="A codedance-sft import folder, then settings, e.g. concurrency=8 (all: --print-config)",
+        help="A codedance-sft import folder, then settings, e.g. concurrency=8 "
+        "(all: --print-config)",
     ),
     config: opt.Presets = None,
     concurrency: int = typer.Option(None, help="Trajectories (and sandbox steps) at once [2]"),

@@ -16,16 +16,16 @@ Scoring: ``--scoring vlmevalkit`` (default; VLMEvalKit's rules per sample) or ``
 a bootstrap interval and pass@k. Settings that cannot work (``--concurrency 0``, ...) are refused
 before any server is contacted or any folder is written.
 
-Data: ``$LMUData`` (default ``~/LMUData``) holds VLMEvalKit's TSV files; ``--data NAME=PATH``
-points one benchmark at a TSV file, a Hugging Face export (parquet / JSONL) or the MATH-V
-repository folder. ``--benchmarks paper`` runs the paper's eleven (the default). ``--tasks PATH``
-evaluates a Task JSONL (``codedance data import codedance-rl`` or ``codedance world gen``; only it
-unless ``--benchmarks`` names others), scored by the rule of each task's kind. Rerunning the same command
-resumes. Exit codes: 0 when every sample ran; 1 when samples failed (the most common reason and
-the failures file are printed; rerunning retries them), the run stopped after consecutive server
-failures (unreachable, a refused key or model, or HTTP 429/5xx after retries), or the judge given never answered (the
-judged numbers are "not produced"); 2 on an error a person can act on before the run (missing
-data, bad settings, unreachable server); 130 when interrupted (Ctrl-C, SIGTERM).
+Data: ``$LMUData`` (default ``~/LMUData``) holds VLMEvalKit's TSV files; ``--data NAME=PATH`` points
+one benchmark at a TSV file, a Hugging Face export (parquet / JSONL) or the MATH-V repository
+folder. ``--benchmarks paper`` runs the paper's eleven (the default). ``--tasks PATH`` evaluates a
+Task JSONL (``codedance data import codedance-rl`` or ``codedance world gen``; only it unless
+``--benchmarks`` names others), scored by the rule of each task's kind. Rerunning the same command
+resumes. Exit codes: 0 when every sample ran; 1 when samples failed (the most common reason and the
+failures file are printed; rerunning retries them), the run stopped after consecutive server
+failures (unreachable, a refused key or model, or HTTP 429/5xx after retries), or the judge given
+never answered (the judged numbers are "not produced"); 2 on an error a person can act on before the
+run (missing data, bad settings, unreachable server); 130 when interrupted (Ctrl-C, SIGTERM).
 """
 
 from __future__ import annotations
@@ -107,7 +107,8 @@ def eval_(
     ),
     agent: str = typer.Option(
         None,
-        help="The model family's own protocol: codedance, codedance-paper, deepeyes, deepeyesv2, thyme, mini-o3 "
+        help="The model family's own protocol: codedance, codedance-paper, deepeyes, deepeyesv2, "
+        "thyme, mini-o3 "
         "(docs/eval.md, reproduction cards) \\[codedance]",
         rich_help_panel=opt.RUN,
     ),
@@ -177,7 +178,8 @@ def eval_(
             judge_client = JudgeClient(dataclasses.replace(cfg.judge, api_key=api_key))
         console.print(
             f"model [bold]{policy.model}[/bold] at {policy.base_url}; "
-            f"{'no tools' if cfg.no_tools else f'max {cfg.episode.max_turns} turns'}; scoring {cfg.scoring}; "
+            f"{'no tools' if cfg.no_tools else f'max {cfg.episode.max_turns} turns'}; "
+            f"scoring {cfg.scoring}; "
             f"judge: {cfg.judge.model + ' at ' + cfg.judge.url if cfg.judge.url else 'none'}"
             + (f"; {cfg.samples} samples per item" if cfg.samples > 1 else "")
         )
@@ -221,7 +223,8 @@ def eval_(
                 f"rerun the same command to resume"
             )
         console.print(
-            f"[red]{failed}/{expected} samples failed[/red]{reason}; see {out_dir / 'failures.jsonl'}; "
+            f"[red]{failed}/{expected} samples failed[/red]{reason}; "
+            f"see {out_dir / 'failures.jsonl'}; "
             f"rerun the same command to retry them"
         )
         raise typer.Exit(code=1)

@@ -58,17 +58,25 @@ def check(
             print(json.dumps(result.__dict__), flush=True)
             return
         colour = {"passed": "green", "failed": "red", "skipped": "yellow"}[result.outcome]
-        console.print(f"[{colour}]{result.outcome:>7}[/{colour}]  {result.number}. {result.name} "
-                      f"({result.seconds:.1f} s): {result.detail}")  # fmt: skip
+        console.print(
+            f"[{colour}]{result.outcome:>7}[/{colour}]  {result.number}. {result.name} "
+            f"({result.seconds:.1f} s): {result.detail}"
+        )
 
     results = check_sandbox(service=service, image=data, on_result=show)
     host = host_of(service)
     service.close()
     broken = show_promises(console, host, results, as_json)
     passed = sum(r.outcome == "passed" for r in results)
-    console.print(f"{passed}/{len(results)} properties hold at isolation level '{service.isolation.level}'; "
-                  + (f"a promise made on this host failed: {', '.join(broken)}" if broken
-                     else "every promise made on this host held"))  # fmt: skip
+    console.print(
+        f"{passed}/{len(results)} properties hold at isolation level "
+        f"'{service.isolation.level}'; "
+        + (
+            f"a promise made on this host failed: {', '.join(broken)}"
+            if broken
+            else "every promise made on this host held"
+        )
+    )
     raise typer.Exit(1 if broken else 0)
 
 
@@ -88,17 +96,30 @@ def show_promises(console, host, results, as_json: bool) -> list[str]:
             broken.append(name)
         checked = "not checked here" if result is None else f"check {number} {result.outcome}"
         if as_json:
-            print(json.dumps({"promise": key, "name": name, "verdict": verdict.state, "why": verdict.why,
-                              "check": number, "outcome": result.outcome if result else None,
-                              "claimed": verdict.claimed}), flush=True)  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        "promise": key,
+                        "name": name,
+                        "verdict": verdict.state,
+                        "why": verdict.why,
+                        "check": number,
+                        "outcome": result.outcome if result else None,
+                        "claimed": verdict.claimed,
+                    }
+                ),
+                flush=True,
+            )
             continue
         colour = (
             "red"
             if failed and verdict.claimed
             else ("green" if verdict.state != "does not hold" else "yellow")
         )
-        console.print(f"  [{colour}]{verdict.state}[/{colour}]: {name} ({checked})"
-                      + (f": {verdict.why}" if verdict.why else ""))  # fmt: skip
+        console.print(
+            f"  [{colour}]{verdict.state}[/{colour}]: {name} ({checked})"
+            + (f": {verdict.why}" if verdict.why else "")
+        )
     return broken
 
 
@@ -124,8 +145,10 @@ def run(
     images = [image_file(p) for p in image]
     with Sandbox(images=images, timeout_s=timeout) as sandbox:
         result = sandbox.run(code)
-    typer.echo(f"status: {result.status.value} ({result.duration_s * 1000:.0f} ms"
-               f"{', rolled back' if result.rolled_back else ''})")  # fmt: skip
+    typer.echo(
+        f"status: {result.status.value} ({result.duration_s * 1000:.0f} ms"
+        f"{', rolled back' if result.rolled_back else ''})"
+    )
     # what the snippet wrote reaches a terminal with its control characters escaped
     if result.stdout:
         echo_untrusted(result.stdout.rstrip("\n"))
@@ -141,7 +164,8 @@ def run(
             path = out / f"image_{index}.png"
             path.write_bytes(returned.png)
             echo_untrusted(
-                f"image {index}: {returned.width}x{returned.height} from {returned.origin} -> {path}"
+                f"image {index}: {returned.width}x{returned.height} from {returned.origin} "
+                f"-> {path}"
             )
     elif result.images:
         typer.echo(f"{len(result.images)} image(s) returned (pass --out DIR to save them)")
@@ -233,8 +257,8 @@ def serve(
         "(repeatable, e.g. memory=8589934592; default: Limits' defaults).",
     ),
 ) -> None:
-    """Run the sandbox controller for this host: unprivileged trainers, eval and curate use it
-    with CODEDANCE_SANDBOX_URL=unix://SOCKET (or http(s)://HOST:PORT and CODEDANCE_SANDBOX_TOKEN)."""
+    """Run the sandbox controller for this host: unprivileged trainers, eval and curate use it with
+    CODEDANCE_SANDBOX_URL=unix://SOCKET (or http(s)://HOST:PORT and CODEDANCE_SANDBOX_TOKEN)."""
     import asyncio
     import signal
 

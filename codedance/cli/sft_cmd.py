@@ -1,7 +1,8 @@
 """``codedance sft``: TRL SFT on saved trajectories, or their export for ms-swift.
 
     codedance sft --data runs/teacher --model runs/tiny-cpu/init --out runs/sft [key=value ...]
-    codedance sft --data runs/teacher --model Qwen/Qwen2.5-VL-7B-Instruct --preset sft-qwen2.5-vl-7b --out runs/sft-7b
+    codedance sft --data runs/teacher --model Qwen/Qwen2.5-VL-7B-Instruct \\
+        --preset sft-qwen2.5-vl-7b --out runs/sft-7b
     codedance sft --data runs/teacher --export-swift runs/teacher/swift.jsonl
 
 ``--data`` is a folder with ``trajectories.jsonl`` + ``images/`` (`codedance.records`: the
@@ -106,7 +107,8 @@ def sft(
     )
     if looks_local and not local.is_dir():  # a typo in a path is not sent to the hub
         raise SettingsError(
-            f"--model {model}: no such folder (and not a hub id such as Qwen/Qwen2.5-VL-7B-Instruct)"
+            f"--model {model}: no such folder "
+            "(and not a hub id such as Qwen/Qwen2.5-VL-7B-Instruct)"
         )
     from transformers.utils import logging as hf_logging
 

@@ -4,10 +4,10 @@
         --question "What is the highest bar's value?" [--model-name NAME] [--profile release]
 
 Prints each turn as it ends (think, code, output, saved image paths) and writes into ``--out``:
-``trajectory.html`` (the whole conversation, images inline), ``trajectories.jsonl`` +
-``images/`` (the record, see `codedance.records`) and the images as PNG files. Without
-``--model-name`` the first model the server lists is used. On a server error or Ctrl-C the turns
-done so far are saved the same way, with stop reason ``interrupted`` and the error noted. Exit code 2 on an error a person
+``trajectory.html`` (the whole conversation, images inline), ``trajectories.jsonl`` + ``images/``
+(the record, see `codedance.records`) and the images as PNG files. Without ``--model-name`` the
+first model the server lists is used. On a server error or Ctrl-C the turns done so far are saved
+the same way, with stop reason ``interrupted`` and the error noted. Exit code 2 on an error a person
 can act on (unreachable server, unknown model, unreadable image).
 """
 
@@ -58,7 +58,8 @@ class SolveConfig:
 
 @app.command()
 @user_errors(
-    interrupted="interrupted: the turns so far are saved in --out; solve does not resume (a rerun starts over)"
+    interrupted="interrupted: the turns so far are saved in --out; solve does not resume "
+    "(a rerun starts over)"
 )
 def solve(
     overrides: opt.Overrides = None,
@@ -114,12 +115,14 @@ def solve(
     )
     if not cfg.server.url or not image or not question:
         raise SettingsError(
-            "give the server, the image(s) and the question: --model URL --image FILE --question TEXT"
+            "give the server, the image(s) and the question: "
+            "--model URL --image FILE --question TEXT"
         )
     out_dir = out or Path(f"solve-{time.strftime('%Y%m%d-%H%M%S')}")
     if (out_dir / "trajectories.jsonl").exists():
         raise SettingsError(
-            f"--out {out_dir} already holds a solve run; give another folder (solve does not resume)"
+            f"--out {out_dir} already holds a solve run; "
+            "give another folder (solve does not resume)"
         )
     images = tuple(
         image_from_bytes(image_file(p), origin=f"input:{k}") for k, p in enumerate(image)

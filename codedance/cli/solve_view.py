@@ -1,8 +1,9 @@
 """Show one trajectory: readable in a terminal (rich), and as a self-contained HTML page.
 
-The terminal view prints each turn (as it ends, `print_turn`): think, code, the sandbox output
-and where each image was saved; the HTML page (the one renderer, `codedance.runs.html`) has every message in order with
-the images inline (data URLs), so it opens anywhere without the image files. Both show exactly the trajectory's text (escaped in HTML).
+The terminal view prints each turn (as it ends, `print_turn`): think, code, the sandbox output and
+where each image was saved; the HTML page (the one renderer, `codedance.runs.html`) has every
+message in order with the images inline (data URLs), so it opens anywhere without the image files.
+Both show exactly the trajectory's text (escaped in HTML).
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def print_turn(turn: Turn, number: int, console: Console, image_paths: dict[int,
     """One turn: think, code, the sandbox's output, where each image was saved, the answer."""
     console.rule(f"turn {number}")
     # the model's words and the sandbox's output are text, never rich markup (a "[/bold]" in them
-    # would raise MarkupError; "[link=...]" would draw a link the model chose: tests/test_console.py)
+    # would raise MarkupError; "[link=...]" would draw a link the model chose:
+    # tests/test_console.py)
     if turn.think:
         console.print(Panel(Text(untrusted(turn.think)), title="think", border_style="cyan"))
     if turn.code:
@@ -100,7 +102,8 @@ def render_html(trajectory: Trajectory, title: str = "") -> str:
     meta = ", ".join(f"{html.escape(k)}={html.escape(v)}" for k, v in trajectory.metadata)
     summary = (
         f"<p>stop reason: <b>{trajectory.stop_reason.value}</b>; answer: "
-        f"<b>{html.escape(str(trajectory.answer))}</b>; turns: {len(trajectory.turns)}; tool calls: "
+        f"<b>{html.escape(str(trajectory.answer))}</b>; turns: {len(trajectory.turns)}; "
+        "tool calls: "
         f"{trajectory.n_calls} ({trajectory.n_successful_calls} ok); {meta}</p>"
     )
     return conversation_page(trajectory, data_url, title or trajectory.task_id, summary)

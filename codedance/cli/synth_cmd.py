@@ -51,7 +51,8 @@ def synth(
     max_turns: opt.TurnBudget = None,
     print_config: opt.PrintConfig = False,
 ) -> None:
-    """Run the teacher, re-execute and verify each trajectory, write the accepted ones as SFT data."""
+    """Run the teacher, re-execute and verify each trajectory, write the accepted ones as SFT
+    data."""
     from codedance.synth import SynthConfig, run_synth
 
     console = make_console()

@@ -1,6 +1,7 @@
 """``codedance train``: the CPU-scale pipeline (SFT on teacher trajectories, then GRPO).
 
-    codedance train [-c PRESET|FILE.yaml]... [key=value ...] [--ablation [--seeds N]] [--print-config]
+    codedance train [-c PRESET|FILE.yaml]... [key=value ...] [--ablation [--seeds N]] \\
+        [--print-config]
     codedance train -c my.yaml grpo.steps=4 out_dir=runs/quick
     codedance train --tasks data/codedance-rl grpo.steps=2     # GRPO and held-out eval on an import
     codedance train --preset testbed --ablation --seeds 3      # every profile × 3 seeds, resumable
@@ -153,7 +154,8 @@ def train(
         run_seeds(cfg, seeds, log)
         console.print((Path(cfg.out_dir) / "ablation.md").read_text(encoding="utf-8"), markup=False)
         console.print(
-            f"summary: {Path(cfg.out_dir) / 'ablation.md'}, curves: {Path(cfg.out_dir) / 'curves.png'}"
+            f"summary: {Path(cfg.out_dir) / 'ablation.md'}, "
+            f"curves: {Path(cfg.out_dir) / 'curves.png'}"
         )
         return
     if stage == "sft":

@@ -1,1 +1,2 @@
-"""Evaluation on the paper's benchmarks: loaders, scoring, agent metrics, runner, report (docs/eval.md)."""
+"""Evaluation on the paper's benchmarks: loaders, scoring, agent metrics, runner, report
+(docs/eval.md)."""

@@ -14,7 +14,8 @@ from codedance.eval.report import notes as report_notes
 _STYLE = """body{font-family:system-ui,sans-serif;max-width:72rem;margin:1.5rem auto;padding:0 1rem}
 table{border-collapse:collapse;margin:.5rem 0 1.5rem;display:block;max-width:100%;overflow-x:auto}
 td,th{border:1px solid #ccc;padding:.25rem .6rem;overflow-wrap:anywhere;max-width:24rem}
-th{background:#f3f3f3}img{max-width:100%}.note{background:#fff4e0;border-left:4px solid #e69500;padding:.4rem .8rem}"""
+th{background:#f3f3f3}img{max-width:100%}.note{background:#fff4e0;border-left:4px solid \
+#e69500;padding:.4rem .8rem}"""
 
 
 def html_page(report: EvalReport, plots: dict[str, Path], viewer: bool = True) -> str:
@@ -41,7 +42,8 @@ def html_page(report: EvalReport, plots: dict[str, Path], viewer: bool = True) -
     for name, path in plots.items():
         data = base64.b64encode(Path(path).read_bytes()).decode()
         parts.append(
-            f"<h3>{html.escape(report.result(name).title)}</h3><img src='data:image/png;base64,{data}'>"
+            f"<h3>{html.escape(report.result(name).title)}</h3>"
+            f"<img src='data:image/png;base64,{data}'>"
         )
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>codedance eval</title>"

@@ -84,7 +84,10 @@ def extraction_prompt(question: str, response: str) -> str:
     shots = "\n\n".join(
         f"Question: {q}\nModel response: {r}\nExtracted answer: {a}" for q, r, a in _EXTRACT_SHOTS
     )
-    return f"{_EXTRACT_TASK}{shots}\n\nQuestion: {question}\nModel response: {response}\nExtracted answer:"
+    return (
+        f"{_EXTRACT_TASK}{shots}\n\nQuestion: {question}\nModel response: {response}\n"
+        "Extracted answer:"
+    )
 
 
 def extract_answer_with_judge(judge: JudgeClient, question: str, response: str) -> str:

@@ -91,7 +91,10 @@ _MATHVERSE_EXTRACT_TASK = (
 _MATHVERSE_EXTRACT_SHOTS = (
     ("So the solution set, in interval notation, is:\n\n(-3, 2]", "(-3, 2]"),
     (
-        "Comparing both curves, the option that describes where they cross is:\n\nB. p(x)=q(x) there.",
+        (
+            "Comparing both curves, the option that describes where they cross is:\n\n"
+            "B. p(x)=q(x) there."
+        ),
         "B",
     ),
     (
@@ -121,10 +124,11 @@ def mathverse_extraction_prompt(prediction: str) -> str:
 
 _MATHVERSE_SCORE_TASK = (
     "Below are two answers to a math question: [Question] is the question, [Standard Answer] its "
-    "standard answer, and [Model_answer] the answer extracted from a model's output. Decide whether "
-    "the two are consistent. Only a [Model_answer] that fully matches the [Standard Answer] is "
-    "consistent; for questions that are not multiple choice, the same value written another way "
-    "also counts (for example 0.5 m and 50 cm). Reply 1 if they are consistent and 0 if not.\n\n"
+    "standard answer, and [Model_answer] the answer extracted from a model's output. Decide "
+    "whether the two are consistent. Only a [Model_answer] that fully matches the [Standard "
+    "Answer] is consistent; for questions that are not multiple choice, the same value written "
+    "another way also counts (for example 0.5 m and 50 cm). Reply 1 if they are consistent and 0 "
+    "if not.\n\n"
 )
 _MATHVERSE_SCORE_SHOTS = (
     ("Write the solution set shown on the number line in interval notation.", "[-1, 3)", "(-1, 3)"),
@@ -153,7 +157,8 @@ def mathverse_score_prompt(question_for_eval: str, gold: str, extracted: str) ->
         for q, g, p in _MATHVERSE_SCORE_SHOTS
     )
     return (
-        f"{_MATHVERSE_SCORE_TASK}{shots}[Question]: {question_for_eval}\n[Standard Answer]: {gold}\n"
+        f"{_MATHVERSE_SCORE_TASK}{shots}[Question]: {question_for_eval}\n"
+        f"[Standard Answer]: {gold}\n"
         f"[Model_answer] : {extracted}\nJudgement:"
     )
 
@@ -163,9 +168,11 @@ _OPTION_TASK = (
     "its options and an answer; find the option most similar in meaning to the answer. If every "
     "option means something clearly different from the answer, output Z. Output one uppercase "
     "letter: one of the option letters, or Z.\n"
-    "Example 1:\nQuestion: Which animal is in the picture?\nOptions: A. horse B. cow C. sheep D. goat\n"
+    "Example 1:\nQuestion: Which animal is in the picture?\n"
+    "Options: A. horse B. cow C. sheep D. goat\n"
     "Answer: a brown horse grazing\nYour output: A\n"
-    "Example 2:\nQuestion: Which animal is in the picture?\nOptions: A. horse B. cow C. sheep D. goat\n"
+    "Example 2:\nQuestion: Which animal is in the picture?\n"
+    "Options: A. horse B. cow C. sheep D. goat\n"
     "Answer: an eagle\nYour output: Z\n"
     "Example 3:\n"
 )
@@ -174,7 +181,10 @@ _OPTION_TASK = (
 def option_matching_prompt(question: str, choices: Mapping[str, str], prediction: str) -> str:
     """The option-matching prompt: question, options, answer (the gold is not shown)."""
     options = "There are several options: \n" + "".join(f"{k}. {v}\n" for k, v in choices.items())
-    return f"{_OPTION_TASK}Question: {question}\nOptions: {options}\nAnswer: {prediction}\nYour output: "
+    return (
+        f"{_OPTION_TASK}Question: {question}\nOptions: {options}\nAnswer: {prediction}\n"
+        "Your output: "
+    )
 
 
 def _ask(judge: JudgeClient, prompt: str, **kwargs: object) -> str | None:

@@ -378,11 +378,13 @@ def check_items(spec: BenchmarkSpec, items: list[RawItem], source: str) -> None:
     if missing:
         names = ", ".join(repr(c.replace("|", "' or '")) for c in missing)
         raise DataError(
-            f"{spec.title}: {source} has no column {names} (columns: {', '.join(sorted(present)) or 'none'})"
+            f"{spec.title}: {source} has no column {names} "
+            f"(columns: {', '.join(sorted(present)) or 'none'})"
         )
     if spec.scorer != "tasks" and not any(item.images for item in items):
         raise DataError(
-            f"{spec.title}: {source} has no images (an 'image' column of base64 images, or 'image_path')"
+            f"{spec.title}: {source} has no images "
+            "(an 'image' column of base64 images, or 'image_path')"
         )
     try:
         to_task(spec, items[0], 0, images=False)

@@ -146,9 +146,10 @@ def benchmark_metrics(
         parts = []
         if unjudged:  # --judge was given: telling the user to pass it would mislead
             parts.append(
-                f"accuracy: {len(unjudged)} of {len(scores)} samples were not judged: the judge did not "
-                f"answer ({unjudged[0].pending.removeprefix(JUDGE_UNREACHABLE).strip(' ()')}); start it and "
-                f"rerun the same command"
+                f"accuracy: {len(unjudged)} of {len(scores)} samples were not judged: "
+                "the judge did not answer "
+                f"({unjudged[0].pending.removeprefix(JUDGE_UNREACHABLE).strip(' ()')}); "
+                "start it and rerun the same command"
             )
         if steps:
             parts.append(

@@ -49,7 +49,9 @@ class EvalConfig:
     fetch_images: bool = False
     concurrency: int = not_resumed(64, at_least=1)
     stop_after: int = not_resumed(10, at_least=1)
-    agent: str = "codedance"  # the protocol (`codedance.agents`): codedance, codedance-paper, deepeyes, deepeyesv2, thyme, mini-o3
+    # the protocol (`codedance.agents`): codedance, codedance-paper, deepeyes, deepeyesv2, thyme,
+    # mini-o3
+    agent: str = "codedance"
 
     def lmu_dir(self) -> Path:
         return Path(self.lmu_data or os.environ.get("LMUData", "~/LMUData")).expanduser()
@@ -79,7 +81,8 @@ class EvalConfig:
             )
         if self.samples > 1 and s.temperature <= 0:
             problems.append(
-                f"--samples {self.samples} needs --temperature above 0 (at 0 every sample is the same)"
+                f"--samples {self.samples} needs --temperature above 0 "
+                "(at 0 every sample is the same)"
             )
         if self.scoring not in SCORING_MODES:
             problems.append(
@@ -155,7 +158,10 @@ class EvalSettings:
 
     @property
     def sampling(self) -> str:
-        return f"temperature={self.config.server.temperature},max_tokens={self.config.server.max_tokens}"
+        return (
+            f"temperature={self.config.server.temperature},"
+            f"max_tokens={self.config.server.max_tokens}"
+        )
 
     def identity(self) -> dict[str, object]:
         """The settings a resumed run must share with the first one (``run.json``'s ``settings``;

@@ -271,7 +271,10 @@ def provenance(r: BenchmarkResult) -> str:
     """The one-line label every number carries: scoring mode, judge, turn budget and the
     protocol (agent and prompt profile)."""
     k = f", Avg@{r.samples_per_item}" if r.samples_per_item > 1 else ""
-    return f"scoring {r.scoring}, judge {r.judge or 'none'}, {r.max_turns} turns{k}, profile {r.profile}"
+    return (
+        f"scoring {r.scoring}, judge {r.judge or 'none'}, {r.max_turns} turns{k}, "
+        f"profile {r.profile}"
+    )
 
 
 def tables(report: EvalReport) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -543,7 +546,8 @@ def compare_markdown(
         kinds = sorted(
             {
                 f"scoring {r.get('scoring', '?')}, judge {r.get('judge') or 'none'}, "
-                f"{r['max_turns']} turns, k={r.get('samples_per_item', 1)}, profile {r.get('profile', '?')}"
+                f"{r['max_turns']} turns, k={r.get('samples_per_item', 1)}, "
+                f"profile {r.get('profile', '?')}"
                 for r in rep["results"]
             }
         )
@@ -553,8 +557,8 @@ def compare_markdown(
         lines += [
             "",
             (
-                "n/c: no delta between an incomplete (*) and a complete number; rerun the incomplete run "
-                "to finish it, or pass --allow-incomplete."
+                "n/c: no delta between an incomplete (*) and a complete number; rerun the "
+                "incomplete run to finish it, or pass --allow-incomplete."
             ),
         ]
     return "\n".join(lines) + "\n"

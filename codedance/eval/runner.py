@@ -18,10 +18,11 @@ image that cannot be decoded fails its row (logged to ``failures.jsonl`` naming 
 never the benchmark.
 
 Settings are checked when `EvalConfig.run_settings` makes the `EvalSettings`; the data is read
-before ``run.json`` is written. ``samples`` > 1 runs k samples per item (keys ``<task>#0`` ... ``#k-1``).
-``stop_after_connection_failures`` consecutive server failures (`codedance.runs.batch.server_fault`) stop the episodes early (the
-report says so; a rerun resumes). ``scoring`` is ``vlmevalkit`` or ``strict``
-(`codedance.eval.scoring`); changing it rescores the saved trajectories.
+before ``run.json`` is written. ``samples`` > 1 runs k samples per item (keys ``<task>#0`` ...
+``#k-1``). ``stop_after_connection_failures`` consecutive server failures
+(`codedance.runs.batch.server_fault`) stop the episodes early (the report says so; a rerun resumes).
+``scoring`` is ``vlmevalkit`` or ``strict`` (`codedance.eval.scoring`); changing it rescores the
+saved trajectories.
 No-tools mode (`no_tools_config`): one turn, a prompt without the code instruction, no sandbox.
 """
 
@@ -54,7 +55,8 @@ from codedance.types import ExecResult, Image, Task, Trajectory
 NO_TOOLS = PromptProfile(
     name="no-tools",
     system="You are a helpful assistant.",
-    instruction="Think step-by-step within <think></think>, then give your final answer in <answer></answer>.",
+    instruction="Think step-by-step within <think></think>, then give your final answer in "
+    "<answer></answer>.",
 )
 
 

@@ -6,20 +6,25 @@ Both modes grade the *extracted* final answer (the trajectory's ``<answer>``, el
 - ``vlmevalkit`` (default): VLMEvalKit's rules and judge protocols, per sample, quirks included
   (`codedance.eval.scoring_vlmevalkit`).
 - ``strict``: our own rules, stricter where VLMEvalKit's are odd and more lenient where it is
-  brittle. They are:
+  brittle. They are, per scorer:
 
-| scorer | strict rule |
-|---|---|
-| countbench | VLMEvalKit's ``str(gold) in answer``; the strict count rule goes to extras |
-| pixmocount | exact integer match (digits or number words); the same in both modes |
-| mcq (V*), hrbench | option inference (``codedance.grading.choice``: "answer: X" anywhere, no length guard); no inference: our judge's consistency verdict (it sees the gold) with ``--judge``, else wrong |
-| chartqa | relaxed accuracy, both sides stripped, max over gold answers |
-| charxiv | judge only (per-item grading_query, fences stripped, only ``score``, right when 1) |
-| mathvista | option inference / int / float rounded to the item's precision / normalized text; else judge extraction and the same check |
-| mathvision | option inference, else equal as strings, numbers (1e-6) or symbolically (math-verify); final without a judge |
-| mathverse | judge extraction (MathVista-style prompt), then exact match or a "Judgement: 0/1" verdict |
-| wemath | the text after the last "Answer", ``><:.`` removed, first character if in A–H |
-| tasks | a Task JSONL's tasks: the training rule of the task's kind (`codedance.grading.check_answer`); with ``--judge``, the judge decides what the rule calls wrong; the same in both modes |
+  - countbench: VLMEvalKit's ``str(gold) in answer``; the strict count rule goes to extras
+  - pixmocount: exact integer match (digits or number words); the same in both modes
+  - mcq (V*), hrbench: option inference (``codedance.grading.choice``: "answer: X" anywhere, no
+    length guard); no inference: our judge's consistency verdict (it sees the gold) with
+    ``--judge``, else wrong
+  - chartqa: relaxed accuracy, both sides stripped, max over gold answers
+  - charxiv: judge only (per-item grading_query, fences stripped, only ``score``, right when 1)
+  - mathvista: option inference / int / float rounded to the item's precision / normalized text;
+    else judge extraction and the same check
+  - mathvision: option inference, else equal as strings, numbers (1e-6) or symbolically
+    (math-verify); final without a judge
+  - mathverse: judge extraction (MathVista-style prompt), then exact match or a "Judgement: 0/1"
+    verdict
+  - wemath: the text after the last "Answer", ``><:.`` removed, first character if in A–H
+  - tasks: a Task JSONL's tasks: the training rule of the task's kind
+    (`codedance.grading.check_answer`); with ``--judge``, the judge decides what the rule calls
+    wrong; the same in both modes
 
 ``correct=None`` with ``pending`` saying which judge step is missing is how a number that cannot
 be produced without a judge is recorded; ``rule_correct`` always holds the rule-only verdict.

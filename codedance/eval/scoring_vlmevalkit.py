@@ -2,19 +2,22 @@
 
 Rules from `codedance.grading.vlmeval_rules`, judge protocols from
 `codedance.eval.judge_vlmevalkit`; checked against VLMEvalKit's own functions by the recorded
-golden verdicts (``tests/eval/fixtures/vlmevalkit_verdicts.jsonl``). Per scorer:
+golden verdicts (``tests/eval/fixtures/vlmevalkit_verdicts.jsonl``). Per scorer, without a
+judge → with a judge:
 
-| scorer | without a judge | with a judge |
-|---|---|---|
-| countbench | ``str(gold) in prediction`` | same |
-| pixmocount | exact count (VLMEvalKit has no PixmoCount; our rule, labelled ``rule:count``) | same |
-| mcq, hrbench | ``can_infer``; none: 0 (VLMEvalKit's ``exact_matching``) | ``can_infer``, else the option matcher |
-| chartqa | relaxed accuracy, max over the gold list | same |
-| charxiv | not produced | grading query, JSON verdict, 0.5 kept |
-| mathvista | ``post_check`` prefetch settles it, else not produced | extraction, then ``post_check`` |
-| mathvision | ``is_equal`` prefetch settles it, else not produced (rule-only bound beside) | extraction, then ``is_equal`` |
-| mathverse | not produced | MathVerse extraction, exact match or 0/1 verdict |
-| wemath | the letter after the last "Answer" (``exact_matching``) | ``can_infer``, else the option matcher |
+- countbench: ``str(gold) in prediction`` → same
+- pixmocount: exact count (VLMEvalKit has no PixmoCount; our rule, labelled ``rule:count``) → same
+- mcq, hrbench: ``can_infer``; none: 0 (VLMEvalKit's ``exact_matching``) → ``can_infer``, else the
+  option matcher
+- chartqa: relaxed accuracy, max over the gold list → same
+- charxiv: not produced → grading query, JSON verdict, 0.5 kept
+- mathvista: ``post_check`` prefetch settles it, else not produced → extraction, then
+  ``post_check``
+- mathvision: ``is_equal`` prefetch settles it, else not produced (rule-only bound beside) →
+  extraction, then ``is_equal``
+- mathverse: not produced → MathVerse extraction, exact match or 0/1 verdict
+- wemath: the letter after the last "Answer" (``exact_matching``) → ``can_infer``, else the option
+  matcher
 
 A prefetch that infers an option letter is final, right or wrong (no judge call). A prediction
 of None (the trajectory gave no answer) scores 0 everywhere.

@@ -85,7 +85,8 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
             800,
             "hrbench",
             table=1,
-            source="hr_bench_4k.tsv from huggingface.co/datasets/DreamMr/HR-Bench, saved as HRBench4K.tsv",
+            source="hr_bench_4k.tsv from huggingface.co/datasets/DreamMr/HR-Bench, "
+            "saved as HRBench4K.tsv",
         ),
         BenchmarkSpec(
             "hrbench8k",
@@ -94,7 +95,8 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
             800,
             "hrbench",
             table=1,
-            source="hr_bench_8k.tsv from huggingface.co/datasets/DreamMr/HR-Bench, saved as HRBench8K.tsv",
+            source="hr_bench_8k.tsv from huggingface.co/datasets/DreamMr/HR-Bench, "
+            "saved as HRBench8K.tsv",
         ),
         BenchmarkSpec(
             "chartqa",
@@ -135,8 +137,8 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
             "mathvision",
             judge=JUDGE_FALLBACK,
             table=2,
-            source=f"MathVision.tsv from {_LMU}; or the MATH-V repository (github.com/mathllm/MATH-V: "
-            "data/test.jsonl + images/)",
+            source=f"MathVision.tsv from {_LMU}; or the MATH-V repository "
+            "(github.com/mathllm/MATH-V: data/test.jsonl + images/)",
         ),
         BenchmarkSpec(
             "mathvision_mini",
@@ -147,7 +149,8 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
             judge=JUDGE_FALLBACK,
             table=2,
             split="testmini",
-            source=f"MathVision_MINI.tsv from {_LMU}; or the MATH-V repository (data/testmini.jsonl + images/)",
+            source=f"MathVision_MINI.tsv from {_LMU}; or the MATH-V repository "
+            "(data/testmini.jsonl + images/)",
         ),
         BenchmarkSpec(
             "mathverse",
@@ -190,7 +193,8 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
             "tasks",
             table=0,
             split="as given",
-            source="a tasks.jsonl from `codedance data import codedance-rl` or `codedance world gen`",
+            source="a tasks.jsonl from `codedance data import codedance-rl` or "
+            "`codedance world gen`",
         ),
     )
 }

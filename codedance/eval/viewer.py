@@ -2,11 +2,12 @@
 
 ``view/index.html`` lists the samples in benchmark and id order (benchmark, id, subject, level,
 verdict, answer, gold, turns, calls, exec status of the calls, stop reason), filterable by typing
-and by verdict; each sample's page shows its subject and level, the whole conversation the
-model saw (system, question, images, every turn's text, code results and feedback images; the
-one renderer, `codedance.runs.html`) and how it was scored. Images are linked from ``out/images/`` (not inlined), so pages stay small;
-open them from the run folder. Built from ``trajectories.jsonl`` and ``scores.jsonl``, plus the
-optional ``labels`` (task id -> subject, level) the runner knows from the data.
+and by verdict; each sample's page shows its subject and level, the whole conversation the model saw
+(system, question, images, every turn's text, code results and feedback images; the one renderer,
+`codedance.runs.html`) and how it was scored. Images are linked from ``out/images/`` (not inlined),
+so pages stay small; open them from the run folder. Built from ``trajectories.jsonl`` and
+``scores.jsonl``, plus the optional ``labels`` (task id -> subject, level) the runner knows from the
+data.
 """
 
 from __future__ import annotations
@@ -66,21 +67,27 @@ def page(record: dict, score: dict | None, labels: tuple[str, str], store: Image
     extras = dict(score["extras"]) if score else {}
     subject, level = labels
     head = (
-        f"<p>subject <b>{html.escape(subject or '–')}</b>; level <b>{html.escape(level or '–')}</b></p>"
+        f"<p>subject <b>{html.escape(subject or '–')}</b>; "
+        f"level <b>{html.escape(level or '–')}</b></p>"
         f"<p>{_verdict(score)}; answer <b>{html.escape(str(score and score['answer']))}</b> "
-        f"(from {html.escape(str(score and score['source']))}); gold <b>{html.escape(extras.get('gold', '?'))}</b>; "
-        f"scorer {html.escape(str(score and score['scorer']))}; stop reason <b>{record['stop_reason']}</b>; "
+        f"(from {html.escape(str(score and score['source']))}); "
+        f"gold <b>{html.escape(extras.get('gold', '?'))}</b>; "
+        f"scorer {html.escape(str(score and score['scorer']))}; "
+        f"stop reason <b>{record['stop_reason']}</b>; "
         f"{html.escape(json.dumps(extras))}</p>"
     )
     title = html.escape(record["key"])
     return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{_STYLE}</style></head>"
-        f"<body><p><a href='../index.html'>all samples</a></p><h1>{title}</h1>{head}{conversation}</body></html>"
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>"
+        f"<style>{_STYLE}</style></head>"
+        f"<body><p><a href='../index.html'>all samples</a></p><h1>{title}</h1>"
+        f"{head}{conversation}</body></html>"
     )
 
 
 def write_viewer(out: str | Path, labels: dict[str, tuple[str, str]] | None = None) -> Path:
-    """Write ``out/view/`` and return the index page's path. ``labels``: task id -> (subject, level)."""
+    """Write ``out/view/`` and return the index page's path. ``labels``: task id -> (subject,
+    level)."""
     out = Path(out)
     scores = {r["key"]: r for r in read_jsonl(out / "scores.jsonl")}
     records = {r["key"]: r for r in read_jsonl(out / "trajectories.jsonl")}
@@ -114,12 +121,15 @@ def write_viewer(out: str | Path, labels: dict[str, tuple[str, str]] | None = No
     )
     verdicts = "".join(f"<option>{v}</option>" for v in ("right", "wrong", "not scored"))
     index = (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>samples</title><style>{_STYLE}</style>{script}"
+        f"<!doctype html><html><head><meta charset='utf-8'><title>samples</title>"
+        f"<style>{_STYLE}</style>{script}"
         f"</head><body><h1>Samples</h1><p><a href='../report.html'>report</a> · filter: "
-        f"<input id='q' oninput='f()'> verdict: <select id='v' onchange='f()'><option value=''>all</option>"
-        f"{verdicts}</select></p><table><thead><tr><th>benchmark</th><th>id</th><th>subject</th><th>level</th>"
-        f"<th>verdict</th><th>answer</th><th>gold</th><th>turns</th><th>calls</th><th>exec status</th>"
-        f"<th>stop</th></tr></thead><tbody>{''.join(lines)}</tbody></table></body></html>"
+        f"<input id='q' oninput='f()'> verdict: <select id='v' onchange='f()'>"
+        f"<option value=''>all</option>"
+        f"{verdicts}</select></p><table><thead><tr><th>benchmark</th><th>id</th><th>subject</th>"
+        f"<th>level</th><th>verdict</th><th>answer</th><th>gold</th><th>turns</th><th>calls</th>"
+        f"<th>exec status</th><th>stop</th></tr></thead><tbody>{''.join(lines)}</tbody>"
+        "</table></body></html>"
     )
     view.mkdir(parents=True, exist_ok=True)
     (view / "index.html").write_text(index, encoding="utf-8")

@@ -99,7 +99,10 @@ def _body(view: TaskView, mistake: str | None = None) -> str:
         if mistake == "loose":
             lines += [
                 "area = box[2] * box[3]  # the pie's box",
-                "shares = [(y, c, 100.0 * color_mask(img, c, 40).sum() / area) for y, c, _s in shares]",
+                (
+                    "shares = [(y, c, 100.0 * color_mask(img, c, 40).sum() / area) "
+                    "for y, c, _s in shares]"
+                ),
             ]
         lines += [
             "for y, c, s in shares:",
@@ -156,7 +159,8 @@ def _cross_check(view: TaskView) -> str:
     if m := PIE.search(q):
         return (
             "box, shares = pie_shares(img)\nx, y, w, h = box\n"
-            f"score, tx, ty = find_text(img, {m.group(1)!r}, (x + w, 0, img.shape[1], img.shape[0]))\n"
+            f"score, tx, ty = find_text(img, {m.group(1)!r}, "
+            "(x + w, 0, img.shape[1], img.shape[0]))\n"
             "gaps = sorted(round(abs(r - ty)) for r, _c, _s in shares)\n"
             "print('check: name matched with score', round(score, 2), '; legend patches', gaps, "
             "'rows from it')"
@@ -170,7 +174,8 @@ def _cross_check(view: TaskView) -> str:
         )
     return (
         "frame = axes_frame(img)\nticks, (a, b) = y_scale(img, frame)\n"
-        "step = min(abs(v - u) for (_r, v), (_q, u) in zip(ticks, ticks[1:])) if len(ticks) > 1 else 1.0\n"
+        "step = min(abs(v - u) for (_r, v), (_q, u) in zip(ticks, ticks[1:])) "
+        "if len(ticks) > 1 else 1.0\n"
         "on = sum(abs(a * r + b - v) < 0.1 * step for r, v in ticks)\n"
         "print('check:', on, 'of', len(ticks), 'tick labels lie on the fitted scale')"
     )

@@ -43,7 +43,10 @@ def _body(color: str, shape: str, tol: int, split: bool, show: bool) -> str:
         f"mask = color_mask(img, {rgb}, tol={tol})  # {color}",
         "found = blobs(mask, img)",
         "for i, b in enumerate(found):",
-        "    print(f\"blob {i}: area={b['area']} fill={b['fill']} rgb={b['rgb']} shape={shape_of(b)}\")",
+        (
+            "    print(f\"blob {i}: area={b['area']} fill={b['fill']} rgb={b['rgb']} "
+            'shape={shape_of(b)}")'
+        ),
         f"print('RESULT:', count_shapes(found, {shape!r}, split={split}))",
     ]
     if show:
@@ -64,7 +67,10 @@ def _compact_body(color: str, shape: str, tol: int, split: bool, show: bool) -> 
     lines = [
         f"m = (np.abs(img.astype(int) - {PALETTE[color]}).max(2) <= {tol}).astype(np.uint8)",
         "n, lab, st, _ = cv2.connectedComponentsWithStats(m)",
-        "b = [(a, a / (w * h), w / h, i) for i, (x, y, w, h, a) in enumerate(st.tolist()) if i and a >= 20]",
+        (
+            "b = [(a, a / (w * h), w / h, i) for i, (x, y, w, h, a) in enumerate(st.tolist()) "
+            "if i and a >= 20]"
+        ),
     ]
     if show:
         lines += [
@@ -76,7 +82,10 @@ def _compact_body(color: str, shape: str, tol: int, split: bool, show: bool) -> 
             f"k = [a for a, f, r, i in b if {cond}]",
             f"k = [a for a, f, r, i in b if {cond} and 0.8 <= r <= 1.25] or k",
             "med = float(np.median(k)) if k else 1e9",
-            f"print('RESULT:', sum(round(a / med) if a >= 1.6 * med else 1 for a, f, r, i in b if a >= 1.6 * med or {cond}))",
+            (
+                "print('RESULT:', sum(round(a / med) if a >= 1.6 * med else 1 "
+                f"for a, f, r, i in b if a >= 1.6 * med or {cond}))"
+            ),
         ]
     else:
         lines += [f"print('RESULT:', sum({cond} for a, f, r, i in b))"]

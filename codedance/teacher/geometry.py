@@ -99,7 +99,10 @@ def _compact_body(view: TaskView, skip_border: bool) -> str:
         ]
     else:
         lines += [
-            f"print('RESULT:', round(max(cv2.minAreaRect(cv2.findNonZero(blue))[1]) / bar * {unit}, 1))"
+            (
+                "print('RESULT:', round(max(cv2.minAreaRect(cv2.findNonZero(blue))[1]) "
+                f"/ bar * {unit}, 1))"
+            )
         ]
     return "\n".join(lines)
 
@@ -128,9 +131,15 @@ def _zoom() -> str:
             "shape = (int(xs.min()), int(ys.min()), int(xs.max()), int(ys.max()))",
             "print('check: scale bar', bar, 'px at', (bx, by), '; blue shape in', shape)",
             "x0, y0 = max(0, min(bx, int(xs.min())) - 10), max(0, min(by, int(ys.min())) - 10)",
-            "x1, y1 = min(W, max(bx + bw, int(xs.max()) + 1) + 10), min(H, max(by + bh, int(ys.max()) + 1) + 10)",
+            (
+                "x1, y1 = min(W, max(bx + bw, int(xs.max()) + 1) + 10), "
+                "min(H, max(by + bh, int(ys.max()) + 1) + 10)"
+            ),
             "crop = input_image.crop((x0, y0, x1, y1))",
-            "(crop.resize((crop.width * 2, crop.height * 2)) if max(crop.size) < 400 else crop).show()",
+            (
+                "(crop.resize((crop.width * 2, crop.height * 2)) if max(crop.size) < 400 "
+                "else crop).show()"
+            ),
         ]
     )
 

@@ -6,13 +6,14 @@
 Per difficulty: easy tasks are answered directly (the teacher's glance runs its pixel routines
 in-process on the image it was shown, no code turn); medium tasks take one tool step; hard tasks a
 chain of steps, where with probability ``mistake_rate·min(1, temperature)`` the first step is a
-realistic mistake (one of the solver's ``MISTAKES``: a loose threshold, an unsplit count, the
-frame taken for the scale bar; or a plain bug) that the teacher notices from the real sandbox feedback and corrects.
-``code_style="compact"`` makes the programs short (8–18 lines: routines written inline, no docstrings,
-comments or annotated images) for the skills whose solver has ``COMPACT`` (counting, spatial,
-geometry), and its last turn quotes the output line it answers from (``RESULT: 12`` on a line of
-its own, as the feedback shows it); the others keep the full style. Same decisions, checks and
-answers either way.
+realistic mistake (one of the solver's ``MISTAKES``: a loose threshold, an unsplit count, the frame
+taken for the scale bar; or a plain bug) that the teacher notices from the real sandbox feedback and
+corrects.
+``code_style="compact"`` makes the programs short (8–18 lines: routines written inline, no
+docstrings, comments or annotated images) for the skills whose solver has ``COMPACT`` (counting,
+spatial, geometry), and its last turn quotes the output line it answers from (``RESULT: 12`` on a
+line of its own, as the feedback shows it); the others keep the full style. Same decisions, checks
+and answers either way.
 
 ``call_rate`` p ≥ 0 makes the teacher *not adaptive* (the CPU testbed's SFT data, docs/train.md):
 on every difficulty it calls the tool with probability p (one seeded draw per episode) and

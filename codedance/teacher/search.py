@@ -63,13 +63,19 @@ def _good(rgb: tuple[int, int, int], tol: int, ink: int) -> str:
     return "\n".join(
         [
             f"RGB = {rgb}",
-            f"tags = [b for b in blobs(color_mask(img, RGB, {tol}), img, min_area=200) if b['fill'] > 0.6 and b['box'][2] > b['box'][3]]",
+            (
+                f"tags = [b for b in blobs(color_mask(img, RGB, {tol}), img, min_area=200) "
+                "if b['fill'] > 0.6 and b['box'][2] > b['box'][3]]"
+            ),
             "print(len(tags), 'tag candidate(s):', [(b['box'], b['rgb']) for b in tags])",
             "x, y, w, h = tags[0]['box']",
             "crop = img[y + 1:y + h - 1, x + 1:x + w - 1]",
             "print('tag colour in crop:', round(100 * color_mask(crop, RGB, 40).mean()), '%')",
             f"print('RESULT:', read_glyphs(crop.min(axis=2) > {ink}, {ALPHABET!r}))",
-            "Image.fromarray(crop).resize((crop.shape[1] * 6, crop.shape[0] * 6), Image.NEAREST).show()",
+            (
+                "Image.fromarray(crop).resize((crop.shape[1] * 6, crop.shape[0] * 6), "
+                "Image.NEAREST).show()"
+            ),
         ]
     )
 
@@ -78,14 +84,26 @@ def _wrong_place(rgb: tuple[int, int, int]) -> str:
     return "\n".join(
         [
             f"RGB = {rgb}",
-            "small = cv2.resize(img, (img.shape[1] // 4, img.shape[0] // 4), interpolation=cv2.INTER_AREA)",
-            "tags = [b for b in blobs(color_mask(small, RGB, 40), small, min_area=4) if b['fill'] > 0.6 and b['box'][2] > b['box'][3]]",
-            "print(len(tags), 'tag candidate(s) in the 4x smaller copy:', [b['box'] for b in tags])",
+            (
+                "small = cv2.resize(img, (img.shape[1] // 4, img.shape[0] // 4), "
+                "interpolation=cv2.INTER_AREA)"
+            ),
+            (
+                "tags = [b for b in blobs(color_mask(small, RGB, 40), small, min_area=4) "
+                "if b['fill'] > 0.6 and b['box'][2] > b['box'][3]]"
+            ),
+            (
+                "print(len(tags), 'tag candidate(s) in the 4x smaller copy:', "
+                "[b['box'] for b in tags])"
+            ),
             "x, y, w, h = tags[0]['box']",
             "crop = img[y:y + h * 4, x:x + w * 4]",
             "print('tag colour in crop:', round(100 * color_mask(crop, RGB, 40).mean()), '%')",
             f"print('RESULT:', read_glyphs(crop.min(axis=2) > 160, {ALPHABET!r}))",
-            "Image.fromarray(crop).resize((crop.shape[1] * 6, crop.shape[0] * 6), Image.NEAREST).show()",
+            (
+                "Image.fromarray(crop).resize((crop.shape[1] * 6, crop.shape[0] * 6), "
+                "Image.NEAREST).show()"
+            ),
         ]
     )
 
@@ -99,7 +117,10 @@ def _check(feedback: str) -> str | None:
             "downscaled copy without scaling them back"
         )
     if n and int(n.group(1)) > 1:
-        return "two tags match the colour: the threshold is too loose and also takes the look-alike tag"
+        return (
+            "two tags match the colour: the threshold is too loose and also takes the "
+            "look-alike tag"
+        )
     return None
 
 

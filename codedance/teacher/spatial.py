@@ -28,9 +28,12 @@ def find(color, shape, tol=40):
 
 COMPACT_FINDER = """
 def find(rgb, shape, tol=40):
-    n, lab, st, c = cv2.connectedComponentsWithStats((np.abs(img.astype(int) - rgb).max(2) <= tol).astype(np.uint8))
-    s = np.where(st[:, 4] > 0.9 * st[:, 2] * st[:, 3], 'square', np.where(st[:, 4] > 0.66 * st[:, 2] * st[:, 3], 'circle', 'triangle'))
-    p = [c[i] for i in np.argsort(-st[:, 4], kind='stable') if i and st[i, 4] >= 20 and s[i] == shape]
+    n, lab, st, c = cv2.connectedComponentsWithStats((np.abs(img.astype(int) - rgb).max(2) <= \
+tol).astype(np.uint8))
+    s = np.where(st[:, 4] > 0.9 * st[:, 2] * st[:, 3], 'square', \
+np.where(st[:, 4] > 0.66 * st[:, 2] * st[:, 3], 'circle', 'triangle'))
+    p = [c[i] for i in np.argsort(-st[:, 4], kind='stable') \
+if i and st[i, 4] >= 20 and s[i] == shape]
     print(shape, len(p), 'candidate(s)')
     return p[0]
 """

@@ -220,7 +220,10 @@ def test_eval_deepeyesv2_runs_its_code_in_the_sandbox_with_image_1(tmp_path):
     case = fc.cases("deepeyesv2")[0]
     replies = iter(
         [
-            "<think>size?</think>\n<code>\n```python\nprint(image_1.size, Image.__name__)\n```\n</code>",
+            (
+                "<think>size?</think>\n<code>\n```python\nprint(image_1.size, Image.__name__)\n"
+                "```\n</code>"
+            ),
             "<think>ok</think>\n<answer>B</answer>",
         ]
     )
@@ -252,9 +255,9 @@ def test_eval_deepeyesv2_runs_its_code_in_the_sandbox_with_image_1(tmp_path):
         "print(image_1.size, Image.__name__)\n```</code>",
     }
     observation = requests[1]["messages"][3]["content"][0]["text"]
-    assert (
-        observation
-        == "Code execution result:\nstdout:\n```\n(448, 336) PIL.Image\n\n```\n\nstderr:\n```\n\n```\n\nImages:\n"
+    assert observation == (
+        "Code execution result:\nstdout:\n```\n(448, 336) PIL.Image\n\n```\n\n"
+        "stderr:\n```\n\n```\n\nImages:\n"
     )
 
 

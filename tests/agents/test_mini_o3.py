@@ -1,9 +1,9 @@
-"""The ``mini-o3`` profile against Mini-o3's own tool and observation code (``fixtures/mini_o3.jsonl``,
-recorded by ``scripts/record_agent_fixtures.py`` at the pinned commit). Agreement per case: the
-input image pixel for pixel, the same number of model calls, and after each call the same
-observation: the text its rollout appends (the closed assistant turn, the user turn, the opened
-assistant turn, rendered here as Qwen's chat template renders the messages) and each shown crop
-pixel for pixel."""
+"""The ``mini-o3`` profile against Mini-o3's own tool and observation code
+(``fixtures/mini_o3.jsonl``, recorded by ``scripts/record_agent_fixtures.py`` at the pinned commit).
+Agreement per case: the input image pixel for pixel, the same number of model calls, and after each
+call the same observation: the text its rollout appends (the closed assistant turn, the user turn,
+the opened assistant turn, rendered here as Qwen's chat template renders the messages) and each
+shown crop pixel for pixel."""
 
 from __future__ import annotations
 

@@ -71,7 +71,8 @@ def test_eval_resume_and_report_compare(tmp_path, mathv_root):
     assert "| scripted | 100.0 |" in (tmp_path / "A" / "report.md").read_text()
     compare = runner.invoke(cli(), ["report", str(tmp_path / "A"), str(tmp_path / "B")])
     assert compare.exit_code == 0
-    # 6 items: binomial (Wilson) 95 % intervals [61.0, 100.0] and [0.0, 39.0]; the delta lies outside both
+    # 6 items: binomial (Wilson) 95 % intervals [61.0, 100.0] and [0.0, 39.0]; the delta lies
+    # outside both
     assert re.search(
         r"\| MathVision \(testmini\) \| accuracy \| 100\.0 \[61\.0, 100\.0\] \| "
         r"0\.0 \[0\.0, 39\.0\] \(-100\.0, outside CIs\) \|",

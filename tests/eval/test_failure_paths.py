@@ -33,7 +33,8 @@ def _golds(root, n=None):
 
 
 def _item_of(body, golds):
-    """The item a request asks about: its question, and its options where two questions are alike."""
+    """The item a request asks about: its question, and its options where two questions are
+    alike."""
     text = json.dumps(body["messages"])
     found = [
         item
@@ -329,7 +330,8 @@ def test_samples_k_report_avg_at_k_with_a_bootstrap_interval_and_pass_at_k(tmp_p
 
 
 def test_mathvision_testmini_end_to_end_with_code_and_a_judge(tmp_path, mathv_root):
-    """All 304 items: the real sandbox runs code on every 10th, wrong answers on ids divisible by 3."""
+    """All 304 items: the real sandbox runs code on every 10th, wrong answers on ids divisible by
+    3."""
     golds = _golds(mathv_root)
     code = "<think>look</think><code>\n```python\nprint(input_image.size)\n```\n</code>"
 
@@ -339,7 +341,8 @@ def test_mathvision_testmini_end_to_end_with_code_and_a_judge(tmp_path, mathv_ro
         if int(item["id"]) % 10 == 0 and calls == 0:
             return code
         wrong = int(item["id"]) % 3 == 0
-        return f"<answer>{('Z' if item['options'] else '987654') if wrong else item['answer']}</answer>"
+        answer = ("Z" if item["options"] else "987654") if wrong else item["answer"]
+        return f"<answer>{answer}</answer>"
 
     def extraction(body):  # the judge copies the response back (our prompt ends with it)
         prompt = body["messages"][-1]["content"]

@@ -159,7 +159,8 @@ def test_every_real_mathvision_gold_scores_right_and_a_wrong_answer_wrong(mathv_
         wrong = score_sample(
             "k", t, traj(t.id, f"<answer>{wrong_answer}</answer>"), None, "mathvision"
         )
-        # a wrong letter is final; a wrong number needs VLMEvalKit's judge (not produced without one)
+        # a wrong letter is final; a wrong number needs VLMEvalKit's judge (not produced without
+        # one)
         assert wrong.rule_correct is False and wrong.correct is (False if t.choices else None)
         strict = score_sample(
             "k", t, traj(t.id, f"<answer>{wrong_answer}</answer>"), None, "mathvision", "strict"
