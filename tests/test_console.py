@@ -66,7 +66,7 @@ def test_bad_input_is_one_line_and_exit_2_in_every_command(tmp_path):
     cases = [
         (["world", "gen", "--out", str(tmp_path / "w"), "--skills", "knitting"], "knitting"),
         (["world", "gen", "--out", str(afile)], "is a file"),
-        (["world", "accuracy", "--mistake-rate", "2"], "mistake_rate"),
+        (["world", "accuracy", "--mistake-rate", "2"], "--mistake-rate"),
         (["grading", "check", "4", "4", "--kind", "bogus"], "bogus"),
         (["grading", "check", "4", "4", "--choice", "A"], "LETTER=TEXT"),
         (["sandbox", "check", "--require", "bogus"], "unknown isolation layer"),
