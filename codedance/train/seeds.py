@@ -81,9 +81,11 @@ def seed_config(config: PipelineConfig, seed: int) -> PipelineConfig:
     )
 
 
-def run_seeds(config: PipelineConfig, seeds: int, log: Log = print) -> dict[str, Any]:
+def run_seeds(
+    config: PipelineConfig, seeds: int, log: Log = print, publish: str | Path | None = None
+) -> dict[str, Any]:
     """Per seed: SFT, pushes, every profile's GRPO (see the module docstring); returns
-    `write_summary`'s data."""
+    `write_summary`'s data, which is also copied into `publish` after every stage."""
     import shutil
 
     from codedance.train.pipeline import run_grpo_stage, run_sft_stage
@@ -140,8 +142,8 @@ def run_seeds(config: PipelineConfig, seeds: int, log: Log = print) -> dict[str,
                 "cpu_seconds": round(_cpu_seconds() - cpu, 1),
             },
         )
-        write_summary(out)
-    return write_summary(out)
+        write_summary(out, publish)
+    return write_summary(out, publish)
 
 
 def _cpu_seconds() -> float:
@@ -344,8 +346,9 @@ def _fmt(mean: float, low: float, high: float) -> str:
     return f"{mean:.2f}" if math.isnan(low) else f"{mean:.2f} [{low:.2f}, {high:.2f}]"
 
 
-def write_summary(out_dir: str | Path) -> dict[str, Any]:
-    """Write ``ablation.json``, ``ablation.md`` and ``curves.png`` (see the module docstring)."""
+def write_summary(out_dir: str | Path, publish: str | Path | None = None) -> dict[str, Any]:
+    """Write ``ablation.json``, ``ablation.md`` and ``curves.png`` (see the module docstring),
+    and copy them into `publish` when given."""
     out = Path(out_dir)
     evals = _evals(out)
     order = ["before-sft", "after-sft"] + sorted(s for s in evals if s.startswith("after-grpo-"))
@@ -420,6 +423,13 @@ def write_summary(out_dir: str | Path) -> dict[str, Any]:
         ]
     (out / "ablation.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     _curves(out)
+    if publish is not None:
+        import shutil
+
+        Path(publish).mkdir(parents=True, exist_ok=True)
+        for name in ("ablation.md", "ablation.json", "curves.png"):
+            if (out / name).exists():
+                shutil.copyfile(out / name, Path(publish) / name)
     return data
 
 

@@ -110,7 +110,9 @@ def _seeded_layout(tmp_path, copies):  # type: ignore[no-untyped-def]
 
 def test_sft_seeds_pair_with_their_grpo_and_pushes_sit_beside_the_move(tmp_path):
     _seeded_layout(tmp_path, copies=[0.02, 0.01, 0.03])
-    data = write_summary(tmp_path)
+    data = write_summary(tmp_path, publish=tmp_path / "docs")
+    assert (tmp_path / "docs" / "ablation.md").read_text() == (tmp_path / "ablation.md").read_text()
+    assert (tmp_path / "docs" / "ablation.json").exists()
     assert data["stages"]["after-sft"]["seeds"] == [0, 1, 2]
     paper = data["pushes"]["paper"]
     assert paper["push/easy"] == pytest.approx([-0.5, -0.51, -0.52])
