@@ -293,7 +293,9 @@ def claims(evals: dict[str, dict[int, dict[str, float]]]) -> list[dict[str, Any]
         f"the count, p_copy/hard ≥ {COPY_WORKS})",
         diff(p, "accuracy/hard", sft, "accuracy/hard", only=copying),
         lambda m, lo, hi: m >= -0.05,
-        untested="not tested (no seed's SFT copies the count)" if sft_runs else "not run",
+        untested="not tested (no seed's SFT copies the count)"
+        if evals.get(p) and copying is not None
+        else "not run",
     )
     claim(
         "outcome-only: calls on easy items stay near the SFT policy's",

@@ -133,3 +133,8 @@ def test_accuracy_claims_count_only_the_seeds_that_copy(tmp_path):
     rows = {c["claim"]: c for c in write_summary(tmp_path)["claims"]}
     accuracy = rows["R_BAT: hard accuracy holds"]
     assert accuracy["n"] == 2 and accuracy["verdict"] == "does not hold"  # −0.1 on both
+
+
+def test_claims_not_run_when_only_the_sft_is_done(tmp_path):
+    _eval(tmp_path / "sft-s0", "after-sft", **{"p_direct/easy": 0.5, "p_copy/hard": 0.01})
+    assert {c["verdict"] for c in write_summary(tmp_path)["claims"]} == {"not run"}
