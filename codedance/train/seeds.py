@@ -86,8 +86,6 @@ def run_seeds(
 ) -> dict[str, Any]:
     """Per seed: SFT, pushes, every profile's GRPO (see the module docstring); returns
     `write_summary`'s data, which is also copied into `publish` after every stage."""
-    import shutil
-
     from codedance.train.pipeline import run_grpo_stage, run_sft_stage
     from codedance.train.probe import probe_pushes
 
@@ -100,10 +98,8 @@ def run_seeds(
         cfg = seed_config(config, seed)
         sub = Path(cfg.out_dir)
 
-        def sft(cfg: PipelineConfig = cfg, sub: Path = sub) -> None:
-            first = out / "sft-s0" / "teacher"
-            if first.exists() and not (sub / "teacher").exists() and sub != first.parent:
-                shutil.copytree(first, sub / "teacher")
+        def sft(cfg: PipelineConfig = cfg) -> None:
+            share_teacher(out / "sft-s0" / "teacher", cfg)
             run_sft_stage(cfg, log)
 
         stages.append((seed, f"sft-s{seed}", sub / "eval" / "after-sft.json", sft))
@@ -144,6 +140,20 @@ def run_seeds(
         )
         write_summary(out, publish)
     return write_summary(out, publish)
+
+
+def share_teacher(teacher: Path, config: PipelineConfig) -> None:
+    """Copy the teacher's episodes (`teacher`, which no seed changes) into ``config.out_dir``
+    unless it has its own, claiming that folder for `config`'s run first (a folder holding
+    anything must be a run's, `pipeline.claim_run`)."""
+    import shutil
+
+    from codedance.train.pipeline import claim_run
+
+    target = Path(config.out_dir) / "teacher"
+    if teacher.exists() and not target.exists() and teacher != target:
+        claim_run(config)
+        shutil.copytree(teacher, target)
 
 
 def _cpu_seconds() -> float:

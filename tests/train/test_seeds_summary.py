@@ -138,3 +138,18 @@ def test_accuracy_claims_count_only_the_seeds_that_copy(tmp_path):
 def test_claims_not_run_when_only_the_sft_is_done(tmp_path):
     _eval(tmp_path / "sft-s0", "after-sft", **{"p_direct/easy": 0.5, "p_copy/hard": 0.01})
     assert {c["verdict"] for c in write_summary(tmp_path)["claims"]} == {"not run"}
+
+
+def test_a_later_seed_gets_the_teacher_and_still_claims_its_folder(tmp_path):
+    from codedance.train.config import load_config
+    from codedance.train.pipeline import claim_run
+    from codedance.train.seeds import seed_config, share_teacher
+
+    config = load_config(["testbed"], [f"out_dir={tmp_path}"])
+    teacher = tmp_path / "sft-s0" / "teacher"
+    teacher.mkdir(parents=True)
+    (teacher / "trajectories.jsonl").write_text("{}\n")
+    later = seed_config(config, 1)
+    share_teacher(teacher, later)
+    assert (tmp_path / "sft-s1" / "teacher" / "trajectories.jsonl").read_text() == "{}\n"
+    claim_run(later)  # what the SFT stage does next: its own folder, not someone else's
