@@ -7,7 +7,10 @@ on the call logit per rollout (negative: calls fall), per label (easy / hard).
 `codedance.advantages.first_turn_pushes` does the arithmetic; docs/rewards.md, "Which turns
 R_turn is normalized over", shows its output.
 
-Rollouts come from a run directory (``--run DIR --tasks FILE``: the trajectories of `codedance
+Rollouts come from a trained policy (``--policy OUT_DIR``: a `codedance train` folder whose
+``sft/final`` samples GRPO batches of its own config, `codedance.train.probe`; the result is
+cached in ``OUT_DIR/pushes.json``, which ``--ablation --seeds N`` writes per SFT seed), from a
+run directory (``--run DIR --tasks FILE``: the trajectories of `codedance
 solve`, demo or eval on those tasks, grouped by task as GRPO groups them, graded by the rules of
 `codedance.grading.grade_trajectory`, labelled by the task's metadata ``--label``, default
 ``difficulty``) or, without ``--run``, are drawn from per-label rates (defaults: the testbed's SFT
@@ -18,6 +21,7 @@ accuracy with and without a program). A synthetic call only prints (no image com
     .venv/bin/python benchmarks/probe_pushes.py                         # the testbed's SFT rates
     .venv/bin/python benchmarks/probe_pushes.py --hard-fail-first 0.04  # hard programs that run
     .venv/bin/python benchmarks/probe_pushes.py --run runs/solve --tasks data/tasks.jsonl
+    .venv/bin/python benchmarks/probe_pushes.py --policy runs/testbed/sft-s0   # the SFT policy
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import argparse
 import math
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -171,6 +176,9 @@ def main() -> None:
         action="append",
         help=f"profile to probe (repeatable; default: {', '.join(PROFILES)})",
     )
+    parser.add_argument(
+        "--policy", help="a `codedance train` out_dir: its SFT policy's own rollouts"
+    )
     parser.add_argument("--run", help="a run directory of trajectories (else synthetic rollouts)")
     parser.add_argument("--tasks", help="the tasks file the run used (with --run)")
     parser.add_argument(
@@ -192,6 +200,18 @@ def main() -> None:
             get_profile(name)  # an unknown name fails here, before any work
         except SettingsError as exc:
             raise SystemExit(str(exc)) from None
+    if args.policy:
+        from codedance.train.config import load_config
+        from codedance.train.probe import probe_pushes, pushes_table
+
+        config_file = Path(args.policy) / "config.yaml"
+        if not config_file.exists():
+            raise SystemExit(f"{args.policy}: no config.yaml; pass a `codedance train` out_dir")
+        result = probe_pushes(
+            load_config(str(config_file)), profiles, batches=args.batches, seed=args.seed
+        )
+        print(pushes_table(result))
+        return
     if args.run:
         if not args.tasks:
             raise SystemExit("--run needs --tasks: the tasks file the run was made on")

@@ -4,7 +4,8 @@
         [--print-config]
     codedance train -c my.yaml grpo.steps=4 out_dir=runs/quick
     codedance train --tasks data/codedance-rl grpo.steps=2     # GRPO and held-out eval on an import
-    codedance train --preset testbed --ablation --seeds 3      # every profile × 3 seeds, resumable
+    codedance train --preset testbed --ablation --seeds 3 --publish docs/testbed
+        # 3 SFT seeds × every profile, resumable
 
 Settings are `codedance.train.config.PipelineConfig` through the one loader (presets in
 ``codedance/presets/train/``, default ``tiny-cpu``; ``--preset NAME`` is ``-c NAME``; each preset's
@@ -12,9 +13,11 @@ header gives its command). ``--tasks PATH`` (a Task JSONL or the folder ``codeda
 codedance-rl`` wrote) is sugar for ``grpo.tasks.file=PATH grpo.tasks.split=train
 eval.tasks.file=PATH eval.tasks.split=val`` plus ``profiles=PATH/profiles.yaml`` when the folder
 has one (``key=value`` overrides refine them). ``--ablation`` runs the GRPO stage under each
-ablation reward profile from one SFT checkpoint; ``--seeds N`` with it runs each profile's GRPO for
-seeds 0..N-1 from that checkpoint (``grpo-<profile>-s<k>``) and writes ``ablation.md`` /
-``curves.png`` with 95 % intervals over the seeds (`codedance.train.seeds`); ``--stage sft`` stops
+ablation reward profile from one SFT checkpoint; ``--seeds N`` with it trains one SFT per seed
+k < N (``sft-s<k>/``), measures every profile's first-turn push on it, runs each profile's GRPO
+with seed k from it (``sft-s<k>/grpo-<profile>-s<k>``) and writes ``ablation.md`` /
+``curves.png`` with 95 % intervals over the seeds (`codedance.train.seeds`), copied into
+``--publish DIR`` after every stage; ``--stage sft`` stops
 after SFT. Prints the held-out table and writes ``<out_dir>/report.html``. Exit code 2 on a setting
 error. Needs the ``train`` extra.
 """
@@ -120,6 +123,12 @@ def train(
         help="with --ablation: each profile's GRPO for seeds 0..N-1 "
         "and ablation.md with 95 % intervals over them",
     ),
+    publish: Path = typer.Option(
+        None,
+        metavar="DIR",
+        help="with --seeds: also copy ablation.md, ablation.json and curves.png "
+        "into DIR after every stage (e.g. docs/testbed)",
+    ),
 ) -> None:
     from codedance.config import dump
     from codedance.errors import SettingsError
@@ -129,6 +138,8 @@ def train(
         raise SettingsError(f"--stage must be all or sft, got {stage!r}")
     if seeds and (not ablation or stage != "all" or seeds < 0):
         raise SettingsError("--seeds N needs --ablation (and no --stage), with N ≥ 1")
+    if publish is not None and not seeds:
+        raise SettingsError("--publish DIR needs --ablation --seeds N")
     cfg = load_cli_config(preset if preset or config else "tiny-cpu", config, overrides, tasks)
     if print_config:
         console.print(dump(cfg), end="", markup=False, highlight=False)
@@ -151,7 +162,7 @@ def train(
     if seeds:
         from codedance.train.seeds import run_seeds
 
-        run_seeds(cfg, seeds, log)
+        run_seeds(cfg, seeds, log, publish=publish)
         console.print((Path(cfg.out_dir) / "ablation.md").read_text(encoding="utf-8"), markup=False)
         console.print(
             f"summary: {Path(cfg.out_dir) / 'ablation.md'}, "

@@ -33,6 +33,7 @@ from codedance.rollout import Episode, EpisodeConfig
 from codedance.teacher.policy import BUG, DIRECT_THINK, SOLVERS, quoting_answer, turn
 from codedance.teacher.program import LOAD
 from codedance.teacher.view import TaskView
+from codedance.train.device import to_model
 from codedance.train.sampler import BatchedSampler
 from codedance.types import ExecResult, ExecStatus, Task
 
@@ -59,7 +60,8 @@ def _continuation_probability(
     if images:
         inputs.update(processor.pixel_inputs(images))
     with torch.no_grad():
-        logits = model(**inputs).logits[0, len(ids) + len(before) - 1 : -1].float()
+        logits = model(**to_model(inputs, model)).logits[0, len(ids) + len(before) - 1 : -1]
+    logits = logits.float().cpu()
     logp = torch.log_softmax(logits, dim=-1)[torch.arange(len(want)), torch.tensor(want)].sum()
     return math.exp(float(logp))
 

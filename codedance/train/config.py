@@ -26,6 +26,7 @@ from codedance.errors import SettingsError
 from codedance.rewards.profiles import ABLATIONS, get_profile
 from codedance.rollout import EpisodeSettings
 from codedance.teacher import TeacherConfig
+from codedance.train.device import check_device
 
 
 @dataclass(frozen=True)
@@ -148,9 +149,13 @@ class PipelineConfig:
     grpo: GRPOStage = GRPOStage()
     eval: EvalStage = EvalStage()
     threads: int = not_resumed(2, at_least=1)
+    # where the model trains and samples (`codedance.train.device`): auto = the GPU when torch
+    # sees one, else the CPU; cpu; cuda[:N]
+    device: str = not_resumed("auto")
     ablation_profiles: tuple[str, ...] = ABLATIONS  # named profiles of codedance.rewards
 
     def __post_init__(self) -> None:
+        check_device(self.device)
         for name in (self.grpo.profile, *self.ablation_profiles):
             try:
                 get_profile(

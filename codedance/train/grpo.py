@@ -41,6 +41,7 @@ from codedance.rollout import EpisodeSettings
 from codedance.runs.rundir import episode_key
 from codedance.train.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
 from codedance.train.config import GRPOStage, RolloutSettings
+from codedance.train.device import to_model
 from codedance.train.encode import EncodedTrajectory, encode_trajectory
 from codedance.train.loss import clipped_surrogate, collate, loss_weights, token_logprobs
 from codedance.train.metrics import rollout_metrics
@@ -204,7 +205,9 @@ class GRPOTrainer:
                     self.processor,
                     self.processor.tokenizer.pad_token_id,
                 )
-                parts.append(token_logprobs(model, batch, self.stage.temperature)[0])
+                parts.append(
+                    token_logprobs(model, to_model(batch, model), self.stage.temperature)[0]
+                )
         return parts
 
     def update(self, ro: Rollouts) -> dict[str, float]:
@@ -247,10 +250,13 @@ class GRPOTrainer:
             loss_sum, ent_sum = 0.0, 0.0
             for m in range(0, len(rows), s.micro_batch):
                 chunk = rows[m : m + s.micro_batch]
-                batch = collate(
-                    [ro.encoded[i] for i in chunk],
-                    self.processor,
-                    self.processor.tokenizer.pad_token_id,
+                batch = to_model(
+                    collate(
+                        [ro.encoded[i] for i in chunk],
+                        self.processor,
+                        self.processor.tokenizer.pad_token_id,
+                    ),
+                    self.model,
                 )
                 width = batch["input_ids"].shape[1]
                 logp, entropy = token_logprobs(self.model, batch, s.temperature)
@@ -271,7 +277,7 @@ class GRPOTrainer:
                             for i in chunk
                         ]
                     )
-                )[:, 1:]
+                ).to(logp.device)[:, 1:]
                 weights = loss_weights(
                     batch["loss_mask"],
                     s.aggregation,
@@ -392,6 +398,6 @@ def _logprob_gap(ro: Rollouts, old: dict[int, Any]) -> float:
         for turn, (a, b) in zip(tr.turns, e.turn_spans, strict=True):
             n = min(b - a, len(turn.logprobs))
             if n and a > 0:
-                recomputed = old[i][a - 1 : a - 1 + n].numpy()
+                recomputed = old[i][a - 1 : a - 1 + n].cpu().numpy()
                 gaps.append(float(np.mean(np.abs(recomputed - np.asarray(turn.logprobs[:n])))))
     return float(np.mean(gaps)) if gaps else float("nan")

@@ -38,6 +38,7 @@ from codedance.records import ImageStore, append_jsonl, trajectory_json
 from codedance.runs.batch import BatchProgress, run_batch
 from codedance.runs.rundir import RunDir, episode_key, run_settings
 from codedance.train.config import GRPOStage, PipelineConfig, TaskSpec
+from codedance.train.device import place
 from codedance.types import Task, Trajectory
 
 Log = Callable[[str], None]
@@ -283,6 +284,7 @@ def run_sft_stage(config: PipelineConfig, log: Log = print) -> tuple[Any, Any]:
     final = Path(config.out_dir) / "sft" / "final"
     model, processor, trajectories = prepare(config, log)
     held = stage_tasks(config.eval.tasks)
+    model = place(model, config.device)
     evaluate(model, processor, config, held, "before-sft", log)
     if not (final / "config.json").exists():
         result = run_sft(
@@ -292,6 +294,7 @@ def run_sft_stage(config: PipelineConfig, log: Log = print) -> tuple[Any, Any]:
             config.sft,
             Path(config.out_dir) / "sft",
             max_length=config.rollout.max_length,
+            device=config.device,
             log=log,
         )
         log(
@@ -299,6 +302,7 @@ def run_sft_stage(config: PipelineConfig, log: Log = print) -> tuple[Any, Any]:
             f"{result.losses[-1][1]:.3f}"
         )
     model, processor = load_policy(final)
+    model = place(model, config.device)
     evaluate(model, processor, config, held, "after-sft", log)
     return model, processor
 
@@ -312,7 +316,7 @@ def run_grpo_stage(
 
     model, processor = load_policy(Path(config.out_dir) / "sft" / "final")
     trainer = GRPOTrainer(
-        trainable(model, config),
+        place(trainable(model, config), config.device),
         processor,
         stage,
         config.rollout,

@@ -27,6 +27,7 @@ from typing import Any
 from codedance.policy.base import Completion, SamplingParams
 from codedance.policy.transformers_qwen import chat_template_messages
 from codedance.rollout import CodeRunner, Episode, EpisodeConfig
+from codedance.train.device import to_model
 from codedance.types import Image, Message, Task, Trajectory
 
 
@@ -107,6 +108,7 @@ class BatchedSampler:
         }
         if images:
             kwargs.update(self.processor.pixel_inputs(images))
+        kwargs = to_model(kwargs, self.model)
         if self.suppress:
             kwargs["suppress_tokens"] = self.suppress
         if s.temperature > 0:

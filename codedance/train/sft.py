@@ -112,12 +112,19 @@ class SFTResult:
     losses: tuple[tuple[int, float], ...]  # (step, training loss) as logged
 
 
-def sft_arguments(stage: SFTStage, out_dir: str | Path, n_sequences: int) -> Any:
-    """TRL ``SFTConfig`` for `stage` (CPU when no accelerator is visible)."""
+def sft_arguments(
+    stage: SFTStage, out_dir: str | Path, n_sequences: int, device: str = "auto"
+) -> Any:
+    """TRL ``SFTConfig`` for `stage` on `device` (`codedance.train.device`; ``auto``: the GPU
+    when torch sees one), in bf16 mixed precision on a GPU that has it."""
     import inspect
 
     import torch
     from trl import SFTConfig
+
+    from codedance.train.device import resolve_device
+
+    gpu = resolve_device(device).startswith("cuda")
 
     per_device = max(1, min(stage.per_device_batch, stage.batch_size))
     # transformers 5 folds warmup_ratio into warmup_steps (a float below 1 is a ratio) and warns
@@ -158,10 +165,10 @@ def sft_arguments(stage: SFTStage, out_dir: str | Path, n_sequences: int) -> Any
         remove_unused_columns=False,
         dataset_kwargs={"skip_prepare_dataset": True},
         max_length=None,
-        use_cpu=not torch.cuda.is_available(),
+        use_cpu=not gpu,
         dataloader_num_workers=0,
         disable_tqdm=True,
-        bf16=torch.cuda.is_available(),
+        bf16=gpu and torch.cuda.is_bf16_supported(),
     )
 
 
@@ -259,6 +266,7 @@ def run_sft(
     *,
     max_length: int = 4096,
     callbacks: Sequence[Any] = (),
+    device: str = "auto",
     log: Callable[[str], None] | None = None,
 ) -> SFTResult:
     """Train `model` in place on `trajectories`; save the final model and processor to
@@ -270,7 +278,7 @@ def run_sft(
     if not encoded:
         raise ValueError("no trajectory has model tokens to train on")
     dataset = Dataset.from_dict({"index": list(range(len(encoded)))})
-    args = sft_arguments(stage, out_dir, len(encoded))
+    args = sft_arguments(stage, out_dir, len(encoded), device)
     trainer = _trainer_class()(
         model=model,
         args=args,

@@ -72,3 +72,84 @@ def test_one_seed_never_makes_a_claim_hold():
         == "does not hold"
     )
     assert rows["R_BAT: calls on easy items fall well below calls on hard items"]["n"] == 1
+
+
+def _seeded_layout(tmp_path, copies):  # type: ignore[no-untyped-def]
+    """Three SFT seeds in ``sft-s<k>/`` with their p_copy, pushes and GRPO evals."""
+    for seed, copy in enumerate(copies):
+        sub = tmp_path / f"sft-s{seed}"
+        _eval(
+            sub,
+            "after-sft",
+            **{
+                "p_direct/easy": 0.5,
+                "p_direct/hard": 0.5,
+                "accuracy/hard": 0.2,
+                "p_copy/hard": copy,
+            },
+        )
+        _eval(
+            sub,
+            f"after-grpo-paper-s{seed}",
+            **{"p_direct/easy": 0.8 + 0.01 * seed, "p_direct/hard": 0.45, "accuracy/hard": 0.1},
+        )
+        _eval(
+            sub,
+            f"after-grpo-outcome-only-s{seed}",
+            **{"p_direct/easy": 0.5, "p_direct/hard": 0.5 + 0.01 * seed},
+        )
+        pushes = {
+            name: {
+                label: {"push": push, "p_call": 0.5, "delta": 0, "delta_seq": 0, "delta_turn": 0}
+                for label, push in (("easy", easy - 0.01 * seed), ("hard", 0.2))
+            }
+            for name, easy in (("paper", -0.5), ("outcome-only", 0.0))
+        }
+        (sub / "pushes.json").write_text(json.dumps(pushes))
+
+
+def test_sft_seeds_pair_with_their_grpo_and_pushes_sit_beside_the_move(tmp_path):
+    _seeded_layout(tmp_path, copies=[0.02, 0.01, 0.03])
+    data = write_summary(tmp_path, publish=tmp_path / "docs")
+    assert (tmp_path / "docs" / "ablation.md").read_text() == (tmp_path / "ablation.md").read_text()
+    assert (tmp_path / "docs" / "ablation.json").exists()
+    assert data["stages"]["after-sft"]["seeds"] == [0, 1, 2]
+    paper = data["pushes"]["paper"]
+    assert paper["push/easy"] == pytest.approx([-0.5, -0.51, -0.52])
+    assert paper["dp_direct/easy"] == pytest.approx([0.3, 0.31, 0.32])
+    assert paper["dp_direct/hard"] == pytest.approx([-0.05] * 3)
+    verdicts = {c["claim"]: c["verdict"] for c in data["claims"]}
+    assert verdicts["R_BAT: calls on easy items fall well below calls on hard items"] == "holds"
+    assert verdicts["R_BAT: the easy − hard call gap is wider than outcome-only's"] == "holds"
+    assert verdicts["R_BAT: calls on hard items do not fall"] == "holds"
+    # no seed learned the copy: the accuracy claim is not judged on guesses
+    assert verdicts["R_BAT: hard accuracy holds"].startswith("not tested")
+    text = (tmp_path / "ablation.md").read_text()
+    assert "| 1 | 0.010 | no |" in text and "| paper | -0.51 [" in text
+
+
+def test_accuracy_claims_count_only_the_seeds_that_copy(tmp_path):
+    _seeded_layout(tmp_path, copies=[0.5, 0.4, 0.01])
+    rows = {c["claim"]: c for c in write_summary(tmp_path)["claims"]}
+    accuracy = rows["R_BAT: hard accuracy holds"]
+    assert accuracy["n"] == 2 and accuracy["verdict"] == "does not hold"  # −0.1 on both
+
+
+def test_claims_not_run_when_only_the_sft_is_done(tmp_path):
+    _eval(tmp_path / "sft-s0", "after-sft", **{"p_direct/easy": 0.5, "p_copy/hard": 0.01})
+    assert {c["verdict"] for c in write_summary(tmp_path)["claims"]} == {"not run"}
+
+
+def test_a_later_seed_gets_the_teacher_and_still_claims_its_folder(tmp_path):
+    from codedance.train.config import load_config
+    from codedance.train.pipeline import claim_run
+    from codedance.train.seeds import seed_config, share_teacher
+
+    config = load_config(["testbed"], [f"out_dir={tmp_path}"])
+    teacher = tmp_path / "sft-s0" / "teacher"
+    teacher.mkdir(parents=True)
+    (teacher / "trajectories.jsonl").write_text("{}\n")
+    later = seed_config(config, 1)
+    share_teacher(teacher, later)
+    assert (tmp_path / "sft-s1" / "teacher" / "trajectories.jsonl").read_text() == "{}\n"
+    claim_run(later)  # what the SFT stage does next: its own folder, not someone else's
