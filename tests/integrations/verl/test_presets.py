@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from codedance.errors import SettingsError
+
 pytestmark = pytest.mark.tier("verl")
 
 pytest.importorskip("verl")
@@ -121,7 +123,7 @@ def test_trl_without_the_class_is_a_one_line_error(monkeypatch):
     for name in ("trl.experimental", "trl.experimental.ppo"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     with pytest.raises(
-        RuntimeError, match=r"trl 1\.16\.0 has no AutoModelForCausalLMWithValueHead.*trl==0\.27\.0"
+        SettingsError, match=r"trl 1\.16\.0 has no AutoModelForCausalLMWithValueHead.*trl==0\.27\.0"
     ):
         check_trl()
 
