@@ -2,8 +2,9 @@
 
     .venv/bin/python benchmarks/sandbox_bench.py            # full run
     .venv/bin/python benchmarks/sandbox_bench.py --quick    # smaller counts, no 2048 run
-    .venv/bin/python benchmarks/sandbox_bench.py --quick --service-only   # local vs through the service
-    .venv/bin/python benchmarks/sandbox_bench.py --ordinary-user codedance-test-user  # and as that user
+    .venv/bin/python benchmarks/sandbox_bench.py --quick --service-only   # local vs through the
+    service .venv/bin/python benchmarks/sandbox_bench.py --ordinary-user codedance-test-user  # and
+    as that user
 
 Baselines (implemented here):
 - ``fresh``: a new ``python`` process per call that imports the imaging libraries and runs the
@@ -60,7 +61,8 @@ IMAGE_STEP = textwrap.dedent("""\
 """)
 FAILING = "y = [0] * 1000\nraise ValueError('boom')"
 KEPT_FILE = "open('notes.txt', 'w').write('kept')"  # committed before FAILING_REWRITE runs
-FAILING_REWRITE = "open('notes.txt', 'w').write('changed')\nraise ValueError('boom')"  # codedance restores the file
+# codedance restores the file
+FAILING_REWRITE = "open('notes.txt', 'w').write('changed')\nraise ValueError('boom')"
 ROUNDS = 6  # rounds in which the designs take turns at the trivial step (`measure_trivial`)
 MODEL_TURN_S = (
     0.025  # idle time before each "paced" step: a (very fast) model writing its next turn
@@ -190,8 +192,12 @@ class ExecWorker:
     """)
 
     def __init__(self, workdir: str):
-        self.process = subprocess.Popen([sys.executable, "-c", self.SERVER, workdir, PRELUDE],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", self.SERVER, workdir, PRELUDE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
 
     def run(self, code: str) -> bool:
         self.process.stdin.write(json.dumps(code) + "\n")
@@ -499,9 +505,20 @@ def start_service(directory: str) -> tuple[subprocess.Popen, str]:
     """``codedance sandbox serve`` on a socket in ``directory``; (its process, its url)."""
     socket_path = os.path.join(directory, "sandbox.sock")
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-    process = subprocess.Popen([sys.executable, "-c", "from codedance.cli import main; main()", "sandbox", "serve",
-                                "--socket", socket_path], stdout=subprocess.PIPE, text=True,
-                               env={**os.environ, "PYTHONPATH": root})  # fmt: skip
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from codedance.cli import main; main()",
+            "sandbox",
+            "serve",
+            "--socket",
+            socket_path,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": root},
+    )
     for line in process.stdout:
         if line.startswith("serving sandboxes on "):
             return process, f"unix://{socket_path}"
@@ -734,11 +751,27 @@ def run_as_ordinary_user(user_name: str, quick: bool) -> dict:
         os.mkdir(target)
     mounts = " && ".join(f"mount --bind {shlex.quote(a)} {shlex.quote(b)}" for a, b in binds)
     out = os.path.join(home, "figures.json")
-    argv = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups",
-            "env", "-i", "PATH=/usr/bin:/bin", f"HOME={home}", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1",
-            f"PYTHONPATH={':'.join(target for _, target in binds)}", "/usr/bin/python3",
-            "benchmarks/sandbox_bench.py", "--no-service", "--trajectories", "0", "--json", out,
-            *(["--quick"] if quick else [])]  # fmt: skip
+    argv = [
+        "setpriv",
+        f"--reuid={user.pw_uid}",
+        f"--regid={user.pw_gid}",
+        "--clear-groups",
+        "env",
+        "-i",
+        "PATH=/usr/bin:/bin",
+        f"HOME={home}",
+        "LANG=C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE=1",
+        f"PYTHONPATH={':'.join(target for _, target in binds)}",
+        "/usr/bin/python3",
+        "benchmarks/sandbox_bench.py",
+        "--no-service",
+        "--trajectories",
+        "0",
+        "--json",
+        out,
+        *(["--quick"] if quick else []),
+    ]
     script = f'{mounts} && cd {shlex.quote(binds[0][1])} && exec "$@"'
     print(f"\n== as the ordinary user {user_name} (uid {user.pw_uid}) ==", flush=True)
     try:
@@ -772,9 +805,12 @@ ROWS = [
 
 
 def hold_line(hold: dict) -> str:
-    return (f"{hold['n']} live trajectories: created and stepped in {hold['seconds_to_create']:.0f} s, "
-            f"{hold['system_mb_used'] / 1024:.2f} GiB of system memory, {hold['mean_holder_pss_mb']:.1f} MB PSS "
-            f"per trajectory, {hold['lost']} lost")  # fmt: skip
+    return (
+        f"{hold['n']} live trajectories: created and stepped in {hold['seconds_to_create']:.0f} s, "
+        f"{hold['system_mb_used'] / 1024:.2f} GiB of system memory, "
+        f"{hold['mean_holder_pss_mb']:.1f} MB PSS "
+        f"per trajectory, {hold['lost']} lost"
+    )
 
 
 def report(results: dict) -> None:
@@ -784,8 +820,12 @@ def report(results: dict) -> None:
     for label, key in ROWS:
         values = [results[n].get(key) for n in names]
         cells = [f"{v:.2f}" if isinstance(v, float) else "–" for v in values]
-        ratios = [f"{values[0] / other:.2f}×" if isinstance(values[0], float) and isinstance(other, float) and other
-                  else "–" for other in (values[1], values[2])]  # fmt: skip
+        ratios = [
+            f"{values[0] / other:.2f}×"
+            if isinstance(values[0], float) and isinstance(other, float) and other
+            else "–"
+            for other in (values[1], values[2])
+        ]
         print(f"| {label} | {' | '.join(cells)} | {' | '.join(ratios)} |")
     hold = results["codedance"].get("hold")
     if hold:
@@ -809,7 +849,8 @@ def report(results: dict) -> None:
             hold["n"] >= 2048 and hold["system_mb_used"] < 24 * 1024 and hold["lost"] == 0
         )
     print(
-        f"\nGoals (paced: {MODEL_TURN_S * 1000:.0f} ms idle before each step, as a model's turn leaves):"
+        f"\nGoals (paced: {MODEL_TURN_S * 1000:.0f} ms idle before each step, as a "
+        "model's turn leaves):"
     )
     for goal, met in checks.items():
         print(f"- {goal}: {'met' if met else 'NOT met'}")

@@ -7,8 +7,8 @@
 Subpackages: ``jail`` (what runs inside the jail: the zygote, holders and steps; ``python -m
 codedance.sandbox.jail.runtime``), ``memory`` (who pays when the service runs out of memory: the
 cgroups' memory figures, the arbiter, charged restores), ``serving`` (the sandbox service,
-``codedance sandbox serve``), ``remote`` (its clients: ``Sandbox(url=...)``, ``SandboxPool(url=...)``,
-``CODEDANCE_SANDBOX_URL``). Modules of the
+``codedance sandbox serve``), ``remote`` (its clients: ``Sandbox(url=...)``,
+``SandboxPool(url=...)``, ``CODEDANCE_SANDBOX_URL``). Modules of the
 controller: ``sandbox`` (one trajectory), ``layout`` (its limits, directories and holder request),
 ``protocol`` (the wire format, shared with the jail), ``inputs`` (the input images), ``pool`` (many
 trajectories, bounded running steps), ``service`` (the jailed zygote), ``cgroups``, ``procs``

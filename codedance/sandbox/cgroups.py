@@ -18,8 +18,8 @@ many can appear. Each listed pid is signalled through a pidfd opened *after* the
 only once ``/proc/<pid>/cgroup`` shows it still in this group, so a pid reused meanwhile (by
 another trajectory's process, or the host's) is never signalled. No freezing is needed for
 that: a process sleeping in the kernel's OOM wait never freezes, but dies of SIGKILL
-(``kill_members`` is one such round, safe from another thread). Not handled: hosts where the controller may not write cgroups (the sandbox then
-runs without this layer and says so).
+(``kill_members`` is one such round, safe from another thread). Not handled: hosts where the
+controller may not write cgroups (the sandbox then runs without this layer and says so).
 
 ``memory_measure`` is what the OOM arbiter compares (read as ``memory.cgroup_memory`` says): the
 group's charge less its file cache (which the kernel can reclaim) and less kernel memory, and
@@ -49,7 +49,8 @@ from codedance.sandbox.memory.cgroup_memory import (
 from codedance.sandbox.thaw_on_exit import thaw
 
 _ROOT = "/sys/fs/cgroup"
-CONTROLLER_LEAF = "codedance-controller"  # cgroup v2: the controller's own leaf, where it must make room (`_v2_make_room`)
+# cgroup v2: the controller's own leaf, where it must make room (`_v2_make_room`)
+CONTROLLER_LEAF = "codedance-controller"
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,8 @@ def _v2_make_room(base: str) -> None:
             raise OSError(
                 exc.errno,
                 f"the pids and memory controllers are not enabled for {base} (its parent's "
-                "cgroup.subtree_control lacks them); run the controller in a cgroup delegated to it, e.g. "
+                "cgroup.subtree_control lacks them); run the controller in a cgroup "
+                "delegated to it, e.g. "
                 "`systemd-run --scope -p Delegate=yes <command>`",
             ) from None
         if exc.errno != errno.EBUSY:
@@ -133,7 +135,8 @@ def _v2_make_room(base: str) -> None:
         raise OSError(
             errno.EBUSY,
             f"{base} holds other processes too ({len(procs)} in all), and cgroup v2 gives "
-            "controllers to child groups only in a group without processes; run the controller alone in a "
+            "controllers to child groups only in a group without processes; run the "
+            "controller alone in a "
             "cgroup delegated to it, e.g. `systemd-run --scope -p Delegate=yes <command>`",
         )
     leaf = os.path.join(base, CONTROLLER_LEAF)

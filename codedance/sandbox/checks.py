@@ -70,9 +70,14 @@ def check_private_workdir(ctx: _Context) -> str:
 
 def check_persistence(ctx: _Context) -> str:
     with ctx.sandbox() as sb:
-        _expect(sb.run("import numpy as np, os\nx = 41\ndef inc(v): return v + 1\n"
-                       "os.makedirs('d', exist_ok=True); os.chdir('d')\nrng = np.random.default_rng(0)"),
-                ExecStatus.OK, "step 1")  # fmt: skip
+        _expect(
+            sb.run(
+                "import numpy as np, os\nx = 41\ndef inc(v): return v + 1\n"
+                "os.makedirs('d', exist_ok=True); os.chdir('d')\nrng = np.random.default_rng(0)"
+            ),
+            ExecStatus.OK,
+            "step 1",
+        )
         second = sb.run("print(inc(x), os.path.basename(os.getcwd()), input_image.size)")
         _expect(second, ExecStatus.OK, "step 2")
         if second.stdout.split()[:2] != ["42", "d"]:
@@ -89,11 +94,18 @@ def check_atomic(ctx: _Context) -> str:
     if ctx.hostile_allowed:
         failures["oom"] = "b = bytearray(1 << 40)"
     with ctx.sandbox(timeout_s=2) as sb:
-        _expect(sb.run("x = 1\nimport numpy as np; np.random.seed(7)\nopen('f.txt', 'w').write('good')"),
-                ExecStatus.OK, "setup")  # fmt: skip
+        _expect(
+            sb.run(
+                "x = 1\nimport numpy as np; np.random.seed(7)\nopen('f.txt', 'w').write('good')"
+            ),
+            ExecStatus.OK,
+            "setup",
+        )
         for status, failing in failures.items():
-            result = sb.run("x = 2\nopen('f.txt', 'w').write('bad')\nopen('new.txt', 'w').write('n')\n"
-                            "np.random.seed(8)\n" + failing)  # fmt: skip
+            result = sb.run(
+                "x = 2\nopen('f.txt', 'w').write('bad')\nopen('new.txt', 'w').write('n')\n"
+                "np.random.seed(8)\n" + failing
+            )
             _expect(result, ExecStatus(status), f"failing step ({status})")
             if not result.rolled_back:
                 raise AssertionError(f"{status}: not marked rolled back")
@@ -107,11 +119,13 @@ def check_atomic(ctx: _Context) -> str:
 def check_timeout(ctx: _Context) -> str:
     snippets = {
         "sleep": "import time; time.sleep(10**6)",
-        "catching": "while True:\n    try:\n        while True: pass\n    except BaseException: pass",
+        "catching": (
+            "while True:\n    try:\n        while True: pass\n    except BaseException: pass"
+        ),
         "signals": "import signal\nfor s in (signal.SIGALRM, signal.SIGTERM, signal.SIGINT):\n"
-                   "    signal.signal(s, signal.SIG_IGN)\nsignal.alarm(0)\nwhile True: pass",
+        "    signal.signal(s, signal.SIG_IGN)\nsignal.alarm(0)\nwhile True: pass",
         "C loop": "import re; re.match(r'(a+)+$', 'a' * 40 + 'b')",
-    }  # fmt: skip
+    }
     times = []
     with ctx.sandbox(timeout_s=1.0) as sb:
         for name, code in snippets.items():
@@ -123,7 +137,10 @@ def check_timeout(ctx: _Context) -> str:
                 )
             times.append(result.duration_s)
         _expect(sb.run("print('alive')"), ExecStatus.OK, "after the timeouts")
-    return f"sleep, caught exceptions, ignored signals and a C-level loop all stopped at {max(times):.2f} s (limit 1 s)"
+    return (
+        "sleep, caught exceptions, ignored signals and a C-level loop all stopped at "
+        f"{max(times):.2f} s (limit 1 s)"
+    )
 
 
 def check_output_bounded(ctx: _Context) -> str:
@@ -132,18 +149,31 @@ def check_output_bounded(ctx: _Context) -> str:
         _expect(result, ExecStatus.OK, "200 MB print")
         if len(result.stdout) > 100_000 or "cut" not in result.stdout:
             raise AssertionError(f"output not bounded/marked: {len(result.stdout)} characters")
-    return f"200 MB printed in {result.duration_s:.2f} s came back as {len(result.stdout)} characters, cut marked"
+    return (
+        f"200 MB printed in {result.duration_s:.2f} s came back as {len(result.stdout)} "
+        "characters, cut marked"
+    )
 
 
 def check_images(ctx: _Context) -> str:
     code = {
-        "plt.show": "import matplotlib.pyplot as plt\nplt.imshow([[[255, 0, 0]]]); plt.axis('off'); plt.show()",
-        "open figure": "import matplotlib.pyplot as plt\nfig = plt.figure(); fig.add_subplot().plot([1, 2])",
+        "plt.show": (
+            "import matplotlib.pyplot as plt\nplt.imshow([[[255, 0, 0]]]); "
+            "plt.axis('off'); plt.show()"
+        ),
+        "open figure": (
+            "import matplotlib.pyplot as plt\nfig = plt.figure(); fig.add_subplot().plot([1, 2])"
+        ),
         "Image.show": "from PIL import Image\nImage.new('RGB', (32, 32), (255, 0, 0)).show()",
-        "cv2.imshow": "import numpy as np, cv2\na = np.zeros((32, 32, 3), np.uint8); a[:, :, 2] = 255\ncv2.imshow('w', a)",
-        "saved file": "from PIL import Image\nImage.new('RGB', (32, 32), (255, 0, 0)).save('red.png')",
+        "cv2.imshow": (
+            "import numpy as np, cv2\na = np.zeros((32, 32, 3), np.uint8); a[:, :, 2] = "
+            "255\ncv2.imshow('w', a)"
+        ),
+        "saved file": (
+            "from PIL import Image\nImage.new('RGB', (32, 32), (255, 0, 0)).save('red.png')"
+        ),
         "last expression": "from PIL import Image\nImage.new('RGB', (32, 32), (255, 0, 0))",
-    }  # fmt: skip
+    }
     with ctx.sandbox() as sb:
         for name, snippet in code.items():
             result = sb.run(snippet)
@@ -159,7 +189,10 @@ def check_images(ctx: _Context) -> str:
         )
         if len(many.images) != sb.limits.max_images or not many.notes:
             raise AssertionError(f"image limit not applied: {len(many.images)} images")
-    return "plt.show, open figures, Image.show, cv2.imshow (BGR), saved files and last expressions each came back once, colours right"
+    return (
+        "plt.show, open figures, Image.show, cv2.imshow (BGR), saved files and last "
+        "expressions each came back once, colours right"
+    )
 
 
 def check_denied(ctx: _Context) -> str:
@@ -168,9 +201,12 @@ def check_denied(ctx: _Context) -> str:
         "subprocess": "import subprocess; subprocess.run(['ls'])",
         "os.system": "import os\nif os.system('true') != 0: raise OSError('os.system failed')",
         "signal the controller": "import os; os.kill(os.getppid(), 9)",
-        "ptrace": "import ctypes; libc = ctypes.CDLL(None)\nif libc.ptrace(16, 1, 0, 0) != 0: raise OSError('denied')",
+        "ptrace": (
+            "import ctypes; libc = ctypes.CDLL(None)\nif libc.ptrace(16, 1, 0, 0) != 0: "
+            "raise OSError('denied')"
+        ),
         "huge file": "open('big', 'wb').write(b'0' * (300 << 20))",
-    }  # fmt: skip
+    }
     if ctx.hostile_allowed:
         attempts["memory bomb"] = "x = bytearray(10**11)"
         attempts["kill(-1)"] = "import os; os.kill(-1, 9)"

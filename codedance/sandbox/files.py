@@ -33,8 +33,8 @@ What makes it safe against a hostile trajectory (one whose processes race the co
   depth, and files must belong to the trajectory's uid (a hard link to someone else's file is
   refused). A file with more than one name (hard links) is refused too: the store would keep a
   copy per name and a restore write one (a thousand links to one file take a thousand copies of the
-  host's disk; a byte appended to a file with n links needs n copies to roll back). A file counts its length plus any space allocated past its end (``fallocate`` with
-  ``KEEP_SIZE``).
+  host's disk; a byte appended to a file with n links needs n copies to roll back). A file counts
+  its length plus any space allocated past its end (``fallocate`` with ``KEEP_SIZE``).
 - **After a restore the manifest is what the controller wrote** (``fstat`` of the files it
   created), never a re-scan of a directory the trajectory can change.
 - Long operations check a deadline (`DeadlinePassed`), so a step that left millions of entries
@@ -101,7 +101,8 @@ class LimitExceeded(Exception):
 
 
 class Unkeepable(LimitExceeded):
-    """The working directory holds something other than the trajectory's own files and directories."""
+    """The working directory holds something other than the trajectory's own files and
+    directories."""
 
 
 class SnapshotBroken(Exception):
@@ -116,7 +117,8 @@ class _Clock:
     """Counts entries; every ``_CHECK_EVERY`` of them, raises `DeadlinePassed` past ``deadline``
     and InterruptedError once ``stop()`` (the sandbox is closing: otherwise a restore
     of half a million directories runs on for the run's whole recovery time after close()).
-    Pinned by `tests/sandbox/test_units.py::test_a_closing_sandboxs_checkpoint_and_restore_stop_walking`."""
+    Pinned by
+    `tests/sandbox/test_units.py::test_a_closing_sandboxs_checkpoint_and_restore_stop_walking`."""
 
     def __init__(self, deadline: float | None, stop: Callable[[], bool] | None = None):
         self.deadline, self.stop, self.count = deadline, stop, 0
@@ -313,8 +315,13 @@ def _allocated_past_end(info: os.stat_result) -> int:
 
 
 def _kind_name(mode: int) -> str:
-    for test, name in ((stat.S_ISLNK, "symlink"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
-                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):  # fmt: skip
+    for test, name in (
+        (stat.S_ISLNK, "symlink"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+    ):
         if test(mode):
             return name
     return "special file"
@@ -598,9 +605,9 @@ class WorkdirSnapshot:
 
     ``protected``: top-level names (the read-only inputs) that are neither kept nor touched.
     ``owner``: the trajectory's (uid, gid); files must be its own and are restored as its own.
-    ``budget``: shared with the service's other trajectories (`StoreBudget`), claimed per checkpoint.
-    ``stop``: checked as entries are walked; once it says so, a checkpoint or restore raises
-    InterruptedError (the directory is then in no defined state, as past a deadline).
+    ``budget``: shared with the service's other trajectories (`StoreBudget`), claimed per
+    checkpoint. ``stop``: checked as entries are walked; once it says so, a checkpoint or restore
+    raises InterruptedError (the directory is then in no defined state, as past a deadline).
     """
 
     def __init__(
@@ -641,9 +648,15 @@ class WorkdirSnapshot:
         self._work_fd = -1
 
     def _scan(self, deadline: float | None) -> dict[str, Entry]:
-        return scan(self._work_fd, protected=self.protected, owner_uid=self.owner[0] if self.owner else None,
-                    max_entries=self.max_entries, max_bytes=self.max_bytes, deadline=deadline,
-                    stop=self.stop)  # fmt: skip
+        return scan(
+            self._work_fd,
+            protected=self.protected,
+            owner_uid=self.owner[0] if self.owner else None,
+            max_entries=self.max_entries,
+            max_bytes=self.max_bytes,
+            deadline=deadline,
+            stop=self.stop,
+        )
 
     def checkpoint(
         self, deadline: float | None = None, before_writing: Callable[[], None] = lambda: None
@@ -653,10 +666,12 @@ class WorkdirSnapshot:
         `SnapshotBroken` if copying failed halfway (the store then matches neither state).
 
         ``before_writing`` runs (and the directory is scanned again) only when something must be
-        copied: the caller freezes the trajectory there, and an unchanged directory costs no freeze."""
+        copied: the caller freezes the trajectory there, and an unchanged directory costs no
+        freeze."""
         current = self._scan(deadline)
-        if not any(_needs_copy(self.manifest.get(r), e) for r, e in current.items()) and \
-                not any(_needs_copy(e, current.get(r)) for r, e in self.manifest.items()):  # fmt: skip
+        if not any(_needs_copy(self.manifest.get(r), e) for r, e in current.items()) and not any(
+            _needs_copy(e, current.get(r)) for r, e in self.manifest.items()
+        ):
             self.manifest = current
             return
         before_writing()
@@ -699,7 +714,8 @@ class WorkdirSnapshot:
         ):
             raise LimitExceeded(
                 f"the service's store of committed files is full ({self.budget.entries:,} entries, "
-                f"{self.budget.size >> 20:,} MiB for all its sandboxes, on the host's disk under TMPDIR): "
+                f"{self.budget.size >> 20:,} MiB for all its sandboxes, on the host's "
+                "disk under TMPDIR): "
                 "keep fewer or smaller files, or close idle sandboxes"
             )
 
@@ -741,7 +757,8 @@ class WorkdirSnapshot:
         # directories the first pass opened up are compared with their mode from before: an
         # untouched read-only directory is not re-copied (a log the holder keeps
         # open in one would then write to a removed file)
-        # pinned by `tests/sandbox/test_contract.py::test_a_file_kept_open_in_a_read_only_directory_survives_a_rollback`
+        # pinned by `tests/sandbox/test_contract.py::`
+        # `test_a_file_kept_open_in_a_read_only_directory_survives_a_rollback`
         modes_before = {os.fstat(fd).st_ino: mode for fd, mode in opened_up}
         children: dict[str, list[str]] = {}
         for relative in self.manifest:

@@ -36,7 +36,8 @@ class IdleFreezer:
         self._thread.start()
 
     def schedule(self, sandbox) -> None:
-        """Freeze ``sandbox`` once it has been idle for the delay (one pending entry per sandbox)."""
+        """Freeze ``sandbox`` once it has been idle for the delay (one pending entry per
+        sandbox)."""
         with self._wake:
             if sandbox.freeze_pending:
                 return
@@ -74,5 +75,6 @@ class IdleFreezer:
                     heapq.heappush(self._heap, (idle_since + self.delay_s, next(self._order), ref))
             # no reference kept while waiting: a sandbox its caller dropped stays collectable
             # (a held reference kept the last one looked at alive, unclosed, until the next look)
-            # pinned by `tests/sandbox/test_api.py::test_a_dropped_idle_sandbox_is_not_kept_alive_by_the_idle_freezer`
+            # pinned by `tests/sandbox/test_api.py::`
+            # `test_a_dropped_idle_sandbox_is_not_kept_alive_by_the_idle_freezer`
             del sandbox

@@ -74,7 +74,8 @@ class Isolation:
         parts = [f"isolation: {self.level} ({', '.join(self.layers) or 'none'})"]
         if self.private_views:
             parts.append(
-                "  private views: each trajectory sees only its own working directory (a mount view of its own)"
+                "  private views: each trajectory sees only its own working directory "
+                "(a mount view of its own)"
             )
         parts += [f"  missing {name}: {why}" for name, why in self.missing]
         parts += [f"  note: {note}" for note in self.notes]
@@ -200,8 +201,10 @@ def file_table(
             now = read(FILE_MAX)
             if now is not None and now >= needed:
                 return (
-                    f"raised the host's fs.file-max from {current:,} to {now:,} (raise_file_max: the kernel's file "
-                    f"table is host-wide, trajectories could hold {needed:,} files; each is charged to its memory "
+                    f"raised the host's fs.file-max from {current:,} to {now:,} "
+                    "(raise_file_max: the kernel's file "
+                    f"table is host-wide, trajectories could hold {needed:,} files; "
+                    "each is charged to its memory "
                     "cgroup, which now bounds them; it stays raised after the service)"
                 ), None
             why = f"fs.file-max is still {now} after writing {FILE_MAX_RAISED}"

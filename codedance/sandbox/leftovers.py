@@ -168,7 +168,8 @@ def sweep() -> list[str]:
     for lock in sorted(glob.glob(os.path.join(glob.escape(_locks_dir()), f"{PREFIX}*.lock"))):
         name = os.path.basename(lock)[: -len(".lock")]
         if not _SERVICE_NAME.fullmatch(name):
-            continue  # not one of ours (a name with wildcards would match live services' directories)
+            # not one of ours (a name with wildcards would match live services' directories)
+            continue
         fd = _try_lock(lock)
         if fd is None:
             continue  # alive

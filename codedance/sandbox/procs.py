@@ -10,7 +10,8 @@ import os
 import signal
 
 # a holder's oom_score_adj where allowed and a memory cgroup bounds it: the kernel never picks it;
-# the arbiter decides who pays (tests/sandbox/test_charged_restores.py pins that helpers take it too)
+# the arbiter decides who pays (tests/sandbox/test_charged_restores.py pins that helpers take it
+# too)
 HOLDER_OOM_SCORE_ADJ = -1000
 
 
@@ -26,7 +27,8 @@ def thread_count(pid: int) -> int:
 
 
 def page_table_bytes(pid: int | None) -> int | None:
-    """The page tables of ``pid`` (``VmPTE``): kernel memory no reclaim gives back; None once gone."""
+    """The page tables of ``pid`` (``VmPTE``): kernel memory no reclaim gives back; None once
+    gone."""
     if pid is None:
         return None
     try:

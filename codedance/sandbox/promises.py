@@ -55,7 +55,10 @@ def _private_workdir(h: Host) -> Verdict:
     if h.namespaces:
         return Verdict(
             NO,
-            "trajectories share the controller's uid and one mount view: nested user namespaces refused",
+            (
+                "trajectories share the controller's uid and one mount view: nested user "
+                "namespaces refused"
+            ),
         )
     return Verdict(NO, "trajectories share the controller's uid and the host's file system")
 
@@ -91,7 +94,8 @@ def _independent(h: Host) -> Verdict:
         return Verdict(
             BOUNDED,
             "trajectories share a uid and no seccomp filter refuses it: a step can lower any "
-            "jailed process's CPU priority, affinity or scheduling class, a neighbour's toward its timeout",
+            "jailed process's CPU priority, affinity or scheduling class, a "
+            "neighbour's toward its timeout",
         )
     if not (h.tmpfs or h.private_views):
         return Verdict(
@@ -151,7 +155,8 @@ def _who_pays(h: Host) -> Verdict:
             BOUNDED,
             "memory.high throttles the service while the arbiter stops the grower; an allocation "
             "that jumps the whole margin at once meets the kernel's OOM killer, which prefers "
-            "running steps (adj 1000) but may take an idle holder (a non-root controller cannot set -1000)",
+            "running steps (adj 1000) but may take an idle holder (a non-root "
+            "controller cannot set -1000)",
         )
     if h.cgroups:
         return Verdict(
@@ -238,27 +243,86 @@ def host_of(service) -> Host:
     """The host a running `SandboxService` achieved."""
     isolation = service.isolation
     layout = service.cgroup_layout
-    return Host(root=isolation.users, namespaces=isolation.namespaces, private_views=isolation.private_views,
-                seccomp=isolation.seccomp, cgroups=layout.version if layout is not None else None,
-                arbiter=service.oom_arbiter is not None, tmpfs=service.work_on_tmpfs,
-                processes_hidden="private /proc" not in dict(isolation.missing))  # fmt: skip
+    return Host(
+        root=isolation.users,
+        namespaces=isolation.namespaces,
+        private_views=isolation.private_views,
+        seccomp=isolation.seccomp,
+        cgroups=layout.version if layout is not None else None,
+        arbiter=service.oom_arbiter is not None,
+        tmpfs=service.work_on_tmpfs,
+        processes_hidden="private /proc" not in dict(isolation.missing),
+    )
 
 
 # the kinds of host docs/sandbox.md's table covers
 COLUMNS = (
-    ("root, cgroup v1", Host(root=True, namespaces=True, private_views=False, seccomp=True, cgroups=1,
-                             arbiter=True, tmpfs=True, processes_hidden=True)),
-    ("root, cgroup v2 (delegated group)", Host(root=True, namespaces=True, private_views=False, seccomp=True,
-                                               cgroups=2, arbiter=True, tmpfs=True, processes_hidden=True)),
-    ("ordinary user, user namespaces", Host(root=False, namespaces=True, private_views=True, seccomp=True,
-                                            cgroups=None, arbiter=False, tmpfs=False, processes_hidden=False)),
-    ("ordinary user, user namespaces, delegated cgroup v2 group",
-     Host(root=False, namespaces=True, private_views=True, seccomp=True, cgroups=2, arbiter=True, tmpfs=False,
-          processes_hidden=False)),
-    ("container without user namespaces (root inside)", Host(root=True, namespaces=False, private_views=False,
-                                                             seccomp=True, cgroups=None, arbiter=False,
-                                                             tmpfs=False, processes_hidden=False)),
-)  # fmt: skip
+    (
+        "root, cgroup v1",
+        Host(
+            root=True,
+            namespaces=True,
+            private_views=False,
+            seccomp=True,
+            cgroups=1,
+            arbiter=True,
+            tmpfs=True,
+            processes_hidden=True,
+        ),
+    ),
+    (
+        "root, cgroup v2 (delegated group)",
+        Host(
+            root=True,
+            namespaces=True,
+            private_views=False,
+            seccomp=True,
+            cgroups=2,
+            arbiter=True,
+            tmpfs=True,
+            processes_hidden=True,
+        ),
+    ),
+    (
+        "ordinary user, user namespaces",
+        Host(
+            root=False,
+            namespaces=True,
+            private_views=True,
+            seccomp=True,
+            cgroups=None,
+            arbiter=False,
+            tmpfs=False,
+            processes_hidden=False,
+        ),
+    ),
+    (
+        "ordinary user, user namespaces, delegated cgroup v2 group",
+        Host(
+            root=False,
+            namespaces=True,
+            private_views=True,
+            seccomp=True,
+            cgroups=2,
+            arbiter=True,
+            tmpfs=False,
+            processes_hidden=False,
+        ),
+    ),
+    (
+        "container without user namespaces (root inside)",
+        Host(
+            root=True,
+            namespaces=False,
+            private_views=False,
+            seccomp=True,
+            cgroups=None,
+            arbiter=False,
+            tmpfs=False,
+            processes_hidden=False,
+        ),
+    ),
+)
 SERVICE_COLUMN = (
     "through `codedance sandbox serve`"  # the host's root controller, for clients of other uids
 )

@@ -425,8 +425,14 @@ def _parse_result(message: Message, limits) -> ExecResult:
             raise ValueError(
                 f"an image of {width}x{height} pixels is over the limit of {limits.max_pixels}"
             )
-        images.append(Image(png=blob, origin=_text(item.get("source", ""), "an image's source", NOTE_CHARS),
-                            width=width, height=height))  # fmt: skip
+        images.append(
+            Image(
+                png=blob,
+                origin=_text(item.get("source", ""), "an image's source", NOTE_CHARS),
+                width=width,
+                height=height,
+            )
+        )
     return ExecResult(
         status=status,
         stdout=stdout,

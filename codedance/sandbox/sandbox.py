@@ -79,7 +79,8 @@ STEP_OOM_SCORE_ADJ = 1000  # the OOM killer's first choice
 UNKNOWN_STEP_LOOK_S = 0.05  # between two kills of a failed step not yet known by its pid (`_fail`)
 ROLLED_BACK = "state rolled back to before this step"
 OWED_TO_ROLLBACK = (
-    "the service's memory (memory_total) is owed to a neighbour's step that freed its own committed "
+    "the service's memory (memory_total) is owed to a neighbour's step that freed its "
+    "own committed "
     "files and may need them back: what this step grew could not be committed now"
 )
 MEMORY_VICTIM = (
@@ -319,8 +320,10 @@ class Sandbox:
                 # input here: a result, not an exception
                 size = len(code.encode("utf-8"))
                 note = (
-                    f"the code was not run: it is {size:,} bytes as UTF-8 and a step's request (the code "
-                    f"JSON-escaped) takes at most {protocol.MAX_HEADER_BYTES:,}; split it into smaller steps"
+                    f"the code was not run: it is {size:,} bytes as UTF-8 and a step's "
+                    "request (the code "
+                    f"JSON-escaped) takes at most {protocol.MAX_HEADER_BYTES:,}; split "
+                    "it into smaller steps"
                 )
                 return ExecResult(status=ExecStatus.REFUSED, notes=(note,), rolled_back=True)
             started = time.monotonic()
@@ -338,7 +341,8 @@ class Sandbox:
                 result = self._after_yielding_memory(result)
             self._lower_mark()
             # a long snippet is parsed by its step, not here (`CONTROLLER_PARSE_CHARS`): the step's
-            # word counts only for its own trajectory's reward, which a patched holder can fake anyway
+            # word counts only for its own trajectory's reward, which a patched holder can fake
+            # anyway
             nothing = (
                 executes_nothing(code)
                 if len(code) <= CONTROLLER_PARSE_CHARS
@@ -376,7 +380,8 @@ class Sandbox:
         finally:
             self._lock.release()
 
-    # ---------------------------------------------------------------- memory (``trajectory_memory``, ``memory.arbiter``)
+    # ---------------------------------------------------------------- memory
+    # (``trajectory_memory``, ``memory.arbiter``)
     @property
     def running(self) -> bool:
         """Whether a `run` is in progress (its step may be growing)."""
@@ -445,7 +450,8 @@ class Sandbox:
                     return "no"
                 self._lose(
                     f"its memory grew by {growth >> 20} MiB outside any step while the service's "
-                    "memory (memory_total) ran out (only a holder patched by a committed step does that)"
+                    "memory (memory_total) ran out (only a holder patched by a "
+                    "committed step does that)"
                 )
                 return "stopped"
             finally:
@@ -462,7 +468,8 @@ class Sandbox:
                 self._cgroup.kill_for_good()
                 return "stopped"
             if self._step_phase not in ("started", "answered"):
-                return "wait"  # being committed (frozen: it cannot grow), or a run's first or last moments
+                # being committed (frozen: it cannot grow), or a run's first or last moments
+                return "wait"
             self._memory.victim = True
             self._cgroup.kill_members(except_pid=self._holder_pid)
             return "stopped"
@@ -507,7 +514,8 @@ class Sandbox:
             self._idle_frozen = False
 
     async def arun(self, code: str, timeout_s: float | None = None) -> ExecResult:
-        """`run` without blocking the event loop (in the pool's bounded executor when there is one)."""
+        """`run` without blocking the event loop (in the pool's bounded executor when there is
+        one)."""
         return await asyncio.get_running_loop().run_in_executor(
             self._executor_now(), self.run, code, timeout_s
         )
@@ -516,7 +524,8 @@ class Sandbox:
         """The pool's bounded executor, or the loop's default once this sandbox is closing: a
         pool closes its sandboxes before it shuts its executor down, and a closed sandbox's
         `run` and `close` need no bound (a shut-down executor raises RuntimeError).
-        Pinned by `tests/sandbox/test_api.py::test_a_pool_sandbox_used_after_its_pool_closed_says_it_is_closed`."""
+        Pinned by
+        `tests/sandbox/test_api.py::test_a_pool_sandbox_used_after_its_pool_closed_says_it_is_closed`."""
         return None if self._closed else self._executor
 
     def _guarded_step(self, request: bytes, deadline: float, timeout: float) -> ExecResult:
@@ -591,7 +600,8 @@ class Sandbox:
                 self._step_pid
             )  # None: already dead; the holder says how
         if self._dying:  # a holder replaced by the last commit still exiting (its exit overlaps the
-            # spare's fork, so this rarely waits): what it frees must not become credit for this step
+            # spare's fork, so this rarely waits): what it frees must not become credit for this
+            # step
             self._reap_dying(min(deadline, time.monotonic() + REPLACED_EXIT_WAIT_S))
             self._lower_mark()
         self._reader.forget_others({self._holder_pid, self._step_pid})
@@ -764,7 +774,8 @@ class Sandbox:
             # it a moment later, then waits for it and never reports (a run
             # timed out right after a failure would lose an honest trajectory); it is killed again
             # until the holder reports
-            # pinned by `tests/sandbox/test_hostile_holder.py::test_a_step_that_times_out_before_its_spare_is_forked_rolls_back_and_keeps_the_trajectory`
+            # pinned by `tests/sandbox/test_hostile_holder.py::`
+            # `test_a_step_that_times_out_before_its_spare_is_forked_rolls_back_and_keeps_the_trajectory`  # noqa: E501
             look = (
                 self._recovery_deadline
                 if known
@@ -814,7 +825,10 @@ class Sandbox:
         self._restore_and_resume()
         if fork_errno:
             status = ExecStatus.OOM if fork_errno == errno.ENOMEM else ExecStatus.CRASHED
-            note = f"the step could not start: its process could not be forked ({os.strerror(fork_errno)})"
+            note = (
+                "the step could not start: its process could not be forked "
+                f"({os.strerror(fork_errno)})"
+            )
         elif oom:
             status, note = ExecStatus.OOM, "the step ran out of memory and was killed"
         elif os.WIFSIGNALED(wait_status):
@@ -858,7 +872,8 @@ class Sandbox:
             raise _Lost("the sandbox's holder process is gone after a failed step")
 
     def _freeze(self) -> None:
-        """Stop every process of the trajectory before its files are touched (where a freezer exists)."""
+        """Stop every process of the trajectory before its files are touched (where a freezer
+        exists)."""
         if self._closed:
             raise _Closing()
         if (
@@ -919,8 +934,9 @@ class Sandbox:
     def _lose(self, why: str) -> ExecResult:
         """Give the trajectory up: kill all its processes and hand its working directory to the
         service's remover (a lost trajectory is out of the OOM arbiter's ranking, so the files a
-        failed step left there kept the service full until close(), and an honest neighbour paid); later steps return crashed.
-        Pinned by `tests/sandbox/test_hostile_holder.py::test_a_lost_trajectorys_files_go_at_once_not_at_close`."""
+        failed step left there kept the service full until close(), and an honest neighbour paid);
+        later steps return crashed. Pinned by
+        `tests/sandbox/test_hostile_holder.py::test_a_lost_trajectorys_files_go_at_once_not_at_close`."""
         self._lost = f"{why}; the trajectory's state is lost: start a new sandbox"
         self._kill_all(
             timeout_s=min(5.0, max(0.5, self._recovery_deadline - time.monotonic()))
@@ -1025,7 +1041,8 @@ class Sandbox:
         and file-system identity it has (inside a neighbour's commit, holding the store budget's
         lock that close() takes, it would deadlock every commit of the service; inside a restore
         it would run as that trajectory and leave its cgroups and files).
-        Pinned by `tests/sandbox/test_api.py::test_a_sandbox_dropped_unclosed_is_closed_by_a_thread_of_its_own_not_where_it_was_collected`."""
+        Pinned by
+        `tests/sandbox/test_api.py::test_a_sandbox_dropped_unclosed_is_closed_by_a_thread_of_its_own_not_where_it_was_collected`."""
         try:
             if not self._released and os.getpid() == self._owner_pid:
                 _dropped.put(self)  # SimpleQueue.put is reentrant: safe wherever the collector ran
@@ -1041,7 +1058,8 @@ _closer: threading.Thread | None = None
 
 
 def _start_closer() -> None:
-    """The thread that closes dropped sandboxes (once per process: a forked child starts its own)."""
+    """The thread that closes dropped sandboxes (once per process: a forked child starts its
+    own)."""
     global _closer
     with _closer_lock:
         if _closer is None or not _closer.is_alive():

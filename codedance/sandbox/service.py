@@ -56,7 +56,8 @@ from codedance.sandbox.memory.charged_copy import ChargedCopies, LocalWriter
 from codedance.sandbox.remover import Remover
 from codedance.sandbox.thaw_on_exit import ThawOnExit
 
-URL_ENV = "CODEDANCE_SANDBOX_URL"  # a sandbox service's url: where `Sandbox`/`SandboxPool` create sandboxes
+# a sandbox service's url: where `Sandbox`/`SandboxPool` create sandboxes
+URL_ENV = "CODEDANCE_SANDBOX_URL"
 CREATION_WAIT_S = (
     60.0  # the longest closing waits for sandboxes being created (their start takes ~30 s at most)
 )
@@ -210,7 +211,8 @@ class SandboxService:
         self._creating = 0  # sandboxes registered whose creation has not ended (`register`)
         # sandboxes registered and not yet released: the weak set forgets one the garbage
         # collector found before its closing thread has closed it
-        # pinned by `tests/sandbox/test_api.py::test_closing_a_service_waits_for_the_sandboxes_its_caller_dropped`
+        # pinned by `tests/sandbox/test_api.py::`
+        # `test_closing_a_service_waits_for_the_sandboxes_its_caller_dropped`
         self._unreleased = 0
         self._counts_changed = threading.Condition(self._lock)
         self._running: set = set()  # sandboxes with a run in progress (`running_changed`)
@@ -471,7 +473,8 @@ class SandboxService:
         creation is in progress until `created` (closing waits for it: a sandbox
         made while the service closed would leave the service's groups behind). ServiceError
         once the service is closed.
-        Pinned by `tests/sandbox/test_api.py::test_closing_a_service_while_a_sandbox_is_being_made_leaves_nothing_behind`."""
+        Pinned by
+        `tests/sandbox/test_api.py::test_closing_a_service_while_a_sandbox_is_being_made_leaves_nothing_behind`."""
         with self._lock:
             if self._closed:
                 raise ServiceError("the sandbox service is closed")

@@ -95,7 +95,8 @@ class TrajectoryMemory:
     def page_table_growth(step_pid: int | None, holder_pid: int | None) -> int:
         """The page tables the answered step's process holds beyond its holder's, twice (its
         spare, forked from it, copies them): kernel memory that no reclaim gives back, which a
-        step made ~450 MiB of and committed into what a neighbour's rollback needed; v1 counts it with the rest of kernel memory, most of it cache."""
+        step made ~450 MiB of and committed into what a neighbour's rollback needed; v1 counts it
+        with the rest of kernel memory, most of it cache."""
         step, holder = procs.page_table_bytes(step_pid), procs.page_table_bytes(holder_pid)
         return 2 * max(0, step - holder) if step is not None and holder is not None else 0
 

@@ -78,7 +78,8 @@ def jail(make):
         sandbox = make(images, **options)
         if not (sandbox.isolation.namespaces and sandbox.isolation.seccomp):
             pytest.skip(
-                f"hostile tests need the jail's PID namespace and seccomp: {sandbox.isolation.describe()}"
+                "hostile tests need the jail's PID namespace and seccomp: "
+                f"{sandbox.isolation.describe()}"
             )
         if os.environ.get(URL_ENV):  # a client of a sandbox service: the holder asserts it itself
             probe = sandbox.run(_JAILED_PROBE)
@@ -105,7 +106,8 @@ def prepare_state(sandbox) -> str:
     """Known state (variable, import, file, cwd) that every failure must leave intact; returns
     what `assert_state_intact` must see."""
     result = sandbox.run(
-        "import os, numpy as np\nx = 1\nopen('keep.txt', 'w').write('good')\nos.makedirs('sub', exist_ok=True)"
+        "import os, numpy as np\nx = 1\nopen('keep.txt', "
+        "'w').write('good')\nos.makedirs('sub', exist_ok=True)"
     )
     assert result.status is ExecStatus.OK, result
     listing = sandbox.run(_LISTING)

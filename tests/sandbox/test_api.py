@@ -38,8 +38,10 @@ def test_every_kind_of_image_input(make, tmp_path):
         ]
     )
     result = sb.run(
-        "import os\nfrom PIL import Image\nprint(input_image.getpixel((0, 0)), [im.getpixel((0, 0)) for im in images][1:])\n"
-        "print(Image.open('input_image.jpg').size, os.path.basename(input_image_path), len(image_paths))"
+        "import os\nfrom PIL import Image\nprint(input_image.getpixel((0, 0)), "
+        "[im.getpixel((0, 0)) for im in images][1:])\n"
+        "print(Image.open('input_image.jpg').size, os.path.basename(input_image_path), "
+        "len(image_paths))"
     )
     assert result.ok, result
     assert result.stdout.splitlines() == ["(1, 2, 3) [(4, 5, 6), (7, 8, 9), (10, 11, 12)]",
@@ -161,12 +163,19 @@ def test_code_too_long_for_a_request_is_refused_and_the_trajectory_kept(make):
     assert fits.ok and fits.stdout == "7\n"
 
 
-@pytest.mark.parametrize("bad", [
-    {"timeout_s": float("nan")}, {"start_timeout_s": float("inf")}, {"timeout_s": 1e7},
-    {"limits": {"recovery_s": float("nan")}}, {"limits": {"recovery_s": 1e9}}, {"limits": {"cpus": 0}},
-    {"limits": {"memory": 1.5e9}},
-    {"limits": {"max_images": -1}},
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"timeout_s": float("nan")},
+        {"start_timeout_s": float("inf")},
+        {"timeout_s": 1e7},
+        {"limits": {"recovery_s": float("nan")}},
+        {"limits": {"recovery_s": 1e9}},
+        {"limits": {"cpus": 0}},
+        {"limits": {"memory": 1.5e9}},
+        {"limits": {"max_images": -1}},
+    ],
+)
 def test_bad_settings_are_refused_before_anything_starts(service, bad):
     """(A timeout over a week overflows poll() and would lose the trajectory.)"""
     with pytest.raises(ValueError, match="must be"):

@@ -242,7 +242,8 @@ def _commit_files_up_to(sandbox, service, target: int) -> None:
         if missing <= 1:
             return
         result = sandbox.run(
-            f"with open('fill{n}', 'wb') as f:\n    for _ in range({min(missing, 24)}): f.write(b'x' * (1 << 20))"
+            f"with open('fill{n}', 'wb') as f:\n    for _ in "
+            f"range({min(missing, 24)}): f.write(b'x' * (1 << 20))"
         )
         assert result.ok, result
     raise AssertionError("the service did not fill")
@@ -264,7 +265,8 @@ def test_a_restore_the_full_service_refuses_makes_the_largest_grower_pay(jail, s
             "b",
             b.run(
                 "import os, time\nos.remove('f')\nopen('deleted', 'w').close()\n"
-                "while not os.path.exists('go'): time.sleep(0.01)\nraise RuntimeError('undo the removal')"
+                "while not os.path.exists('go'): time.sleep(0.01)\nraise "
+                "RuntimeError('undo the removal')"
             ),
         )
     )
@@ -274,7 +276,8 @@ def test_a_restore_the_full_service_refuses_makes_the_largest_grower_pay(jail, s
         target=lambda: results.setdefault(
             "a",
             a.run(
-                "import time\nwith open('grab', 'wb') as f:\n    for _ in range(24): f.write(b'x' * (1 << 20))\n"
+                "import time\nwith open('grab', 'wb') as f:\n    for _ in range(24): "
+                "f.write(b'x' * (1 << 20))\n"
                 "open('ready', 'w').close()\ntime.sleep(30)"
             ),
         )
@@ -377,7 +380,8 @@ def test_a_neighbour_cannot_commit_what_a_failing_step_freed(jail, service, v1):
             "b",
             b.run(
                 "import os, time\nos.remove('big')\nopen('deleted', 'w').close()\n"
-                "while not os.path.exists('go'): time.sleep(0.01)\nraise RuntimeError('undo the removal')"
+                "while not os.path.exists('go'): time.sleep(0.01)\nraise "
+                "RuntimeError('undo the removal')"
             ),
         )
     )
@@ -402,9 +406,13 @@ def test_a_neighbour_cannot_commit_what_a_failing_step_freed(jail, service, v1):
 def test_a_restore_empties_files_changed_in_place_before_it_copies_any_back(make):
     """An honest step empties committed 250 MiB ``a`` in place and writes 250 MiB into committed,
     empty ``b``, then fails. Rewriting ``a`` before emptying ``b`` held both, past the
-    trajectory's 480 MiB: the copying helper was killed and the trajectory lost. Files changed in place are emptied before anything is copied back."""
+    trajectory's 480 MiB: the copying helper was killed and the trajectory lost. Files changed in
+    place are emptied before anything is copied back."""
     sandbox = make(timeout_s=60, limits=Limits(memory=480 << 20))
-    fill = "def fill(name):\n    with open(name, 'wb') as f:\n        for _ in range(250): f.write(b'x' * (1 << 20))\n"
+    fill = (
+        "def fill(name):\n    with open(name, 'wb') as f:\n        for _ in range(250): "
+        "f.write(b'x' * (1 << 20))\n"
+    )
     assert sandbox.run(fill + "open('b', 'wb').close()\nfill('a')").ok
     failed = sandbox.run(
         fill + "open('a', 'wb').close()\nfill('b')\nraise ValueError('bad result')"

@@ -60,7 +60,8 @@ def test_steps_forked_as_continuations_run_threads_asyncio_and_forks(make):
     code = (
         "import asyncio, os\nfrom concurrent.futures import ThreadPoolExecutor\n"
         "with ThreadPoolExecutor(2) as pool:\n    total = sum(pool.map(abs, range(-5, 5)))\n"
-        "value = asyncio.run(asyncio.sleep(0, result=7))\npid = os.fork()\nif pid == 0:\n    os._exit(3)\n"
+        "value = asyncio.run(asyncio.sleep(0, result=7))\npid = os.fork()\nif pid == "
+        "0:\n    os._exit(3)\n"
         "print(total, value, os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))"
     )
     for _ in range(3):
@@ -91,7 +92,8 @@ def test_directories_that_lock_their_owner_out_survive_a_rollback(make):
     sb = make()
     if not sb.isolation.users:  # (the controller's rights: a sandbox service's, for its clients)
         pytest.skip(
-            "a controller that is not root reads the trajectory's files with its own rights: a directory "
+            "a controller that is not root reads the trajectory's files with its own "
+            "rights: a directory "
             "shut to its owner cannot be checkpointed (docs/sandbox.md, What is not handled)"
         )
     assert sb.run(
@@ -105,7 +107,8 @@ def test_directories_that_lock_their_owner_out_survive_a_rollback(make):
     )
     assert failed.status is ExecStatus.ERROR and failed.rolled_back, failed
     after = sb.run(
-        "print(oct(os.stat('lk').st_mode & 0o777), sorted(os.listdir('.')))\nos.chmod('lk', 0o700)\n"
+        "print(oct(os.stat('lk').st_mode & 0o777), "
+        "sorted(os.listdir('.')))\nos.chmod('lk', 0o700)\n"
         "print(oct(os.stat('lk/in').st_mode & 0o777), os.listdir('lk/in'), open('lk/in/f').read())"
     )
     assert after.stdout.splitlines() == ["0o0 ['.tmp', 'lk']", "0o500 ['f'] 1"], after
@@ -132,7 +135,8 @@ def test_a_file_kept_open_in_a_read_only_directory_survives_a_rollback(make):
         "log.write('one\\n'); log.flush()"
     ).ok
     failed = sb.run(
-        "open('other.txt', 'w').write('x')\nlog.write('bad\\n'); log.flush()\nraise ValueError('oops')"
+        "open('other.txt', 'w').write('x')\nlog.write('bad\\n'); log.flush()\nraise "
+        "ValueError('oops')"
     )
     assert failed.rolled_back
     assert sb.run("log.write('three\\n'); log.flush()").ok
@@ -214,7 +218,8 @@ def test_images_over_the_pixel_budget_are_downscaled(make):
 def test_a_thousand_figures(make):
     sb = make(timeout_s=60)
     result = sb.run(
-        "import matplotlib.pyplot as plt\nfor i in range(1000):\n    plt.figure(figsize=(1, 1)).suptitle(str(i))"
+        "import matplotlib.pyplot as plt\nfor i in range(1000):\n    "
+        "plt.figure(figsize=(1, 1)).suptitle(str(i))"
     )
     assert result.ok and len(result.images) == sb.limits.max_images
     assert any("not returned" in note for note in result.notes)

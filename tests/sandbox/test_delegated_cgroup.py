@@ -65,19 +65,23 @@ out = {"version": layout and layout.version, "arbiter": service.oom_arbiter is n
        "missing": dict(service.isolation.missing), "parent": layout and layout.memory_parent,
        "verdicts": {key: verdict.state for key, _, _, verdict in verdicts(host_of(service))}}
 limits = Limits(memory=600 << 20, processes=16)
-with Sandbox(service=service, limits=limits, timeout_s=120) as a, Sandbox(service=service, limits=limits, timeout_s=120) as b:
+with Sandbox(service=service, limits=limits, timeout_s=120) as a, Sandbox(service=service, \
+limits=limits, timeout_s=120) as b:
     group = a._cgroup.memory_dir
-    out["limits"] = [open(os.path.join(group, name)).read().strip() for name in ("memory.max", "pids.max")]
+    out["limits"] = [open(os.path.join(group, name)).read().strip() for name in ("memory.max", \
+"pids.max")]
     out["a_state"] = a.run("state = 'kept'").ok
     out["b_state"] = b.run("import numpy as np\\nkeep = np.ones(100 << 20, np.uint8)").ok
-    out["forks"] = a.run("import os\\nn = 0\\ntry:\\n    for _ in range(64):\\n        if os.fork() == 0:\\n"
+    out["forks"] = a.run("import os\\nn = 0\\ntry:\\n    for _ in range(64):\\n        if \
+os.fork() == 0:\\n"
                          "            import time; time.sleep(5); os._exit(0)\\n        n += 1\\n"
                          "except OSError:\\n    pass\\nprint(n)").stdout.strip()
     over = a.run("import numpy as np\\nx = np.ones(700 << 20, np.uint8)")
     out["over_own_limit"] = over.status.value
     results = {}
     honest = threading.Thread(target=lambda: results.setdefault("b", b.run(
-        "import numpy as np, time\\nx = np.ones(100 << 20, np.uint8)\\nopen('ready', 'w').close()\\n"
+        "import numpy as np, time\\nx = np.ones(100 << 20, np.uint8)\\nopen('ready', \
+'w').close()\\n"
         "time.sleep(8)\\nprint('B done', int(x[-1]))")))
     honest.start()
     while not os.path.exists(os.path.join(b.workdir, "ready")) and honest.is_alive():

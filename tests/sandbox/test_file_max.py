@@ -50,10 +50,28 @@ def _in_private_namespace(
     fake = tmp_path / "file-max"
     fake.write_text(f"{SENTINEL}\n")
     script = f'mount --bind {fake} {FILE_MAX} && exec "$@"'
-    done = subprocess.run(["unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--mount-proc",
-                           "sh", "-c", script, "sh", *command],
-                          capture_output=True, text=True, timeout=280, cwd=ROOT, check=False,
-                          env={"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), **env})  # fmt: skip
+    done = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            *command,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        cwd=ROOT,
+        check=False,
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), **env},
+    )
     assert "refusing to go on" not in done.stderr, done.stderr
     return done.stdout + done.stderr, int(fake.read_text())
 

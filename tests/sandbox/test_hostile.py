@@ -19,10 +19,17 @@ from tests.sandbox.conftest import assert_only_holder_and_spare, assert_state_in
 pytestmark = pytest.mark.tier("integration")
 
 OK, ERROR, TIMEOUT, CRASHED, OOM, REFUSED = (
-    ExecStatus.OK, ExecStatus.ERROR, ExecStatus.TIMEOUT, ExecStatus.CRASHED, ExecStatus.OOM, ExecStatus.REFUSED,
-)  # fmt: skip
-TAMPER = "import signal\nfor s in (signal.SIGALRM, signal.SIGTERM, signal.SIGINT, signal.SIGXCPU):\n" \
-         "    signal.signal(s, signal.SIG_IGN)\nsignal.alarm(0)\n"  # fmt: skip
+    ExecStatus.OK,
+    ExecStatus.ERROR,
+    ExecStatus.TIMEOUT,
+    ExecStatus.CRASHED,
+    ExecStatus.OOM,
+    ExecStatus.REFUSED,
+)
+TAMPER = (
+    "import signal\nfor s in (signal.SIGALRM, signal.SIGTERM, signal.SIGINT, signal.SIGXCPU):\n"
+    "    signal.signal(s, signal.SIG_IGN)\nsignal.alarm(0)\n"
+)
 
 # name -> (code, statuses allowed, seconds allowed); the step limit is 2 s
 CASES = {
@@ -57,13 +64,19 @@ CASES = {
     "kill the parent": ("import os; os.kill(os.getppid(), 9)", {ERROR}, 2),
     "kill(-1)": ("import os; os.kill(-1, 9)", {ERROR}, 2),
     "kill(-1) via raw syscall": (
-        "import ctypes; r = ctypes.CDLL(None).syscall(62, -1, 9)\nassert r != 0, 'kill went through'",
+        (
+            "import ctypes; r = ctypes.CDLL(None).syscall(62, -1, 9)\nassert r != 0, 'kill "
+            "went through'"
+        ),
         {OK},
         2,
     ),
     "parent's memory": ("import os; open(f'/proc/{os.getppid()}/mem', 'rb').read(1)", {ERROR}, 2),
     "ptrace the parent": (
-        "import ctypes, os\nif ctypes.CDLL(None).ptrace(16, os.getppid(), 0, 0) != 0: raise OSError('denied')",
+        (
+            "import ctypes, os\nif ctypes.CDLL(None).ptrace(16, os.getppid(), 0, 0) != 0: "
+            "raise OSError('denied')"
+        ),
         {ERROR},
         2,
     ),
@@ -75,8 +88,10 @@ CASES = {
     "decompression bomb": (
         (
             "import struct, zlib\nfrom PIL import Image\n"
-            "def chunk(t, d): return struct.pack('>I', len(d)) + t + d + struct.pack('>I', zlib.crc32(t + d))\n"
-            "png = b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 100000, 100000, 8, 2, 0, 0, 0))\n"
+            "def chunk(t, d): return struct.pack('>I', len(d)) + t + d + "
+            "struct.pack('>I', zlib.crc32(t + d))\n"
+            "png = b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', "
+            "100000, 100000, 8, 2, 0, 0, 0))\n"
             "open('bomb.png', 'wb').write(png + chunk(b'IEND', b''))\nImage.open('bomb.png').load()"
         ),
         {ERROR},
@@ -110,12 +125,18 @@ CASES = {
         2,
     ),
     "daemonized grandchild": (
-        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0: time.sleep(1000)\n    os._exit(0)\ntime.sleep(0.2)",
+        (
+            "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0: "
+            "time.sleep(1000)\n    os._exit(0)\ntime.sleep(0.2)"
+        ),
         {REFUSED},
         3,
     ),
     "thread left running": (
-        "import threading, time\nthreading.Thread(target=time.sleep, args=(100,), daemon=True).start()",
+        (
+            "import threading, time\nthreading.Thread(target=time.sleep, args=(100,), "
+            "daemon=True).start()"
+        ),
         {REFUSED},
         2,
     ),
@@ -175,7 +196,10 @@ CASES = {
     ),
     "DNS": ("import socket; socket.getaddrinfo('example.com', 80)", {ERROR}, 3),
     "unix socket to a host daemon": (
-        "import socket; s = socket.socket(socket.AF_UNIX); s.connect('/run/dbus/system_bus_socket')",
+        (
+            "import socket; s = socket.socket(socket.AF_UNIX); "
+            "s.connect('/run/dbus/system_bus_socket')"
+        ),
         {ERROR},
         2,
     ),
@@ -274,8 +298,10 @@ def test_other_instances_files_are_invisible(jail):
 def test_failed_step_files_are_rolled_back(jail):
     sandbox = jail()
     assert sandbox.run("open('a.txt', 'w').write('one'); import os; os.makedirs('d/e')").ok
-    failed = sandbox.run("open('a.txt', 'w').write('two'); open('d/e/b.txt', 'w').write('new')\n"
-                         "import os; os.symlink('a.txt', 'l'); os.rename('d', 'moved'); 1/0")  # fmt: skip
+    failed = sandbox.run(
+        "open('a.txt', 'w').write('two'); open('d/e/b.txt', 'w').write('new')\n"
+        "import os; os.symlink('a.txt', 'l'); os.rename('d', 'moved'); 1/0"
+    )
     assert failed.status is ERROR and failed.rolled_back
     after = sandbox.run(
         "import os; print(open('a.txt').read(), sorted(os.listdir('.')), os.listdir('d/e'))"

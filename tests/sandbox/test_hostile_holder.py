@@ -92,8 +92,15 @@ def _host_dir(tmp_path):
 
 
 def _fingerprint(directory) -> list:
-    return sorted((e.name, e.stat(follow_symlinks=False).st_mode, e.stat(follow_symlinks=False).st_size,
-                   e.stat(follow_symlinks=False).st_mtime_ns) for e in os.scandir(directory))  # fmt: skip
+    return sorted(
+        (
+            e.name,
+            e.stat(follow_symlinks=False).st_mode,
+            e.stat(follow_symlinks=False).st_size,
+            e.stat(follow_symlinks=False).st_mtime_ns,
+        )
+        for e in os.scandir(directory)
+    )
 
 
 def _wait_until_idle_frozen(sandbox, results=(), timeout_s: float = 10.0) -> None:
@@ -134,7 +141,8 @@ def test_symlink_swaps_during_restore_never_reach_the_host(jail, tmp_path):
         "import os\nos.makedirs('d', exist_ok=True)\nopen('d/x', 'w').write('mine')"
     ).ok
     action = (
-        f"def ACTION():\n    try:\n        os.rename('d', 'd.real'); os.symlink({str(host)!r}, 'd')\n"
+        "def ACTION():\n    try:\n        os.rename('d', 'd.real'); "
+        f"os.symlink({str(host)!r}, 'd')\n"
         "        os.unlink('d'); os.rename('d.real', 'd')\n    except OSError: pass\n"
     )
     assert sandbox.run(hostile(action)).ok
@@ -157,10 +165,12 @@ def test_symlink_swaps_during_restore_never_reach_the_host(jail, tmp_path):
     )  # the holder keeps swapping until the idle freezer stops it
     _no_setuid_files(sandbox.workdir, owned_by_root_only=True)
     _no_setuid_files(sandbox._files.store)
-    leak = sandbox.run("found = []\nimport os\n"
-                       "for d, _, names in os.walk('.'):\n    for n in names:\n"
-                       "        try: found += ['CANARY' in open(os.path.join(d, n), errors='replace').read()]\n"
-                       "        except OSError: pass\nprint(any(found))")  # fmt: skip
+    leak = sandbox.run(
+        "found = []\nimport os\n"
+        "for d, _, names in os.walk('.'):\n    for n in names:\n"
+        "        try: found += ['CANARY' in open(os.path.join(d, n), errors='replace').read()]\n"
+        "        except OSError: pass\nprint(any(found))"
+    )
     assert "True" not in leak.stdout
 
 
@@ -168,7 +178,10 @@ def test_a_fifo_swapped_in_during_restore_does_not_block_the_controller(jail):
     """A FIFO in place of a committed file while the controller restores."""
     sandbox = jail(timeout_s=1.0, limits=Limits(recovery_s=3.0))
     assert sandbox.run("open('f', 'w').write('data')").ok
-    action = "def ACTION():\n    try:\n        os.unlink('f'); os.mkfifo('f')\n    except OSError: pass\n"
+    action = (
+        "def ACTION():\n    try:\n        os.unlink('f'); os.mkfifo('f')\n    except "
+        "OSError: pass\n"
+    )
     assert sandbox.run(hostile(action)).ok
     for code in ("raise ValueError('fail')", "while True: pass", "print(open('f').read())"):
         started = time.monotonic()
@@ -183,7 +196,10 @@ def test_a_chatty_holder_cannot_extend_the_deadline(jail):
     """The holder drips bytes (and whole junk messages) forever: every run() still returns
     by timeout + recovery time; the trajectory is declared lost, its processes killed."""
     sandbox = jail(timeout_s=1.0, limits=Limits(recovery_s=2.0))
-    action = "_sock = _socket_fd()\ndef ACTION():\n    os.write(_sock, b'\\x00')\n    import time; time.sleep(0.01)\n"
+    action = (
+        "_sock = _socket_fd()\ndef ACTION():\n    os.write(_sock, b'\\x00')\n    import "
+        "time; time.sleep(0.01)\n"
+    )
     assert sandbox.run(hostile(action)).ok
     started = time.monotonic()
     result = sandbox.run("while True: pass")
@@ -199,7 +215,8 @@ def test_a_holder_sending_junk_messages_loses_only_its_own_trajectory(jail):
     expected = prepare_state(neighbour)
     action = (
         "import json, struct\n_sock = _socket_fd()\n"
-        "def ACTION():\n    raw = json.dumps({'op': 'result', 'status': 'ok', '_blobs': []}).encode()\n"
+        "def ACTION():\n    raw = json.dumps({'op': 'result', 'status': 'ok', "
+        "'_blobs': []}).encode()\n"
         "    os.write(_sock, struct.pack('>I', len(raw)) + raw)\n"
     )
     assert sandbox.run(hostile(action)).ok
@@ -209,21 +226,40 @@ def test_a_holder_sending_junk_messages_loses_only_its_own_trajectory(jail):
 
 
 @x86_64
-@pytest.mark.parametrize("name,number,args", [
-    ("io_uring_setup", 425, (8, 0)), ("io_uring_enter", 426, (0, 0, 0, 0, 0, 0)),
-    ("io_uring_register", 427, (0, 0, 0, 0)),
-    ("shmget", 29, (0, 4096, 0o1000 | 0o600)), ("semget", 64, (0, 1, 0o1000 | 0o600)),
-    ("msgget", 68, (0, 0o1000 | 0o600)), ("mq_open", 240, (0, 0o100, 0o600, 0)),
-    ("shutdown", 48, (3, 2)), ("setsockopt", 54, (3, 1, 7, 0, 0)),
-    ("splice", 275, (0, 0, 0, 0, 0, 0)), ("tee", 276, (0, 0, 0, 0)), ("vmsplice", 278, (0, 0, 0, 0)),
-    ("sendfile", 40, (0, 0, 0, 0)), ("setxattr", 188, (0, 0, 0, 0, 0)), ("fsetxattr", 190, (0, 0, 0, 0, 0)),
-    ("removexattr", 197, (0, 0)),
-    ("io_setup", 206, (1, 0)), ("io_destroy", 207, (0,)), ("io_getevents", 208, (0, 0, 0, 0, 0)),
-    ("io_submit", 209, (0, 0, 0)), ("io_cancel", 210, (0, 0, 0)), ("io_pgetevents", 333, (0, 0, 0, 0, 0, 0)),
-    ("inotify_init", 253, ()), ("inotify_init1", 294, (0,)), ("inotify_add_watch", 254, (0, 0, 0)),
-    ("fanotify_init", 300, (0x200, 0)), ("fanotify_mark", 301, (0, 0, 0, 0, 0)),
-    ("memfd_secret", 447, (0,)), ("modify_ldt", 154, (0, 0, 0)),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name,number,args",
+    [
+        ("io_uring_setup", 425, (8, 0)),
+        ("io_uring_enter", 426, (0, 0, 0, 0, 0, 0)),
+        ("io_uring_register", 427, (0, 0, 0, 0)),
+        ("shmget", 29, (0, 4096, 0o1000 | 0o600)),
+        ("semget", 64, (0, 1, 0o1000 | 0o600)),
+        ("msgget", 68, (0, 0o1000 | 0o600)),
+        ("mq_open", 240, (0, 0o100, 0o600, 0)),
+        ("shutdown", 48, (3, 2)),
+        ("setsockopt", 54, (3, 1, 7, 0, 0)),
+        ("splice", 275, (0, 0, 0, 0, 0, 0)),
+        ("tee", 276, (0, 0, 0, 0)),
+        ("vmsplice", 278, (0, 0, 0, 0)),
+        ("sendfile", 40, (0, 0, 0, 0)),
+        ("setxattr", 188, (0, 0, 0, 0, 0)),
+        ("fsetxattr", 190, (0, 0, 0, 0, 0)),
+        ("removexattr", 197, (0, 0)),
+        ("io_setup", 206, (1, 0)),
+        ("io_destroy", 207, (0,)),
+        ("io_getevents", 208, (0, 0, 0, 0, 0)),
+        ("io_submit", 209, (0, 0, 0)),
+        ("io_cancel", 210, (0, 0, 0)),
+        ("io_pgetevents", 333, (0, 0, 0, 0, 0, 0)),
+        ("inotify_init", 253, ()),
+        ("inotify_init1", 294, (0,)),
+        ("inotify_add_watch", 254, (0, 0, 0)),
+        ("fanotify_init", 300, (0x200, 0)),
+        ("fanotify_mark", 301, (0, 0, 0, 0, 0)),
+        ("memfd_secret", 447, (0,)),
+        ("modify_ldt", 154, (0, 0, 0)),
+    ],
+)
 def test_denied_kernel_surfaces(jail, name, number, args):
     """io_uring (which would bypass the socket rules), SysV and POSIX IPC (which outlive close
     and cross trajectories), shutdown/setsockopt on the shared socket; Linux AIO
@@ -232,9 +268,12 @@ def test_denied_kernel_surfaces(jail, name, number, args):
     ``FAN_REPORT_FID``, which unprivileged processes may call); ``memfd_secret`` (fragments the
     host's direct map), ``modify_ldt``."""
     sandbox = jail()
-    code = (f"import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
-            f"r = libc.syscall({number}, *[ctypes.c_long(a) for a in {args!r}])\n"
-            f"print(r, ctypes.get_errno())")  # fmt: skip
+    code = (
+        "import ctypes\nlibc = ctypes.CDLL(None, "
+        "use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+        f"r = libc.syscall({number}, *[ctypes.c_long(a) for a in {args!r}])\n"
+        f"print(r, ctypes.get_errno())"
+    )
     result = sandbox.run(code)
     assert result.ok and result.stdout == "-1 1\n", (name, result)  # EPERM
     assert sandbox.run("print('alive')").stdout == "alive\n"
@@ -251,7 +290,8 @@ def test_file_pages_cannot_be_pinned_in_a_pipe_and_copies_still_work(jail):
         "for call in (lambda: os.splice(fd, w, 4096), lambda: os.sendfile(w, fd, 0, 4096)):\n"
         "    try:\n        call()\n        errors.append('allowed')\n"
         "    except OSError as exc:\n        errors.append(exc.errno)\n"
-        "shutil.copyfile('a.bin', 'b.bin')\nprint(errors, open('b.bin', 'rb').read() == b'x' * 10000)"
+        "shutil.copyfile('a.bin', 'b.bin')\nprint(errors, open('b.bin', 'rb').read() "
+        "== b'x' * 10000)"
     )
     result = sandbox.run(code)
     assert result.ok and result.stdout == "[1, 1] True\n", result
@@ -265,7 +305,8 @@ def test_a_failed_steps_extended_attributes_cannot_outlive_it(jail):
     sandbox = jail()
     assert sandbox.run("open('kept.txt', 'w').write('x')").ok
     code = (
-        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+        "import ctypes, os\nlibc = ctypes.CDLL(None, "
+        "use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
         "errors = []\ntry:\n    os.setxattr('kept.txt', 'user.big', b'x' * 1000)\n"
         "except OSError as exc:\n    errors.append(exc.errno)\n"
         "r = libc.syscall(463, -100, b'kept.txt', 0, b'user.big', 0, 0)\n"
@@ -289,15 +330,17 @@ def test_signal_driven_io_and_prlimit_on_the_holder_are_denied(jail):
     lower the holder's limits; its own limits stay settable."""
     sandbox = jail()
     expected = prepare_state(sandbox)
-    code = (SOCKET_FD + "import fcntl, resource\nsock = _socket_fd()\ndenied = []\n"
-            "for attempt in (lambda: fcntl.fcntl(sock, fcntl.F_SETOWN, os.getppid()),\n"
-            "                lambda: fcntl.fcntl(sock, fcntl.F_SETFL, os.O_ASYNC),\n"
-            "                lambda: fcntl.fcntl(sock, 10, 9),\n"
-            "                lambda: resource.prlimit(os.getppid(), resource.RLIMIT_NOFILE, (4, 4))):\n"
-            "    try: attempt(); denied.append(False)\n"
-            "    except PermissionError: denied.append(True)\n"
-            "resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
-            "print(denied)\nraise ValueError('fail after trying')")  # fmt: skip
+    code = (
+        SOCKET_FD + "import fcntl, resource\nsock = _socket_fd()\ndenied = []\n"
+        "for attempt in (lambda: fcntl.fcntl(sock, fcntl.F_SETOWN, os.getppid()),\n"
+        "                lambda: fcntl.fcntl(sock, fcntl.F_SETFL, os.O_ASYNC),\n"
+        "                lambda: fcntl.fcntl(sock, 10, 9),\n"
+        "                lambda: resource.prlimit(os.getppid(), resource.RLIMIT_NOFILE, (4, 4))):\n"
+        "    try: attempt(); denied.append(False)\n"
+        "    except PermissionError: denied.append(True)\n"
+        "resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
+        "print(denied)\nraise ValueError('fail after trying')"
+    )
     result = sandbox.run(code)
     assert result.status is ERROR and result.stdout == "[True, True, True, True]\n", result
     assert_state_intact(sandbox, expected)
@@ -334,12 +377,17 @@ def test_directory_notification_and_leases_are_denied(jail):
     are refused (high bits in the command change nothing: the kernel reads an int); other
     ``fcntl`` commands work."""
     sandbox = jail()
-    code = ("import ctypes, fcntl, os\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
-            "directory = os.open(os.path.dirname(os.__file__), os.O_RDONLY)\nmine = os.open('f', os.O_WRONLY | os.O_CREAT)\n"
-            "out = []\nfor fd, command, arg in ((directory, 1026, 0x80000001), (mine, 1024, 1), (directory, 1026 | (1 << 32), 1)):\n"
-            "    r = libc.syscall(72, fd, ctypes.c_long(command), ctypes.c_long(arg))\n"
-            "    out.append(ctypes.get_errno() if r == -1 else 'allowed')\n"
-            "out.append(fcntl.fcntl(mine, fcntl.F_GETFL) & os.O_WRONLY)\nprint(out)")  # fmt: skip
+    code = (
+        "import ctypes, fcntl, os\nlibc = ctypes.CDLL(None, "
+        "use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+        "directory = os.open(os.path.dirname(os.__file__), os.O_RDONLY)\nmine = "
+        "os.open('f', os.O_WRONLY | os.O_CREAT)\n"
+        "out = []\nfor fd, command, arg in ((directory, 1026, 0x80000001), (mine, "
+        "1024, 1), (directory, 1026 | (1 << 32), 1)):\n"
+        "    r = libc.syscall(72, fd, ctypes.c_long(command), ctypes.c_long(arg))\n"
+        "    out.append(ctypes.get_errno() if r == -1 else 'allowed')\n"
+        "out.append(fcntl.fcntl(mine, fcntl.F_GETFL) & os.O_WRONLY)\nprint(out)"
+    )
     result = sandbox.run(code)
     assert result.ok and result.stdout == "[1, 1, 1, 1]\n", result
 
@@ -353,7 +401,8 @@ def test_no_step_can_make_itself_dumpable_again(jail):
     "not even to a pipe" value)."""
     sandbox = jail()
     code = (
-        "import ctypes, resource\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+        "import ctypes, resource\nlibc = ctypes.CDLL(None, "
+        "use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
         "out = []\nfor option in (4, 4 | (1 << 32)):\n    for value in (1, 0):\n"
         "        r = libc.syscall(157, ctypes.c_long(option), ctypes.c_long(value), 0, 0, 0)\n"
         "        out.append(ctypes.get_errno() if r == -1 else 'allowed')\n"
@@ -383,7 +432,8 @@ def test_descriptors_sent_to_the_controller_are_refused(jail):
     code = (
         SOCKET_FD + "import array, socket\nsock = socket.socket(fileno=os.dup(_socket_fd()))\n"
         "fd = os.memfd_create('x')\ntry:\n"
-        "    sock.sendmsg([b'\\0'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(array.array('i', [fd])))])\n"
+        "    sock.sendmsg([b'\\0'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, "
+        "bytes(array.array('i', [fd])))])\n"
         "    print('sent')\nexcept OSError as exc:\n    print(exc.errno)"
     )
     result = sandbox.run(code)
@@ -492,7 +542,8 @@ def test_ordinary_code_fails_the_step_not_the_trajectory(jail):
     images = sandbox.run(
         "import numpy as np\nfrom PIL import Image\nrng = np.random.default_rng(0)\n"
         "for i in range(4):\n"
-        "    Image.fromarray(rng.integers(0, 255, (800, 800, 3), dtype=np.uint8)).save(f'noise{i}.png')"
+        "    Image.fromarray(rng.integers(0, 255, (800, 800, 3), "
+        "dtype=np.uint8)).save(f'noise{i}.png')"
     )
     assert (
         images.ok and 1 <= len(images.images) < 4 and any("not returned" in n for n in images.notes)
@@ -561,12 +612,16 @@ def test_leftovers_of_a_killed_controller_are_swept(tmp_path):
     from codedance.sandbox import SandboxService
     from codedance.sandbox.leftovers import sweep
 
-    script = ("from codedance.sandbox import Sandbox, SandboxService\nimport sys, time\n"
-              "service = SandboxService()\nsb = Sandbox(service=service)\nsb.run('open(\"f\", \"w\").write(\"x\")')\n"
-              "deadline = time.monotonic() + 10\n"
-              "while sb._cgroup is not None and sb._cgroup.can_freeze and not sb._idle_frozen and time.monotonic() < deadline:\n"
-              "    time.sleep(0.01)\n"
-              "print(service.name, service.work_root, service.store_root, flush=True)\ntime.sleep(600)")  # fmt: skip
+    script = (
+        "from codedance.sandbox import Sandbox, SandboxService\nimport sys, time\n"
+        'service = SandboxService()\nsb = Sandbox(service=service)\nsb.run(\'open("f", '
+        '"w").write("x")\')\n'
+        "deadline = time.monotonic() + 10\n"
+        "while sb._cgroup is not None and sb._cgroup.can_freeze and not "
+        "sb._idle_frozen and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)\n"
+        "print(service.name, service.work_root, service.store_root, flush=True)\ntime.sleep(600)"
+    )
     from codedance.sandbox.cgroups import service_parents
 
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
@@ -617,13 +672,15 @@ def test_the_groups_of_a_controller_killed_in_another_cgroup_are_swept(tmp_path)
             except OSError as exc:
                 pytest.skip(f"cgroups are not writable here: {exc}")
             made.append(scratch)
-        script = ("import sys, time\n"
-                  "for scratch in sys.argv[1:]:\n"
-                  "    open(scratch + '/cgroup.procs', 'w').write('0')\n"  # this process, there
-                  "from codedance.sandbox import Sandbox, SandboxService\n"
-                  "service = SandboxService(memory_total=512 << 20)\nsb = Sandbox(service=service)\n"
-                  "assert sb.run('x = 1').ok\n"
-                  "print(service.name, service.cgroup_layout is not None, flush=True)\ntime.sleep(600)")  # fmt: skip
+        script = (
+            "import sys, time\n"
+            "for scratch in sys.argv[1:]:\n"
+            "    open(scratch + '/cgroup.procs', 'w').write('0')\n"  # this process, there
+            "from codedance.sandbox import Sandbox, SandboxService\n"
+            "service = SandboxService(memory_total=512 << 20)\nsb = Sandbox(service=service)\n"
+            "assert sb.run('x = 1').ok\n"
+            "print(service.name, service.cgroup_layout is not None, flush=True)\ntime.sleep(600)"
+        )
         child = subprocess.Popen(
             [sys.executable, "-c", script, *scratches], stdout=subprocess.PIPE, text=True
         )
@@ -657,7 +714,7 @@ def test_the_groups_of_a_controller_killed_in_another_cgroup_are_swept(tmp_path)
                     time.sleep(0.02)
 
 
-def test_a_forked_child_of_a_killed_controller_keeps_neither_its_frozen_trajectories_nor_its_service(
+def test_a_forked_child_of_a_killed_controller_keeps_neither_its_frozen_trajectories_nor_its_service(  # noqa: E501
     tmp_path,
 ):
     """A plain os.fork() of the controller (multiprocessing's "fork", DataLoader workers) would
@@ -672,18 +729,22 @@ def test_a_forked_child_of_a_killed_controller_keeps_neither_its_frozen_trajecto
     from codedance.sandbox.cgroups import service_parents
     from codedance.sandbox.leftovers import sweep
 
-    script = ("from codedance.sandbox import Sandbox, SandboxService\nimport os, sys, time\n"
-              "service = SandboxService(memory_total=512 << 20)\nsb = Sandbox(service=service)\n"
-              "assert sb.run('x = 1').ok\n"
-              "deadline = time.monotonic() + 10\n"
-              "while sb._cgroup is not None and sb._cgroup.can_freeze and not sb._idle_frozen and time.monotonic() < deadline:\n"
-              "    time.sleep(0.01)\n"
-              "frozen = sb._cgroup is not None and sb._cgroup.can_freeze and sb._idle_frozen\n"
-              "worker = os.fork()\n"
-              "if worker == 0:\n"
-              "    time.sleep(60)\n"
-              "    os._exit(0)\n"
-              "print(service.name, service.work_root, service.store_root, worker, frozen, flush=True)\ntime.sleep(600)")  # fmt: skip
+    script = (
+        "from codedance.sandbox import Sandbox, SandboxService\nimport os, sys, time\n"
+        "service = SandboxService(memory_total=512 << 20)\nsb = Sandbox(service=service)\n"
+        "assert sb.run('x = 1').ok\n"
+        "deadline = time.monotonic() + 10\n"
+        "while sb._cgroup is not None and sb._cgroup.can_freeze and not "
+        "sb._idle_frozen and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)\n"
+        "frozen = sb._cgroup is not None and sb._cgroup.can_freeze and sb._idle_frozen\n"
+        "worker = os.fork()\n"
+        "if worker == 0:\n"
+        "    time.sleep(60)\n"
+        "    os._exit(0)\n"
+        "print(service.name, service.work_root, service.store_root, worker, frozen, "
+        "flush=True)\ntime.sleep(600)"
+    )
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     worker = None
     try:
@@ -786,11 +847,14 @@ def test_the_holder_is_frozen_while_the_controller_restores(jail):
 def test_the_denied_syscalls_do_not_break_ordinary_libraries(jail):
     """The added seccomp rules leave numpy, PIL, OpenCV, matplotlib and file I/O working."""
     sandbox = jail()
-    result = sandbox.run("import numpy as np, cv2, matplotlib.pyplot as plt\nfrom PIL import Image\n"
-                         "a = np.arange(12).reshape(3, 4); img = Image.fromarray((a * 20).astype('uint8'))\n"
-                         "img.save('a.png'); g = cv2.GaussianBlur(np.zeros((32, 32), np.uint8), (3, 3), 0)\n"
-                         "plt.plot([1, 2]); plt.savefig('p.png')\nimport resource; resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
-                         "print(int(a.sum()), g.shape)")  # fmt: skip
+    result = sandbox.run(
+        "import numpy as np, cv2, matplotlib.pyplot as plt\nfrom PIL import Image\n"
+        "a = np.arange(12).reshape(3, 4); img = Image.fromarray((a * 20).astype('uint8'))\n"
+        "img.save('a.png'); g = cv2.GaussianBlur(np.zeros((32, 32), np.uint8), (3, 3), 0)\n"
+        "plt.plot([1, 2]); plt.savefig('p.png')\nimport resource; "
+        "resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
+        "print(int(a.sum()), g.shape)"
+    )
     assert result.ok and result.stdout == "66 (32, 32)\n", result
 
 
@@ -862,7 +926,8 @@ def test_the_step_is_the_oom_victim_from_its_first_statement(jail):
     code = (
         "import os\nr, w = os.pipe()\nif os.fork() == 0:\n"
         "    os.write(w, open('/proc/self/oom_score_adj', 'rb').read()); os._exit(0)\n"
-        "os.wait(); print(open('/proc/self/oom_score_adj').read().strip(), os.read(r, 16).decode().strip())"
+        "os.wait(); print(open('/proc/self/oom_score_adj').read().strip(), os.read(r, "
+        "16).decode().strip())"
     )
     for _ in range(5):
         result = sandbox.run(code)
@@ -902,7 +967,8 @@ def test_processes_racing_to_announce_themselves_are_bounded(jail):
         "        chunk = struct.pack('>I', 65400) + b'{' + b' ' * 65000\n"
         "        for _ in range(300):\n"
         "            pid = os.fork()\n"
-        "            if pid == 0:\n                os.write(_socket_fd(), chunk)\n                os._exit(0)\n"
+        "            if pid == 0:\n                os.write(_socket_fd(), "
+        "chunk)\n                os._exit(0)\n"
         "            os.waitpid(pid, 0)\n"
         "        open('raced', 'w').close()\n"
         "    return body\n_runtime._expect = _racing\n"
@@ -1050,7 +1116,8 @@ def test_a_pool_wakes_every_run_before_it_closes_any(service):
 def test_a_step_that_times_out_before_its_spare_is_forked_rolls_back_and_keeps_the_trajectory(jail):
     """A run that times out before the holder has forked its spare kills "every process but
     the holder" while there is none; the spare forks a moment later, the holder waits for it
-    and never reports, and at the recovery deadline the trajectory would be lost. A holder slow to fork (here a committed step made it so) stands for that moment."""
+    and never reports, and at the recovery deadline the trajectory would be lost. A holder slow to
+    fork (here a committed step made it so) stands for that moment."""
     sandbox = jail(limits=Limits(recovery_s=10.0))
     slow = (
         RUNTIME_FORK + "import time\ndef _slow_fork():\n    time.sleep(0.4)\n    return _fork()\n"

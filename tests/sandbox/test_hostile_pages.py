@@ -41,13 +41,16 @@ LOCK_SHARED_PAGES = f"""
 import ctypes, errno, os, resource
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mmap.restype = ctypes.c_void_p
-libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, \
+ctypes.c_long]
 libc.syscall.restype = ctypes.c_long
-PROT_READ, MAP_PRIVATE, MAP_LOCKED, FAILED, MiB = 1, 2, {_MAP_LOCKED}, ctypes.c_void_p(-1).value, 1 << 20
+PROT_READ, MAP_PRIVATE, MAP_LOCKED, FAILED, MiB = 1, 2, {_MAP_LOCKED}, ctypes.c_void_p(-1).value, \
+1 << 20
 outcomes = {{}}
 
 def unevictable():
-    return next(int(line.split()[1]) << 10 for line in open('/proc/meminfo') if line.startswith('Unevictable:'))
+    return next(int(line.split()[1]) << 10 for line in open('/proc/meminfo') if \
+line.startswith('Unevictable:'))
 
 def mapped(offset, flags, size=3 * MiB):
     fd = os.open({LARGE!r}, os.O_RDONLY)
@@ -82,7 +85,8 @@ rise = unevictable() - before
 os.close(hold[1])
 for pid in children:
     os.waitpid(pid, 0)
-print(sorted(outcomes.items()), resource.getrlimit(resource.RLIMIT_MEMLOCK), rise < 8 * MiB, rise >> 20)
+print(sorted(outcomes.items()), resource.getrlimit(resource.RLIMIT_MEMLOCK), rise < 8 * MiB, rise \
+>> 20)
 """
 
 
@@ -108,20 +112,24 @@ def test_page_cache_residency_probes_are_refused_and_plain_reads_work(jail):
     files a neighbour read), ``cachestat`` and ``fadvise(DONTNEED)`` (the eviction that resets a
     probe) fail with ``EPERM``; the same calls without the flag, and other advice, still work."""
     sandbox = jail()
-    code = (f"import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
-            f"shared = os.open({SHARED!r}, os.O_RDONLY)\nown = os.open('own.bin', os.O_RDWR | os.O_CREAT)\n"
-            "os.write(own, b'x' * 4096)\nfound = []\n"
-            "def attempt(call):\n    try:\n        found.append(call())\n"
-            "    except OSError as exc:\n        found.append(exc.errno)\n"
-            "attempt(lambda: os.preadv(shared, [bytearray(4096)], 0, os.RWF_NOWAIT))\n"
-            "attempt(lambda: os.pwritev(own, [b'y' * 4096], 0, os.RWF_NOWAIT))\n"
-            "attempt(lambda: os.posix_fadvise(shared, 0, 0, os.POSIX_FADV_DONTNEED))\n"
-            "r = libc.syscall(451, shared, ctypes.byref((ctypes.c_uint64 * 2)(0, 0)), "
-            "ctypes.byref((ctypes.c_uint64 * 5)()), 0)\n"
-            "found.append(ctypes.get_errno() if r == -1 else 'allowed')\n"
-            "attempt(lambda: os.preadv(shared, [bytearray(4096)], 0))\n"
-            "attempt(lambda: os.posix_fadvise(shared, 0, 0, os.POSIX_FADV_SEQUENTIAL))\n"
-            "print(found)")  # fmt: skip
+    code = (
+        "import ctypes, os\nlibc = ctypes.CDLL(None, "
+        "use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+        f"shared = os.open({SHARED!r}, os.O_RDONLY)\nown = os.open('own.bin', "
+        "os.O_RDWR | os.O_CREAT)\n"
+        "os.write(own, b'x' * 4096)\nfound = []\n"
+        "def attempt(call):\n    try:\n        found.append(call())\n"
+        "    except OSError as exc:\n        found.append(exc.errno)\n"
+        "attempt(lambda: os.preadv(shared, [bytearray(4096)], 0, os.RWF_NOWAIT))\n"
+        "attempt(lambda: os.pwritev(own, [b'y' * 4096], 0, os.RWF_NOWAIT))\n"
+        "attempt(lambda: os.posix_fadvise(shared, 0, 0, os.POSIX_FADV_DONTNEED))\n"
+        "r = libc.syscall(451, shared, ctypes.byref((ctypes.c_uint64 * 2)(0, 0)), "
+        "ctypes.byref((ctypes.c_uint64 * 5)()), 0)\n"
+        "found.append(ctypes.get_errno() if r == -1 else 'allowed')\n"
+        "attempt(lambda: os.preadv(shared, [bytearray(4096)], 0))\n"
+        "attempt(lambda: os.posix_fadvise(shared, 0, 0, os.POSIX_FADV_SEQUENTIAL))\n"
+        "print(found)"
+    )
     result = sandbox.run(code)
     assert result.ok and result.stdout == "[1, 1, 1, 1, 4096, None]\n", result  # EPERM x 4
 
@@ -130,11 +138,13 @@ def test_ordinary_libraries_work_without_locked_memory(jail):
     """With ``RLIMIT_MEMLOCK`` 0 and locking refused, NumPy, Pillow, OpenCV and Matplotlib import
     and a typical crop-and-plot step returns its images."""
     sandbox = jail([_png()])
-    result = sandbox.run("import numpy as np, PIL, cv2, matplotlib.pyplot as plt, resource\n"
-                         "crop = input_image.crop((10, 5, 30, 25)).resize((40, 40))\n"
-                         "edges = cv2.Canny(np.asarray(crop.convert('L')), 50, 150)\n"
-                         "plt.imshow(edges); plt.title('edges'); plt.show()\n"
-                         "print(crop.size, edges.shape, resource.getrlimit(resource.RLIMIT_MEMLOCK))\ncrop")  # fmt: skip
+    result = sandbox.run(
+        "import numpy as np, PIL, cv2, matplotlib.pyplot as plt, resource\n"
+        "crop = input_image.crop((10, 5, 30, 25)).resize((40, 40))\n"
+        "edges = cv2.Canny(np.asarray(crop.convert('L')), 50, 150)\n"
+        "plt.imshow(edges); plt.title('edges'); plt.show()\n"
+        "print(crop.size, edges.shape, resource.getrlimit(resource.RLIMIT_MEMLOCK))\ncrop"
+    )
     assert result.ok and result.stdout == "(40, 40) (40, 40) (0, 0)\n", result
     assert len(result.images) == 2, result
 

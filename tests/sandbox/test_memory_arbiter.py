@@ -64,7 +64,7 @@ def test_no_trajectory_can_take_every_inode_slot_of_the_work_root_before_its_mem
     assert slots * 200 > 1.25 * service.memory_total, (slots, service.memory_total)
 
 
-def test_the_largest_growers_come_first_idle_ones_past_a_floor_and_only_past_the_slack_when_nearly_full():
+def test_the_largest_growers_come_first_idle_ones_past_a_floor_and_only_past_the_slack_when_nearly_full():  # noqa: E501
     mib = 1 << 20
     growths = [
         ("a", 10 * mib, 10 * mib, True),
@@ -114,7 +114,8 @@ def test_the_largest_growers_come_first_idle_ones_past_a_floor_and_only_past_the
 
 def _while_running(background, code: str, action):
     """Run ``code`` in ``background`` (a sandbox) on a thread; once it has created the file
-    ``ready`` in its working directory, call ``action()``; returns (background's result, action's)."""
+    ``ready`` in its working directory, call ``action()``; returns (background's result,
+    action's)."""
     results = {}
     thread = threading.Thread(target=lambda: results.setdefault("background", background.run(code)))
     thread.start()
@@ -132,7 +133,8 @@ def _while_running(background, code: str, action):
 def _neighbour_holding(mib: int) -> str:
     """An honest step that holds ``mib`` MiB, says it is ready, and finishes a few seconds later."""
     return (
-        f"import numpy as np, time\nx = np.ones({mib} << 20, np.uint8)\nopen('ready', 'w').close()\n"
+        f"import numpy as np, time\nx = np.ones({mib} << 20, np.uint8)\nopen('ready', "
+        "'w').close()\n"
         "time.sleep(6)\nprint('B done', int(x[-1]))"
     )
 
@@ -275,7 +277,10 @@ def ACTION():  # once, right after its commit: kept between steps, in no step
 """
 # waits for the holder's allocation (thawing it if the idle freezer stopped it mid-way), then
 # fails: the rollback leaves the holder's memory, and the mark stays at the last commit
-AFTER_THE_HOLDER_HELD = "import os, time\nwhile not os.path.exists('held'): time.sleep(0.01)\nraise RuntimeError('on purpose')"
+AFTER_THE_HOLDER_HELD = (
+    "import os, time\nwhile not os.path.exists('held'): time.sleep(0.01)\nraise "
+    "RuntimeError('on purpose')"
+)
 
 
 def _headroom(service) -> int:
@@ -297,8 +302,8 @@ def test_idle_trajectories_each_keeping_under_the_slack_pay_before_a_smaller_run
     """Three patched holders each keep ~27 MiB between steps (under the 32 MiB slack, past the
     8 MiB floor); a neighbour's committed state brings the service within ~10 MiB of full (its
     next spare's fork needs some); an honest step then allocates 20 MiB: an idle grower pays
-    (lost), the honest step finishes and the neighbour's state survives (if idle growth within the slack is never charged,
-    the honest step is stopped)."""
+    (lost), the honest step finishes and the neighbour's state survives (if idle growth within the
+    slack is never charged, the honest step is stopped)."""
     attackers = [jail(timeout_s=60, limits=LIMITS) for _ in range(3)]
     honest, filler = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
     for attacker in attackers:
@@ -309,7 +314,8 @@ def test_idle_trajectories_each_keeping_under_the_slack_pay_before_a_smaller_run
     assert all(24 << 20 < growth < SLACK_BYTES for growth in grown), grown  # the honest step: ~21
     # committed state in two steps: the second, nearly full, grows less than the slack
     assert filler.run(
-        f"import numpy as np\nbig = np.ones({(_headroom(filler.service) >> 20) - 30} << 20, np.uint8)"
+        f"import numpy as np\nbig = np.ones({(_headroom(filler.service) >> 20) - 30} "
+        "<< 20, np.uint8)"
     ).ok
     assert filler.run(
         f"small = np.ones({(_headroom(filler.service) >> 20) - 10} << 20, np.uint8)"
@@ -378,8 +384,10 @@ def test_the_default_memory_total_respects_the_controllers_own_cgroup_limit():
         ) as handle:
             handle.write(str(700 << 20))
         code = (
-            f"import os\nopen({os.path.join(outer, 'cgroup.procs')!r}, 'w').write(str(os.getpid()))\n"
-            "from codedance.sandbox.service import default_memory_total\nprint(default_memory_total())"
+            f"import os\nopen({os.path.join(outer, 'cgroup.procs')!r}, "
+            "'w').write(str(os.getpid()))\n"
+            "from codedance.sandbox.service import "
+            "default_memory_total\nprint(default_memory_total())"
         )
         child = subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
@@ -420,7 +428,8 @@ def test_a_step_holding_the_service_through_writes_alone_is_stopped(jail):
     a, b = jail(timeout_s=60, limits=LIMITS), jail(timeout_s=60, limits=LIMITS)
     result_a, result_b = _while_running(
         a,
-        "chunk = b'x' * (1 << 20)\nfor i in range(560):\n    with open(f'f{i}', 'wb') as f: f.write(chunk)\n"
+        "chunk = b'x' * (1 << 20)\nfor i in range(560):\n    with open(f'f{i}', 'wb') "
+        "as f: f.write(chunk)\n"
         "open('ready', 'w').close()\nimport time\ntime.sleep(30)",
         lambda: b.run(
             "import time\nchunk = b'r' * (1 << 20)\nwith open('result.bin', 'wb') as f:\n"
@@ -450,13 +459,14 @@ def test_kernel_cache_a_stopped_step_leaves_does_not_lose_the_trajectory(jail):
 
 
 def _beside_faulting_neighbour(neighbour, mib: int, action, before: str = ""):
-    """Run in ``neighbour`` an honest step that runs ``before``, holds ``mib`` MiB and then keeps faulting fresh
-    pages in (so a full service is *out of memory*: someone waits, the kernel has reclaimed what
-    it could) until this side creates ``stop`` in its inputs directory (outside what a rollback
-    restores); meanwhile call ``action()``. Returns (neighbour's result, action's)."""
+    """Run in ``neighbour`` an honest step that runs ``before``, holds ``mib`` MiB and then keeps
+    faulting fresh pages in (so a full service is *out of memory*: someone waits, the kernel has
+    reclaimed what it could) until this side creates ``stop`` in its inputs directory (outside what
+    a rollback restores); meanwhile call ``action()``. Returns (neighbour's result, action's)."""
     stop = os.path.join(neighbour._inputs_dir, "stop")
     code = (
-        f"import mmap, os, time, numpy as np\n{before}\nx = np.ones({mib} << 20, np.uint8)\nopen('ready', 'w').close()\n"
+        f"import mmap, os, time, numpy as np\n{before}\nx = np.ones({mib} << 20, "
+        "np.uint8)\nopen('ready', 'w').close()\n"
         f"while not os.path.exists({stop!r}):\n    time.sleep(0.002)\n"
         # a mapping is kernel memory the syscall allocates: while the service is out of
         # memory (documented) it can fail with ENOMEM rather than wait, as a page fault does
@@ -496,7 +506,8 @@ def test_a_step_filling_memory_with_empty_files_is_stopped_not_its_running_neigh
     a, b, filler = (jail(timeout_s=60, limits=LIMITS) for _ in range(3))
     # committed state leaves ~200 MiB: fewer files fill it
     assert filler.run(
-        f"import numpy as np\nbig = np.ones({(_headroom(filler.service) >> 20) - 200} << 20, np.uint8)"
+        f"import numpy as np\nbig = np.ones({(_headroom(filler.service) >> 20) - 200} "
+        "<< 20, np.uint8)"
     ).ok
     result_b, result_a = _beside_faulting_neighbour(b, 40, lambda: a.run(EMPTY_FILES))
     assert result_b.status is ExecStatus.OK and result_b.stdout == "B done 1\n", result_b
@@ -540,13 +551,15 @@ def test_an_honest_steps_kernel_cache_does_not_make_it_pay(jail):
     in the runs measured)."""
     a, b, filler = (jail(timeout_s=60, limits=LIMITS) for _ in range(3))
     assert filler.run(
-        f"import numpy as np\nbig = np.ones({(_headroom(filler.service) >> 20) - 130} << 20, np.uint8)"
+        f"import numpy as np\nbig = np.ones({(_headroom(filler.service) >> 20) - 130} "
+        "<< 20, np.uint8)"
     ).ok
     result_b, result_a = _beside_faulting_neighbour(
         b,
         1,
         lambda: a.run(
-            "import numpy as np\nchunks = []\nfor _ in range(50): chunks.append(np.ones(4 << 20, np.uint8))"
+            "import numpy as np\nchunks = []\nfor _ in range(50): "
+            "chunks.append(np.ones(4 << 20, np.uint8))"
         ),
         before=MISSING_PATHS,
     )
@@ -557,7 +570,10 @@ def test_an_honest_steps_kernel_cache_does_not_make_it_pay(jail):
 def test_unreclaimable_leaves_out_file_cache_and_kernel_memory():
     from codedance.sandbox.memory.cgroup_memory import unreclaimable
 
-    stat = b"cache 15\nrss 3\nactive_file 10\ninactive_file 5\ntotal_active_file 12\ntotal_inactive_file 6\n"
+    stat = (
+        b"cache 15\nrss 3\nactive_file 10\ninactive_file 5\ntotal_active_file "
+        b"12\ntotal_inactive_file 6\n"
+    )
     assert unreclaimable(1, b"100\n", stat, b"20\n") == 65
     assert unreclaimable(1, b"100\n", stat, b"20\n", prefix=b"total_") == 62
     # v2: all kernel memory, its "kernel" line where listed, else its parts
@@ -661,7 +677,8 @@ def test_a_holder_taking_what_its_step_freed_pays_itself_and_the_service_goes_on
             target=lambda: results.setdefault(
                 "e",
                 e.run(
-                    "import os, time\ntime.sleep(1.5)\nos.remove('data')\nraise ValueError('an honest bug')"
+                    "import os, time\ntime.sleep(1.5)\nos.remove('data')\nraise "
+                    "ValueError('an honest bug')"
                 ),
             )
         )
@@ -669,7 +686,8 @@ def test_a_holder_taking_what_its_step_freed_pays_itself_and_the_service_goes_on
     threads[1].start()
     time.sleep(0.1)
     result_a = a.run(
-        "import os, time\nos.remove('big0'); os.remove('big1')\ntime.sleep(0.6)\nraise RuntimeError('fails')"
+        "import os, time\nos.remove('big0'); os.remove('big1')\ntime.sleep(0.6)\nraise "
+        "RuntimeError('fails')"
     )
     for thread in threads:
         thread.join(timeout=120)
@@ -703,7 +721,8 @@ def test_a_rollback_that_would_hold_more_than_its_committed_state_loses_that_tra
         target=lambda: results.setdefault(
             "e",
             e.run(
-                "import os, time\ntime.sleep(1.0)\nos.remove('data')\nraise ValueError('an honest bug')"
+                "import os, time\ntime.sleep(1.0)\nos.remove('data')\nraise "
+                "ValueError('an honest bug')"
             ),
         )
     )
@@ -751,17 +770,20 @@ def test_an_honest_rollback_of_a_file_its_holder_keeps_mapped_is_not_taken_for_o
     assert result_a.status is ExecStatus.ERROR and result_a.rolled_back, result_a
 
 
-PAGE_TABLES = r"""
+PAGE_TABLES = """
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mmap.restype = ctypes.c_void_p
-libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, \
+ctypes.c_long]
 def page_tables():
-    return next(int(line.split()[1]) << 10 for line in open("/proc/self/status") if line.startswith("VmPTE:"))
+    return next(int(line.split()[1]) << 10 for line in open("/proc/self/status") if \
+line.startswith("VmPTE:"))
 made, base = 0, 0x100000000000
 while page_tables() < TARGET:  # one page a GiB apart: two table pages each, and no anonymous memory
     addr = base + made * (1 << 30)
-    if libc.mmap(addr, 4096, 1, 0x02 | 0x20 | 0x100000, -1, 0) != addr:  # read-only, private, anonymous, fixed
+    if libc.mmap(addr, 4096, 1, 0x02 | 0x20 | 0x100000, -1, 0) != addr:  # read-only, private, \
+anonymous, fixed
         raise OSError(ctypes.get_errno(), f"mmap after {made} mappings")
     ctypes.string_at(addr, 1)
     made += 1
@@ -780,14 +802,16 @@ def test_a_commit_of_page_tables_cannot_take_what_a_neighbours_rollback_needs(ja
         _headroom(service) >> 20
     ) - 300  # A then makes ~400 MiB of page tables (one process's most: ~500)
     assert filler.run(
-        f"chunk = b'f' * (1 << 20)\nwith open('f', 'wb') as f:\n    for _ in range({fill_mib}): f.write(chunk)"
+        "chunk = b'f' * (1 << 20)\nwith open('f', 'wb') as f:\n    for _ in "
+        f"range({fill_mib}): f.write(chunk)"
     ).ok
     results = {}
     thread = threading.Thread(
         target=lambda: results.setdefault(
             "b",
             b.run(
-                "import os, time\nos.remove('big')\ntime.sleep(4)\nraise RuntimeError('an honest failure')"
+                "import os, time\nos.remove('big')\ntime.sleep(4)\nraise "
+                "RuntimeError('an honest failure')"
             ),
         )
     )
@@ -811,12 +835,15 @@ def test_a_steps_kernel_cache_does_not_refuse_a_neighbours_commits(jail, service
     assert a.run("x = 1").ok
     fill_mib = (_headroom(service) >> 20) - 250
     assert filler.run(
-        f"chunk = b'f' * (1 << 20)\nwith open('f', 'wb') as f:\n    for _ in range({fill_mib}): f.write(chunk)"
+        "chunk = b'f' * (1 << 20)\nwith open('f', 'wb') as f:\n    for _ in "
+        f"range({fill_mib}): f.write(chunk)"
     ).ok
     stop = os.path.join(b._inputs_dir, "stop")
     code = (
-        f"import os, time\nos.remove('big')\n{MISSING_PATHS.replace('150000', '700000')}\nopen('ready', 'w').close()\n"
-        f"while not os.path.exists({stop!r}): time.sleep(0.01)\nos.remove('ready')\nraise RuntimeError('fails')"
+        "import os, time\nos.remove('big')\n"
+        f"{MISSING_PATHS.replace('150000', '700000')}\nopen('ready', 'w').close()\n"
+        f"while not os.path.exists({stop!r}): "
+        "time.sleep(0.01)\nos.remove('ready')\nraise RuntimeError('fails')"
     )
 
     def neighbour_commits():

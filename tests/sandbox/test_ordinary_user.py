@@ -104,7 +104,8 @@ def ordinary_user(tmp_path_factory):
     """(the user's passwd entry, a home directory of its own, readable by it alone)."""
     if os.geteuid() != 0:
         pytest.skip(
-            "running the sandbox as an ordinary user needs root to create that user (useradd, setpriv)"
+            "running the sandbox as an ordinary user needs root to create that user "
+            "(useradd, setpriv)"
         )
     version = (
         subprocess.run(
@@ -118,7 +119,8 @@ def ordinary_user(tmp_path_factory):
     )
     if version != str(sys.version_info[:2]):
         pytest.skip(
-            f"{PYTHON} is {version or 'missing'}, not the test environment's {sys.version_info[:2]}: its "
+            f"{PYTHON} is {version or 'missing'}, not the test environment's "
+            f"{sys.version_info[:2]}: its "
             "compiled packages would not load"
         )
     try:
@@ -134,9 +136,24 @@ def ordinary_user(tmp_path_factory):
     home = base / "home"
     home.mkdir()
     os.chown(home, user.pw_uid, user.pw_gid)
-    namespaces = subprocess.run(["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups",
-                                 "bwrap", "--unshare-user", "--unshare-pid", "--ro-bind", "/", "/", "true"],
-                                capture_output=True, text=True, check=False)  # fmt: skip
+    namespaces = subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={user.pw_uid}",
+            f"--regid={user.pw_gid}",
+            "--clear-groups",
+            "bwrap",
+            "--unshare-user",
+            "--unshare-pid",
+            "--ro-bind",
+            "/",
+            "/",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if namespaces.returncode != 0:
         shutil.rmtree(base)
         pytest.skip(
@@ -195,7 +212,8 @@ for pid in pids:
 for path in sorted(seen):
     attempt(f"mountinfo path {path}", lambda: listing(path))
     attempt(f"mountinfo path {path} (read)", lambda: read(path + "/secret.txt"))
-    attempt(f"mountinfo path {path} (parent)", lambda: read(os.path.join(path, name, "work", "secret.txt")))
+    attempt(f"mountinfo path {path} (parent)", lambda: read(os.path.join(path, name, "work", \
+"secret.txt")))
 attempt("/tmp left by the neighbour", lambda: open("/tmp/b-was-here").close())
 attempt("write /tmp", lambda: open("/tmp/a-was-here", "w").close())
 attempt("write /", lambda: open("/a-was-here", "w").close())
@@ -227,7 +245,8 @@ attack, forks = {ATTACK!r}, {FORKS!r}
 service = SandboxService()
 out = {{"private_views": service.isolation.private_views, "describe": service.isolation.describe()}}
 with Sandbox(service=service) as a, Sandbox(service=service) as b:
-    out["b_wrote"] = b.run("open('secret.txt', 'w').write('B-secret')\\ntry:\\n    open('/tmp/b-was-here', 'w')\\n"
+    out["b_wrote"] = b.run("open('secret.txt', 'w').write('B-secret')\\ntry:\\n \
+   open('/tmp/b-was-here', 'w')\\n"
                          "except OSError:\\n    pass").ok
     assert a.run("open('secret.txt', 'w').write('A-secret')").ok
     against_b = a.run(attack.replace("TARGET", repr((b.workdir, "B-secret"))))
@@ -236,11 +255,13 @@ with Sandbox(service=service) as a, Sandbox(service=service) as b:
     out["against_self"] = json.loads(against_self.stdout) if against_self.ok else str(against_self)
     out["b_secret"] = b.run("print(open('secret.txt').read())").stdout.strip()
     out["forks"] = a.run(forks).stdout.strip()
-    out["b_forks"] = b.run("import os\\npid = os.fork()\\nif pid == 0: os._exit(0)\\nos.waitpid(pid, 0)").ok
+    out["b_forks"] = b.run("import os\\npid = os.fork()\\nif pid == 0: \
+os._exit(0)\\nos.waitpid(pid, 0)").ok
 with Sandbox([example_image()], service=service) as c:
     out["input_changed"] = [c.run(code).ok for code in ("import os; os.remove('input_image.jpg')",
                                                         "open(input_image_path, 'ab').write(b'x')",
-                                                        "import os; os.rename('input_image.jpg', 'moved.jpg')")]
+                                                        "import os; os.rename('input_image.jpg', \
+'moved.jpg')")]
     out["input_read"] = c.run("print(input_image.size)").stdout.strip()
 service.close()
 print("RESULT " + json.dumps(out))
@@ -265,7 +286,8 @@ def test_a_trajectory_cannot_reach_another_ones_working_directory(ordinary_user)
         how.startswith("mountinfo path") for how in own
     ), own
     assert not {"write /tmp", "write /", "/tmp left by the neighbour"} & set(own), own
-    # RLIMIT_NPROC counts per user namespace: 32 processes for the trajectory, holder and spare included
+    # RLIMIT_NPROC counts per user namespace: 32 processes for the trajectory, holder and spare
+    # included
     assert 0 < int(out["forks"]) < 32 and out["b_forks"], out
     # its input image stays as the controller wrote it: not removed, changed or renamed
     assert out["input_changed"] == [False, False, False] and out["input_read"], out
@@ -273,8 +295,22 @@ def test_a_trajectory_cannot_reach_another_ones_working_directory(ordinary_user)
 
 def test_the_contract_suite_holds_for_an_ordinary_user(ordinary_user):
     user, home = ordinary_user
-    done = _run_as_user(user, home, ["-m", "pytest", "tests/sandbox/test_contract.py", "-q", "-m", "",
-                                     "-p", "no:cacheprovider", "-rs"], timeout_s=900)  # fmt: skip
+    done = _run_as_user(
+        user,
+        home,
+        [
+            "-m",
+            "pytest",
+            "tests/sandbox/test_contract.py",
+            "-q",
+            "-m",
+            "",
+            "-p",
+            "no:cacheprovider",
+            "-rs",
+        ],
+        timeout_s=900,
+    )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     summary = done.stdout.strip().splitlines()[-1]
     assert "failed" not in summary and " 1 skipped" in summary, done.stdout[
@@ -284,7 +320,10 @@ def test_the_contract_suite_holds_for_an_ordinary_user(ordinary_user):
 
 def test_sandbox_check_exits_0_for_an_ordinary_user_and_reports_the_private_view(ordinary_user):
     user, home = ordinary_user
-    code = "import sys; from codedance.cli import main; sys.argv = ['codedance', 'sandbox', 'check', '--json']; main()"
+    code = (
+        "import sys; from codedance.cli import main; sys.argv = ['codedance', 'sandbox', "
+        "'check', '--json']; main()"
+    )
     done = _run_as_user(user, home, ["-c", code], timeout_s=600)
     promises = {}
     for line in done.stdout.splitlines():
@@ -389,7 +428,8 @@ with Sandbox(service=service, limits=small) as a, Sandbox(service=service) as b:
     out["b_during"] = [during.ok, during.notes]
     held = a.run(HOLD)
     out["a_held"] = [held.ok, held.stdout.strip()]
-    after = b.run("import os; open('last.bin', 'wb').write(b'd' * (4 << 20)); print(x, y, sorted(os.listdir('.')))")
+    after = b.run("import os; open('last.bin', 'wb').write(b'd' * (4 << 20)); print(x, y, \
+sorted(os.listdir('.')))")
     out["b_after"] = [after.ok, after.stdout.strip(), after.notes]
 with Sandbox(service=service) as c:
     out["memfd"] = str(c.run("import os; os.memfd_create('m')").error)
@@ -428,7 +468,8 @@ LOST = """
 import json, os, time
 from codedance.sandbox import Sandbox
 PATCH = ("import sys, os\\n_runtime = sys.modules['__main__']\\n_real = _runtime._expect\\n"
-         "def _quit_on_resume(reader, op, stale=()):\\n    if op == 'resume':\\n        os._exit(0)\\n"
+         "def _quit_on_resume(reader, op, stale=()):\\n    if op == 'resume':\\n \
+       os._exit(0)\\n"
          "    return _real(reader, op, stale)\\n_runtime._expect = _quit_on_resume\\n"
          "open('committed', 'wb').write(b'c' * (1 << 20))")
 def held(device):
@@ -445,7 +486,8 @@ with Sandbox() as sandbox:
     device = int(sandbox.run("import os; print(os.stat('.').st_dev)").stdout)
     before = held(device)
     failed = sandbox.run("raise ValueError('x')")
-    lost = sandbox.run("x = 1") if failed.ok is False and 'lost' not in str(failed.notes) else failed
+    lost = sandbox.run("x = 1") if failed.ok is False and 'lost' not in str(failed.notes) else \
+failed
     out = {"before": len(before), "after": len(held(device)), "lost": 'lost' in str(lost.notes)}
 print("RESULT " + json.dumps(out))
 """

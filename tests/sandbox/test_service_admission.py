@@ -70,8 +70,14 @@ def _reply(path: Path) -> bytes:
 
 def test_out_of_descriptors_a_connection_is_refused_at_once_and_serving_resumes(tmp_path):
     path = tmp_path / "s.sock"
-    server = subprocess.Popen([sys.executable, "-c", SERVER, str(path)], cwd=ROOT, text=True,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER, str(path)],
+        cwd=ROOT,
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         assert server.stdout.readline() == "full\n", server.stderr.read()
         for _ in range(3):

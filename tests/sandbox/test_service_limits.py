@@ -35,7 +35,8 @@ NOFILE, HELD = 600, 1000
 TCP_NOFILE, TCP_HELD = 2600, 3000
 HOLD = """
 import os, resource, socket, sys, time
-resource.setrlimit(resource.RLIMIT_NOFILE, ({held} + 64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+resource.setrlimit(resource.RLIMIT_NOFILE, ({held} + 64, \
+resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 held = []
 for _ in range({held}):
     s = socket.socket({family}); s.settimeout(3)

@@ -64,10 +64,27 @@ class Served:
         tokens.chmod(0o600)
         limit = ["prlimit", f"--nofile={nofile}:{nofile}"] if nofile else []
         self.process = subprocess.Popen(
-            [*limit, sys.executable, "-c", "from codedance.cli import main; main()", "sandbox", "serve",
-             "--socket", str(self.socket), "--tcp", "127.0.0.1:0", "--token-file", str(tokens), *args],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(), cwd=ROOT,
-        )  # fmt: skip
+            [
+                *limit,
+                sys.executable,
+                "-c",
+                "from codedance.cli import main; main()",
+                "sandbox",
+                "serve",
+                "--socket",
+                str(self.socket),
+                "--tcp",
+                "127.0.0.1:0",
+                "--token-file",
+                str(tokens),
+                *args,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=_env(),
+            cwd=ROOT,
+        )
         self.output: list[str] = []
         deadline = time.monotonic() + SERVE_WAIT_S
         for line in self.process.stdout:
@@ -167,14 +184,16 @@ def fresh(tmp_path):
         server.stop()
 
 
-# ------------------------------------------------------------------ the contract, through the service
+# ------------------------------------------------------------------ the contract, through the
+# service
 def test_the_contract_suite_passes_through_the_service_as_a_non_root_client(served):
     """tests/sandbox/test_contract.py and the public checks, run by uid 64123 against the service
     (its conftest creates every sandbox through CODEDANCE_SANDBOX_URL)."""
     run = as_uid(
         CLIENT_UID,
         (
-            "import sys, pytest\nsys.exit(pytest.main(['-q', '-m', '', '-p', 'no:cacheprovider', '--rootdir', "
+            "import sys, pytest\nsys.exit(pytest.main(['-q', '-m', '', '-p', "
+            "'no:cacheprovider', '--rootdir', "
             f"{str(ROOT)!r}, {str(ROOT / 'tests/sandbox/test_contract.py')!r}, "
             f"{str(Path(__file__))!r} + '::test_each_check_holds_for_a_client_of_the_service']))"
         ),
@@ -182,7 +201,8 @@ def test_the_contract_suite_passes_through_the_service_as_a_non_root_client(serv
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     passed = re.search(r"(\d+) passed", run.stdout)
-    # test_contract.py's 15 other tests and the 8 checks (test_property skips itself: no service here)
+    # test_contract.py's 15 other tests and the 8 checks (test_property skips itself: no service
+    # here)
     assert passed and int(passed.group(1)) >= 23 and "skipped" in run.stdout, run.stdout[-2000:]
 
 
@@ -200,7 +220,8 @@ def test_the_hostile_suites_pass_through_the_service_as_a_non_root_client(fresh,
     suites = [str(ROOT / "tests/sandbox" / name) for name in HOSTILE_SUITES]
     run = as_uid(
         CLIENT_UID,
-        "import sys, pytest\nsys.exit(pytest.main(['-q', '-rfs', '-m', '', '-p', 'no:cacheprovider', "
+        "import sys, pytest\nsys.exit(pytest.main(['-q', '-rfs', '-m', '', '-p', "
+        "'no:cacheprovider', "
         f"'--rootdir', {str(ROOT)!r}, *{suites!r}]))",
         url=server.unix,
         timeout_s=1100,
@@ -259,9 +280,22 @@ def test_a_uid_not_allowed_is_refused_with_one_line(served):
 
 
 def test_a_second_service_on_a_live_socket_is_refused_with_one_line(served):
-    second = subprocess.run([sys.executable, "-c", "from codedance.cli import main; main()", "sandbox", "serve",
-                             "--socket", str(served.socket)], capture_output=True, text=True, env=_env(),
-                            timeout=120, check=False)  # fmt: skip
+    second = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from codedance.cli import main; main()",
+            "sandbox",
+            "serve",
+            "--socket",
+            str(served.socket),
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=120,
+        check=False,
+    )
     assert second.returncode == 2 and second.stdout == "", second.stdout
     assert second.stderr.strip() == (
         f"error: a sandbox service already listens on {served.socket}; "
@@ -284,7 +318,8 @@ def test_tcp_with_the_token_runs_and_without_it_is_refused(served):
         assert isinstance(pool, RemotePool)
         with pool.sandbox([example_image()]) as sb:
             result = sb.run(
-                "from PIL import Image\nprint(input_image.size)\nImage.new('RGB', (64, 48), (0, 0, 255))"
+                "from PIL import Image\nprint(input_image.size)\nImage.new('RGB', (64, "
+                "48), (0, 0, 255))"
             )
     assert result.status is ExecStatus.OK, result
     assert result.images[0].size == (64, 48) and result.images[0].to_pil().getpixel((1, 1))[:3] == (
@@ -298,9 +333,28 @@ def test_tcp_with_the_token_runs_and_without_it_is_refused(served):
 
 
 def test_tcp_over_tls_with_a_private_ca(fresh, tmp_path, monkeypatch):
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(tmp_path / "key.pem"),
-                    "-out", str(tmp_path / "cert.pem")], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(tmp_path / "key.pem"),
+            "-out",
+            str(tmp_path / "cert.pem"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     server = fresh(
         tmp_path, "--tls-cert", str(tmp_path / "cert.pem"), "--tls-key", str(tmp_path / "key.pem")
     )
@@ -531,15 +585,21 @@ def test_ray_actors_on_two_nodes_each_use_their_own_nodes_service(fresh, tmp_pat
     (tmp_path / "b").mkdir()
     services = {"a": fresh(tmp_path / "a"), "b": fresh(tmp_path / "b")}
     monkeypatch.setenv(URL_ENV, services["a"].unix)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"node_a": 1},
-                                                            "include_dashboard": False})  # fmt: skip
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "resources": {"node_a": 1}, "include_dashboard": False},
+    )
     try:
         monkeypatch.setenv(URL_ENV, services["b"].unix)
         cluster.add_node(num_cpus=1, resources={"node_b": 1})
         monkeypatch.delenv(URL_ENV)
         ray.init(address=cluster.address, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
-        nodes = {name: next(n["NodeID"] for n in ray.nodes() if n["Alive"] and f"node_{name}" in n["Resources"])
-                 for name in services}  # fmt: skip
+        nodes = {
+            name: next(
+                n["NodeID"] for n in ray.nodes() if n["Alive"] and f"node_{name}" in n["Resources"]
+            )
+            for name in services
+        }
 
         @ray.remote(num_cpus=0)
         class Worker:
@@ -553,8 +613,12 @@ def test_ray_actors_on_two_nodes_each_use_their_own_nodes_service(fresh, tmp_pat
         def held() -> dict[str, int]:
             return {name: Connection(s.unix).health()["sandboxes"] for name, s in services.items()}
 
-        workers = {name: Worker.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
-                   for name, node in nodes.items()}  # fmt: skip
+        workers = {
+            name: Worker.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
+            ).remote()
+            for name, node in nodes.items()
+        }
         assert ray.get(workers["a"].open.remote(), timeout=120) == "ran\n"
         assert held() == {"a": 1, "b": 0}
         assert ray.get(workers["b"].open.remote(), timeout=120) == "ran\n"

@@ -62,11 +62,22 @@ def _frame(raw: bytes) -> bytes:
     return len(raw).to_bytes(4, "big") + raw
 
 
-@pytest.mark.parametrize("raw", [
-    b"[1, 2]", b'{"_blobs": "x"}', b'{"_blobs": [-1]}', b'{"_blobs": [1.5]}', b'{"op": NaN, "_blobs": []}',
-    b'{"x": Infinity, "_blobs": []}', b"[" * 100_000 + b"]" * 100_000, b'{"x": 1' + b"0" * 5000 + b', "_blobs": []}',
-    b"\xff\xfe", b'{"_blobs": [' + b"1," * 100 + b"1]}", b'{"_blobs": [1099511627776]}',
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"[1, 2]",
+        b'{"_blobs": "x"}',
+        b'{"_blobs": [-1]}',
+        b'{"_blobs": [1.5]}',
+        b'{"op": NaN, "_blobs": []}',
+        b'{"x": Infinity, "_blobs": []}',
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"x": 1' + b"0" * 5000 + b', "_blobs": []}',
+        b"\xff\xfe",
+        b'{"_blobs": [' + b"1," * 100 + b"1]}",
+        b'{"_blobs": [1099511627776]}',
+    ],
+)
 def test_every_malformed_header_is_one_error_and_the_stream_goes_on(raw):
     """Any framing or decoding failure is a BadMessage naming the sender; other senders' streams
     (here: the next socket user) are not desynchronised."""
@@ -146,10 +157,18 @@ def test_a_forged_result_is_refused(fields, blobs, match):
 
 
 def test_an_honest_result_is_accepted():
-    message = protocol.Message(body={"op": "result", "status": "error", "stdout": "hi", "notes": ["a"],
-                                     "error": {"type": "ValueError", "message": "m", "frames": [[1, "x"]]},
-                                     "images": [{"source": "plot"}], "executed_nothing": True},
-                               blobs=(_png(30, 20),))  # fmt: skip
+    message = protocol.Message(
+        body={
+            "op": "result",
+            "status": "error",
+            "stdout": "hi",
+            "notes": ["a"],
+            "error": {"type": "ValueError", "message": "m", "frames": [[1, "x"]]},
+            "images": [{"source": "plot"}],
+            "executed_nothing": True,
+        },
+        blobs=(_png(30, 20),),
+    )
     result = protocol.parse_result(message, Limits())
     assert (
         result.status.value == "error"
@@ -322,7 +341,8 @@ def test_space_allocated_past_a_files_end_counts_against_the_byte_limit(tmp_path
     (lambda w: os.symlink("/etc", w / "link"), "symlink"),
     (lambda w: os.mkfifo(w / "fifo"), "FIFO"),
     (lambda w: socket.socket(socket.AF_UNIX).bind(str(w / "sock")), "socket"),
-    (lambda w: ((w / "a").write_text("x"), os.link(w / "a", w / "b")), "2 names"),  # hard links: a copy per name
+    # hard links: a copy per name
+    (lambda w: ((w / "a").write_text("x"), os.link(w / "a", w / "b")), "2 names"),
 ])  # fmt: skip
 def test_only_files_and_directories_are_kept(tmp_path, make_it, match):
     work = tmp_path / "work"
@@ -441,7 +461,8 @@ def test_a_step_is_forked_with_libc_only_while_the_kernel_counts_one_thread():
     hang the child, so `runtime._one_thread` reads the kernel's count (in a process of its own:
     this one runs the tests' service threads)."""
     code = (
-        "import threading\nfrom codedance.sandbox.jail import runtime\nassert runtime._one_thread()\n"
+        "import threading\nfrom codedance.sandbox.jail import runtime\nassert "
+        "runtime._one_thread()\n"
         "stop = threading.Event()\nthread = threading.Thread(target=stop.wait)\nthread.start()\n"
         "assert not runtime._one_thread(wait_s=0.01)\nstop.set()\nthread.join()\n"
         "assert runtime._one_thread(wait_s=1.0)\nprint('ok')"
@@ -559,8 +580,11 @@ def test_a_listed_pid_is_killed_only_while_it_is_in_that_group():
     try:
         lines = Path(f"/proc/{child.pid}/cgroup").read_text().splitlines()
         v2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
-        found = [line.split(":", 2)[2] for line in lines
-                 if (line.split(":")[1] == "" if v2 else "pids" in line.split(":")[1].split(","))]  # fmt: skip
+        found = [
+            line.split(":", 2)[2]
+            for line in lines
+            if (line.split(":")[1] == "" if v2 else "pids" in line.split(":")[1].split(","))
+        ]
         if not found:
             pytest.skip("no pids cgroup here")
         own = os.path.join("/sys/fs/cgroup", "" if v2 else "pids", found[0].lstrip("/"))
@@ -721,8 +745,10 @@ def test_a_forged_record_of_groups_is_ignored(tmp_path, monkeypatch):
     with _scratch_groups([other, loose]) as groups:
         sleepers = [_sleeper_in(groups[other]), _sleeper_in(groups[loose])]
         try:
-            forged = [os.path.join(os.path.dirname(d), "..", os.path.basename(os.path.dirname(d)), name)
-                      for d in groups[other]]  # fmt: skip
+            forged = [
+                os.path.join(os.path.dirname(d), "..", os.path.basename(os.path.dirname(d)), name)
+                for d in groups[other]
+            ]
             _recorded_lock(tmp_path, name, groups[other] + [str(elsewhere)] + forged, forged=True)
             _recorded_lock(tmp_path, loose, groups[loose], mode=0o666)
             # neither record is usable, so each lock is swept as one without cgroups here
@@ -747,9 +773,19 @@ def test_which_recorded_groups_are_trusted(tmp_path, monkeypatch):
     monkeypatch.setattr(leftovers, "CGROUP_ROOT", str(root))
     name = "codedance-7-0123abcd"
     good = f"{root}/pids/a/{name}"
-    lines = [f"/elsewhere/{name}", f"{root}/pids/a/codedance-7-99999999", f"{root}/pids/../pids/a/{name}",
-             f"{root}/link/a/{name}", f"{root}//pids/a/{name}", f"pids/a/{name}", f"{root}/pids/a/{name}/",
-             f"{root}/{name}x", good, good, ""]  # fmt: skip
+    lines = [
+        f"/elsewhere/{name}",
+        f"{root}/pids/a/codedance-7-99999999",
+        f"{root}/pids/../pids/a/{name}",
+        f"{root}/link/a/{name}",
+        f"{root}//pids/a/{name}",
+        f"pids/a/{name}",
+        f"{root}/pids/a/{name}/",
+        f"{root}/{name}x",
+        good,
+        good,
+        "",
+    ]
     path = tmp_path / "lock"
     path.write_text("\n".join(lines))
     path.chmod(0o600)
@@ -910,8 +946,18 @@ def test_a_copying_helper_ends_quietly_when_the_controller_dies_mid_request(unre
     home = os.open(os.devnull, os.O_WRONLY)  # "leaving the group" writes here
     try:
         helper = subprocess.Popen(
-            [sys.executable, "-I", "-S", charged_copy.__file__, str(theirs.fileno()), str(home), "0"],
-            pass_fds=(theirs.fileno(), home), stderr=subprocess.PIPE)  # fmt: skip
+            [
+                sys.executable,
+                "-I",
+                "-S",
+                charged_copy.__file__,
+                str(theirs.fileno()),
+                str(home),
+                "0",
+            ],
+            pass_fds=(theirs.fileno(), home),
+            stderr=subprocess.PIPE,
+        )
     finally:
         theirs.close()
         os.close(home)
@@ -974,7 +1020,8 @@ def test_a_forked_child_lets_go_of_the_descriptors_held_from_forks():
 
 
 class _FakeSysctl:
-    """/proc/sys as a dict: ``read``/``write`` for `isolation.file_table`; ``refuse``: writes fail."""
+    """/proc/sys as a dict: ``read``/``write`` for `isolation.file_table`; ``refuse``: writes
+    fail."""
 
     def __init__(self, values, refuse=None):
         self.values, self.refuse, self.writes = dict(values), refuse, []
@@ -1075,14 +1122,18 @@ def test_the_service_reports_the_file_table_in_its_isolation(monkeypatch):
 def test_the_zygote_imports_none_of_the_controller_and_the_public_names_still_resolve():
     """Every module the zygote holds is memory whose page tables each step's fork copies, and
     each at-fork hook a module registers runs in every forked step: the package's public names
-    load on first use, so ``python -m codedance.sandbox.jail.runtime`` imports no controller module."""
+    load on first use, so ``python -m codedance.sandbox.jail.runtime`` imports no controller
+    module."""
     probe = (
         "import sys, codedance.sandbox.jail.runtime\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('asyncio', 'concurrent')"
-        " or m in ('codedance.sandbox.sandbox', 'codedance.sandbox.service', 'codedance.sandbox.pool',"
-        " 'codedance.sandbox.cgroups', 'codedance.sandbox.forks') or m.startswith('codedance.sandbox.memory')))\n"
+        " or m in ('codedance.sandbox.sandbox', 'codedance.sandbox.service', "
+        "'codedance.sandbox.pool',"
+        " 'codedance.sandbox.cgroups', 'codedance.sandbox.forks') or "
+        "m.startswith('codedance.sandbox.memory')))\n"
         "import codedance.sandbox as package\n"
-        "print(package.Sandbox.__module__, package.SandboxPool.__module__, package.Limits.__module__)\n"
+        "print(package.Sandbox.__module__, package.SandboxPool.__module__, "
+        "package.Limits.__module__)\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.splitlines() == [

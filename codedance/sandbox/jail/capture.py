@@ -7,9 +7,9 @@ Runs inside the jail. Images are captured from
 - image files created or modified in the working directory;
 - the snippet's last expression when it is a PIL image, a figure, or an array that looks like
   an image (arrays are read as RGB, as PIL gives them; only ``cv2.imshow`` arrays are BGR).
-Each image comes back once: duplicates (same pixels; for saved PNG files, same bytes) are dropped. At most ``max_images`` come
-back per step, at most ``max_bytes`` of PNG in all; images larger than ``max_pixels`` are
-downscaled. Every cut is reported as a note.
+Each image comes back once: duplicates (same pixels; for saved PNG files, same bytes) are dropped.
+At most ``max_images`` come back per step, at most ``max_bytes`` of PNG in all; images larger than
+``max_pixels`` are downscaled. Every cut is reported as a note.
 
 Text streams keep their head and tail and mark the cut; nothing here grows with the output.
 """

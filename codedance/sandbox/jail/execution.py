@@ -22,7 +22,8 @@ SNIPPET_FILENAME = "<snippet>"
 # controller; longer ones by the step that runs them, with its own CPU and memory: a parse holds
 # the controller's GIL, and 1 MiB of ``a;`` took seconds and ~0.9 GB there while every other
 # trajectory's controller thread waited
-# pinned by `tests/sandbox/test_api.py::test_a_long_snippet_is_checked_for_doing_nothing_by_its_step_not_the_controller`
+# pinned by `tests/sandbox/test_api.py::`
+# `test_a_long_snippet_is_checked_for_doing_nothing_by_its_step_not_the_controller`
 CONTROLLER_PARSE_CHARS = 16_384
 
 

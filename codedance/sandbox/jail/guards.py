@@ -16,16 +16,17 @@ The seccomp filter (libseccomp through PyPI ``pyseccomp``) returns ``EPERM`` for
 - namespaces and mounts: ``unshare``, ``setns``, ``mount``, ``umount2``, ``pivot_root``,
   ``chroot``, ``clone`` with any ``CLONE_NEW*`` flag (masked to the low 32 bits), and ``clone3``
   (``ENOSYS``, so libc falls back to ``clone``, whose flags can be inspected);
-- networking: ``socket`` and ``socketpair`` for every address family except ``AF_UNIX`` (a unix socket then reaches nothing), ``connect``, ``bind``,
-  ``listen``, ``accept``/``accept4`` (the holder's own socket is an inherited socketpair);
-  ``io_uring_*`` (its operations, sockets and connects included, bypass the syscall filter);
-  ``shutdown`` and ``setsockopt`` (a step shares the holder's socket: either would break it for
-  the holder too); ``fcntl``/``ioctl`` that arm signal-driven I/O (``F_SETOWN``, ``F_SETOWN_EX``,
-  ``F_SETSIG``, ``O_ASYNC``, ``FIOASYNC``, ``FIOSETOWN``, ``SIOCSPGRP``: a SIGIO to the holder),
-  ``F_NOTIFY`` (directory notification, the old interface to what inotify tells: a SIGIO for
-  each read of a shared read-only tree showed which modules a neighbour imported and when the
-  host read a file in ``/etc``) and ``F_SETLEASE`` (a lease left on a committed file made the
-  controller's checkpoint open fail halfway, and the trajectory was lost);
+- networking: ``socket`` and ``socketpair`` for every address family except ``AF_UNIX`` (a unix
+  socket then reaches nothing), ``connect``, ``bind``, ``listen``, ``accept``/``accept4`` (the
+  holder's own socket is an inherited socketpair); ``io_uring_*`` (its operations, sockets and
+  connects included, bypass the syscall filter); ``shutdown`` and ``setsockopt`` (a step shares the
+  holder's socket: either would break it for the holder too); ``fcntl``/``ioctl`` that arm
+  signal-driven I/O (``F_SETOWN``, ``F_SETOWN_EX``, ``F_SETSIG``, ``O_ASYNC``, ``FIOASYNC``,
+  ``FIOSETOWN``, ``SIOCSPGRP``: a SIGIO to the holder), ``F_NOTIFY`` (directory notification, the
+  old interface to what inotify tells: a SIGIO for each read of a shared read-only tree showed
+  which modules a neighbour imported and when the host read a file in ``/etc``) and ``F_SETLEASE``
+  (a lease left on a committed file made the controller's checkpoint open fail halfway, and the
+  trajectory was lost);
 - kernel objects that outlive a process and escape the rollback: System V shared memory,
   semaphores and message queues, POSIX message queues;
 - other processes: ``prlimit64`` on any pid but 0 (itself; compared on all 64 bits, so no high

@@ -7,8 +7,9 @@ Fork chain (``docs/sandbox.md``):
   as a passed file descriptor). It never runs user code and never sees trajectory traffic.
 - A **holder** is forked per trajectory: it closes everything but its socket, lowers its rlimits,
   switches to the trajectory's own uid (or, under a controller that is not root, enters a user
-  and mount namespace of its own where only its working directory is visible: ``private_view``), forbids new privileges and loads the seccomp filter
-  (``guards``), opens the input images, and says ``ready``. Then it waits for ``run`` messages.
+  and mount namespace of its own where only its working directory is visible: ``private_view``),
+  forbids new privileges and loads the seccomp filter (``guards``), opens the input images, and
+  says ``ready``. Then it waits for ``run`` messages.
 - Each **step** is a fresh ``fork()`` of the holder (libc's, as a continuation of its program:
   `_fork_continuation`), forked ahead as a *spare* that announces
   itself (``spare``) at once and then waits for its code; it runs the snippet,
@@ -481,7 +482,8 @@ def _reenter_cwd() -> None:
     of a committed ``chdir`` target) left the holder in a deleted directory, which the rollback
     re-created under the same path: go back in by path (otherwise every relative path
     fails from then on).
-    Pinned by `tests/sandbox/test_contract.py::test_the_holder_goes_back_into_its_directory_when_a_failed_step_re_created_it`."""
+    Pinned by
+    `tests/sandbox/test_contract.py::test_the_holder_goes_back_into_its_directory_when_a_failed_step_re_created_it`."""
     try:
         here, there = os.stat("."), os.stat(_cwd)
         if (here.st_ino, here.st_dev) != (there.st_ino, there.st_dev):

@@ -27,10 +27,10 @@ starts waiting, and when the group's charge crosses ``memory_total`` less a marg
 its last committed step answered (`Sandbox.memory_growth`: what its running step added, and
 anything after that answer or between steps; committed state is never taken; tmpfs files and
 the rest each count alone, so files a step deletes never hide what its holder takes as
-anonymous memory) and makes it give memory back (`Sandbox.yield_memory`). The mark is lowered to what the trajectory holds after
-each run, and whenever it is idle (a run's start, the idle freezer's look, the arbiter's): a
-holder replaced by a commit frees its memory only when it exits, after the mark was taken, and
-that is no credit to grow by. The measure leaves out kernel memory
+anonymous memory) and makes it give memory back (`Sandbox.yield_memory`). The mark is lowered to
+what the trajectory holds after each run, and whenever it is idle (a run's start, the idle
+freezer's look, the arbiter's): a holder replaced by a commit frees its memory only when it exits,
+after the mark was taken, and that is no credit to grow by. The measure leaves out kernel memory
 (`TrajectoryCgroup.memory_measure`: cgroup v1 does not tell its reclaimable cache, such as
 negative dentries, from what is not, such as the inodes of files that exist); a running step's
 kernel memory gained (when positive) is added only for ranking while the group is out of memory,
@@ -54,14 +54,14 @@ What the victim gives:
 - no step running (only a patched holder grows between steps): the trajectory is lost.
 A restore whose copy the full group refuses (ENOMEM: a write, which wakes no one) holds
 `restore_waiting` while it tries again: meanwhile, while the group is charged past its margin,
-it counts as out of memory, so the out of memory ranking applies (the restoring step's own failure freed the pages the restore needs,
-and a neighbour's step may have taken them). Before any ranking, though, a trajectory whose
-waiting restore would leave it holding more than its committed state by over ``SLACK_BYTES``
-(`Sandbox.restore_excess`: what the restore still needs, less what the trajectory holds below
-its mark; committed files its holder still has open or mapped are left out, as deleting them
-freed nothing) is lost at once: its step took memory that outlives the step's processes (shared
-memory its holder keeps or takes, while the step deleted committed files), which nets out in
-every measure by kind.
+it counts as out of memory, so the out of memory ranking applies (the restoring step's own failure
+freed the pages the restore needs, and a neighbour's step may have taken them). Before any ranking,
+though, a trajectory whose waiting restore would leave it holding more than its committed state by
+over ``SLACK_BYTES`` (`Sandbox.restore_excess`: what the restore still needs, less what the
+trajectory holds below its mark; committed files its holder still has open or mapped are left out,
+as deleting them freed nothing) is lost at once: its step took memory that outlives the step's
+processes (shared memory its holder keeps or takes, while the step deleted committed files), which
+nets out in every measure by kind.
 While closed sandboxes' files are being removed in the background (`remover`) the arbiter waits
 for them, up to ``FREEING_WAIT_S`` each time it is woken, before it chooses anyone (an
 honest step is not stopped for memory that is on its way back).
@@ -98,8 +98,9 @@ floor set too low for some host's noise would there lose idle trajectories one a
 On cgroup v2 "out of memory" is an allocation throttled now (`ThrottledServiceMemory.under_oom`)
 and "nearly full" as on v1; kernel memory is kept apart as on v1 (`cgroup_memory.v2_kernel`:
 v2's unreclaimable slab holds cache too, such as the long names of negative dentries).
-Not handled: hosts where the parent group's files cannot be written. Written by hand because no tool does this: systemd-oomd
-and earlyoom act on whole services or the host, not on one trajectory's rollback.
+Not handled: hosts where the parent group's files cannot be written. Written by hand because no
+tool does this: systemd-oomd and earlyoom act on whole services or the host, not on one
+trajectory's rollback.
 """
 
 from __future__ import annotations
@@ -217,7 +218,8 @@ class OomArbiter:
         once those rollbacks are done. Memory a step frees counts as committed until that step
         commits (otherwise a neighbour commits what an honest failing step has freed, whose
         restore then finds no memory and loses the trajectory).
-        Pinned by `tests/sandbox/test_charged_restores.py::test_a_neighbour_cannot_commit_what_a_failing_step_freed`."""
+        Pinned by
+        `tests/sandbox/test_charged_restores.py::test_a_neighbour_cannot_commit_what_a_failing_step_freed`."""
         owed = sum(other.memory_owed() for other in running if other is not committing)
         if owed <= 0:
             return False
@@ -240,7 +242,8 @@ class OomArbiter:
             # only when crossing it: while either holds, look again now and then
             # poll, not select: a controller holding over 1,024 descriptors (a pool of a few
             # hundred sandboxes) would get a ValueError, and no arbiter
-            # pinned by `tests/sandbox/test_memory_arbiter.py::test_the_arbiter_runs_in_a_controller_that_holds_over_1024_descriptors`
+            # pinned by `tests/sandbox/test_memory_arbiter.py::`
+            # `test_the_arbiter_runs_in_a_controller_that_holds_over_1024_descriptors`
             readable = _wait_for(
                 [*self._memory.watched(), (self._stop, select.POLLIN)],
                 None if look_again is None else time.monotonic() + look_again,

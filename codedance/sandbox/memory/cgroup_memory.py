@@ -87,7 +87,9 @@ class MemoryMeasure(NamedTuple):
     while its patched holder allocates as much shows no net growth, yet its rollback must write
     the files back into memory the holder took."""
 
-    other: int  # what the kernel cannot reclaim without swap besides tmpfs files and locked pages: anonymous memory above all
+    # what the kernel cannot reclaim without swap besides tmpfs files and locked pages: anonymous
+    # memory above all
+    other: int
     files: int  # tmpfs files (shmem): the working directory
     kernel: int  # kernel memory (v1: kmem; v2: `v2_kernel`), left out of the two above
 

@@ -491,7 +491,8 @@ def _rank_self(oom_score_adj: int) -> None:
     killed for the trajectory. Done by the helper itself, before its first
     answer: the controller's thread that starts it may be acting as a trajectory (its file-system
     uid), which /proc refuses (the helper would stay at 0).
-    Pinned by `tests/sandbox/test_charged_restores.py::test_the_helper_ranks_with_the_holders_for_the_oom_killer`."""
+    Pinned by
+    `tests/sandbox/test_charged_restores.py::test_the_helper_ranks_with_the_holders_for_the_oom_killer`."""
     with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as handle:
         handle.write(str(oom_score_adj))
 

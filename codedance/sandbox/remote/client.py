@@ -40,7 +40,8 @@ from codedance.sandbox.service import ServiceError
 from codedance.types import ExecResult, ExecStatus
 
 CONNECT_S = 10.0  # to reach the service
-SLACK_S = 10.0  # beyond a call's own bound (a step's timeout plus recovery) before the service counts as gone
+# beyond a call's own bound (a step's timeout plus recovery) before the service counts as gone
+SLACK_S = 10.0
 SESSION_SILENCE_S = (
     10.0  # the session stream beats every second: this long without a beat, the service is gone
 )
@@ -156,7 +157,8 @@ class Connection:
             self._base = f"{parts.scheme}://{parts.netloc}"
         else:
             raise ValueError(
-                f"sandbox service url {url!r}: expected unix:///path/to/socket or http(s)://host:port"
+                f"sandbox service url {url!r}: expected unix:///path/to/socket or "
+                "http(s)://host:port"
             )
         self._lock = threading.Lock()
         self._session: _Session | None = None
@@ -181,7 +183,8 @@ class Connection:
     def call(
         self, method: str, path: str, body: object = None, *, timeout_s: float
     ) -> tuple[int, bytes]:
-        """One request, never retried: (status, body). `TRANSPORT_ERRORS` (the service gone) propagate."""
+        """One request, never retried: (status, body). `TRANSPORT_ERRORS` (the service gone)
+        propagate."""
         response = self._pool.request(method, self._base + path, **self._options(body, timeout_s))
         return response.status, response.content
 
@@ -264,11 +267,20 @@ class RemoteSandbox:
         self._lost: str | None = None
         self._seq = 0
         self._session = self._connection.session()
-        body = {"images": data, "timeout_s": self.timeout_s, "limits": wire.limits_fields(self.limits),
-                "require": list(normalize_requirement(require)), "start_timeout_s": start_timeout_s}  # fmt: skip
+        body = {
+            "images": data,
+            "timeout_s": self.timeout_s,
+            "limits": wire.limits_fields(self.limits),
+            "require": list(normalize_requirement(require)),
+            "start_timeout_s": start_timeout_s,
+        }
         try:
-            status, content = self._connection.call("POST", f"/v1/sessions/{self._session.id}/sandboxes", body,
-                                                    timeout_s=start_timeout_s + SLACK_S)  # fmt: skip
+            status, content = self._connection.call(
+                "POST",
+                f"/v1/sessions/{self._session.id}/sandboxes",
+                body,
+                timeout_s=start_timeout_s + SLACK_S,
+            )
         except TRANSPORT_ERRORS as exc:
             raise ServiceError(
                 f"the sandbox service at {self._connection.url} did not create the sandbox: "
@@ -354,7 +366,8 @@ class RemoteSandbox:
         return not self._closed and self._lost is None and not self._session.ended.is_set()
 
     def begin_closing(self) -> None:
-        """Refuse new runs; `close` asks the service to close it (a run in flight returns ``crashed``)."""
+        """Refuse new runs; `close` asks the service to close it (a run in flight returns
+        ``crashed``)."""
         self._closed = True
 
     def close(self, wait_s: float = CLOSE_S) -> None:

@@ -36,34 +36,61 @@ def unpack(data: bytes) -> object:
 def result_fields(result: ExecResult) -> dict:
     error = result.error
     return {
-        "status": result.status.value, "stdout": result.stdout, "stderr": result.stderr,
-        "error": None if error is None else {"type": error.type, "message": error.message,
-                                             "traceback": error.traceback, "frames": list(error.frames)},
-        "images": [{"png": i.png, "origin": i.origin, "width": i.width, "height": i.height} for i in result.images],
-        "duration_s": result.duration_s, "rolled_back": result.rolled_back, "notes": list(result.notes),
+        "status": result.status.value,
+        "stdout": result.stdout,
+        "stderr": result.stderr,
+        "error": None
+        if error is None
+        else {
+            "type": error.type,
+            "message": error.message,
+            "traceback": error.traceback,
+            "frames": list(error.frames),
+        },
+        "images": [
+            {"png": i.png, "origin": i.origin, "width": i.width, "height": i.height}
+            for i in result.images
+        ],
+        "duration_s": result.duration_s,
+        "rolled_back": result.rolled_back,
+        "notes": list(result.notes),
         "executed_nothing": result.executed_nothing,
-    }  # fmt: skip
+    }
 
 
 def result_from(fields: dict) -> ExecResult:
     """The `ExecResult` of `result_fields`, images' PNG bytes as they were.
 
-    >>> png = bytes.fromhex("89504e470d0a1a0a0000000d49484452") + (3).to_bytes(4, "big") + (2).to_bytes(4, "big")
-    >>> sent = ExecResult(ExecStatus.ERROR, stdout="a", error=ExecError("ValueError", "x", "tb", ((1, "raise"),)),
+    >>> png = bytes.fromhex("89504e470d0a1a0a0000000d49484452") + (3).to_bytes(4, "big") +
+    (2).to_bytes(4, "big")
+    >>> sent = ExecResult(ExecStatus.ERROR, stdout="a", error=ExecError("ValueError", "x", "tb",
+    ((1, "raise"),)),
     ...                   images=(Image.from_png(png, "turn:0:0"),), notes=("n",), rolled_back=True)
     >>> result_from(unpack(pack(result_fields(sent)))) == sent
     True
     """
     error = fields["error"]
     return ExecResult(
-        status=ExecStatus(fields["status"]), stdout=fields["stdout"], stderr=fields["stderr"],
-        error=None if error is None else ExecError(error["type"], error["message"], error["traceback"],
-                                                   tuple((int(n), str(s)) for n, s in error["frames"])),
-        images=tuple(Image(png=i["png"], origin=i["origin"], width=i["width"], height=i["height"])
-                     for i in fields["images"]),
-        duration_s=float(fields["duration_s"]), rolled_back=bool(fields["rolled_back"]),
-        notes=tuple(fields["notes"]), executed_nothing=bool(fields["executed_nothing"]),
-    )  # fmt: skip
+        status=ExecStatus(fields["status"]),
+        stdout=fields["stdout"],
+        stderr=fields["stderr"],
+        error=None
+        if error is None
+        else ExecError(
+            error["type"],
+            error["message"],
+            error["traceback"],
+            tuple((int(n), str(s)) for n, s in error["frames"]),
+        ),
+        images=tuple(
+            Image(png=i["png"], origin=i["origin"], width=i["width"], height=i["height"])
+            for i in fields["images"]
+        ),
+        duration_s=float(fields["duration_s"]),
+        rolled_back=bool(fields["rolled_back"]),
+        notes=tuple(fields["notes"]),
+        executed_nothing=bool(fields["executed_nothing"]),
+    )
 
 
 def limits_fields(limits: Limits) -> dict:
@@ -79,7 +106,10 @@ def limits_from(fields: dict) -> Limits:
     >>> limits_from({"memroy": 1})
     Traceback (most recent call last):
     ...
-    codedance.errors.SettingsError: unknown Limits fields ['memroy']; known: ['cpus', 'error_chars', 'file_size', 'max_image_bytes', 'max_images', 'max_message', 'max_pixels', 'memory', 'open_files', 'output_head', 'output_tail', 'processes', 'recovery_s', 'workdir_bytes', 'workdir_files']
+    codedance.errors.SettingsError: unknown Limits fields ['memroy']; known: ['cpus',
+    'error_chars', 'file_size', 'max_image_bytes', 'max_images', 'max_message', 'max_pixels',
+    'memory', 'open_files', 'output_head', 'output_tail', 'processes', 'recovery_s',
+    'workdir_bytes', 'workdir_files']
     """
     if not isinstance(fields, dict):
         raise TypeError("limits must be a map of Limits fields")

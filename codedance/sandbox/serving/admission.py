@@ -109,8 +109,10 @@ class Gate:
             return 503, (f"the sandbox service holds {self.live} connections, the most it keeps: "
                          "try again later")  # fmt: skip
         if self.by_client.get(key, 0) >= self.limits.per_client:
-            return 503, (f"{key} holds {self.limits.per_client} connections to the sandbox "
-                         "service, the most a client may (--client-connections): close some")  # fmt: skip
+            return 503, (
+                f"{key} holds {self.limits.per_client} connections to the sandbox "
+                "service, the most a client may (--client-connections): close some"
+            )
         conn.key = key
         return None
 

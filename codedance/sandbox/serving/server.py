@@ -52,7 +52,8 @@ TCP_UNACKED_S = 30.0  # a TCP client's session ends when its beats go unacknowle
 # (a body is held about twice while it is read: aiohttp's buffer and the unpacked copy)
 MAX_RUN_BODY_BYTES = 4 << 20
 BACKLOG = 1024  # connections the kernel holds before the service accepts them
-WORKERS = 4096  # the most blocking sandbox calls (runs, creations, closes) at once; threads start as needed
+# the most blocking sandbox calls (runs, creations, closes) at once; threads start as needed
+WORKERS = 4096
 SESSION_ENDED = "the client's session ended (its connection closed): the sandbox was closed"
 
 
@@ -84,7 +85,8 @@ def above_ceiling(limits: Limits, ceiling: Limits) -> str | None:
         asked, most = getattr(limits, name), getattr(ceiling, name)
         if asked > most:
             return (
-                f"Limits.{name} = {asked} is above this service's ceiling ({most}): ask for less, or "
+                f"Limits.{name} = {asked} is above this service's ceiling ({most}): "
+                "ask for less, or "
                 f"ask its operator to raise it (codedance sandbox serve --ceiling {name}=VALUE)"
             )
     return None
@@ -258,8 +260,12 @@ class SandboxServer:
             limits = wire.limits_from(body["limits"])
             if (why := above_ceiling(limits, self.quotas.ceiling)) is not None:
                 raise ValueError(why)
-            options = {"timeout_s": seconds("timeout_s", body["timeout_s"]), "limits": limits,
-                       "require": body["require"], "start_timeout_s": body["start_timeout_s"]}  # fmt: skip
+            options = {
+                "timeout_s": seconds("timeout_s", body["timeout_s"]),
+                "limits": limits,
+                "require": body["require"],
+                "start_timeout_s": body["start_timeout_s"],
+            }
         except (ValueError, TypeError, KeyError) as exc:
             raise web.HTTPBadRequest(text=f"bad sandbox request: {exc}") from None
         if descriptors_left() < RESERVE_FDS + FDS_PER_SANDBOX:
@@ -324,7 +330,8 @@ class SandboxServer:
         if client.request_bytes + size > quotas.request_bytes:
             raise web.HTTPTooManyRequests(
                 text=f"quota: {client.name}'s requests in flight hold {client.request_bytes >> 20} "
-                f"MiB and this one {size >> 20} MiB more, over the {quotas.request_bytes >> 20} MiB "
+                f"MiB and this one {size >> 20} MiB more, over the "
+                f"{quotas.request_bytes >> 20} MiB "
                 "this service allows a client (--client-request-mib); wait for some to end"
             )
         client.requests += 1
