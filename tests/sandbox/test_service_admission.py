@@ -94,3 +94,59 @@ def test_out_of_descriptors_a_connection_is_refused_at_once_and_serving_resumes(
         _, errors = server.communicate()
     assert "out of system resource" not in errors, errors  # asyncio's log-and-pause never ran
     assert errors.count("out of descriptors") == 1, errors  # one line per 10 s
+
+
+def _tcp_gate(**limits):
+    from codedance.sandbox.serving.admission import ConnectionLimits, Gate, GuardedListener
+    from codedance.sandbox.serving.peers import LocalPolicy
+
+    gate = Gate(LocalPolicy(frozenset(), frozenset()), ConnectionLimits(**limits))
+    listener = GuardedListener(socket.AF_INET, gate)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    listener.setblocking(False)
+    return gate, listener
+
+
+def test_a_displaced_connection_leaves_the_counts_before_its_transport_closes_it():
+    """Peers without a token that connect faster than displaced connections close must not fill
+    the service's count of connections: a token holder arriving among them is still kept."""
+    import asyncio
+
+    async def main():
+        gate, listener = _tcp_gate(total=2, unauthenticated=1)
+        clients = [socket.create_connection(listener.getsockname()) for _ in range(4)]
+        kept = [listener.accept()[0] for _ in range(4)]  # no transport closes anything meanwhile
+        assert gate.live == 1 and len(gate.waiting) == 1, (gate.live, len(gate.waiting))
+        assert all(c.fileno() >= 0 for c in kept)  # displaced, shut down, not closed by us
+        for conn in kept + clients:
+            conn.close()
+        assert gate.live == 0 and gate.by_client == {}
+        listener.close()
+
+    asyncio.run(main())
+
+
+def test_at_most_a_burst_of_connections_is_kept_per_turn_of_the_event_loop(monkeypatch):
+    """So that displaced connections still closing are a few bursts at most, not the backlog."""
+    import asyncio
+
+    from codedance.sandbox.serving import admission
+
+    monkeypatch.setattr(admission, "ACCEPT_BURST", 2)
+
+    async def main():
+        gate, listener = _tcp_gate(unauthenticated=8)
+        clients = [socket.create_connection(listener.getsockname()) for _ in range(3)]
+        kept = [listener.accept()[0] for _ in range(2)]
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # the third waits in the backlog for the next turn
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        kept.append(listener.accept()[0])
+        assert gate.live == 3
+        for conn in kept + clients:
+            conn.close()
+        listener.close()
+
+    asyncio.run(main())

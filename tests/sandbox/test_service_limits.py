@@ -30,8 +30,8 @@ pytestmark = pytest.mark.tier("integration")
 # the service's descriptors: (600 - RESERVE_FDS) // 2 = 172 connections at most; an attacker opens
 # (and keeps, where the service lets it) more connections than that
 NOFILE, HELD = 600, 1000
-# over TCP, more: the 64 waiting connections and those displaced in one accepting burst (up to
-# the listen backlog, 1,024) are open together until the next turn of the event loop closes them
+# over TCP, more: the 64 waiting connections and those displaced in the last few accepting bursts
+# (`admission.ACCEPT_BURST` each) are open together until their transports close them
 TCP_NOFILE, TCP_HELD = 2600, 3000
 HOLD = """
 import os, resource, socket, sys, time

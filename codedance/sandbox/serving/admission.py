@@ -15,7 +15,12 @@ to take their next step. So a connection is a resource of its client, bounded li
   once, a new one displacing the one that has waited longest (a token holder's request follows
   its connection at once, so peers without a token cannot keep it out), and every connection
   must make an admitted request within ``first_request_s`` or it is closed (a client that
-  connects and sends nothing, or sends its request a byte at a time);
+  connects and sends nothing, or sends its request a byte at a time); a connection so closed
+  leaves the counts at once, though its transport lets its descriptor go a few turns of the
+  event loop later;
+- at most `ACCEPT_BURST` connections are kept per turn of the event loop (the rest wait in the
+  kernel's backlog for the next turn), so connections displaced faster than their transports
+  close cannot pile up: those still closing are at most a few bursts, not the whole backlog;
 - out of descriptors at accept (``EMFILE``), the service closes a spare descriptor it keeps for
   that moment, accepts and closes the waiting connection (its client sees it refused at once,
   not a hang), and opens the spare again: never a busy loop, never a crash.
@@ -40,6 +45,7 @@ from codedance.sandbox.serving.peers import LocalPolicy, not_allowed, peer_of
 RESERVE_FDS = 256  # descriptors kept for the controller's own work: a step's files, a restore
 FDS_PER_SANDBOX = 16  # a live trajectory's descriptors in the controller (about seven), doubled
 LOG_EVERY_S = 10.0  # a refusal is logged at most this often (an attacker must not fill the log)
+ACCEPT_BURST = 64  # connections kept per turn of the event loop (`GuardedListener.accept`)
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +82,8 @@ class _Connection(socket.socket):
     served = False  # it made a request the service serves
 
     def close(self) -> None:
-        gate, self.gate = self.gate, None
-        if gate is not None:
-            gate.release(self)
+        if self.gate is not None:
+            self.gate.release(self)
         super().close()
 
 
@@ -138,6 +143,10 @@ class Gate:
             self.waiting.pop(conn, None)
 
     def release(self, conn: _Connection) -> None:
+        """``conn`` leaves the counts (when it is cut, or closed if it never was)."""
+        if conn.gate is not self:
+            return
+        conn.gate = None
         self.live -= 1
         left = self.by_client[conn.key] - 1
         if left:
@@ -154,7 +163,7 @@ class Gate:
     def _cut(self, conn: _Connection, why: str) -> None:
         """End ``conn``: its transport sees the end of the stream and closes it (and so its
         descriptor, and its place here)."""
-        self.waiting.pop(conn, None)
+        self.release(conn)  # it is on its way out: it keeps no one else out meanwhile
         self.note("connections", f"closed a connection of {conn.key}: {why}")
         try:
             conn.shutdown(socket.SHUT_RDWR)
@@ -175,8 +184,11 @@ class GuardedListener(socket.socket):
         super().__init__(family, socket.SOCK_STREAM)
         self.gate = gate
         self._spare: int | None = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        self._kept_this_turn = 0
 
     def accept(self):
+        if self._kept_this_turn >= ACCEPT_BURST:
+            raise BlockingIOError  # asyncio stops accepting until the event loop's next turn
         while True:
             try:
                 fd, address = self._accept()
@@ -192,10 +204,16 @@ class GuardedListener(socket.socket):
                 continue
             if refusal is None:
                 self.gate.keep(conn)
+                if not self._kept_this_turn:
+                    asyncio.get_running_loop().call_soon(self._next_turn)
+                self._kept_this_turn += 1
                 return conn, address
             self.gate.note("refused", f"refused a connection: {refusal[1]}")
             _answer(conn, *refusal)
             conn.close()
+
+    def _next_turn(self) -> None:
+        self._kept_this_turn = 0
 
     def _shed(self) -> bool:
         """Out of descriptors: refuse the waiting connection with the spare's descriptor.
