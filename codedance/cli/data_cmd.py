@@ -283,20 +283,14 @@ def verify_cmd(
 ) -> None:
     """Re-execute imported trajectories turn by turn in the sandbox; compare with the recording."""
     from codedance.data.options import VerifyConfig
-    from codedance.errors import SettingsError
 
     console = make_console()
-    folders, overrides = opt.split_positionals(items)
-    if len(folders) > 1:
-        raise SettingsError(f"give one import folder, got {len(folders)}: {' '.join(folders)}")
-    cfg = opt.resolve(
+    cfg = _folder_settings(
         VerifyConfig,
+        items,
         config,
-        overrides,
-        print_config=print_config,
-        console=console,
-        command="data",
-        out=folders[0] if folders else None,
+        print_config,
+        console,
         concurrency=concurrency,
         tolerance=tolerance,
         timeout_s=timeout_s,
@@ -304,6 +298,26 @@ def verify_cmd(
     )
     cfg.check()
     _verify(console, Path(cfg.out), cfg.concurrency, cfg.tolerance, cfg.timeout_s, cfg.limit)
+
+
+def _folder_settings(kind, items, config, print_config, console, **flags):  # type: ignore[no-untyped-def]
+    """A command's settings from ``DIR [KEY=VALUE]...``: one import folder (its ``out``), then
+    overrides, through the one loader."""
+    from codedance.errors import SettingsError
+
+    folders, overrides = opt.split_positionals(items)
+    if len(folders) > 1:
+        raise SettingsError(f"give one import folder, got {len(folders)}: {' '.join(folders)}")
+    return opt.resolve(
+        kind,
+        config,
+        overrides,
+        print_config=print_config,
+        console=console,
+        command="data",
+        out=folders[0] if folders else None,
+        **flags,
+    )
 
 
 @app.command("stats")
@@ -322,22 +336,9 @@ def stats_cmd(
     """Tables of an import folder and a histogram PNG."""
     from codedance.data.options import StatsConfig
     from codedance.data.stats import collect, histogram, tables
-    from codedance.errors import SettingsError
 
     console = make_console()
-    folders, overrides = opt.split_positionals(items)
-    if len(folders) > 1:
-        raise SettingsError(f"give one import folder, got {len(folders)}: {' '.join(folders)}")
-    cfg = opt.resolve(
-        StatsConfig,
-        config,
-        overrides,
-        print_config=print_config,
-        console=console,
-        command="data",
-        out=folders[0] if folders else None,
-        png=_text(png),
-    )
+    cfg = _folder_settings(StatsConfig, items, config, print_config, console, png=_text(png))
     cfg.check()
     out = Path(cfg.out)
     stats = collect(out)
